@@ -1,0 +1,85 @@
+//! User errors of the target-independent compiler, one enum per boundary.
+//!
+//! Every message says what was expected and what was found. Compiler bugs are not errors: they
+//! are assertions and verifier failures, and they panic with the name of the pass.
+
+use thiserror::Error;
+
+use crate::dtype::DType;
+
+/// Errors in a tensor-expression definition (`te::compute`, `te::comm_reducer`).
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum TeError {
+    #[error("dtype mismatch in `{op}`: left operand is {lhs}, right operand is {rhs}, in `{expr}` (tensorlift never promotes implicitly: add an explicit cast)")]
+    DTypeMismatch { op: String, lhs: DType, rhs: DType, expr: String },
+    #[error("operator `{op}` is not defined on {dtype}, in `{expr}`")]
+    UndefinedOperator { op: String, dtype: DType, expr: String },
+    #[error("condition must be bool, found {found}, in `{expr}`")]
+    ConditionNotBool { found: DType, expr: String },
+    #[error("tensor {tensor} has {expected} dimensions but is indexed with {found} indices")]
+    IndexCount { tensor: String, expected: usize, found: usize },
+    #[error("index of tensor {tensor} must be i64, found {found} in `{expr}`")]
+    IndexDType { tensor: String, found: DType, expr: String },
+    #[error("{reducer} reduction declared with result dtype {expected} but its source is {found}: `{expr}` (cast the source explicitly)")]
+    ReduceDType { reducer: String, expected: DType, found: DType, expr: String },
+    #[error("reducer {reducer}: {what} must be {expected}, found {found}")]
+    ReducerDType { reducer: String, what: &'static str, expected: DType, found: DType },
+    #[error("compute {tensor}: a reduction must be the whole body, found one nested inside an expression")]
+    NestedReduction { tensor: String },
+    #[error("compute {tensor}: a reduction needs at least one axis")]
+    EmptyReduction { tensor: String },
+    #[error("compute {tensor}: axis {axis} is reduced over but is not a reduce_axis")]
+    NotAReduceAxis { tensor: String, axis: String },
+    #[error("compute {tensor}: variable {var} is used but is neither an output axis nor a reduced axis")]
+    UnboundVar { tensor: String, var: String },
+    #[error("compute {tensor}: every dimension must be positive, found {found} in shape {shape:?}")]
+    BadShape { tensor: String, shape: Vec<i64>, found: i64 },
+    #[error("compute {tensor}: the body must be a scalar, found {found}")]
+    VectorBody { tensor: String, found: DType },
+}
+
+/// Errors from schedule primitives. A schedule that every primitive accepted always lowers.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ScheduleError {
+    #[error("tensor {tensor} is not part of this schedule")]
+    UnknownTensor { tensor: String },
+    #[error("{primitive}: tensor {tensor} is a placeholder; only computed tensors can be scheduled")]
+    NotACompute { primitive: &'static str, tensor: String },
+    #[error("{primitive}: axis {axis} is not a loop of stage {stage} (its loops are: {leaves})")]
+    UnknownAxis { primitive: &'static str, stage: String, axis: String, leaves: String },
+    #[error("split of {stage}.{axis}: factor must be a positive integer, found {found}")]
+    BadSplitFactor { stage: String, axis: String, found: i64 },
+    #[error("reorder of {stage}: axis {axis} is given more than once")]
+    DuplicateAxis { stage: String, axis: String },
+    #[error("fuse of {stage}: {outer} and {inner} must be adjacent loops with {outer} directly outside {inner}, found them at positions {outer_pos} and {inner_pos} of ({leaves})")]
+    FuseNotAdjacent { stage: String, outer: String, inner: String, outer_pos: usize, inner_pos: usize, leaves: String },
+    #[error("fuse of {stage}: cannot fuse reduction axis {reduce} with data-parallel axis {data_par}")]
+    FuseMixedKinds { stage: String, reduce: String, data_par: String },
+    #[error("{primitive} of {stage}.{axis}: the loop extent must be a compile-time constant, but it is inferred at lowering from the consumer of a compute_at stage (split it by a constant factor first)")]
+    NonConstantExtent { primitive: &'static str, stage: String, axis: String },
+    #[error("vectorize of {stage}.{axis}: extent {found} exceeds the maximum of {max} lanes")]
+    TooManyLanes { stage: String, axis: String, found: i64, max: i64 },
+    #[error("parallel of {stage}.{axis}: a reduction axis cannot run in parallel (iterations would race on the same output)")]
+    ParallelReduction { stage: String, axis: String },
+    #[error("compute_at of {stage}: stage {target} does not consume {stage} (its consumers are: {consumers})")]
+    NotAConsumer { stage: String, target: String, consumers: String },
+    #[error("compute_at of {stage}: it is also consumed by {other}, which would read it outside {target}")]
+    MultipleConsumers { stage: String, target: String, other: String },
+    #[error("{primitive} of {stage}: {reason}")]
+    BadAttachment { primitive: &'static str, stage: String, reason: String },
+    #[error("cache_read of {tensor}: {reader} does not read it")]
+    NotAReader { tensor: String, reader: String },
+}
+
+/// Errors when lowering a schedule into a function.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum LowerError {
+    #[error("lower: input tensor {tensor} is read but is not among the arguments ({args})")]
+    MissingArgument { tensor: String, args: String },
+    #[error("lower: output tensor {tensor} is not among the arguments ({args})")]
+    MissingOutput { tensor: String, args: String },
+    #[error("lower: argument {tensor} is given more than once")]
+    DuplicateArgument { tensor: String },
+    #[error("lower: argument {tensor} is neither an input nor an output of this schedule")]
+    UnusedArgument { tensor: String },
+}

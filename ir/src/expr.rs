@@ -1,0 +1,717 @@
+//! Expressions, shared by tensor expressions and the loop IR.
+//!
+//! # Semantics of expressions
+//!
+//! These rules are the definition; `interp` implements them and every other part of the
+//! compiler (simplifier, JIT) must agree with `interp` bit for bit on integers.
+//!
+//! * **Types.** Every node has one `DType`. Binary operands always have identical dtypes;
+//!   mixing types without a cast is a user error reported by `te::compute`
+//!   (`TeError::DTypeMismatch`). There is no implicit promotion, ever.
+//! * **Integers wrap** at their type's width (two's complement), for `+ - *`, shifts and casts.
+//!   Index arithmetic is `i64` and tensor shapes are small enough that it never wraps.
+//! * **Division and modulo of integers are floor division and floor modulo** (Python's `//` and
+//!   `%`): `-7 / 2 == -4`, `-7 % 2 == 1`; the remainder has the sign of the divisor.
+//!   Division by zero gives 0 and modulo by zero gives 0 (as in Halide). `MIN / -1` wraps to `MIN`
+//!   and `MIN % -1` is 0. Floats use IEEE 754 division and `fmod`-free floor modulo
+//!   `a - b * floor(a / b)`.
+//! * **Shifts** take the shift amount modulo the bit width; `>>` is arithmetic for signed and
+//!   logical for unsigned types.
+//! * **Floats** follow IEEE 754 with round-to-nearest-even. `f16` and `bf16` arithmetic is
+//!   computed exactly in `f32` and rounded once to the 16-bit type, which is correctly rounded
+//!   for `+ - * /`. `min`/`max` of floats return the non-NaN operand if exactly one is NaN.
+//! * **Comparisons** produce `bool`; `bool` supports `&`, `|`, `^` and `!` (logical).
+//! * **Vectors** are lane-wise: a vector op applies its scalar rule to each lane. `Ramp` and
+//!   `Broadcast` build index vectors; `VectorReduce` folds groups of adjacent lanes.
+//! * **Evaluation.** Expressions are pure. Both arms of a `Select` may be evaluated, so an arm
+//!   must be safe to evaluate even when not chosen; memory safety is guaranteed independently
+//!   by `passes::guard_accesses`, which clamps every access it cannot prove in bounds.
+//!
+//! `Cast` semantics (one definition for the whole compiler):
+//! * int → int: wrap (keep the low bits, then sign- or zero-extend by the target's signedness).
+//! * float → int: round toward zero and saturate to the target range; NaN gives 0 (Rust `as`).
+//! * int → float, float → float: round to nearest even.
+//! * bool → number: 0 or 1. number → bool: `x != 0`.
+//!
+//! `SaturatingCast` is the same as `Cast` except that int → int clamps to the target range.
+//! `widening_mul` and `widening_add` are exact: they cast both operands to the type of twice the
+//! width (signed if either operand is signed) before the operation, so the result never wraps.
+
+use std::fmt;
+use std::ops;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::dtype::{DType, ScalarType};
+use crate::stmt::Buffer;
+use crate::te::{IterVar, Reducer, Tensor};
+
+/// Identity of a variable. Names are for printing only; two variables with the same name are
+/// different variables.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct VarId(pub u32);
+
+static NEXT_VAR_ID: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug)]
+pub struct VarData {
+    pub id: VarId,
+    pub name: String,
+    pub dtype: DType,
+}
+
+/// A variable: a loop counter, a let binding, an iteration axis of a tensor expression.
+#[derive(Clone, Debug)]
+pub struct Var(Rc<VarData>);
+
+impl Var {
+    pub fn new(name: impl Into<String>, dtype: DType) -> Var {
+        let id = VarId(NEXT_VAR_ID.fetch_add(1, Ordering::Relaxed));
+        Var(Rc::new(VarData { id, name: name.into(), dtype }))
+    }
+
+    /// A new `i64` index variable.
+    pub fn index(name: impl Into<String>) -> Var {
+        Var::new(name, DType::INDEX)
+    }
+
+    pub fn id(&self) -> VarId {
+        self.0.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    pub fn to_expr(&self) -> Expr {
+        Expr::var(self)
+    }
+}
+
+impl PartialEq for Var {
+    fn eq(&self, other: &Var) -> bool {
+        self.0.id == other.0.id
+    }
+}
+impl Eq for Var {}
+impl std::hash::Hash for Var {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state)
+    }
+}
+impl PartialOrd for Var {
+    fn partial_cmp(&self, other: &Var) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Var {
+    fn cmp(&self, other: &Var) -> std::cmp::Ordering {
+        self.0.id.cmp(&other.0.id)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    /// Floor division; x / 0 == 0 (see the module doc).
+    Div,
+    /// Floor modulo; x % 0 == 0.
+    Mod,
+    Min,
+    Max,
+    /// Bitwise for integers, logical for bool.
+    And,
+    Or,
+    Xor,
+    /// Shift amount taken modulo the bit width.
+    Shl,
+    /// Arithmetic for signed, logical for unsigned.
+    Shr,
+}
+
+impl BinOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Mod => "%",
+            BinOp::Min => "min",
+            BinOp::Max => "max",
+            BinOp::And => "&",
+            BinOp::Or => "|",
+            BinOp::Xor => "^",
+            BinOp::Shl => "<<",
+            BinOp::Shr => ">>",
+        }
+    }
+
+    /// `min` and `max` print as calls, the rest as infix operators.
+    pub fn is_call_syntax(self) -> bool {
+        matches!(self, BinOp::Min | BinOp::Max)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "==",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+}
+
+/// How `VectorReduce` folds a group of adjacent lanes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum VectorReduceOp {
+    Add,
+    Min,
+    Max,
+}
+
+impl VectorReduceOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            VectorReduceOp::Add => "add",
+            VectorReduceOp::Min => "min",
+            VectorReduceOp::Max => "max",
+        }
+    }
+}
+
+/// A reduction in a tensor expression: `reducer` folds `source` over every point of `axes`,
+/// starting from the reducer's identity. Only legal as the whole body of a `compute`.
+#[derive(Debug)]
+pub struct ReduceData {
+    pub reducer: Reducer,
+    pub source: Expr,
+    pub axes: Vec<IterVar>,
+}
+
+#[derive(Debug)]
+pub enum ExprKind {
+    /// An integer or bool constant. The value is the constant's two's-complement bits
+    /// sign-extended to 64 (so `u64::MAX` is stored as -1); the node dtype says how to read it.
+    Int(i64),
+    /// A float constant, already rounded to the node dtype.
+    Float(f64),
+    Var(Var),
+    /// `a op b`; both operands and the result have the node dtype.
+    Binary(BinOp, Expr, Expr),
+    /// `a op b` on two operands of one dtype; the result is `bool` with the operands' lanes.
+    Cmp(CmpOp, Expr, Expr),
+    /// Bitwise not for integers, logical not for bool.
+    Not(Expr),
+    /// Conversion to the node dtype (module doc: int narrowing wraps, float → int saturates).
+    Cast(Expr),
+    /// Conversion that clamps integers to the node dtype's range instead of wrapping.
+    SaturatingCast(Expr),
+    /// `cond ? t : f`, lane-wise when `cond` is a vector. Both arms may be evaluated.
+    Select(Expr, Expr, Expr),
+    /// Element of a tensor at the given indices (one per dimension). Tensor expressions only:
+    /// lowering replaces every `TensorRead` by a `Load`.
+    TensorRead(Tensor, Vec<Expr>),
+    /// A reduction (see `ReduceData`). Tensor expressions only.
+    Reduce(Rc<ReduceData>),
+    /// Element of a buffer. Before `flatten_buffers` there is one index per dimension; after, a
+    /// single flat element index. A vector index loads one element per lane.
+    Load(Buffer, Vec<Expr>),
+    /// The vector `[base, base + stride, ..., base + (lanes-1)*stride]`; `base` and `stride` are
+    /// scalars of the element type.
+    Ramp(Expr, Expr),
+    /// The scalar repeated in every lane of the node dtype.
+    Broadcast(Expr),
+    /// Folds each group of `input_lanes / output_lanes` adjacent lanes of the operand into one
+    /// output lane. Integer `Add` wraps at the element width.
+    VectorReduce(VectorReduceOp, Expr),
+}
+
+#[derive(Debug)]
+pub struct ExprData {
+    pub dtype: DType,
+    pub kind: ExprKind,
+}
+
+/// An immutable, shared expression tree. Cloning is cheap; passes rebuild only what changes.
+#[derive(Clone, Debug)]
+pub struct Expr(Rc<ExprData>);
+
+impl Expr {
+    pub fn new(dtype: DType, kind: ExprKind) -> Expr {
+        Expr(Rc::new(ExprData { dtype, kind }))
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    pub fn kind(&self) -> &ExprKind {
+        &self.0.kind
+    }
+
+    /// True if both handles point at the same node (not a structural comparison).
+    pub fn same_node(&self, other: &Expr) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+
+    // ---- Constructors --------------------------------------------------------------------
+
+    /// An integer constant of the given scalar integer (or bool) type; the value wraps to it.
+    pub fn int(dtype: DType, value: i64) -> Expr {
+        assert!(dtype.is_int() || dtype.is_bool(), "Expr::int of {dtype}");
+        Expr::new(dtype, ExprKind::Int(wrap_int(dtype.scalar, value as i128)))
+    }
+
+    /// An `i64` index constant.
+    pub fn index(value: i64) -> Expr {
+        Expr::int(DType::INDEX, value)
+    }
+
+    pub fn bool(value: bool) -> Expr {
+        Expr::new(DType::BOOL, ExprKind::Int(value as i64))
+    }
+
+    /// A float constant, rounded to the given float type.
+    pub fn float(dtype: DType, value: f64) -> Expr {
+        assert!(dtype.is_float(), "Expr::float of {dtype}");
+        Expr::new(dtype, ExprKind::Float(round_float(dtype.scalar, value)))
+    }
+
+    /// The constant zero of any scalar type.
+    pub fn zero(dtype: DType) -> Expr {
+        if dtype.is_float() { Expr::float(dtype, 0.0) } else { Expr::int(dtype, 0) }
+    }
+
+    pub fn var(var: &Var) -> Expr {
+        Expr::new(var.dtype(), ExprKind::Var(var.clone()))
+    }
+
+    /// A binary node. The caller must pass operands of one dtype; `te::compute` reports
+    /// violations made through the operator overloads as typed errors.
+    pub fn binary(op: BinOp, a: Expr, b: Expr) -> Expr {
+        let dtype = a.dtype();
+        Expr::new(dtype, ExprKind::Binary(op, a, b))
+    }
+
+    pub fn cmp(op: CmpOp, a: Expr, b: Expr) -> Expr {
+        let dtype = DType::BOOL.with_lanes(a.dtype().lanes);
+        Expr::new(dtype, ExprKind::Cmp(op, a, b))
+    }
+
+    pub fn min(a: Expr, b: Expr) -> Expr {
+        Expr::binary(BinOp::Min, a, b)
+    }
+
+    pub fn max(a: Expr, b: Expr) -> Expr {
+        Expr::binary(BinOp::Max, a, b)
+    }
+
+    pub fn select(cond: Expr, t: Expr, f: Expr) -> Expr {
+        let dtype = t.dtype();
+        Expr::new(dtype, ExprKind::Select(cond, t, f))
+    }
+
+    /// Conversion to `dtype` (semantics in the module doc). A cast to the same type is the
+    /// operand itself. The target's lane count is taken from the operand.
+    pub fn cast(&self, dtype: impl Into<DType>) -> Expr {
+        let dtype = dtype.into().element().with_lanes(self.dtype().lanes);
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        Expr::new(dtype, ExprKind::Cast(self.clone()))
+    }
+
+    /// Conversion that clamps integers to the target range.
+    pub fn saturating_cast(&self, dtype: impl Into<DType>) -> Expr {
+        let dtype = dtype.into().element().with_lanes(self.dtype().lanes);
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        Expr::new(dtype, ExprKind::SaturatingCast(self.clone()))
+    }
+
+    pub fn ramp(base: Expr, stride: Expr, lanes: u16) -> Expr {
+        let dtype = base.dtype().with_lanes(lanes);
+        Expr::new(dtype, ExprKind::Ramp(base, stride))
+    }
+
+    pub fn broadcast(value: Expr, lanes: u16) -> Expr {
+        let dtype = value.dtype().with_lanes(lanes);
+        Expr::new(dtype, ExprKind::Broadcast(value))
+    }
+
+    pub fn vector_reduce(op: VectorReduceOp, value: Expr, output_lanes: u16) -> Expr {
+        assert!(value.dtype().lanes % output_lanes == 0, "vector_reduce lane count");
+        let dtype = value.dtype().with_lanes(output_lanes);
+        Expr::new(dtype, ExprKind::VectorReduce(op, value))
+    }
+
+    pub fn load(buffer: &Buffer, indices: Vec<Expr>) -> Expr {
+        let lanes = indices.iter().map(|it| it.dtype().lanes).max().unwrap_or(1);
+        Expr::new(buffer.dtype().with_lanes(lanes), ExprKind::Load(buffer.clone(), indices))
+    }
+
+    // ---- Queries ---------------------------------------------------------------------------
+
+    /// The value of an integer or bool constant, read according to its dtype.
+    pub fn as_int(&self) -> Option<i64> {
+        match self.kind() {
+            ExprKind::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn as_var(&self) -> Option<&Var> {
+        match self.kind() {
+            ExprKind::Var(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn is_const(&self) -> bool {
+        matches!(self.kind(), ExprKind::Int(_) | ExprKind::Float(_))
+    }
+
+    /// The direct children, in evaluation order.
+    pub fn children(&self) -> Vec<&Expr> {
+        match self.kind() {
+            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Var(_) => vec![],
+            ExprKind::Binary(_, a, b) | ExprKind::Cmp(_, a, b) => vec![a, b],
+            ExprKind::Not(a)
+            | ExprKind::Cast(a)
+            | ExprKind::SaturatingCast(a)
+            | ExprKind::Broadcast(a)
+            | ExprKind::VectorReduce(_, a) => vec![a],
+            ExprKind::Select(c, t, f) => vec![c, t, f],
+            ExprKind::TensorRead(_, idx) | ExprKind::Load(_, idx) => idx.iter().collect(),
+            ExprKind::Reduce(r) => vec![&r.source],
+            ExprKind::Ramp(b, s) => vec![b, s],
+        }
+    }
+
+    /// Calls `f` on this node and every descendant, parents first.
+    pub fn for_each(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        for child in self.children() {
+            child.for_each(f);
+        }
+    }
+
+    /// True if `var` occurs anywhere in this expression.
+    pub fn uses_var(&self, var: &Var) -> bool {
+        let mut found = false;
+        self.for_each(&mut |e| {
+            if let ExprKind::Var(v) = e.kind() {
+                found |= v == var;
+            }
+        });
+        found
+    }
+
+    /// Structural equality: same dtypes, same node kinds, same variables by identity.
+    pub fn structurally_eq(&self, other: &Expr) -> bool {
+        if self.same_node(other) {
+            return true;
+        }
+        if self.dtype() != other.dtype() {
+            return false;
+        }
+        let same_head = match (self.kind(), other.kind()) {
+            (ExprKind::Int(a), ExprKind::Int(b)) => a == b,
+            (ExprKind::Float(a), ExprKind::Float(b)) => a.to_bits() == b.to_bits(),
+            (ExprKind::Var(a), ExprKind::Var(b)) => a == b,
+            (ExprKind::Binary(a, ..), ExprKind::Binary(b, ..)) => a == b,
+            (ExprKind::Cmp(a, ..), ExprKind::Cmp(b, ..)) => a == b,
+            (ExprKind::Not(_), ExprKind::Not(_))
+            | (ExprKind::Cast(_), ExprKind::Cast(_))
+            | (ExprKind::SaturatingCast(_), ExprKind::SaturatingCast(_))
+            | (ExprKind::Select(..), ExprKind::Select(..))
+            | (ExprKind::Ramp(..), ExprKind::Ramp(..))
+            | (ExprKind::Broadcast(_), ExprKind::Broadcast(_)) => true,
+            (ExprKind::VectorReduce(a, _), ExprKind::VectorReduce(b, _)) => a == b,
+            (ExprKind::TensorRead(a, ai), ExprKind::TensorRead(b, bi)) => {
+                a == b && ai.len() == bi.len()
+            }
+            (ExprKind::Load(a, ai), ExprKind::Load(b, bi)) => a == b && ai.len() == bi.len(),
+            (ExprKind::Reduce(a), ExprKind::Reduce(b)) => Rc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_head
+            && self.children().len() == other.children().len()
+            && self.children().iter().zip(other.children()).all(|(a, b)| a.structurally_eq(b))
+    }
+}
+
+/// Wraps `value` to the integer type `ty` and returns it sign-extended to 64 bits, the storage
+/// form of `ExprKind::Int`. Bool keeps only "is non-zero".
+pub fn wrap_int(ty: ScalarType, value: i128) -> i64 {
+    match ty {
+        ScalarType::Bool => (value != 0) as i64,
+        ScalarType::U8 => value as u8 as i64,
+        ScalarType::I8 => value as i8 as i64,
+        ScalarType::U16 => value as u16 as i64,
+        ScalarType::I16 => value as i16 as i64,
+        ScalarType::U32 => value as u32 as i64,
+        ScalarType::I32 => value as i32 as i64,
+        ScalarType::U64 | ScalarType::I64 => value as i64,
+        _ => panic!("wrap_int of float type {ty}"),
+    }
+}
+
+/// Rounds an f64 to the nearest value of the float type `ty` (round to nearest even).
+pub fn round_float(ty: ScalarType, value: f64) -> f64 {
+    match ty {
+        ScalarType::F64 => value,
+        ScalarType::F32 => value as f32 as f64,
+        ScalarType::F16 => half::f16::from_f64(value).to_f64(),
+        ScalarType::BF16 => half::bf16::from_f64(value).to_f64(),
+        _ => panic!("round_float of non-float type {ty}"),
+    }
+}
+
+// ---- Math-like construction -----------------------------------------------------------------
+
+/// Anything that reads as an expression in a `compute` body: expressions, variables, axes, and
+/// integer literals (an integer literal next to a typed operand takes that operand's dtype).
+pub trait IntoExpr {
+    fn into_expr(self) -> Expr;
+}
+
+impl IntoExpr for Expr {
+    fn into_expr(self) -> Expr {
+        self
+    }
+}
+impl IntoExpr for &Expr {
+    fn into_expr(self) -> Expr {
+        self.clone()
+    }
+}
+impl IntoExpr for &Var {
+    fn into_expr(self) -> Expr {
+        Expr::var(self)
+    }
+}
+impl IntoExpr for &IterVar {
+    fn into_expr(self) -> Expr {
+        Expr::var(self.var())
+    }
+}
+impl IntoExpr for i64 {
+    fn into_expr(self) -> Expr {
+        Expr::index(self)
+    }
+}
+impl IntoExpr for i32 {
+    fn into_expr(self) -> Expr {
+        Expr::index(self as i64)
+    }
+}
+
+/// Converts `rhs` for use next to `lhs`: a bare integer literal adopts `lhs`'s dtype (it is a
+/// literal, not a typed value, so this is not promotion).
+fn literal_like(lhs: &Expr, rhs: i64) -> Expr {
+    let dtype = lhs.dtype();
+    let scalar = dtype.element();
+    let c = if scalar.is_float() { Expr::float(scalar, rhs as f64) } else { Expr::int(scalar, rhs) };
+    if dtype.is_vector() { Expr::broadcast(c, dtype.lanes) } else { c }
+}
+
+macro_rules! impl_binary_operator {
+    ($trait:ident, $method:ident, $op:expr) => {
+        impl ops::$trait<Expr> for Expr {
+            type Output = Expr;
+            fn $method(self, rhs: Expr) -> Expr {
+                Expr::binary($op, self, rhs)
+            }
+        }
+        impl ops::$trait<&Expr> for Expr {
+            type Output = Expr;
+            fn $method(self, rhs: &Expr) -> Expr {
+                Expr::binary($op, self, rhs.clone())
+            }
+        }
+        impl ops::$trait<Expr> for &Expr {
+            type Output = Expr;
+            fn $method(self, rhs: Expr) -> Expr {
+                Expr::binary($op, self.clone(), rhs)
+            }
+        }
+        impl ops::$trait<&Expr> for &Expr {
+            type Output = Expr;
+            fn $method(self, rhs: &Expr) -> Expr {
+                Expr::binary($op, self.clone(), rhs.clone())
+            }
+        }
+        impl ops::$trait<i64> for Expr {
+            type Output = Expr;
+            fn $method(self, rhs: i64) -> Expr {
+                let rhs = literal_like(&self, rhs);
+                Expr::binary($op, self, rhs)
+            }
+        }
+        impl ops::$trait<i64> for &Expr {
+            type Output = Expr;
+            fn $method(self, rhs: i64) -> Expr {
+                Expr::binary($op, self.clone(), literal_like(self, rhs))
+            }
+        }
+        impl ops::$trait<&IterVar> for Expr {
+            type Output = Expr;
+            fn $method(self, rhs: &IterVar) -> Expr {
+                Expr::binary($op, self, rhs.to_expr())
+            }
+        }
+        impl ops::$trait<Expr> for &IterVar {
+            type Output = Expr;
+            fn $method(self, rhs: Expr) -> Expr {
+                Expr::binary($op, self.to_expr(), rhs)
+            }
+        }
+        impl ops::$trait<&IterVar> for &IterVar {
+            type Output = Expr;
+            fn $method(self, rhs: &IterVar) -> Expr {
+                Expr::binary($op, self.to_expr(), rhs.to_expr())
+            }
+        }
+        impl ops::$trait<i64> for &IterVar {
+            type Output = Expr;
+            fn $method(self, rhs: i64) -> Expr {
+                Expr::binary($op, self.to_expr(), Expr::index(rhs))
+            }
+        }
+    };
+}
+
+impl_binary_operator!(Add, add, BinOp::Add);
+impl_binary_operator!(Sub, sub, BinOp::Sub);
+impl_binary_operator!(Mul, mul, BinOp::Mul);
+impl_binary_operator!(Div, div, BinOp::Div);
+impl_binary_operator!(Rem, rem, BinOp::Mod);
+impl_binary_operator!(BitAnd, bitand, BinOp::And);
+impl_binary_operator!(BitOr, bitor, BinOp::Or);
+impl_binary_operator!(BitXor, bitxor, BinOp::Xor);
+impl_binary_operator!(Shl, shl, BinOp::Shl);
+impl_binary_operator!(Shr, shr, BinOp::Shr);
+
+impl ops::Neg for Expr {
+    type Output = Expr;
+    fn neg(self) -> Expr {
+        let zero = literal_like(&self, 0);
+        Expr::binary(BinOp::Sub, zero, self)
+    }
+}
+
+impl ops::Not for Expr {
+    type Output = Expr;
+    fn not(self) -> Expr {
+        let dtype = self.dtype();
+        Expr::new(dtype, ExprKind::Not(self))
+    }
+}
+
+/// Comparison builders (Rust's `PartialOrd` must return `bool`, so these are methods).
+impl Expr {
+    pub fn eq(&self, rhs: impl IntoExpr) -> Expr {
+        self.compare(CmpOp::Eq, rhs)
+    }
+    pub fn ne(&self, rhs: impl IntoExpr) -> Expr {
+        self.compare(CmpOp::Ne, rhs)
+    }
+    pub fn lt(&self, rhs: impl IntoExpr) -> Expr {
+        self.compare(CmpOp::Lt, rhs)
+    }
+    pub fn le(&self, rhs: impl IntoExpr) -> Expr {
+        self.compare(CmpOp::Le, rhs)
+    }
+    pub fn gt(&self, rhs: impl IntoExpr) -> Expr {
+        self.compare(CmpOp::Gt, rhs)
+    }
+    pub fn ge(&self, rhs: impl IntoExpr) -> Expr {
+        self.compare(CmpOp::Ge, rhs)
+    }
+
+    fn compare(&self, op: CmpOp, rhs: impl IntoExpr) -> Expr {
+        let rhs = rhs.into_expr();
+        // A bare index literal next to a non-index operand is a literal of that operand's type.
+        let rhs = match rhs.kind() {
+            ExprKind::Int(v) if rhs.dtype() == DType::INDEX && self.dtype() != DType::INDEX => {
+                literal_like(self, *v)
+            }
+            _ => rhs,
+        };
+        Expr::cmp(op, self.clone(), rhs)
+    }
+}
+
+/// Exact product: both operands are cast to the integer type of twice the wider operand's
+/// width (signed if either is signed), so `u8 * i8` is an exact `i16`.
+pub fn widening_mul(a: impl IntoExpr, b: impl IntoExpr) -> Expr {
+    let (a, b) = (a.into_expr(), b.into_expr());
+    let wide = widened_type(a.dtype(), b.dtype());
+    a.cast(wide) * b.cast(wide)
+}
+
+/// Exact sum, with the same result type rule as `widening_mul`.
+pub fn widening_add(a: impl IntoExpr, b: impl IntoExpr) -> Expr {
+    let (a, b) = (a.into_expr(), b.into_expr());
+    let wide = widened_type(a.dtype(), b.dtype());
+    a.cast(wide) + b.cast(wide)
+}
+
+fn widened_type(a: DType, b: DType) -> DType {
+    let bits = a.bits().max(b.bits());
+    let signed = a.is_signed_int() || b.is_signed_int();
+    let wide = if signed {
+        ScalarType::signed_of_bits(bits * 2)
+    } else {
+        match bits * 2 {
+            16 => Some(ScalarType::U16),
+            32 => Some(ScalarType::U32),
+            64 => Some(ScalarType::U64),
+            _ => None,
+        }
+    };
+    // Operands wider than 32 bits have no wider type; the checker reports the mismatch.
+    DType::scalar(wide.unwrap_or(a.scalar))
+}
+
+/// `cond ? t : f`.
+pub fn select(cond: impl IntoExpr, t: impl IntoExpr, f: impl IntoExpr) -> Expr {
+    Expr::select(cond.into_expr(), t.into_expr(), f.into_expr())
+}
+
+pub fn min(a: impl IntoExpr, b: impl IntoExpr) -> Expr {
+    Expr::min(a.into_expr(), b.into_expr())
+}
+
+pub fn max(a: impl IntoExpr, b: impl IntoExpr) -> Expr {
+    Expr::max(a.into_expr(), b.into_expr())
+}
+
+impl fmt::Display for Var {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,3 @@
+//! Reference interpreters: the definition of what every program means.
+
+pub mod scalar;

@@ -1,0 +1,22 @@
+//! tensorlift-ir: the target-independent compiler.
+//!
+//! Tensor expressions (`te`) are scheduled (`schedule`), lowered to a loop IR (`stmt`, `expr`)
+//! by one ordered pass list (`lower::lower`), and defined by two reference interpreters
+//! (`interp`). This crate never depends on Cranelift, contains no `unsafe`, and does no I/O.
+
+#![forbid(unsafe_code)]
+
+pub mod dtype;
+pub mod error;
+pub mod interp;
+pub mod expr;
+pub mod mutator;
+pub mod printer;
+pub mod stmt;
+pub mod te;
+
+pub use dtype::{DType, ScalarType};
+pub use error::{LowerError, ScheduleError, TeError};
+pub use expr::{Expr, ExprKind, Var};
+pub use stmt::{Buffer, ForKind, Func, Stmt, StmtKind};
+pub use te::{IterVar, Tensor};

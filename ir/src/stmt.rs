@@ -1,0 +1,199 @@
+//! The loop IR: statements, buffers and functions produced by lowering.
+//!
+//! # Semantics of statements
+//!
+//! * A `Func` runs its body once. Its parameters are buffers owned by the caller; inputs are
+//!   read-only by convention (nothing in a lowered function stores to a buffer that is only
+//!   read by the definition).
+//! * `For` runs `body` for `var = 0, 1, ..., extent - 1` (loops are zero-based and their
+//!   extents are compile-time constants, because every tensor shape is). The kind says how the
+//!   iterations may be executed; every kind must produce the same result as `Serial`:
+//!   `Parallel` iterations run on a thread pool in any order (the schedule guarantees they write
+//!   disjoint memory); `Vectorized` and `Unrolled` are requests that `vectorize_loops` and
+//!   `unroll_loops` carry out, and none survive the pipeline.
+//! * `Let` binds `var` to `value`, evaluated once, within `body`.
+//! * `Store` writes `value` to `buffer` at `indices` (one per dimension before
+//!   `flatten_buffers`, one flat element index after). A vector store writes one element per
+//!   lane, lanes in increasing order.
+//! * `If` runs `then_case` when the scalar bool `cond` is true, `else_case` otherwise.
+//! * `Seq` runs its statements in order.
+//! * `Allocate` provides a fresh, uninitialized buffer for the duration of `body`.
+//!   Lowering never reads an element it has not written.
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::dtype::DType;
+use crate::expr::{Expr, Var};
+
+/// Identity of a buffer.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+static NEXT_BUFFER_ID: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug)]
+pub struct BufferData {
+    pub id: BufferId,
+    pub name: String,
+    /// Element type (always scalar).
+    pub dtype: DType,
+    /// Dimensions, outermost first; row-major, dense.
+    pub shape: Vec<i64>,
+}
+
+/// A dense, row-major array of scalars: a function parameter or an `Allocate`d temporary.
+#[derive(Clone, Debug)]
+pub struct Buffer(Rc<BufferData>);
+
+impl Buffer {
+    pub fn new(name: impl Into<String>, dtype: DType, shape: Vec<i64>) -> Buffer {
+        assert!(dtype.is_scalar(), "buffer element type must be scalar, got {dtype}");
+        assert!(shape.iter().all(|&d| d >= 0), "buffer shape {shape:?} has a negative dimension");
+        let id = BufferId(NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed));
+        Buffer(Rc::new(BufferData { id, name: name.into(), dtype, shape }))
+    }
+
+    pub fn id(&self) -> BufferId {
+        self.0.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        &self.0.shape
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> i64 {
+        self.0.shape.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Row-major element strides, one per dimension.
+    pub fn strides(&self) -> Vec<i64> {
+        let mut strides = vec![1; self.0.shape.len()];
+        for d in (0..self.0.shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * self.0.shape[d + 1];
+        }
+        strides
+    }
+}
+
+impl PartialEq for Buffer {
+    fn eq(&self, other: &Buffer) -> bool {
+        self.0.id == other.0.id
+    }
+}
+impl Eq for Buffer {}
+impl std::hash::Hash for Buffer {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state)
+    }
+}
+
+/// How the iterations of a `For` are executed (see the module doc).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum ForKind {
+    Serial,
+    Parallel,
+    Vectorized,
+    Unrolled,
+}
+
+impl ForKind {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            ForKind::Serial => "for",
+            ForKind::Parallel => "parallel",
+            ForKind::Vectorized => "vectorized",
+            ForKind::Unrolled => "unrolled",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum StmtKind {
+    For { var: Var, extent: i64, kind: ForKind, body: Stmt },
+    Let { var: Var, value: Expr, body: Stmt },
+    Store { buffer: Buffer, indices: Vec<Expr>, value: Expr },
+    If { cond: Expr, then_case: Stmt, else_case: Option<Stmt> },
+    Seq(Vec<Stmt>),
+    Allocate { buffer: Buffer, body: Stmt },
+}
+
+/// An immutable, shared statement tree.
+#[derive(Clone, Debug)]
+pub struct Stmt(Rc<StmtKind>);
+
+impl Stmt {
+    pub fn new(kind: StmtKind) -> Stmt {
+        Stmt(Rc::new(kind))
+    }
+
+    pub fn kind(&self) -> &StmtKind {
+        &self.0
+    }
+
+    pub fn same_node(&self, other: &Stmt) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+
+    pub fn for_loop(var: Var, extent: i64, kind: ForKind, body: Stmt) -> Stmt {
+        Stmt::new(StmtKind::For { var, extent, kind, body })
+    }
+
+    pub fn let_stmt(var: Var, value: Expr, body: Stmt) -> Stmt {
+        Stmt::new(StmtKind::Let { var, value, body })
+    }
+
+    pub fn store(buffer: &Buffer, indices: Vec<Expr>, value: Expr) -> Stmt {
+        Stmt::new(StmtKind::Store { buffer: buffer.clone(), indices, value })
+    }
+
+    pub fn if_then(cond: Expr, then_case: Stmt) -> Stmt {
+        Stmt::new(StmtKind::If { cond, then_case, else_case: None })
+    }
+
+    /// A sequence; nested sequences are flattened and a single statement is returned as is.
+    pub fn seq(stmts: Vec<Stmt>) -> Stmt {
+        let mut flat = Vec::with_capacity(stmts.len());
+        for stmt in stmts {
+            match stmt.kind() {
+                StmtKind::Seq(inner) => flat.extend(inner.iter().cloned()),
+                _ => flat.push(stmt),
+            }
+        }
+        if flat.len() == 1 { flat.pop().unwrap() } else { Stmt::new(StmtKind::Seq(flat)) }
+    }
+
+    pub fn no_op() -> Stmt {
+        Stmt::new(StmtKind::Seq(Vec::new()))
+    }
+
+    pub fn is_no_op(&self) -> bool {
+        matches!(self.kind(), StmtKind::Seq(s) if s.is_empty())
+    }
+
+    pub fn allocate(buffer: Buffer, body: Stmt) -> Stmt {
+        Stmt::new(StmtKind::Allocate { buffer, body })
+    }
+}
+
+/// A lowered function: the unit of code generation.
+#[derive(Clone, Debug)]
+pub struct Func {
+    pub name: String,
+    /// The caller-provided buffers, in call order.
+    pub params: Vec<Buffer>,
+    pub body: Stmt,
+}

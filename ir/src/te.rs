@@ -1,0 +1,540 @@
+//! Tensor expressions: `placeholder`, `compute`, `reduce_axis` and reducers.
+//!
+//! A tensor is either a placeholder (an input) or a `compute`: a pure function from its index
+//! space to values, possibly a reduction. Definitions read as math:
+//!
+//! ```
+//! use tensorlift_ir::te::{placeholder, compute, reduce_axis, sum};
+//! use tensorlift_ir::DType;
+//! let a = placeholder([64, 32], DType::U8, "A");
+//! let b = placeholder([48, 32], DType::I8, "B");
+//! let k = reduce_axis(32, "k");
+//! let c = compute([64, 48], |i| {
+//!     sum(DType::I32, &[&k], a.at([&i[0], &k]).cast(DType::I32) * b.at([&i[1], &k]).cast(DType::I32))
+//! }, "C").unwrap();
+//! assert_eq!(c.dtype(), DType::I32);
+//! ```
+//!
+//! Shapes are compile-time constants. `compute` type-checks its body and returns a typed
+//! `TeError` for any violation (mixed dtypes, wrong index counts, misplaced reductions).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Deref;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::dtype::{DType, ScalarType};
+use crate::error::TeError;
+use crate::expr::{BinOp, Expr, ExprKind, ReduceData, Var};
+
+/// Identity of a tensor.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct TensorId(pub u32);
+
+static NEXT_TENSOR_ID: AtomicU32 = AtomicU32::new(0);
+
+/// Whether an iteration axis indexes the output (data-parallel) or is summed over (reduce).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum IterKind {
+    DataPar,
+    Reduce,
+}
+
+#[derive(Debug)]
+pub struct IterVarData {
+    pub var: Var,
+    /// The axis ranges over `0..extent`.
+    pub extent: i64,
+    pub kind: IterKind,
+    /// `var` as an expression, so an `IterVar` can stand wherever an `&Expr` is expected.
+    expr: Expr,
+}
+
+/// An iteration axis: a variable with a constant range `0..extent`.
+#[derive(Clone, Debug)]
+pub struct IterVar(Rc<IterVarData>);
+
+impl IterVar {
+    pub fn new(name: impl Into<String>, extent: i64, kind: IterKind) -> IterVar {
+        let var = Var::index(name);
+        let expr = Expr::var(&var);
+        IterVar(Rc::new(IterVarData { var, extent, kind, expr }))
+    }
+
+    pub fn var(&self) -> &Var {
+        &self.0.var
+    }
+
+    pub fn name(&self) -> &str {
+        self.0.var.name()
+    }
+
+    pub fn extent(&self) -> i64 {
+        self.0.extent
+    }
+
+    pub fn kind(&self) -> IterKind {
+        self.0.kind
+    }
+
+    pub fn is_reduce(&self) -> bool {
+        self.0.kind == IterKind::Reduce
+    }
+
+    pub fn to_expr(&self) -> Expr {
+        self.0.expr.clone()
+    }
+}
+
+impl Deref for IterVar {
+    type Target = Expr;
+    fn deref(&self) -> &Expr {
+        &self.0.expr
+    }
+}
+
+impl PartialEq for IterVar {
+    fn eq(&self, other: &IterVar) -> bool {
+        self.0.var == other.0.var
+    }
+}
+impl Eq for IterVar {}
+impl std::hash::Hash for IterVar {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.var.hash(state)
+    }
+}
+
+impl fmt::Display for IterVar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A reduction axis ranging over `0..extent`.
+pub fn reduce_axis(extent: i64, name: &str) -> IterVar {
+    IterVar::new(name, extent, IterKind::Reduce)
+}
+
+/// A user-defined commutative, associative reducer: `combine(lhs, rhs)` with an identity.
+#[derive(Debug)]
+pub struct CustomReducer {
+    pub name: String,
+    pub lhs: Var,
+    pub rhs: Var,
+    pub combine: Expr,
+    pub identity: Expr,
+}
+
+/// How a reduction folds its values.
+#[derive(Clone, Debug)]
+pub enum Reducer {
+    /// Wrapping sum for integers (the accumulator type is the result dtype), IEEE sum for floats.
+    Sum,
+    Max,
+    Min,
+    Custom(Rc<CustomReducer>),
+}
+
+impl PartialEq for Reducer {
+    fn eq(&self, other: &Reducer) -> bool {
+        match (self, other) {
+            (Reducer::Sum, Reducer::Sum)
+            | (Reducer::Max, Reducer::Max)
+            | (Reducer::Min, Reducer::Min) => true,
+            (Reducer::Custom(a), Reducer::Custom(b)) => Rc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Reducer {
+    pub fn name(&self) -> &str {
+        match self {
+            Reducer::Sum => "sum",
+            Reducer::Max => "max",
+            Reducer::Min => "min",
+            Reducer::Custom(c) => &c.name,
+        }
+    }
+
+    /// The value the fold starts from.
+    pub fn identity(&self, dtype: DType) -> Expr {
+        let scalar = dtype.scalar;
+        match self {
+            Reducer::Sum => Expr::zero(dtype),
+            Reducer::Max => match scalar.int_range() {
+                Some((lo, _)) => Expr::int(dtype, lo as i64),
+                None => Expr::float(dtype, f64::NEG_INFINITY),
+            },
+            Reducer::Min => match scalar.int_range() {
+                Some((_, hi)) => Expr::int(dtype, hi as i64),
+                None => Expr::float(dtype, f64::INFINITY),
+            },
+            Reducer::Custom(c) => c.identity.clone(),
+        }
+    }
+
+    /// `acc ⊕ value`, as an expression.
+    pub fn combine(&self, acc: Expr, value: Expr) -> Expr {
+        match self {
+            Reducer::Sum => acc + value,
+            Reducer::Max => Expr::max(acc, value),
+            Reducer::Min => Expr::min(acc, value),
+            Reducer::Custom(c) => {
+                crate::mutator::substitute(&c.combine, &[(c.lhs.clone(), acc), (c.rhs.clone(), value)])
+            }
+        }
+    }
+
+    /// Folds `source` over `axes` into a value of `out_dtype`. The source must already have
+    /// that dtype: the argument makes the accumulator type explicit at the definition site.
+    pub fn reduce(&self, out_dtype: DType, axes: &[&IterVar], source: Expr) -> Expr {
+        let data = ReduceData {
+            reducer: self.clone(),
+            source: source.clone(),
+            axes: axes.iter().map(|a| (*a).clone()).collect(),
+        };
+        // The node dtype records what the user asked for; `compute` compares it with the source.
+        Expr::new(out_dtype, ExprKind::Reduce(Rc::new(data)))
+    }
+}
+
+/// Sum of `source` over `axes`; the result dtype is `out_dtype`, which `source` must have.
+pub fn sum(out_dtype: DType, axes: &[&IterVar], source: Expr) -> Expr {
+    Reducer::Sum.reduce(out_dtype, axes, source)
+}
+
+/// Maximum of `source` over `axes`.
+pub fn max(out_dtype: DType, axes: &[&IterVar], source: Expr) -> Expr {
+    Reducer::Max.reduce(out_dtype, axes, source)
+}
+
+/// Minimum of `source` over `axes`.
+pub fn min(out_dtype: DType, axes: &[&IterVar], source: Expr) -> Expr {
+    Reducer::Min.reduce(out_dtype, axes, source)
+}
+
+/// A user-defined reducer on `dtype`: `combine(x, y)` must be commutative and associative and
+/// `identity` its neutral element. Checked for dtypes here; algebraic laws are the user's promise.
+pub fn comm_reducer(
+    name: &str,
+    dtype: DType,
+    combine: impl FnOnce(&Expr, &Expr) -> Expr,
+    identity: Expr,
+) -> Result<Reducer, TeError> {
+    let lhs = Var::new("x", dtype);
+    let rhs = Var::new("y", dtype);
+    let combine = combine(&lhs.to_expr(), &rhs.to_expr());
+    check_expr(&combine)?;
+    for (what, found) in [("combiner", combine.dtype()), ("identity", identity.dtype())] {
+        if found != dtype {
+            return Err(TeError::ReducerDType {
+                reducer: name.to_string(),
+                what,
+                expected: dtype,
+                found,
+            });
+        }
+    }
+    Ok(Reducer::Custom(Rc::new(CustomReducer { name: name.to_string(), lhs, rhs, combine, identity })))
+}
+
+/// What a tensor is.
+#[derive(Debug)]
+pub enum Operation {
+    /// An input supplied by the caller.
+    Placeholder,
+    /// `tensor[axes] = body`; `body` may be a top-level `Reduce`.
+    Compute { axes: Vec<IterVar>, body: Expr },
+}
+
+#[derive(Debug)]
+pub struct TensorData {
+    pub id: TensorId,
+    pub name: String,
+    pub shape: Vec<i64>,
+    pub dtype: DType,
+    pub op: Operation,
+}
+
+/// A tensor: a placeholder or a computed value. Cheap to clone; identity is `TensorId`.
+#[derive(Clone, Debug)]
+pub struct Tensor(Rc<TensorData>);
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        self.0.id == other.0.id
+    }
+}
+impl Eq for Tensor {}
+impl std::hash::Hash for Tensor {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state)
+    }
+}
+
+impl Tensor {
+    pub(crate) fn from_parts(name: &str, shape: Vec<i64>, dtype: DType, op: Operation) -> Tensor {
+        let id = TensorId(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed));
+        Tensor(Rc::new(TensorData { id, name: name.to_string(), shape, dtype, op }))
+    }
+
+    pub fn id(&self) -> TensorId {
+        self.0.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        &self.0.shape
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.dtype
+    }
+
+    pub fn op(&self) -> &Operation {
+        &self.0.op
+    }
+
+    pub fn is_placeholder(&self) -> bool {
+        matches!(self.0.op, Operation::Placeholder)
+    }
+
+    /// The data-parallel axes of a compute (empty for a placeholder).
+    pub fn axes(&self) -> &[IterVar] {
+        match &self.0.op {
+            Operation::Compute { axes, .. } => axes,
+            Operation::Placeholder => &[],
+        }
+    }
+
+    /// Data-parallel axis `i` of a compute. Panics if out of range (a programming error in the
+    /// calling Rust code, like slice indexing).
+    pub fn axis(&self, i: usize) -> IterVar {
+        self.axes()[i].clone()
+    }
+
+    /// The reduction axes of a compute whose body is a reduction.
+    pub fn reduce_axes(&self) -> Vec<IterVar> {
+        match self.body().map(|b| b.kind()) {
+            Some(ExprKind::Reduce(r)) => r.axes.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn body(&self) -> Option<&Expr> {
+        match &self.0.op {
+            Operation::Compute { body, .. } => Some(body),
+            Operation::Placeholder => None,
+        }
+    }
+
+    /// The element at `indices`, one `i64` index per dimension.
+    pub fn at<const N: usize>(&self, indices: [&Expr; N]) -> Expr {
+        self.at_vec(indices.iter().map(|e| (*e).clone()).collect())
+    }
+
+    /// `at` for a rank known only at run time.
+    pub fn at_vec(&self, indices: Vec<Expr>) -> Expr {
+        Expr::new(self.dtype(), ExprKind::TensorRead(self.clone(), indices))
+    }
+
+    /// The tensors this one reads directly.
+    pub fn inputs(&self) -> Vec<Tensor> {
+        let mut seen = HashSet::new();
+        let mut res = Vec::new();
+        if let Some(body) = self.body() {
+            collect_reads(body, &mut seen, &mut res);
+        }
+        res
+    }
+}
+
+pub(crate) fn collect_reads(expr: &Expr, seen: &mut HashSet<TensorId>, out: &mut Vec<Tensor>) {
+    expr.for_each(&mut |e| {
+        if let ExprKind::TensorRead(t, _) = e.kind() {
+            if seen.insert(t.id()) {
+                out.push(t.clone());
+            }
+        }
+    });
+}
+
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An input tensor of the given constant shape and element type.
+pub fn placeholder<const N: usize>(shape: [i64; N], dtype: DType, name: &str) -> Tensor {
+    placeholder_vec(shape.to_vec(), dtype, name)
+}
+
+/// `placeholder` for a rank known only at run time.
+pub fn placeholder_vec(shape: Vec<i64>, dtype: DType, name: &str) -> Tensor {
+    Tensor::from_parts(name, shape, dtype.element(), Operation::Placeholder)
+}
+
+/// A computed tensor: `body(indices)` gives the element at `indices`.
+///
+/// Errors if a dimension is not positive, or if the body mixes dtypes, indexes a tensor with the
+/// wrong number of (non-`i64`) indices, nests a reduction, or uses a reduction axis it does not
+/// reduce over.
+pub fn compute<const N: usize>(
+    shape: [i64; N],
+    body: impl FnOnce(&[Expr]) -> Expr,
+    name: &str,
+) -> Result<Tensor, TeError> {
+    compute_vec(shape.to_vec(), body, name)
+}
+
+/// `compute` for a rank known only at run time.
+pub fn compute_vec(
+    shape: Vec<i64>,
+    body: impl FnOnce(&[Expr]) -> Expr,
+    name: &str,
+) -> Result<Tensor, TeError> {
+    if let Some(&bad) = shape.iter().find(|&&d| d <= 0) {
+        return Err(TeError::BadShape { tensor: name.to_string(), shape: shape.clone(), found: bad });
+    }
+    const AXIS_NAMES: [&str; 6] = ["i", "j", "k", "l", "m", "n"];
+    let axes: Vec<IterVar> = shape
+        .iter()
+        .enumerate()
+        .map(|(d, &extent)| {
+            let name = AXIS_NAMES.get(d).map(|s| s.to_string()).unwrap_or(format!("ax{d}"));
+            IterVar::new(name, extent, IterKind::DataPar)
+        })
+        .collect();
+    let index_exprs: Vec<Expr> = axes.iter().map(|a| a.to_expr()).collect();
+    let body = body(&index_exprs);
+    check_body(name, &axes, &body)?;
+    let dtype = body.dtype();
+    if dtype.is_vector() {
+        return Err(TeError::VectorBody { tensor: name.to_string(), found: dtype });
+    }
+    Ok(Tensor::from_parts(name, shape, dtype, Operation::Compute { axes, body }))
+}
+
+/// Checks a compute body: a reduction may only be the whole body, and the whole tree must be
+/// well typed with every variable bound by an axis.
+fn check_body(tensor: &str, axes: &[IterVar], body: &Expr) -> Result<(), TeError> {
+    let mut bound: HashSet<Var> = axes.iter().map(|a| a.var().clone()).collect();
+    let source = match body.kind() {
+        ExprKind::Reduce(r) => {
+            if r.axes.is_empty() {
+                return Err(TeError::EmptyReduction { tensor: tensor.to_string() });
+            }
+            for axis in &r.axes {
+                if !axis.is_reduce() {
+                    return Err(TeError::NotAReduceAxis { tensor: tensor.to_string(), axis: axis.name().to_string() });
+                }
+                bound.insert(axis.var().clone());
+            }
+            if r.source.dtype() != body.dtype() {
+                return Err(TeError::ReduceDType {
+                    reducer: r.reducer.name().to_string(),
+                    expected: body.dtype(),
+                    found: r.source.dtype(),
+                    expr: r.source.to_string(),
+                });
+            }
+            &r.source
+        }
+        _ => body,
+    };
+    check_expr(source)?;
+    let mut unbound = None;
+    source.for_each(&mut |e| match e.kind() {
+        ExprKind::Var(v) if !bound.contains(v) && unbound.is_none() => unbound = Some(v.clone()),
+        ExprKind::Reduce(_) if unbound.is_none() => {}
+        _ => {}
+    });
+    if let Some(v) = unbound {
+        return Err(TeError::UnboundVar { tensor: tensor.to_string(), var: v.name().to_string() });
+    }
+    let mut nested = false;
+    source.for_each(&mut |e| nested |= matches!(e.kind(), ExprKind::Reduce(_)));
+    if nested {
+        return Err(TeError::NestedReduction { tensor: tensor.to_string() });
+    }
+    Ok(())
+}
+
+/// Type-checks an expression tree: identical operand dtypes, bool conditions, `i64` indices of
+/// the right count, operators defined on their types.
+pub fn check_expr(expr: &Expr) -> Result<(), TeError> {
+    for child in expr.children() {
+        check_expr(child)?;
+    }
+    let mismatch = |op: &str, a: &Expr, b: &Expr| TeError::DTypeMismatch {
+        op: op.to_string(),
+        lhs: a.dtype(),
+        rhs: b.dtype(),
+        expr: expr.to_string(),
+    };
+    match expr.kind() {
+        ExprKind::Binary(op, a, b) => {
+            if a.dtype() != b.dtype() {
+                return Err(mismatch(op.symbol(), a, b));
+            }
+            let ty = a.dtype().scalar;
+            let defined = match op {
+                BinOp::And | BinOp::Or | BinOp::Xor => !ty.is_float(),
+                BinOp::Shl | BinOp::Shr => ty.is_int(),
+                _ => !ty.is_bool(),
+            };
+            if !defined {
+                return Err(TeError::UndefinedOperator {
+                    op: op.symbol().to_string(),
+                    dtype: a.dtype(),
+                    expr: expr.to_string(),
+                });
+            }
+        }
+        ExprKind::Cmp(op, a, b) => {
+            if a.dtype() != b.dtype() {
+                return Err(mismatch(op.symbol(), a, b));
+            }
+        }
+        ExprKind::Select(c, t, f) => {
+            if c.dtype().scalar != ScalarType::Bool {
+                return Err(TeError::ConditionNotBool { found: c.dtype(), expr: expr.to_string() });
+            }
+            if t.dtype() != f.dtype() {
+                return Err(mismatch("select", t, f));
+            }
+        }
+        ExprKind::TensorRead(tensor, indices) => {
+            if indices.len() != tensor.shape().len() {
+                return Err(TeError::IndexCount {
+                    tensor: tensor.name().to_string(),
+                    expected: tensor.shape().len(),
+                    found: indices.len(),
+                });
+            }
+            if let Some(bad) = indices.iter().find(|i| i.dtype() != DType::INDEX) {
+                return Err(TeError::IndexDType {
+                    tensor: tensor.name().to_string(),
+                    found: bad.dtype(),
+                    expr: bad.to_string(),
+                });
+            }
+        }
+        ExprKind::Not(a) if a.dtype().is_float() => {
+            return Err(TeError::UndefinedOperator {
+                op: "!".to_string(),
+                dtype: a.dtype(),
+                expr: expr.to_string(),
+            });
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! tensorlift-schedules: operator definitions and their schedules.

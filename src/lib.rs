@@ -1,0 +1,1 @@
+//! tensorlift: Cranelift code generation, runtime and CLI for the tensorlift compiler.
