@@ -1,1 +1,15 @@
 //! tensorlift: Cranelift code generation, runtime and CLI for the tensorlift compiler.
+//!
+//! `codegen` translates the final loop IR (`ir::Func`) to Cranelift IR for any
+//! `cranelift_module::Module`; `runtime` JIT-compiles it (`compile`) and calls it on `Tensor`s
+//! with checked arguments.
+
+pub mod codegen;
+pub mod error;
+pub mod runtime;
+
+pub use error::{CompileError, RuntimeError};
+pub use runtime::{Arg, CompileOptions, CompiledFunc, Element, IsaLevel, OptLevel, Target, Tensor, compile};
+
+#[cfg(test)]
+mod tests;

@@ -34,6 +34,8 @@ pub enum TeError {
     UnboundVar { tensor: String, var: String },
     #[error("compute {tensor}: every dimension must be positive, found {found} in shape {shape:?}")]
     BadShape { tensor: String, shape: Vec<i64>, found: i64 },
+    #[error("{op}: {what} must be {expected}, found {found}")]
+    ShapeMismatch { op: String, what: String, expected: String, found: String },
     #[error("compute {tensor}: the body must be a scalar, found {found}")]
     VectorBody { tensor: String, found: DType },
 }

@@ -6,12 +6,16 @@
 
 #![forbid(unsafe_code)]
 
+pub mod analysis;
 pub mod dtype;
 pub mod error;
 pub mod interp;
+pub mod lower;
 pub mod expr;
 pub mod mutator;
+pub mod passes;
 pub mod printer;
+pub mod schedule;
 pub mod stmt;
 pub mod te;
 

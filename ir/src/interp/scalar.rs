@@ -2,6 +2,9 @@
 //!
 //! The interpreters evaluate with these functions and the simplifier folds constants with them,
 //! so the three can never disagree. The rules are stated in `expr.rs`.
+//!
+//! The operators are `#[inline(always)]`: the interpreters build one closure per operator and
+//! type, and inlining lets each fold the dispatch away.
 
 use crate::dtype::ScalarType;
 use crate::expr::{round_float, wrap_int, BinOp, CmpOp};
@@ -45,6 +48,7 @@ impl Scalar {
 }
 
 /// The mathematical value of an integer in storage form.
+#[inline(always)]
 pub fn int_value(ty: ScalarType, v: i64) -> i128 {
     if ty == ScalarType::U64 { v as u64 as i128 } else { v as i128 }
 }
@@ -60,6 +64,7 @@ fn floor_mod(a: i128, b: i128) -> i128 {
 }
 
 /// `a op b` on type `ty`.
+#[inline(always)]
 pub fn binary(op: BinOp, ty: ScalarType, a: Scalar, b: Scalar) -> Scalar {
     if ty.is_float() {
         let (x, y) = (a.as_float(), b.as_float());
@@ -108,6 +113,7 @@ pub fn binary(op: BinOp, ty: ScalarType, a: Scalar, b: Scalar) -> Scalar {
 }
 
 /// `a op b` on type `ty`, as a bool.
+#[inline(always)]
 pub fn compare(op: CmpOp, ty: ScalarType, a: Scalar, b: Scalar) -> bool {
     if ty.is_float() {
         let (x, y) = (a.as_float(), b.as_float());
@@ -132,6 +138,7 @@ pub fn compare(op: CmpOp, ty: ScalarType, a: Scalar, b: Scalar) -> bool {
 }
 
 /// Bitwise not for integers, logical not for bool.
+#[inline(always)]
 pub fn not(ty: ScalarType, a: Scalar) -> Scalar {
     let v = a.as_int();
     if ty.is_bool() { Scalar::Int((v == 0) as i64) } else { Scalar::Int(wrap_int(ty, !(v as i128))) }
@@ -139,6 +146,7 @@ pub fn not(ty: ScalarType, a: Scalar) -> Scalar {
 
 /// Converts `v` of type `from` to type `to`. `saturating` clamps integer results to the target
 /// range; float → int always saturates (NaN gives 0), as Rust's `as` does.
+#[inline(always)]
 pub fn cast(from: ScalarType, to: ScalarType, v: Scalar, saturating: bool) -> Scalar {
     if to.is_bool() {
         let nonzero = match v {

@@ -1,0 +1,4 @@
+//! Analyses of the loop IR that passes query but that never rewrite it.
+
+pub mod interval;
+pub mod linear;

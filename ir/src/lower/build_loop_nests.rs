@@ -1,0 +1,310 @@
+//! Lowering step: turn each stage into its loop nest and assemble the function.
+
+use std::collections::HashMap;
+
+use crate::expr::{Expr, ExprKind, Var};
+use crate::lower::infer_bounds::{root_extents, root_values, Region};
+use crate::mutator::{substitute_map, walk_expr, Mutator};
+use crate::schedule::{Attach, Schedule, Stage};
+use crate::stmt::{Buffer, ForKind, Func, Stmt};
+use crate::te::{IterVar, Tensor, TensorId};
+
+/// Builds the function computing the schedule's outputs from `args` (inputs and outputs, in
+/// call order).
+///
+/// Each stage becomes one zero-based loop per leaf axis, in leaf order, with its kind from the
+/// schedule. Root axes are rebuilt from the leaves as `let`s placed right inside the innermost
+/// loop they depend on. Non-dividing splits get an `if` guard on the rebuilt axis. A reduction
+/// becomes an init nest (`out = identity`, over the data-parallel loops inside the first
+/// reduction loop) followed by the update nest (`out = out ⊕ value`). Root stages run in
+/// producer order at the top level (intermediate ones in function-level `allocate`s); a
+/// `compute_at` stage is allocated and computed for its region inside its consumer's loop, and
+/// guarded to its own shape. Does not simplify: the guards it emits are often provably true.
+pub fn build_loop_nests(
+    schedule: &Schedule,
+    bodies: &HashMap<Stage, Expr>,
+    regions: &HashMap<Stage, Region>,
+    args: &[&Tensor],
+    name: &str,
+) -> Func {
+    let params: Vec<Buffer> = args.iter().map(|t| Buffer::new(t.name(), t.dtype(), t.shape().to_vec())).collect();
+    let mut buffers: HashMap<TensorId, Buffer> = args.iter().zip(&params).map(|(t, b)| (t.id(), b.clone())).collect();
+    let mut attached: HashMap<Stage, Vec<(IterVar, Stage)>> = HashMap::new();
+    let mut root_temporaries = Vec::new();
+    for &stage in schedule.order() {
+        if !bodies.contains_key(&stage) {
+            continue;
+        }
+        let data = schedule.stage_data(stage);
+        let tensor = &data.tensor;
+        match &data.attach {
+            Attach::At { stage: consumer, axis } => {
+                attached.entry(*consumer).or_default().push((axis.clone(), stage));
+                let shape = regions[&stage].dims.iter().map(|(_, e)| *e).collect();
+                buffers.insert(tensor.id(), Buffer::new(tensor.name(), tensor.dtype(), shape));
+            }
+            Attach::Root | Attach::Inline => {
+                if !buffers.contains_key(&tensor.id()) {
+                    let buffer = Buffer::new(tensor.name(), tensor.dtype(), tensor.shape().to_vec());
+                    root_temporaries.push(buffer.clone());
+                    buffers.insert(tensor.id(), buffer);
+                }
+            }
+        }
+    }
+    let ctx = Ctx { schedule, bodies, regions, buffers, attached };
+    let nests: Vec<Stmt> = schedule
+        .order()
+        .iter()
+        .filter(|s| bodies.contains_key(s) && schedule.stage_data(**s).attach == Attach::Root)
+        .map(|&s| ctx.realize(s))
+        .collect();
+    let body = root_temporaries.into_iter().rev().fold(Stmt::seq(nests), |body, buffer| Stmt::allocate(buffer, body));
+    Func { name: name.to_string(), params, body }
+}
+
+struct Ctx<'a> {
+    schedule: &'a Schedule,
+    bodies: &'a HashMap<Stage, Expr>,
+    regions: &'a HashMap<Stage, Region>,
+    buffers: HashMap<TensorId, Buffer>,
+    /// For each consumer, the stages computed inside its loops and the loop they are at.
+    attached: HashMap<Stage, Vec<(IterVar, Stage)>>,
+}
+
+/// Something placed inside a loop nest, right inside loop number `depth` (-1: outside all).
+enum Item {
+    Let(Var, Expr),
+    Guard(Expr),
+    Attach(Stage),
+}
+
+struct Placed {
+    depth: isize,
+    item: Item,
+    /// Whether the item belongs to the reduction (update nest only).
+    reduce: bool,
+    /// The expression of leaf variables whose innermost loop the item goes inside.
+    anchor: Expr,
+}
+
+struct Loop {
+    var: Var,
+    extent: i64,
+    kind: ForKind,
+}
+
+impl Ctx<'_> {
+    /// The loop nest computing `stage`'s region into its buffer.
+    fn realize(&self, stage: Stage) -> Stmt {
+        let data = self.schedule.stage_data(stage);
+        let region = &self.regions[&stage];
+        let extents = data.pass_down_extents(&root_extents(data, region));
+        // A root axis that is also a leaf names both the loop (local index) and the global index
+        // the body reads; when they differ, the loop gets a fresh variable.
+        let mut loop_vars: HashMap<Var, Expr> = HashMap::new();
+        for (axis, (min, _)) in data.axes.iter().zip(&region.dims) {
+            if data.leaves.contains(axis) && min.as_int() != Some(0) {
+                loop_vars.insert(axis.var().clone(), Var::index(format!("{}.local", axis.name())).to_expr());
+            }
+        }
+        let rename = |values: HashMap<IterVar, Expr>| -> HashMap<IterVar, Expr> {
+            values.into_iter().map(|(a, v)| (a, substitute_map(&v, &loop_vars))).collect()
+        };
+        let roots = rename(root_values(data, region, &extents));
+        let leaf_values = rename(data.pass_up_values(&extents));
+        let loop_var = |leaf: &IterVar| match loop_vars.get(leaf.var()) {
+            Some(e) => e.as_var().expect("loop variables are variables").clone(),
+            None => leaf.var().clone(),
+        };
+        let buffer = &self.buffers[&data.tensor.id()];
+        // Where an axis's region starts at 0, its (let-bound) variable is also the local index;
+        // naming it rather than its leaf expression lets guards refine its range.
+        let starts_at_zero = |axis: &IterVar| match data.axes.iter().position(|a| a == axis) {
+            Some(d) => region.dims[d].0.as_int() == Some(0),
+            None => axis.is_reduce() && data.reduce_axes.contains(axis),
+        };
+        let local_index: Vec<Expr> = data
+            .axes
+            .iter()
+            .map(|a| if starts_at_zero(a) { a.to_expr() } else { leaf_values[a].clone() })
+            .collect();
+        let position: HashMap<Var, isize> =
+            data.leaves.iter().enumerate().map(|(i, l)| (loop_var(l), i as isize)).collect();
+        let depth_of = |e: &Expr| -> isize {
+            let mut depth = -1;
+            e.for_each(&mut |n| {
+                if let ExprKind::Var(v) = n.kind() {
+                    depth = depth.max(position.get(v).copied().unwrap_or(-1));
+                }
+            });
+            depth
+        };
+
+        let mut items = Vec::new();
+        for axis in data.axes.iter().chain(&data.reduce_axes) {
+            let value = roots[axis].clone();
+            if value.as_var() == Some(axis.var()) {
+                continue;
+            }
+            let anchor = value.clone();
+            items.push(Placed { depth: depth_of(&anchor), item: Item::Let(axis.var().clone(), value), reduce: axis.is_reduce(), anchor });
+        }
+        for parent in data.guarded_axes(&extents) {
+            let value = if starts_at_zero(&parent) { parent.to_expr() } else { leaf_values[&parent].clone() };
+            let cond = value.lt(Expr::index(extents[&parent]));
+            let anchor = leaf_values[&parent].clone();
+            items.push(Placed { depth: depth_of(&anchor), item: Item::Guard(cond), reduce: parent.is_reduce(), anchor });
+        }
+        if matches!(data.attach, Attach::At { .. }) {
+            // The region may stick out of the tensor (a consumer's tail, or reads past an edge
+            // that a select never uses); never compute outside the definition's domain.
+            for (axis, (min, extent)) in data.axes.iter().zip(&region.dims) {
+                let inside = min.as_int().is_some_and(|m| m >= 0 && m + extent <= axis.extent());
+                if !inside {
+                    let v = axis.to_expr();
+                    let cond = v.ge(Expr::index(0)) & v.lt(Expr::index(axis.extent()));
+                    let anchor = roots[axis].clone();
+                    items.push(Placed { depth: depth_of(&anchor), item: Item::Guard(cond), reduce: false, anchor });
+                }
+            }
+        }
+        for (axis, producer) in self.attached.get(&stage).into_iter().flatten() {
+            let depth = position[&loop_var(axis)];
+            let reduce = axis.is_reduce() || self.first_reduce(stage) <= depth;
+            items.push(Placed { depth, item: Item::Attach(*producer), reduce, anchor: axis.to_expr() });
+        }
+        // Lets first, then guards (which may read the lets), then attached stages.
+        items.sort_by_key(|p| match p.item {
+            Item::Let(..) => 0,
+            Item::Guard(_) => 1,
+            Item::Attach(_) => 2,
+        });
+
+        let loops: Vec<Loop> = data
+            .leaves
+            .iter()
+            .map(|l| Loop { var: loop_var(l), extent: extents[l], kind: data.for_kind(l) })
+            .collect();
+        let value = self.to_loads(&self.bodies[&stage]);
+        let p = self.first_reduce(stage);
+        let ExprKind::Reduce(reduce) = value.kind() else {
+            let store = Stmt::store(buffer, local_index, value.clone());
+            return self.wrap(&loops, items, store);
+        };
+        let acc = Expr::load(buffer, local_index.clone());
+        let update_store = Stmt::store(buffer, local_index.clone(), reduce.reducer.combine(acc, reduce.source.clone()));
+
+        // The init nest repeats the data-parallel loops inside the first reduction loop, with
+        // fresh variables so no variable is bound by two loops.
+        let mut fresh: HashMap<Var, Expr> = HashMap::new();
+        let mut init_loops = Vec::new();
+        let mut init_position: HashMap<Var, isize> = HashMap::new();
+        for l in &loops[p as usize..] {
+            if data.leaves[position[&l.var] as usize].is_reduce() {
+                continue;
+            }
+            let v = Var::index(l.var.name());
+            fresh.insert(l.var.clone(), v.to_expr());
+            init_position.insert(v.clone(), init_loops.len() as isize);
+            init_loops.push(Loop { var: v, extent: l.extent, kind: l.kind });
+        }
+        let init_depth = |e: &Expr| -> isize {
+            let mut depth = -1;
+            e.for_each(&mut |n| {
+                if let ExprKind::Var(v) = n.kind() {
+                    depth = depth.max(init_position.get(v).copied().unwrap_or(-1));
+                }
+            });
+            depth
+        };
+        let mut common = Vec::new();
+        let mut init_items = Vec::new();
+        let mut update_items = Vec::new();
+        for placed in items {
+            if placed.depth < p {
+                common.push(placed);
+                continue;
+            }
+            if !placed.reduce {
+                let copy = match &placed.item {
+                    Item::Let(v, e) => Some(Item::Let(v.clone(), substitute_map(e, &fresh))),
+                    Item::Guard(e) => Some(Item::Guard(substitute_map(e, &fresh))),
+                    Item::Attach(_) => None,
+                };
+                if let Some(item) = copy {
+                    let anchor = substitute_map(&placed.anchor, &fresh);
+                    init_items.push(Placed { depth: init_depth(&anchor), item, reduce: false, anchor });
+                }
+            }
+            update_items.push(Placed { depth: placed.depth - p, ..placed });
+        }
+        let init_index: Vec<Expr> = local_index.iter().map(|i| substitute_map(i, &fresh)).collect();
+        let init_store = Stmt::store(buffer, init_index, reduce.reducer.identity(value.dtype()));
+        let init = self.wrap(&init_loops, init_items, init_store);
+        let update = self.wrap(&loops[p as usize..], update_items, update_store);
+        self.wrap(&loops[..p as usize], common, Stmt::seq(vec![init, update]))
+    }
+
+    /// Position of the first leaf derived from a reduction axis (the leaf count if none).
+    fn first_reduce(&self, stage: Stage) -> isize {
+        let leaves = &self.schedule.stage_data(stage).leaves;
+        leaves.iter().position(|l| l.is_reduce()).unwrap_or(leaves.len()) as isize
+    }
+
+    /// `innermost` inside `loops`, with each item placed inside the loop at its depth.
+    fn wrap(&self, loops: &[Loop], items: Vec<Placed>, innermost: Stmt) -> Stmt {
+        let mut by_depth: HashMap<isize, Vec<Item>> = HashMap::new();
+        for placed in items {
+            by_depth.entry(placed.depth).or_default().push(placed.item);
+        }
+        let mut stmt = innermost;
+        for depth in (-1..loops.len() as isize).rev() {
+            for item in by_depth.remove(&depth).into_iter().flatten().rev() {
+                stmt = match item {
+                    Item::Let(var, value) => Stmt::let_stmt(var, value, stmt),
+                    Item::Guard(cond) => Stmt::if_then(cond, stmt),
+                    Item::Attach(producer) => {
+                        let buffer = self.buffers[&self.schedule.stage_data(producer).tensor.id()].clone();
+                        Stmt::allocate(buffer, Stmt::seq(vec![self.realize(producer), stmt]))
+                    }
+                };
+            }
+            if depth >= 0 {
+                let l = &loops[depth as usize];
+                stmt = Stmt::for_loop(l.var.clone(), l.extent, l.kind, stmt);
+            }
+        }
+        assert!(by_depth.is_empty(), "build_loop_nests: item placed below the innermost loop");
+        stmt
+    }
+
+    /// `expr` with tensor reads turned into buffer loads, relative to computed regions.
+    fn to_loads(&self, expr: &Expr) -> Expr {
+        ToLoads { ctx: self }.mutate_expr(expr)
+    }
+}
+
+struct ToLoads<'a, 'b> {
+    ctx: &'a Ctx<'b>,
+}
+
+impl Mutator for ToLoads<'_, '_> {
+    fn mutate_expr(&mut self, expr: &Expr) -> Expr {
+        let expr = walk_expr(self, expr);
+        let ExprKind::TensorRead(tensor, indices) = expr.kind() else { return expr };
+        let buffer = &self.ctx.buffers[&tensor.id()];
+        let stage = self.ctx.schedule.stage_of(tensor).expect("read tensor is in the schedule");
+        let indices = match (&self.ctx.schedule.stage_data(stage).attach, self.ctx.regions.get(&stage)) {
+            (Attach::At { .. }, Some(region)) => {
+                let relative = |(i, (min, _)): (&Expr, &(Expr, i64))| match min.as_int() {
+                    Some(0) => i.clone(),
+                    _ => i.clone() - min.clone(),
+                };
+                indices.iter().zip(&region.dims).map(relative).collect()
+            }
+            _ => indices.clone(),
+        };
+        Expr::load(buffer, indices)
+    }
+}

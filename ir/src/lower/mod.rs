@@ -1,0 +1,93 @@
+//! Lowering: schedule → loop IR, as one literal, ordered list of passes.
+//!
+//! Read `lower_with_hook` top to bottom: it is the whole compiler up to code generation. After
+//! every step the verifier checks the IR (a failure is a compiler bug and panics naming the
+//! pass) and the caller's hook sees the result, which is how `TENSORLIFT_DUMP_IR` is built.
+
+pub mod build_loop_nests;
+pub mod infer_bounds;
+pub mod inline_stages;
+
+use std::collections::HashSet;
+
+use crate::error::LowerError;
+use crate::passes::{
+    flatten_buffers::flatten_buffers, guard_accesses::guard_accesses, remove_no_ops::remove_no_ops,
+    simplify::simplify, unroll_loops::unroll_loops, vectorize_loops::vectorize_loops,
+    verify::{verify, VerifyLevel},
+};
+use crate::schedule::Schedule;
+use crate::stmt::Func;
+use crate::te::Tensor;
+
+use build_loop_nests::build_loop_nests;
+use infer_bounds::infer_bounds;
+use inline_stages::inline_stages;
+
+/// Lowers `schedule` into a function taking `args` (inputs and outputs, in call order).
+pub fn lower(schedule: &Schedule, args: &[&Tensor], name: &str) -> Result<Func, LowerError> {
+    lower_with_hook(schedule, args, name, &mut |_, _| {})
+}
+
+/// `lower`, calling `after_pass(pass_name, func)` after every pass.
+pub fn lower_with_hook(
+    schedule: &Schedule,
+    args: &[&Tensor],
+    name: &str,
+    after_pass: &mut dyn FnMut(&str, &Func),
+) -> Result<Func, LowerError> {
+    check_args(schedule, args)?;
+    let mut step = |pass: &str, func: Func, level: VerifyLevel| -> Func {
+        if let Err(errors) = verify(&func, level) {
+            let list: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            panic!("internal error: IR is invalid after {pass}:\n{}\n{func}", list.join("\n"));
+        }
+        after_pass(pass, &func);
+        func
+    };
+
+    let bodies = inline_stages(schedule);
+    let regions = infer_bounds(schedule, &bodies);
+    let func = step("build_loop_nests", build_loop_nests(schedule, &bodies, &regions, args, name), VerifyLevel::Lowered);
+    let func = step("simplify", simplify(&func), VerifyLevel::Lowered);
+    let func = step("flatten_buffers", flatten_buffers(&func), VerifyLevel::Lowered);
+    let func = step("simplify", simplify(&func), VerifyLevel::Lowered);
+    let func = step("vectorize_loops", vectorize_loops(&func), VerifyLevel::Lowered);
+    let func = step("unroll_loops", unroll_loops(&func), VerifyLevel::Lowered);
+    let func = step("simplify", simplify(&func), VerifyLevel::Lowered);
+    let func = step("remove_no_ops", remove_no_ops(&func), VerifyLevel::Lowered);
+    let func = step("guard_accesses", guard_accesses(&func), VerifyLevel::Final);
+    Ok(func)
+}
+
+/// Arguments must be exactly the schedule's inputs and outputs, each once.
+fn check_args(schedule: &Schedule, args: &[&Tensor]) -> Result<(), LowerError> {
+    let arg_list = || args.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ");
+    let mut seen = HashSet::new();
+    for arg in args {
+        if !seen.insert(arg.id()) {
+            return Err(LowerError::DuplicateArgument { tensor: arg.name().to_string() });
+        }
+        let stage = schedule.stage_of(arg).ok();
+        let usable = stage.is_some_and(|s| {
+            let data = schedule.stage_data(s);
+            data.is_placeholder() || data.is_output
+        });
+        if !usable {
+            return Err(LowerError::UnusedArgument { tensor: arg.name().to_string() });
+        }
+    }
+    for &stage in schedule.order() {
+        let data = schedule.stage_data(stage);
+        if seen.contains(&data.tensor.id()) {
+            continue;
+        }
+        if data.is_placeholder() {
+            return Err(LowerError::MissingArgument { tensor: data.name().to_string(), args: arg_list() });
+        }
+        if data.is_output {
+            return Err(LowerError::MissingOutput { tensor: data.name().to_string(), args: arg_list() });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,598 @@
+//! Vectorization: `Vectorized` loops become straight-line code on vectors of their extent.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::analysis::interval::{Interval, Scope, bounds_of};
+use crate::analysis::linear::Linear;
+use crate::expr::{BinOp, Expr, ExprKind, Var, VectorReduceOp};
+use crate::mutator::{Mutator, for_each_stmt, for_each_stmt_expr, rebuild_expr, walk_stmt};
+use crate::passes::lanewise;
+use crate::stmt::{Buffer, ForKind, Func, Stmt, StmtKind};
+
+/// Replaces every `For` of kind `Vectorized` and extent `n` by its body with the loop variable
+/// replaced by `ramp(0, 1, n)` and every expression widened lane-wise.
+///
+/// Does:
+/// * lane-invariant expressions stay scalar and are broadcast only where they meet a vector;
+///   integer `x + ramp(b, s, n)`, `ramp * x`, ... stay ramps, so contiguous accesses remain
+///   `ramp(base, 1, n)`;
+/// * a `Let` whose value becomes a ramp or broadcast of scalars is substituted; any other vector
+///   value is bound to a new vector-typed variable of the same name;
+/// * serial and unrolled loops inside keep their kind and get vectorized bodies;
+/// * a store whose index depends on the lane becomes a vector store (value broadcast if needed);
+/// * an integer reduction over the lane, `B[idx] = B[idx] op e` with `op` in `+ min max`, `idx`
+///   independent of the lane and `B[idx]` the left operand, becomes
+///   `B[idx] = B[idx] op vector_reduce_op(e, 1)` (exact: wrapping `+`, `min` and `max` are
+///   associative and commutative).
+///
+/// Vectorizing runs the lanes of each statement together instead of one lane after another, so
+/// it is applied only when that cannot change results: every buffer the body stores to must be
+/// accessed, in some dimension, by the same `ramp(base, c, n)` with `c != 0` and `base`
+/// invariant in the loop (so distinct lanes touch distinct elements), or only by the one
+/// reduction statement. Everything else falls back to a `Serial` loop (vectorized loops inside
+/// are still vectorized): an `If` whose condition depends on the lane, an `Allocate`, a
+/// `Parallel` or nested `Vectorized` loop, a lane-invariant store that is not such a reduction,
+/// float reductions (reassociation changes rounding), accesses it cannot prove lane-disjoint,
+/// extents below 2 or above `u16::MAX`, and bodies already holding vectors.
+///
+/// Does not simplify (run `simplify` afterwards) or check bounds.
+pub fn vectorize_loops(func: &Func) -> Func {
+    let body = VectorizeLoops.mutate_stmt(&func.body);
+    Func { name: func.name.clone(), params: func.params.clone(), body }
+}
+
+struct VectorizeLoops;
+
+impl Mutator for VectorizeLoops {
+    fn mutate_stmt(&mut self, stmt: &Stmt) -> Stmt {
+        let StmtKind::For { var, extent, kind: ForKind::Vectorized, body } = stmt.kind() else {
+            return walk_stmt(self, stmt);
+        };
+        if let Some(lanes) = u16::try_from(*extent).ok().filter(|n| *n >= 2) {
+            let mut v =
+                Vectorizer { lanes, map: HashMap::from([(var.clone(), lane_ramp(lanes))]), reductions: Vec::new() };
+            if let Some(vector_body) = v.stmt(body)
+                && lanes_independent(&vector_body, lanes, &v.reductions)
+            {
+                return vector_body;
+            }
+        }
+        Stmt::for_loop(var.clone(), *extent, ForKind::Serial, self.mutate_stmt(body))
+    }
+}
+
+fn lane_ramp(lanes: u16) -> Expr {
+    Expr::ramp(Expr::index(0), Expr::index(1), lanes)
+}
+
+struct Vectorizer {
+    lanes: u16,
+    /// The lane variable and vector-valued lets, to their vector replacements.
+    map: HashMap<Var, Expr>,
+    /// Buffers written by a reduction over the lanes.
+    reductions: Vec<Buffer>,
+}
+
+impl Vectorizer {
+    /// `e` widened lane-wise: a scalar if it does not depend on the lane (then `e` itself), else a
+    /// vector of `self.lanes`. `None` if `e` cannot be vectorized.
+    fn expr(&mut self, e: &Expr) -> Option<Expr> {
+        if e.dtype().is_vector() {
+            return None;
+        }
+        let children: Vec<Expr> = e.children().into_iter().map(|c| self.expr(c)).collect::<Option<_>>()?;
+        if e.children().iter().zip(&children).all(|(a, b)| a.same_node(b)) {
+            return match e.kind() {
+                ExprKind::Var(v) => Some(self.map.get(v).cloned().unwrap_or_else(|| e.clone())),
+                ExprKind::TensorRead(..) | ExprKind::Reduce(_) => None,
+                _ => Some(e.clone()),
+            };
+        }
+        let lanes = self.lanes;
+        let uniform = |x: &Expr| match x.kind() {
+            ExprKind::Broadcast(v) => Some(v.clone()),
+            _ if x.dtype().is_scalar() => Some(x.clone()),
+            _ => None,
+        };
+        Some(match e.kind() {
+            ExprKind::Binary(op, ..) => lanewise::binary(*op, &children[0], &children[1], &mut lanewise::fold),
+            ExprKind::Not(_)
+            | ExprKind::Cast(_)
+            | ExprKind::SaturatingCast(_)
+            | ExprKind::Cmp(..)
+            | ExprKind::Select(..) => {
+                match children.iter().map(uniform).collect::<Option<Vec<Expr>>>() {
+                    // All operands the same in every lane: compute once and broadcast.
+                    Some(scalars) => Expr::broadcast(rebuild_expr(e, scalars), lanes),
+                    None => {
+                        let mut widened: Vec<Expr> = children.iter().map(|c| lanewise::widen(c, lanes)).collect();
+                        if let ExprKind::Select(..) = e.kind() {
+                            // A scalar condition may select between vectors.
+                            widened[0] = children[0].clone();
+                        }
+                        rebuild_expr(e, widened)
+                    }
+                }
+            }
+            ExprKind::Load(buffer, _) => Expr::load(buffer, children),
+            _ => return None,
+        })
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Option<Stmt> {
+        match s.kind() {
+            StmtKind::Store { buffer, indices, value } => {
+                let new_indices: Vec<Expr> = indices.iter().map(|i| self.expr(i)).collect::<Option<_>>()?;
+                if new_indices.iter().any(|i| i.dtype().is_vector()) {
+                    let new_value = lanewise::widen(&self.expr(value)?, self.lanes);
+                    return Some(Stmt::store(buffer, new_indices, new_value));
+                }
+                self.reduction(buffer, indices, value)
+            }
+            StmtKind::Let { var, value, body } => {
+                let new_value = self.expr(value)?;
+                if new_value.dtype().is_scalar() {
+                    return Some(Stmt::let_stmt(var.clone(), new_value, self.stmt(body)?));
+                }
+                if matches!(new_value.kind(), ExprKind::Ramp(..) | ExprKind::Broadcast(_)) {
+                    self.map.insert(var.clone(), new_value);
+                    let new_body = self.stmt(body);
+                    self.map.remove(var);
+                    return new_body;
+                }
+                let vector_var = Var::new(var.name(), new_value.dtype());
+                self.map.insert(var.clone(), vector_var.to_expr());
+                let new_body = self.stmt(body);
+                self.map.remove(var);
+                Some(Stmt::let_stmt(vector_var, new_value, new_body?))
+            }
+            StmtKind::For { var, extent, kind, body } => match kind {
+                ForKind::Serial | ForKind::Unrolled => {
+                    Some(Stmt::for_loop(var.clone(), *extent, *kind, self.stmt(body)?))
+                }
+                ForKind::Parallel | ForKind::Vectorized => None,
+            },
+            StmtKind::If { cond, then_case, else_case } => {
+                let new_cond = self.expr(cond)?;
+                if new_cond.dtype().is_vector() {
+                    return None;
+                }
+                let then_case = self.stmt(then_case)?;
+                let else_case = match else_case {
+                    Some(e) => Some(self.stmt(e)?),
+                    None => None,
+                };
+                Some(Stmt::new(StmtKind::If { cond: new_cond, then_case, else_case }))
+            }
+            StmtKind::Seq(stmts) => Some(Stmt::seq(stmts.iter().map(|s| self.stmt(s)).collect::<Option<_>>()?)),
+            StmtKind::Allocate { .. } => None,
+        }
+    }
+
+    /// A lane-invariant store: only `B[idx] = B[idx] op e` on integers is vectorizable.
+    fn reduction(&mut self, buffer: &Buffer, indices: &[Expr], value: &Expr) -> Option<Stmt> {
+        let ExprKind::Binary(op, lhs, e) = value.kind() else {
+            return None;
+        };
+        let reduce_op = match op {
+            BinOp::Add => VectorReduceOp::Add,
+            BinOp::Min => VectorReduceOp::Min,
+            BinOp::Max => VectorReduceOp::Max,
+            _ => return None,
+        };
+        let ExprKind::Load(loaded, load_indices) = lhs.kind() else {
+            return None;
+        };
+        let same_element = loaded == buffer
+            && load_indices.len() == indices.len()
+            && load_indices.iter().zip(indices).all(|(a, b)| a.structurally_eq(b));
+        if !same_element || !buffer.dtype().is_int() {
+            return None;
+        }
+        let lanes_of_e = lanewise::widen(&self.expr(e)?, self.lanes);
+        self.reductions.push(buffer.clone());
+        let reduced = Expr::vector_reduce(reduce_op, lanes_of_e, 1);
+        Some(Stmt::store(buffer, indices.to_vec(), Expr::binary(*op, lhs.clone(), reduced)))
+    }
+}
+
+/// True if no two lanes of a vectorized body can touch one element of a buffer the body stores
+/// to (see `vectorize_loops`), so running lanes together equals running them in order.
+fn lanes_independent(body: &Stmt, lanes: u16, reductions: &[Buffer]) -> bool {
+    // Variables whose value changes while the vectorized loop runs (inner loop counters, vector
+    // lets, and lets computed from them), with their ranges. Variables are bound once, so one
+    // flat scope serves the whole body.
+    let mut varying: HashSet<Var> = HashSet::new();
+    let mut scope = Scope::new();
+    for_each_stmt(body, &mut |s| match s.kind() {
+        StmtKind::For { var, extent, .. } => {
+            scope.push(var, Interval::of_extent(*extent));
+            varying.insert(var.clone());
+        }
+        StmtKind::Let { var, value, .. } if value.dtype().is_vector() || varying.iter().any(|v| value.uses_var(v)) => {
+            scope.push(var, bounds_of(value, &scope));
+            varying.insert(var.clone());
+        }
+        _ => {}
+    });
+    let mut stored: Vec<Buffer> = Vec::new();
+    let mut accesses: Vec<(Buffer, Vec<Expr>)> = Vec::new();
+    for_each_stmt(body, &mut |s| {
+        if let StmtKind::Store { buffer, indices, .. } = s.kind() {
+            if !stored.contains(buffer) {
+                stored.push(buffer.clone());
+            }
+            accesses.push((buffer.clone(), indices.clone()));
+        }
+    });
+    for_each_stmt_expr(body, &mut |e| {
+        e.for_each(&mut |n| {
+            if let ExprKind::Load(buffer, indices) = n.kind() {
+                accesses.push((buffer.clone(), indices.clone()));
+            }
+        })
+    });
+    stored.iter().all(|buffer| {
+        let of_buffer: Vec<&Vec<Expr>> = accesses.iter().filter(|(b, _)| b == buffer).map(|(_, i)| i).collect();
+        if reductions.contains(buffer) {
+            // The reduction's store and its own load of `B[idx]`, nothing else.
+            return of_buffer.len() == 2 && reductions.iter().filter(|b| *b == buffer).count() == 1;
+        }
+        let dims = of_buffer[0].len();
+        of_buffer.iter().all(|idx| idx.len() == dims)
+            && (0..dims).any(|d| separates_lanes(of_buffer.iter().map(|idx| &idx[d]), lanes, &varying, &scope))
+    })
+}
+
+/// True if the indices (one dimension of every access to one buffer) differ between any two
+/// lanes, whatever values the varying variables take.
+///
+/// Every index must be `ramp(base, s, n)` with one constant `s != 0`. Each base is split into a
+/// loop-invariant part (the same for all accesses), terms whose coefficient is a multiple of
+/// `|s| * n`, and a rest. Lane `l` of one access and lane `l' != l` of another can then only meet
+/// if the rests differ by a non-zero multiple of `s` below `|s| * n`, which cannot happen when all
+/// rests lie within a range narrower than `|s|`.
+fn separates_lanes<'a>(
+    indices: impl Iterator<Item = &'a Expr>,
+    lanes: u16,
+    varying: &HashSet<Var>,
+    scope: &Scope,
+) -> bool {
+    let mut stride: Option<i64> = None;
+    let mut invariant: Option<Linear> = None;
+    let mut rests = Interval::new(i128::MAX, i128::MIN);
+    for index in indices {
+        let ExprKind::Ramp(base, s) = index.kind() else {
+            return false;
+        };
+        let s = match s.as_int() {
+            Some(s) if s != 0 && stride.is_none_or(|first| first == s) => s,
+            _ => return false,
+        };
+        stride = Some(s);
+        let period = (s as i128).abs() * lanes as i128;
+        let (mut fixed, mut rest) = (Linear::default(), Linear::default());
+        let lin = Linear::of(base);
+        rest.constant = lin.constant;
+        for (term, coeff) in lin.terms {
+            if !varying.iter().any(|v| term.uses_var(v)) {
+                fixed.add_term(term, coeff);
+            } else if coeff as i128 % period != 0 {
+                rest.add_term(term, coeff);
+            }
+        }
+        if invariant.get_or_insert_with(|| fixed.clone()).same_as(&fixed) {
+            rests = rests.union(bounds_of(&rest.to_expr(), scope));
+        } else {
+            return false;
+        }
+    }
+    match (stride, rests.min, rests.max) {
+        (Some(s), Some(lo), Some(hi)) => hi - lo <= (s as i128).abs(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::expr::{max, select};
+    use crate::passes::testing::assert_same_results;
+
+    fn check(f: &Func, want: &str) {
+        let v = vectorize_loops(f);
+        assert_eq!(format!("{v}"), want);
+        assert_same_results(f, &v);
+    }
+
+    #[test]
+    fn elementwise_loop_becomes_contiguous_vectors() {
+        let a = Buffer::new("A", DType::F32, vec![16, 32]);
+        let b = Buffer::new("B", DType::F32, vec![32]);
+        let c = Buffer::new("C", DType::F32, vec![16, 32]);
+        let (i, jo, ji, j) = (Var::index("i"), Var::index("j.outer"), Var::index("j.inner"), Var::index("j"));
+        let value = Expr::load(&a, vec![i.to_expr(), j.to_expr()]) * Expr::load(&b, vec![j.to_expr()])
+            + Expr::load(&a, vec![i.to_expr(), Expr::index(0)]);
+        let body = Stmt::let_stmt(
+            j.clone(),
+            jo.to_expr() * 8 + ji.to_expr(),
+            Stmt::store(&c, vec![i.to_expr(), j.to_expr()], value),
+        );
+        let nest = Stmt::for_loop(
+            i.clone(),
+            16,
+            ForKind::Parallel,
+            Stmt::for_loop(jo.clone(), 4, ForKind::Serial, Stmt::for_loop(ji.clone(), 8, ForKind::Vectorized, body)),
+        );
+        let f = Func { name: "f".into(), params: vec![a, b, c], body: nest };
+        check(
+            &f,
+            "func f(A: f32[16, 32], B: f32[32], C: f32[16, 32]) {
+  parallel i in 0..16 {
+    for j.outer in 0..4 {
+      C[i, ramp(j.outer*8, 1, 8)] = A[i, ramp(j.outer*8, 1, 8)]*B[ramp(j.outer*8, 1, 8)] + broadcast(A[i, 0], 8)
+    }
+  }
+}
+",
+        );
+    }
+
+    #[test]
+    fn inner_serial_loops_stay_loops_and_vector_lets_get_vector_vars() {
+        // C[i] = max over k of (A[k, i] * 2), vectorized over i, with an accumulator let.
+        let a = Buffer::new("A", DType::I32, vec![3, 8]);
+        let c = Buffer::new("C", DType::I32, vec![8]);
+        let (i, k, t) = (Var::index("i"), Var::index("k"), Var::new("t", DType::I32));
+        let init = Stmt::store(&c, vec![i.to_expr()], Expr::int(DType::I32, i32::MIN as i64));
+        let update = Stmt::let_stmt(
+            t.clone(),
+            Expr::load(&a, vec![k.to_expr(), i.to_expr()]) * Expr::int(DType::I32, 2),
+            Stmt::store(&c, vec![i.to_expr()], max(Expr::load(&c, vec![i.to_expr()]), t.to_expr())),
+        );
+        let body = Stmt::seq(vec![init, Stmt::for_loop(k.clone(), 3, ForKind::Serial, update)]);
+        let f = Func { name: "f".into(), params: vec![a, c], body: Stmt::for_loop(i, 8, ForKind::Vectorized, body) };
+        check(
+            &f,
+            "func f(A: i32[3, 8], C: i32[8]) {
+  C[ramp(0, 1, 8)] = broadcast(-2147483648i32, 8)
+  for k in 0..3 {
+    let t = A[k, ramp(0, 1, 8)]*broadcast(2i32, 8)
+    C[ramp(0, 1, 8)] = max(C[ramp(0, 1, 8)], t)
+  }
+}
+",
+        );
+    }
+
+    #[test]
+    fn integer_reduction_over_the_lanes() {
+        let a = Buffer::new("A", DType::I32, vec![4, 16]);
+        let s = Buffer::new("S", DType::I32, vec![4]);
+        let (i, k) = (Var::index("i"), Var::index("k"));
+        let update = Stmt::store(
+            &s,
+            vec![i.to_expr()],
+            Expr::load(&s, vec![i.to_expr()]) + Expr::load(&a, vec![i.to_expr(), k.to_expr()]),
+        );
+        let body = Stmt::for_loop(k.clone(), 16, ForKind::Vectorized, update);
+        let f =
+            Func { name: "f".into(), params: vec![a, s], body: Stmt::for_loop(i.clone(), 4, ForKind::Serial, body) };
+        check(
+            &f,
+            "func f(A: i32[4, 16], S: i32[4]) {
+  for i in 0..4 {
+    S[i] = S[i] + vector_reduce_add(A[i, ramp(0, 1, 16)], 1)
+  }
+}
+",
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_vectorized_exactly_runs_serially() {
+        let a = Buffer::new("A", DType::F32, vec![8]);
+        let s = Buffer::new("S", DType::F32, vec![1]);
+        let i = Var::index("i");
+        let ie = i.to_expr();
+        let zero = Expr::index(0);
+        let serial = |body: Stmt| Stmt::for_loop(i.clone(), 8, ForKind::Vectorized, body);
+        let cases = vec![
+            // Float reduction: reassociation would change rounding.
+            serial(Stmt::store(
+                &s,
+                vec![zero.clone()],
+                Expr::load(&s, vec![zero.clone()]) + Expr::load(&a, vec![ie.clone()]),
+            )),
+            // Lane-dependent condition.
+            serial(Stmt::if_then(ie.lt(3), Stmt::store(&a, vec![ie.clone()], Expr::float(DType::F32, 1.0)))),
+            // Lanes read what other lanes write.
+            serial(Stmt::store(
+                &a,
+                vec![ie.clone()],
+                Expr::load(&a, vec![select(ie.gt(0), ie.clone() - 1, zero.clone())]),
+            )),
+            // Last lane wins.
+            serial(Stmt::store(&s, vec![zero.clone()], Expr::load(&a, vec![ie.clone()]))),
+        ];
+        for body in cases {
+            let f = Func { name: "f".into(), params: vec![a.clone(), s.clone()], body };
+            let v = vectorize_loops(&f);
+            let StmtKind::For { kind, body, .. } = v.body.kind() else { panic!("expected a loop:\n{v}") };
+            assert_eq!(*kind, ForKind::Serial);
+            assert!(!format!("{body}").contains("ramp"), "{v}");
+            assert_same_results(&f, &v);
+        }
+    }
+
+    #[test]
+    fn flat_accesses_inside_inner_loops_are_proven_lane_disjoint() {
+        let a = Buffer::new("A", DType::I32, vec![32]);
+        let c = Buffer::new("C", DType::I32, vec![32]);
+        let (i, j) = (Var::index("i"), Var::index("j"));
+        let one = Expr::int(DType::I32, 1);
+        // Lane i owns elements i*8 .. i*8+7: the inner offset j spans less than the stride 8.
+        let rows = |stride: i64| {
+            let idx = i.to_expr() * stride + j.to_expr();
+            let store =
+                Stmt::store(&c, vec![idx.clone()], Expr::load(&c, vec![idx.clone()]) + Expr::load(&a, vec![idx]));
+            let inner = Stmt::for_loop(j.clone(), 8, ForKind::Serial, Stmt::seq(vec![store.clone(), store]));
+            Func {
+                name: "f".into(),
+                params: vec![a.clone(), c.clone()],
+                body: Stmt::for_loop(i.clone(), 4, ForKind::Vectorized, inner),
+            }
+        };
+        check(
+            &rows(8),
+            "func f(A: i32[32], C: i32[32]) {
+  for j in 0..8 {
+    C[ramp(j, 8, 4)] = C[ramp(j, 8, 4)] + A[ramp(j, 8, 4)]
+    C[ramp(j, 8, 4)] = C[ramp(j, 8, 4)] + A[ramp(j, 8, 4)]
+  }
+}
+",
+        );
+        // With stride 4, lane 1 at j = 0 meets lane 0 at j = 4: serial.
+        let overlapping = rows(4);
+        let v = vectorize_loops(&overlapping);
+        assert!(!format!("{v}").contains("ramp"), "{v}");
+        assert_same_results(&overlapping, &v);
+        // The boundary: offsets 0..=2 and stride 2, so lane 1 at j = 0 meets lane 0 at j = 2, and
+        // the last writer of C[2] must stay lane 1.
+        let last_writer = Stmt::store(&c, vec![i.to_expr() * 2 + j.to_expr()], j.to_expr().cast(DType::I32));
+        let nest = Stmt::for_loop(
+            i.clone(),
+            4,
+            ForKind::Vectorized,
+            Stmt::for_loop(j.clone(), 3, ForKind::Serial, last_writer),
+        );
+        let f = Func { name: "f".into(), params: vec![a.clone(), c.clone()], body: nest };
+        let v = vectorize_loops(&f);
+        assert!(!format!("{v}").contains("ramp"), "{v}");
+        assert_same_results(&f, &v);
+        // Lane j owns column j of every row k: the row offset k*8 is a multiple of 8 lanes * 1.
+        let (k, jj) = (Var::index("k"), Var::index("jj"));
+        let idx = k.to_expr() * 8 + jj.to_expr();
+        let store = Stmt::store(&c, vec![idx.clone()], Expr::load(&a, vec![idx]) + one);
+        let columns = Stmt::for_loop(jj, 8, ForKind::Vectorized, Stmt::for_loop(k, 4, ForKind::Serial, store));
+        check(
+            &Func { name: "f".into(), params: vec![a.clone(), c.clone()], body: columns },
+            "func f(A: i32[32], C: i32[32]) {
+  for k in 0..4 {
+    C[ramp(k*8, 1, 8)] = A[ramp(k*8, 1, 8)] + broadcast(1i32, 8)
+  }
+}
+",
+        );
+    }
+
+    #[test]
+    fn nested_vectorized_loops_vectorize_the_inner_one() {
+        let a = Buffer::new("A", DType::U8, vec![4, 8]);
+        let (i, j) = (Var::index("i"), Var::index("j"));
+        let store = Stmt::store(
+            &a,
+            vec![i.to_expr(), j.to_expr()],
+            Expr::load(&a, vec![i.to_expr(), j.to_expr()]) + (i.to_expr() + j.to_expr()).cast(DType::U8),
+        );
+        let nest =
+            Stmt::for_loop(i.clone(), 4, ForKind::Vectorized, Stmt::for_loop(j.clone(), 8, ForKind::Vectorized, store));
+        let f = Func { name: "f".into(), params: vec![a], body: nest };
+        check(
+            &f,
+            "func f(A: u8[4, 8]) {
+  for i in 0..4 {
+    A[i, ramp(0, 1, 8)] = A[i, ramp(0, 1, 8)] + u8x8(ramp(i, 1, 8))
+  }
+}
+",
+        );
+    }
+
+    #[test]
+    fn lane_invariant_code_stays_scalar() {
+        let a = Buffer::new("A", DType::I64, vec![8]);
+        let b = Buffer::new("B", DType::I64, vec![8]);
+        let (n, i, t) = (Var::index("n"), Var::index("i"), Var::index("t"));
+        let body = Stmt::let_stmt(
+            t.clone(),
+            Expr::load(&b, vec![n.to_expr()]) * 3,
+            Stmt::if_then(
+                n.to_expr().lt(4),
+                Stmt::store(&a, vec![Expr::index(7) - i.to_expr()], t.to_expr() + i.to_expr() * 2),
+            ),
+        );
+        let nest = Stmt::for_loop(n.clone(), 8, ForKind::Serial, Stmt::for_loop(i, 8, ForKind::Vectorized, body));
+        let f = Func { name: "f".into(), params: vec![a, b], body: nest };
+        check(
+            &f,
+            "func f(A: i64[8], B: i64[8]) {
+  for n in 0..8 {
+    let t = B[n]*3
+    if n < 4 {
+      A[ramp(7, -1, 8)] = ramp(t, 2, 8)
+    }
+  }
+}
+",
+        );
+    }
+
+    mod prop {
+        use super::*;
+        use crate::passes::testing::{arb_index_expr, run};
+        use proptest::prelude::*;
+
+        /// `for x in 0..3 { vectorized v in 0..4 { for w in 0..3 { S1; S2 } } }` (the `w` loop
+        /// optional) over `A: i64[64]` and `Out: i64[64]`, with random indices (offset by 32).
+        /// S1 is `Out[s1] = A[l] + Out[o1] + id`, or with `reduce` the reduction
+        /// `Out[s1] = Out[s1] + (A[l] + id)`; S2 (optional) is `Out[s2] = Out[o2] * 2 + id`, where
+        /// `id = v*3 + w` differs between iterations.
+        fn arb_func() -> impl Strategy<Value = Func> {
+            let (x, v, w) = (Var::index("x"), Var::index("v"), Var::index("w"));
+            let e = || arb_index_expr(vec![x.clone(), v.clone(), w.clone()], 2);
+            let shape = (any::<bool>(), any::<bool>(), any::<bool>());
+            (e(), e(), e(), e(), e(), shape).prop_map(move |(s1, l, o1, s2, o2, (reduce, two, inner))| {
+                let a = Buffer::new("A", DType::I64, vec![64]);
+                let out = Buffer::new("Out", DType::I64, vec![64]);
+                let at = |b: &Buffer, e: Expr| Expr::load(b, vec![e + 32]);
+                // A value unique to the iteration makes any change in write order visible.
+                let id = v.to_expr() * 3 + w.to_expr();
+                let first = if reduce {
+                    Stmt::store(&out, vec![s1.clone() + 32], at(&out, s1) + (at(&a, l) + id.clone()))
+                } else {
+                    Stmt::store(&out, vec![s1 + 32], at(&a, l) + at(&out, o1) + id.clone())
+                };
+                let second = Stmt::store(&out, vec![s2 + 32], at(&out, o2) * 2 + id);
+                let mut body = if two { Stmt::seq(vec![first, second]) } else { first };
+                body = if inner {
+                    Stmt::for_loop(w.clone(), 3, ForKind::Serial, body)
+                } else {
+                    Stmt::let_stmt(w.clone(), Expr::index(1), body)
+                };
+                let lanes = Stmt::for_loop(v.clone(), 4, ForKind::Vectorized, body);
+                Func {
+                    name: "p".into(),
+                    params: vec![a, out],
+                    body: Stmt::for_loop(x.clone(), 3, ForKind::Serial, lanes),
+                }
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(500))]
+            #[test]
+            fn vectorizing_never_changes_results(f in arb_func()) {
+                // Only programs that stay in bounds have a result to preserve.
+                let Ok(want) = run(&f) else { return Ok(()) };
+                let v = vectorize_loops(&f);
+                let got = run(&v).unwrap_or_else(|e| panic!("{e}\n{f}\n{v}"));
+                for (w, g) in want.iter().zip(&got) {
+                    prop_assert!(w.bits_eq(g), "results differ\n{}\n{}", f, v);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,685 @@
+//! Schedules: how each tensor of a computation is turned into loops.
+//!
+//! A `Schedule` holds one stage per tensor. A stage's loops start as its root axes (the
+//! data-parallel axes, then the reduction axes) and are transformed by an ordered list of
+//! `Relation`s (split, fuse) into leaf axes, whose order `reorder` changes and whose loop kind
+//! `vectorize`, `unroll` and `parallel` set. Where a stage is computed is its `Attach`ment.
+//!
+//! Every primitive validates its arguments and returns a typed `ScheduleError`; a schedule that
+//! every primitive accepted always lowers (`lower::lower` cannot fail on it).
+//!
+//! Non-dividing splits are handled by guards: the outer loop covers `ceil(extent / factor)`
+//! tiles and the body runs only where the reconstructed index is inside the original extent.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::error::ScheduleError;
+use crate::expr::{Expr, ExprKind};
+use crate::mutator::{substitute_map, walk_expr, Mutator};
+use crate::stmt::ForKind;
+use crate::te::{compute_vec, IterKind, IterVar, Operation, Tensor, TensorId};
+
+/// Identity of a stage within its schedule.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct Stage(pub u32);
+
+/// How leaf axes derive from root axes; applied in order (TVM's iteration-variable algebra).
+#[derive(Clone, Debug)]
+pub enum Relation {
+    /// `parent = outer * factor + inner`, `inner` in `0..factor`.
+    Split { parent: IterVar, outer: IterVar, inner: IterVar, factor: i64 },
+    /// `outer = fused / extent(inner)`, `inner = fused % extent(inner)`.
+    Fuse { outer: IterVar, inner: IterVar, fused: IterVar },
+}
+
+/// Where a stage's values are computed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Attach {
+    /// In its own loop nest at the top level of the function, before its consumers.
+    Root,
+    /// Substituted into every consumer; it has no loops or storage of its own.
+    Inline,
+    /// Inside the loop `axis` of stage `stage`, for just the region that loop's body reads.
+    At { stage: Stage, axis: IterVar },
+}
+
+#[derive(Clone, Debug)]
+pub struct StageData {
+    /// The tensor this stage produces. For stages made by `cache_read`/`cache_write` this is a
+    /// new tensor; the body below is what lowering uses.
+    pub tensor: Tensor,
+    /// Data-parallel root axes (empty for placeholders).
+    pub axes: Vec<IterVar>,
+    /// Reduction root axes.
+    pub reduce_axes: Vec<IterVar>,
+    /// The value at a point of `axes` (a `Reduce` over `reduce_axes` for reductions);
+    /// `None` for placeholders.
+    pub body: Option<Expr>,
+    pub relations: Vec<Relation>,
+    pub leaves: Vec<IterVar>,
+    pub for_kinds: HashMap<IterVar, ForKind>,
+    pub attach: Attach,
+    pub is_output: bool,
+}
+
+impl StageData {
+    pub fn name(&self) -> &str {
+        self.tensor.name()
+    }
+
+    pub fn is_placeholder(&self) -> bool {
+        self.body.is_none()
+    }
+
+    pub fn for_kind(&self, leaf: &IterVar) -> ForKind {
+        self.for_kinds.get(leaf).copied().unwrap_or(ForKind::Serial)
+    }
+
+    /// The tensors this stage's body reads directly.
+    pub fn inputs(&self) -> Vec<Tensor> {
+        let mut seen = HashSet::new();
+        let mut res = Vec::new();
+        if let Some(body) = &self.body {
+            crate::te::collect_reads(body, &mut seen, &mut res);
+        }
+        res
+    }
+
+    /// The extent of every axis, given the extents of the root axes (TVM's `PassDownDomain`).
+    pub fn pass_down_extents(&self, root_extents: &HashMap<IterVar, i64>) -> HashMap<IterVar, i64> {
+        let mut extents = root_extents.clone();
+        for rel in &self.relations {
+            match rel {
+                Relation::Split { parent, outer, inner, factor } => {
+                    let e = extents[parent];
+                    extents.insert(outer.clone(), ceil_div(e, *factor));
+                    extents.insert(inner.clone(), *factor);
+                }
+                Relation::Fuse { outer, inner, fused } => {
+                    let e = extents[outer] * extents[inner];
+                    extents.insert(fused.clone(), e);
+                }
+            }
+        }
+        extents
+    }
+
+    /// The value of every axis in terms of the leaf loop variables (TVM's `PassUpIndex`).
+    pub fn pass_up_values(&self, extents: &HashMap<IterVar, i64>) -> HashMap<IterVar, Expr> {
+        let mut values: HashMap<IterVar, Expr> = self.leaves.iter().map(|l| (l.clone(), l.to_expr())).collect();
+        for rel in self.relations.iter().rev() {
+            match rel {
+                Relation::Split { parent, outer, inner, factor } => {
+                    let v = values[outer].clone() * *factor + values[inner].clone();
+                    values.insert(parent.clone(), v);
+                }
+                Relation::Fuse { outer, inner, fused } => {
+                    let f = values[fused].clone();
+                    let inner_extent = extents[inner];
+                    values.insert(outer.clone(), f.clone() / inner_extent);
+                    values.insert(inner.clone(), f % inner_extent);
+                }
+            }
+        }
+        values
+    }
+
+    /// For each non-dividing split, the parent axis, whose value must be checked against its
+    /// extent before the body runs.
+    pub fn guarded_axes(&self, extents: &HashMap<IterVar, i64>) -> Vec<IterVar> {
+        self.relations
+            .iter()
+            .filter_map(|rel| match rel {
+                Relation::Split { parent, factor, .. } if extents[parent] % factor != 0 => Some(parent.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn leaf_names(&self) -> String {
+        self.leaves.iter().map(|l| l.name()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// The schedule of a computation: one stage per tensor, in a producer-before-consumer order.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    stages: Vec<StageData>,
+    /// Stage order used for lowering: producers before consumers.
+    order: Vec<Stage>,
+    by_tensor: HashMap<TensorId, Stage>,
+    outputs: Vec<Tensor>,
+}
+
+/// The largest vector a `vectorize` may request.
+pub const MAX_LANES: i64 = 256;
+
+/// A schedule for computing `outputs` with every stage at the root, in default loop order.
+pub fn create_schedule(outputs: &[&Tensor]) -> Schedule {
+    let mut s = Schedule { stages: Vec::new(), order: Vec::new(), by_tensor: HashMap::new(), outputs: Vec::new() };
+    for out in outputs {
+        s.add_tree(out);
+        s.outputs.push((*out).clone());
+    }
+    for out in outputs {
+        let stage = s.by_tensor[&out.id()];
+        s.stages[stage.0 as usize].is_output = true;
+    }
+    s
+}
+
+impl Schedule {
+    fn add_tree(&mut self, tensor: &Tensor) {
+        if self.by_tensor.contains_key(&tensor.id()) {
+            return;
+        }
+        for input in tensor.inputs() {
+            self.add_tree(&input);
+        }
+        let (axes, body) = match tensor.op() {
+            Operation::Placeholder => (Vec::new(), None),
+            Operation::Compute { axes, body } => (axes.clone(), Some(body.clone())),
+        };
+        let stage = self.push_stage(tensor.clone(), axes, body);
+        self.order.push(stage);
+    }
+
+    fn push_stage(&mut self, tensor: Tensor, axes: Vec<IterVar>, body: Option<Expr>) -> Stage {
+        let reduce_axes = match body.as_ref().map(|b| b.kind()) {
+            Some(ExprKind::Reduce(r)) => r.axes.clone(),
+            _ => Vec::new(),
+        };
+        let leaves = axes.iter().chain(&reduce_axes).cloned().collect();
+        let stage = Stage(self.stages.len() as u32);
+        self.by_tensor.insert(tensor.id(), stage);
+        self.stages.push(StageData {
+            tensor,
+            axes,
+            reduce_axes,
+            body,
+            relations: Vec::new(),
+            leaves,
+            for_kinds: HashMap::new(),
+            attach: Attach::Root,
+            is_output: false,
+        });
+        stage
+    }
+
+    /// The stages in lowering order: every producer before its consumers.
+    pub fn order(&self) -> &[Stage] {
+        &self.order
+    }
+
+    pub fn outputs(&self) -> &[Tensor] {
+        &self.outputs
+    }
+
+    pub fn stage_data(&self, stage: Stage) -> &StageData {
+        &self.stages[stage.0 as usize]
+    }
+
+    /// The stage computing `tensor`.
+    pub fn stage_of(&self, tensor: &Tensor) -> Result<Stage, ScheduleError> {
+        self.by_tensor
+            .get(&tensor.id())
+            .copied()
+            .ok_or_else(|| ScheduleError::UnknownTensor { tensor: tensor.name().to_string() })
+    }
+
+    /// The stage of `tensor`, which must be a compute, for primitive `primitive`.
+    fn compute_stage(&self, primitive: &'static str, tensor: &Tensor) -> Result<Stage, ScheduleError> {
+        let stage = self.stage_of(tensor)?;
+        if self.stage_data(stage).is_placeholder() {
+            return Err(ScheduleError::NotACompute { primitive, tensor: tensor.name().to_string() });
+        }
+        Ok(stage)
+    }
+
+    fn data_mut(&mut self, stage: Stage) -> &mut StageData {
+        &mut self.stages[stage.0 as usize]
+    }
+
+    fn leaf_position(&self, primitive: &'static str, stage: Stage, axis: &IterVar) -> Result<usize, ScheduleError> {
+        let data = self.stage_data(stage);
+        data.leaves.iter().position(|l| l == axis).ok_or_else(|| ScheduleError::UnknownAxis {
+            primitive,
+            stage: data.name().to_string(),
+            axis: axis.name().to_string(),
+            leaves: data.leaf_names(),
+        })
+    }
+
+    /// Stages whose bodies read `stage`'s tensor.
+    pub fn consumers(&self, stage: Stage) -> Vec<Stage> {
+        let id = self.stage_data(stage).tensor.id();
+        self.order
+            .iter()
+            .copied()
+            .filter(|&s| self.stage_data(s).inputs().iter().any(|t| t.id() == id))
+            .collect()
+    }
+
+    /// True if `stage`'s root extents are inferred from a consumer at lowering, which makes the
+    /// extents of axes derived from them unknown while scheduling.
+    fn extents_inferred(&self, stage: Stage) -> bool {
+        matches!(self.stage_data(stage).attach, Attach::At { .. })
+    }
+
+    /// Extents of every axis of the stage known while scheduling (all of them for root stages;
+    /// for compute_at stages only those that do not depend on a data-parallel root extent).
+    pub fn known_extents(&self, stage: Stage) -> HashMap<IterVar, i64> {
+        let data = self.stage_data(stage);
+        let mut known = HashMap::new();
+        let inferred = self.extents_inferred(stage);
+        for axis in &data.axes {
+            if !inferred {
+                known.insert(axis.clone(), axis.extent());
+            }
+        }
+        for axis in &data.reduce_axes {
+            known.insert(axis.clone(), axis.extent());
+        }
+        for rel in &data.relations {
+            match rel {
+                Relation::Split { parent, outer, inner, factor } => {
+                    known.insert(inner.clone(), *factor);
+                    if let Some(&e) = known.get(parent) {
+                        known.insert(outer.clone(), ceil_div(e, *factor));
+                    }
+                }
+                Relation::Fuse { outer, inner, fused } => {
+                    if let (Some(&a), Some(&b)) = (known.get(outer), known.get(inner)) {
+                        known.insert(fused.clone(), a * b);
+                    }
+                }
+            }
+        }
+        known
+    }
+
+    fn check_not_attach_point(&self, primitive: &'static str, stage: Stage, axis: &IterVar) -> Result<(), ScheduleError> {
+        for s in &self.order {
+            if let Attach::At { stage: target, axis: at } = &self.stage_data(*s).attach {
+                if *target == stage && at == axis {
+                    return Err(ScheduleError::BadAttachment {
+                        primitive,
+                        stage: self.stage_data(stage).name().to_string(),
+                        reason: format!(
+                            "axis {} is where {} is computed (compute_at); transform the loop before compute_at",
+                            axis.name(),
+                            self.stage_data(*s).name()
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---- Loop transformations ----------------------------------------------------------------
+
+    /// Splits `axis` into `outer` (extent `ceil(extent / factor)`) and `inner` (extent `factor`).
+    pub fn split(&mut self, tensor: &Tensor, axis: &IterVar, factor: i64) -> Result<(IterVar, IterVar), ScheduleError> {
+        let stage = self.compute_stage("split", tensor)?;
+        let pos = self.leaf_position("split", stage, axis)?;
+        if factor <= 0 {
+            return Err(ScheduleError::BadSplitFactor {
+                stage: tensor.name().to_string(),
+                axis: axis.name().to_string(),
+                found: factor,
+            });
+        }
+        self.check_not_attach_point("split", stage, axis)?;
+        let known = self.known_extents(stage).get(axis).copied();
+        let outer = IterVar::new(format!("{}.outer", axis.name()), known.map_or(0, |e| ceil_div(e, factor)), axis.kind());
+        let inner = IterVar::new(format!("{}.inner", axis.name()), factor, axis.kind());
+        let data = self.data_mut(stage);
+        data.relations.push(Relation::Split { parent: axis.clone(), outer: outer.clone(), inner: inner.clone(), factor });
+        data.leaves.splice(pos..=pos, [outer.clone(), inner.clone()]);
+        let kind = data.for_kinds.remove(axis);
+        if let Some(kind) = kind {
+            data.for_kinds.insert(inner.clone(), kind);
+        }
+        Ok((outer, inner))
+    }
+
+    /// Splits `axis` into `nparts` outer iterations: `split` with factor `ceil(extent / nparts)`.
+    pub fn split_nparts(&mut self, tensor: &Tensor, axis: &IterVar, nparts: i64) -> Result<(IterVar, IterVar), ScheduleError> {
+        let stage = self.compute_stage("split", tensor)?;
+        self.leaf_position("split", stage, axis)?;
+        if nparts <= 0 {
+            return Err(ScheduleError::BadSplitFactor {
+                stage: tensor.name().to_string(),
+                axis: axis.name().to_string(),
+                found: nparts,
+            });
+        }
+        let extent = self.known_extent("split", stage, axis)?;
+        self.split(tensor, axis, ceil_div(extent, nparts))
+    }
+
+    fn known_extent(&self, primitive: &'static str, stage: Stage, axis: &IterVar) -> Result<i64, ScheduleError> {
+        self.known_extents(stage).get(axis).copied().ok_or_else(|| ScheduleError::NonConstantExtent {
+            primitive,
+            stage: self.stage_data(stage).name().to_string(),
+            axis: axis.name().to_string(),
+        })
+    }
+
+    /// Splits `x` by `x_factor` and `y` by `y_factor` and orders the loops
+    /// `x.outer, y.outer, x.inner, y.inner`. Returns them in that order.
+    pub fn tile(
+        &mut self,
+        tensor: &Tensor,
+        x: &IterVar,
+        y: &IterVar,
+        x_factor: i64,
+        y_factor: i64,
+    ) -> Result<(IterVar, IterVar, IterVar, IterVar), ScheduleError> {
+        let (xo, xi) = self.split(tensor, x, x_factor)?;
+        let (yo, yi) = self.split(tensor, y, y_factor)?;
+        self.reorder(tensor, &[&xo, &yo, &xi, &yi])?;
+        Ok((xo, yo, xi, yi))
+    }
+
+    /// Fuses two adjacent loops, `outer` directly outside `inner`, into one.
+    pub fn fuse(&mut self, tensor: &Tensor, outer: &IterVar, inner: &IterVar) -> Result<IterVar, ScheduleError> {
+        let stage = self.compute_stage("fuse", tensor)?;
+        let outer_pos = self.leaf_position("fuse", stage, outer)?;
+        let inner_pos = self.leaf_position("fuse", stage, inner)?;
+        let data = self.stage_data(stage);
+        if inner_pos != outer_pos + 1 {
+            return Err(ScheduleError::FuseNotAdjacent {
+                stage: data.name().to_string(),
+                outer: outer.name().to_string(),
+                inner: inner.name().to_string(),
+                outer_pos,
+                inner_pos,
+                leaves: data.leaf_names(),
+            });
+        }
+        if outer.kind() != inner.kind() {
+            let (reduce, data_par) = if outer.is_reduce() { (outer, inner) } else { (inner, outer) };
+            return Err(ScheduleError::FuseMixedKinds {
+                stage: data.name().to_string(),
+                reduce: reduce.name().to_string(),
+                data_par: data_par.name().to_string(),
+            });
+        }
+        self.check_not_attach_point("fuse", stage, outer)?;
+        self.check_not_attach_point("fuse", stage, inner)?;
+        let known = self.known_extents(stage);
+        let extent = match (known.get(outer), known.get(inner)) {
+            (Some(a), Some(b)) => a * b,
+            _ => 0,
+        };
+        let fused = IterVar::new(format!("{}.{}.fused", outer.name(), inner.name()), extent, outer.kind());
+        let data = self.data_mut(stage);
+        data.relations.push(Relation::Fuse { outer: outer.clone(), inner: inner.clone(), fused: fused.clone() });
+        data.leaves.splice(outer_pos..=inner_pos, [fused.clone()]);
+        data.for_kinds.remove(outer);
+        data.for_kinds.remove(inner);
+        Ok(fused)
+    }
+
+    /// Puts the given loops, in the given order, into the positions they occupy now.
+    pub fn reorder(&mut self, tensor: &Tensor, order: &[&IterVar]) -> Result<(), ScheduleError> {
+        let stage = self.compute_stage("reorder", tensor)?;
+        let mut positions = Vec::with_capacity(order.len());
+        let mut seen = HashSet::new();
+        for axis in order {
+            positions.push(self.leaf_position("reorder", stage, axis)?);
+            if !seen.insert((*axis).clone()) {
+                return Err(ScheduleError::DuplicateAxis {
+                    stage: tensor.name().to_string(),
+                    axis: axis.name().to_string(),
+                });
+            }
+        }
+        let mut slots = positions.clone();
+        slots.sort_unstable();
+        let data = self.data_mut(stage);
+        for (slot, axis) in slots.into_iter().zip(order) {
+            data.leaves[slot] = (*axis).clone();
+        }
+        Ok(())
+    }
+
+    /// Marks a loop to be vectorized: its iterations become the lanes of vector operations.
+    /// The extent must be a compile-time constant of at most `MAX_LANES`.
+    pub fn vectorize(&mut self, tensor: &Tensor, axis: &IterVar) -> Result<(), ScheduleError> {
+        let stage = self.compute_stage("vectorize", tensor)?;
+        self.leaf_position("vectorize", stage, axis)?;
+        let extent = self.known_extent("vectorize", stage, axis)?;
+        if extent > MAX_LANES {
+            return Err(ScheduleError::TooManyLanes {
+                stage: tensor.name().to_string(),
+                axis: axis.name().to_string(),
+                found: extent,
+                max: MAX_LANES,
+            });
+        }
+        self.data_mut(stage).for_kinds.insert(axis.clone(), ForKind::Vectorized);
+        Ok(())
+    }
+
+    /// Marks a loop to be fully unrolled. The extent must be a compile-time constant.
+    pub fn unroll(&mut self, tensor: &Tensor, axis: &IterVar) -> Result<(), ScheduleError> {
+        let stage = self.compute_stage("unroll", tensor)?;
+        self.leaf_position("unroll", stage, axis)?;
+        self.known_extent("unroll", stage, axis)?;
+        self.data_mut(stage).for_kinds.insert(axis.clone(), ForKind::Unrolled);
+        Ok(())
+    }
+
+    /// Marks a data-parallel loop to run its iterations on the thread pool.
+    pub fn parallel(&mut self, tensor: &Tensor, axis: &IterVar) -> Result<(), ScheduleError> {
+        let stage = self.compute_stage("parallel", tensor)?;
+        self.leaf_position("parallel", stage, axis)?;
+        if axis.is_reduce() {
+            return Err(ScheduleError::ParallelReduction {
+                stage: tensor.name().to_string(),
+                axis: axis.name().to_string(),
+            });
+        }
+        self.data_mut(stage).for_kinds.insert(axis.clone(), ForKind::Parallel);
+        Ok(())
+    }
+
+    // ---- Placement -----------------------------------------------------------------------------
+
+    /// Computes `producer` inside loop `axis` of `consumer`, for just the region that one
+    /// iteration of `axis` reads. `consumer` must read `producer` directly and be its only reader.
+    pub fn compute_at(&mut self, producer: &Tensor, consumer: &Tensor, axis: &IterVar) -> Result<(), ScheduleError> {
+        let stage = self.compute_stage("compute_at", producer)?;
+        let target = self.compute_stage("compute_at", consumer)?;
+        self.leaf_position("compute_at", target, axis)?;
+        let consumers = self.consumers(stage);
+        if !consumers.contains(&target) {
+            let names: Vec<&str> = consumers.iter().map(|c| self.stage_data(*c).name()).collect();
+            return Err(ScheduleError::NotAConsumer {
+                stage: producer.name().to_string(),
+                target: consumer.name().to_string(),
+                consumers: if names.is_empty() { "none".to_string() } else { names.join(", ") },
+            });
+        }
+        if let Some(other) = consumers.iter().find(|c| **c != target) {
+            return Err(ScheduleError::MultipleConsumers {
+                stage: producer.name().to_string(),
+                target: consumer.name().to_string(),
+                other: self.stage_data(*other).name().to_string(),
+            });
+        }
+        self.check_attachable("compute_at", stage)?;
+        if self.stage_data(target).attach == Attach::Inline {
+            return Err(ScheduleError::BadAttachment {
+                primitive: "compute_at",
+                stage: producer.name().to_string(),
+                reason: format!("{} is inlined and has no loops", consumer.name()),
+            });
+        }
+        let previous = std::mem::replace(
+            &mut self.data_mut(stage).attach,
+            Attach::At { stage: target, axis: axis.clone() },
+        );
+        // Vectorized or unrolled loops must keep a constant extent now that roots are inferred.
+        let known = self.known_extents(stage);
+        let data = self.stage_data(stage);
+        let unknown = data.for_kinds.iter().find(|(leaf, kind)| {
+            matches!(kind, ForKind::Vectorized | ForKind::Unrolled) && !known.contains_key(*leaf)
+        });
+        if let Some((leaf, kind)) = unknown {
+            let (leaf, primitive) = (leaf.name().to_string(), if *kind == ForKind::Vectorized { "vectorize" } else { "unroll" });
+            self.data_mut(stage).attach = previous;
+            return Err(ScheduleError::NonConstantExtent { primitive, stage: producer.name().to_string(), axis: leaf });
+        }
+        Ok(())
+    }
+
+    /// Substitutes `tensor`'s definition into its consumers; it gets no loops or storage.
+    pub fn compute_inline(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
+        let stage = self.compute_stage("compute_inline", tensor)?;
+        if !self.stage_data(stage).reduce_axes.is_empty() {
+            return Err(ScheduleError::BadAttachment {
+                primitive: "compute_inline",
+                stage: tensor.name().to_string(),
+                reason: "a reduction cannot be inlined".to_string(),
+            });
+        }
+        self.check_attachable("compute_inline", stage)?;
+        if let Some(attached) = self.order.iter().find(|s| matches!(&self.stage_data(**s).attach, Attach::At { stage: t, .. } if *t == stage)) {
+            return Err(ScheduleError::BadAttachment {
+                primitive: "compute_inline",
+                stage: tensor.name().to_string(),
+                reason: format!("{} is computed inside its loops (compute_at)", self.stage_data(*attached).name()),
+            });
+        }
+        self.data_mut(stage).attach = Attach::Inline;
+        Ok(())
+    }
+
+    /// Computes `tensor` in its own loop nest at the top level (the default).
+    pub fn compute_root(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
+        let stage = self.compute_stage("compute_root", tensor)?;
+        self.data_mut(stage).attach = Attach::Root;
+        Ok(())
+    }
+
+    fn check_attachable(&self, primitive: &'static str, stage: Stage) -> Result<(), ScheduleError> {
+        if self.stage_data(stage).is_output {
+            return Err(ScheduleError::BadAttachment {
+                primitive,
+                stage: self.stage_data(stage).name().to_string(),
+                reason: "an output is always computed at the root".to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    // ---- Caches --------------------------------------------------------------------------------
+
+    /// Adds a stage that copies `tensor` into a new tensor `<name>.local`, and makes `readers`
+    /// read the copy. Returns the copy, which can then be placed with `compute_at`.
+    pub fn cache_read(&mut self, tensor: &Tensor, readers: &[&Tensor]) -> Result<Tensor, ScheduleError> {
+        let source = self.stage_of(tensor)?;
+        let mut reader_stages = Vec::new();
+        for reader in readers {
+            let stage = self.compute_stage("cache_read", reader)?;
+            if !self.stage_data(stage).inputs().iter().any(|t| t == tensor) {
+                return Err(ScheduleError::NotAReader {
+                    tensor: tensor.name().to_string(),
+                    reader: reader.name().to_string(),
+                });
+            }
+            reader_stages.push(stage);
+        }
+        let cache = copy_of(tensor, &format!("{}.local", tensor.name()));
+        let cache_stage = self.push_stage(cache.clone(), cache.axes().to_vec(), cache.body().cloned());
+        let at = self.order.iter().position(|s| *s == source).expect("source stage is ordered") + 1;
+        self.order.insert(at, cache_stage);
+        for stage in reader_stages {
+            let data = self.data_mut(stage);
+            data.body = data.body.as_ref().map(|b| replace_reads(b, tensor, &cache));
+        }
+        Ok(cache)
+    }
+
+    /// Computes `tensor` into a new tensor `<name>.local` and makes `tensor`'s own stage a copy
+    /// of it. Returns the new tensor, which carries the original definition (and its reduction
+    /// axes, with fresh identities) and can be scheduled like any compute.
+    pub fn cache_write(&mut self, tensor: &Tensor) -> Result<Tensor, ScheduleError> {
+        let stage = self.compute_stage("cache_write", tensor)?;
+        let data = self.stage_data(stage);
+        if !data.relations.is_empty() || data.attach != Attach::Root {
+            return Err(ScheduleError::BadAttachment {
+                primitive: "cache_write",
+                stage: tensor.name().to_string(),
+                reason: "cache_write must come before any other primitive on the stage".to_string(),
+            });
+        }
+        let body = data.body.clone().expect("compute stage has a body");
+        let old_axes = data.axes.clone();
+        let name = format!("{}.local", tensor.name());
+        let cache = compute_vec(
+            tensor.shape().to_vec(),
+            |idx| {
+                let map = old_axes.iter().map(|a| a.var().clone()).zip(idx.iter().cloned()).collect();
+                fresh_reduce_axes(&substitute_map(&body, &map))
+            },
+            &name,
+        )
+        .expect("a copy of a well-typed body is well typed");
+        let cache_stage = self.push_stage(cache.clone(), cache.axes().to_vec(), cache.body().cloned());
+        let at = self.order.iter().position(|s| *s == stage).expect("stage is ordered");
+        self.order.insert(at, cache_stage);
+        let data = self.data_mut(stage);
+        let copy = cache.at_vec(data.axes.iter().map(|a| a.to_expr()).collect());
+        data.body = Some(copy);
+        data.reduce_axes.clear();
+        data.leaves = data.axes.clone();
+        data.for_kinds.clear();
+        Ok(cache)
+    }
+}
+
+/// A compute tensor equal to `tensor` element for element.
+fn copy_of(tensor: &Tensor, name: &str) -> Tensor {
+    compute_vec(tensor.shape().to_vec(), |idx| tensor.at_vec(idx.to_vec()), name)
+        .expect("an element-wise copy is well typed")
+}
+
+/// `expr` with the reduction axes of its top-level `Reduce` replaced by new axes, so two stages
+/// never share an axis identity.
+fn fresh_reduce_axes(expr: &Expr) -> Expr {
+    let ExprKind::Reduce(r) = expr.kind() else { return expr.clone() };
+    let fresh: Vec<IterVar> = r.axes.iter().map(|a| IterVar::new(a.name(), a.extent(), IterKind::Reduce)).collect();
+    let map = r.axes.iter().map(|a| a.var().clone()).zip(fresh.iter().map(|f| f.to_expr())).collect();
+    let source = substitute_map(&r.source, &map);
+    let axes: Vec<&IterVar> = fresh.iter().collect();
+    r.reducer.reduce(expr.dtype(), &axes, source)
+}
+
+struct ReplaceReads<'a> {
+    from: &'a Tensor,
+    to: &'a Tensor,
+}
+
+impl Mutator for ReplaceReads<'_> {
+    fn mutate_expr(&mut self, expr: &Expr) -> Expr {
+        let expr = walk_expr(self, expr);
+        match expr.kind() {
+            ExprKind::TensorRead(t, idx) if t == self.from => self.to.at_vec(idx.clone()),
+            _ => expr,
+        }
+    }
+}
+
+/// `expr` with every read of `from` turned into the same read of `to`.
+fn replace_reads(expr: &Expr, from: &Tensor, to: &Tensor) -> Expr {
+    ReplaceReads { from, to }.mutate_expr(expr)
+}
+
+pub(crate) fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}

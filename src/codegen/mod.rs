@@ -1,0 +1,57 @@
+//! Translation of the final loop IR to Cranelift IR.
+//!
+//! One translator, generic over `cranelift_module::Module`, serves the JIT (`jit`) and any
+//! other module backend such as object export. A function `f` becomes:
+//! * the entry `fn f(args: *const *mut u8) -> i32`, where `args[k]` is the data pointer of
+//!   parameter `k`; it returns 0, or `STATUS_OUT_OF_MEMORY` when a scratch allocation failed;
+//! * one local function `f__parN(closure: *const u8, index: i64) -> i32` per parallel loop,
+//!   run through the imported `tensorlift_parallel_for` (see `HostFn` for every import).
+//!
+//! Values: scalars are Cranelift scalars; a vector is a list of 128-bit pieces when its size
+//! is a multiple of 128 bits, else a list of per-lane scalars (`types::Val`). Small scratch
+//! buffers whose every access has a constant index are promoted to SSA variables, which is how
+//! register-blocked accumulator tiles end up in registers.
+
+mod analysis;
+mod cast;
+mod cse;
+mod expr;
+mod func;
+mod host;
+pub mod jit;
+mod memory;
+mod types;
+mod vector;
+
+use cranelift_module::{FuncId, Linkage, Module};
+
+pub use func::{STATUS_OK, STATUS_OUT_OF_MEMORY};
+pub use host::HostFn;
+
+use crate::error::CompileError;
+
+/// The result of translating one `ir::Func` into a module.
+#[derive(Clone, Debug)]
+pub struct Translation {
+    /// The entry function, declared with the linkage given to `translate`.
+    pub entry: FuncId,
+    /// CLIF text of every generated function, as generated.
+    pub clif: String,
+    /// For each parameter, whether the function stores to it.
+    pub stored_params: Vec<bool>,
+    /// Whether the function calls `tensorlift_parallel_for`.
+    pub has_parallel: bool,
+}
+
+/// Declares and defines `func` (and its outlined parallel bodies) in `module`.
+pub fn translate<M: Module>(module: &mut M, func: &ir::Func, linkage: Linkage) -> Result<Translation, CompileError> {
+    let mut cx = func::ModuleCtx::new(module, func)?;
+    let entry = func::define_entry(&mut cx, func, linkage)?;
+    let stored = analysis::stored_buffers(&func.body);
+    Ok(Translation {
+        entry,
+        has_parallel: cx.outlined > 0,
+        clif: cx.clif,
+        stored_params: func.params.iter().map(|p| stored.contains(&p.id())).collect(),
+    })
+}

@@ -1,0 +1,51 @@
+//! Errors at the boundaries of the code generator and the runtime, one enum per boundary.
+//!
+//! Messages say what was expected and what was found. Compiler bugs are not errors: they are
+//! assertions, or Cranelift verifier failures reported as `CompileError::Cranelift`.
+
+use thiserror::Error;
+
+use ir::DType;
+
+use crate::runtime::IsaLevel;
+
+/// Errors from `runtime::compile`.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum CompileError {
+    #[error("target {requested} is not supported by this CPU (best available: {available})")]
+    UnsupportedTarget { requested: IsaLevel, available: String },
+    #[error("cranelift ISA setup failed: {message}")]
+    Isa { message: String },
+    #[error("code generation of {func}: {what} (expected the final loop IR)")]
+    Unsupported { func: String, what: String },
+    #[error("cranelift failed on function {func}: {message}")]
+    Cranelift { func: String, message: String },
+}
+
+/// Errors from building tensors and calling compiled functions. Every argument check runs
+/// before any generated code does.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum RuntimeError {
+    #[error("argument count: expected {expected}, found {found}")]
+    ArgumentCount { expected: usize, found: usize },
+    #[error("argument {index} ({name}): expected dtype {expected}, found {found}")]
+    ArgumentDType { index: usize, name: String, expected: DType, found: DType },
+    #[error("argument {index} ({name}): expected shape {expected:?}, found {found:?}")]
+    ArgumentShape { index: usize, name: String, expected: Vec<i64>, found: Vec<i64> },
+    #[error("argument {index} ({name}): buffer holds {found} elements, function needs {expected}")]
+    BufferTooSmall { index: usize, name: String, expected: usize, found: usize },
+    #[error("argument {index} ({name}): the function writes this buffer, but a read-only slice was given")]
+    ReadOnlyArgument { index: usize, name: String },
+    #[error("tensor data: shape {shape:?} has {expected} elements, found {found}")]
+    DataLength { shape: Vec<i64>, expected: usize, found: usize },
+    #[error("tensor shape {shape:?}: dimensions must be non-negative and the size must fit in memory")]
+    BadShape { shape: Vec<i64> },
+    #[error("tensor dtype: expected a scalar dtype, found {found}")]
+    VectorDType { found: DType },
+    #[error("element type: tensor holds {expected}, requested {found}")]
+    ElementType { expected: DType, found: DType },
+    #[error("out of memory: generated code could not allocate a scratch buffer")]
+    OutOfMemory,
+    #[error("thread pool with {threads} threads could not be created: {message}")]
+    ThreadPool { threads: usize, message: String },
+}

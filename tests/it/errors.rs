@@ -1,0 +1,160 @@
+//! Every user error is a typed `Err` with the right variant and a message that says what was
+//! expected and what was found. None of these may panic.
+
+use ir::schedule::create_schedule;
+use ir::te::{compute, placeholder, reduce_axis, sum};
+use ir::{DType, LowerError, ScheduleError, TeError, Tensor};
+
+fn matmul(m: i64, n: i64, k: i64) -> (Tensor, Tensor, Tensor) {
+    let a = placeholder([m, k], DType::U8, "A");
+    let b = placeholder([k, n], DType::I8, "B");
+    let c = schedules::nn::matmul(&a, &b, DType::I32, "C").unwrap();
+    (a, b, c)
+}
+
+#[track_caller]
+fn assert_message(err: &impl std::fmt::Display, needles: &[&str]) {
+    let msg = err.to_string();
+    for needle in needles {
+        assert!(msg.contains(needle), "message `{msg}` lacks `{needle}`");
+    }
+}
+
+#[test]
+fn mixing_dtypes_without_cast_names_both_dtypes_and_the_expression() {
+    let a = placeholder([8], DType::U8, "A");
+    let b = placeholder([8], DType::I8, "B");
+    let err = compute([8], |i| a.at([&i[0]]) * b.at([&i[0]]), "C").unwrap_err();
+    assert!(matches!(err, TeError::DTypeMismatch { lhs: DType::U8, rhs: DType::I8, .. }), "{err:?}");
+    assert_message(&err, &["u8", "i8", "A[i]*B[i]", "explicit cast"]);
+}
+
+#[test]
+fn reduction_with_wrong_declared_dtype_is_rejected() {
+    let a = placeholder([8], DType::U8, "A");
+    let k = reduce_axis(8, "k");
+    let err = compute([1], |_| sum(DType::I32, &[&k], a.at([&k])), "S").unwrap_err();
+    assert!(matches!(err, TeError::ReduceDType { expected: DType::I32, found: DType::U8, .. }), "{err:?}");
+    assert_message(&err, &["i32", "u8", "A[k]"]);
+}
+
+#[test]
+fn indexing_with_wrong_rank_is_rejected() {
+    let a = placeholder([8, 8], DType::F32, "A");
+    let err = compute([8], |i| a.at([&i[0]]), "C").unwrap_err();
+    assert!(matches!(err, TeError::IndexCount { expected: 2, found: 1, .. }), "{err:?}");
+    assert_message(&err, &["A", "2 dimensions", "1 indices"]);
+}
+
+#[test]
+fn split_factor_must_be_positive() {
+    for factor in [0, -3] {
+        let (_, _, c) = matmul(8, 8, 8);
+        let mut s = create_schedule(&[&c]);
+        let err = s.split(&c, &c.axis(0), factor).unwrap_err();
+        assert!(matches!(err, ScheduleError::BadSplitFactor { found, .. } if found == factor), "{err:?}");
+        assert_message(&err, &["positive", &factor.to_string()]);
+        let err = s.split_nparts(&c, &c.axis(1), factor).unwrap_err();
+        assert!(matches!(err, ScheduleError::BadSplitFactor { .. }), "{err:?}");
+    }
+}
+
+#[test]
+fn reorder_rejects_duplicate_and_foreign_axes() {
+    let (_, _, c) = matmul(8, 8, 8);
+    let (_, _, other) = matmul(8, 8, 8);
+    let mut s = create_schedule(&[&c]);
+    let (i, j) = (c.axis(0), c.axis(1));
+    let err = s.reorder(&c, &[&j, &i, &j]).unwrap_err();
+    assert!(matches!(err, ScheduleError::DuplicateAxis { .. }), "{err:?}");
+    assert_message(&err, &["j", "more than once"]);
+    let foreign = other.axis(0);
+    let err = s.reorder(&c, &[&j, &foreign]).unwrap_err();
+    assert!(matches!(err, ScheduleError::UnknownAxis { .. }), "{err:?}");
+    assert_message(&err, &["not a loop of stage C", "i, j, k"]);
+}
+
+#[test]
+fn fuse_requires_adjacent_loops_in_order() {
+    let (_, _, c) = matmul(8, 8, 8);
+    let mut s = create_schedule(&[&c]);
+    let k = c.reduce_axes()[0].clone();
+    let err = s.fuse(&c, &c.axis(0), &k).unwrap_err();
+    assert!(matches!(err, ScheduleError::FuseNotAdjacent { outer_pos: 0, inner_pos: 2, .. }), "{err:?}");
+    assert_message(&err, &["adjacent", "positions 0 and 2"]);
+    let err = s.fuse(&c, &c.axis(1), &c.axis(0)).unwrap_err();
+    assert!(matches!(err, ScheduleError::FuseNotAdjacent { .. }), "{err:?}");
+    let err = s.fuse(&c, &c.axis(1), &k).unwrap_err();
+    assert!(matches!(err, ScheduleError::FuseMixedKinds { .. }), "{err:?}");
+}
+
+#[test]
+fn vectorize_needs_a_constant_extent() {
+    let x = placeholder([64], DType::F32, "X");
+    let p = compute([64], |i| x.at([&i[0]]) * 2, "P").unwrap();
+    let q = compute([64], |i| p.at([&i[0]]) + 1, "Q").unwrap();
+    let mut s = create_schedule(&[&q]);
+    let (qo, _) = s.split(&q, &q.axis(0), 8).unwrap();
+    s.compute_at(&p, &q, &qo).unwrap();
+    // P's extent is now inferred from Q's loop at lowering, not known while scheduling.
+    let err = s.vectorize(&p, &p.axis(0)).unwrap_err();
+    assert!(matches!(err, ScheduleError::NonConstantExtent { primitive: "vectorize", .. }), "{err:?}");
+    assert_message(&err, &["P.i", "compile-time constant", "split it by a constant factor"]);
+    // Splitting by a constant gives an inner loop that can be vectorized.
+    let (_, pi) = s.split(&p, &p.axis(0), 8).unwrap();
+    s.vectorize(&p, &pi).unwrap();
+}
+
+#[test]
+fn vectorize_limits_lanes_and_parallel_rejects_reductions() {
+    let (_, _, c) = matmul(8, 1024, 8);
+    let mut s = create_schedule(&[&c]);
+    let err = s.vectorize(&c, &c.axis(1)).unwrap_err();
+    assert!(matches!(err, ScheduleError::TooManyLanes { found: 1024, .. }), "{err:?}");
+    let k = c.reduce_axes()[0].clone();
+    let err = s.parallel(&c, &k).unwrap_err();
+    assert!(matches!(err, ScheduleError::ParallelReduction { .. }), "{err:?}");
+    assert_message(&err, &["C.k", "race"]);
+}
+
+#[test]
+fn compute_at_requires_a_consumer() {
+    let x = placeholder([16], DType::I32, "X");
+    let p = compute([16], |i| x.at([&i[0]]) + 1, "P").unwrap();
+    let q = compute([16], |i| p.at([&i[0]]) * 2, "Q").unwrap();
+    let r = compute([16], |i| x.at([&i[0]]) - 3, "R").unwrap();
+    let out = compute([16], |i| q.at([&i[0]]) + r.at([&i[0]]), "Out").unwrap();
+    let mut s = create_schedule(&[&out]);
+    let err = s.compute_at(&p, &r, &r.axis(0)).unwrap_err();
+    assert!(matches!(err, ScheduleError::NotAConsumer { .. }), "{err:?}");
+    assert_message(&err, &["R does not consume P", "consumers are: Q"]);
+    let err = s.compute_at(&out, &q, &q.axis(0)).unwrap_err();
+    assert!(matches!(err, ScheduleError::NotAConsumer { .. }), "{err:?}");
+    let err = s.compute_at(&x, &q, &q.axis(0)).unwrap_err();
+    assert!(matches!(err, ScheduleError::NotACompute { .. }), "{err:?}");
+}
+
+#[test]
+fn inlining_a_reduction_or_an_output_is_rejected() {
+    let (_, _, c) = matmul(4, 4, 4);
+    let d = compute([4, 4], |i| c.at([&i[0], &i[1]]) + 1, "D").unwrap();
+    let mut s = create_schedule(&[&d]);
+    let err = s.compute_inline(&c).unwrap_err();
+    assert!(matches!(err, ScheduleError::BadAttachment { .. }), "{err:?}");
+    assert_message(&err, &["reduction cannot be inlined"]);
+    let err = s.compute_inline(&d).unwrap_err();
+    assert_message(&err, &["output"]);
+}
+
+#[test]
+fn lower_checks_its_arguments() {
+    let (a, b, c) = matmul(4, 4, 4);
+    let s = create_schedule(&[&c]);
+    let err = ir::lower::lower(&s, &[&a, &c], "f").unwrap_err();
+    assert!(matches!(err, LowerError::MissingArgument { .. }), "{err:?}");
+    assert_message(&err, &["B", "A, C"]);
+    let err = ir::lower::lower(&s, &[&a, &b], "f").unwrap_err();
+    assert!(matches!(err, LowerError::MissingOutput { .. }), "{err:?}");
+    let err = ir::lower::lower(&s, &[&a, &b, &c, &a], "f").unwrap_err();
+    assert!(matches!(err, LowerError::DuplicateArgument { .. }), "{err:?}");
+}

@@ -1,0 +1,6 @@
+//! The integration test binary (one binary, many modules, for link time).
+
+mod differential;
+mod errors;
+mod golden;
+mod invariants;
