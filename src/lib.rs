@@ -2,12 +2,14 @@
 //!
 //! `codegen` translates the final loop IR (`ir::Func`) to Cranelift IR for any
 //! `cranelift_module::Module`; `runtime` JIT-compiles it (`compile`) and calls it on `Tensor`s
-//! with checked arguments.
+//! with checked arguments; `build` drives a schedule through lowering and compilation.
 
+pub mod build;
 pub mod codegen;
 pub mod error;
 pub mod runtime;
 
+pub use build::{BuildError, Kernel, build};
 pub use error::{CompileError, RuntimeError};
 pub use runtime::{Arg, CompileOptions, CompiledFunc, Element, IsaLevel, OptLevel, Target, Tensor, compile};
 

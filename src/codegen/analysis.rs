@@ -10,18 +10,11 @@ use super::types::{is_pieces, lanes_per_piece};
 
 /// Calls `on_stmt` for every statement and `on_expr` for every expression node under `stmt`;
 /// `in_parallel` tells whether the node sits inside the body of a `Parallel` loop.
-fn walk(
-    stmt: &Stmt,
-    in_parallel: bool,
-    on_stmt: &mut dyn FnMut(&Stmt, bool),
-    on_expr: &mut dyn FnMut(&Expr, bool),
-) {
+fn walk(stmt: &Stmt, in_parallel: bool, on_stmt: &mut dyn FnMut(&Stmt, bool), on_expr: &mut dyn FnMut(&Expr, bool)) {
     on_stmt(stmt, in_parallel);
     let mut exprs = |e: &Expr| e.for_each(&mut |node| on_expr(node, in_parallel));
     match stmt.kind() {
-        StmtKind::For { kind, body, .. } => {
-            walk(body, in_parallel || *kind == ForKind::Parallel, on_stmt, on_expr)
-        }
+        StmtKind::For { kind, body, .. } => walk(body, in_parallel || *kind == ForKind::Parallel, on_stmt, on_expr),
         StmtKind::Let { value, body, .. } => {
             exprs(value);
             walk(body, in_parallel, on_stmt, on_expr);
@@ -101,11 +94,7 @@ pub(crate) fn captures(body: &Stmt) -> Captures {
     let keep_vars = |id: &VarId| !bound_vars.contains(id);
     Captures {
         vars: used_vars.into_iter().filter(|(id, _)| keep_vars(id)).map(|(_, v)| v).collect(),
-        buffers: used_bufs
-            .into_iter()
-            .filter(|(id, _)| !bound_bufs.contains(id))
-            .map(|(_, b)| b)
-            .collect(),
+        buffers: used_bufs.into_iter().filter(|(id, _)| !bound_bufs.contains(id)).map(|(_, b)| b).collect(),
     }
 }
 
@@ -135,17 +124,17 @@ pub(crate) fn promotion(buffer: &Buffer, body: &Stmt) -> Option<Promotion> {
         body,
         false,
         &mut |s, par| {
-            if let StmtKind::Store { buffer: b, indices, .. } = s.kind() {
-                if b == buffer {
-                    store_indices.push((indices.clone(), par));
-                }
+            if let StmtKind::Store { buffer: b, indices, .. } = s.kind()
+                && b == buffer
+            {
+                store_indices.push((indices.clone(), par));
             }
         },
         &mut |e, par| {
-            if let ExprKind::Load(b, indices) = e.kind() {
-                if b == buffer {
-                    load_indices.push((indices.clone(), par));
-                }
+            if let ExprKind::Load(b, indices) = e.kind()
+                && b == buffer
+            {
+                load_indices.push((indices.clone(), par));
             }
         },
     );
@@ -166,9 +155,8 @@ pub(crate) fn promotion(buffer: &Buffer, body: &Stmt) -> Option<Promotion> {
     }
     let scalar = buffer.dtype().scalar;
     let n = lanes_per_piece(scalar) as usize;
-    let piece_aligned = accesses.iter().all(|&(start, lanes)| {
-        is_pieces(buffer.dtype().with_lanes(lanes)) && start % n == 0
-    });
+    let piece_aligned =
+        accesses.iter().all(|&(start, lanes)| is_pieces(buffer.dtype().with_lanes(lanes)) && start % n == 0);
     let pieces = len.div_ceil(n);
     if piece_aligned && pieces <= MAX_PROMOTED_PIECES {
         Some(Promotion::Pieces(pieces))
@@ -183,9 +171,7 @@ pub(crate) fn promotion(buffer: &Buffer, body: &Stmt) -> Option<Promotion> {
 pub(crate) fn constant_access(index: &Expr) -> Option<(i64, u16)> {
     match index.kind() {
         ExprKind::Int(c) => Some((*c, 1)),
-        ExprKind::Ramp(base, stride) if stride.as_int() == Some(1) => {
-            Some((base.as_int()?, index.dtype().lanes))
-        }
+        ExprKind::Ramp(base, stride) if stride.as_int() == Some(1) => Some((base.as_int()?, index.dtype().lanes)),
         _ => None,
     }
 }

@@ -28,16 +28,15 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             return v;
         }
         let to_dtype = DType { scalar: to, lanes: from.lanes };
-        if let Val::Pieces(pieces) = &v {
-            if is_pieces(to_dtype) {
-                if let Some(r) = self.vector_cast(pieces, from, to, saturating) {
-                    return Val::Pieces(r);
-                }
-            }
+        if let Val::Pieces(pieces) = &v
+            && is_pieces(to_dtype)
+            && let Some(r) = self.vector_cast(pieces, from, to, saturating)
+        {
+            return Val::Pieces(r);
         }
         let lanes = self.lanes(&v, from);
         let out: Vec<Value> = lanes.into_iter().map(|x| self.scalar_cast(x, from.scalar, to, saturating)).collect();
-        self.from_lanes(to_dtype, &out)
+        self.pack_lanes(to_dtype, &out)
     }
 
     /// `half::f16::to_f64` / `half::bf16::to_f64` of the raw bits in an I16.
@@ -200,7 +199,8 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 let mut out = Vec::with_capacity(pieces.len() * 2);
                 for &p in pieces {
                     let lo = self.b.ins().fvpromote_low(p);
-                    let high_half = self.shuffle_bytes(p, p, [8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15]);
+                    let high_half =
+                        self.shuffle_bytes(p, p, [8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15]);
                     let high_half = self.bitcast_vec(high_half, types::F32X4);
                     let hi = self.b.ins().fvpromote_low(high_half);
                     out.push(lo);
@@ -224,7 +224,13 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     }
 
     /// Integer to integer conversion of pieces (wrapping, or saturating).
-    fn int_vector_cast(&mut self, mut pieces: Vec<Value>, from: ScalarType, to: ScalarType, saturating: bool) -> Vec<Value> {
+    fn int_vector_cast(
+        &mut self,
+        mut pieces: Vec<Value>,
+        from: ScalarType,
+        to: ScalarType,
+        saturating: bool,
+    ) -> Vec<Value> {
         let (mut w, tw) = (from.bits(), to.bits());
         if saturating && !range_contains(to, from) {
             if from.is_signed_int() && w > tw && w <= 32 {

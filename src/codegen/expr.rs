@@ -2,7 +2,7 @@
 //! and, where x64 has a fitting 128-bit instruction, a piece-wise vector form.
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{InstBuilder, Value, types};
+use cranelift_codegen::ir::{InstBuilder, Type, Value, types};
 use cranelift_module::Module;
 use ir::expr::{BinOp, CmpOp, VectorReduceOp};
 use ir::interp::scalar::int_value;
@@ -137,7 +137,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     }
 
     /// Applies `f(part, type of part)` to every lane or piece.
-    fn map_parts(&mut self, v: Val, mut f: impl FnMut(&mut Self, Value, cranelift_codegen::ir::Type) -> Value) -> Val {
+    fn map_parts(&mut self, v: Val, mut f: impl FnMut(&mut Self, Value, Type) -> Value) -> Val {
         let mut map = |tx: &mut Self, parts: Vec<Value>| {
             parts
                 .into_iter()
@@ -165,15 +165,15 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             return self.cast(r, wide, s, false);
         }
         let (x, y) = (self.natural(x, dtype), self.natural(y, dtype));
-        if let (Val::Pieces(xs), Val::Pieces(ys)) = (&x, &y) {
-            if let Some(r) = self.vector_binary(op, s, xs, ys) {
-                return Val::Pieces(r);
-            }
+        if let (Val::Pieces(xs), Val::Pieces(ys)) = (&x, &y)
+            && let Some(r) = self.vector_binary(op, s, xs, ys)
+        {
+            return Val::Pieces(r);
         }
         let xl = self.lanes(&x, dtype);
         let yl = self.lanes(&y, dtype);
         let r: Vec<Value> = xl.into_iter().zip(yl).map(|(x, y)| self.scalar_binary(op, s, x, y)).collect();
-        self.from_lanes(dtype, &r)
+        self.pack_lanes(dtype, &r)
     }
 
     fn vector_binary(&mut self, op: BinOp, s: ScalarType, xs: &[Value], ys: &[Value]) -> Option<Vec<Value>> {
@@ -399,7 +399,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         let xl = self.lanes(&x, dtype);
         let yl = self.lanes(&y, dtype);
         let r: Vec<Value> = xl.into_iter().zip(yl).map(|(x, y)| cmp(self, x, y)).collect();
-        Ok(self.from_lanes(out, &r))
+        Ok(self.pack_lanes(out, &r))
     }
 
     fn select(&mut self, dtype: DType, c: &Expr, t: &Expr, f: &Expr) -> Result<Val, CompileError> {
@@ -441,9 +441,12 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 let cl = self.lanes(&cv, c.dtype());
                 let tl = self.lanes(&tv, dtype);
                 let fl = self.lanes(&fv, dtype);
-                let r: Vec<Value> =
-                    cl.into_iter().zip(tl.into_iter().zip(fl)).map(|(c, (t, f))| self.b.ins().select(c, t, f)).collect();
-                Ok(self.from_lanes(dtype, &r))
+                let r: Vec<Value> = cl
+                    .into_iter()
+                    .zip(tl.into_iter().zip(fl))
+                    .map(|(c, (t, f))| self.b.ins().select(c, t, f))
+                    .collect();
+                Ok(self.pack_lanes(dtype, &r))
             }
         }
     }
@@ -463,7 +466,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                     self.binary_vals(BinOp::Add, elem, Val::scalar(b), offset).as_scalar()
                 })
                 .collect();
-            return Ok(self.from_lanes(dtype, &lanes));
+            return Ok(self.pack_lanes(dtype, &lanes));
         }
         if let (true, Some(c)) = (is_pieces(dtype), stride.as_int()) {
             // Each piece is splat(base) plus a constant vector of offsets.
@@ -491,7 +494,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                     .collect()
             }
         };
-        Ok(self.from_lanes(dtype, &lanes))
+        Ok(self.pack_lanes(dtype, &lanes))
     }
 
     fn vector_reduce(&mut self, op: VectorReduceOp, dtype: DType, x: &Expr) -> Result<Val, CompileError> {
@@ -534,6 +537,6 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             }
             out.push(acc);
         }
-        Ok(self.from_lanes(dtype, &out))
+        Ok(self.pack_lanes(dtype, &out))
     }
 }

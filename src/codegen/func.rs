@@ -4,8 +4,8 @@ use std::collections::{HashMap, HashSet};
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
-    AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind,
-    Type, UserFuncName, Value, types,
+    AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, Type, UserFuncName, Value,
+    types,
 };
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -54,8 +54,7 @@ impl<'m, M: Module> ModuleCtx<'m, M> {
             host.insert(f, id);
         }
         let stored = analysis::stored_buffers(&func.body);
-        let readonly =
-            func.params.iter().map(Buffer::id).filter(|id| !stored.contains(id)).collect();
+        let readonly = func.params.iter().map(Buffer::id).filter(|id| !stored.contains(id)).collect();
         Ok(ModuleCtx { module, name: func.name.clone(), outlined: 0, clif: String::new(), host, readonly })
     }
 
@@ -329,11 +328,8 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
 
         let body_id = outline(self.cx, var, body, &captures)?;
 
-        let slot = self.b.create_sized_stack_slot(StackSlotData::new(
-            StackSlotKind::ExplicitSlot,
-            offset.max(8) as u32,
-            4,
-        ));
+        let slot =
+            self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, offset.max(8) as u32, 4));
         let closure = self.b.ins().stack_addr(types::I64, slot, 0);
         for (v, off) in stores {
             self.b.ins().store(MemFlagsData::trusted(), v, closure, off);
@@ -372,17 +368,12 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         let bytes = buffer
             .len()
             .checked_mul(scalar.bytes() as i64)
-            .filter(|b| *b < (1 << 40))
             .ok_or_else(|| self.unsupported(format!("buffer {} is too large", buffer.name())))?;
         // At least 16 bytes: a clamped access to an empty buffer still reads element 0.
         let size = bytes.max(16);
         if size <= MAX_STACK_BUFFER && self.stack_bytes + size <= STACK_BUDGET {
             self.stack_bytes += size;
-            let slot = self.b.create_sized_stack_slot(StackSlotData::new(
-                StackSlotKind::ExplicitSlot,
-                size as u32,
-                4,
-            ));
+            let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size as u32, 4));
             let ptr = self.b.ins().stack_addr(types::I64, slot, 0);
             self.buffers.insert(buffer.id(), BufLoc::Memory(ptr));
             self.stmt(body)?;
@@ -446,8 +437,7 @@ fn outline<M: Module>(
                     tx.buffers.insert(*id, BufLoc::Memory(p));
                 }
                 Capture::Var { id, pieces, parts } => {
-                    let values =
-                        parts.iter().map(|&(ty, off)| tx.b.ins().load(ty, flags, closure, off)).collect();
+                    let values = parts.iter().map(|&(ty, off)| tx.b.ins().load(ty, flags, closure, off)).collect();
                     let val = if *pieces { Val::Pieces(values) } else { Val::Lanes(values) };
                     tx.env.insert(*id, val);
                 }

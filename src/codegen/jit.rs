@@ -47,10 +47,9 @@ pub fn compile(
     }
     let mut module = JITModule::new(builder);
     let translation = translate(&mut module, func, Linkage::Export)?;
-    module.finalize_definitions().map_err(|e| CompileError::Cranelift {
-        func: func.name.clone(),
-        message: e.to_string(),
-    })?;
+    module
+        .finalize_definitions()
+        .map_err(|e| CompileError::Cranelift { func: func.name.clone(), message: e.to_string() })?;
     let entry = module.get_finalized_function(translation.entry);
     Ok((JitCode { module: Some(module), entry }, translation))
 }

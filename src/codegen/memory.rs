@@ -95,9 +95,8 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                         .collect();
                     Ok(Val::Pieces(pieces))
                 } else {
-                    let lanes = (0..dtype.lanes as i32)
-                        .map(|j| self.b.ins().load(ty, flags, addr, j * bytes as i32))
-                        .collect();
+                    let lanes =
+                        (0..dtype.lanes as i32).map(|j| self.b.ins().load(ty, flags, addr, j * bytes as i32)).collect();
                     Ok(Val::Lanes(lanes))
                 }
             }
@@ -116,7 +115,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                         self.b.ins().load(ty, flags, addr, 0)
                     })
                     .collect::<Vec<_>>();
-                Ok(self.from_lanes(dtype, &lanes))
+                Ok(self.pack_lanes(dtype, &lanes))
             }
         }
     }
@@ -149,24 +148,20 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             self.b.ins().store(flags, v.as_scalar(), addr, 0);
             return Ok(());
         }
-        if let ExprKind::Ramp(start, stride) = index.kind() {
-            if stride.as_int() == Some(1) {
-                let start = self.expr(start)?.as_scalar();
-                let addr = self.address(base, start, bytes);
-                let (parts, step) = match &v {
-                    Val::Pieces(p) => (p.clone(), 16),
-                    Val::Lanes(l) => (l.clone(), bytes as i32),
-                };
-                for (k, p) in parts.into_iter().enumerate() {
-                    let p = if dtype.is_bool() && dtype.is_vector() && is_pieces(dtype) {
-                        self.b.ins().ineg(p)
-                    } else {
-                        p
-                    };
-                    self.b.ins().store(flags, p, addr, k as i32 * step);
-                }
-                return Ok(());
+        if let ExprKind::Ramp(start, stride) = index.kind()
+            && stride.as_int() == Some(1)
+        {
+            let start = self.expr(start)?.as_scalar();
+            let addr = self.address(base, start, bytes);
+            let (parts, step) = match &v {
+                Val::Pieces(p) => (p.clone(), 16),
+                Val::Lanes(l) => (l.clone(), bytes as i32),
+            };
+            for (k, p) in parts.into_iter().enumerate() {
+                let p = if dtype.is_bool() && step == 16 { self.b.ins().ineg(p) } else { p };
+                self.b.ins().store(flags, p, addr, k as i32 * step);
             }
+            return Ok(());
         }
         // Scatter, lanes in increasing order (a later lane wins on equal indices).
         let addrs = self.index_lanes(index)?;
@@ -188,7 +183,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             Val::Pieces(values)
         } else {
             let values: Vec<Value> = (start..start + lanes as usize).map(|k| self.b.use_var(vars[k])).collect();
-            self.from_lanes(dtype, &values)
+            self.pack_lanes(dtype, &values)
         }
     }
 

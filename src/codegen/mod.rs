@@ -7,6 +7,10 @@
 //! * one local function `f__parN(closure: *const u8, index: i64) -> i32` per parallel loop,
 //!   run through the imported `tensorlift_parallel_for` (see `HostFn` for every import).
 //!
+//! Generated code trusts its input: every access is in bounds (`guard_accesses` clamped it),
+//! and a parameter the function writes overlaps no other parameter; loads from parameters it
+//! never writes are treated as pure (merged and hoisted out of loops).
+//!
 //! Values: scalars are Cranelift scalars; a vector is a list of 128-bit pieces when its size
 //! is a multiple of 128 bits, else a list of per-lane scalars (`types::Val`). Small scratch
 //! buffers whose every access has a constant index are promoted to SSA variables, which is how

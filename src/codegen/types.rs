@@ -36,7 +36,7 @@ pub(crate) fn mask_type(bits: u32) -> Type {
 
 /// True if values of `dtype` are held as 128-bit pieces (its natural layout).
 pub(crate) fn is_pieces(dtype: DType) -> bool {
-    dtype.lanes > 1 && (dtype.lanes as u32 * dtype.bits()) % 128 == 0
+    dtype.lanes > 1 && (dtype.lanes as u32 * dtype.bits()).is_multiple_of(128)
 }
 
 /// A translated value of some dtype.

@@ -29,7 +29,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     }
 
     /// A value of `dtype` in its natural layout, built from scalar lanes.
-    pub fn from_lanes(&mut self, dtype: DType, lanes: &[Value]) -> Val {
+    pub fn pack_lanes(&mut self, dtype: DType, lanes: &[Value]) -> Val {
         assert_eq!(lanes.len(), dtype.lanes as usize, "lane count of {dtype}");
         if !is_pieces(dtype) {
             return Val::Lanes(lanes.to_vec());
@@ -57,16 +57,12 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         if !dtype.is_bool() || dtype.is_scalar() {
             return v;
         }
-        if is_pieces(dtype) {
-            Val::Pieces(self.masks(v, dtype, 8))
-        } else {
-            Val::Lanes(self.lanes(&v, dtype))
-        }
+        if is_pieces(dtype) { Val::Pieces(self.masks(v, dtype, 8)) } else { Val::Lanes(self.lanes(&v, dtype)) }
     }
 
     /// A bool vector as lane masks `bits` wide; `lanes * bits` must fill whole pieces.
     pub fn masks(&mut self, v: Val, dtype: DType, bits: u32) -> Vec<Value> {
-        assert!(dtype.is_bool() && (dtype.lanes as u32 * bits) % 128 == 0, "masks of {dtype} at {bits} bits");
+        assert!(dtype.is_bool() && (dtype.lanes as u32 * bits).is_multiple_of(128), "masks of {dtype} at {bits} bits");
         match v {
             Val::Pieces(mut pieces) => {
                 let mut w = self.b.func.dfg.value_type(pieces[0]).lane_bits();
@@ -163,7 +159,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     /// Halves the lane width of integer pieces, keeping the low bits of each lane: two input
     /// pieces make one output piece.
     pub fn narrow_wrap(&mut self, pieces: &[Value]) -> Vec<Value> {
-        assert!(pieces.len() % 2 == 0, "narrowing needs pairs of pieces");
+        assert!(pieces.len().is_multiple_of(2), "narrowing needs pairs of pieces");
         let ty = self.b.func.dfg.value_type(pieces[0]);
         let in_bytes = ty.lane_bits() as usize / 8;
         let out_ty = mask_type(ty.lane_bits() / 2);

@@ -4,7 +4,7 @@
 //! against the function's parameters before generated code runs, which together with
 //! `guard_accesses` (every access is clamped in bounds) makes calls memory safe.
 
-pub mod host;
+pub(crate) mod host;
 mod target;
 mod tensor;
 
@@ -100,7 +100,10 @@ pub fn compile(func: &ir::Func, options: &CompileOptions) -> Result<CompiledFunc
         clif: translation.clif,
         compile_time: start.elapsed(),
         threads: translation.has_parallel.then(|| {
-            options.threads.filter(|&t| t > 0).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            options
+                .threads
+                .filter(|&t| t > 0)
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         }),
         pool: OnceLock::new(),
     })

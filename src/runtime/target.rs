@@ -35,13 +35,8 @@ impl IsaLevel {
         {
             use std::arch::is_x86_feature_detected as has;
             let sse42 = has!("ssse3") && has!("sse4.1") && has!("sse4.2") && has!("popcnt");
-            let avx2 = sse42
-                && has!("avx")
-                && has!("avx2")
-                && has!("fma")
-                && has!("bmi1")
-                && has!("bmi2")
-                && has!("lzcnt");
+            let avx2 =
+                sse42 && has!("avx") && has!("avx2") && has!("fma") && has!("bmi1") && has!("bmi2") && has!("lzcnt");
             match self {
                 IsaLevel::Sse42 => sse42,
                 IsaLevel::Avx2 => avx2,

@@ -13,11 +13,11 @@ fn lane_counts(ty: ScalarType) -> [u16; 4] {
 
 fn binop_func(ty: ScalarType, ops: &[BinOp], lanes: u16, n: i64) -> Func {
     let d = DType::scalar(ty);
-    let builders: Vec<Box<dyn Fn(&[Expr]) -> Expr>> = ops
+    let builders: Vec<BoxedBuild> = ops
         .iter()
-        .map(|&op| Box::new(move |x: &[Expr]| Expr::binary(op, x[0].clone(), x[1].clone())) as Box<dyn Fn(&[Expr]) -> Expr>)
+        .map(|&op| Box::new(move |x: &[Expr]| Expr::binary(op, x[0].clone(), x[1].clone())) as BoxedBuild)
         .collect();
-    let outputs: Vec<(DType, &dyn Fn(&[Expr]) -> Expr)> = builders.iter().map(|b| (d, b.as_ref())).collect();
+    let outputs: Vec<(DType, Build<'_>)> = builders.iter().map(|b| (d, b.as_ref())).collect();
     elementwise(&format!("binops_{ty}_x{lanes}"), &[d, d], &outputs, n, lanes)
 }
 
@@ -52,7 +52,7 @@ fn bool_logic_matches_interp() {
     let d = DType::BOOL;
     let a = Array::from_i64(d, &[48], &(0..48).map(|i| i % 2).collect::<Vec<_>>());
     let b = Array::from_i64(d, &[48], &(0..48).map(|i| (i / 2) % 2).collect::<Vec<_>>());
-    let ops: [&dyn Fn(&[Expr]) -> Expr; 6] = [
+    let ops: [Build<'_>; 6] = [
         &|x| Expr::binary(BinOp::And, x[0].clone(), x[1].clone()),
         &|x| Expr::binary(BinOp::Or, x[0].clone(), x[1].clone()),
         &|x| Expr::binary(BinOp::Xor, x[0].clone(), x[1].clone()),
@@ -61,7 +61,7 @@ fn bool_logic_matches_interp() {
         &|x| Expr::cmp(CmpOp::Lt, x[0].clone(), x[1].clone()),
     ];
     for lanes in [1, 3, 16] {
-        let outputs: Vec<(DType, &dyn Fn(&[Expr]) -> Expr)> = ops.iter().map(|f| (d, *f)).collect();
+        let outputs: Vec<(DType, Build<'_>)> = ops.iter().map(|f| (d, *f)).collect();
         let func = elementwise(&format!("bools_x{lanes}"), &[d, d], &outputs, 48, lanes);
         let mut args = vec![a.clone(), b.clone()];
         args.extend(zeros_like(&func, 2));
@@ -75,11 +75,11 @@ fn comparisons_match_interp_on_every_type() {
     for ty in ScalarType::ALL.into_iter().filter(|t| !t.is_bool()) {
         let (a, b) = sample_pairs(ty);
         let d = DType::scalar(ty);
-        let builders: Vec<Box<dyn Fn(&[Expr]) -> Expr>> = ops
+        let builders: Vec<BoxedBuild> = ops
             .iter()
-            .map(|&op| Box::new(move |x: &[Expr]| Expr::cmp(op, x[0].clone(), x[1].clone())) as Box<dyn Fn(&[Expr]) -> Expr>)
+            .map(|&op| Box::new(move |x: &[Expr]| Expr::cmp(op, x[0].clone(), x[1].clone())) as BoxedBuild)
             .collect();
-        let outputs: Vec<(DType, &dyn Fn(&[Expr]) -> Expr)> = builders.iter().map(|b| (DType::BOOL, b.as_ref())).collect();
+        let outputs: Vec<(DType, Build<'_>)> = builders.iter().map(|b| (DType::BOOL, b.as_ref())).collect();
         for lanes in lane_counts(ty) {
             let n = a.len() / lanes as usize * lanes as usize;
             let func = elementwise(&format!("cmp_{ty}_x{lanes}"), &[d, d], &outputs, n as i64, lanes);
@@ -96,7 +96,7 @@ fn division_by_constants_including_powers_of_two_zero_and_minus_one() {
         let d = DType::scalar(ty);
         let (a, _) = sample_pairs(ty);
         for lanes in [1, (128 / ty.bits()) as u16] {
-            let builders: Vec<Box<dyn Fn(&[Expr]) -> Expr>> = [4i64, 1, 3, 0, -1, -4, 64]
+            let builders: Vec<BoxedBuild> = [4i64, 1, 3, 0, -1, -4, 64]
                 .into_iter()
                 .flat_map(|c| {
                     [BinOp::Div, BinOp::Mod].map(move |op| {
@@ -104,11 +104,11 @@ fn division_by_constants_including_powers_of_two_zero_and_minus_one() {
                             let c = Expr::int(d, c);
                             let c = if lanes == 1 { c } else { Expr::broadcast(c, lanes) };
                             Expr::binary(op, x[0].clone(), c)
-                        }) as Box<dyn Fn(&[Expr]) -> Expr>
+                        }) as BoxedBuild
                     })
                 })
                 .collect();
-            let outputs: Vec<(DType, &dyn Fn(&[Expr]) -> Expr)> = builders.iter().map(|b| (d, b.as_ref())).collect();
+            let outputs: Vec<(DType, Build<'_>)> = builders.iter().map(|b| (d, b.as_ref())).collect();
             let func = elementwise(&format!("divc_{ty}_x{lanes}"), &[d], &outputs, a.len() as i64, lanes);
             let mut args = vec![a.clone()];
             args.extend(zeros_like(&func, 1));
@@ -116,7 +116,7 @@ fn division_by_constants_including_powers_of_two_zero_and_minus_one() {
         }
     }
     // Power-of-two divisors are shifts and masks on whole vectors.
-    let pow2: [(DType, &dyn Fn(&[Expr]) -> Expr); 2] = [
+    let pow2: [(DType, Build<'_>); 2] = [
         (DType::I32, &|x| x[0].clone() / Expr::broadcast(Expr::int(DType::I32, 8), 4)),
         (DType::I32, &|x| x[0].clone() % Expr::broadcast(Expr::int(DType::I32, 8), 4)),
     ];
@@ -124,7 +124,10 @@ fn division_by_constants_including_powers_of_two_zero_and_minus_one() {
     let mut args = vec![array_of(ScalarType::I32, 16, &[-9.0, 9.0, -16.0, 0.0, 7.0])];
     args.extend(zeros_like(&func, 1));
     let clif = check(&func, &args).clif_text().to_string();
-    assert!(clif.contains("sshr") && clif.contains("band") && !clif.contains("sdiv") && !clif.contains("extractlane"), "{clif}");
+    assert!(
+        clif.contains("sshr") && clif.contains("band") && !clif.contains("sdiv") && !clif.contains("extractlane"),
+        "{clif}"
+    );
 }
 
 #[test]
@@ -135,7 +138,7 @@ fn vector_shifts_by_a_uniform_amount() {
         let (a, b) = sample_pairs(ty);
         let shl = |x: &[Expr]| Expr::binary(BinOp::Shl, x[0].clone(), Expr::broadcast(Expr::int(d, 3), lanes));
         let shr = |x: &[Expr]| Expr::binary(BinOp::Shr, x[0].clone(), Expr::broadcast(Expr::int(d, -1), lanes));
-        let outputs: [(DType, &dyn Fn(&[Expr]) -> Expr); 2] = [(d, &shl), (d, &shr)];
+        let outputs: [(DType, Build<'_>); 2] = [(d, &shl), (d, &shr)];
         let func = elementwise(&format!("shifts_{ty}"), &[d, d], &outputs, a.len() as i64, lanes);
         let mut args = vec![a, b];
         args.extend(zeros_like(&func, 2));
@@ -153,7 +156,10 @@ fn cast_samples(ty: ScalarType) -> Array {
     if ty.is_float() {
         return array_of(ty, values.len(), &values);
     }
-    let ints: Vec<i64> = int_samples(ty).into_iter().chain([5, 1 << 20, -(1 << 40), i64::MAX, i64::MIN, 0x1234_5678, -255, 255]).collect();
+    let ints: Vec<i64> = int_samples(ty)
+        .into_iter()
+        .chain([5, 1 << 20, -(1 << 40), i64::MAX, i64::MIN, 0x1234_5678, -255, 255])
+        .collect();
     let mut all: Vec<i64> = ints.clone();
     all.extend(ints.iter().map(|v| v.wrapping_mul(0x9e37_79b9_7f4a_7c15u64 as i64)));
     all.truncate(values.len());
@@ -165,17 +171,17 @@ fn casts_between_every_pair_of_types_scalar_and_vector() {
     for from in ScalarType::ALL {
         let input = cast_samples(from);
         let d = DType::scalar(from);
-        let builders: Vec<(DType, Box<dyn Fn(&[Expr]) -> Expr>)> = ScalarType::ALL
+        let builders: Vec<(DType, BoxedBuild)> = ScalarType::ALL
             .into_iter()
             .flat_map(|to| {
                 let to_d = DType::scalar(to);
                 [
-                    (to_d, Box::new(move |x: &[Expr]| x[0].cast(to_d)) as Box<dyn Fn(&[Expr]) -> Expr>),
-                    (to_d, Box::new(move |x: &[Expr]| x[0].saturating_cast(to_d)) as Box<dyn Fn(&[Expr]) -> Expr>),
+                    (to_d, Box::new(move |x: &[Expr]| x[0].cast(to_d)) as BoxedBuild),
+                    (to_d, Box::new(move |x: &[Expr]| x[0].saturating_cast(to_d)) as BoxedBuild),
                 ]
             })
             .collect();
-        let outputs: Vec<(DType, &dyn Fn(&[Expr]) -> Expr)> = builders.iter().map(|(d, b)| (*d, b.as_ref())).collect();
+        let outputs: Vec<(DType, Build<'_>)> = builders.iter().map(|(d, b)| (*d, b.as_ref())).collect();
         for lanes in [1, 3, 4, 8, 16] {
             let n = input.len() / lanes as usize * lanes as usize;
             let func = elementwise(&format!("cast_{from}_x{lanes}"), &[d], &outputs, n as i64, lanes);

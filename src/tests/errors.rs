@@ -27,6 +27,7 @@ fn assert_error(result: Result<(), RuntimeError>, expected: RuntimeError, messag
 #[test]
 fn call_checks_count_dtype_and_shape_before_running() {
     let f = compile(&add_func(), &CompileOptions::default()).unwrap();
+    assert_eq!(f.threads(), None);
     let mut a = Tensor::zeros(DType::I32, &[64, 32]);
     let mut b = Tensor::zeros(DType::I32, &[48, 32]);
     let mut c = Tensor::zeros(DType::I32, &[48, 32]);
@@ -93,8 +94,10 @@ fn tensor_construction_errors_and_round_trips() {
     assert!(err.to_string().contains("shape [2, 3] has 6 elements, found 3"), "{err}");
     let err = Tensor::from_le_bytes(DType::I32, &[-1, 2], &[]).unwrap_err();
     assert_eq!(err, RuntimeError::BadShape { shape: vec![-1, 2] });
+    assert!(err.to_string().contains("tensor shape [-1, 2]: dimensions must be non-negative"), "{err}");
     let err = Tensor::from_le_bytes(DType::I32.with_lanes(4), &[1], &[0; 16]).unwrap_err();
-    assert!(matches!(err, RuntimeError::VectorDType { .. }), "{err}");
+    assert_eq!(err, RuntimeError::VectorDType { found: DType::I32.with_lanes(4) });
+    assert!(err.to_string().contains("expected a scalar dtype, found i32x4"), "{err}");
 
     let t = Tensor::from_slice(&[3], &[half::f16::from_f32(1.5), half::f16::NAN, half::f16::from_f32(-0.0)]).unwrap();
     let err = t.to_vec::<f32>().unwrap_err();
@@ -111,8 +114,30 @@ fn tensor_construction_errors_and_round_trips() {
     assert_eq!(raw.as_bytes(), &[0, 1]);
 
     let empty = Tensor::zeros(DType::F64, &[0, 5]);
-    assert!(empty.is_empty() && empty.len() == 0 && empty.as_bytes().is_empty());
+    assert!(empty.is_empty() && empty.as_bytes().is_empty());
+    assert_eq!(empty.len(), 0);
     assert_eq!(empty.shape(), &[0, 5]);
     // Data is 64-byte aligned.
     assert_eq!(Tensor::zeros(DType::U8, &[3]).as_bytes().as_ptr() as usize % 64, 0);
+}
+
+#[test]
+fn compiled_functions_are_shared_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<crate::CompiledFunc>();
+    let f = compile(&add_func(), &CompileOptions::default()).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let f = &f;
+            s.spawn(move || {
+                let a: Vec<i32> = (0..2048).map(|x| x * t).collect();
+                let b: Vec<i32> = (0..1536).collect();
+                let mut c = vec![0i32; 1536];
+                for _ in 0..50 {
+                    f.call_args(&mut [Arg::from_slice(&a), Arg::from_slice(&b), Arg::from_mut_slice(&mut c)]).unwrap();
+                }
+                assert!((0..1536).all(|i| c[i] == i as i32 * (t + 1)));
+            });
+        }
+    });
 }

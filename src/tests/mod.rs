@@ -51,12 +51,46 @@ fn check(func: &Func, args: &[Array]) -> CompiledFunc {
 fn int_samples(ty: ScalarType) -> Vec<i64> {
     let (lo, hi) = ty.int_range().unwrap_or((0, 1));
     let (lo, hi) = (lo as i64, hi as i64);
-    vec![0, 1, -1, 2, -2, 3, -7, 7, lo, hi, lo.wrapping_add(1), hi.wrapping_sub(1), 100, -100, 0x5a5a_5a5a_5a5a_5a5a, 64]
+    vec![
+        0,
+        1,
+        -1,
+        2,
+        -2,
+        3,
+        -7,
+        7,
+        lo,
+        hi,
+        lo.wrapping_add(1),
+        hi.wrapping_sub(1),
+        100,
+        -100,
+        0x5a5a_5a5a_5a5a_5a5a,
+        64,
+    ]
 }
 
 /// Interesting floats: signed zeros, infinities, NaN, subnormals, halves, large values.
 fn float_samples() -> Vec<f64> {
-    vec![0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 7.25, -7.0, 1e-3, 65504.0, 3.0e38, 6e-8, f64::INFINITY, f64::NEG_INFINITY, f64::NAN]
+    vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -2.5,
+        3.0,
+        7.25,
+        -7.0,
+        1e-3,
+        65504.0,
+        3.0e38,
+        6e-8,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ]
 }
 
 /// A 1-D array of `n` values of `ty` cycling through `values` (`Cast` semantics).
@@ -97,17 +131,16 @@ fn lane_index(i: &Var, lanes: u16) -> Expr {
     if lanes == 1 { Expr::var(i) } else { Expr::ramp(Expr::var(i) * lanes as i64, Expr::index(1), lanes) }
 }
 
+/// Builds an output expression from the loaded inputs.
+type Build<'a> = &'a dyn Fn(&[Expr]) -> Expr;
+type BoxedBuild = Box<dyn Fn(&[Expr]) -> Expr>;
+
 /// `for i in 0..n/lanes { out_k[idx] = f_k(inputs[idx]...) }` for each output expression
 /// builder, with every buffer 1-D of `n` elements.
-fn elementwise(
-    name: &str,
-    inputs: &[DType],
-    outputs: &[(DType, &dyn Fn(&[Expr]) -> Expr)],
-    n: i64,
-    lanes: u16,
-) -> Func {
+fn elementwise(name: &str, inputs: &[DType], outputs: &[(DType, Build<'_>)], n: i64, lanes: u16) -> Func {
     let ins: Vec<Buffer> = inputs.iter().enumerate().map(|(k, d)| Buffer::new(format!("in{k}"), *d, vec![n])).collect();
-    let outs: Vec<Buffer> = outputs.iter().enumerate().map(|(k, (d, _))| Buffer::new(format!("out{k}"), *d, vec![n])).collect();
+    let outs: Vec<Buffer> =
+        outputs.iter().enumerate().map(|(k, (d, _))| Buffer::new(format!("out{k}"), *d, vec![n])).collect();
     let i = Var::index("i");
     let idx = lane_index(&i, lanes);
     let loaded: Vec<Expr> = ins.iter().map(|b| Expr::load(b, vec![idx.clone()])).collect();
@@ -145,3 +178,4 @@ const ALL_BINOPS: [BinOp; 12] = [
     BinOp::Shl,
     BinOp::Shr,
 ];
+mod scratch_tmp;

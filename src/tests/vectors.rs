@@ -47,8 +47,15 @@ fn scatter_with_equal_indices_keeps_the_last_lane() {
     let out = Buffer::new("out", DType::I32, vec![2]);
     let value = Expr::load(&a, vec![Expr::ramp(Expr::index(0), Expr::index(1), 8)]);
     let index = Expr::broadcast(Expr::index(1), 8);
-    let func = Func { name: "collide".into(), params: vec![a, out.clone()], body: Stmt::store(&out, vec![index], value) };
-    check(&func, &[array_of(ScalarType::I32, 8, &[10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0]), Array::zeros(DType::I32, &[2])]);
+    let func =
+        Func { name: "collide".into(), params: vec![a, out.clone()], body: Stmt::store(&out, vec![index], value) };
+    check(
+        &func,
+        &[
+            array_of(ScalarType::I32, 8, &[10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0]),
+            Array::zeros(DType::I32, &[2]),
+        ],
+    );
 }
 
 #[test]
@@ -62,14 +69,20 @@ fn odd_lane_counts_and_mixed_widths() {
     // u8x4 (32 bits: per-lane) widened to i32x4 (one piece) and added.
     let widen = |x: &[Expr]| x[0].cast(DType::I32) + x[1].clone();
     let func = elementwise("u8x4_to_i32x4", &[DType::U8, DType::I32], &[(DType::I32, &widen)], 64, 4);
-    let mut args = vec![array_of(ScalarType::U8, 64, &[0.0, 255.0, 128.0, 7.0, 9.0]), array_of(ScalarType::I32, 64, &[1.0, -300.0])];
+    let mut args = vec![
+        array_of(ScalarType::U8, 64, &[0.0, 255.0, 128.0, 7.0, 9.0]),
+        array_of(ScalarType::I32, 64, &[1.0, -300.0]),
+    ];
     args.extend(zeros_like(&func, 2));
     check(&func, &args);
 
     // f16x8 is one piece of raw bits; arithmetic goes through f64 per lane.
     let fma = |x: &[Expr]| x[0].clone() * x[1].clone() + x[0].clone();
     let func = elementwise("f16x8", &[DType::F16, DType::F16], &[(DType::F16, &fma)], 64, 8);
-    let mut args = vec![array_of(ScalarType::F16, 64, &float_samples()), array_of(ScalarType::F16, 64, &[0.1, -3.0, 1e4, 0.5, 7.0])];
+    let mut args = vec![
+        array_of(ScalarType::F16, 64, &float_samples()),
+        array_of(ScalarType::F16, 64, &[0.1, -3.0, 1e4, 0.5, 7.0]),
+    ];
     args.extend(zeros_like(&func, 2));
     check(&func, &args);
 }
@@ -103,7 +116,9 @@ fn vector_reduce_matches_interp() {
         let body = Stmt::for_loop(i, n / in_lanes as i64, ForKind::Serial, body);
         let func = Func { name: format!("reduce_{ty}_{in_lanes}_{out_lanes}"), params: vec![a, out.clone()], body };
         let values = if ty.is_float() { float_samples() } else { int_samples(ty).iter().map(|&v| v as f64).collect() };
-        let input = if ty.is_float() { array_of(ty, n as usize, &values) } else {
+        let input = if ty.is_float() {
+            array_of(ty, n as usize, &values)
+        } else {
             let v: Vec<i64> = (0..n as usize).map(|k| int_samples(ty)[k % 16].wrapping_add(k as i64)).collect();
             Array::from_i64(d, &[n], &v)
         };
@@ -130,7 +145,8 @@ fn select_with_vector_conditions_of_every_shape() {
     ];
     for (cmp_ty, arm_ty, lanes) in cases {
         let (c, a) = (DType::scalar(cmp_ty), DType::scalar(arm_ty));
-        let sel = |x: &[Expr]| Expr::select(Expr::cmp(CmpOp::Lt, x[0].clone(), x[1].clone()), x[2].clone(), x[3].clone());
+        let sel =
+            |x: &[Expr]| Expr::select(Expr::cmp(CmpOp::Lt, x[0].clone(), x[1].clone()), x[2].clone(), x[3].clone());
         let func = elementwise(&format!("select_{cmp_ty}_{arm_ty}_x{lanes}"), &[c, c, a, a], &[(a, &sel)], 48, lanes);
         let (p, q) = sample_pairs(cmp_ty);
         let arms = |k: f64| array_of(arm_ty, 48, &[k, -1.0, 0.0, 3.5 * k, 1.0]);
@@ -151,7 +167,8 @@ fn select_with_vector_conditions_of_every_shape() {
     let i = Var::index("i");
     let idx = lane_index(&i, 4);
     let cond = Expr::cmp(CmpOp::Gt, Expr::load(&a, vec![Expr::var(&i) * 4]), Expr::int(DType::I32, 0));
-    let value = Expr::select(Expr::broadcast(cond, 4), Expr::load(&b, vec![idx.clone()]), Expr::load(&c, vec![idx.clone()]));
+    let value =
+        Expr::select(Expr::broadcast(cond, 4), Expr::load(&b, vec![idx.clone()]), Expr::load(&c, vec![idx.clone()]));
     let body = Stmt::for_loop(i, 12, ForKind::Serial, Stmt::store(&out, vec![idx], value));
     let func = Func { name: "select_broadcast".into(), params: vec![a, b, c, out], body };
     let args = [
@@ -178,9 +195,14 @@ fn ramps_and_broadcasts_of_every_kind() {
         let (a, out) = (Buffer::new("a", d, vec![n]), Buffer::new("out", d, vec![n]));
         let i = Var::index("i");
         let base = Expr::load(&a, vec![Expr::var(&i) * lanes as i64]);
-        let value = Expr::ramp(base.clone(), stride, lanes)
-            + Expr::broadcast(Expr::load(&a, vec![Expr::var(&i)]), lanes);
-        let body = Stmt::for_loop(i.clone(), n / lanes as i64, ForKind::Serial, Stmt::store(&out, vec![lane_index(&i, lanes)], value));
+        let value =
+            Expr::ramp(base.clone(), stride, lanes) + Expr::broadcast(Expr::load(&a, vec![Expr::var(&i)]), lanes);
+        let body = Stmt::for_loop(
+            i.clone(),
+            n / lanes as i64,
+            ForKind::Serial,
+            Stmt::store(&out, vec![lane_index(&i, lanes)], value),
+        );
         let func = Func { name: format!("ramp_{ty}_x{lanes}"), params: vec![a, out], body };
         check(&func, &[array_of(ty, n as usize, &[1.0, 250.0, -3.0, 0.5, 7.0]), Array::zeros(d, &[n])]);
     }

@@ -126,7 +126,8 @@ impl Scope {
     /// Refines the scope with what `cond == holds` implies: comparisons of integers (`x < e`,
     /// `e >= x`, `x == e`, ...) bound each non-constant side by the other side's bounds, through
     /// `&` (when it holds), `|` (when it fails) and `!`. A variable side narrows the variable; any
-    /// other side is remembered as a fact about that expression (matched structurally).
+    /// other side is remembered as a fact about that expression (matched structurally), unless it
+    /// reads memory, which a store under the condition could change.
     pub fn assume(&mut self, cond: &Expr, holds: bool) -> Assumptions {
         let mut pushed = Assumptions { vars: Vec::new(), facts: 0 };
         self.assume_into(cond, holds, &mut pushed);
@@ -177,7 +178,11 @@ impl Scope {
     }
 
     fn narrow(&mut self, expr: &Expr, interval: Interval, pushed: &mut Assumptions) {
+        let mut reads_memory = false;
+        expr.for_each(&mut |e| reads_memory |= matches!(e.kind(), ExprKind::Load(..) | ExprKind::TensorRead(..)));
         match expr.kind() {
+            // A load may read a different value after a store in the branch: no fact.
+            _ if reads_memory => {}
             ExprKind::Int(_) => {}
             ExprKind::Var(v) => {
                 self.push(v, interval);
@@ -615,6 +620,16 @@ mod tests {
         let facts = s.assume(&(x.to_expr().ge(3) | y.to_expr().gt(7)), false);
         assert_eq!(s.get(&x), Some(Interval::new(0, 2)));
         assert_eq!(s.get(&y), Some(Interval::new(0, 7)));
+        s.forget(facts);
+    }
+
+    #[test]
+    fn conditions_on_memory_are_not_facts() {
+        let mut s = Scope::new();
+        let buf = crate::Buffer::new("A", DType::I64, vec![4]);
+        let load = Expr::load(&buf, vec![idx(0)]);
+        let facts = s.assume(&load.lt(5), true);
+        assert_eq!(bounds_of(&load, &s), Interval::of_type(DType::I64));
         s.forget(facts);
     }
 

@@ -61,8 +61,9 @@ mod tests {
         let f = matmul();
         assert_eq!(verify(&f, VerifyLevel::Lowered), Ok(()));
         let mut stages = vec![f.clone()];
-        let pipeline: [fn(&Func) -> Func; 6] =
-            [simplify, vectorize_loops, unroll_loops, flatten_buffers, simplify, remove_no_ops];
+        // The order of `lower::lower`.
+        let pipeline: [fn(&Func) -> Func; 7] =
+            [simplify, flatten_buffers, simplify, vectorize_loops, unroll_loops, simplify, remove_no_ops];
         for pass in pipeline {
             let next = pass(stages.last().unwrap());
             assert_eq!(verify(&next, VerifyLevel::Lowered), Ok(()), "{next}");

@@ -26,14 +26,19 @@ use crate::stmt::{Buffer, ForKind, Func, Stmt, StmtKind};
 ///   associative and commutative).
 ///
 /// Vectorizing runs the lanes of each statement together instead of one lane after another, so
-/// it is applied only when that cannot change results: every buffer the body stores to must be
-/// accessed, in some dimension, by the same `ramp(base, c, n)` with `c != 0` and `base`
-/// invariant in the loop (so distinct lanes touch distinct elements), or only by the one
-/// reduction statement. Everything else falls back to a `Serial` loop (vectorized loops inside
-/// are still vectorized): an `If` whose condition depends on the lane, an `Allocate`, a
-/// `Parallel` or nested `Vectorized` loop, a lane-invariant store that is not such a reduction,
-/// float reductions (reassociation changes rounding), accesses it cannot prove lane-disjoint,
-/// extents below 2 or above `u16::MAX`, and bodies already holding vectors.
+/// it is applied only when that cannot change results: every buffer the body stores to must
+/// either be touched only by one such reduction, or be accessed, in some dimension, only through
+/// `ramp(base, s, n)` with one constant `s != 0`, bases that agree on their loop-invariant terms,
+/// and loop-varying parts proven (`separates_lanes`) never to map two lanes to one element. So
+/// `C[ramp(i*48 + j.outer*8, 1, 8)]` inside a reduction loop qualifies, as do `C[ramp(j, 8, 4)]`
+/// for an inner `j` in `0..8` and `C[ramp(k*8, 1, 8)]` for any inner `k`.
+///
+/// Everything else falls back to a `Serial` loop (vectorized loops inside are still
+/// vectorized): an `If` whose condition depends on the lane (such as the tail guard of a split
+/// that does not divide the extent), an `Allocate`, a `Parallel` or nested `Vectorized` loop, a
+/// lane-invariant store that is not such a reduction, float reductions (reassociation changes
+/// rounding), accesses it cannot prove lane-disjoint, extents below 2 or above `u16::MAX`, and
+/// bodies already holding vectors.
 ///
 /// Does not simplify (run `simplify` afterwards) or check bounds.
 pub fn vectorize_loops(func: &Func) -> Func {
@@ -288,7 +293,7 @@ fn separates_lanes<'a>(
         }
     }
     match (stride, rests.min, rests.max) {
-        (Some(s), Some(lo), Some(hi)) => hi - lo <= (s as i128).abs(),
+        (Some(s), Some(lo), Some(hi)) => hi - lo < (s as i128).abs(),
         _ => false,
     }
 }
