@@ -82,6 +82,6 @@ pub enum LowerError {
     MissingOutput { tensor: String, args: String },
     #[error("lower: argument {tensor} is given more than once")]
     DuplicateArgument { tensor: String },
-    #[error("lower: argument {tensor} is neither an input nor an output of this schedule")]
+    #[error("lower: argument {tensor} is neither a placeholder nor an output of this schedule")]
     UnusedArgument { tensor: String },
 }

@@ -110,12 +110,24 @@ pub(crate) fn loop_invariants(body: &Stmt, loop_var: VarId, readonly: &HashSet<B
     let mut bound = HashSet::from([loop_var]);
     collect_bound(body, &mut bound);
     let mut out = Vec::new();
-    visit_exprs(body, &mut |e| {
-        if invariant_parts(e, &bound, readonly, &mut out) && !is_trivial(e) {
-            out.push(e.clone());
+    visit_exprs(body, &mut |e, is_index| {
+        if invariant_parts(e, &bound, readonly, &mut out) {
+            push_candidate(e, is_index, &mut out);
         }
     });
     out
+}
+
+/// Records an invariant expression worth hoisting. A memory access evaluates only the parts
+/// of a ramp or broadcast index, so for an index those parts are hoisted instead.
+fn push_candidate(e: &Expr, is_index: bool, out: &mut Vec<Expr>) {
+    match e.kind() {
+        ExprKind::Ramp(..) | ExprKind::Broadcast(_) if is_index => {
+            e.children().into_iter().for_each(|c| push_candidate(c, false, out))
+        }
+        _ if is_trivial(e) => {}
+        _ => out.push(e.clone()),
+    }
 }
 
 fn collect_bound(stmt: &Stmt, bound: &mut HashSet<VarId>) {
@@ -136,21 +148,21 @@ fn collect_bound(stmt: &Stmt, bound: &mut HashSet<VarId>) {
     }
 }
 
-/// Calls `f` on every expression root of `stmt`, skipping parallel loop bodies.
-fn visit_exprs(stmt: &Stmt, f: &mut dyn FnMut(&Expr)) {
+/// Calls `f(root, is_index)` on every expression root of `stmt`, skipping parallel loop bodies.
+fn visit_exprs(stmt: &Stmt, f: &mut dyn FnMut(&Expr, bool)) {
     match stmt.kind() {
         StmtKind::For { kind: ForKind::Parallel, .. } => {}
         StmtKind::For { body, .. } | StmtKind::Allocate { body, .. } => visit_exprs(body, f),
         StmtKind::Let { value, body, .. } => {
-            f(value);
+            f(value, false);
             visit_exprs(body, f);
         }
         StmtKind::Store { indices, value, .. } => {
-            indices.iter().for_each(&mut *f);
-            f(value);
+            indices.iter().for_each(|i| f(i, true));
+            f(value, false);
         }
         StmtKind::If { cond, then_case, else_case } => {
-            f(cond);
+            f(cond, false);
             visit_exprs(then_case, f);
             if let Some(e) = else_case {
                 visit_exprs(e, f);
@@ -160,7 +172,7 @@ fn visit_exprs(stmt: &Stmt, f: &mut dyn FnMut(&Expr)) {
     }
 }
 
-/// True if `e` is invariant; otherwise pushes its maximal invariant non-trivial parts.
+/// True if `e` is invariant; otherwise pushes its maximal invariant parts.
 fn invariant_parts(e: &Expr, bound: &HashSet<VarId>, readonly: &HashSet<BufferId>, out: &mut Vec<Expr>) -> bool {
     let children = e.children();
     let flags: Vec<bool> = children.iter().map(|c| invariant_parts(c, bound, readonly, out)).collect();
@@ -173,9 +185,10 @@ fn invariant_parts(e: &Expr, bound: &HashSet<VarId>, readonly: &HashSet<BufferId
     if local && flags.iter().all(|&f| f) {
         return true;
     }
+    let is_load = matches!(e.kind(), ExprKind::Load(..));
     for (c, f) in children.into_iter().zip(flags) {
-        if f && !is_trivial(c) {
-            out.push(c.clone());
+        if f {
+            push_candidate(c, is_load, out);
         }
     }
     false

@@ -37,15 +37,15 @@ impl CompileOptions {
     ///
     /// | R x P, U | none    | speed   | compile none / speed |
     /// |----------|---------|---------|----------------------|
-    /// | 4x2, 1   | 36 GF/s | 36 GF/s | 0.39 / 0.42 ms       |
-    /// | 4x2, 4   | 37 GF/s | 32 GF/s | 0.66 / 0.84 ms       |
-    /// | 4x3, 1   | 29 GF/s | 30 GF/s | 0.40 / 0.47 ms       |
-    /// | 4x3, 4   | 30 GF/s | 31 GF/s | 0.78 / 1.09 ms       |
-    /// | 2x2, 8   | 32 GF/s | 25 GF/s | 0.65 / 0.91 ms       |
-    /// | 3x3, 2   | 38 GF/s | 35 GF/s | 0.43 / 0.54 ms       |
+    /// | 4x2, 1   | 35 GF/s | 36 GF/s | 0.35 / 0.39 ms       |
+    /// | 4x2, 4   | 36 GF/s | 32 GF/s | 0.63 / 0.81 ms       |
+    /// | 4x3, 1   | 30 GF/s | 30 GF/s | 0.39 / 0.43 ms       |
+    /// | 4x3, 4   | 30 GF/s | 32 GF/s | 0.71 / 1.01 ms       |
+    /// | 2x2, 8   | 33 GF/s | 25 GF/s | 0.60 / 0.94 ms       |
+    /// | 3x3, 2   | 40 GF/s | 35 GF/s | 0.38 / 0.50 ms       |
     ///
-    /// `None` is as fast or faster (the e-graph pass regroups unrolled bodies so accumulators
-    /// spill) and compiles 10-30% faster. It relies on the code generator's own CSE and
+    /// `None` is within 7% of `speed`, up to 1.3x faster on unrolled bodies (the e-graph pass
+    /// regroups them so accumulators spill), and compiles 10-35% faster. It relies on the code generator's own CSE and
     /// loop-invariant hoisting (`codegen::cse`); without them `speed` won by 1.5-2x.
     pub const DEFAULT_OPT_LEVEL: OptLevel = OptLevel::None;
 }

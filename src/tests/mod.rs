@@ -178,4 +178,3 @@ const ALL_BINOPS: [BinOp; 12] = [
     BinOp::Shl,
     BinOp::Shr,
 ];
-mod scratch_tmp;

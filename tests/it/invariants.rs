@@ -53,8 +53,10 @@ fn every_source_file_opens_with_a_module_doc_and_ir_has_no_unsafe_or_io() {
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
         assert!(text.starts_with("//!"), "{} does not start with a `//!` module doc", file.display());
-        assert!(!text.contains("#[should_panic"), "{} uses #[should_panic]; assert on the Err instead", file.display());
-        assert!(!text.contains("#[ignore"), "{} ignores a test", file.display());
+        // Spelled in two pieces so this file does not match itself.
+        let (should_panic, ignore) = (concat!("#[should", "_panic"), concat!("#[ign", "ore"));
+        assert!(!text.contains(should_panic), "{} uses should_panic; assert on the Err instead", file.display());
+        assert!(!text.contains(ignore), "{} ignores a test", file.display());
         let in_ir = file.starts_with(root().join("ir/src")) || file.starts_with(root().join("schedules/src"));
         if in_ir {
             for forbidden in ["unsafe ", "std::fs", "std::time", "std::env", "println!", "eprintln!"] {
@@ -67,13 +69,15 @@ fn every_source_file_opens_with_a_module_doc_and_ir_has_no_unsafe_or_io() {
 #[test]
 fn every_pass_file_exports_one_function_named_after_it() {
     for dir in ["ir/src/passes", "ir/src/lower"] {
-        let mut files = Vec::new();
-        rust_files(&root().join(dir), &mut files);
-        for file in files {
-            let stem = file.file_stem().unwrap().to_str().unwrap().to_string();
-            if stem == "mod" {
-                continue;
-            }
+        // Passes are the public modules; private ones are helpers shared by passes.
+        let list = std::fs::read_to_string(root().join(dir).join("mod.rs")).unwrap();
+        let passes: Vec<&str> = list
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub mod ").and_then(|l| l.strip_suffix(';')))
+            .collect();
+        assert!(passes.len() >= 3, "{dir}/mod.rs lists passes as `pub mod`");
+        for stem in passes {
+            let file = root().join(dir).join(format!("{stem}.rs"));
             let text = std::fs::read_to_string(&file).unwrap();
             assert!(text.contains(&format!("pub fn {stem}(")), "{} does not export `pub fn {stem}`", file.display());
         }

@@ -186,7 +186,8 @@ impl Ctx<'_> {
             .iter()
             .map(|l| Loop { var: loop_var(l), extent: extents[l], kind: data.for_kind(l) })
             .collect();
-        let value = self.to_loads(&self.bodies[&stage]);
+        let root_vars: HashMap<Var, Expr> = roots.iter().map(|(a, v)| (a.var().clone(), v.clone())).collect();
+        let value = self.to_loads(&self.bodies[&stage], &root_vars);
         let p = self.first_reduce(stage);
         let ExprKind::Reduce(reduce) = value.kind() else {
             let store = Stmt::store(buffer, local_index, value.clone());
@@ -280,13 +281,15 @@ impl Ctx<'_> {
     }
 
     /// `expr` with tensor reads turned into buffer loads, relative to computed regions.
-    fn to_loads(&self, expr: &Expr) -> Expr {
-        ToLoads { ctx: self }.mutate_expr(expr)
+    /// `roots` gives the reading stage's root variables in terms of its loop variables.
+    fn to_loads(&self, expr: &Expr, roots: &HashMap<Var, Expr>) -> Expr {
+        ToLoads { ctx: self, roots }.mutate_expr(expr)
     }
 }
 
 struct ToLoads<'a, 'b> {
     ctx: &'a Ctx<'b>,
+    roots: &'a HashMap<Var, Expr>,
 }
 
 impl Mutator for ToLoads<'_, '_> {
@@ -297,9 +300,11 @@ impl Mutator for ToLoads<'_, '_> {
         let stage = self.ctx.schedule.stage_of(tensor).expect("read tensor is in the schedule");
         let indices = match (&self.ctx.schedule.stage_data(stage).attach, self.ctx.regions.get(&stage)) {
             (Attach::At { .. }, Some(region)) => {
+                // In loop variables, `index - min` cancels to the inner loops' part, which
+                // `simplify` sees and `guard_accesses` then proves in bounds.
                 let relative = |(i, (min, _)): (&Expr, &(Expr, i64))| match min.as_int() {
                     Some(0) => i.clone(),
-                    _ => i.clone() - min.clone(),
+                    _ => substitute_map(i, self.roots) - min.clone(),
                 };
                 indices.iter().zip(&region.dims).map(relative).collect()
             }

@@ -68,11 +68,9 @@ fn check_args(schedule: &Schedule, args: &[&Tensor]) -> Result<(), LowerError> {
         if !seen.insert(arg.id()) {
             return Err(LowerError::DuplicateArgument { tensor: arg.name().to_string() });
         }
-        let stage = schedule.stage_of(arg).ok();
-        let usable = stage.is_some_and(|s| {
-            let data = schedule.stage_data(s);
-            data.is_placeholder() || data.is_output
-        });
+        // A placeholder the computation never reads is still a legal (unused) parameter.
+        let usable = arg.is_placeholder()
+            || schedule.stage_of(arg).is_ok_and(|s| schedule.stage_data(s).is_output);
         if !usable {
             return Err(LowerError::UnusedArgument { tensor: arg.name().to_string() });
         }
