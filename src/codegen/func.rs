@@ -221,10 +221,15 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             },
             StmtKind::Let { var, value, body } => {
                 let v = self.expr(value)?;
-                self.env.insert(var.id(), v);
-                self.stmt(body)?;
-                self.env.remove(&var.id());
-                Ok(())
+                // Sibling lets may bind the same variable (unrolled copies): values computed
+                // from this binding must not outlive its body.
+                let previous = self.env.insert(var.id(), v);
+                let res = self.scoped(|cx| cx.stmt(body));
+                match previous {
+                    Some(p) => self.env.insert(var.id(), p),
+                    None => self.env.remove(&var.id()),
+                };
+                res
             }
             StmtKind::Store { buffer, indices, value } => self.store(buffer, indices, value),
             StmtKind::If { cond, then_case, else_case } => {
@@ -268,9 +273,9 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         if extent == 1 {
             let zero = self.iconst(types::I64, 0);
             self.env.insert(var.id(), Val::scalar(zero));
-            self.stmt(body)?;
+            let res = self.scoped(|tx| tx.stmt(body));
             self.env.remove(&var.id());
-            return Ok(());
+            return res;
         }
         // The preheader computes what every iteration would recompute.
         for e in loop_invariants(body, var.id(), &self.cx.readonly) {

@@ -1,5 +1,6 @@
 //! The integration test binary (one binary, many modules, for link time).
 
+mod cli;
 mod differential;
 mod errors;
 mod golden;
