@@ -7,6 +7,7 @@ use thiserror::Error;
 
 use ir::DType;
 
+use crate::kernels::KernelError;
 use crate::runtime::IsaLevel;
 
 /// Errors from `runtime::compile`.
@@ -14,12 +15,16 @@ use crate::runtime::IsaLevel;
 pub enum CompileError {
     #[error("target {requested} is not supported by this CPU (best available: {available})")]
     UnsupportedTarget { requested: IsaLevel, available: String },
+    #[error("ISA level: expected one of {expected}, found {found:?}")]
+    UnknownIsa { found: String, expected: String },
     #[error("cranelift ISA setup failed: {message}")]
     Isa { message: String },
     #[error("code generation of {func}: {what} (expected the final loop IR)")]
     Unsupported { func: String, what: String },
     #[error("cranelift failed on function {func}: {message}")]
     Cranelift { func: String, message: String },
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
 }
 
 /// Errors from building tensors and calling compiled functions. Every argument check runs
@@ -36,6 +41,8 @@ pub enum RuntimeError {
     BufferTooSmall { index: usize, name: String, expected: usize, found: usize },
     #[error("argument {index} ({name}): the function writes this buffer, but a read-only slice was given")]
     ReadOnlyArgument { index: usize, name: String },
+    #[error("argument {index} ({name}): element {position} is {value}, expected a value in the declared range {lo}..={hi}")]
+    ValueOutOfRange { index: usize, name: String, position: usize, value: i128, lo: i64, hi: i64 },
     #[error("tensor data: shape {shape:?} has {expected} elements, found {found}")]
     DataLength { shape: Vec<i64>, expected: usize, found: usize },
     #[error("tensor shape {shape:?}: dimensions must be non-negative and the size must fit in memory")]

@@ -2,11 +2,13 @@
 //!
 //! `codegen` translates the final loop IR (`ir::Func`) to Cranelift IR for any
 //! `cranelift_module::Module`; `runtime` JIT-compiles it (`compile`) and calls it on `Tensor`s
-//! with checked arguments; `build` drives a schedule through lowering and compilation.
+//! with checked arguments; `build` drives a schedule through lowering and compilation;
+//! `kernels` holds the hand-assembled micro-kernels tensor intrinsics call.
 
 pub mod build;
 pub mod codegen;
 pub mod error;
+pub mod kernels;
 pub mod runtime;
 
 pub use build::{BuildError, Kernel, build};

@@ -38,6 +38,10 @@ pub enum TeError {
     ShapeMismatch { op: String, what: String, expected: String, found: String },
     #[error("compute {tensor}: the body must be a scalar, found {found}")]
     VectorBody { tensor: String, found: DType },
+    #[error("placeholder {tensor}: value range {lo}..={hi} must be non-empty and inside the range of {dtype}")]
+    BadValueRange { tensor: String, dtype: DType, lo: i64, hi: i64 },
+    #[error("tensor intrinsic {intrin}: {what}: expected {expected}, found {found}")]
+    BadIntrinsic { intrin: String, what: String, expected: String, found: String },
 }
 
 /// Errors from schedule primitives. A schedule that every primitive accepted always lowers.
@@ -71,6 +75,79 @@ pub enum ScheduleError {
     BadAttachment { primitive: &'static str, stage: String, reason: String },
     #[error("cache_read of {tensor}: {reader} does not read it")]
     NotAReader { tensor: String, reader: String },
+    #[error("{0}")]
+    TensorizeMismatch(Box<TensorizeMismatch>),
+}
+
+/// A loop nest that differs from a tensor intrinsic's declaration (`Schedule::tensorize`), in
+/// `part`, as `what` shows: `expected` and `found` are in the IR's printed syntax. Boxed in
+/// `ScheduleError` so the error every primitive returns stays small.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("tensorize of {stage} at {axis} with {intrin}: {part} ({what}): expected {expected}, found {found}")]
+pub struct TensorizeMismatch {
+    pub stage: String,
+    pub axis: String,
+    pub intrin: String,
+    pub part: MismatchPart,
+    pub what: String,
+    pub expected: String,
+    pub found: String,
+}
+
+/// Which part of a loop nest differs from a tensor intrinsic's declaration (`Schedule::tensorize`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MismatchPart {
+    /// The stage is not computed at the root, a stage is computed inside the region, or an
+    /// operand is not a placeholder or a root stage.
+    Placement,
+    /// One computes saturating pair sums, the other exact products.
+    Saturation,
+    /// The number of loops under the axis differs from the declaration's axis count.
+    LoopCount,
+    /// A loop under the axis is (derived from) a fused loop.
+    FusedLoop,
+    /// The numbers of data-parallel and reduction loops differ from the declaration's.
+    AxisKind,
+    OutputDType,
+    /// Reduction against element-wise, or different reducers.
+    Reducer,
+    /// The number of tensors read differs.
+    OperandCount,
+    OperandDType,
+    /// The expression structure (operators, casts, constants) differs.
+    Body,
+    /// The loop extents cannot be matched to the declaration's axis extents.
+    Extent,
+    /// An index is not affine in the loops under the axis.
+    NonAffine,
+    /// An access depends on the loops differently than the declaration's access on its axes.
+    AxisDependence,
+    /// A stride the intrinsic's kind requires (`IntrinKind::required_strides`) is not met.
+    Stride,
+    /// A float reduction whose loops are not in the declaration's order (rounding would differ).
+    FloatOrder,
+}
+
+impl std::fmt::Display for MismatchPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MismatchPart::Placement => "placement",
+            MismatchPart::Saturation => "saturation",
+            MismatchPart::LoopCount => "loop count",
+            MismatchPart::FusedLoop => "fused loop",
+            MismatchPart::AxisKind => "axis kinds",
+            MismatchPart::OutputDType => "output dtype",
+            MismatchPart::Reducer => "reducer",
+            MismatchPart::OperandCount => "operand count",
+            MismatchPart::OperandDType => "operand dtype",
+            MismatchPart::Body => "body",
+            MismatchPart::Extent => "extent",
+            MismatchPart::NonAffine => "non-affine access",
+            MismatchPart::AxisDependence => "axis dependence",
+            MismatchPart::Stride => "stride",
+            MismatchPart::FloatOrder => "float reduction order",
+        })
+    }
 }
 
 /// Errors when lowering a schedule into a function.

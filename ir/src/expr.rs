@@ -434,10 +434,19 @@ impl Expr {
         if self.same_node(other) {
             return true;
         }
+        self.same_head(other)
+            && self.children().len() == other.children().len()
+            && self.children().iter().zip(other.children()).all(|(a, b)| a.structurally_eq(b))
+    }
+
+    /// True if both nodes have the same dtype and the same kind with the same non-expression
+    /// parts (constant, operator, variable, tensor or buffer, reduction by identity), ignoring
+    /// their children.
+    pub fn same_head(&self, other: &Expr) -> bool {
         if self.dtype() != other.dtype() {
             return false;
         }
-        let same_head = match (self.kind(), other.kind()) {
+        match (self.kind(), other.kind()) {
             (ExprKind::Int(a), ExprKind::Int(b)) => a == b,
             (ExprKind::Float(a), ExprKind::Float(b)) => a.to_bits() == b.to_bits(),
             (ExprKind::Var(a), ExprKind::Var(b)) => a == b,
@@ -450,16 +459,11 @@ impl Expr {
             | (ExprKind::Ramp(..), ExprKind::Ramp(..))
             | (ExprKind::Broadcast(_), ExprKind::Broadcast(_)) => true,
             (ExprKind::VectorReduce(a, _), ExprKind::VectorReduce(b, _)) => a == b,
-            (ExprKind::TensorRead(a, ai), ExprKind::TensorRead(b, bi)) => {
-                a == b && ai.len() == bi.len()
-            }
+            (ExprKind::TensorRead(a, ai), ExprKind::TensorRead(b, bi)) => a == b && ai.len() == bi.len(),
             (ExprKind::Load(a, ai), ExprKind::Load(b, bi)) => a == b && ai.len() == bi.len(),
             (ExprKind::Reduce(a), ExprKind::Reduce(b)) => Rc::ptr_eq(a, b),
             _ => false,
-        };
-        same_head
-            && self.children().len() == other.children().len()
-            && self.children().iter().zip(other.children()).all(|(a, b)| a.structurally_eq(b))
+        }
     }
 }
 

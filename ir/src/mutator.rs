@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::expr::{Expr, ExprKind, ReduceData, Var};
-use crate::stmt::{Stmt, StmtKind};
+use crate::stmt::{Operand, Stmt, StmtKind};
 
 pub trait Mutator {
     fn mutate_expr(&mut self, expr: &Expr) -> Expr {
@@ -130,16 +130,33 @@ pub fn walk_stmt<M: Mutator + ?Sized>(m: &mut M, stmt: &Stmt) -> Stmt {
             }
             Stmt::allocate(buffer.clone(), new_body)
         }
+        StmtKind::Call { intrin, operands, fallback } => {
+            let origins: Vec<Vec<Expr>> =
+                operands.iter().map(|op| op.origin.iter().map(|i| m.mutate_expr(i)).collect()).collect();
+            let new_fallback = m.mutate_stmt(fallback);
+            let same_origins =
+                operands.iter().zip(&origins).all(|(op, new)| !changed(&op.origin.iter().collect::<Vec<_>>(), new));
+            if same_origins && new_fallback.same_node(fallback) {
+                return stmt.clone();
+            }
+            let operands = operands
+                .iter()
+                .zip(origins)
+                .map(|(op, origin)| Operand { buffer: op.buffer.clone(), origin, strides: op.strides.clone() })
+                .collect();
+            Stmt::call(intrin.clone(), operands, new_fallback)
+        }
     }
 }
 
-/// Calls `f` on every statement, parents first.
+/// Calls `f` on every statement, parents first (a `Call`'s fallback is a child of the call).
 pub fn for_each_stmt(stmt: &Stmt, f: &mut dyn FnMut(&Stmt)) {
     f(stmt);
     match stmt.kind() {
-        StmtKind::For { body, .. } | StmtKind::Let { body, .. } | StmtKind::Allocate { body, .. } => {
-            for_each_stmt(body, f)
-        }
+        StmtKind::For { body, .. }
+        | StmtKind::Let { body, .. }
+        | StmtKind::Allocate { body, .. }
+        | StmtKind::Call { fallback: body, .. } => for_each_stmt(body, f),
         StmtKind::If { then_case, else_case, .. } => {
             for_each_stmt(then_case, f);
             if let Some(e) = else_case {
@@ -161,6 +178,7 @@ pub fn for_each_stmt_expr(stmt: &Stmt, f: &mut dyn FnMut(&Expr)) {
             f(value)
         }
         StmtKind::If { cond, .. } => f(cond),
+        StmtKind::Call { operands, .. } => operands.iter().flat_map(|op| &op.origin).for_each(&mut *f),
         StmtKind::For { .. } | StmtKind::Seq(_) | StmtKind::Allocate { .. } => {}
     });
 }

@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Integer constants of type `i64` print bare and others carry their type (`0i32`, `255u8`);
-//! casts print as calls (`i32(x)`, `sat_u8(x)`). In a `Func`, two different variables with one
+//! casts print as calls (`i32(x)`, `sat_u8(x)`). A tensor-intrinsic call prints each operand as
+//! its origin and strides, `call int8_gemm_4x16x64(A[i*64] strides [64, 1], ...)`; its fallback
+//! is not printed (print the fallback statement to see it). In a `Func`, two different variables with one
 //! name print as `name`, `name.1`, ... in order of first appearance, so the text is deterministic.
 
 use std::collections::HashMap;
@@ -243,6 +245,18 @@ impl Printer {
                 let _ = write!(self.out, "allocate {}: {}{:?}", buffer.name(), buffer.dtype(), buffer.shape());
                 self.out.push('\n');
                 self.stmt(body);
+            }
+            StmtKind::Call { intrin, operands, .. } => {
+                self.line_start();
+                let _ = write!(self.out, "call {}(", intrin.name);
+                for (i, op) in operands.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push_str(", ");
+                    }
+                    self.access(op.buffer.name(), &op.origin);
+                    let _ = write!(self.out, " strides {:?}", op.strides);
+                }
+                self.out.push_str(")\n");
             }
         }
     }

@@ -10,10 +10,16 @@
 //!
 //! Non-dividing splits are handled by guards: the outer loop covers `ceil(extent / factor)`
 //! tiles and the body runs only where the reconstructed index is inside the original extent.
+//!
+//! `tensorize` replaces the loops from a leaf inward by a call of a tensor intrinsic once it has
+//! proven that they compute exactly the declaration. The proof is redone after every later
+//! primitive that could invalidate it (loop transformations, placement, caches); a primitive
+//! that would break it is rejected with the mismatch and leaves the schedule unchanged.
 
 use std::collections::{HashMap, HashSet};
 
-use crate::error::ScheduleError;
+use crate::error::{MismatchPart, ScheduleError, TensorizeMismatch};
+use crate::intrin::TensorIntrin;
 use crate::expr::{Expr, ExprKind};
 use crate::mutator::{substitute_map, walk_expr, Mutator};
 use crate::stmt::ForKind;
@@ -60,6 +66,8 @@ pub struct StageData {
     pub for_kinds: HashMap<IterVar, ForKind>,
     pub attach: Attach,
     pub is_output: bool,
+    /// The leaf from which inward the loops are replaced by a call of the intrinsic.
+    pub tensorize: Option<(IterVar, TensorIntrin)>,
 }
 
 impl StageData {
@@ -202,6 +210,7 @@ impl Schedule {
             for_kinds: HashMap::new(),
             attach: Attach::Root,
             is_output: false,
+            tensorize: None,
         });
         stage
     }
@@ -321,6 +330,10 @@ impl Schedule {
 
     /// Splits `axis` into `outer` (extent `ceil(extent / factor)`) and `inner` (extent `factor`).
     pub fn split(&mut self, tensor: &Tensor, axis: &IterVar, factor: i64) -> Result<(IterVar, IterVar), ScheduleError> {
+        self.keeping_tensorize_valid(|s| s.split_step(tensor, axis, factor))
+    }
+
+    fn split_step(&mut self, tensor: &Tensor, axis: &IterVar, factor: i64) -> Result<(IterVar, IterVar), ScheduleError> {
         let stage = self.compute_stage("split", tensor)?;
         let pos = self.leaf_position("split", stage, axis)?;
         if factor <= 0 {
@@ -385,6 +398,10 @@ impl Schedule {
 
     /// Fuses two adjacent loops, `outer` directly outside `inner`, into one.
     pub fn fuse(&mut self, tensor: &Tensor, outer: &IterVar, inner: &IterVar) -> Result<IterVar, ScheduleError> {
+        self.keeping_tensorize_valid(|s| s.fuse_step(tensor, outer, inner))
+    }
+
+    fn fuse_step(&mut self, tensor: &Tensor, outer: &IterVar, inner: &IterVar) -> Result<IterVar, ScheduleError> {
         let stage = self.compute_stage("fuse", tensor)?;
         let outer_pos = self.leaf_position("fuse", stage, outer)?;
         let inner_pos = self.leaf_position("fuse", stage, inner)?;
@@ -425,6 +442,10 @@ impl Schedule {
 
     /// Puts the given loops, in the given order, into the positions they occupy now.
     pub fn reorder(&mut self, tensor: &Tensor, order: &[&IterVar]) -> Result<(), ScheduleError> {
+        self.keeping_tensorize_valid(|s| s.reorder_step(tensor, order))
+    }
+
+    fn reorder_step(&mut self, tensor: &Tensor, order: &[&IterVar]) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("reorder", tensor)?;
         let mut positions = Vec::with_capacity(order.len());
         let mut seen = HashSet::new();
@@ -492,6 +513,10 @@ impl Schedule {
     /// Computes `producer` inside loop `axis` of `consumer`, for just the region that one
     /// iteration of `axis` reads. `consumer` must read `producer` directly and be its only reader.
     pub fn compute_at(&mut self, producer: &Tensor, consumer: &Tensor, axis: &IterVar) -> Result<(), ScheduleError> {
+        self.keeping_tensorize_valid(|s| s.compute_at_step(producer, consumer, axis))
+    }
+
+    fn compute_at_step(&mut self, producer: &Tensor, consumer: &Tensor, axis: &IterVar) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("compute_at", producer)?;
         let target = self.compute_stage("compute_at", consumer)?;
         self.leaf_position("compute_at", target, axis)?;
@@ -539,6 +564,10 @@ impl Schedule {
 
     /// Substitutes `tensor`'s definition into its consumers; it gets no loops or storage.
     pub fn compute_inline(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
+        self.keeping_tensorize_valid(|s| s.compute_inline_step(tensor))
+    }
+
+    fn compute_inline_step(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("compute_inline", tensor)?;
         if !self.stage_data(stage).reduce_axes.is_empty() {
             return Err(ScheduleError::BadAttachment {
@@ -561,6 +590,10 @@ impl Schedule {
 
     /// Computes `tensor` in its own loop nest at the top level (the default).
     pub fn compute_root(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
+        self.keeping_tensorize_valid(|s| s.compute_root_step(tensor))
+    }
+
+    fn compute_root_step(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("compute_root", tensor)?;
         self.data_mut(stage).attach = Attach::Root;
         Ok(())
@@ -577,11 +610,88 @@ impl Schedule {
         Ok(())
     }
 
+    // ---- Tensorization --------------------------------------------------------------------------
+
+    /// Replaces the loops of `tensor` from leaf `axis` inward by a call of `intrin`, after
+    /// proving that they compute exactly what its declaration says (the rules are in
+    /// `ir/src/tensorize.rs`): the loops map one to one onto the declaration's axes with equal
+    /// kinds and extents, the bodies have the same structure, and every access is the
+    /// declaration's access through a constant-stride view, with the strides the intrinsic's
+    /// kind requires. Lowering emits the call with the original loops as its fallback (under
+    /// `if <tail guards hold everywhere in the region> { call } else { loops }` when a split
+    /// inside does not divide its extent); a reduction's reset stays an ordinary loop nest
+    /// before the call. The first difference found is a `ScheduleError::TensorizeMismatch`.
+    ///
+    /// Tensorizing a stage again replaces its previous request.
+    pub fn tensorize(&mut self, tensor: &Tensor, axis: &IterVar, intrin: &TensorIntrin) -> Result<(), ScheduleError> {
+        let stage = self.compute_stage("tensorize", tensor)?;
+        self.leaf_position("tensorize", stage, axis)?;
+        let previous = self.data_mut(stage).tensorize.replace((axis.clone(), intrin.clone()));
+        let checked = self.check_tensorized(stage);
+        if checked.is_err() {
+            self.data_mut(stage).tensorize = previous;
+        }
+        checked
+    }
+
+    /// Re-proves the tensorize request of `stage`, if any, on the current schedule.
+    fn check_tensorized(&self, stage: Stage) -> Result<(), ScheduleError> {
+        let data = self.stage_data(stage);
+        let Some((axis, intrin)) = &data.tensorize else { return Ok(()) };
+        self.leaf_position("tensorize", stage, axis)?;
+        let error = |m: crate::tensorize::Mismatch| {
+            ScheduleError::TensorizeMismatch(Box::new(TensorizeMismatch {
+                stage: data.name().to_string(),
+                axis: axis.name().to_string(),
+                intrin: intrin.name.clone(),
+                part: m.part,
+                what: m.what,
+                expected: m.expected,
+                found: m.found,
+            }))
+        };
+        let bodies = crate::lower::inline_stages::inline_stages(self);
+        let Some(body) = bodies.get(&stage) else {
+            let m = crate::tensorize::Mismatch {
+                part: MismatchPart::Placement,
+                what: format!("stage {}", data.name()),
+                expected: "computed at the root".to_string(),
+                found: "compute_inline".to_string(),
+            };
+            return Err(error(m));
+        };
+        crate::tensorize::plan(self, stage, axis, intrin, body).map(|_| ()).map_err(error)
+    }
+
+    /// Runs a primitive; if any stage is tensorized and the result breaks its proof, restores
+    /// the schedule and returns the mismatch.
+    fn keeping_tensorize_valid<T>(
+        &mut self,
+        primitive: impl FnOnce(&mut Schedule) -> Result<T, ScheduleError>,
+    ) -> Result<T, ScheduleError> {
+        if self.stages.iter().all(|s| s.tensorize.is_none()) {
+            return primitive(self);
+        }
+        let before = self.clone();
+        let result = primitive(self).and_then(|value| {
+            self.order.iter().try_for_each(|&stage| self.check_tensorized(stage))?;
+            Ok(value)
+        });
+        if result.is_err() {
+            *self = before;
+        }
+        result
+    }
+
     // ---- Caches --------------------------------------------------------------------------------
 
     /// Adds a stage that copies `tensor` into a new tensor `<name>.local`, and makes `readers`
     /// read the copy. Returns the copy, which can then be placed with `compute_at`.
     pub fn cache_read(&mut self, tensor: &Tensor, readers: &[&Tensor]) -> Result<Tensor, ScheduleError> {
+        self.keeping_tensorize_valid(|s| s.cache_read_step(tensor, readers))
+    }
+
+    fn cache_read_step(&mut self, tensor: &Tensor, readers: &[&Tensor]) -> Result<Tensor, ScheduleError> {
         let source = self.stage_of(tensor)?;
         let mut reader_stages = Vec::new();
         for reader in readers {
@@ -609,6 +719,10 @@ impl Schedule {
     /// of it. Returns the new tensor, which carries the original definition (and its reduction
     /// axes, with fresh identities) and can be scheduled like any compute.
     pub fn cache_write(&mut self, tensor: &Tensor) -> Result<Tensor, ScheduleError> {
+        self.keeping_tensorize_valid(|s| s.cache_write_step(tensor))
+    }
+
+    fn cache_write_step(&mut self, tensor: &Tensor) -> Result<Tensor, ScheduleError> {
         let stage = self.compute_stage("cache_write", tensor)?;
         let data = self.stage_data(stage);
         if !data.relations.is_empty() || data.attach != Attach::Root {

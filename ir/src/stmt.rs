@@ -19,12 +19,14 @@
 //! * `Seq` runs its statements in order.
 //! * `Allocate` provides a fresh, uninitialized buffer for the duration of `body`.
 //!   Lowering never reads an element it has not written.
+//! * `Call` computes a tensor intrinsic's declaration on regions of buffers (see `StmtKind::Call`).
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::dtype::DType;
 use crate::expr::{Expr, Var};
+use crate::intrin::TensorIntrin;
 
 /// Identity of a buffer.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -40,6 +42,10 @@ pub struct BufferData {
     pub dtype: DType,
     /// Dimensions, outermost first; row-major, dense.
     pub shape: Vec<i64>,
+    /// For a parameter lowered from `te::placeholder_in_range`: every element lies in `lo..=hi`,
+    /// which the caller's arguments are checked against before the function runs, so code may
+    /// rely on it.
+    pub value_range: Option<(i64, i64)>,
 }
 
 /// A dense, row-major array of scalars: a function parameter or an `Allocate`d temporary.
@@ -48,10 +54,20 @@ pub struct Buffer(Rc<BufferData>);
 
 impl Buffer {
     pub fn new(name: impl Into<String>, dtype: DType, shape: Vec<i64>) -> Buffer {
+        Buffer::new_in_range(name, dtype, shape, None)
+    }
+
+    /// A buffer whose elements are promised to lie in `value_range` (see `BufferData`).
+    pub fn new_in_range(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<i64>,
+        value_range: Option<(i64, i64)>,
+    ) -> Buffer {
         assert!(dtype.is_scalar(), "buffer element type must be scalar, got {dtype}");
         assert!(shape.iter().all(|&d| d >= 0), "buffer shape {shape:?} has a negative dimension");
         let id = BufferId(NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed));
-        Buffer(Rc::new(BufferData { id, name: name.into(), dtype, shape }))
+        Buffer(Rc::new(BufferData { id, name: name.into(), dtype, shape, value_range }))
     }
 
     pub fn id(&self) -> BufferId {
@@ -68,6 +84,11 @@ impl Buffer {
 
     pub fn shape(&self) -> &[i64] {
         &self.0.shape
+    }
+
+    /// The promised range of every element, if any (see `BufferData::value_range`).
+    pub fn value_range(&self) -> Option<(i64, i64)> {
+        self.0.value_range
     }
 
     /// Number of elements.
@@ -121,6 +142,46 @@ impl ForKind {
     }
 }
 
+/// The region of `buffer` standing for one tensor of an intrinsic's declaration: declaration
+/// element `(p_0, .., p_{r-1})` is the buffer element at flat index
+/// `flat(origin) + Σ p_d · strides[d]`.
+///
+/// `origin` has one index per buffer dimension before `flatten_buffers` (`flat` is then the
+/// row-major element index of that point, which itself need not lie inside every dimension) and
+/// one flat index after; `strides` are flat element strides, one per dimension of the declaration
+/// tensor. Every element of the region must lie inside the buffer when the call runs.
+#[derive(Clone, Debug)]
+pub struct Operand {
+    pub buffer: Buffer,
+    pub origin: Vec<Expr>,
+    pub strides: Vec<i64>,
+}
+
+impl Operand {
+    /// `flat(origin)`: the row-major element index of the origin (the origin itself once flat).
+    pub fn flat_origin(&self) -> Expr {
+        if self.origin.len() == 1 {
+            return self.origin[0].clone();
+        }
+        let term = |(i, s): (&Expr, i64)| if s == 1 { i.clone() } else { i.clone() * s };
+        self.origin.iter().zip(self.buffer.strides()).map(term).reduce(|acc, t| acc + t).unwrap_or_else(|| Expr::index(0))
+    }
+
+    /// The smallest and largest flat offset from `flat(origin)` of an element of the region of a
+    /// declaration tensor with the given shape (no element: `(0, -1)`).
+    pub fn span(&self, shape: &[i64]) -> (i64, i64) {
+        if shape.iter().any(|&e| e <= 0) {
+            return (0, -1);
+        }
+        let (mut lo, mut hi) = (0, 0);
+        for (&stride, &extent) in self.strides.iter().zip(shape) {
+            let reach = stride * (extent - 1);
+            if reach < 0 { lo += reach } else { hi += reach }
+        }
+        (lo, hi)
+    }
+}
+
 #[derive(Debug)]
 pub enum StmtKind {
     For { var: Var, extent: i64, kind: ForKind, body: Stmt },
@@ -129,6 +190,21 @@ pub enum StmtKind {
     If { cond: Expr, then_case: Stmt, else_case: Option<Stmt> },
     Seq(Vec<Stmt>),
     Allocate { buffer: Buffer, body: Stmt },
+    /// Computes the declaration of `intrin` (`TensorIntrinData::output`) on buffer regions.
+    /// `operands` are the regions (`Operand`) of the declaration's inputs, in declaration order,
+    /// then of its output. The call reads every input region as it is before the call, then
+    /// evaluates the declaration at every point of the output's shape: a declaration whose body
+    /// is a reduction updates each output element, folding the reduction's values into the
+    /// element's current value in row-major order of the reduce axes (the reset is an ordinary
+    /// store before the call); any other declaration overwrites the element. Every region element
+    /// must lie inside its buffer (`guard_accesses` ensures it).
+    ///
+    /// `fallback` is a loop nest that computes exactly the same (`Schedule::tensorize` proves
+    /// it), so an implementation may run it instead, e.g. where no kernel for the intrinsic
+    /// exists. The reference interpreter executes the declaration, never the fallback, so tests
+    /// can compare the two. The printer shows the call, not the fallback (print the fallback
+    /// statement itself to see it).
+    Call { intrin: TensorIntrin, operands: Vec<Operand>, fallback: Stmt },
 }
 
 /// An immutable, shared statement tree.
@@ -186,6 +262,10 @@ impl Stmt {
 
     pub fn allocate(buffer: Buffer, body: Stmt) -> Stmt {
         Stmt::new(StmtKind::Allocate { buffer, body })
+    }
+
+    pub fn call(intrin: TensorIntrin, operands: Vec<Operand>, fallback: Stmt) -> Stmt {
+        Stmt::new(StmtKind::Call { intrin, operands, fallback })
     }
 }
 

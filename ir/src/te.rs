@@ -257,6 +257,8 @@ pub struct TensorData {
     pub shape: Vec<i64>,
     pub dtype: DType,
     pub op: Operation,
+    /// For a placeholder made by `placeholder_in_range`: every element lies in `lo..=hi`.
+    pub value_range: Option<(i64, i64)>,
 }
 
 /// A tensor: a placeholder or a computed value. Cheap to clone; identity is `TensorId`.
@@ -278,7 +280,7 @@ impl std::hash::Hash for Tensor {
 impl Tensor {
     pub(crate) fn from_parts(name: &str, shape: Vec<i64>, dtype: DType, op: Operation) -> Tensor {
         let id = TensorId(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed));
-        Tensor(Rc::new(TensorData { id, name: name.to_string(), shape, dtype, op }))
+        Tensor(Rc::new(TensorData { id, name: name.to_string(), shape, dtype, op, value_range: None }))
     }
 
     pub fn id(&self) -> TensorId {
@@ -299,6 +301,12 @@ impl Tensor {
 
     pub fn op(&self) -> &Operation {
         &self.0.op
+    }
+
+    /// The declared range `(lo, hi)` of every element of a placeholder made by
+    /// `placeholder_in_range`; `None` for every other tensor (any value of the dtype).
+    pub fn value_range(&self) -> Option<(i64, i64)> {
+        self.0.value_range
     }
 
     pub fn is_placeholder(&self) -> bool {
@@ -379,6 +387,38 @@ pub fn placeholder<const N: usize>(shape: [i64; N], dtype: DType, name: &str) ->
 /// `placeholder` for a rank known only at run time.
 pub fn placeholder_vec(shape: Vec<i64>, dtype: DType, name: &str) -> Tensor {
     Tensor::from_parts(name, shape, dtype.element(), Operation::Placeholder)
+}
+
+/// An integer input tensor whose every element the caller promises to lie in `range`.
+///
+/// The promise is part of the function's contract: lowering records it on the parameter buffer
+/// (`Buffer::value_range`), the reference interpreter and the runtime check every input element
+/// against it before anything runs (a violation is an error, never silent), and code generation
+/// may rely on it when it chooses an implementation. For example, activations declared `0..=127`
+/// (u7) make the pairwise i16 sums of `VPMADDUBSW` exact, so that instruction can implement the
+/// exact `Int8Gemm` intrinsic. Errors if the dtype is not an integer type or the range is empty or
+/// outside the dtype's range.
+pub fn placeholder_in_range<const N: usize>(
+    shape: [i64; N],
+    dtype: DType,
+    range: std::ops::RangeInclusive<i64>,
+    name: &str,
+) -> Result<Tensor, TeError> {
+    let (lo, hi) = (*range.start(), *range.end());
+    let fits = dtype.scalar.int_range().is_some_and(|(min, max)| min <= lo as i128 && hi as i128 <= max);
+    if !fits || lo > hi {
+        return Err(TeError::BadValueRange { tensor: name.to_string(), dtype: dtype.element(), lo, hi });
+    }
+    let id = TensorId(NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed));
+    let data = TensorData {
+        id,
+        name: name.to_string(),
+        shape: shape.to_vec(),
+        dtype: dtype.element(),
+        op: Operation::Placeholder,
+        value_range: Some((lo, hi)),
+    };
+    Ok(Tensor(Rc::new(data)))
 }
 
 /// A computed tensor: `body(indices)` gives the element at `indices`.

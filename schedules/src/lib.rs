@@ -1,4 +1,5 @@
-//! tensorlift-schedules: operator definitions (`nn`) and their schedules (`generic`, `cpu`).
+//! tensorlift-schedules: operator definitions (`nn`), tensor-intrinsic declarations (`intrin`)
+//! and schedules (`generic`, `cpu`, `x86`).
 //!
 //! Definitions are target-neutral tensor expressions. Every operator has a `generic` schedule
 //! (the default loop order, the reference for correctness); target schedules take typed knobs.
@@ -6,4 +7,6 @@
 
 pub mod cpu;
 pub mod generic;
+pub mod intrin;
 pub mod nn;
+pub mod x86;

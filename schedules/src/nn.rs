@@ -1,6 +1,6 @@
 //! Operator definitions as tensor expressions.
 
-use ir::te::{compute, reduce_axis, sum, Tensor};
+use ir::te::{compute, compute_vec, reduce_axis, sum, Tensor};
 use ir::{DType, TeError};
 
 /// `C[i, j] = Σ_k out(A[i, k]) · out(B[k, j])` for `A: [M, K]`, `B: [K, N]`, where `out` is an
@@ -27,4 +27,219 @@ pub fn matmul(a: &Tensor, b: &Tensor, out_dtype: DType, name: &str) -> Result<Te
         |i| sum(out_dtype, &[&r], a.at([&i[0], &r]).cast(out_dtype) * b.at([&r, &i[1]]).cast(out_dtype)),
         name,
     )
+}
+
+/// `B: i8[K, N]` in the VNNI layout of the `Int8Gemm` micro-kernel:
+/// `Bp[jo, ko, ji, ki] = B[ko*4 + ki, jo*nr + ji]`, shape `[N/nr, K/4, nr, 4]`, so one `ko` step of
+/// an `nr`-column panel is `4·nr` consecutive bytes (four consecutive `k` per column).
+///
+/// Requires `K % 4 == 0` and `N % nr == 0` (no padding: pad `B` yourself or pick an `nr` that
+/// divides `N`), and a rank-2 `B`; a typed error otherwise.
+pub fn pack_b_vnni(b: &Tensor, nr: i64, name: &str) -> Result<Tensor, TeError> {
+    let mismatch = |what: &str, expected: String, found: String| TeError::ShapeMismatch {
+        op: format!("pack_b_vnni {name}"),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    let [k, n] = b.shape() else {
+        return Err(mismatch("shape of B", "[K, N]".to_string(), format!("{:?}", b.shape())));
+    };
+    let (k, n) = (*k, *n);
+    if k % 4 != 0 {
+        return Err(mismatch("rows of B (K)", "a multiple of 4".to_string(), k.to_string()));
+    }
+    if nr <= 0 || n % nr != 0 {
+        return Err(mismatch("panel width nr", format!("a positive divisor of N = {n}"), nr.to_string()));
+    }
+    compute_vec(
+        vec![n / nr, k / 4, nr, 4],
+        |i| b.at([&(&i[1] * 4 + &i[3]), &(&i[0] * nr + &i[2])]),
+        name,
+    )
+}
+
+/// `C[i, j] = Σ_{ko, ki} out(A[i, ko*4 + ki]) · out(Bp[j/nr, ko, j%nr, ki])` for `A: [M, K]` and
+/// `Bp = pack_b_vnni(B, nr)`: exactly `matmul(A, B, out_dtype)`, reading `B` in the VNNI layout
+/// so that `x86::gemm_int8` can tensorize it. Reduction axes `ko` (`K/4`) and `ki` (4).
+pub fn matmul_packed(a: &Tensor, bp: &Tensor, out_dtype: DType, name: &str) -> Result<Tensor, TeError> {
+    let mismatch = |what: &str, expected: String, found: String| TeError::ShapeMismatch {
+        op: format!("matmul_packed {name}"),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    let ([m, k], [panels, k4, nr, four]) = (a.shape(), bp.shape()) else {
+        let found = format!("{:?} and {:?}", a.shape(), bp.shape());
+        return Err(mismatch("operand shapes", "[M, K] and [N/nr, K/4, nr, 4]".to_string(), found));
+    };
+    if *four != 4 || k4 * 4 != *k {
+        return Err(mismatch("shape of Bp", format!("[N/nr, {}, nr, 4]", k / 4), format!("{:?}", bp.shape())));
+    }
+    let (m, nr) = (*m, *nr);
+    let ko = reduce_axis(*k4, "ko");
+    let ki = reduce_axis(4, "ki");
+    compute(
+        [m, panels * nr],
+        |i| {
+            let a_ik = a.at([&i[0], &(&ko * 4 + &ki)]).cast(out_dtype);
+            let b_kj = bp.at([&(&i[1] / nr), &ko.to_expr(), &(&i[1] % nr), &ki.to_expr()]).cast(out_dtype);
+            sum(out_dtype, &[&ko, &ki], a_ik * b_kj)
+        },
+        name,
+    )
+}
+
+/// The stages of `matmul_s8s8_via_u8`.
+#[derive(Clone, Debug)]
+pub struct S8S8Matmul {
+    /// `A + 128` as u8 (`<name>.a_u8`).
+    pub shifted_a: Tensor,
+    /// `pack_b_vnni(B, nr)` (`<name>.b_vnni`).
+    pub packed_b: Tensor,
+    /// The u8 × i8 → i32 product of the two (`<name>.u8s8`), the stage a u8 × s8 kernel computes.
+    pub product: Tensor,
+    /// `comp[j] = Σ_k 128 · i32(B[k, j])` (`<name>.compensation`), computed from `B` alone.
+    pub compensation: Tensor,
+    /// `C[i, j] = product[i, j] - comp[j]`, equal to `matmul(A, B, i32)`.
+    pub output: Tensor,
+}
+
+/// The s8 × s8 → i32 matmul of `A: i8[M, K]` and `B: i8[K, N]` computed with a u8 × s8 kernel, as
+/// oneDNN does: `Σ_k a·b = Σ_k (a + 128)·b - 128·Σ_k b`. The shift is exact (`a + 128` is in
+/// `0..=255`) and the identity holds exactly in wrapping i32, so `output` equals
+/// `matmul(A, B, i32)` for every input. Requirements as for `pack_b_vnni`.
+///
+/// With an exact u8 × s8 kernel this is exact; with the saturating `VPMADDUBSW` sequence the
+/// shifted activations reach 255 and pair sums saturate: `{127, 127, 0, 0}·{127, 127, 0, 0}`
+/// gives `32767 - 128·254 = 255` instead of 32258.
+pub fn matmul_s8s8_via_u8(a: &Tensor, b: &Tensor, nr: i64, name: &str) -> Result<S8S8Matmul, TeError> {
+    let mismatch = |what: &str, expected: String, found: String| TeError::ShapeMismatch {
+        op: format!("matmul_s8s8_via_u8 {name}"),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    if a.dtype() != DType::I8 || b.dtype() != DType::I8 {
+        return Err(mismatch("operand dtypes", "i8 and i8".to_string(), format!("{} and {}", a.dtype(), b.dtype())));
+    }
+    let [m, k] = a.shape() else {
+        return Err(mismatch("shape of A", "[M, K]".to_string(), format!("{:?}", a.shape())));
+    };
+    let (m, k) = (*m, *k);
+    let packed_b = pack_b_vnni(b, nr, &format!("{name}.b_vnni"))?;
+    if b.shape()[0] != k {
+        return Err(mismatch("rows of B (the reduction extent of A)", k.to_string(), b.shape()[0].to_string()));
+    }
+    let n = b.shape()[1];
+    // i8 → u8 keeps the bits (x + 256 for negative x); adding 128 then wraps to x + 128.
+    let shifted_a = compute([m, k], |i| a.at([&i[0], &i[1]]).cast(DType::U8) + 128, &format!("{name}.a_u8"))?;
+    let product = matmul_packed(&shifted_a, &packed_b, DType::I32, &format!("{name}.u8s8"))?;
+    let r = reduce_axis(k, "k");
+    let compensation = compute(
+        [n],
+        |j| sum(DType::I32, &[&r], b.at([&r.to_expr(), &j[0]]).cast(DType::I32) * 128),
+        &format!("{name}.compensation"),
+    )?;
+    let output = compute([m, n], |i| product.at([&i[0], &i[1]]) - compensation.at([&i[1]]), name)?;
+    Ok(S8S8Matmul { shifted_a, packed_b, product, compensation, output })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intrin::int8_gemm_microkernel;
+    use crate::x86::{schedule_gemm_int8, GemmInt8Knobs};
+    use ir::interp::{eval_te, run_func, Array};
+    use ir::schedule::create_schedule;
+    use ir::te::placeholder;
+    use ir::{MismatchPart, ScheduleError};
+
+    fn values(len: i64, mul: i64, lo: i64) -> Vec<i64> {
+        (0..len).map(|x| (x * mul + 11) % 256 + lo).collect()
+    }
+
+    #[test]
+    fn packing_is_a_layout_transform_and_the_packed_matmul_is_the_matmul() {
+        let a = placeholder([3, 8], DType::U8, "A");
+        let b = placeholder([8, 32], DType::I8, "B");
+        let bp = pack_b_vnni(&b, 16, "Bp").unwrap();
+        assert_eq!(bp.shape(), &[2, 2, 16, 4]);
+        let packed = matmul_packed(&a, &bp, DType::I32, "C").unwrap();
+        let plain = matmul(&a, &b, DType::I32, "R").unwrap();
+        let a_arr = Array::from_i64(DType::U8, &[3, 8], &values(24, 37, 0));
+        let b_arr = Array::from_i64(DType::I8, &[8, 32], &values(256, 53, -128));
+        let out = eval_te(&[&bp, &packed, &plain], &[(&a, &a_arr), (&b, &b_arr)]).unwrap();
+        let (b_vals, packed_vals) = (b_arr.to_i64_vec(), out[0].to_i64_vec());
+        // Bp[jo, ko, ji, ki] = B[ko*4 + ki, jo*16 + ji]
+        assert_eq!(packed_vals[((2 + 1) * 16 + 5) * 4 + 2], b_vals[(4 + 2) * 32 + 16 + 5]);
+        assert!(out[1].bits_eq(&out[2]));
+    }
+
+    #[test]
+    fn shapes_that_do_not_pack_are_typed_errors() {
+        let b = placeholder([6, 32], DType::I8, "B");
+        let err = pack_b_vnni(&b, 16, "Bp").unwrap_err();
+        assert_eq!(err.to_string(), "pack_b_vnni Bp: rows of B (K) must be a multiple of 4, found 6");
+        let b = placeholder([8, 24], DType::I8, "B");
+        let err = pack_b_vnni(&b, 16, "Bp").unwrap_err();
+        assert_eq!(err.to_string(), "pack_b_vnni Bp: panel width nr must be a positive divisor of N = 24, found 16");
+        let a = placeholder([3, 12], DType::U8, "A");
+        let bp = pack_b_vnni(&placeholder([8, 32], DType::I8, "B"), 16, "Bp").unwrap();
+        let err = matmul_packed(&a, &bp, DType::I32, "C").unwrap_err();
+        assert_eq!(err.to_string(), "matmul_packed C: shape of Bp must be [N/nr, 3, nr, 4], found [2, 2, 16, 4]");
+        let err = matmul_s8s8_via_u8(&a, &placeholder([12, 16], DType::I8, "B"), 16, "C").unwrap_err();
+        assert!(err.to_string().contains("operand dtypes must be i8 and i8, found u8 and i8"), "{err}");
+    }
+
+    /// `a = (127, 127, 0, 0)`, `b = (127, 127, 0, 0)` in row 0 / column 0 of a 1 × 16 product.
+    fn onednn_example() -> (Tensor, Tensor, S8S8Matmul, Array, Array) {
+        let a = placeholder([1, 4], DType::I8, "A");
+        let b = placeholder([4, 16], DType::I8, "B");
+        let mm = matmul_s8s8_via_u8(&a, &b, 16, "C").unwrap();
+        let a_arr = Array::from_i64(DType::I8, &[1, 4], &[127, 127, 0, 0]);
+        let mut b_vals: Vec<i64> = values(64, 29, -128);
+        for (k, v) in [127, 127, 0, 0].into_iter().enumerate() {
+            b_vals[k * 16] = v;
+        }
+        let b_arr = Array::from_i64(DType::I8, &[4, 16], &b_vals);
+        (a, b, mm, a_arr, b_arr)
+    }
+
+    #[test]
+    fn s8_times_s8_through_the_exact_u8_kernel_is_exact() {
+        let (a, b, mm, a_arr, b_arr) = onednn_example();
+        let reference = matmul(&a, &b, DType::I32, "R").unwrap();
+        let out = eval_te(&[&mm.output, &reference], &[(&a, &a_arr), (&b, &b_arr)]).unwrap();
+        assert_eq!(out[0].to_i64_vec()[0], 32258);
+        assert!(out[0].bits_eq(&out[1]));
+        // The same through the tensorized product: the call runs the exact declaration.
+        let mut s = create_schedule(&[&mm.output]);
+        schedule_gemm_int8(&mut s, &mm.product, GemmInt8Knobs { mr: 1, nr: 16, parallel: false }).unwrap();
+        let f = ir::lower::lower(&s, &[&a, &b, &mm.output], "s8s8").unwrap();
+        assert!(f.to_string().contains("call int8_gemm_1x16x4("), "{f}");
+        let mut args = vec![a_arr, b_arr, Array::zeros(DType::I32, &[1, 16])];
+        run_func(&f, &mut args).unwrap();
+        assert!(args[2].bits_eq(&out[1]));
+        // The saturating kernel does not compute this stage, and tensorize says so.
+        let mut s = create_schedule(&[&mm.output]);
+        let ko = mm.product.reduce_axes()[0].clone();
+        let saturating = int8_gemm_microkernel(1, 16, 4, true).unwrap();
+        let err = s.tensorize(&mm.product, &ko, &saturating).unwrap_err();
+        assert!(matches!(&err, ScheduleError::TensorizeMismatch(m) if m.part == MismatchPart::Saturation), "{err}");
+    }
+
+    #[test]
+    fn s8_times_s8_through_the_saturating_declaration_gives_255() {
+        let (a, b, mm, a_arr, b_arr) = onednn_example();
+        let stages = eval_te(&[&mm.shifted_a, &mm.packed_b, &mm.compensation], &[(&a, &a_arr), (&b, &b_arr)]).unwrap();
+        assert_eq!(stages[0].to_i64_vec(), vec![255, 255, 128, 128]);
+        let saturating = int8_gemm_microkernel(1, 16, 4, true).unwrap();
+        // The single 16-column panel of the packed B is the declaration's B: [1, 16, 4].
+        let panel = Array::from_i64(DType::I8, &[1, 16, 4], &stages[1].to_i64_vec());
+        let inputs = [(&saturating.inputs[0], &stages[0]), (&saturating.inputs[1], &panel)];
+        let product = eval_te(&[&saturating.output], &inputs).unwrap().remove(0);
+        assert_eq!(product.to_i64_vec()[0], 32767);
+        assert_eq!(product.to_i64_vec()[0] - stages[2].to_i64_vec()[0], 255);
+    }
 }

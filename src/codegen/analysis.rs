@@ -32,19 +32,29 @@ fn walk(stmt: &Stmt, in_parallel: bool, on_stmt: &mut dyn FnMut(&Stmt, bool), on
         }
         StmtKind::Seq(stmts) => stmts.iter().for_each(|s| walk(s, in_parallel, on_stmt, on_expr)),
         StmtKind::Allocate { body, .. } => walk(body, in_parallel, on_stmt, on_expr),
+        // Code generation runs a kernel on the operands or the fallback, so both are uses.
+        StmtKind::Call { operands, fallback, .. } => {
+            operands.iter().flat_map(|o| &o.origin).for_each(&mut exprs);
+            walk(fallback, in_parallel, on_stmt, on_expr)
+        }
     }
 }
 
-/// Buffers that some `Store` under `stmt` writes.
+/// Buffers that some `Store` or intrinsic call (its output, the last operand) under `stmt`
+/// writes.
 pub(crate) fn stored_buffers(stmt: &Stmt) -> HashSet<BufferId> {
     let mut stored = HashSet::new();
     walk(
         stmt,
         false,
-        &mut |s, _| {
-            if let StmtKind::Store { buffer, .. } = s.kind() {
+        &mut |s, _| match s.kind() {
+            StmtKind::Store { buffer, .. } => {
                 stored.insert(buffer.id());
             }
+            StmtKind::Call { operands, .. } => {
+                stored.extend(operands.last().map(|o| o.buffer.id()));
+            }
+            _ => {}
         },
         &mut |_, _| {},
     );
@@ -62,7 +72,7 @@ pub(crate) struct Captures {
 pub(crate) fn captures(body: &Stmt) -> Captures {
     let mut used_vars = BTreeMap::new();
     let mut used_bufs = BTreeMap::new();
-    let mut stored_bufs = BTreeMap::new();
+    let mut stmt_bufs = BTreeMap::new();
     let mut bound_vars = HashSet::new();
     let mut bound_bufs = HashSet::new();
     walk(
@@ -76,7 +86,12 @@ pub(crate) fn captures(body: &Stmt) -> Captures {
                 bound_bufs.insert(buffer.id());
             }
             StmtKind::Store { buffer, .. } => {
-                stored_bufs.insert(buffer.id(), buffer.clone());
+                stmt_bufs.insert(buffer.id(), buffer.clone());
+            }
+            StmtKind::Call { operands, .. } => {
+                for o in operands {
+                    stmt_bufs.insert(o.buffer.id(), o.buffer.clone());
+                }
             }
             _ => {}
         },
@@ -90,7 +105,7 @@ pub(crate) fn captures(body: &Stmt) -> Captures {
             _ => {}
         },
     );
-    used_bufs.append(&mut stored_bufs);
+    used_bufs.append(&mut stmt_bufs);
     let keep_vars = |id: &VarId| !bound_vars.contains(id);
     Captures {
         vars: used_vars.into_iter().filter(|(id, _)| keep_vars(id)).map(|(_, v)| v).collect(),
@@ -114,21 +129,21 @@ const MAX_PROMOTED_ELEMENTS: usize = 64;
 
 /// Whether `buffer`, allocated around `body`, can live in variables: every access uses a
 /// constant index (a scalar `Int` or a `Ramp(Int, 1)`), none happens inside a parallel loop
-/// (that code is a different function), and the buffer is small. This is what turns a
+/// (that code is a different function), no intrinsic call takes it as an operand, and the
+/// buffer is small. This is what turns a
 /// register-blocked accumulator tile into registers.
 pub(crate) fn promotion(buffer: &Buffer, body: &Stmt) -> Option<Promotion> {
     let len = usize::try_from(buffer.len()).ok()?;
     let mut store_indices = Vec::new();
     let mut load_indices = Vec::new();
+    let mut call_operand = false;
     walk(
         body,
         false,
-        &mut |s, par| {
-            if let StmtKind::Store { buffer: b, indices, .. } = s.kind()
-                && b == buffer
-            {
-                store_indices.push((indices.clone(), par));
-            }
+        &mut |s, par| match s.kind() {
+            StmtKind::Store { buffer: b, indices, .. } if b == buffer => store_indices.push((indices.clone(), par)),
+            StmtKind::Call { operands, .. } => call_operand |= operands.iter().any(|o| &o.buffer == buffer),
+            _ => {}
         },
         &mut |e, par| {
             if let ExprKind::Load(b, indices) = e.kind()
@@ -138,6 +153,10 @@ pub(crate) fn promotion(buffer: &Buffer, body: &Stmt) -> Option<Promotion> {
             }
         },
     );
+    // A kernel reads and writes its operands in memory.
+    if call_operand {
+        return None;
+    }
     let mut accesses = Vec::new();
     for (indices, in_parallel) in store_indices.iter().chain(&load_indices) {
         match (indices.as_slice(), *in_parallel) {

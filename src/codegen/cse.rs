@@ -144,6 +144,7 @@ fn collect_bound(stmt: &Stmt, bound: &mut HashSet<VarId>) {
         }
         StmtKind::Seq(stmts) => stmts.iter().for_each(|s| collect_bound(s, bound)),
         StmtKind::Allocate { body, .. } => collect_bound(body, bound),
+        StmtKind::Call { fallback, .. } => collect_bound(fallback, bound),
         StmtKind::Store { .. } => {}
     }
 }
@@ -169,6 +170,7 @@ fn visit_exprs(stmt: &Stmt, f: &mut dyn FnMut(&Expr, bool)) {
             }
         }
         StmtKind::Seq(stmts) => stmts.iter().for_each(|s| visit_exprs(s, f)),
+        StmtKind::Call { fallback, .. } => visit_exprs(fallback, f),
     }
 }
 

@@ -1,15 +1,22 @@
 //! Expressions. Each operator has a scalar form (the definition, matching `interp::scalar`)
 //! and, where x64 has a fitting 128-bit instruction, a piece-wise vector form.
+//!
+//! Int8 dot products (`byte_dot`) are recognized whole: an exact u8 × i8 sum of four products
+//! added to an i32 accumulator is emitted as the CLIF tree Cranelift folds into one `vpdpbusd`
+//! on VNNI targets (and lowers to an exact widening sequence elsewhere); the saturating
+//! VPMADDUBSW form, only when the expression itself saturates, as `x86_pmaddubsw`.
+
+use std::collections::HashMap;
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{InstBuilder, Type, Value, types};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
 use cranelift_module::Module;
 use ir::expr::{BinOp, CmpOp, VectorReduceOp};
-use ir::interp::scalar::int_value;
-use ir::{DType, Expr, ExprKind, ScalarType};
+use ir::interp::scalar::{self, Scalar, int_value};
+use ir::{Buffer, DType, Expr, ExprKind, ScalarType};
 
 use super::cse::is_trivial;
-use super::func::FnTx;
+use super::func::{BufLoc, FnTx};
 use super::types::{Val, is_pieces, lane_type, lanes_per_piece, piece_type};
 use crate::error::CompileError;
 
@@ -80,7 +87,10 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 Ok(self.cast(v, a.dtype(), dtype.scalar, true))
             }
             ExprKind::Select(c, t, f) => self.select(dtype, c, t, f),
-            ExprKind::Load(buffer, indices) => self.load(dtype, buffer, indices),
+            ExprKind::Load(buffer, indices) => match self.load_runs(dtype, buffer, indices)? {
+                Some(v) => Ok(v),
+                None => self.load(dtype, buffer, indices),
+            },
             ExprKind::Ramp(base, stride) => self.ramp(dtype, base, stride),
             ExprKind::Broadcast(x) => {
                 if x.dtype().is_vector() {
@@ -97,6 +107,11 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     }
 
     fn binary(&mut self, op: BinOp, dtype: DType, a: &Expr, b: &Expr) -> Result<Val, CompileError> {
+        if op == BinOp::Add
+            && let Some(v) = self.byte_dot(dtype, a, b)?
+        {
+            return Ok(v);
+        }
         let s = dtype.scalar;
         if s.is_float() && matches!(op, BinOp::And | BinOp::Or | BinOp::Xor | BinOp::Shl | BinOp::Shr) {
             return Err(self.unsupported(format!("operator {} on {dtype}", op.symbol())));
@@ -538,5 +553,278 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             out.push(acc);
         }
         Ok(self.pack_lanes(dtype, &out))
+    }
+}
+
+/// True if every value of the integer type `from` is a value of `to` (the cast is exact).
+fn widens(from: DType, to: DType) -> bool {
+    match (from.scalar.int_range(), to.scalar.int_range()) {
+        (Some((flo, fhi)), Some((tlo, thi))) => tlo <= flo && fhi <= thi,
+        _ => false,
+    }
+}
+
+/// The bytes `x` and whether they are signed, if `e` is `x` converted by exact integer casts.
+fn byte_operand(e: &Expr) -> Option<(&Expr, bool)> {
+    let mut x = e;
+    while let ExprKind::Cast(inner) | ExprKind::SaturatingCast(inner) = x.kind()
+        && widens(inner.dtype(), x.dtype())
+    {
+        x = inner;
+    }
+    match x.dtype().scalar {
+        ScalarType::U8 => Some((x, false)),
+        ScalarType::I8 => Some((x, true)),
+        _ => None,
+    }
+}
+
+/// `(u, s)` if `e` is the exact i32 product of unsigned bytes `u` and signed bytes `s`, in
+/// either order.
+fn byte_product(e: &Expr) -> Option<(&Expr, &Expr)> {
+    let ExprKind::Binary(BinOp::Mul, p, q) = e.kind() else {
+        return None;
+    };
+    if e.dtype().scalar != ScalarType::I32 {
+        return None;
+    }
+    match (byte_operand(p)?, byte_operand(q)?) {
+        ((u, false), (s, true)) | ((s, true), (u, false)) => Some((u, s)),
+        _ => None,
+    }
+}
+
+/// `(u, s)` if `e`, of dtype `out`, is `vector_reduce_add(u * s, out.lanes)` of exact byte
+/// products (`byte_product`), 4 per output lane.
+fn quad_products(e: &Expr, out: DType) -> Option<(&Expr, &Expr)> {
+    match e.kind() {
+        ExprKind::VectorReduce(VectorReduceOp::Add, x) if x.dtype().lanes == 4 * out.lanes => byte_product(x),
+        _ => None,
+    }
+}
+
+/// `[(u, s); 2]` if `e`, of dtype `out`, is
+/// `vector_reduce_add(i32(sat_i16(u*s + u'*s')), out.lanes)` of exact byte products with two
+/// saturated pair sums per output lane: VPMADDUBSW then a pairwise add.
+fn saturated_pair_products(e: &Expr, out: DType) -> Option<[(&Expr, &Expr); 2]> {
+    let ExprKind::VectorReduce(VectorReduceOp::Add, x) = e.kind() else {
+        return None;
+    };
+    let ExprKind::Cast(pairs) = x.kind() else {
+        return None;
+    };
+    let ExprKind::SaturatingCast(sum) = pairs.kind() else {
+        return None;
+    };
+    let ExprKind::Binary(BinOp::Add, p, q) = sum.kind() else {
+        return None;
+    };
+    let shape = x.dtype().lanes == 2 * out.lanes
+        && pairs.dtype().scalar == ScalarType::I16
+        && sum.dtype().scalar == ScalarType::I32;
+    shape.then_some([byte_product(p)?, byte_product(q)?])
+}
+
+/// `index` as a lane-invariant scalar (`None` for 0) plus a constant offset per lane, when it
+/// is built from ramps with constant strides, broadcasts, `+`, and `*`, `/`, `%` of offsets by
+/// constants.
+fn lane_offsets(index: &Expr) -> Option<(Option<&Expr>, Vec<i64>)> {
+    /// A scalar base as its non-constant part and a constant (simplified indices end in one).
+    fn constant_or(base: &Expr) -> (Option<&Expr>, i64) {
+        match base.kind() {
+            ExprKind::Int(c) => (None, *c),
+            ExprKind::Binary(op @ (BinOp::Add | BinOp::Sub), x, c) if base.dtype() == DType::INDEX => {
+                match c.as_int() {
+                    Some(c) if *op == BinOp::Add => (Some(x), c),
+                    Some(c) => (Some(x), c.wrapping_neg()),
+                    None => (Some(base), 0),
+                }
+            }
+            _ => (Some(base), 0),
+        }
+    }
+    let n = index.dtype().lanes as i64;
+    match index.kind() {
+        ExprKind::Ramp(base, stride) => {
+            let (base, c) = constant_or(base);
+            let s = stride.as_int()?;
+            Some((base, (0..n).map(|l| c.wrapping_add(l.wrapping_mul(s))).collect()))
+        }
+        ExprKind::Broadcast(base) => {
+            let (base, c) = constant_or(base);
+            Some((base, vec![c; n as usize]))
+        }
+        ExprKind::Binary(BinOp::Add, x, y) => {
+            let ((bx, ox), (by, oy)) = (lane_offsets(x)?, lane_offsets(y)?);
+            let base = match (bx, by) {
+                (Some(_), Some(_)) => return None,
+                (b, None) | (None, b) => b,
+            };
+            Some((base, ox.iter().zip(&oy).map(|(a, b)| a.wrapping_add(*b)).collect()))
+        }
+        ExprKind::Binary(op @ (BinOp::Mul | BinOp::Div | BinOp::Mod), x, y) => {
+            let c = uniform_int(y)?;
+            let (None, offsets) = lane_offsets(x)? else {
+                return None;
+            };
+            let apply = |o: i64| scalar::binary(*op, ScalarType::I64, Scalar::Int(o), Scalar::Int(c)).as_int();
+            Some((None, offsets.into_iter().map(apply).collect()))
+        }
+        _ => None,
+    }
+}
+
+impl<M: Module> FnTx<'_, '_, '_, M> {
+    /// `acc + dot` (either order) for an int8 dot product `dot` into i32 lanes (a multiple of 4,
+    /// so whole pieces), translated as a whole; `None` for any other addition.
+    ///
+    /// Exact `vector_reduce_add(i32(u8) * i32(i8), n/4)` (`quad_products`) becomes, per 128-bit
+    /// piece, `iadd(iadd_pairwise(iadd_pairwise(swiden_low lo, swiden_high lo),
+    /// iadd_pairwise(swiden_low hi, swiden_high hi)), acc)` with `lo = imul(swiden_low s,
+    /// uwiden_low u)` and `hi` likewise: exact (each i16 product of a u8 and an i8 fits, so do
+    /// the sums in i32, and `acc +` wraps as the IR's does), and exactly the tree, operand order
+    /// included, that Cranelift folds into one `vpdpbusd` with AVX-VNNI or AVX512-VNNI+VL.
+    ///
+    /// Saturating `vector_reduce_add(i32(sat_i16(pair sums)), n/2)` (`saturated_pair_products`)
+    /// is what VPMADDUBSW computes: `x86_pmaddubsw` on the interleaved bytes, then the pairwise
+    /// add of its i16 lanes and `acc`. An exact dot product never takes this form.
+    fn byte_dot(&mut self, dtype: DType, a: &Expr, b: &Expr) -> Result<Option<Val>, CompileError> {
+        if dtype.scalar != ScalarType::I32 || !dtype.lanes.is_multiple_of(4) {
+            return Ok(None);
+        }
+        for (acc, dot) in [(a, b), (b, a)] {
+            if let Some((u, s)) = quad_products(dot, dtype) {
+                let (acc, u, s) = (self.expr(acc)?, self.expr(u)?, self.expr(s)?);
+                let pieces = acc.parts().iter().zip(u.parts().iter().zip(s.parts()));
+                let r = pieces.map(|(&acc, (&u, &s))| self.dot_piece(u, s, acc)).collect();
+                return Ok(Some(Val::Pieces(r)));
+            }
+            if let Some([(u0, s0), (u1, s1)]) = saturated_pair_products(dot, dtype) {
+                let acc = self.expr(acc)?;
+                let u = self.interleave_bytes(u0, u1)?;
+                let s = self.interleave_bytes(s0, s1)?;
+                let pieces = acc.parts().iter().zip(u.parts().iter().zip(s.parts()));
+                let r = pieces
+                    .map(|(&acc, (&u, &s))| {
+                        let pairs = self.b.ins().x86_pmaddubsw(s, u);
+                        let (lo, hi) = (self.b.ins().swiden_low(pairs), self.b.ins().swiden_high(pairs));
+                        let quads = self.b.ins().iadd_pairwise(lo, hi);
+                        self.b.ins().iadd(quads, acc)
+                    })
+                    .collect();
+                return Ok(Some(Val::Pieces(r)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One piece of the exact dot product (see `byte_dot`): 16 unsigned bytes `u` times 16
+    /// signed bytes `s`, groups of 4 summed into the i32 lanes of `acc`.
+    fn dot_piece(&mut self, u: Value, s: Value, acc: Value) -> Value {
+        let b = &mut self.b;
+        let (s_lo, u_lo) = (b.ins().swiden_low(s), b.ins().uwiden_low(u));
+        let lo = b.ins().imul(s_lo, u_lo);
+        let (s_hi, u_hi) = (b.ins().swiden_high(s), b.ins().uwiden_high(u));
+        let hi = b.ins().imul(s_hi, u_hi);
+        let (lo_lo, lo_hi) = (b.ins().swiden_low(lo), b.ins().swiden_high(lo));
+        let lo_pairs = b.ins().iadd_pairwise(lo_lo, lo_hi);
+        let (hi_lo, hi_hi) = (b.ins().swiden_low(hi), b.ins().swiden_high(hi));
+        let hi_pairs = b.ins().iadd_pairwise(hi_lo, hi_hi);
+        let quads = b.ins().iadd_pairwise(lo_pairs, hi_pairs);
+        b.ins().iadd(quads, acc)
+    }
+
+    /// The bytes of `even` and `odd` (same dtype) interleaved lane by lane, as pieces: one
+    /// gather when both load one buffer at offsets from one base, else lane by lane.
+    fn interleave_bytes(&mut self, even: &Expr, odd: &Expr) -> Result<Val, CompileError> {
+        let dtype = even.dtype().with_lanes(2 * even.dtype().lanes);
+        if let (ExprKind::Load(buffer, ei), ExprKind::Load(other, oi)) = (even.kind(), odd.kind())
+            && buffer == other
+            && let ([ei], [oi]) = (ei.as_slice(), oi.as_slice())
+            && let (Some((eb, eo)), Some((ob, oo))) = (lane_offsets(ei), lane_offsets(oi))
+            && match (eb, ob) {
+                (Some(x), Some(y)) => x.structurally_eq(y),
+                (x, y) => x.is_none() && y.is_none(),
+            }
+        {
+            let offsets: Vec<i64> = eo.iter().zip(&oo).flat_map(|(e, o)| [*e, *o]).collect();
+            if let Some(v) = self.gather_runs(dtype, buffer, eb, &offsets)? {
+                return Ok(v);
+            }
+        }
+        let (e, o) = (self.expr(even)?, self.expr(odd)?);
+        let (e, o) = (self.lanes(&e, even.dtype()), self.lanes(&o, odd.dtype()));
+        let lanes: Vec<Value> = e.into_iter().zip(o).flat_map(|(e, o)| [e, o]).collect();
+        Ok(self.pack_lanes(dtype, &lanes))
+    }
+
+    /// A vector load whose index is a base plus constant lane offsets (`lane_offsets`), other
+    /// than a ramp or broadcast (`load` handles those), through `gather_runs`.
+    fn load_runs(&mut self, dtype: DType, buffer: &Buffer, indices: &[Expr]) -> Result<Option<Val>, CompileError> {
+        let [index] = indices else {
+            return Ok(None);
+        };
+        if matches!(index.kind(), ExprKind::Ramp(..) | ExprKind::Broadcast(_)) {
+            return Ok(None);
+        }
+        match lane_offsets(index) {
+            Some((base, offsets)) => self.gather_runs(dtype, buffer, base, &offsets),
+            None => Ok(None),
+        }
+    }
+
+    /// Lanes of `dtype` at element offsets `offsets` from `base` in `buffer`, when the offsets
+    /// form runs of 4, 8 or 16 contiguous bytes: one load per distinct run, put together into
+    /// pieces (a row of `A` repeated for every column is one 32-bit load and a splat). `None`
+    /// if they do not, or the buffer is not in memory.
+    fn gather_runs(
+        &mut self,
+        dtype: DType,
+        buffer: &Buffer,
+        base: Option<&Expr>,
+        offsets: &[i64],
+    ) -> Result<Option<Val>, CompileError> {
+        let Some(BufLoc::Memory(ptr)) = self.buffers.get(&buffer.id()).cloned() else {
+            return Ok(None);
+        };
+        if dtype.is_bool() || !is_pieces(dtype) {
+            return Ok(None);
+        }
+        let bytes = dtype.scalar.bytes();
+        let contiguous = |run: &[i64]| run.windows(2).all(|w| w[1] == w[0] + 1);
+        let run = [16, 8, 4]
+            .into_iter()
+            .filter(|&chunk| chunk >= bytes)
+            .map(|chunk| chunk / bytes)
+            .find(|&run| offsets.chunks(run).all(contiguous));
+        let byte_offsets: Option<Vec<i32>> =
+            offsets.iter().map(|&o| o.checked_mul(bytes as i64).and_then(|b| i32::try_from(b).ok())).collect();
+        let (Some(run), Some(byte_offsets)) = (run, byte_offsets) else {
+            return Ok(None);
+        };
+        let addr = match base {
+            Some(base) => {
+                let i = self.expr(base)?.as_scalar();
+                let scaled = if bytes == 1 { i } else { self.b.ins().ishl_imm_u(i, bytes.trailing_zeros() as i64) };
+                self.b.ins().iadd(ptr, scaled)
+            }
+            None => ptr,
+        };
+        // In bounds (`guard_accesses`), so it cannot trap; pure if nothing stores to the buffer.
+        let mut flags = MemFlagsData::new().with_notrap();
+        if self.cx.readonly.contains(&buffer.id()) {
+            flags = flags.with_readonly().with_can_move();
+        }
+        let chunk_ty = match run * bytes {
+            16 => piece_type(dtype.scalar),
+            8 => types::I64,
+            _ => types::I32,
+        };
+        let mut loaded: HashMap<i32, Value> = HashMap::new();
+        let chunks: Vec<Value> = byte_offsets
+            .chunks(run)
+            .map(|run| *loaded.entry(run[0]).or_insert_with(|| self.b.ins().load(chunk_ty, flags, addr, run[0])))
+            .collect();
+        Ok(Some(Val::Pieces(self.pieces_of_chunks(&chunks, piece_type(dtype.scalar)))))
     }
 }

@@ -17,8 +17,11 @@ use ir::{Buffer, ForKind, Stmt, StmtKind, Var};
 use super::analysis::{self, Promotion};
 use super::cse::{ExprCache, loop_invariants};
 use super::host::HostFn;
+use super::intrin::KernelKey;
 use super::types::{Val, lane_type, piece_type};
+use super::DefinedFunction;
 use crate::error::CompileError;
+use crate::runtime::IsaLevel;
 
 /// Status a generated function returns: 0 on success.
 pub const STATUS_OK: i64 = 0;
@@ -41,10 +44,16 @@ pub(crate) struct ModuleCtx<'m, M: Module> {
     pub host: HashMap<HostFn, FuncId>,
     /// Buffers no statement stores to: their loads may be hoisted and merged.
     pub readonly: HashSet<BufferId>,
+    /// Hand-assembled kernels tensor intrinsics may call.
+    pub level: IsaLevel,
+    /// Every function defined so far.
+    pub functions: Vec<DefinedFunction>,
+    /// Kernels defined so far.
+    pub kernels: HashMap<KernelKey, FuncId>,
 }
 
 impl<'m, M: Module> ModuleCtx<'m, M> {
-    pub fn new(module: &'m mut M, func: &ir::Func) -> Result<Self, CompileError> {
+    pub fn new(module: &'m mut M, func: &ir::Func, level: IsaLevel) -> Result<Self, CompileError> {
         let call_conv = module.target_config().default_call_conv;
         let mut host = HashMap::new();
         for f in HostFn::ALL {
@@ -55,7 +64,17 @@ impl<'m, M: Module> ModuleCtx<'m, M> {
         }
         let stored = analysis::stored_buffers(&func.body);
         let readonly = func.params.iter().map(Buffer::id).filter(|id| !stored.contains(id)).collect();
-        Ok(ModuleCtx { module, name: func.name.clone(), outlined: 0, clif: String::new(), host, readonly })
+        Ok(ModuleCtx {
+            module,
+            name: func.name.clone(),
+            outlined: 0,
+            clif: String::new(),
+            host,
+            readonly,
+            level,
+            functions: Vec::new(),
+            kernels: HashMap::new(),
+        })
     }
 
     pub fn unsupported(&self, what: impl Into<String>) -> CompileError {
@@ -126,7 +145,10 @@ pub(crate) fn build_function<M: Module>(
             message: cranelift_codegen::print_errors::pretty_verifier_error(&ctx.func, None, errors),
         },
         other => module_error(name, other),
-    })
+    })?;
+    let size = ctx.compiled_code().map_or(0, |c| c.code_buffer().len());
+    cx.functions.push(DefinedFunction { name: name.to_string(), id, origin: "cranelift".into(), size });
+    Ok(())
 }
 
 /// Declares and defines the entry function of `func`: `fn(args: *const *mut u8) -> i32`,
@@ -232,6 +254,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 res
             }
             StmtKind::Store { buffer, indices, value } => self.store(buffer, indices, value),
+            StmtKind::Call { intrin, operands, fallback } => self.call_intrin(intrin, operands, fallback),
             StmtKind::If { cond, then_case, else_case } => {
                 if !cond.dtype().is_bool() || cond.dtype().is_vector() {
                     return Err(self.unsupported(format!("If condition of type {}", cond.dtype())));

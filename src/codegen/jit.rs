@@ -1,13 +1,17 @@
 //! The JIT driver: translates a function into a fresh `JITModule` and finalizes it.
 
+use cranelift_codegen::ir::{AbiParam, Signature, types};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{Linkage, default_libcall_names};
+use cranelift_module::{Linkage, Module, default_libcall_names};
 
 use super::{HostFn, Translation, translate};
 use crate::error::CompileError;
+use crate::kernels::disasm::MachineCode;
+use crate::runtime::IsaLevel;
 
-/// Finalized machine code of one function. Dropping it releases the code memory.
+/// Finalized machine code of one function (and what it calls). Dropping it releases the code
+/// memory.
 pub struct JitCode {
     module: Option<JITModule>,
     entry: *const u8,
@@ -23,6 +27,22 @@ impl JitCode {
     pub fn entry(&self) -> *const u8 {
         self.entry
     }
+
+    /// The finalized machine code of every function `translate` defined (relocations patched).
+    pub fn machine_code(&self, translation: &Translation) -> Vec<MachineCode> {
+        let Some(module) = &self.module else { return Vec::new() };
+        translation
+            .functions
+            .iter()
+            .map(|f| {
+                let ptr = module.get_finalized_function(f.id);
+                // SAFETY: the module finalized `f.size` bytes of code at `ptr` (its compiled
+                // size), which stay mapped readable until `self` drops.
+                let bytes = unsafe { std::slice::from_raw_parts(ptr, f.size) }.to_vec();
+                MachineCode { name: f.name.clone(), origin: f.origin.clone(), address: ptr as u64, bytes }
+            })
+            .collect()
+    }
 }
 
 impl Drop for JitCode {
@@ -35,10 +55,12 @@ impl Drop for JitCode {
     }
 }
 
-/// Compiles `func` for `isa`; `symbol` gives the address of each runtime function.
+/// Compiles `func` for `isa`, with kernels up to `level`; `symbol` gives the address of each
+/// runtime function.
 pub fn compile(
     func: &ir::Func,
     isa: OwnedTargetIsa,
+    level: IsaLevel,
     symbol: impl Fn(HostFn) -> *const u8,
 ) -> Result<(JitCode, Translation), CompileError> {
     let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
@@ -46,10 +68,24 @@ pub fn compile(
         builder.symbol(f.symbol(), symbol(f));
     }
     let mut module = JITModule::new(builder);
-    let translation = translate(&mut module, func, Linkage::Export)?;
+    let translation = translate(&mut module, func, Linkage::Export, level)?;
     module
         .finalize_definitions()
         .map_err(|e| CompileError::Cranelift { func: func.name.clone(), message: e.to_string() })?;
     let entry = module.get_finalized_function(translation.entry);
     Ok((JitCode { module: Some(module), entry }, translation))
+}
+
+/// Loads hand-assembled, position-independent `bytes` (no relocations) as a function taking
+/// `params` i64 arguments, through `define_function_bytes` like the kernels of `translate`.
+pub fn load_bytes(isa: OwnedTargetIsa, name: &str, bytes: &[u8], params: usize) -> Result<JitCode, CompileError> {
+    let error = |e: cranelift_module::ModuleError| CompileError::Cranelift { func: name.to_string(), message: e.to_string() };
+    let mut module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
+    let mut sig = Signature::new(module.target_config().default_call_conv);
+    sig.params.extend((0..params).map(|_| AbiParam::new(types::I64)));
+    let id = module.declare_function(name, Linkage::Export, &sig).map_err(error)?;
+    module.define_function_bytes(id, super::KERNEL_ALIGN, bytes, &[]).map_err(error)?;
+    module.finalize_definitions().map_err(error)?;
+    let entry = module.get_finalized_function(id);
+    Ok(JitCode { module: Some(module), entry })
 }

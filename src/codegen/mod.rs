@@ -5,7 +5,9 @@
 //! * the entry `fn f(args: *const *mut u8) -> i32`, where `args[k]` is the data pointer of
 //!   parameter `k`; it returns 0, or `STATUS_OUT_OF_MEMORY` when a scratch allocation failed;
 //! * one local function `f__parN(closure: *const u8, index: i64) -> i32` per parallel loop,
-//!   run through the imported `tensorlift_parallel_for` (see `HostFn` for every import).
+//!   run through the imported `tensorlift_parallel_for` (see `HostFn` for every import);
+//! * one local hand-assembled kernel per distinct tensor-intrinsic shape that has one at the
+//!   target's `IsaLevel` (`intrin`).
 //!
 //! Generated code trusts its input: every access is in bounds (`guard_accesses` clamped it),
 //! and a parameter the function writes overlaps no other parameter; loads from parameters it
@@ -22,6 +24,7 @@ mod cse;
 mod expr;
 mod func;
 mod host;
+mod intrin;
 pub mod jit;
 mod memory;
 mod types;
@@ -33,6 +36,21 @@ pub use func::{STATUS_OK, STATUS_OUT_OF_MEMORY};
 pub use host::HostFn;
 
 use crate::error::CompileError;
+use crate::runtime::IsaLevel;
+
+/// Alignment of hand-assembled kernels: a cache line, so loop heads never straddle two.
+pub const KERNEL_ALIGN: u64 = 64;
+
+/// One function `translate` defined, for listing its machine code after finalization.
+#[derive(Clone, Debug)]
+pub struct DefinedFunction {
+    pub name: String,
+    pub id: FuncId,
+    /// "cranelift", or what a hand-assembled kernel computes and how.
+    pub origin: String,
+    /// Bytes of machine code (Cranelift's code buffer, constants included).
+    pub size: usize,
+}
 
 /// The result of translating one `ir::Func` into a module.
 #[derive(Clone, Debug)]
@@ -45,17 +63,32 @@ pub struct Translation {
     pub stored_params: Vec<bool>,
     /// Whether the function calls `tensorlift_parallel_for`.
     pub has_parallel: bool,
+    /// Every function defined, entry first.
+    pub functions: Vec<DefinedFunction>,
 }
 
-/// Declares and defines `func` (and its outlined parallel bodies) in `module`.
-pub fn translate<M: Module>(module: &mut M, func: &ir::Func, linkage: Linkage) -> Result<Translation, CompileError> {
-    let mut cx = func::ModuleCtx::new(module, func)?;
+/// Declares and defines `func` (and its outlined parallel bodies and kernels) in `module`.
+/// `level` bounds the hand-assembled kernels tensor intrinsics may call.
+pub fn translate<M: Module>(
+    module: &mut M,
+    func: &ir::Func,
+    linkage: Linkage,
+    level: IsaLevel,
+) -> Result<Translation, CompileError> {
+    let mut cx = func::ModuleCtx::new(module, func, level)?;
     let entry = func::define_entry(&mut cx, func, linkage)?;
     let stored = analysis::stored_buffers(&func.body);
+    let mut functions = cx.functions;
+    // The entry is defined after the functions it calls; list it first.
+    if let Some(pos) = functions.iter().position(|f| f.id == entry) {
+        let e = functions.remove(pos);
+        functions.insert(0, e);
+    }
     Ok(Translation {
         entry,
         has_parallel: cx.outlined > 0,
         clif: cx.clif,
         stored_params: func.params.iter().map(|p| stored.contains(&p.id())).collect(),
+        functions,
     })
 }

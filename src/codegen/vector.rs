@@ -1,6 +1,8 @@
 //! Moving values between layouts: lanes and pieces, bool masks of different widths, and the
 //! 2x integer widening and narrowing steps every vector conversion is built from.
 
+use std::collections::HashMap;
+
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{ConstantData, Endianness, InstBuilder, MemFlagsData, Type, Value, types};
 use cranelift_module::Module;
@@ -154,6 +156,41 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         let b = self.bitcast_vec(b, types::I8X16);
         let imm = self.b.func.dfg.immediates.push(ConstantData::from(mask.to_vec()));
         self.b.ins().shuffle(a, b, imm)
+    }
+
+    /// 128-bit pieces of type `ty` made of `chunks` in order: 128-bit chunks are the pieces,
+    /// 32- or 64-bit ones are put into lanes (a splat when a piece repeats one chunk). Equal
+    /// pieces are built once.
+    pub fn pieces_of_chunks(&mut self, chunks: &[Value], ty: Type) -> Vec<Value> {
+        let chunk_ty = self.b.func.dfg.value_type(chunks[0]);
+        if chunk_ty.bits() == 128 {
+            return chunks.to_vec();
+        }
+        let vector_ty = chunk_ty.by(128 / chunk_ty.bits()).expect("32- or 64-bit chunks");
+        let mut built: HashMap<&[Value], Value> = HashMap::new();
+        let mut pieces = Vec::with_capacity(chunks.len() / vector_ty.lane_count() as usize);
+        for group in chunks.chunks(vector_ty.lane_count() as usize) {
+            let piece = match built.get(group) {
+                Some(&p) => p,
+                None => {
+                    let p = if group.iter().all(|&c| c == group[0]) {
+                        self.b.ins().splat(vector_ty, group[0])
+                    } else {
+                        let first = self.b.ins().scalar_to_vector(vector_ty, group[0]);
+                        group
+                            .iter()
+                            .enumerate()
+                            .skip(1)
+                            .fold(first, |p, (j, &c)| self.b.ins().insertlane(p, c, j as u8))
+                    };
+                    let p = self.bitcast_vec(p, ty);
+                    built.insert(group, p);
+                    p
+                }
+            };
+            pieces.push(piece);
+        }
+        pieces
     }
 
     /// Halves the lane width of integer pieces, keeping the low bits of each lane: two input

@@ -14,12 +14,14 @@ use std::time::{Duration, Instant};
 use ir::DType;
 use rayon::ThreadPool;
 
-pub use target::{IsaLevel, OptLevel, Target};
+pub(crate) use target::build_isa;
+pub use target::{ISA_ENV, IsaLevel, OptLevel, Target};
 pub use tensor::{Arg, Element, Tensor};
 
 use crate::codegen::jit::{self, JitCode};
 use crate::codegen::{STATUS_OK, STATUS_OUT_OF_MEMORY};
 use crate::error::{CompileError, RuntimeError};
+use crate::kernels::disasm::{self, MachineCode};
 
 /// How to compile a function.
 #[derive(Clone, Debug)]
@@ -62,6 +64,8 @@ struct Param {
     shape: Vec<i64>,
     len: usize,
     stored: bool,
+    /// The declared range of every element (`Buffer::value_range`), checked before each call.
+    value_range: Option<(i64, i64)>,
 }
 
 /// A compiled function, callable from any thread.
@@ -70,6 +74,8 @@ pub struct CompiledFunc {
     name: String,
     params: Vec<Param>,
     clif: String,
+    machine_code: Vec<MachineCode>,
+    level: IsaLevel,
     compile_time: Duration,
     /// Threads for parallel loops, and the pool once first needed (`None`: no parallel loop).
     threads: Option<usize>,
@@ -79,8 +85,9 @@ pub struct CompiledFunc {
 /// JIT-compiles `func`, which must be in the final loop-IR form.
 pub fn compile(func: &ir::Func, options: &CompileOptions) -> Result<CompiledFunc, CompileError> {
     let start = Instant::now();
-    let isa = target::build_isa(options.target, options.opt_level)?;
-    let (code, translation) = jit::compile(func, isa, host::address)?;
+    let (isa, level) = target::build_isa(options.target, options.opt_level)?;
+    let (code, translation) = jit::compile(func, isa, level, host::address)?;
+    let machine_code = code.machine_code(&translation);
     let params = func
         .params
         .iter()
@@ -91,6 +98,7 @@ pub fn compile(func: &ir::Func, options: &CompileOptions) -> Result<CompiledFunc
             shape: p.shape().to_vec(),
             len: p.len() as usize,
             stored,
+            value_range: p.value_range(),
         })
         .collect();
     Ok(CompiledFunc {
@@ -98,6 +106,8 @@ pub fn compile(func: &ir::Func, options: &CompileOptions) -> Result<CompiledFunc
         name: func.name.clone(),
         params,
         clif: translation.clif,
+        machine_code,
+        level,
         compile_time: start.elapsed(),
         threads: translation.has_parallel.then(|| {
             options
@@ -106,6 +116,39 @@ pub fn compile(func: &ir::Func, options: &CompileOptions) -> Result<CompiledFunc
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         }),
         pool: OnceLock::new(),
+    })
+}
+
+/// The first element of `bytes` (little-endian elements of integer `dtype`) outside `lo..=hi`.
+fn first_outside(dtype: DType, bytes: &[u8], lo: i64, hi: i64) -> Option<(usize, i128)> {
+    let (lo, hi) = (i128::from(lo), i128::from(hi));
+    let size = dtype.bytes();
+    let signed = dtype.scalar.int_range().is_some_and(|(min, _)| min < 0);
+    // Bytes, the common case, first get a min/max pass the compiler vectorizes.
+    if size == 1 {
+        let value = |b: u8| if signed { i128::from(b as i8) } else { i128::from(b) };
+        let (min, max) = if signed {
+            let (min, max) = bytes.iter().fold((i8::MAX, i8::MIN), |(mn, mx), &b| (mn.min(b as i8), mx.max(b as i8)));
+            (i128::from(min), i128::from(max))
+        } else {
+            let (min, max) = bytes.iter().fold((u8::MAX, u8::MIN), |(mn, mx), &b| (mn.min(b), mx.max(b)));
+            (i128::from(min), i128::from(max))
+        };
+        if bytes.is_empty() || (lo <= min && max <= hi) {
+            return None;
+        }
+        return bytes.iter().position(|&b| !(lo..=hi).contains(&value(b))).map(|p| (p, value(bytes[p])));
+    }
+    bytes.chunks_exact(size).enumerate().find_map(|(p, chunk)| {
+        let mut raw = [0u8; 16];
+        raw[..size].copy_from_slice(chunk);
+        let mut v = i128::from_le_bytes(raw);
+        if signed {
+            // Sign-extend from `size` bytes.
+            let shift = 128 - 8 * size as u32;
+            v = (v << shift) >> shift;
+        }
+        (!(lo..=hi).contains(&v)).then_some((p, v))
     })
 }
 
@@ -149,6 +192,15 @@ impl CompiledFunc {
             if p.stored && !arg.writable {
                 return Err(RuntimeError::ReadOnlyArgument { index, name: name() });
             }
+            if let Some((lo, hi)) = p.value_range {
+                // Code generation may have relied on the range (e.g. to use `vpmaddubsw` for
+                // exact sums), so data outside it must never reach generated code.
+                // SAFETY: the argument holds at least `p.len` elements of `p.dtype` (checked above).
+                let bytes = unsafe { std::slice::from_raw_parts(arg.ptr.cast_const(), p.len * p.dtype.bytes()) };
+                if let Some((position, value)) = first_outside(p.dtype, bytes, lo, hi) {
+                    return Err(RuntimeError::ValueOutOfRange { index, name: name(), position, value, lo, hi });
+                }
+            }
         }
         let pointers: Vec<*mut u8> = args.iter().map(|a| a.ptr).collect();
         self.run(&pointers)
@@ -187,6 +239,22 @@ impl CompiledFunc {
     /// CLIF of every generated function, as emitted before Cranelift's passes.
     pub fn clif_text(&self) -> &str {
         &self.clif
+    }
+
+    /// Intel-syntax disassembly of every function the call runs (entry, outlined parallel
+    /// bodies, hand-assembled kernels), as finalized in memory.
+    pub fn disassembly(&self) -> String {
+        disasm::disassemble(&self.machine_code)
+    }
+
+    /// The machine code of every function, entry first.
+    pub fn machine_code(&self) -> &[MachineCode] {
+        &self.machine_code
+    }
+
+    /// The ISA level the function was compiled for (bounds the kernels it calls).
+    pub fn isa_level(&self) -> IsaLevel {
+        self.level
     }
 
     /// Number of threads parallel loops run on, or `None` if the function has none.

@@ -7,26 +7,45 @@ use cranelift_codegen::settings::{self, Configurable};
 
 use crate::error::CompileError;
 
-/// An x86-64 feature level code can be generated for.
+/// An x86-64 feature level code can be generated for. Cranelift itself never emits more
+/// than 128-bit vectors; the level chooses its instruction encodings and which hand-assembled
+/// kernels (`crate::kernels`) a function may call.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub enum IsaLevel {
-    /// SSE4.2 (with SSSE3, SSE4.1, POPCNT): the baseline every kernel runs on.
-    Sse42,
-    /// AVX2 with FMA, BMI1/2 and LZCNT: VEX-encoded 128-bit code.
+    /// SSE4.2 (with SSSE3, SSE4.1, POPCNT), the baseline Cranelift code runs on; no
+    /// hand-assembled vector kernels, so tensor intrinsics run their loop-nest fallback.
+    Scalar,
+    /// AVX2 with FMA, BMI1/2 and LZCNT: VEX-encoded 128-bit code, ymm kernels.
     Avx2,
-    /// AVX-512 F/BW/VL/DQ with VNNI, which unlocks `vpdpbusd` for int8 dot products.
+    /// AVX2 plus AVX-VNNI: VEX `vpdpbusd` on ymm.
+    AvxVnni,
+    /// AVX2 plus AVX-512 F/BW/VL/DQ and VNNI: `vpdpbusd` on zmm. Does not imply AVX-VNNI
+    /// (Cascade Lake and Ice Lake have AVX512-VNNI only), so this level never emits VEX VNNI.
     Avx512Vnni,
 }
 
-impl IsaLevel {
-    pub const ALL: [IsaLevel; 3] = [IsaLevel::Sse42, IsaLevel::Avx2, IsaLevel::Avx512Vnni];
+/// Environment variable that forces the level of `Target::Native`.
+pub const ISA_ENV: &str = "TENSORLIFT_ISA";
 
+impl IsaLevel {
+    pub const ALL: [IsaLevel; 4] = [IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512Vnni];
+
+    /// The name `TENSORLIFT_ISA` and the CLI's `--isa` accept.
     pub fn name(self) -> &'static str {
         match self {
-            IsaLevel::Sse42 => "sse4.2",
+            IsaLevel::Scalar => "scalar",
             IsaLevel::Avx2 => "avx2",
+            IsaLevel::AvxVnni => "avx-vnni",
             IsaLevel::Avx512Vnni => "avx512-vnni",
         }
+    }
+
+    /// The level called `name` (see `name`).
+    pub fn from_name(name: &str) -> Result<IsaLevel, CompileError> {
+        IsaLevel::ALL.into_iter().find(|l| l.name() == name).ok_or_else(|| CompileError::UnknownIsa {
+            found: name.to_string(),
+            expected: IsaLevel::ALL.map(IsaLevel::name).join("|"),
+        })
     }
 
     /// True if this CPU can run code built for this level.
@@ -38,8 +57,9 @@ impl IsaLevel {
             let avx2 =
                 sse42 && has!("avx") && has!("avx2") && has!("fma") && has!("bmi1") && has!("bmi2") && has!("lzcnt");
             match self {
-                IsaLevel::Sse42 => sse42,
+                IsaLevel::Scalar => sse42,
                 IsaLevel::Avx2 => avx2,
+                IsaLevel::AvxVnni => avx2 && has!("avxvnni"),
                 IsaLevel::Avx512Vnni => {
                     avx2 && has!("avx512f")
                         && has!("avx512bw")
@@ -60,14 +80,26 @@ impl IsaLevel {
         IsaLevel::ALL.into_iter().rev().find(|l| l.is_supported())
     }
 
-    /// Cranelift x64 ISA flags of this level (each level includes the ones below).
-    fn cranelift_flags(self) -> Vec<&'static str> {
+    /// This level if the CPU supports it, else `UnsupportedTarget`.
+    pub fn check_supported(self) -> Result<IsaLevel, CompileError> {
+        if self.is_supported() {
+            Ok(self)
+        } else {
+            let available = IsaLevel::detect().map_or("none".to_string(), |l| l.to_string());
+            Err(CompileError::UnsupportedTarget { requested: self, available })
+        }
+    }
+
+    /// Cranelift x64 ISA flags of this level.
+    pub(crate) fn cranelift_flags(self) -> Vec<&'static str> {
         let mut flags = vec!["has_sse3", "has_ssse3", "has_sse41", "has_sse42", "has_popcnt"];
         if self >= IsaLevel::Avx2 {
             flags.extend(["has_avx", "has_avx2", "has_fma", "has_bmi1", "has_bmi2", "has_lzcnt"]);
         }
-        if self >= IsaLevel::Avx512Vnni {
-            flags.extend(["has_avx512f", "has_avx512vl", "has_avx512dq", "has_avx512vnni"]);
+        match self {
+            IsaLevel::AvxVnni => flags.push("has_avx_vnni"),
+            IsaLevel::Avx512Vnni => flags.extend(["has_avx512f", "has_avx512vl", "has_avx512dq", "has_avx512vnni"]),
+            IsaLevel::Scalar | IsaLevel::Avx2 => {}
         }
         flags
     }
@@ -82,11 +114,29 @@ impl fmt::Display for IsaLevel {
 /// Which machine code to generate.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub enum Target {
-    /// Every feature of the host CPU (`cranelift_native`).
+    /// Every feature of the host CPU (`cranelift_native`) and the best `IsaLevel`'s kernels;
+    /// `TENSORLIFT_ISA=<level name>` turns it into `Level(<level>)`.
     #[default]
     Native,
     /// Exactly this level, which must not exceed what the host supports.
     Level(IsaLevel),
+}
+
+impl Target {
+    /// The explicit level: `Level`, or `Native` with `TENSORLIFT_ISA` set.
+    fn forced(self) -> Result<Option<IsaLevel>, CompileError> {
+        match self {
+            Target::Level(level) => Ok(Some(level)),
+            Target::Native => match std::env::var(ISA_ENV) {
+                Ok(name) => IsaLevel::from_name(name.trim()).map(Some),
+                Err(std::env::VarError::NotPresent) => Ok(None),
+                Err(std::env::VarError::NotUnicode(raw)) => Err(CompileError::UnknownIsa {
+                    found: raw.to_string_lossy().into_owned(),
+                    expected: IsaLevel::ALL.map(IsaLevel::name).join("|"),
+                }),
+            },
+        }
+    }
 }
 
 /// Cranelift's optimization level for generated kernels.
@@ -111,8 +161,9 @@ fn isa_error(message: impl fmt::Display) -> CompileError {
     CompileError::Isa { message: message.to_string() }
 }
 
-/// The Cranelift ISA for `target`. The verifier runs in debug builds only.
-pub(crate) fn build_isa(target: Target, opt: OptLevel) -> Result<OwnedTargetIsa, CompileError> {
+/// The Cranelift ISA for `target`, and the level kernels may use (`Scalar` off x86-64, where
+/// there are none). The verifier runs in debug builds only.
+pub(crate) fn build_isa(target: Target, opt: OptLevel) -> Result<(OwnedTargetIsa, IsaLevel), CompileError> {
     let mut flags = settings::builder();
     let debug = if cfg!(debug_assertions) { "true" } else { "false" };
     for (name, value) in [
@@ -125,26 +176,23 @@ pub(crate) fn build_isa(target: Target, opt: OptLevel) -> Result<OwnedTargetIsa,
     ] {
         flags.set(name, value).map_err(isa_error)?;
     }
-    let builder = match target {
-        Target::Native => {
+    let (builder, level) = match target.forced()? {
+        None => {
             // Lowering 128-bit vectors needs SSE4.1 instructions, so below the baseline level
             // Cranelift would fail (or panic) on the first vector operation.
-            if cfg!(target_arch = "x86_64") && !IsaLevel::Sse42.is_supported() {
-                return Err(CompileError::UnsupportedTarget { requested: IsaLevel::Sse42, available: "none".into() });
+            if cfg!(target_arch = "x86_64") && !IsaLevel::Scalar.is_supported() {
+                return Err(CompileError::UnsupportedTarget { requested: IsaLevel::Scalar, available: "none".into() });
             }
-            cranelift_native::builder().map_err(isa_error)?
+            (cranelift_native::builder().map_err(isa_error)?, IsaLevel::detect().unwrap_or(IsaLevel::Scalar))
         }
-        Target::Level(level) => {
-            if !level.is_supported() {
-                let available = IsaLevel::detect().map_or("none".to_string(), |l| l.to_string());
-                return Err(CompileError::UnsupportedTarget { requested: level, available });
-            }
+        Some(level) => {
+            level.check_supported()?;
             let mut builder = isa::lookup(target_lexicon::Triple::host()).map_err(isa_error)?;
             for flag in level.cranelift_flags() {
                 builder.enable(flag).map_err(isa_error)?;
             }
-            builder
+            (builder, level)
         }
     };
-    builder.finish(settings::Flags::new(flags)).map_err(isa_error)
+    Ok((builder.finish(settings::Flags::new(flags)).map_err(isa_error)?, level))
 }

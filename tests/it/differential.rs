@@ -240,6 +240,12 @@ fn random_schedule(rng: &mut Rng, case: &Case) -> Schedule {
             _ => {}
         }
     }
+    // Sometimes vectorize the loop outside the innermost one too: one lane space when the inner
+    // loop reduces into an element of the outer one. Decided last, so earlier decisions (and
+    // the recorded regression seeds) stay as they were.
+    if current.len() >= 2 && rng.chance(25) {
+        let _ = s.vectorize(c, &current[current.len() - 2]);
+    }
     s
 }
 

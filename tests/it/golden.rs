@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use ir::schedule::{create_schedule, Schedule};
-use ir::te::{compute, placeholder, Tensor};
+use ir::te::{compute, placeholder, reduce_axis, sum, Tensor};
 use ir::DType;
 
 fn golden_path(name: &str) -> PathBuf {
@@ -125,6 +125,45 @@ fn golden_vectorize_reduction() {
     let (_, ki) = s.split(&c, &k, 4).unwrap();
     s.vectorize(&c, &ki).unwrap();
     check_golden("vectorize_reduction", &s, &[&a, &b, &c]);
+}
+
+#[test]
+fn golden_vectorize_nested_reduction() {
+    let (a, b, c) = matmul();
+    let mut s = create_schedule(&[&c]);
+    let k = c.reduce_axes()[0].clone();
+    let (ko, ki) = s.split(&c, &k, 4).unwrap();
+    let (jo, ji) = s.split(&c, &c.axis(1), 3).unwrap();
+    s.reorder(&c, &[&c.axis(0), &jo, &ko, &ji, &ki]).unwrap();
+    s.vectorize(&c, &ji).unwrap();
+    s.vectorize(&c, &ki).unwrap();
+    check_golden("vectorize_nested_reduction", &s, &[&a, &b, &c]);
+}
+
+/// The VPDPBUSD schedule: `B` packed 4 `k` per column (`B[k/4, n, k%4]`), 4 columns × the 4 `k`
+/// of a group vectorized as one 16-lane reduction into 4 lanes of `C`.
+#[test]
+fn golden_vectorize_dot() {
+    let a = placeholder([3, 8], DType::U8, "A");
+    let b = placeholder([2, 8, 4], DType::I8, "B");
+    let (ko, ki) = (reduce_axis(2, "ko"), reduce_axis(4, "ki"));
+    let c = compute(
+        [3, 8],
+        |i| {
+            let k = &ko * 4 + &ki;
+            let product =
+                a.at([&i[0], &k]).cast(DType::I32) * b.at([&ko.to_expr(), &i[1], &ki.to_expr()]).cast(DType::I32);
+            sum(DType::I32, &[&ko, &ki], product)
+        },
+        "C",
+    )
+    .unwrap();
+    let mut s = create_schedule(&[&c]);
+    let (jo, ji) = s.split(&c, &c.axis(1), 4).unwrap();
+    s.reorder(&c, &[&c.axis(0), &jo, &ko, &ji, &ki]).unwrap();
+    s.vectorize(&c, &ji).unwrap();
+    s.vectorize(&c, &ki).unwrap();
+    check_golden("vectorize_dot", &s, &[&a, &b, &c]);
 }
 
 #[test]

@@ -5,3 +5,5 @@ mod differential;
 mod errors;
 mod golden;
 mod invariants;
+mod tensorize;
+mod vnni;

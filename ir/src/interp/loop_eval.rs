@@ -9,10 +9,20 @@
 //! * A vector `Store` evaluates and bounds-checks every lane before writing any, then writes
 //!   lanes in increasing order, so it reads memory as it was before the store.
 //!
-//! Any access outside its buffer, in any lane, is `InterpError::OutOfBounds`.
+//! * A tensor-intrinsic `Call` runs its declaration (`StmtKind::Call`), never its fallback: the
+//!   input regions are gathered into arrays of the declaration's shapes, the declaration's compute
+//!   is evaluated by the tensor-expression evaluator on them (updating the gathered output region
+//!   for a reduction), and the output region is written back. Tests compare it with the fallback.
+//!
+//! Any access outside its buffer, in any lane, is `InterpError::OutOfBounds` (for a call, the
+//! flat index of the first region element outside its buffer).
+//!
+//! Arguments of parameters with a declared value range (`Buffer::value_range`) are checked
+//! against it before anything runs (`InterpError::ValueRange`).
 
 use crate::dtype::DType;
-use crate::interp::compile::{Compiler, Fault, Frame, Memory, Slot, malformed};
+use crate::interp::compile::{Compiler, ExprFn, Fault, Frame, Memory, Slot, malformed};
+use crate::interp::te_eval::CompiledIntrin;
 use crate::interp::{Access, Array, InterpError, Scalar, check_array};
 use crate::stmt::{Func, Stmt, StmtKind};
 
@@ -31,6 +41,9 @@ pub fn run_func(func: &Func, args: &mut [Array]) -> Result<(), InterpError> {
     }
     for (param, arg) in func.params.iter().zip(args.iter()) {
         check_array(param.name(), param.dtype(), param.shape(), arg)?;
+        if let Some(range) = param.value_range() {
+            check_value_range(param.name(), range, arg)?;
+        }
     }
     let mut compiler = Compiler::default();
     let slots: Vec<usize> = func.params.iter().map(|p| compiler.bind_memory(Memory::Buffer(p.id()))).collect();
@@ -46,6 +59,59 @@ pub fn run_func(func: &Func, args: &mut [Array]) -> Result<(), InterpError> {
         std::mem::swap(&mut frame.buffers[slot], arg);
     }
     result.map_err(|e| *e)
+}
+
+/// Checks that every element of `array` lies in the declared `range` of parameter `name`.
+pub(crate) fn check_value_range(name: &str, (lo, hi): (i64, i64), array: &Array) -> Result<(), InterpError> {
+    match array.to_i64_vec().iter().enumerate().find(|(_, v)| !(lo..=hi).contains(*v)) {
+        Some((index, &found)) => Err(InterpError::ValueRange { name: name.to_string(), lo, hi, index, found }),
+        None => Ok(()),
+    }
+}
+
+/// One operand region of a compiled call: its memory slot, flat origin, and the flat offset of
+/// every declaration element (row-major) from the origin.
+struct Region {
+    slot: usize,
+    name: String,
+    shape: Vec<i64>,
+    origin: ExprFn,
+    offsets: Vec<i64>,
+    dtype: DType,
+    decl_shape: Vec<i64>,
+}
+
+impl Region {
+    /// The flat buffer index of every element, bounds-checked.
+    fn positions(&self, f: &Frame, access: Access) -> Result<Vec<usize>, Fault> {
+        let origin = (self.origin)(f, 0)?.as_int();
+        let len = f.buffers[self.slot].len() as i64;
+        self.offsets
+            .iter()
+            .map(|o| {
+                let i = origin + o;
+                if (0..len).contains(&i) {
+                    Ok(i as usize)
+                } else {
+                    Err(Box::new(InterpError::OutOfBounds {
+                        access,
+                        name: self.name.clone(),
+                        index: vec![i],
+                        shape: self.shape.clone(),
+                    }))
+                }
+            })
+            .collect()
+    }
+
+    fn gather(&self, f: &Frame, positions: &[usize]) -> Array {
+        let buffer = &f.buffers[self.slot];
+        let mut array = Array::zeros(self.dtype, &self.decl_shape);
+        for (p, &i) in positions.iter().enumerate() {
+            array.set(p, buffer.get(i));
+        }
+        array
+    }
 }
 
 fn compile_stmt(c: &mut Compiler, stmt: &Stmt) -> Result<StmtFn, InterpError> {
@@ -159,6 +225,66 @@ fn compile_stmt(c: &mut Compiler, stmt: &Stmt) -> Result<StmtFn, InterpError> {
                 // Release the memory; a re-entered allocation starts from zero again.
                 f.buffers[slot] = Array::zeros(dtype, &[0]);
                 result
+            })
+        }
+        StmtKind::Call { intrin, operands, .. } => {
+            let tensors = intrin.operand_tensors();
+            if operands.len() != tensors.len() {
+                return Err(malformed(format!(
+                    "call of {intrin} has {} operands, expected {} (inputs, then the output)",
+                    operands.len(),
+                    tensors.len()
+                )));
+            }
+            let mut regions = Vec::new();
+            for (op, tensor) in operands.iter().zip(&tensors) {
+                let shape = tensor.shape();
+                if op.buffer.dtype() != tensor.dtype() || op.strides.len() != shape.len() {
+                    return Err(malformed(format!(
+                        "call of {intrin}: operand {} ({}, {} strides) cannot stand for {tensor}: {}{shape:?}",
+                        op.buffer.name(),
+                        op.buffer.dtype(),
+                        op.strides.len(),
+                        tensor.dtype()
+                    )));
+                }
+                if op.origin.len() != 1 && op.origin.len() != op.buffer.shape().len() {
+                    return Err(malformed(format!(
+                        "call of {intrin}: operand {} has {} origin indices, expected {} or 1",
+                        op.buffer.name(),
+                        op.origin.len(),
+                        op.buffer.shape().len()
+                    )));
+                }
+                let mut offsets = vec![0i64];
+                for (&extent, &stride) in shape.iter().zip(&op.strides) {
+                    offsets = offsets.iter().flat_map(|o| (0..extent).map(move |p| o + p * stride)).collect();
+                }
+                regions.push(Region {
+                    slot: c.buffer_slot(&op.buffer)?,
+                    name: op.buffer.name().to_string(),
+                    shape: op.buffer.shape().to_vec(),
+                    origin: c.compile(&op.flat_origin())?,
+                    offsets,
+                    dtype: tensor.dtype(),
+                    decl_shape: shape.to_vec(),
+                });
+            }
+            let declaration = CompiledIntrin::new(intrin)?;
+            Box::new(move |f| {
+                let (output, inputs) = regions.split_last().expect("a call has an output operand");
+                let arrays = inputs
+                    .iter()
+                    .map(|r| Ok(r.gather(f, &r.positions(f, Access::Read)?)))
+                    .collect::<Result<Vec<_>, Fault>>()?;
+                let positions = output.positions(f, Access::Write)?;
+                let mut out = output.gather(f, &positions);
+                declaration.apply(arrays, &mut out)?;
+                let buffer = &mut f.buffers[output.slot];
+                for (p, &i) in positions.iter().enumerate() {
+                    buffer.set(i, out.get(p));
+                }
+                Ok(())
             })
         }
     })

@@ -59,6 +59,9 @@ pub enum InterpError {
     /// `flatten_buffers`; for a vector access it is the index of the first offending lane.
     #[error("out-of-bounds {access} of {name}: {} is outside shape {shape:?}", describe_index(.index, .shape))]
     OutOfBounds { access: Access, name: String, index: Vec<i64>, shape: Vec<i64> },
+    /// `index` is the row-major position of the first offending element.
+    #[error("array for {name}: elements must lie in the declared range {lo}..={hi}, found {found} at flat index {index}")]
+    ValueRange { name: String, lo: i64, hi: i64, index: usize, found: i64 },
     /// The program violates an IR invariant (unbound variable, wrong index count, lane mismatch,
     /// misplaced reduction, ...): a bug in whatever produced it.
     #[error("malformed IR: {reason}")]

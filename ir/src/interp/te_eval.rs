@@ -5,13 +5,16 @@
 //! folds `reducer.combine(acc, value)` over the points of its axes in row-major order of `axes`,
 //! so the result is exactly what the definition says, including float rounding order.
 //! `Select` evaluates only the chosen arm, so padding written as a select never reads out of
-//! bounds; every other read outside a tensor's shape is `InterpError::OutOfBounds`.
+//! bounds; every other read outside a tensor's shape is `InterpError::OutOfBounds`. Inputs of
+//! placeholders with a declared value range are checked against it (`InterpError::ValueRange`).
 
 use std::collections::{HashMap, HashSet};
 
 use crate::expr::{Expr, ExprKind, Var};
 use crate::interp::compile::{Compiler, Fault, Frame, Memory, malformed};
+use crate::interp::loop_eval::check_value_range;
 use crate::interp::{Array, InterpError, Scalar, check_array};
+use crate::intrin::TensorIntrin;
 use crate::te::{Tensor, TensorId};
 
 /// Evaluates `outputs` from the placeholder arrays in `inputs`; returns one array per output.
@@ -22,6 +25,9 @@ pub fn eval_te(outputs: &[&Tensor], inputs: &[(&Tensor, &Array)]) -> Result<Vec<
             return Err(InterpError::NotAnInput { tensor: tensor.name().to_string() });
         }
         check_array(tensor.name(), tensor.dtype(), tensor.shape(), array)?;
+        if let Some(range) = tensor.value_range() {
+            check_value_range(tensor.name(), range, array)?;
+        }
         if supplied.insert(tensor.id(), array).is_some() {
             return Err(InterpError::DuplicateInput { tensor: tensor.name().to_string() });
         }
@@ -67,12 +73,24 @@ fn post_order(tensor: &Tensor, seen: &mut HashSet<TensorId>, order: &mut Vec<Ten
 
 /// Computes every element of one compute whose inputs are already in `frame`.
 fn evaluate(compiler: &mut Compiler, frame: &mut Frame, tensor: &Tensor, body: &Expr) -> Result<Array, Fault> {
+    let run = compile_compute(compiler, tensor, body, false)?;
+    compiler.grow(frame);
+    let mut out = Array::zeros(tensor.dtype(), tensor.shape());
+    run(frame, &mut out)?;
+    Ok(out)
+}
+
+/// Writes every element of a compute into the array (of the tensor's shape) it is given.
+type ComputeFn = Box<dyn Fn(&mut Frame, &mut Array) -> Result<(), Fault>>;
+
+/// Compiles the evaluation of `tensor` (whose body is `body`) over its whole shape, reading its
+/// inputs from the memories bound in `compiler`. A reduction folds from the reducer's identity,
+/// or from the element already in the array when `update` is set.
+fn compile_compute(compiler: &mut Compiler, tensor: &Tensor, body: &Expr, update: bool) -> Result<ComputeFn, Fault> {
     let dtype = tensor.dtype();
     let axis_slots: Vec<usize> = tensor.axes().iter().map(|a| compiler.bind_scalar(a.var())).collect();
     let extents: Vec<i64> = tensor.axes().iter().map(|a| a.extent()).collect();
-    let mut out = Array::zeros(dtype, tensor.shape());
-    let mut flat = 0;
-    match body.kind() {
+    Ok(match body.kind() {
         ExprKind::Reduce(r) => {
             let reduce_slots: Vec<usize> = r.axes.iter().map(|a| compiler.bind_scalar(a.var())).collect();
             let reduce_extents: Vec<i64> = r.axes.iter().map(|a| a.extent()).collect();
@@ -92,31 +110,62 @@ fn evaluate(compiler: &mut Compiler, frame: &mut Frame, tensor: &Tensor, body: &
             let (acc_slot, value_slot) = (compiler.bind_scalar(&acc_var), compiler.bind_scalar(&value_var));
             let combine = compiler.compile(&combine)?;
             let identity = compiler.compile(&identity)?;
-            compiler.grow(frame);
-            for_each_point(frame, &axis_slots, &extents, |frame: &mut Frame| {
-                let mut acc = identity(frame, 0)?;
-                for_each_point(frame, &reduce_slots, &reduce_extents, |frame: &mut Frame| {
-                    frame.scalars[value_slot] = source(frame, 0)?;
-                    frame.scalars[acc_slot] = acc;
-                    acc = combine(frame, 0)?;
+            Box::new(move |frame: &mut Frame, out: &mut Array| {
+                let mut flat = 0;
+                for_each_point(frame, &axis_slots, &extents, |frame: &mut Frame| {
+                    let mut acc = if update { out.get(flat) } else { identity(frame, 0)? };
+                    for_each_point(frame, &reduce_slots, &reduce_extents, |frame: &mut Frame| {
+                        frame.scalars[value_slot] = source(frame, 0)?;
+                        frame.scalars[acc_slot] = acc;
+                        acc = combine(frame, 0)?;
+                        Ok(())
+                    })?;
+                    out.set(flat, acc);
+                    flat += 1;
                     Ok(())
-                })?;
-                out.set(flat, acc);
-                flat += 1;
-                Ok(())
-            })?;
+                })
+            })
         }
         _ => {
             let body = compiler.compile(body)?;
-            compiler.grow(frame);
-            for_each_point(frame, &axis_slots, &extents, |frame: &mut Frame| {
-                out.set(flat, body(frame, 0)?);
-                flat += 1;
-                Ok(())
-            })?;
+            Box::new(move |frame: &mut Frame, out: &mut Array| {
+                let mut flat = 0;
+                for_each_point(frame, &axis_slots, &extents, |frame: &mut Frame| {
+                    out.set(flat, body(frame, 0)?);
+                    flat += 1;
+                    Ok(())
+                })
+            })
         }
+    })
+}
+
+/// The declaration of a tensor intrinsic, compiled once to be applied to the operand regions of
+/// every execution of a `Call` (see `StmtKind::Call`).
+pub(crate) struct CompiledIntrin {
+    compiler: Compiler,
+    input_slots: Vec<usize>,
+    run: ComputeFn,
+}
+
+impl CompiledIntrin {
+    pub fn new(intrin: &TensorIntrin) -> Result<CompiledIntrin, InterpError> {
+        let mut compiler = Compiler::default();
+        let input_slots = intrin.inputs.iter().map(|t| compiler.bind_memory(Memory::Tensor(t.id()))).collect();
+        let body = intrin.output.body().ok_or_else(|| malformed(format!("intrinsic {intrin} has no compute")))?;
+        let run = compile_compute(&mut compiler, &intrin.output, body, true).map_err(|e| *e)?;
+        Ok(CompiledIntrin { compiler, input_slots, run })
     }
-    Ok(out)
+
+    /// Updates `out` (the output's current values) from the input arrays, by the declaration.
+    pub fn apply(&self, inputs: Vec<Array>, out: &mut Array) -> Result<(), Fault> {
+        let mut frame = Frame::default();
+        self.compiler.grow(&mut frame);
+        for (&slot, array) in self.input_slots.iter().zip(inputs) {
+            frame.buffers[slot] = array;
+        }
+        (self.run)(&mut frame, out)
+    }
 }
 
 /// Calls `visit` at every point of the box `extents` in row-major order (the last coordinate
@@ -333,5 +382,30 @@ mod tests {
             InterpError::DuplicateInput { tensor: "A".into() }
         );
         assert_eq!(eval_te(&[&b], &[(&a, &good)]).unwrap()[0].to_i64_vec(), vec![1; 6]);
+    }
+
+    #[test]
+    fn declared_value_ranges_are_checked_and_reach_lowered_buffers() {
+        use crate::te::placeholder_in_range;
+        let err = placeholder_in_range([4], DType::U8, 0..=300, "X").unwrap_err();
+        assert_eq!(err.to_string(), "placeholder X: value range 0..=300 must be non-empty and inside the range of u8");
+        assert!(placeholder_in_range([4], DType::F32, 0..=1, "X").is_err());
+        let (lo, hi) = (5, 4);
+        assert!(placeholder_in_range([4], DType::I8, lo..=hi, "X").is_err());
+        let x = placeholder_in_range([4], DType::U8, 0..=127, "X").unwrap();
+        assert_eq!(x.value_range(), Some((0, 127)));
+        let y = compute([4], |i| x.at([&i[0]]) * 2, "Y").unwrap();
+        assert_eq!(y.value_range(), None);
+        let bad = Array::from_i64(DType::U8, &[4], &[0, 127, 128, 5]);
+        let range_error = InterpError::ValueRange { name: "X".into(), lo: 0, hi: 127, index: 2, found: 128 };
+        assert_eq!(eval_te(&[&y], &[(&x, &bad)]).unwrap_err(), range_error);
+        let func = crate::lower::lower(&crate::schedule::create_schedule(&[&y]), &[&x, &y], "f").unwrap();
+        assert_eq!(func.params[0].value_range(), Some((0, 127)));
+        assert_eq!(func.params[1].value_range(), None);
+        let mut args = vec![bad, Array::zeros(DType::U8, &[4])];
+        assert_eq!(crate::interp::run_func(&func, &mut args).unwrap_err(), range_error);
+        args[0] = Array::from_i64(DType::U8, &[4], &[0, 127, 100, 5]);
+        crate::interp::run_func(&func, &mut args).unwrap();
+        assert_eq!(args[1].to_i64_vec(), vec![0, 254, 200, 10]);
     }
 }

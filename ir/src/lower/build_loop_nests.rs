@@ -3,10 +3,11 @@
 use std::collections::HashMap;
 
 use crate::expr::{Expr, ExprKind, Var};
+use crate::intrin::TensorIntrin;
 use crate::lower::infer_bounds::{root_extents, root_values, Region};
 use crate::mutator::{substitute_map, walk_expr, Mutator};
 use crate::schedule::{Attach, Schedule, Stage};
-use crate::stmt::{Buffer, ForKind, Func, Stmt};
+use crate::stmt::{Buffer, ForKind, Func, Operand, Stmt, StmtKind};
 use crate::te::{IterVar, Tensor, TensorId};
 
 /// Builds the function computing the schedule's outputs from `args` (inputs and outputs, in
@@ -20,6 +21,13 @@ use crate::te::{IterVar, Tensor, TensorId};
 /// producer order at the top level (intermediate ones in function-level `allocate`s); a
 /// `compute_at` stage is allocated and computed for its region inside its consumer's loop, and
 /// guarded to its own shape. Does not simplify: the guards it emits are often provably true.
+///
+/// A tensorized stage (`Schedule::tensorize` at leaf `a`) gets, in place of the loops from `a`
+/// inward, `call intrin(operands)` whose fallback is exactly those loops; when the region holds
+/// tail guards, `if <every guard holds with each loop of the region at its last iteration> {
+/// call } else { fallback }` (leaf values are sums of loops with positive coefficients, so the
+/// last iteration is the largest). For a reduction, the init nest covers the data-parallel loops
+/// of the region too and is placed before the call, which only updates.
 pub fn build_loop_nests(
     schedule: &Schedule,
     bodies: &HashMap<Stage, Expr>,
@@ -27,7 +35,8 @@ pub fn build_loop_nests(
     args: &[&Tensor],
     name: &str,
 ) -> Func {
-    let params: Vec<Buffer> = args.iter().map(|t| Buffer::new(t.name(), t.dtype(), t.shape().to_vec())).collect();
+    let params: Vec<Buffer> =
+        args.iter().map(|t| Buffer::new_in_range(t.name(), t.dtype(), t.shape().to_vec(), t.value_range())).collect();
     let mut buffers: HashMap<TensorId, Buffer> = args.iter().zip(&params).map(|(t, b)| (t.id(), b.clone())).collect();
     let mut attached: HashMap<Stage, Vec<(IterVar, Stage)>> = HashMap::new();
     let mut root_temporaries = Vec::new();
@@ -92,6 +101,15 @@ struct Loop {
     var: Var,
     extent: i64,
     kind: ForKind,
+}
+
+/// The call replacing the loops from `depth` inward (relative to the loops it is wrapped in).
+struct RegionCall {
+    depth: usize,
+    intrin: TensorIntrin,
+    operands: Vec<Operand>,
+    /// The tail guards of the region at its last point, if there are any.
+    condition: Option<Expr>,
 }
 
 impl Ctx<'_> {
@@ -186,13 +204,47 @@ impl Ctx<'_> {
             .iter()
             .map(|l| Loop { var: loop_var(l), extent: extents[l], kind: data.for_kind(l) })
             .collect();
+        let mut region_call = data.tensorize.as_ref().map(|(axis, intrin)| {
+            let planned = crate::tensorize::plan(self.schedule, stage, axis, intrin, &self.bodies[&stage])
+                .unwrap_or_else(|m| {
+                    let (stage, part, what) = (data.name(), m.part, &m.what);
+                    panic!("build_loop_nests: tensorize of {stage} was proven by the schedule, now {part} ({what}) differs")
+                });
+            let operands = planned
+                .into_iter()
+                .map(|p| Operand {
+                    buffer: self.buffers[&p.tensor.id()].clone(),
+                    origin: p.origin.iter().map(|o| substitute_map(o, &loop_vars)).collect(),
+                    strides: p.strides,
+                })
+                .collect();
+            let depth = data.leaves.iter().position(|l| l == axis).expect("tensorize axis is a leaf");
+            let last: HashMap<Var, Expr> =
+                data.leaves[depth..].iter().map(|l| (loop_var(l), Expr::index(extents[l] - 1))).collect();
+            let condition = data
+                .guarded_axes(&extents)
+                .iter()
+                .filter(|parent| last.keys().any(|v| leaf_values[*parent].uses_var(v)))
+                .map(|parent| below(&substitute_map(&leaf_values[parent], &last), extents[parent]))
+                .reduce(|a, b| a & b);
+            RegionCall { depth, intrin: intrin.clone(), operands, condition }
+        });
         let root_vars: HashMap<Var, Expr> = roots.iter().map(|(a, v)| (a.var().clone(), v.clone())).collect();
         let value = self.to_loads(&self.bodies[&stage], &root_vars);
         let p = self.first_reduce(stage);
         let ExprKind::Reduce(reduce) = value.kind() else {
             let store = Stmt::store(buffer, local_index, value.clone());
-            return self.wrap(&loops, items, store);
+            return self.wrap_region(&loops, items, store, region_call.as_ref());
         };
+        // A call covering data-parallel loops outside the first reduction loop only updates, so
+        // the init nest starts where the call does.
+        let p = match &region_call {
+            Some(call) => p.min(call.depth as isize),
+            None => p,
+        };
+        if let Some(call) = &mut region_call {
+            call.depth -= p as usize;
+        }
         let acc = Expr::load(buffer, local_index.clone());
         let update_store = Stmt::store(buffer, local_index.clone(), reduce.reducer.combine(acc, reduce.source.clone()));
 
@@ -243,7 +295,7 @@ impl Ctx<'_> {
         let init_index: Vec<Expr> = local_index.iter().map(|i| substitute_map(i, &fresh)).collect();
         let init_store = Stmt::store(buffer, init_index, reduce.reducer.identity(value.dtype()));
         let init = self.wrap(&init_loops, init_items, init_store);
-        let update = self.wrap(&loops[p as usize..], update_items, update_store);
+        let update = self.wrap_region(&loops[p as usize..], update_items, update_store, region_call.as_ref());
         self.wrap(&loops[..p as usize], common, Stmt::seq(vec![init, update]))
     }
 
@@ -251,6 +303,22 @@ impl Ctx<'_> {
     fn first_reduce(&self, stage: Stage) -> isize {
         let leaves = &self.schedule.stage_data(stage).leaves;
         leaves.iter().position(|l| l.is_reduce()).unwrap_or(leaves.len()) as isize
+    }
+
+    /// `wrap`, with the loops from `call.depth` inward (and the items inside them) replaced by the
+    /// call, whose fallback they become.
+    fn wrap_region(&self, loops: &[Loop], items: Vec<Placed>, innermost: Stmt, call: Option<&RegionCall>) -> Stmt {
+        let Some(call) = call else { return self.wrap(loops, items, innermost) };
+        let depth = call.depth as isize;
+        let (inner, outer): (Vec<Placed>, Vec<Placed>) = items.into_iter().partition(|p| p.depth >= depth);
+        let inner = inner.into_iter().map(|p| Placed { depth: p.depth - depth, ..p }).collect();
+        let fallback = self.wrap(&loops[call.depth..], inner, innermost);
+        let stmt = Stmt::call(call.intrin.clone(), call.operands.clone(), fallback.clone());
+        let stmt = match &call.condition {
+            Some(cond) => Stmt::new(StmtKind::If { cond: cond.clone(), then_case: stmt, else_case: Some(fallback) }),
+            None => stmt,
+        };
+        self.wrap(&loops[..call.depth], outer, stmt)
     }
 
     /// `innermost` inside `loops`, with each item placed inside the loop at its depth.
@@ -284,6 +352,19 @@ impl Ctx<'_> {
     /// `roots` gives the reading stage's root variables in terms of its loop variables.
     fn to_loads(&self, expr: &Expr, roots: &HashMap<Var, Expr>) -> Expr {
         ToLoads { ctx: self, roots }.mutate_expr(expr)
+    }
+}
+
+/// `value < bound`, solved for the variable when `value` is `a*v + b` with `a > 0` (as
+/// `v < ceil((bound - b) / a)`), which interval analysis then uses to narrow `v`.
+fn below(value: &Expr, bound: i64) -> Expr {
+    let form = crate::analysis::linear::Linear::of(value);
+    match form.terms.as_slice() {
+        [(term, a)] if *a > 0 && term.as_var().is_some() => {
+            let limit = -(form.constant - bound).div_euclid(*a);
+            term.lt(Expr::index(limit))
+        }
+        _ => value.lt(Expr::index(bound)),
     }
 }
 

@@ -3,11 +3,12 @@
 use crate::expr::{BinOp, Expr, ExprKind};
 use crate::mutator::{Mutator, walk_expr, walk_stmt};
 use crate::passes::lanewise;
-use crate::stmt::{Buffer, Func, Stmt, StmtKind};
+use crate::stmt::{Buffer, Func, Operand, Stmt, StmtKind};
 
 /// Rewrites every `Load` and `Store` with one index per dimension into a single row-major
 /// element index `Σ idx_d * stride_d` (`Buffer::strides`); a zero-dimensional buffer is
-/// indexed by 0.
+/// indexed by 0. The origins of `Call` operands are flattened the same way (their strides are
+/// flat already).
 ///
 /// Vector indices (of `n` lanes, with scalar indices in other dimensions broadcast) flatten
 /// lane-wise, and integer ramp algebra keeps `A[i, ramp(j, 1, n)]` as `A[ramp(i*48 + j, 1, n)]`
@@ -61,6 +62,14 @@ impl Mutator for Flatten {
         match walked.kind() {
             StmtKind::Store { buffer, indices, value } if indices.len() != 1 => {
                 Stmt::store(buffer, vec![flat_index(buffer, indices)], value.clone())
+            }
+            StmtKind::Call { intrin, operands, fallback } if operands.iter().any(|op| op.origin.len() != 1) => {
+                let flat = |op: &Operand| {
+                    let origin =
+                        if op.origin.len() == 1 { op.origin.clone() } else { vec![flat_index(&op.buffer, &op.origin)] };
+                    Operand { buffer: op.buffer.clone(), origin, strides: op.strides.clone() }
+                };
+                Stmt::call(intrin.clone(), operands.iter().map(flat).collect(), fallback.clone())
             }
             _ => walked,
         }

@@ -21,6 +21,11 @@ use crate::stmt::{Buffer, Func, Stmt, StmtKind};
 /// Does not change any access that stays in bounds, so results of valid programs are unchanged;
 /// an access that would be out of bounds reads or writes the nearest element instead of memory
 /// outside the buffer. Run it last, on flat IR after `simplify` (which sharpens the intervals).
+///
+/// A tensor-intrinsic `Call` is kept when every operand region (`flat(origin)` plus the span of
+/// the declaration's shape under its strides) is proven inside its buffer; otherwise it becomes
+/// `if <every unproven region bound holds> { call } else { fallback }`, so the call only runs
+/// in bounds and the fallback, whose own accesses are guarded like any others, covers the rest.
 pub fn guard_accesses(func: &Func) -> Func {
     let body = Guard { scope: Scope::new() }.mutate_stmt(&func.body);
     Func { name: func.name.clone(), params: func.params.clone(), body }
@@ -137,6 +142,35 @@ impl Mutator for Guard {
                 }
             }
             StmtKind::Seq(_) | StmtKind::Allocate { .. } => walk_stmt(self, stmt),
+            StmtKind::Call { .. } => {
+                let walked = walk_stmt(self, stmt);
+                let StmtKind::Call { intrin, operands, fallback } = walked.kind() else {
+                    unreachable!("guard_accesses: a call rebuilds as a call")
+                };
+                let mut conditions = Vec::new();
+                for (op, tensor) in operands.iter().zip(intrin.operand_tensors()) {
+                    let (lo, hi) = op.span(tensor.shape());
+                    if hi < lo {
+                        continue;
+                    }
+                    let origin = op.flat_origin();
+                    let at = |offset: i64| if offset == 0 { origin.clone() } else { origin.clone() + offset };
+                    let interval = bounds_of(&origin, &self.scope);
+                    if interval.min.is_none_or(|m| m + (lo as i128) < 0) {
+                        conditions.push(at(lo).ge(Expr::index(0)));
+                    }
+                    if interval.max.is_none_or(|m| m + (hi as i128) >= op.buffer.len() as i128) {
+                        conditions.push(at(hi).lt(Expr::index(op.buffer.len())));
+                    }
+                }
+                match conditions.into_iter().reduce(|a, b| a & b) {
+                    None => walked,
+                    Some(cond) => {
+                        let else_case = Some(fallback.clone());
+                        Stmt::new(StmtKind::If { cond, then_case: walked.clone(), else_case })
+                    }
+                }
+            }
         }
     }
 }

@@ -44,6 +44,16 @@ pub fn simplify(func: &Func) -> Func {
     Func { name: func.name.clone(), params: func.params.clone(), body }
 }
 
+/// `expr` simplified as `simplify` would inside loops binding each variable of `ranges` to
+/// `0..extent` (used to normalize tensor-expression indices, e.g. by `Schedule::tensorize`).
+pub(crate) fn simplify_expr(expr: &Expr, ranges: &[(Var, i64)]) -> Expr {
+    let mut s = Simplifier { scope: Scope::new(), subst: HashMap::new() };
+    for (var, extent) in ranges {
+        s.scope.push(var, Interval::of_extent(*extent));
+    }
+    s.mutate_expr(expr)
+}
+
 struct Simplifier {
     scope: Scope,
     /// Let-bound variables replaced by their constant or variable value.
@@ -163,7 +173,9 @@ impl Mutator for Simplifier {
                 }
                 Stmt::new(StmtKind::If { cond: new_cond, then_case: new_then, else_case: new_else })
             }
-            StmtKind::Store { .. } | StmtKind::Seq(_) | StmtKind::Allocate { .. } => walk_stmt(self, stmt),
+            StmtKind::Store { .. } | StmtKind::Seq(_) | StmtKind::Allocate { .. } | StmtKind::Call { .. } => {
+                walk_stmt(self, stmt)
+            }
         }
     }
 }

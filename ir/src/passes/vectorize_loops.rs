@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::analysis::interval::{Interval, Scope, bounds_of};
 use crate::analysis::linear::Linear;
+use crate::dtype::DType;
 use crate::expr::{BinOp, Expr, ExprKind, Var, VectorReduceOp};
 use crate::mutator::{Mutator, for_each_stmt, for_each_stmt_expr, rebuild_expr, walk_stmt};
 use crate::passes::lanewise;
@@ -23,7 +24,19 @@ use crate::stmt::{Buffer, ForKind, Func, Stmt, StmtKind};
 /// * an integer reduction over the lane, `B[idx] = B[idx] op e` with `op` in `+ min max`, `idx`
 ///   independent of the lane and `B[idx]` the left operand, becomes
 ///   `B[idx] = B[idx] op vector_reduce_op(e, 1)` (exact: wrapping `+`, `min` and `max` are
-///   associative and commutative).
+///   associative and commutative);
+/// * a `Vectorized` loop over `k` (extent `m`) nested directly in this one (over `j`, extent `n`)
+///   whose body is lets and one such integer reduction with `idx` independent of `k` joins it in
+///   one lane space of `n*m` lanes, lane `j*m + k`: `B[idx] = B[idx] op vector_reduce_op(e, n)`
+///   with `idx` a vector over `j` (or a scalar, reducing to 1 lane) and `e` over `j` and `k`.
+///   Index expressions there are affine in `j` and `k` and print as `ramp(base, s, n*m)` when
+///   `j`'s stride is `m` times `k`'s (as for a packed operand), otherwise as
+///   `broadcast(base, n*m) + ramp(0, 1, n*m)/broadcast(m, n*m)*broadcast(s_j, n*m) +
+///   ramp(0, 1, n*m)%broadcast(m, n*m)*broadcast(s_k, n*m)` (terms with a zero stride left out).
+///   So the u8×i8 matmul update with `j.inner` and `k.inner` vectorized becomes
+///   `C[ramp(c, 1, 4)] = C[ramp(c, 1, 4)] + vector_reduce_add(i32x16(A[..])*i32x16(B[..]), 4)`,
+///   the VPDPBUSD shape. Exact because for each `j` the reduction over `k` only reassociates,
+///   and `e` may not read a buffer the body stores to (checked with the accesses below);
 ///
 /// Vectorizing runs the lanes of each statement together instead of one lane after another, so
 /// it is applied only when that cannot change results: every buffer the body stores to must
@@ -35,7 +48,8 @@ use crate::stmt::{Buffer, ForKind, Func, Stmt, StmtKind};
 ///
 /// Everything else falls back to a `Serial` loop (vectorized loops inside are still
 /// vectorized): an `If` whose condition depends on the lane (such as the tail guard of a split
-/// that does not divide the extent), an `Allocate`, a `Parallel` or nested `Vectorized` loop, a
+/// that does not divide the extent), an `Allocate`, an intrinsic `Call` (its fallback is still
+/// vectorized), a `Parallel` loop, a nested `Vectorized` loop that is not such a reduction, a
 /// lane-invariant store that is not such a reduction, float reductions (reassociation changes
 /// rounding), accesses it cannot prove lane-disjoint, extents below 2 or above `u16::MAX`, and
 /// bodies already holding vectors.
@@ -54,8 +68,13 @@ impl Mutator for VectorizeLoops {
             return walk_stmt(self, stmt);
         };
         if let Some(lanes) = u16::try_from(*extent).ok().filter(|n| *n >= 2) {
-            let mut v =
-                Vectorizer { lanes, map: HashMap::from([(var.clone(), lane_ramp(lanes))]), reductions: Vec::new() };
+            let mut v = Vectorizer {
+                lanes,
+                inner: 1,
+                map: HashMap::from([(var.clone(), lane_ramp(lanes))]),
+                affine: HashMap::new(),
+                reductions: Vec::new(),
+            };
             if let Some(vector_body) = v.stmt(body)
                 && lanes_independent(&vector_body, lanes, &v.reductions)
             {
@@ -72,10 +91,24 @@ fn lane_ramp(lanes: u16) -> Expr {
 
 struct Vectorizer {
     lanes: u16,
-    /// The lane variable and vector-valued lets, to their vector replacements.
+    /// 1 for one vectorized loop. For a nested reduction (see `vectorize_loops`), the inner
+    /// loop's extent: lane `l` is outer lane `l / inner` and inner lane `l % inner`.
+    inner: u16,
+    /// The lane variables and vector-valued lets, to their vector replacements.
     map: HashMap<Var, Expr>,
+    /// With two lane variables, the index variables among `map` as affine forms of the lane.
+    affine: HashMap<Var, Affine>,
     /// Buffers written by a reduction over the lanes.
     reductions: Vec<Buffer>,
+}
+
+/// The index `base + outer_stride * (l / inner) + inner_stride * (l % inner)` in lane `l` of a
+/// lane space of two loops (`inner` = `Vectorizer::inner`); `base` is lane-invariant.
+#[derive(Clone)]
+struct Affine {
+    base: Expr,
+    outer_stride: i64,
+    inner_stride: i64,
 }
 
 impl Vectorizer {
@@ -84,6 +117,9 @@ impl Vectorizer {
     fn expr(&mut self, e: &Expr) -> Option<Expr> {
         if e.dtype().is_vector() {
             return None;
+        }
+        if let Some(a) = self.lane_affine(e) {
+            return Some(self.materialize(&a));
         }
         let children: Vec<Expr> = e.children().into_iter().map(|c| self.expr(c)).collect::<Option<_>>()?;
         if e.children().iter().zip(&children).all(|(a, b)| a.same_node(b)) {
@@ -125,7 +161,14 @@ impl Vectorizer {
     }
 
     fn stmt(&mut self, s: &Stmt) -> Option<Stmt> {
+        if self.inner > 1 && !matches!(s.kind(), StmtKind::Let { .. } | StmtKind::Store { .. }) {
+            // Two lane spaces hold only the inner loop's lets and its reduction.
+            return None;
+        }
         match s.kind() {
+            StmtKind::Store { buffer, indices, value } if self.inner > 1 => {
+                self.nested_reduction_store(buffer, indices, value)
+            }
             StmtKind::Store { buffer, indices, value } => {
                 let new_indices: Vec<Expr> = indices.iter().map(|i| self.expr(i)).collect::<Option<_>>()?;
                 if new_indices.iter().any(|i| i.dtype().is_vector()) {
@@ -135,6 +178,14 @@ impl Vectorizer {
                 self.reduction(buffer, indices, value)
             }
             StmtKind::Let { var, value, body } => {
+                if let Some(a) = self.lane_affine(value) {
+                    // Substituted as an affine form, so accesses through it keep their shape.
+                    self.bind_affine(var, a);
+                    let new_body = self.stmt(body);
+                    self.map.remove(var);
+                    self.affine.remove(var);
+                    return new_body;
+                }
                 let new_value = self.expr(value)?;
                 if new_value.dtype().is_scalar() {
                     return Some(Stmt::let_stmt(var.clone(), new_value, self.stmt(body)?));
@@ -155,7 +206,8 @@ impl Vectorizer {
                 ForKind::Serial | ForKind::Unrolled => {
                     Some(Stmt::for_loop(var.clone(), *extent, *kind, self.stmt(body)?))
                 }
-                ForKind::Parallel | ForKind::Vectorized => None,
+                ForKind::Vectorized => self.nested_reduction(var, *extent, body),
+                ForKind::Parallel => None,
             },
             StmtKind::If { cond, then_case, else_case } => {
                 let new_cond = self.expr(cond)?;
@@ -170,35 +222,150 @@ impl Vectorizer {
                 Some(Stmt::new(StmtKind::If { cond: new_cond, then_case, else_case }))
             }
             StmtKind::Seq(stmts) => Some(Stmt::seq(stmts.iter().map(|s| self.stmt(s)).collect::<Option<_>>()?)),
-            StmtKind::Allocate { .. } => None,
+            StmtKind::Allocate { .. } | StmtKind::Call { .. } => None,
         }
     }
 
     /// A lane-invariant store: only `B[idx] = B[idx] op e` on integers is vectorizable.
     fn reduction(&mut self, buffer: &Buffer, indices: &[Expr], value: &Expr) -> Option<Stmt> {
-        let ExprKind::Binary(op, lhs, e) = value.kind() else {
-            return None;
-        };
-        let reduce_op = match op {
-            BinOp::Add => VectorReduceOp::Add,
-            BinOp::Min => VectorReduceOp::Min,
-            BinOp::Max => VectorReduceOp::Max,
-            _ => return None,
-        };
-        let ExprKind::Load(loaded, load_indices) = lhs.kind() else {
-            return None;
-        };
-        let same_element = loaded == buffer
-            && load_indices.len() == indices.len()
-            && load_indices.iter().zip(indices).all(|(a, b)| a.structurally_eq(b));
-        if !same_element || !buffer.dtype().is_int() {
-            return None;
-        }
+        let (op, reduce_op, e) = as_reduction(buffer, indices, value)?;
         let lanes_of_e = lanewise::widen(&self.expr(e)?, self.lanes);
         self.reductions.push(buffer.clone());
         let reduced = Expr::vector_reduce(reduce_op, lanes_of_e, 1);
-        Some(Stmt::store(buffer, indices.to_vec(), Expr::binary(*op, lhs.clone(), reduced)))
+        Some(Stmt::store(buffer, indices.to_vec(), Expr::binary(op, Expr::load(buffer, indices.to_vec()), reduced)))
     }
+
+    /// The `Vectorized` loop `var` inside this one, vectorized together with it when its body is
+    /// lets and a reduction over `var` (see `vectorize_loops`).
+    fn nested_reduction(&mut self, var: &Var, extent: i64, body: &Stmt) -> Option<Stmt> {
+        let inner = u16::try_from(extent).ok().filter(|n| *n >= 2 && self.inner == 1)?;
+        let lanes = self.lanes.checked_mul(inner)?;
+        let mut v = Vectorizer { lanes, inner, map: HashMap::new(), affine: HashMap::new(), reductions: Vec::new() };
+        for (outer_var, value) in &self.map {
+            match value.kind() {
+                ExprKind::Ramp(base, stride) if value.dtype().element() == DType::INDEX => {
+                    let a = Affine { base: base.clone(), outer_stride: stride.as_int()?, inner_stride: 0 };
+                    v.bind_affine(outer_var, a);
+                }
+                ExprKind::Broadcast(x) => {
+                    v.map.insert(outer_var.clone(), Expr::broadcast(x.clone(), lanes));
+                }
+                // A vector variable of the outer lanes cannot be spread over the inner ones.
+                _ => return None,
+            }
+        }
+        v.bind_affine(var, Affine { base: Expr::index(0), outer_stride: 0, inner_stride: 1 });
+        let vector_body = v.stmt(body)?;
+        self.reductions.extend(v.reductions);
+        Some(vector_body)
+    }
+
+    /// The reduction of a nested loop, `B[idx] = B[idx] op e` with `idx` independent of the
+    /// inner lanes: `e` is reduced over them, into one lane per outer lane if `idx` depends on
+    /// the outer lanes, else into one lane.
+    fn nested_reduction_store(&mut self, buffer: &Buffer, indices: &[Expr], value: &Expr) -> Option<Stmt> {
+        let (op, reduce_op, e) = as_reduction(buffer, indices, value)?;
+        let outer_lanes = self.lanes / self.inner;
+        let new_indices: Vec<Expr> = indices.iter().map(|i| self.outer_index(i, outer_lanes)).collect::<Option<_>>()?;
+        let out_lanes = if new_indices.iter().any(|i| i.dtype().is_vector()) { outer_lanes } else { 1 };
+        if out_lanes == 1 {
+            self.reductions.push(buffer.clone());
+        }
+        let lanes_of_e = lanewise::widen(&self.expr(e)?, self.lanes);
+        let reduced = Expr::vector_reduce(reduce_op, lanes_of_e, out_lanes);
+        let acc = Expr::load(buffer, new_indices.clone());
+        Some(Stmt::store(buffer, new_indices, Expr::binary(op, acc, reduced)))
+    }
+
+    /// An index of a nested reduction's element over the outer lanes: lane-invariant, or
+    /// `ramp(base, s, outer_lanes)`; `None` if it depends on the inner lanes.
+    fn outer_index(&self, index: &Expr, outer_lanes: u16) -> Option<Expr> {
+        if !self.uses_lanes(index) {
+            return Some(index.clone());
+        }
+        match self.affine_of(index)? {
+            Affine { base, outer_stride: 0, inner_stride: 0 } => Some(base),
+            Affine { base, outer_stride, inner_stride: 0 } => {
+                Some(Expr::ramp(base, Expr::index(outer_stride), outer_lanes))
+            }
+            _ => None,
+        }
+    }
+
+    fn uses_lanes(&self, e: &Expr) -> bool {
+        self.map.keys().any(|v| e.uses_var(v))
+    }
+
+    /// In a lane space of two loops, a lane-dependent index `e` as an affine form, if it is one.
+    fn lane_affine(&self, e: &Expr) -> Option<Affine> {
+        if self.inner == 1 || e.dtype() != DType::INDEX || !self.uses_lanes(e) {
+            return None;
+        }
+        self.affine_of(e)
+    }
+
+    /// `e` as an affine form: a linear combination of lane-invariant terms and affine
+    /// variables.
+    fn affine_of(&self, e: &Expr) -> Option<Affine> {
+        let lin = Linear::of(e);
+        let mut base = Linear { terms: Vec::new(), constant: lin.constant };
+        let (mut outer_stride, mut inner_stride) = (0i64, 0i64);
+        for (term, c) in &lin.terms {
+            if let Some(a) = term.as_var().and_then(|v| self.affine.get(v)) {
+                base.add(&a.base, *c);
+                outer_stride = outer_stride.wrapping_add(c.wrapping_mul(a.outer_stride));
+                inner_stride = inner_stride.wrapping_add(c.wrapping_mul(a.inner_stride));
+            } else if self.uses_lanes(term) {
+                return None;
+            } else {
+                base.add_term(term.clone(), *c);
+            }
+        }
+        Some(Affine { base: base.to_expr(), outer_stride, inner_stride })
+    }
+
+    /// The vector of an affine form's lanes.
+    fn materialize(&self, a: &Affine) -> Expr {
+        let (n, inner) = (self.lanes, self.inner as i64);
+        if a.outer_stride == a.inner_stride.wrapping_mul(inner) {
+            return lanewise::ramp(a.base.clone(), Expr::index(a.inner_stride), n);
+        }
+        let splat = |v: i64| Expr::broadcast(Expr::index(v), n);
+        let scaled = |x: Expr, s: i64| if s == 1 { x } else { x * splat(s) };
+        let lane = lane_ramp(n);
+        let parts = [
+            (a.base.as_int() != Some(0)).then(|| Expr::broadcast(a.base.clone(), n)),
+            (a.outer_stride != 0).then(|| scaled(lane.clone() / splat(inner), a.outer_stride)),
+            (a.inner_stride != 0).then(|| scaled(lane.clone() % splat(inner), a.inner_stride)),
+        ];
+        parts.into_iter().flatten().reduce(|acc, t| acc + t).expect("the strides differ, so one is not zero")
+    }
+
+    fn bind_affine(&mut self, var: &Var, a: Affine) {
+        self.map.insert(var.clone(), self.materialize(&a));
+        self.affine.insert(var.clone(), a);
+    }
+}
+
+/// `(op, reduce_op, e)` if `value`, stored to `buffer[indices]`, is the integer reduction
+/// `buffer[indices] op e` with `op` in `+ min max`.
+fn as_reduction<'a>(buffer: &Buffer, indices: &[Expr], value: &'a Expr) -> Option<(BinOp, VectorReduceOp, &'a Expr)> {
+    let ExprKind::Binary(op, lhs, e) = value.kind() else {
+        return None;
+    };
+    let reduce_op = match op {
+        BinOp::Add => VectorReduceOp::Add,
+        BinOp::Min => VectorReduceOp::Min,
+        BinOp::Max => VectorReduceOp::Max,
+        _ => return None,
+    };
+    let ExprKind::Load(loaded, load_indices) = lhs.kind() else {
+        return None;
+    };
+    let same_element = loaded == buffer
+        && load_indices.len() == indices.len()
+        && load_indices.iter().zip(indices).all(|(a, b)| a.structurally_eq(b));
+    (same_element && buffer.dtype().is_int()).then_some((*op, reduce_op, e))
 }
 
 /// True if no two lanes of a vectorized body can touch one element of a buffer the body stores
@@ -252,9 +419,9 @@ fn lanes_independent(body: &Stmt, lanes: u16, reductions: &[Buffer]) -> bool {
 /// True if the indices (one dimension of every access to one buffer) differ between any two
 /// lanes, whatever values the varying variables take.
 ///
-/// Every index must be `ramp(base, s, n)` with one constant `s != 0`. Each base is split into a
-/// loop-invariant part (the same for all accesses), terms whose coefficient is a multiple of
-/// `|s| * n`, and a rest. Lane `l` of one access and lane `l' != l` of another can then only meet
+/// Every index must be `ramp(base, s, n)` (`n` = `lanes`) with one constant `s != 0`. Each base
+/// is split into a loop-invariant part (the same for all accesses), terms whose coefficient is a
+/// multiple of `|s| * n`, and a rest. Lane `l` of one access and lane `l' != l` of another can then only meet
 /// if the rests differ by a non-zero multiple of `s` below `|s| * n`, which cannot happen when all
 /// rests lie within a range narrower than `|s|`.
 fn separates_lanes<'a>(
@@ -270,6 +437,10 @@ fn separates_lanes<'a>(
         let ExprKind::Ramp(base, s) = index.kind() else {
             return false;
         };
+        if index.dtype().lanes != lanes {
+            // A nested reduction's operand: its lane `l` is not the loop's lane `l`.
+            return false;
+        }
         let s = match s.as_int() {
             Some(s) if s != 0 && stride.is_none_or(|first| first == s) => s,
             _ => return false,
@@ -516,6 +687,116 @@ mod tests {
         );
     }
 
+    /// `C[i, j] += Σ_k i32(A[i, k]) * i32(B[j*k_stride + k])` over flat `A: u8[2*12]`,
+    /// `B: i8[8*12]` (`B` packed 4 `k` per column when `packed`), `C: i32[2*8]`, as lowering
+    /// produces it for `split(j, 4)`, `split(k, 4)`, order `i, j.outer, k.outer, j.inner,
+    /// k.inner` with both inner loops vectorized; `store` builds the update from `C`, the index
+    /// `i*8 + j`, the product and `k`.
+    fn dot_nest(packed: bool, store: &dyn Fn(&Buffer, Expr, Expr, Expr) -> Stmt) -> Func {
+        let a = Buffer::new("A", DType::U8, vec![24]);
+        let b = Buffer::new("B", DType::I8, vec![96]);
+        let c = Buffer::new("C", DType::I32, vec![16]);
+        let names = ["i", "j.outer", "k.outer", "j.inner", "k.inner", "j", "k"];
+        let [i, jo, ko, ji, ki, j, k] = names.map(Var::index);
+        // Packed: the 4 `k` of each `j` are adjacent, 4 columns per `k.outer` block of 16.
+        let b_index =
+            if packed { ko.to_expr() * 32 + j.to_expr() * 4 + ki.to_expr() } else { j.to_expr() * 12 + k.to_expr() };
+        let product = Expr::load(&a, vec![i.to_expr() * 12 + k.to_expr()]).cast(DType::I32)
+            * Expr::load(&b, vec![b_index]).cast(DType::I32);
+        let update = store(&c, i.to_expr() * 8 + j.to_expr(), product, k.to_expr());
+        let update = Stmt::let_stmt(k, ko.to_expr() * 4 + ki.to_expr(), update);
+        let lanes = Stmt::for_loop(ki, 4, ForKind::Vectorized, update);
+        let lanes = Stmt::for_loop(
+            ji.clone(),
+            4,
+            ForKind::Vectorized,
+            Stmt::let_stmt(j, jo.to_expr() * 4 + ji.to_expr(), lanes),
+        );
+        let nest = Stmt::for_loop(jo, 2, ForKind::Serial, Stmt::for_loop(ko, 3, ForKind::Serial, lanes));
+        Func { name: "f".into(), params: vec![a, b, c], body: Stmt::for_loop(i, 2, ForKind::Serial, nest) }
+    }
+
+    fn accumulate(c: &Buffer, index: Expr, value: Expr, _: Expr) -> Stmt {
+        Stmt::store(c, vec![index.clone()], Expr::load(c, vec![index]) + value)
+    }
+
+    #[test]
+    fn a_nested_reduction_joins_the_outer_lanes() {
+        check(
+            &dot_nest(false, &accumulate),
+            "func f(A: u8[24], B: i8[96], C: i32[16]) {
+  for i in 0..2 {
+    for j.outer in 0..2 {
+      for k.outer in 0..3 {
+        C[ramp(i*8 + j.outer*4, 1, 4)] = C[ramp(i*8 + j.outer*4, 1, 4)] + vector_reduce_add(i32x16(A[broadcast(i*12 + k.outer*4, 16) + ramp(0, 1, 16)%broadcast(4, 16)])*i32x16(B[broadcast(j.outer*48 + k.outer*4, 16) + ramp(0, 1, 16)/broadcast(4, 16)*broadcast(12, 16) + ramp(0, 1, 16)%broadcast(4, 16)]), 4)
+      }
+    }
+  }
+}
+",
+        );
+        // Packed, lane `j*4 + k` of B is element `j*4 + k` of the block: one contiguous ramp.
+        check(
+            &dot_nest(true, &accumulate),
+            "func f(A: u8[24], B: i8[96], C: i32[16]) {
+  for i in 0..2 {
+    for j.outer in 0..2 {
+      for k.outer in 0..3 {
+        C[ramp(i*8 + j.outer*4, 1, 4)] = C[ramp(i*8 + j.outer*4, 1, 4)] + vector_reduce_add(i32x16(A[broadcast(i*12 + k.outer*4, 16) + ramp(0, 1, 16)%broadcast(4, 16)])*i32x16(B[ramp(k.outer*32 + j.outer*16, 1, 16)]), 4)
+      }
+    }
+  }
+}
+",
+        );
+        // An element independent of both lanes reduces all 16 lanes into one.
+        let total = |c: &Buffer, index: Expr, value: Expr, k| accumulate(c, index.clone() - index + 3, value, k);
+        check(
+            &dot_nest(true, &total),
+            "func f(A: u8[24], B: i8[96], C: i32[16]) {
+  for i in 0..2 {
+    for j.outer in 0..2 {
+      for k.outer in 0..3 {
+        C[3] = C[3] + vector_reduce_add(i32x16(A[broadcast(i*12 + k.outer*4, 16) + ramp(0, 1, 16)%broadcast(4, 16)])*i32x16(B[ramp(k.outer*32 + j.outer*16, 1, 16)]), 1)
+      }
+    }
+  }
+}
+",
+        );
+    }
+
+    #[test]
+    fn nested_loops_that_are_not_such_a_reduction_run_the_outer_one_serially() {
+        let max_update = |c: &Buffer, index: Expr, value: Expr, _| {
+            Stmt::store(c, vec![index.clone()], max(Expr::load(c, vec![index]), value))
+        };
+        let cases: Vec<(&str, &dyn Fn(&Buffer, Expr, Expr, Expr) -> Stmt)> = vec![
+            // The element depends on the inner lane: no reduction.
+            ("C[(i*8 + j + k % 2) % 16]", &|c, index, value, k| accumulate(c, (index + k.clone() % 2) % 16, value, k)),
+            // The reduction reads its own buffer.
+            ("C[(i*8 + j + 1) % 16]", &|c, index, value, k| {
+                let other = Expr::load(c, vec![(index.clone() + 1) % 16]);
+                accumulate(c, index, value + other, k)
+            }),
+            // Not the accumulator on the left.
+            ("value + C[..]", &|c, index, value, _| {
+                Stmt::store(c, vec![index.clone()], value + Expr::load(c, vec![index]))
+            }),
+        ];
+        for (what, store) in cases {
+            let f = dot_nest(false, store);
+            let v = vectorize_loops(&f);
+            assert!(v.to_string().contains("for j.inner in 0..4"), "{what}:\n{v}");
+            assert_same_results(&f, &v);
+        }
+        // `max` reduces like `+`.
+        let f = dot_nest(true, &max_update);
+        let v = vectorize_loops(&f);
+        assert!(v.to_string().contains("max(C[ramp(i*8 + j.outer*4, 1, 4)], vector_reduce_max("), "{v}");
+        assert_same_results(&f, &v);
+    }
+
     #[test]
     fn lane_invariant_code_stays_scalar() {
         let a = Buffer::new("A", DType::I64, vec![8]);
@@ -586,17 +867,65 @@ mod tests {
             })
         }
 
+        /// `for x in 0..3 { vectorized v in 0..4 { S2; let u = v*2 + x; vectorized w in 0..3 {
+        /// let t = w + u; Out[s1] = Out[s1] op (A[l] + src) } } }` (S2 optional, before or
+        /// after the inner loop) with random indices (offset by 32): `s1` over `x, v, u` and, in
+        /// some cases, `w`; `l` over all of them; `op` is `+` or `max`; `src` is `v*3 + w` or a
+        /// read of `Out`.
+        fn arb_nested() -> impl Strategy<Value = Func> {
+            let (x, v, w, u, t) = (Var::index("x"), Var::index("v"), Var::index("w"), Var::index("u"), Var::index("t"));
+            let outer = arb_index_expr(vec![x.clone(), v.clone(), u.clone()], 2);
+            let all = || arb_index_expr(vec![x.clone(), v.clone(), u.clone(), w.clone(), t.clone()], 2);
+            let s1 = prop_oneof![3 => outer, 1 => all()];
+            let shape = (any::<bool>(), any::<bool>(), 0..3u8);
+            (s1, all(), all(), all(), all(), shape).prop_map(move |(s1, l, o1, s2, o2, (max_op, reads_out, second))| {
+                let a = Buffer::new("A", DType::I64, vec![64]);
+                let out = Buffer::new("Out", DType::I64, vec![64]);
+                let at = |b: &Buffer, e: Expr| Expr::load(b, vec![e + 32]);
+                let src = if reads_out { at(&out, o1) } else { v.to_expr() * 3 + w.to_expr() };
+                let value = at(&a, l) + src;
+                let update = if max_op { max(at(&out, s1.clone()), value) } else { at(&out, s1.clone()) + value };
+                let reduction = Stmt::store(&out, vec![s1 + 32], update);
+                let inner = Stmt::let_stmt(t.clone(), w.to_expr() + u.to_expr(), reduction);
+                let inner = Stmt::for_loop(w.clone(), 3, ForKind::Vectorized, inner);
+                let inner = Stmt::let_stmt(u.clone(), v.to_expr() * 2 + x.to_expr(), inner);
+                let other = Stmt::store(&out, vec![s2 + 32], at(&out, o2) * 2 + v.to_expr());
+                let body = match second {
+                    0 => inner,
+                    1 => Stmt::seq(vec![other, inner]),
+                    _ => Stmt::seq(vec![inner, other]),
+                };
+                let lanes = Stmt::for_loop(v.clone(), 4, ForKind::Vectorized, body);
+                Func {
+                    name: "p".into(),
+                    params: vec![a, out],
+                    body: Stmt::for_loop(x.clone(), 3, ForKind::Serial, lanes),
+                }
+            })
+        }
+
+        /// Vectorizes `f` and checks it computes the same, if `f` stays in bounds (only such
+        /// programs have a result to preserve).
+        fn same_results(f: &Func) -> Result<(), TestCaseError> {
+            let Ok(want) = run(f) else { return Ok(()) };
+            let v = vectorize_loops(f);
+            let got = run(&v).unwrap_or_else(|e| panic!("{e}\n{f}\n{v}"));
+            for (w, g) in want.iter().zip(&got) {
+                prop_assert!(w.bits_eq(g), "results differ\n{}\n{}", f, v);
+            }
+            Ok(())
+        }
+
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(500))]
             #[test]
             fn vectorizing_never_changes_results(f in arb_func()) {
-                // Only programs that stay in bounds have a result to preserve.
-                let Ok(want) = run(&f) else { return Ok(()) };
-                let v = vectorize_loops(&f);
-                let got = run(&v).unwrap_or_else(|e| panic!("{e}\n{f}\n{v}"));
-                for (w, g) in want.iter().zip(&got) {
-                    prop_assert!(w.bits_eq(g), "results differ\n{}\n{}", f, v);
-                }
+                same_results(&f)?;
+            }
+
+            #[test]
+            fn vectorizing_nested_reductions_never_changes_results(f in arb_nested()) {
+                same_results(&f)?;
             }
         }
     }

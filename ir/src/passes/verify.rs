@@ -23,11 +23,15 @@
 //!   of lanes per output lane.
 //! - Statements: a `Store` value has the buffer's element type and the index's lane count; an
 //!   `If` condition is a scalar `bool`; `For` extents are non-negative.
+//! - Calls: one operand per declaration input plus one for the output; each operand's buffer is
+//!   known and has its declaration tensor's dtype, one stride per dimension of that tensor, and
+//!   an origin with one index per buffer dimension or one flat index (scalar `i64`s); the
+//!   fallback is checked like any statement.
 //! - No tensor-expression nodes (`TensorRead`, `Reduce`) remain.
 //!
 //! At `VerifyLevel::Final` additionally:
 //!
-//! - Every access is flat: exactly one index.
+//! - Every access and every call origin is flat: exactly one index.
 //! - No `Vectorized` or `Unrolled` loops remain (only `Serial` and `Parallel`).
 
 use std::collections::HashMap;
@@ -66,6 +70,8 @@ pub enum VerifyError {
     NegativeExtent { extent: i64, stmt: String },
     #[error("{kind} loops must be carried out before code generation, in `{stmt}`")]
     LoopKind { kind: &'static str, stmt: String },
+    #[error("call of {intrin}: {what} must be {expected}, found {found}, in `{stmt}`")]
+    Call { intrin: String, what: String, expected: String, found: String, stmt: String },
 }
 
 /// Checks every invariant of the module checklist for `level`; `Err` holds all violations, in
@@ -172,6 +178,35 @@ impl Verifier {
                 enter(&mut self.buffers, buffer);
                 self.stmt(body);
                 leave(&mut self.buffers, buffer);
+            }
+            StmtKind::Call { intrin, operands, fallback } => {
+                let tensors = intrin.operand_tensors();
+                let call_error = |what: String, expected: String, found: String, v: &mut Verifier| {
+                    let stmt = v.stmt_line.clone();
+                    v.report(VerifyError::Call { intrin: intrin.name.clone(), what, expected, found, stmt });
+                };
+                if operands.len() != tensors.len() {
+                    let expected = format!("{} (inputs, then the output)", tensors.len());
+                    call_error("the operand count".into(), expected, operands.len().to_string(), self);
+                }
+                for (op, tensor) in operands.iter().zip(&tensors) {
+                    op.origin.iter().for_each(|i| self.expr(i));
+                    let lanes = self.access(&op.buffer, &op.origin);
+                    if lanes != 1 {
+                        let what = format!("the origin of operand {}", op.buffer.name());
+                        call_error(what, "scalar indices".into(), format!("{lanes} lanes"), self);
+                    }
+                    if op.buffer.dtype() != tensor.dtype() {
+                        let what = format!("the element type of operand {} (for {tensor})", op.buffer.name());
+                        call_error(what, tensor.dtype().to_string(), op.buffer.dtype().to_string(), self);
+                    }
+                    if op.strides.len() != tensor.shape().len() {
+                        let (name, shape) = (op.buffer.name(), tensor.shape());
+                        let what = format!("the stride count of operand {name} (for {tensor}{shape:?})");
+                        call_error(what, tensor.shape().len().to_string(), op.strides.len().to_string(), self);
+                    }
+                }
+                self.stmt(fallback);
             }
         }
     }

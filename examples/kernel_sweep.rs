@@ -1,0 +1,86 @@
+//! Sweeps the register blocking of the hand-assembled int8 GEMM kernels on one thread and
+//! prints GOPS and % of the `vpdpbusd` zmm peak, each a median over runs that alternate a
+//! kernel call with a peak-probe run of the same length (the machine is shared and noisy).
+//!
+//! `cargo run --release --example kernel_sweep -- [variant] [MxNxK ...]`, variant one of
+//! `avx512-vnni avx-vnni avx2-widen avx2-maddubs avx512-maddubs` (default: all this CPU runs).
+//! This is how `Blocking::default_for` was chosen.
+
+use std::time::{Duration, Instant};
+
+use tensorlift::kernels::peak::{PeakError, Probe};
+use tensorlift::kernels::{Blocking, GemmKernel, GemmShape, KernelVariant, VectorWidth};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median kernel seconds and median peak GOPS over `runs` alternating runs.
+fn measure(kernel: &GemmKernel, probe: &Probe, a: &[u8], b: &[i8], c: &mut [i32], runs: usize) -> (f64, f64) {
+    kernel.run(a, b, c).expect("operands cover the shape");
+    let start = Instant::now();
+    kernel.run(a, b, c).expect("operands cover the shape");
+    let iterations = probe.calibrate(start.elapsed());
+    let (mut kernel_times, mut peaks) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        peaks.push(probe.gops(iterations, probe.run(iterations).as_secs_f64()));
+        let start = Instant::now();
+        kernel.run(a, b, c).expect("operands cover the shape");
+        kernel_times.push(start.elapsed().as_secs_f64());
+    }
+    (median(kernel_times), median(peaks))
+}
+
+fn main() -> Result<(), PeakError> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let variants: Vec<KernelVariant> = match args.first().and_then(|a| KernelVariant::ALL.into_iter().find(|v| v.name() == a)) {
+        Some(v) => vec![v],
+        None => KernelVariant::ALL.into_iter().filter(|v| v.min_level().is_some_and(|l| l.is_supported())).collect(),
+    };
+    let mut shapes: Vec<(i64, i64, i64)> = args
+        .iter()
+        .filter_map(|a| {
+            let d: Vec<i64> = a.split('x').filter_map(|x| x.parse().ok()).collect();
+            (d.len() == 3).then(|| (d[0], d[1], d[2]))
+        })
+        .collect();
+    if shapes.is_empty() {
+        shapes = vec![(512, 512, 512), (64, 3136, 576)];
+    }
+    let probe = Probe::new(VectorWidth::Zmm)?;
+    println!("vpdpbusd zmm peak: {:.1} GOPS", probe.measure(Duration::from_millis(30), 7).gops);
+    for (m, n, k) in shapes {
+        let shape = GemmShape::dense(m, n, k);
+        let (na, nb, nc) = shape.footprint();
+        let a: Vec<u8> = (0..na).map(|i| (i * 7 % 251) as u8).collect();
+        let b: Vec<i8> = (0..nb).map(|i| (i * 13 % 255) as i8).collect();
+        let mut c = vec![0i32; nc];
+        let ops = 2.0 * (m * n * k) as f64;
+        let runs = ((0.15 / (ops / 500e9)) as usize).clamp(5, 51);
+        for &variant in &variants {
+            let lanes = variant.width.lanes();
+            for rows in 1..=12 {
+                for vectors in 1..=6 {
+                    for unroll in [1, 2, 4, 8] {
+                        let blocking = Blocking { rows, vectors, unroll };
+                        if Blocking::registers(variant, rows, vectors, false) > variant.width.registers()
+                            || rows * vectors * lanes < 32
+                        {
+                            continue;
+                        }
+                        let kernel = GemmKernel::new(variant, shape, blocking).map_err(PeakError::Compile)?;
+                        let (t, peak) = measure(&kernel, &probe, &a, &b, &mut c, runs);
+                        let gops = ops / t / 1e9;
+                        let mark = if blocking == Blocking::default_for(variant) { " (default)" } else { "" };
+                        println!(
+                            "{m}x{n}x{k} {variant:<15} rows {rows:>2} vectors {vectors} unroll {unroll}: {gops:7.1} GOPS {:5.1}% of {peak:.1}{mark}",
+                            100.0 * gops / peak
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

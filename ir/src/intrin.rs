@@ -1,0 +1,359 @@
+//! Tensor intrinsics: small fixed-size computations that a target implements with a hand-written
+//! kernel, declared as tensor expressions so the compiler can prove where they apply.
+//!
+//! A declaration (`decl_tensor_intrin`) names an `IntrinKind` and gives its exact semantics as a
+//! `compute` over placeholders. `Schedule::tensorize` replaces a loop nest by a
+//! `StmtKind::Call` of the intrinsic after proving that the nest computes exactly what the
+//! declaration says; the loop IR keeps the nest as the call's `fallback`.
+//!
+//! ```
+//! use tensorlift_ir::intrin::{decl_tensor_intrin, IntrinKind};
+//! use tensorlift_ir::te::{compute, placeholder, reduce_axis, sum};
+//! use tensorlift_ir::DType;
+//! // A dot product of 8 i16 pairs into an i32 accumulator, implemented by its loop nest only.
+//! let x = placeholder([8], DType::I16, "x");
+//! let y = placeholder([8], DType::I16, "y");
+//! let k = reduce_axis(8, "k");
+//! let dot = compute([1], |_| {
+//!     sum(DType::I32, &[&k], x.at([&k]).cast(DType::I32) * y.at([&k]).cast(DType::I32))
+//! }, "dot").unwrap();
+//! let intrin = decl_tensor_intrin("dot8", IntrinKind::Generic, &dot, &[&x, &y]).unwrap();
+//! assert_eq!(intrin.name, "dot8");
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::ops::Deref;
+use std::rc::Rc;
+
+use crate::analysis::linear::Linear;
+use crate::dtype::DType;
+use crate::error::TeError;
+use crate::expr::{Expr, ExprKind, Var};
+use crate::te::{IterVar, Tensor, compute, reduce_axis, sum};
+
+/// What implements an intrinsic. The declaration's compute is the semantics in every case; the
+/// kind only tells code generation which kernels may implement it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntrinKind {
+    /// `C[m, n] (i32) += Σ_{ko<k/4, ki<4} i32(A[m, ko*4+ki]) * i32(B[ko, n, ki])` with `A: u8[m, k]`,
+    /// `B: i8[k/4, n, 4]` (4 consecutive `k` packed per output column) and `C: i32[m, n]`;
+    /// exact unless `saturating`, in which case each adjacent pair of products (`ki` = 0, 1 and
+    /// 2, 3) is summed and saturated to i16 first (`VPMADDUBSW`), then summed exactly into i32.
+    /// The saturating body reduces over `ko` and the pair `kp < 2`:
+    /// `Σ_{ko, kp} i32(sat_i16(i32(A[m, ko*4+kp*2])*i32(B[ko, n, kp*2])`
+    /// `+ i32(A[m, ko*4+kp*2+1])*i32(B[ko, n, kp*2+1])))`.
+    ///
+    /// Layout (checked by `tensorize`, relied on by kernels): the four `ki` of one column are
+    /// adjacent (`B` stride 1 along `ki`), the columns of one `ko` follow each other (`B` stride 4
+    /// along `n`, so one `ko` step is a dense `n × 4` panel), a row of `A` is contiguous along `k`
+    /// and a row of `C` along `n`. Row strides are free.
+    Int8Gemm { m: i64, n: i64, k: i64, saturating: bool },
+    /// Implemented only by the equivalent loop nest.
+    Generic,
+}
+
+impl IntrinKind {
+    /// The flat element stride each operand (inputs in declaration order, then the output) must
+    /// have along each dimension of its declaration tensor; `None` where any stride is fine.
+    pub fn required_strides(&self, operands: usize) -> Vec<Vec<Option<i64>>> {
+        match self {
+            IntrinKind::Int8Gemm { .. } => vec![vec![None, Some(1)], vec![None, Some(4), Some(1)], vec![None, Some(1)]],
+            IntrinKind::Generic => vec![Vec::new(); operands],
+        }
+    }
+}
+
+/// A declared intrinsic (see the module doc).
+#[derive(Debug)]
+pub struct TensorIntrinData {
+    /// The name calls print with.
+    pub name: String,
+    pub kind: IntrinKind,
+    /// Placeholders, in call order.
+    pub inputs: Vec<Tensor>,
+    /// A compute over `inputs`: the semantics. A reduction means the call updates its output:
+    /// every output element folds the reduction's values into its current value (the reset is
+    /// the ordinary init statement the compiler emits before the call).
+    pub output: Tensor,
+}
+
+/// A declared intrinsic; cheap to clone, identity is the declaration (pointer equality).
+#[derive(Clone, Debug)]
+pub struct TensorIntrin(Rc<TensorIntrinData>);
+
+impl TensorIntrin {
+    /// The tensors the operands of a call stand for: the inputs in order, then the output.
+    pub fn operand_tensors(&self) -> Vec<&Tensor> {
+        self.0.inputs.iter().chain(std::iter::once(&self.0.output)).collect()
+    }
+}
+
+impl Deref for TensorIntrin {
+    type Target = TensorIntrinData;
+    fn deref(&self) -> &TensorIntrinData {
+        &self.0
+    }
+}
+
+impl PartialEq for TensorIntrin {
+    fn eq(&self, other: &TensorIntrin) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for TensorIntrin {}
+
+impl fmt::Display for TensorIntrin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.name)
+    }
+}
+
+/// Declares an intrinsic whose semantics is `output`, a compute reading exactly the placeholders
+/// `inputs` (given in call order).
+///
+/// Errors (`TeError::BadIntrinsic`) if `output` is a placeholder, an input is not a placeholder
+/// or is given twice, `output` reads a tensor that is not an input or does not read an input, an
+/// input is indexed by something other than an affine form of the declaration's axes in which
+/// each dimension has an axis of its own (which makes its strides recoverable), or, for
+/// `Int8Gemm`, the shapes, dtypes or body differ from the kind's definition.
+pub fn decl_tensor_intrin(
+    name: &str,
+    kind: IntrinKind,
+    output: &Tensor,
+    inputs: &[&Tensor],
+) -> Result<TensorIntrin, TeError> {
+    let bad = |what: &str, expected: String, found: String| TeError::BadIntrinsic {
+        intrin: name.to_string(),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    let Some(body) = output.body() else {
+        return Err(bad("output", "a compute".into(), format!("placeholder {output}")));
+    };
+    let mut seen = HashSet::new();
+    for input in inputs {
+        if !input.is_placeholder() {
+            return Err(bad("inputs", "placeholders".into(), format!("compute {input}")));
+        }
+        if !seen.insert(input.id()) {
+            return Err(bad("inputs", "distinct tensors".into(), format!("{input} twice")));
+        }
+    }
+    let read = output.inputs();
+    if let Some(extra) = read.iter().find(|t| !seen.contains(&t.id())) {
+        return Err(bad("output", "to read only the inputs".into(), format!("a read of {extra} in `{body}`")));
+    }
+    if let Some(unread) = inputs.iter().find(|t| !read.contains(t)) {
+        return Err(bad("inputs", format!("tensors read by `{body}`"), format!("{unread}, which it does not read")));
+    }
+    let axes: HashSet<Var> = output.axes().iter().chain(&output.reduce_axes()).map(|a| a.var().clone()).collect();
+    let mut reads = Vec::new();
+    body.for_each(&mut |e| {
+        if let ExprKind::TensorRead(t, idx) = e.kind() {
+            reads.push((t.clone(), idx.clone()));
+        }
+    });
+    for (tensor, indices) in &reads {
+        if let Err(found) = check_index(indices, &axes) {
+            let expected = "an affine form of the declaration's axes in which every dimension has an axis of its own";
+            return Err(bad(&format!("read of {tensor}"), expected.into(), format!("`{found}`")));
+        }
+    }
+    if let IntrinKind::Int8Gemm { m, n, k, saturating } = kind {
+        check_int8_gemm(name, output, inputs, m, n, k, saturating)?;
+    }
+    let inputs = inputs.iter().map(|t| (*t).clone()).collect();
+    Ok(TensorIntrin(Rc::new(TensorIntrinData { name: name.to_string(), kind, inputs, output: output.clone() })))
+}
+
+/// `Ok` if every index is affine in `axes` and each dimension has an axis used by no other
+/// dimension; otherwise the offending index (or the whole access).
+fn check_index(indices: &[Expr], axes: &HashSet<Var>) -> Result<(), String> {
+    let forms: Vec<Linear> = indices.iter().map(Linear::of).collect();
+    for (index, form) in indices.iter().zip(&forms) {
+        let affine = form.terms.iter().all(|(t, _)| t.as_var().is_some_and(|v| axes.contains(v)));
+        if !affine {
+            return Err(index.to_string());
+        }
+    }
+    let uses = |form: &Linear, v: &Var| form.terms.iter().any(|(t, c)| *c != 0 && t.as_var() == Some(v));
+    for (d, form) in forms.iter().enumerate() {
+        let own = form.terms.iter().any(|(t, c)| {
+            *c != 0 && forms.iter().enumerate().all(|(e, other)| e == d || !uses(other, t.as_var().expect("affine")))
+        });
+        if !own {
+            return Err(indices.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", "));
+        }
+    }
+    Ok(())
+}
+
+fn check_int8_gemm(
+    name: &str,
+    output: &Tensor,
+    inputs: &[&Tensor],
+    m: i64,
+    n: i64,
+    k: i64,
+    saturating: bool,
+) -> Result<(), TeError> {
+    let bad = |what: &str, expected: String, found: String| TeError::BadIntrinsic {
+        intrin: name.to_string(),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    if m <= 0 || n <= 0 || k <= 0 || k % 4 != 0 {
+        return Err(bad(
+            "Int8Gemm sizes",
+            "m, n > 0 and k a positive multiple of 4".into(),
+            format!("m={m}, n={n}, k={k}"),
+        ));
+    }
+    if inputs.len() != 2 {
+        return Err(bad("Int8Gemm inputs", "2 (A, B)".into(), inputs.len().to_string()));
+    }
+    let describe = |t: &Tensor| format!("{}{:?}", t.dtype(), t.shape());
+    let expected = [
+        ("A", inputs[0], DType::U8, vec![m, k]),
+        ("B", inputs[1], DType::I8, vec![k / 4, n, 4]),
+        ("C (output)", output, DType::I32, vec![m, n]),
+    ];
+    for (role, tensor, dtype, shape) in expected {
+        if tensor.dtype() != dtype || tensor.shape() != shape.as_slice() {
+            return Err(bad(&format!("Int8Gemm operand {role}"), format!("{dtype}{shape:?}"), describe(tensor)));
+        }
+    }
+    let canonical = int8_gemm_compute(inputs[0], inputs[1], m, n, k, saturating, name);
+    let body = output.body().expect("checked to be a compute");
+    let canonical_body = canonical.body().expect("a compute");
+    let mut vars: HashMap<Var, Var> =
+        output.axes().iter().zip(canonical.axes()).map(|(a, b)| (a.var().clone(), b.var().clone())).collect();
+    if !alpha_eq(body, canonical_body, &mut vars) {
+        return Err(bad("Int8Gemm body", format!("`{canonical_body}`"), format!("`{body}`")));
+    }
+    Ok(())
+}
+
+/// The definition of `IntrinKind::Int8Gemm` over the placeholders `a` and `b`, named `name`.
+pub(crate) fn int8_gemm_compute(
+    a: &Tensor,
+    b: &Tensor,
+    m: i64,
+    n: i64,
+    k: i64,
+    saturating: bool,
+    name: &str,
+) -> Tensor {
+    let i32 = DType::I32;
+    let ko = reduce_axis(k / 4, "ko");
+    let product = |row: &Expr, col: &Expr, ki: Expr| {
+        a.at([row, &(&ko * 4 + ki.clone())]).cast(i32) * b.at([&ko.to_expr(), col, &ki]).cast(i32)
+    };
+    let result = if saturating {
+        let kp = reduce_axis(2, "kp");
+        compute(
+            [m, n],
+            |i| {
+                let pair = product(&i[0], &i[1], &kp * 2) + product(&i[0], &i[1], &kp * 2 + 1);
+                sum(i32, &[&ko, &kp], pair.saturating_cast(DType::I16).cast(i32))
+            },
+            name,
+        )
+    } else {
+        let ki = reduce_axis(4, "ki");
+        compute([m, n], |i| sum(i32, &[&ko, &ki], product(&i[0], &i[1], ki.to_expr())), name)
+    };
+    result.expect("the Int8Gemm definition is well typed")
+}
+
+/// Equality up to renaming of bound variables: `vars` maps variables of `a` to those of `b`
+/// (output axes given by the caller, reduction axes added where the reductions are met).
+fn alpha_eq(a: &Expr, b: &Expr, vars: &mut HashMap<Var, Var>) -> bool {
+    match (a.kind(), b.kind()) {
+        (ExprKind::Var(x), ExprKind::Var(y)) => vars.get(x).unwrap_or(x) == y,
+        (ExprKind::Reduce(r), ExprKind::Reduce(s)) => {
+            let same_axes = r.axes.len() == s.axes.len()
+                && r.axes.iter().zip(&s.axes).all(|(x, y): (&IterVar, &IterVar)| x.extent() == y.extent());
+            if a.dtype() != b.dtype() || r.reducer != s.reducer || !same_axes {
+                return false;
+            }
+            for (x, y) in r.axes.iter().zip(&s.axes) {
+                vars.insert(x.var().clone(), y.var().clone());
+            }
+            alpha_eq(&r.source, &s.source, vars)
+        }
+        _ => {
+            a.same_head(b)
+                && a.children().len() == b.children().len()
+                && a.children().iter().zip(b.children()).all(|(x, y)| alpha_eq(x, y, vars))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::te::placeholder;
+
+    fn gemm_operands(m: i64, n: i64, k: i64) -> (Tensor, Tensor) {
+        (placeholder([m, k], DType::U8, "A"), placeholder([k / 4, n, 4], DType::I8, "B"))
+    }
+
+    #[test]
+    fn the_int8_gemm_definition_is_accepted_in_both_forms() {
+        for saturating in [false, true] {
+            let (a, b) = gemm_operands(2, 16, 8);
+            let c = int8_gemm_compute(&a, &b, 2, 16, 8, saturating, "C");
+            let kind = IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, saturating };
+            let intrin = decl_tensor_intrin("g", kind, &c, &[&a, &b]).unwrap();
+            assert_eq!(intrin.operand_tensors().len(), 3);
+            assert_eq!(intrin, intrin.clone());
+        }
+    }
+
+    #[test]
+    fn int8_gemm_declarations_must_match_the_kind() {
+        let (a, b) = gemm_operands(2, 16, 8);
+        let exact = int8_gemm_compute(&a, &b, 2, 16, 8, false, "C");
+        let kind = |saturating| IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, saturating };
+        let err = decl_tensor_intrin("g", kind(true), &exact, &[&a, &b]).unwrap_err();
+        assert!(matches!(&err, TeError::BadIntrinsic { what, .. } if what == "Int8Gemm body"), "{err}");
+        assert!(err.to_string().contains("sat_i16("), "{err}");
+        let err =
+            decl_tensor_intrin("g", IntrinKind::Int8Gemm { m: 4, n: 16, k: 8, saturating: false }, &exact, &[&a, &b])
+                .unwrap_err();
+        assert_eq!(err.to_string(), "tensor intrinsic g: Int8Gemm operand A: expected u8[4, 8], found u8[2, 8]");
+        let err =
+            decl_tensor_intrin("g", IntrinKind::Int8Gemm { m: 2, n: 16, k: 6, saturating: false }, &exact, &[&a, &b])
+                .unwrap_err();
+        assert!(err.to_string().contains("k a positive multiple of 4"), "{err}");
+    }
+
+    #[test]
+    fn generic_declarations_are_checked_for_their_reads() {
+        let x = placeholder([8], DType::I32, "x");
+        let y = placeholder([8], DType::I32, "y");
+        let twice = compute([8], |i| x.at([&i[0]]) * 2, "twice").unwrap();
+        let err = decl_tensor_intrin("t", IntrinKind::Generic, &twice, &[&x, &y]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tensor intrinsic t: inputs: expected tensors read by `x[i]*2i32`, found y, which it does not read"
+        );
+        let err = decl_tensor_intrin("t", IntrinKind::Generic, &twice, &[]).unwrap_err();
+        assert!(err.to_string().contains("found a read of x"), "{err}");
+        let err = decl_tensor_intrin("t", IntrinKind::Generic, &x, &[&x]).unwrap_err();
+        assert!(err.to_string().contains("expected a compute, found placeholder x"), "{err}");
+        let err = decl_tensor_intrin("t", IntrinKind::Generic, &twice, &[&twice]).unwrap_err();
+        assert!(err.to_string().contains("expected placeholders, found compute twice"), "{err}");
+        let square = placeholder([4, 4], DType::I32, "s");
+        let diagonal = compute([4], |i| square.at([&i[0], &i[0]]), "diag").unwrap();
+        let err = decl_tensor_intrin("d", IntrinKind::Generic, &diagonal, &[&square]).unwrap_err();
+        assert!(err.to_string().contains("found `i, i`"), "{err}");
+        let gather = compute([4], |i| x.at([&(&i[0] * &i[0])]), "gather").unwrap();
+        let err = decl_tensor_intrin("g", IntrinKind::Generic, &gather, &[&x]).unwrap_err();
+        assert!(err.to_string().contains("found `i*i`"), "{err}");
+    }
+}

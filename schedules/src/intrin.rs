@@ -1,0 +1,81 @@
+//! Target-neutral declarations of the tensor intrinsics that kernels implement.
+//!
+//! Each declaration is the exact semantics, written as a tensor expression; `ir` checks it
+//! against the intrinsic's kind when it is declared, and `Schedule::tensorize` proves a loop
+//! nest equal to it before replacing the nest by a call.
+
+use ir::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin};
+use ir::te::{compute, placeholder, reduce_axis, sum};
+use ir::{DType, TeError};
+
+/// The `m × n` u8 × i8 → i32 micro-kernel over a reduction of `k` (a multiple of 4):
+/// `C[i, j] += Σ_{ko, ki} i32(A[i, ko*4 + ki]) · i32(B[ko, j, ki])` with `A: u8[m, k]`,
+/// `B: i8[k/4, n, 4]` (VNNI packing: four consecutive `k` per column) and `C: i32[m, n]`.
+///
+/// Exact unless `saturating`: then each pair of adjacent products is summed and saturated to
+/// i16 before the exact i32 accumulation, which is what `VPMADDUBSW` + `VPMADDWD` compute
+/// (with `255·127 + 255·127` giving 32767 instead of 64770). Named `int8_gemm_{m}x{n}x{k}`,
+/// with `_sat` appended for the saturating form. Errors if a size is not positive or `k` is not
+/// a multiple of 4.
+pub fn int8_gemm_microkernel(m: i64, n: i64, k: i64, saturating: bool) -> Result<TensorIntrin, TeError> {
+    let name = format!("int8_gemm_{m}x{n}x{k}{}", if saturating { "_sat" } else { "" });
+    let a = placeholder([m, k], DType::U8, "A");
+    let b = placeholder([k / 4, n, 4], DType::I8, "B");
+    let i32 = DType::I32;
+    let ko = reduce_axis(k / 4, "ko");
+    let c = if saturating {
+        let kp = reduce_axis(2, "kp");
+        compute(
+            [m, n],
+            |i| {
+                let product = |ki: ir::Expr| {
+                    a.at([&i[0], &(&ko * 4 + ki.clone())]).cast(i32) * b.at([&ko.to_expr(), &i[1], &ki]).cast(i32)
+                };
+                let pair = product(&kp * 2) + product(&kp * 2 + 1);
+                sum(i32, &[&ko, &kp], pair.saturating_cast(DType::I16).cast(i32))
+            },
+            "C",
+        )?
+    } else {
+        let ki = reduce_axis(4, "ki");
+        compute(
+            [m, n],
+            |i| {
+                let product =
+                    a.at([&i[0], &(&ko * 4 + &ki)]).cast(i32) * b.at([&ko.to_expr(), &i[1], &ki.to_expr()]).cast(i32);
+                sum(i32, &[&ko, &ki], product)
+            },
+            "C",
+        )?
+    };
+    decl_tensor_intrin(&name, IntrinKind::Int8Gemm { m, n, k, saturating }, &c, &[&a, &b])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declarations_are_named_by_their_tile() {
+        let exact = int8_gemm_microkernel(4, 16, 64, false).unwrap();
+        assert_eq!(exact.name, "int8_gemm_4x16x64");
+        assert_eq!(exact.kind, IntrinKind::Int8Gemm { m: 4, n: 16, k: 64, saturating: false });
+        assert_eq!(exact.inputs[1].shape(), &[16, 16, 4]);
+        let saturating = int8_gemm_microkernel(8, 48, 8, true).unwrap();
+        assert_eq!(saturating.name, "int8_gemm_8x48x8_sat");
+        assert_eq!(
+            saturating.output.body().unwrap().to_string(),
+            "sum[ko in 0..2, kp in 0..2](i32(sat_i16(i32(A[i, ko*4 + kp*2])*i32(B[ko, j, kp*2]) + i32(A[i, ko*4 + (kp*2 + 1)])*i32(B[ko, j, kp*2 + 1]))))"
+        );
+    }
+
+    #[test]
+    fn sizes_must_fit_the_kind() {
+        let err = int8_gemm_microkernel(4, 16, 6, false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tensor intrinsic int8_gemm_4x16x6: Int8Gemm sizes: expected m, n > 0 and k a positive multiple of 4, found m=4, n=16, k=6"
+        );
+        assert!(matches!(int8_gemm_microkernel(0, 16, 8, false), Err(TeError::BadShape { .. })));
+    }
+}

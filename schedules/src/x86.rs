@@ -1,0 +1,176 @@
+//! x86 schedules that hand the innermost tile to a tensor intrinsic (AVX-512 VNNI kernels).
+
+use ir::schedule::{Schedule, create_schedule};
+use ir::{ScheduleError, Tensor};
+
+use crate::intrin::int8_gemm_microkernel;
+
+/// The decisions of the int8 GEMM schedule. A tuner varies these and nothing else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmInt8Knobs {
+    /// Rows of the micro-kernel tile (one broadcast of A per row and `k` step).
+    pub mr: i64,
+    /// Columns of the micro-kernel tile: must equal the `nr` that `nn::pack_b_vnni` packed `B`
+    /// with. A multiple of 16 fills zmm registers (16 i32 lanes each).
+    pub nr: i64,
+    /// Run the outer row-tile loop on the thread pool.
+    pub parallel: bool,
+}
+
+impl Default for GemmInt8Knobs {
+    /// `8 × 32`: 16 zmm accumulators, leaving registers for the two B panels and A broadcasts.
+    fn default() -> GemmInt8Knobs {
+        GemmInt8Knobs { mr: 8, nr: 32, parallel: true }
+    }
+}
+
+/// A schedule for `c = nn::matmul_packed(A, pack_b_vnni(B, knobs.nr), i32)`; see
+/// `schedule_gemm_int8`.
+pub fn gemm_int8(c: &Tensor, knobs: GemmInt8Knobs) -> Result<Schedule, ScheduleError> {
+    let mut s = create_schedule(&[c]);
+    schedule_gemm_int8(&mut s, c, knobs)?;
+    Ok(s)
+}
+
+/// Schedules the packed matmul stage `c` of `s` as
+/// `parallel i.outer, j.outer { init tile; call int8_gemm_{mr}x{nr}x{K}(..) }`: rows split by
+/// `mr`, columns by `nr`, loops ordered `i.outer, j.outer, ko, ki, i.inner, j.inner` so that the
+/// region under `ko` is exactly (all of `K`, `mr` rows, `nr` columns), which is tensorized with
+/// the exact `int8_gemm_microkernel(mr, nr, K)`. `j.inner` is vectorized (it serves the reset
+/// and the fallback). Rows that do not fill a tile run the fallback loops (their tail guard
+/// fails); typed errors from the primitives otherwise, e.g. a `TensorizeMismatch` if `c` is not
+/// such a matmul or `nr` differs from the packing.
+pub fn schedule_gemm_int8(s: &mut Schedule, c: &Tensor, knobs: GemmInt8Knobs) -> Result<(), ScheduleError> {
+    let (io, jo, ii, ji) = s.tile(c, &c.axis(0), &c.axis(1), knobs.mr, knobs.nr)?;
+    let reduce = c.reduce_axes();
+    let mut order = vec![&io, &jo];
+    order.extend(reduce.iter());
+    order.extend([&ii, &ji]);
+    s.reorder(c, &order)?;
+    s.vectorize(c, &ji)?;
+    if knobs.parallel {
+        s.parallel(c, &io)?;
+    }
+    let k = reduce.first().map_or(4, |ko| ko.extent() * 4);
+    let intrin =
+        int8_gemm_microkernel(knobs.mr, knobs.nr, k, false).expect("tile sizes passed split and k is 4·extent");
+    s.tensorize(c, reduce.first().unwrap_or(&ii), &intrin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::{matmul, matmul_packed, pack_b_vnni};
+    use ir::DType;
+    use ir::interp::{Array, eval_te, run_func};
+    use ir::te::placeholder;
+
+    /// `C = A · B` for `A: u8[m, k]`, `B: i8[k, n]` through `pack_b_vnni` and `gemm_int8`,
+    /// checked against `matmul(A, B)` by both interpreters; returns the lowered IR.
+    fn gemm(m: i64, n: i64, k: i64, knobs: GemmInt8Knobs) -> String {
+        let a = placeholder([m, k], DType::U8, "A");
+        let b = placeholder([k, n], DType::I8, "B");
+        let bp = pack_b_vnni(&b, knobs.nr, "Bp").unwrap();
+        let c = matmul_packed(&a, &bp, DType::I32, "C").unwrap();
+        let s = gemm_int8(&c, knobs).unwrap();
+        let f = ir::lower::lower(&s, &[&a, &b, &c], "gemm").unwrap();
+        let a_vals: Vec<i64> = (0..m * k).map(|x| (x * 97 + 13) % 256).collect();
+        let b_vals: Vec<i64> = (0..k * n).map(|x| (x * 59 + 7) % 256 - 128).collect();
+        let (a_arr, b_arr) =
+            (Array::from_i64(DType::U8, &[m, k], &a_vals), Array::from_i64(DType::I8, &[k, n], &b_vals));
+        let reference = matmul(&a, &b, DType::I32, "R").unwrap();
+        let want = eval_te(&[&reference], &[(&a, &a_arr), (&b, &b_arr)]).unwrap().remove(0);
+        let mut args = vec![a_arr, b_arr, Array::zeros(DType::I32, &[m, n])];
+        run_func(&f, &mut args).unwrap();
+        assert!(args[2].bits_eq(&want), "{:?}\n{f}", args[2].first_difference(&want));
+        f.to_string()
+    }
+
+    const PACK: &str = "  allocate Bp: i8[2, 2, 16, 4]
+  for i in 0..2 {
+    for j in 0..2 {
+      for k in 0..16 {
+        for l in 0..4 {
+          Bp[i*128 + j*64 + k*4 + l] = B[j*128 + l*32 + i*16 + k]
+        }
+      }
+    }
+  }
+";
+
+    #[test]
+    fn a_tensorized_gemm_lowers_to_a_reset_and_one_call_per_tile() {
+        let knobs = GemmInt8Knobs { mr: 4, nr: 16, parallel: true };
+        let expected = format!(
+            "func gemm(A: u8[8, 8], B: i8[8, 32], C: i32[8, 32]) {{
+{PACK}  parallel i.outer in 0..2 {{
+    for j.outer in 0..2 {{
+      for i.inner in 0..4 {{
+        let i.1 = i.outer*4 + i.inner
+        C[ramp(i.1*32 + j.outer*16, 1, 16)] = broadcast(0i32, 16)
+      }}
+      call int8_gemm_4x16x8(A[i.outer*32] strides [8, 1], Bp[j.outer*128] strides [64, 4, 1], C[i.outer*128 + j.outer*16] strides [32, 1])
+    }}
+  }}
+}}
+"
+        );
+        assert_eq!(gemm(8, 32, 8, knobs), expected);
+    }
+
+    #[test]
+    fn rows_that_do_not_fill_a_tile_run_the_fallback() {
+        let knobs = GemmInt8Knobs { mr: 4, nr: 16, parallel: false };
+        let expected = format!(
+            "func gemm(A: u8[6, 8], B: i8[8, 32], C: i32[6, 32]) {{
+{PACK}  for i.outer in 0..2 {{
+    for j.outer in 0..2 {{
+      for i.inner in 0..4 {{
+        let i.1 = i.outer*4 + i.inner
+        if i.1 < 6 {{
+          C[ramp(i.1*32 + j.outer*16, 1, 16)] = broadcast(0i32, 16)
+        }}
+      }}
+      if i.outer < 1 {{
+        call int8_gemm_4x16x8(A[i.outer*32] strides [8, 1], Bp[j.outer*128] strides [64, 4, 1], C[i.outer*128 + j.outer*16] strides [32, 1])
+      }} else {{
+        for ko in 0..2 {{
+          for ki in 0..4 {{
+            for i.inner.1 in 0..4 {{
+              let i.1 = i.outer*4 + i.inner.1
+              if i.1 < 6 {{
+                C[ramp(i.1*32 + j.outer*16, 1, 16)] = C[ramp(i.1*32 + j.outer*16, 1, 16)] + broadcast(i32(A[i.1*8 + ko*4 + ki]), 16)*i32x16(Bp[ramp(j.outer*16, 1, 16)/broadcast(16, 16)*broadcast(128, 16) + broadcast(ko*64, 16) + ramp(j.outer*16, 1, 16)%broadcast(16, 16)*broadcast(4, 16) + broadcast(ki, 16)])
+              }}
+            }}
+          }}
+        }}
+      }}
+    }}
+  }}
+}}
+"
+        );
+        assert_eq!(gemm(6, 32, 8, knobs), expected);
+    }
+
+    #[test]
+    fn default_knobs_and_uneven_sizes_match_the_definition() {
+        assert_eq!(GemmInt8Knobs::default(), GemmInt8Knobs { mr: 8, nr: 32, parallel: true });
+        gemm(19, 64, 20, GemmInt8Knobs::default());
+        gemm(5, 48, 4, GemmInt8Knobs { mr: 3, nr: 48, parallel: true });
+    }
+
+    #[test]
+    fn a_packing_width_other_than_the_tile_is_a_tensorize_mismatch() {
+        let a = placeholder([8, 8], DType::U8, "A");
+        let b = placeholder([8, 64], DType::I8, "B");
+        let c = matmul_packed(&a, &pack_b_vnni(&b, 16, "Bp").unwrap(), DType::I32, "C").unwrap();
+        let err = gemm_int8(&c, GemmInt8Knobs { mr: 4, nr: 32, parallel: true }).unwrap_err();
+        assert!(matches!(&err, ScheduleError::TensorizeMismatch(m) if m.part == ir::MismatchPart::NonAffine), "{err}");
+        let plain = matmul(&a, &b, DType::I32, "C").unwrap();
+        let err = gemm_int8(&plain, GemmInt8Knobs { mr: 4, nr: 16, parallel: true }).unwrap_err();
+        assert!(matches!(&err, ScheduleError::TensorizeMismatch(m) if m.part == ir::MismatchPart::LoopCount), "{err}");
+        let err = gemm_int8(&c, GemmInt8Knobs { mr: 0, nr: 16, parallel: true }).unwrap_err();
+        assert!(matches!(err, ScheduleError::BadSplitFactor { found: 0, .. }));
+    }
+}

@@ -1,0 +1,168 @@
+//! Tensor-intrinsic calls (`StmtKind::Call`): a hand-assembled kernel when one implements the
+//! declaration exactly at this ISA level, for these strides, dtypes and value ranges; the
+//! call's loop-nest fallback otherwise (always correct, since `tensorize` proved it equal).
+//!
+//! Kernels are defined once per module and shape with `define_function_bytes`, so the same
+//! bytes serve the JIT and object export, and are called as `fn(a, b, c)` with the operands'
+//! origin addresses.
+
+use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value, types};
+use cranelift_module::{FuncId, Linkage, Module};
+use ir::intrin::{IntrinKind, TensorIntrin};
+use ir::stmt::Operand;
+use ir::{Buffer, DType, Stmt};
+
+use super::func::{BufLoc, FnTx, ModuleCtx, module_error};
+use super::{DefinedFunction, KERNEL_ALIGN};
+use crate::error::CompileError;
+use crate::kernels::{Blocking, GemmShape, KernelError, KernelVariant, assemble_gemm};
+use crate::runtime::IsaLevel;
+
+/// A kernel as defined in the module: what makes two calls share it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct KernelKey {
+    variant: KernelVariant,
+    shape: GemmShape,
+}
+
+/// The kernel for `Int8Gemm`, best first, that computes the declaration exactly: VNNI where
+/// the level has it (exact for every input, so it also implements a saturating declaration
+/// whose inputs cannot saturate); the `vpmaddubsw` triple for saturating declarations, or for
+/// exact ones whose inputs provably never saturate; else exact i16 widening.
+pub(crate) fn select_int8_gemm(level: IsaLevel, saturating: bool, never_saturates: bool) -> Option<KernelVariant> {
+    let exact_vnni = match level {
+        IsaLevel::Avx512Vnni => Some(KernelVariant::AVX512_VNNI),
+        IsaLevel::AvxVnni => Some(KernelVariant::AVX_VNNI),
+        IsaLevel::Avx2 | IsaLevel::Scalar => None,
+    };
+    let triple = match level {
+        IsaLevel::Avx512Vnni => Some(KernelVariant::AVX512_MADDUBS),
+        IsaLevel::AvxVnni | IsaLevel::Avx2 => Some(KernelVariant::AVX2_MADDUBS),
+        IsaLevel::Scalar => None,
+    };
+    match (saturating, never_saturates) {
+        (false, _) if exact_vnni.is_some() => exact_vnni,
+        (false, true) => triple,
+        (false, false) => (level >= IsaLevel::Avx2).then_some(KernelVariant::AVX2_WIDEN),
+        (true, true) => exact_vnni.or(triple),
+        (true, false) => triple,
+    }
+}
+
+/// Every value a buffer may hold: its declared range, else its dtype's.
+fn value_bounds(buffer: &Buffer) -> Option<(i64, i64)> {
+    buffer.value_range().or_else(|| {
+        let (lo, hi) = buffer.dtype().scalar.int_range()?;
+        Some((i64::try_from(lo).ok()?, i64::try_from(hi).ok()?))
+    })
+}
+
+/// Whether `a0·b0 + a1·b1` stays in i16 for all `a` in `a` and `b` in `b`, i.e. the
+/// `vpmaddubsw` pair sums never saturate.
+pub(crate) fn pairs_fit_i16((a_lo, a_hi): (i64, i64), (b_lo, b_hi): (i64, i64)) -> bool {
+    let corners = [a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi];
+    let (lo, hi) = (corners.iter().min().copied(), corners.iter().max().copied());
+    matches!((lo, hi), (Some(lo), Some(hi)) if 2 * lo >= i16::MIN.into() && 2 * hi <= i16::MAX.into())
+}
+
+/// The kernel shape of an `Int8Gemm` call, if the operands have the layout kernels assume:
+/// u8/i8/i32 buffers, unit stride along `k` in A, `[ldb, 4, 1]` in B, unit column stride in C,
+/// non-negative row strides.
+fn int8_gemm_shape(m: i64, n: i64, k: i64, operands: &[Operand]) -> Option<GemmShape> {
+    let [a, b, c] = operands else { return None };
+    let dtypes = [(a, DType::U8), (b, DType::I8), (c, DType::I32)];
+    if dtypes.iter().any(|(o, d)| o.buffer.dtype() != *d || o.origin.len() != 1) {
+        return None;
+    }
+    match (a.strides.as_slice(), b.strides.as_slice(), c.strides.as_slice()) {
+        (&[lda, 1], &[ldb, 4, 1], &[ldc, 1]) if lda >= 0 && ldb >= 0 && ldc >= 0 => {
+            Some(GemmShape { m, n, k, lda, ldb, ldc })
+        }
+        _ => None,
+    }
+}
+
+/// Blocking for one call: the declaration's tile in one register block when it fits, else
+/// the variant's default.
+fn blocking_for(variant: KernelVariant, shape: &GemmShape) -> Blocking {
+    let default = Blocking::default_for(variant);
+    let lanes = variant.width.lanes();
+    let vectors = ((shape.n.max(1) as usize).div_ceil(lanes)).clamp(1, default.vectors);
+    let max_tile = default.rows * default.vectors;
+    let mut rows = (max_tile / vectors).clamp(1, shape.m.max(1) as usize);
+    while rows > 1 && Blocking::registers(variant, rows, vectors, false) > variant.width.registers() {
+        rows -= 1;
+    }
+    // As many row blocks as needed, as evenly filled as possible.
+    let blocks = (shape.m.max(1) as usize).div_ceil(rows);
+    Blocking { rows: (shape.m.max(1) as usize).div_ceil(blocks), vectors, unroll: default.unroll }
+}
+
+impl<M: Module> FnTx<'_, '_, '_, M> {
+    /// Translates a tensor-intrinsic call (see the module doc).
+    pub fn call_intrin(&mut self, intrin: &TensorIntrin, operands: &[Operand], fallback: &Stmt) -> Result<(), CompileError> {
+        let IntrinKind::Int8Gemm { m, n, k, saturating } = intrin.kind else {
+            return self.stmt(fallback);
+        };
+        let Some(shape) = int8_gemm_shape(m, n, k, operands) else {
+            return self.stmt(fallback);
+        };
+        let never_saturates = match (value_bounds(&operands[0].buffer), value_bounds(&operands[1].buffer)) {
+            (Some(a), Some(b)) => pairs_fit_i16(a, b),
+            _ => false,
+        };
+        let Some(variant) = select_int8_gemm(self.cx.level, saturating, never_saturates) else {
+            return self.stmt(fallback);
+        };
+        let mut pointers = Vec::with_capacity(3);
+        for operand in operands {
+            match self.buffers.get(&operand.buffer.id()).cloned() {
+                Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
+                // Kernels need memory operands (`analysis::promotion` never promotes them).
+                _ => return self.stmt(fallback),
+            }
+        }
+        let Some(kernel) = self.cx.int8_gemm_kernel(variant, shape, &intrin.name)? else {
+            return self.stmt(fallback);
+        };
+        let mut args: Vec<Value> = Vec::with_capacity(3);
+        for (base, operand) in pointers {
+            let origin = self.expr(&operand.origin[0])?.as_scalar();
+            let bytes = operand.buffer.dtype().bytes() as i64;
+            let offset = if bytes == 1 { origin } else { self.b.ins().imul_imm_s(origin, bytes) };
+            args.push(self.b.ins().iadd(base, offset));
+        }
+        let fref = self.cx.module.declare_func_in_func(kernel, self.b.func);
+        self.b.ins().call(fref, &args);
+        Ok(())
+    }
+}
+
+impl<M: Module> ModuleCtx<'_, M> {
+    /// The module's kernel for `variant` and `shape`, defined on first use; `None` when the
+    /// generator cannot build it (offsets beyond 32 bits), which leaves the call to its fallback.
+    fn int8_gemm_kernel(&mut self, variant: KernelVariant, shape: GemmShape, intrin: &str) -> Result<Option<FuncId>, CompileError> {
+        let key = KernelKey { variant, shape };
+        if let Some(&id) = self.kernels.get(&key) {
+            return Ok(Some(id));
+        }
+        let blocking = blocking_for(variant, &shape);
+        let bytes = match assemble_gemm(variant, &shape, blocking) {
+            Ok(bytes) => bytes,
+            Err(KernelError::OffsetTooLarge { .. }) => return Ok(None),
+            Err(other) => return Err(other.into()),
+        };
+        let name = format!("{}__{intrin}__{}__{}", self.name, variant.name().replace('-', "_"), self.kernels.len());
+        let mut sig = Signature::new(self.module.target_config().default_call_conv);
+        sig.params.extend([AbiParam::new(types::I64), AbiParam::new(types::I64), AbiParam::new(types::I64)]);
+        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
+        self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
+        let origin = format!(
+            "{variant} kernel for {intrin}: {}x{}x{}, lda {} ldb {} ldc {}, {}x{} register tile, k unrolled {}",
+            shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc, blocking.rows, blocking.vectors, blocking.unroll
+        );
+        self.functions.push(DefinedFunction { name, id, origin, size: bytes.len() });
+        self.kernels.insert(key, id);
+        Ok(Some(id))
+    }
+}

@@ -1,0 +1,561 @@
+//! The int8 GEMM kernel generator.
+//!
+//! A kernel computes, for one shape with compile-time strides,
+//! `C[i, j] += Σ_{ko < k/4, ki < 4} i32(A[i, 4·ko + ki]) · i32(B[ko, j, ki])`
+//! (`A` u8 with rows `lda` bytes apart; `B` i8 packed four k values per column, groups `ldb`
+//! bytes apart; `C` i32 with rows `ldc` elements apart), under the SysV signature
+//! `fn(a: *const u8, b: *const i8, c: *mut i32)`.
+//!
+//! Loop structure: column panels of `vectors` registers (the panel of B stays in L1 while every
+//! row block of A streams past it), row blocks of `rows` rows, then the k loop, unrolled. The
+//! accumulator tile (`rows × vectors` registers) lives in registers for the whole k loop; each
+//! k step loads one vector per column group of B and broadcasts 4 bytes of A per row. Partial
+//! panels use opmask k1 (zmm) or `vpmaskmovd` (ymm) so nothing outside the operands is read or
+//! written; a partial row block is the same code with fewer rows.
+//!
+//! Registers: only caller-saved ones (rax, rcx, rdx, rsi, rdi, r8–r11, vector registers, k1),
+//! so no prologue is needed; every kernel ends with `vzeroupper` (Cranelift's own code uses
+//! legacy-SSE encodings, which would pay the AVX transition penalty).
+
+use iced_x86::Register;
+use iced_x86::code_asm::registers::{ymm::get_ymm, zmm::get_zmm};
+use iced_x86::code_asm::*;
+
+use super::{DotMethod, KernelError, KernelVariant, VectorWidth};
+
+/// One kernel's problem: sizes and strides, all compile-time constants.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct GemmShape {
+    pub m: i64,
+    pub n: i64,
+    /// Reduction length, a multiple of 4.
+    pub k: i64,
+    /// Elements (bytes) between rows of A.
+    pub lda: i64,
+    /// Elements (bytes) between groups of four k values in B (`ko` stride); columns are 4
+    /// bytes apart.
+    pub ldb: i64,
+    /// Elements (i32) between rows of C; columns are adjacent.
+    pub ldc: i64,
+}
+
+impl GemmShape {
+    /// Dense operands: `A: [m, k]`, `B: [k/4, n, 4]`, `C: [m, n]`.
+    pub fn dense(m: i64, n: i64, k: i64) -> GemmShape {
+        GemmShape { m, n, k, lda: k, ldb: 4 * n, ldc: n }
+    }
+
+    /// Elements of A, B and C the kernel accesses, from each base pointer.
+    pub fn footprint(&self) -> (usize, usize, usize) {
+        if self.m <= 0 || self.n <= 0 || self.k <= 0 {
+            return (0, 0, 0);
+        }
+        // Saturating: an absurd shape asks for more memory than any slice has.
+        let span = |outer: i64, stride: i64, inner: i64| {
+            usize::try_from((outer - 1).saturating_mul(stride).saturating_add(inner)).unwrap_or(usize::MAX)
+        };
+        (span(self.m, self.lda, self.k), span(self.k / 4, self.ldb, 4 * self.n), span(self.m, self.ldc, self.n))
+    }
+
+    fn validate(&self) -> Result<(), KernelError> {
+        let bad = |what, expected: &str, found| Err(KernelError::BadShape { what, expected: expected.into(), found });
+        for (what, v) in [("m", self.m), ("n", self.n), ("k", self.k)] {
+            if v < 0 {
+                return bad(what, "non-negative", v);
+            }
+        }
+        if self.k % 4 != 0 {
+            return bad("k", "a multiple of 4", self.k);
+        }
+        if self.lda < 0 {
+            return bad("lda", "non-negative", self.lda);
+        }
+        if self.ldb < 0 {
+            return bad("ldb", "non-negative", self.ldb);
+        }
+        if self.ldc < 0 {
+            return bad("ldc", "non-negative", self.ldc);
+        }
+        Ok(())
+    }
+}
+
+/// Register blocking: a tile of `rows` × `vectors` accumulator registers, k loop unrolled
+/// `unroll` times.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Blocking {
+    pub rows: usize,
+    pub vectors: usize,
+    pub unroll: usize,
+}
+
+impl Blocking {
+    /// The default for `variant`, chosen with `examples/kernel_sweep.rs` on 512×512×512 and
+    /// 64×3136×576 (Zen 4-class host, one zmm `vpdpbusd` per cycle): the best blocking or
+    /// within noise of it. Neighbouring tiles differ by 1–3% there; small tiles (4×2 zmm) lose
+    /// 10–20%. AVX-VNNI could not be measured (no such host): its 4×3 tile is the largest that
+    /// fits 16 ymm registers, the shape that is best for zmm.
+    pub fn default_for(variant: KernelVariant) -> Blocking {
+        match (variant.method, variant.width) {
+            (DotMethod::Vnni, VectorWidth::Zmm) => Blocking { rows: 6, vectors: 4, unroll: 4 },
+            (DotMethod::MaddUbs, VectorWidth::Zmm) => Blocking { rows: 6, vectors: 4, unroll: 2 },
+            (DotMethod::Vnni, VectorWidth::Ymm) => Blocking { rows: 4, vectors: 3, unroll: 4 },
+            (DotMethod::MaddUbs, VectorWidth::Ymm) => Blocking { rows: 5, vectors: 2, unroll: 2 },
+            (DotMethod::Widen, _) => Blocking { rows: 6, vectors: 1, unroll: 2 },
+        }
+    }
+
+    /// Vector registers a block of `rows` × `vectors` needs (`masked`: its last column vector is
+    /// partial).
+    pub fn registers(variant: KernelVariant, rows: usize, vectors: usize, masked: bool) -> usize {
+        // A ymm mask lives in a vector register; zmm uses k1.
+        let mask = usize::from(masked && variant.width == VectorWidth::Ymm);
+        let tile = rows * vectors;
+        mask + match variant.method {
+            // Accumulators, B vectors, the A broadcast.
+            DotMethod::Vnni => tile + vectors + 1,
+            // ... plus the i16 ones and the product temporary.
+            DotMethod::MaddUbs => tile + vectors + 3,
+            // Two accumulators and two widened B halves per column vector, A words, temporary.
+            DotMethod::Widen => 2 * tile + 2 * vectors + 2,
+        }
+    }
+}
+
+/// Assembles the kernel for `shape` (see the module doc); position independent, no relocations.
+pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocking) -> Result<Vec<u8>, KernelError> {
+    shape.validate()?;
+    if variant.method == DotMethod::Widen && variant.width == VectorWidth::Zmm {
+        return Err(KernelError::NoSuchVariant { variant });
+    }
+    for (what, v) in [("rows", blocking.rows), ("vectors", blocking.vectors), ("unroll", blocking.unroll)] {
+        if v == 0 {
+            return Err(KernelError::BadShape { what, expected: "at least 1".into(), found: 0 });
+        }
+    }
+    let mut g = Gen::new(variant, *shape, blocking)?;
+    g.kernel()?;
+    Ok(g.a.assemble(0)?)
+}
+
+/// Byte offsets become 32-bit displacements or immediates.
+fn imm32(what: &'static str, offset: i64) -> Result<i32, KernelError> {
+    i32::try_from(offset).map_err(|_| KernelError::OffsetTooLarge { what, offset })
+}
+
+/// A vector register by number, at the kernel's width.
+#[derive(Clone, Copy)]
+struct V(usize);
+
+/// GPR roles (all caller-saved): the three arguments advance per panel; r8/r10 point at the
+/// current row block of A/C, r9 at the current k step of B, rax counts k steps, r11 row
+/// blocks, rcx panels.
+const A_BASE: AsmRegister64 = rdi;
+const B_PANEL: AsmRegister64 = rsi;
+const C_PANEL: AsmRegister64 = rdx;
+const A_BLOCK: AsmRegister64 = r8;
+const B_STEP: AsmRegister64 = r9;
+const C_BLOCK: AsmRegister64 = r10;
+const K_COUNT: AsmRegister64 = rax;
+const ROW_COUNT: AsmRegister64 = r11;
+const PANEL_COUNT: AsmRegister64 = rcx;
+
+struct Gen {
+    a: CodeAssembler,
+    variant: KernelVariant,
+    shape: GemmShape,
+    blocking: Blocking,
+}
+
+/// Registers of one block.
+struct Tile {
+    rows: usize,
+    vectors: usize,
+    /// Lanes of the last column vector that are inside C (`lanes()` when it is full).
+    last_lanes: usize,
+    /// `acc[i][j]` (Widen: `acc[i][2j + h]`, the partial sums of column half `h`).
+    acc: Vec<Vec<V>>,
+    /// B vectors of the current k step (Widen: two widened halves per vector).
+    b: Vec<V>,
+    a: V,
+    tmp: V,
+    ones: V,
+    mask: V,
+}
+
+impl Tile {
+    fn masked(&self, j: usize, width: VectorWidth) -> bool {
+        j + 1 == self.vectors && self.last_lanes < width.lanes()
+    }
+}
+
+impl Gen {
+    fn new(variant: KernelVariant, shape: GemmShape, blocking: Blocking) -> Result<Gen, KernelError> {
+        Ok(Gen { a: CodeAssembler::new(64)?, variant, shape, blocking })
+    }
+
+    fn width(&self) -> VectorWidth {
+        self.variant.width
+    }
+
+    fn kernel(&mut self) -> Result<(), KernelError> {
+        let s = self.shape;
+        let lanes = self.width().lanes() as i64;
+        let panel_cols = self.blocking.vectors as i64 * lanes;
+        if s.m > 0 && s.n > 0 && s.k > 0 {
+            let full_panels = s.n / panel_cols;
+            let tail_cols = s.n % panel_cols;
+            if full_panels > 0 {
+                let mut top = self.a.create_label();
+                if full_panels > 1 {
+                    self.a.mov(PANEL_COUNT, full_panels)?;
+                }
+                self.a.set_label(&mut top)?;
+                self.panel(self.blocking.vectors, self.width().lanes())?;
+                if full_panels > 1 || tail_cols > 0 {
+                    let step = imm32("a column panel", panel_cols * 4)?;
+                    self.a.add(B_PANEL, step)?;
+                    self.a.add(C_PANEL, step)?;
+                }
+                if full_panels > 1 {
+                    self.a.dec(PANEL_COUNT)?;
+                    self.a.jnz(top)?;
+                }
+            }
+            if tail_cols > 0 {
+                let vectors = (tail_cols as usize).div_ceil(self.width().lanes());
+                let last_lanes = tail_cols as usize - (vectors - 1) * self.width().lanes();
+                self.panel(vectors, last_lanes)?;
+            }
+        }
+        self.a.vzeroupper()?;
+        self.a.ret()?;
+        Ok(())
+    }
+
+    /// Every row block of one column panel.
+    fn panel(&mut self, vectors: usize, last_lanes: usize) -> Result<(), KernelError> {
+        let s = self.shape;
+        // A ymm mask takes a register: partial panels drop rows until the tile fits.
+        let masked = last_lanes < self.width().lanes();
+        let mut block_rows = self.blocking.rows;
+        while masked
+            && block_rows > 1
+            && Blocking::registers(self.variant, block_rows, vectors, true) > self.width().registers()
+        {
+            block_rows -= 1;
+        }
+        let rows = block_rows as i64;
+        self.a.mov(A_BLOCK, A_BASE)?;
+        self.a.mov(C_BLOCK, C_PANEL)?;
+        let full_blocks = s.m / rows;
+        let tail_rows = (s.m % rows) as usize;
+        if full_blocks > 0 {
+            let mut top = self.a.create_label();
+            if full_blocks > 1 {
+                self.a.mov(ROW_COUNT, full_blocks)?;
+            }
+            self.a.set_label(&mut top)?;
+            self.block(block_rows, vectors, last_lanes)?;
+            if full_blocks > 1 || tail_rows > 0 {
+                self.a.add(A_BLOCK, imm32("a row block of A", rows * s.lda)?)?;
+                self.a.add(C_BLOCK, imm32("a row block of C", rows * s.ldc * 4)?)?;
+            }
+            if full_blocks > 1 {
+                self.a.dec(ROW_COUNT)?;
+                self.a.jnz(top)?;
+            }
+        }
+        if tail_rows > 0 {
+            self.block(tail_rows, vectors, last_lanes)?;
+        }
+        Ok(())
+    }
+
+    fn allocate(&self, rows: usize, vectors: usize, last_lanes: usize) -> Result<Tile, KernelError> {
+        let variant = self.variant;
+        let masked = last_lanes < self.width().lanes();
+        let needed = Blocking::registers(variant, rows, vectors, masked);
+        let available = self.width().registers();
+        if needed > available {
+            return Err(KernelError::TooManyRegisters { variant, rows, vectors, needed, available });
+        }
+        let mut next = 0;
+        let mut take = |count: usize| {
+            let regs: Vec<V> = (next..next + count).map(V).collect();
+            next += count;
+            regs
+        };
+        let per_vector = if variant.method == DotMethod::Widen { 2 } else { 1 };
+        let acc = (0..rows).map(|_| take(vectors * per_vector)).collect();
+        let b = take(vectors * per_vector);
+        let a = take(1)[0];
+        // Registers a method does not use alias the last one; they are never emitted.
+        let tmp = if variant.method == DotMethod::Vnni { a } else { take(1)[0] };
+        let ones = if variant.method == DotMethod::MaddUbs { take(1)[0] } else { a };
+        let mask = if masked && self.width() == VectorWidth::Ymm { take(1)[0] } else { a };
+        Ok(Tile { rows, vectors, last_lanes, acc, b, a, tmp, ones, mask })
+    }
+
+    /// One row block: load or zero the accumulators, the k loop, add/store C.
+    fn block(&mut self, rows: usize, vectors: usize, last_lanes: usize) -> Result<(), KernelError> {
+        let t = self.allocate(rows, vectors, last_lanes)?;
+        let s = self.shape;
+        if last_lanes < self.width().lanes() {
+            self.set_mask(&t)?;
+        }
+        if self.variant.method == DotMethod::MaddUbs {
+            self.ones16(t.ones)?;
+        }
+        for i in 0..rows {
+            for j in 0..vectors {
+                match self.variant.method {
+                    DotMethod::Widen => {
+                        self.zero(t.acc[i][2 * j])?;
+                        self.zero(t.acc[i][2 * j + 1])?;
+                    }
+                    _ => self.load_c(&t, t.acc[i][j], i, j)?,
+                }
+            }
+        }
+        self.a.mov(B_STEP, B_PANEL)?;
+        self.a.xor(K_COUNT, K_COUNT)?;
+        let steps = s.k / 4;
+        let unroll = self.blocking.unroll as i64;
+        let loops = steps / unroll;
+        if loops > 0 {
+            let mut top = self.a.create_label();
+            self.a.set_label(&mut top)?;
+            for u in 0..unroll {
+                self.step(&t, u)?;
+            }
+            self.a.add(B_STEP, imm32("an unrolled k step of B", unroll * s.ldb)?)?;
+            if loops > 1 || steps % unroll > 0 {
+                self.a.add(K_COUNT, imm32("k steps", unroll)?)?;
+            }
+            if loops > 1 {
+                self.a.cmp(K_COUNT, imm32("k steps", loops * unroll)?)?;
+                self.a.jb(top)?;
+            }
+        }
+        for u in 0..steps % unroll {
+            self.step(&t, u)?;
+        }
+        for i in 0..rows {
+            for j in 0..vectors {
+                if self.variant.method == DotMethod::Widen {
+                    self.reduce_widened(&t, i, j)?;
+                }
+                self.store_c(&t, t.acc[i][j * if self.variant.method == DotMethod::Widen { 2 } else { 1 }], i, j)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One k step (4 values of k), `u` steps past `K_COUNT`/`B_STEP`.
+    fn step(&mut self, t: &Tile, u: i64) -> Result<(), KernelError> {
+        let s = self.shape;
+        let vbytes = self.width().bytes() as i64;
+        for j in 0..t.vectors {
+            let off = imm32("B", u * s.ldb + j as i64 * vbytes)?;
+            match self.variant.method {
+                DotMethod::Widen => self.load_b_widened(t, j, B_STEP + off)?,
+                _ if t.masked(j, self.width()) => self.load_masked(t, t.b[j], B_STEP + off)?,
+                _ => self.load(t.b[j], B_STEP + off)?,
+            }
+        }
+        for i in 0..t.rows {
+            let a_mem = A_BLOCK + K_COUNT * 4 + imm32("A", i as i64 * s.lda + 4 * u)?;
+            match self.variant.method {
+                DotMethod::Vnni => {
+                    self.broadcast_d(t.a, a_mem)?;
+                    for j in 0..t.vectors {
+                        self.vpdpbusd(t.acc[i][j], t.a, t.b[j])?;
+                    }
+                }
+                DotMethod::MaddUbs => {
+                    self.broadcast_d(t.a, a_mem)?;
+                    for j in 0..t.vectors {
+                        self.vpmaddubsw(t.tmp, t.a, t.b[j])?;
+                        self.vpmaddwd(t.tmp, t.tmp, t.ones)?;
+                        self.vpaddd(t.acc[i][j], t.acc[i][j], t.tmp)?;
+                    }
+                }
+                DotMethod::Widen => {
+                    // [a0 a1 a2 a3] as words, repeated for the 4 columns of a widened half.
+                    self.a.vpbroadcastd(xmm(t.a), dword_ptr(a_mem))?;
+                    self.a.vpmovzxbw(ymm(t.a), xmm(t.a))?;
+                    for h in 0..2 * t.vectors {
+                        self.a.vpmaddwd(ymm(t.tmp), ymm(t.b[h]), ymm(t.a))?;
+                        self.a.vpaddd(ymm(t.acc[i][h]), ymm(t.acc[i][h]), ymm(t.tmp))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Widened halves of B vector `j`: columns 0–3 and 4–7 as i16, 4 k values per column.
+    fn load_b_widened(&mut self, t: &Tile, j: usize, mem: AsmMemoryOperand) -> Result<(), KernelError> {
+        let (lo, hi) = (t.b[2 * j], t.b[2 * j + 1]);
+        if t.masked(j, self.width()) {
+            self.a.vpmaskmovd(ymm(t.tmp), ymm(t.mask), ymmword_ptr(mem))?;
+            self.a.vpmovsxbw(ymm(lo), xmm(t.tmp))?;
+            self.a.vextracti128(xmm(t.tmp), ymm(t.tmp), 1)?;
+            self.a.vpmovsxbw(ymm(hi), xmm(t.tmp))?;
+        } else {
+            self.a.vpmovsxbw(ymm(lo), xmmword_ptr(mem))?;
+            self.a.vpmovsxbw(ymm(hi), xmmword_ptr(mem + 16))?;
+        }
+        Ok(())
+    }
+
+    /// Folds the two pair-sum accumulators of column vector `j` into `acc[i][2j]`, columns in
+    /// order, plus C.
+    fn reduce_widened(&mut self, t: &Tile, i: usize, j: usize) -> Result<(), KernelError> {
+        let (lo, hi) = (t.acc[i][2 * j], t.acc[i][2 * j + 1]);
+        // lo = [c0 c0' c1 c1' | c2 c2' c3 c3'] (two pair sums per column), hi likewise for
+        // c4..c7; hadd gives [c0 c1 c4 c5 | c2 c3 c6 c7], and qword order 0,2,1,3 fixes it.
+        self.a.vphaddd(ymm(lo), ymm(lo), ymm(hi))?;
+        self.a.vpermq(ymm(lo), ymm(lo), 0xD8)?;
+        self.load_c(t, t.tmp, i, j)?;
+        self.a.vpaddd(ymm(lo), ymm(lo), ymm(t.tmp))?;
+        Ok(())
+    }
+
+    fn c_mem(&self, i: usize, j: usize) -> Result<AsmMemoryOperand, KernelError> {
+        let off = i as i64 * self.shape.ldc * 4 + (j * self.width().bytes()) as i64;
+        Ok(C_BLOCK + imm32("C", off)?)
+    }
+
+    fn load_c(&mut self, t: &Tile, dst: V, i: usize, j: usize) -> Result<(), KernelError> {
+        let mem = self.c_mem(i, j)?;
+        if t.masked(j, self.width()) { self.load_masked(t, dst, mem) } else { self.load(dst, mem) }
+    }
+
+    fn store_c(&mut self, t: &Tile, src: V, i: usize, j: usize) -> Result<(), KernelError> {
+        let mem = self.c_mem(i, j)?;
+        match (self.width(), t.masked(j, self.width())) {
+            (VectorWidth::Zmm, false) => self.a.vmovdqu32(zmmword_ptr(mem), zmm(src))?,
+            (VectorWidth::Zmm, true) => self.a.vmovdqu32(zmmword_ptr(mem).k1(), zmm(src))?,
+            (VectorWidth::Ymm, false) => self.a.vmovdqu(ymmword_ptr(mem), ymm(src))?,
+            (VectorWidth::Ymm, true) => self.a.vpmaskmovd(ymmword_ptr(mem), ymm(t.mask), ymm(src))?,
+        }
+        Ok(())
+    }
+
+    /// The lane mask of a partial last column vector: k1 (zmm) or `t.mask` (ymm, all-ones
+    /// dwords for the lanes inside C).
+    fn set_mask(&mut self, t: &Tile) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => {
+                self.a.mov(eax, (1u32 << t.last_lanes) - 1)?;
+                self.a.kmovw(k1, eax)?;
+            }
+            VectorWidth::Ymm => {
+                // One 0xff byte per lane inside C, sign-extended to dwords.
+                let bytes = if t.last_lanes == 0 { 0 } else { u64::MAX >> (64 - 8 * t.last_lanes) };
+                self.a.mov(rax, bytes)?;
+                self.a.vmovq(xmm(t.mask), rax)?;
+                self.a.vpmovsxbd(ymm(t.mask), xmm(t.mask))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn load(&mut self, dst: V, mem: AsmMemoryOperand) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => self.a.vmovdqu32(zmm(dst), zmmword_ptr(mem))?,
+            VectorWidth::Ymm => self.a.vmovdqu(ymm(dst), ymmword_ptr(mem))?,
+        }
+        Ok(())
+    }
+
+    /// Loads the lanes inside C and zeroes the others; masked-off lanes are never accessed.
+    fn load_masked(&mut self, t: &Tile, dst: V, mem: AsmMemoryOperand) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => self.a.vmovdqu32(zmm(dst).k1().z(), zmmword_ptr(mem))?,
+            VectorWidth::Ymm => self.a.vpmaskmovd(ymm(dst), ymm(t.mask), ymmword_ptr(mem))?,
+        }
+        Ok(())
+    }
+
+    fn zero(&mut self, dst: V) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => self.a.vpxord(zmm(dst), zmm(dst), zmm(dst))?,
+            VectorWidth::Ymm => self.a.vpxor(ymm(dst), ymm(dst), ymm(dst))?,
+        }
+        Ok(())
+    }
+
+    /// Every i16 lane = 1.
+    fn ones16(&mut self, dst: V) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => {
+                self.a.vpternlogd(zmm(dst), zmm(dst), zmm(dst), 0xff)?;
+                self.a.vpsrlw(zmm(dst), zmm(dst), 15)?;
+            }
+            VectorWidth::Ymm => {
+                self.a.vpcmpeqw(ymm(dst), ymm(dst), ymm(dst))?;
+                self.a.vpsrlw(ymm(dst), ymm(dst), 15)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn broadcast_d(&mut self, dst: V, mem: AsmMemoryOperand) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => self.a.vpbroadcastd(zmm(dst), dword_ptr(mem))?,
+            VectorWidth::Ymm => self.a.vpbroadcastd(ymm(dst), dword_ptr(mem))?,
+        }
+        Ok(())
+    }
+
+    /// `acc += dot4(u8 a, i8 b)` per i32 lane; ymm is VEX encoded (AVX-VNNI).
+    fn vpdpbusd(&mut self, acc: V, a: V, b: V) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => self.a.vpdpbusd(zmm(acc), zmm(a), zmm(b))?,
+            VectorWidth::Ymm => self.a.vex().vpdpbusd(ymm(acc), ymm(a), ymm(b))?,
+        }
+        Ok(())
+    }
+
+    /// `dst = sat_i16(a0·b0 + a1·b1)` per i16 lane, `a` unsigned, `b` signed.
+    fn vpmaddubsw(&mut self, dst: V, a: V, b: V) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => self.a.vpmaddubsw(zmm(dst), zmm(a), zmm(b))?,
+            VectorWidth::Ymm => self.a.vpmaddubsw(ymm(dst), ymm(a), ymm(b))?,
+        }
+        Ok(())
+    }
+
+    fn vpmaddwd(&mut self, dst: V, x: V, y: V) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => self.a.vpmaddwd(zmm(dst), zmm(x), zmm(y))?,
+            VectorWidth::Ymm => self.a.vpmaddwd(ymm(dst), ymm(x), ymm(y))?,
+        }
+        Ok(())
+    }
+
+    fn vpaddd(&mut self, dst: V, x: V, y: V) -> Result<(), KernelError> {
+        match self.width() {
+            VectorWidth::Zmm => self.a.vpaddd(zmm(dst), zmm(x), zmm(y))?,
+            VectorWidth::Ymm => self.a.vpaddd(ymm(dst), ymm(x), ymm(y))?,
+        }
+        Ok(())
+    }
+}
+
+// Register numbers come from `Gen::allocate`, which checked them against the width's register
+// count, so these lookups cannot fail.
+fn zmm(v: V) -> AsmRegisterZmm {
+    get_zmm(Register::ZMM0 + v.0 as u32).expect("allocated zmm register")
+}
+
+fn ymm(v: V) -> AsmRegisterYmm {
+    get_ymm(Register::YMM0 + v.0 as u32).expect("allocated ymm register")
+}
+
+fn xmm(v: V) -> AsmRegisterXmm {
+    registers::xmm::get_xmm(Register::XMM0 + v.0 as u32).expect("allocated xmm register")
+}

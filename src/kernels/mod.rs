@@ -1,0 +1,196 @@
+//! Hand-assembled x86-64 micro-kernels (iced-x86), for what Cranelift cannot emit: ymm/zmm
+//! registers, `vpdpbusd` on 256/512 bits, opmasks.
+//!
+//! `gemm` generates int8 GEMM kernels `fn(a: *const u8, b: *const i8, c: *mut i32)` (SysV)
+//! for one `Int8Gemm` shape with compile-time strides; `peak` measures the `vpdpbusd`
+//! throughput they are judged against; `disasm` prints machine code in Intel syntax. The bytes
+//! are position independent and carry no relocations, so `Module::define_function_bytes` puts
+//! the same kernel into the JIT or an object file.
+
+pub mod disasm;
+pub mod gemm;
+pub mod peak;
+
+use std::fmt;
+
+use thiserror::Error;
+
+use crate::codegen::jit::{self, JitCode};
+use crate::error::{CompileError, RuntimeError};
+use crate::runtime::{IsaLevel, OptLevel, Target, build_isa};
+
+pub use disasm::disassemble;
+pub use gemm::{Blocking, GemmShape, assemble_gemm};
+
+/// How a kernel sums the four u8 × i8 products of one i32 lane.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum DotMethod {
+    /// `vpdpbusd`: exact.
+    Vnni,
+    /// Both operands widened to i16, then `vpmaddwd`: exact.
+    Widen,
+    /// `vpmaddubsw` + `vpmaddwd(ones)` + `vpaddd`: each pair of adjacent products saturates to
+    /// i16 before the exact i32 sums (the `saturating` declaration).
+    MaddUbs,
+}
+
+/// Vector register width of a kernel.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum VectorWidth {
+    /// 256-bit, VEX encoded, ymm0–ymm15.
+    Ymm,
+    /// 512-bit, EVEX encoded, zmm0–zmm31 and opmask k1.
+    Zmm,
+}
+
+impl VectorWidth {
+    /// i32 lanes (output columns) per register.
+    pub fn lanes(self) -> usize {
+        match self {
+            VectorWidth::Ymm => 8,
+            VectorWidth::Zmm => 16,
+        }
+    }
+
+    pub fn bytes(self) -> usize {
+        self.lanes() * 4
+    }
+
+    /// Architectural vector registers available to a kernel of this width.
+    pub fn registers(self) -> usize {
+        match self {
+            VectorWidth::Ymm => 16,
+            VectorWidth::Zmm => 32,
+        }
+    }
+}
+
+/// One int8 GEMM kernel family: a dot-product method at a vector width.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct KernelVariant {
+    pub method: DotMethod,
+    pub width: VectorWidth,
+}
+
+impl KernelVariant {
+    /// EVEX `vpdpbusd zmm` (AVX512-VNNI).
+    pub const AVX512_VNNI: KernelVariant = KernelVariant { method: DotMethod::Vnni, width: VectorWidth::Zmm };
+    /// VEX `{vex} vpdpbusd ymm` (AVX-VNNI).
+    pub const AVX_VNNI: KernelVariant = KernelVariant { method: DotMethod::Vnni, width: VectorWidth::Ymm };
+    /// Exact AVX2: `vpmovsxbw`/`vpmovzxbw` + `vpmaddwd` on ymm.
+    pub const AVX2_WIDEN: KernelVariant = KernelVariant { method: DotMethod::Widen, width: VectorWidth::Ymm };
+    /// Saturating AVX2 triple on ymm.
+    pub const AVX2_MADDUBS: KernelVariant = KernelVariant { method: DotMethod::MaddUbs, width: VectorWidth::Ymm };
+    /// Saturating triple on zmm (AVX512-BW).
+    pub const AVX512_MADDUBS: KernelVariant = KernelVariant { method: DotMethod::MaddUbs, width: VectorWidth::Zmm };
+
+    pub const ALL: [KernelVariant; 5] = [
+        KernelVariant::AVX512_VNNI,
+        KernelVariant::AVX_VNNI,
+        KernelVariant::AVX2_WIDEN,
+        KernelVariant::AVX2_MADDUBS,
+        KernelVariant::AVX512_MADDUBS,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match (self.method, self.width) {
+            (DotMethod::Vnni, VectorWidth::Zmm) => "avx512-vnni",
+            (DotMethod::Vnni, VectorWidth::Ymm) => "avx-vnni",
+            (DotMethod::Widen, VectorWidth::Ymm) => "avx2-widen",
+            (DotMethod::Widen, VectorWidth::Zmm) => "avx512-widen",
+            (DotMethod::MaddUbs, VectorWidth::Ymm) => "avx2-maddubs",
+            (DotMethod::MaddUbs, VectorWidth::Zmm) => "avx512-maddubs",
+        }
+    }
+
+    /// Whether the kernel computes exact sums (otherwise: the saturating declaration).
+    pub fn is_exact(self) -> bool {
+        self.method != DotMethod::MaddUbs
+    }
+
+    /// The lowest level whose code may use this kernel.
+    pub fn min_level(self) -> Option<IsaLevel> {
+        IsaLevel::ALL.into_iter().find(|&l| self.runs_at(l))
+    }
+
+    /// Whether code built for `level` may use this kernel.
+    pub fn runs_at(self, level: IsaLevel) -> bool {
+        match (self.method, self.width) {
+            (DotMethod::Vnni, VectorWidth::Zmm) | (DotMethod::MaddUbs, VectorWidth::Zmm) => {
+                level == IsaLevel::Avx512Vnni
+            }
+            (DotMethod::Vnni, VectorWidth::Ymm) => level == IsaLevel::AvxVnni,
+            (DotMethod::Widen, VectorWidth::Ymm) | (DotMethod::MaddUbs, VectorWidth::Ymm) => level >= IsaLevel::Avx2,
+            (DotMethod::Widen, VectorWidth::Zmm) => false,
+        }
+    }
+}
+
+impl fmt::Display for KernelVariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a kernel could not be generated.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum KernelError {
+    #[error("int8 GEMM kernel: {what} must be {expected}, found {found}")]
+    BadShape { what: &'static str, expected: String, found: i64 },
+    #[error("{variant} kernel: {rows}x{vectors} register block needs {needed} vector registers, expected at most {available}")]
+    TooManyRegisters { variant: KernelVariant, rows: usize, vectors: usize, needed: usize, available: usize },
+    #[error("{variant} kernel: no such kernel family")]
+    NoSuchVariant { variant: KernelVariant },
+    #[error("int8 GEMM kernel: byte offset {offset} of {what} does not fit a 32-bit displacement")]
+    OffsetTooLarge { what: &'static str, offset: i64 },
+    #[error("assembler: {message}")]
+    Assembler { message: String },
+}
+
+impl From<iced_x86::IcedError> for KernelError {
+    fn from(e: iced_x86::IcedError) -> Self {
+        KernelError::Assembler { message: e.to_string() }
+    }
+}
+
+/// One GEMM kernel loaded on its own (outside any compiled function), with checked calls:
+/// what tests and the kernel sweep run.
+pub struct GemmKernel {
+    code: JitCode,
+    pub variant: KernelVariant,
+    pub shape: GemmShape,
+    pub blocking: Blocking,
+    bytes: Vec<u8>,
+}
+
+impl GemmKernel {
+    /// Assembles and loads the kernel; the CPU must support `variant`.
+    pub fn new(variant: KernelVariant, shape: GemmShape, blocking: Blocking) -> Result<GemmKernel, CompileError> {
+        let level = variant.min_level().ok_or(CompileError::Kernel(KernelError::NoSuchVariant { variant }))?;
+        let (isa, _) = build_isa(Target::Level(level), OptLevel::None)?;
+        let bytes = assemble_gemm(variant, &shape, blocking)?;
+        let code = jit::load_bytes(isa, variant.name(), &bytes, 3)?;
+        Ok(GemmKernel { code, variant, shape, blocking, bytes })
+    }
+
+    /// The kernel's machine code.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// `c += a · b` by the kernel; every slice must cover what the shape reaches.
+    pub fn run(&self, a: &[u8], b: &[i8], c: &mut [i32]) -> Result<(), RuntimeError> {
+        let (need_a, need_b, need_c) = self.shape.footprint();
+        for (index, name, expected, found) in [(0, "A", need_a, a.len()), (1, "B", need_b, b.len()), (2, "C", need_c, c.len())] {
+            if found < expected {
+                return Err(RuntimeError::BufferTooSmall { index, name: name.into(), expected, found });
+            }
+        }
+        // SAFETY: the kernel has the SysV signature `fn(*const u8, *const i8, *mut i32)`,
+        // accesses only the footprint checked above, uses only caller-saved registers, and
+        // `self` keeps its code alive.
+        let f: extern "C" fn(*const u8, *const i8, *mut i32) = unsafe { std::mem::transmute(self.code.entry()) };
+        f(a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+        Ok(())
+    }
+}

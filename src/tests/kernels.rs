@@ -1,0 +1,216 @@
+//! Hand-assembled int8 GEMM kernels against the `Int8Gemm` declaration (exact, or
+//! saturating pairs for the `vpmaddubsw` kernels), on random data, the boundary grid in every
+//! lane and k position, ragged shapes and padded strides; and their encodings.
+
+use iced_x86::{EncodingKind, Mnemonic, OpKind, Register};
+
+use crate::kernels::disasm::decode;
+use crate::kernels::peak::assemble_probe;
+use crate::kernels::{Blocking, DotMethod, GemmKernel, GemmShape, KernelError, KernelVariant, VectorWidth, assemble_gemm};
+use crate::runtime::IsaLevel;
+
+/// Variants this CPU can run.
+fn runnable() -> Vec<KernelVariant> {
+    KernelVariant::ALL.into_iter().filter(|v| v.min_level().is_some_and(IsaLevel::is_supported)).collect()
+}
+
+/// `C[i, j] += Σ A[i, 4ko+ki] · B[ko, j, ki]` by the declaration: exact, or with each pair of
+/// adjacent products saturated to i16 first; i32 sums wrap.
+fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool) {
+    if s.k == 0 {
+        return;
+    }
+    for i in 0..s.m as usize {
+        for j in 0..s.n as usize {
+            let mut acc = c[i * s.ldc as usize + j];
+            for ko in 0..(s.k / 4) as usize {
+                let p = |ki: usize| {
+                    i32::from(a[i * s.lda as usize + 4 * ko + ki]) * i32::from(b[ko * s.ldb as usize + 4 * j + ki])
+                };
+                let pair = |x: i32| if saturating { x.clamp(i16::MIN.into(), i16::MAX.into()) } else { x };
+                acc = acc.wrapping_add(pair(p(0) + p(1))).wrapping_add(pair(p(2) + p(3)));
+            }
+            c[i * s.ldc as usize + j] = acc;
+        }
+    }
+}
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u32 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) as u32
+    }
+}
+
+/// Runs `variant` on `shape` and checks C against the declaration, including that padding
+/// between rows of C is untouched.
+fn check(variant: KernelVariant, shape: GemmShape, blocking: Blocking, a: &[u8], b: &[i8]) {
+    let kernel = GemmKernel::new(variant, shape, blocking).unwrap_or_else(|e| panic!("{variant} {shape:?}: {e}"));
+    let (_, _, need_c) = shape.footprint();
+    let mut rng = Lcg(need_c as u64);
+    let c0: Vec<i32> = (0..need_c.max(1)).map(|_| rng.next() as i32 >> 8).collect();
+    let mut got = c0.clone();
+    kernel.run(a, b, &mut got).unwrap();
+    let mut want = c0;
+    reference(&shape, a, b, &mut want, !variant.is_exact());
+    if let Some(pos) = got.iter().zip(&want).position(|(g, w)| g != w) {
+        let (i, j) = (pos / shape.ldc.max(1) as usize, pos % shape.ldc.max(1) as usize);
+        panic!("{variant} {shape:?} {blocking:?}: C[{i}, {j}] = {}, declaration says {}", got[pos], want[pos]);
+    }
+}
+
+fn random_operands(shape: &GemmShape, seed: u64) -> (Vec<u8>, Vec<i8>) {
+    let (na, nb, _) = shape.footprint();
+    let mut rng = Lcg(seed);
+    let a = (0..na.max(1)).map(|_| rng.next() as u8).collect();
+    let b = (0..nb.max(1)).map(|_| rng.next() as i8).collect();
+    (a, b)
+}
+
+#[test]
+fn every_kernel_matches_the_declaration_on_random_ragged_shapes() {
+    let shapes = [
+        GemmShape::dense(1, 1, 4),
+        GemmShape::dense(7, 13, 12),
+        GemmShape::dense(6, 64, 64),
+        GemmShape::dense(13, 70, 36),
+        GemmShape::dense(19, 129, 100),
+        GemmShape::dense(4, 8, 0),
+        GemmShape::dense(0, 8, 8),
+        // Padded rows of A and C, and B groups wider than the columns used.
+        GemmShape { m: 11, n: 37, k: 28, lda: 40, ldb: 4 * 50, ldc: 45 },
+    ];
+    for variant in runnable() {
+        let default = Blocking::default_for(variant);
+        let blockings = [default, Blocking { unroll: 3, ..default }, Blocking { rows: 1, vectors: 1, unroll: 1 }];
+        for (s, shape) in shapes.iter().enumerate() {
+            let (a, b) = random_operands(shape, s as u64 + 1);
+            for blocking in blockings {
+                check(variant, *shape, blocking, &a, &b);
+            }
+        }
+    }
+}
+
+const GRID_A: [u8; 6] = [0, 1, 127, 128, 254, 255];
+const GRID_B: [i8; 6] = [-128, -127, -1, 0, 1, 127];
+
+/// Every (a, a') × (b, b') of the boundary grid as a product pair, in both pair positions of a
+/// group, and in every output lane: row r holds A pair r, column j holds B pair j mod 37, and
+/// 37 is coprime to the lane counts, so each pair meets every lane.
+#[test]
+fn every_kernel_matches_the_declaration_on_the_boundary_grid_in_every_lane() {
+    let pairs_a: Vec<(u8, u8)> = GRID_A.iter().flat_map(|&x| GRID_A.iter().map(move |&y| (x, y))).collect();
+    let pairs_b: Vec<(i8, i8)> = GRID_B.iter().flat_map(|&x| GRID_B.iter().map(move |&y| (x, y))).collect();
+    let (m, n, k) = (pairs_a.len() as i64, 37 * 16, 8);
+    let shape = GemmShape::dense(m, n, k);
+    let mut a = vec![0u8; (m * k) as usize];
+    for (r, &(x, y)) in pairs_a.iter().enumerate() {
+        // Group 0 puts the pair in ki 0-1 and reversed in 2-3; group 1 mixes them across pairs.
+        a[r * 8..r * 8 + 8].copy_from_slice(&[x, y, y, x, x, x, y, y]);
+    }
+    let mut b = vec![0i8; (k / 4 * n * 4) as usize];
+    for j in 0..n as usize {
+        let (x, y) = pairs_b.get(j % 37).copied().unwrap_or((0, 0));
+        b[4 * j..4 * j + 4].copy_from_slice(&[x, y, y, x]);
+        let g1 = 4 * n as usize + 4 * j;
+        b[g1..g1 + 4].copy_from_slice(&[y, x, x, y]);
+    }
+    for variant in runnable() {
+        check(variant, shape, Blocking::default_for(variant), &a, &b);
+    }
+}
+
+/// oneDNN's example: a = {255, 255, 0, 0}, b = {127, 127, 0, 0} is 64770 exactly, 32767 with
+/// saturating pairs.
+#[test]
+fn the_saturation_example_is_exact_on_exact_kernels_and_32767_on_saturating_ones() {
+    let shape = GemmShape::dense(1, 1, 4);
+    let (a, b) = ([255u8, 255, 0, 0], [127i8, 127, 0, 0]);
+    for variant in runnable() {
+        let kernel = GemmKernel::new(variant, shape, Blocking::default_for(variant)).unwrap();
+        let mut c = [0i32];
+        kernel.run(&a, &b, &mut c).unwrap();
+        let expected = if variant.is_exact() { 64770 } else { 32767 };
+        assert_eq!(c[0], expected, "{variant}");
+    }
+}
+
+#[test]
+fn kernel_calls_check_the_footprint_and_generation_checks_registers() {
+    let shape = GemmShape::dense(3, 20, 8);
+    let Some(&variant) = runnable().first() else { return };
+    let kernel = GemmKernel::new(variant, shape, Blocking::default_for(variant)).unwrap();
+    let mut c = vec![0i32; 59];
+    let err = kernel.run(&[0; 24], &[0; 160], &mut c).unwrap_err();
+    assert_eq!(err.to_string(), "argument 2 (C): buffer holds 59 elements, function needs 60");
+    let wide = GemmShape::dense(4, 64, 8);
+    let err = assemble_gemm(KernelVariant::AVX_VNNI, &wide, Blocking { rows: 4, vectors: 4, unroll: 1 }).unwrap_err();
+    assert_eq!(
+        err,
+        KernelError::TooManyRegisters { variant: KernelVariant::AVX_VNNI, rows: 4, vectors: 4, needed: 21, available: 16 }
+    );
+    assert!(err.to_string().contains("needs 21 vector registers, expected at most 16"), "{err}");
+    let err = assemble_gemm(variant, &GemmShape::dense(3, 20, 6), Blocking::default_for(variant)).unwrap_err();
+    assert_eq!(err.to_string(), "int8 GEMM kernel: k must be a multiple of 4, found 6");
+}
+
+/// Whether an instruction's operands include a register of `reg`'s size class.
+fn has_register(ins: &iced_x86::Instruction, class: fn(Register) -> bool) -> bool {
+    (0..ins.op_count()).any(|i| ins.op_kind(i) == OpKind::Register && class(ins.op_register(i)))
+}
+
+#[test]
+fn kernels_encode_the_instructions_their_level_promises() {
+    let shape = GemmShape::dense(13, 70, 36);
+    for variant in KernelVariant::ALL {
+        let code = decode(&assemble_gemm(variant, &shape, Blocking::default_for(variant)).unwrap(), 0);
+        let mnemonic = |m: Mnemonic| code.iter().filter(move |i| i.mnemonic() == m);
+        match (variant.method, variant.width) {
+            (DotMethod::Vnni, VectorWidth::Zmm) => {
+                assert!(mnemonic(Mnemonic::Vpdpbusd).count() > 0, "{variant}");
+                assert!(mnemonic(Mnemonic::Vpdpbusd).all(|i| has_register(i, Register::is_zmm)), "{variant}");
+            }
+            (DotMethod::Vnni, VectorWidth::Ymm) => {
+                assert!(mnemonic(Mnemonic::Vpdpbusd).count() > 0, "{variant}");
+                assert!(
+                    mnemonic(Mnemonic::Vpdpbusd)
+                        .all(|i| has_register(i, Register::is_ymm) && i.encoding() == EncodingKind::VEX),
+                    "{variant}"
+                );
+            }
+            (DotMethod::Widen, _) => {
+                assert!(mnemonic(Mnemonic::Vpmaddwd).count() > 0 && mnemonic(Mnemonic::Vpmaddubsw).count() == 0);
+            }
+            (DotMethod::MaddUbs, _) => assert!(mnemonic(Mnemonic::Vpmaddubsw).count() > 0, "{variant}"),
+        }
+        // Below AVX-512 nothing may be EVEX encoded or touch a zmm register.
+        if variant.width == VectorWidth::Ymm {
+            assert!(code.iter().all(|i| i.encoding() != EncodingKind::EVEX), "{variant} uses EVEX");
+        }
+        assert_eq!(code.last().map(|i| i.mnemonic()), Some(Mnemonic::Ret));
+        assert_eq!(code[code.len() - 2].mnemonic(), Mnemonic::Vzeroupper, "{variant}");
+        // SysV: no callee-saved register is written (rbx, rbp, r12-r15) and the stack is not used.
+        let callee_saved = [Register::RBX, Register::RBP, Register::R12, Register::R13, Register::R14, Register::R15];
+        for ins in &code {
+            let op0 = (ins.op_count() > 0 && ins.op_kind(0) == OpKind::Register).then(|| ins.op0_register());
+            assert!(op0.is_none_or(|r| !callee_saved.contains(&r.full_register())), "{variant}: {ins}");
+            assert!(!ins.is_stack_instruction() || ins.mnemonic() == Mnemonic::Ret, "{variant}: {ins}");
+        }
+    }
+}
+
+#[test]
+fn the_peak_probe_runs_twelve_independent_vpdpbusd_per_iteration() {
+    for (width, vex) in [(VectorWidth::Zmm, false), (VectorWidth::Ymm, true), (VectorWidth::Ymm, false)] {
+        let code = decode(&assemble_probe(width, vex).unwrap(), 0);
+        let dots: Vec<_> = code.iter().filter(|i| i.mnemonic() == Mnemonic::Vpdpbusd).collect();
+        assert_eq!(dots.len(), 12);
+        let mut accumulators: Vec<Register> = dots.iter().map(|i| i.op0_register()).collect();
+        accumulators.dedup();
+        assert_eq!(accumulators.len(), 12);
+        let encoding = if vex { EncodingKind::VEX } else { EncodingKind::EVEX };
+        assert!(dots.iter().all(|i| i.encoding() == encoding));
+    }
+}
