@@ -2,9 +2,9 @@
 //! prints GOPS and % of the `vpdpbusd` zmm peak, each a median over runs that alternate a
 //! kernel call with a peak-probe run of the same length (the machine is shared and noisy).
 //!
-//! `cargo run --release --example kernel_sweep -- [variant] [MxNxK ...]`, variant one of
-//! `avx512-vnni avx-vnni avx2-widen avx2-maddubs avx512-maddubs` (default: all this CPU runs).
-//! This is how `Blocking::default_for` was chosen.
+//! `cargo run --release --example kernel_sweep -- [variant] [MxNxK ...] [--defaults]`, variant
+//! one of `avx512-vnni avx-vnni avx2-widen avx2-maddubs avx512-maddubs` (default: all this CPU
+//! runs); `--defaults` times only `Blocking::default_for`, which is how the defaults were chosen.
 
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,11 @@ fn measure(kernel: &GemmKernel, probe: &Probe, a: &[u8], b: &[i8], c: &mut [i32]
 
 fn main() -> Result<(), PeakError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let variants: Vec<KernelVariant> = match args.first().and_then(|a| KernelVariant::ALL.into_iter().find(|v| v.name() == a)) {
+    let only_defaults = args.iter().any(|a| a == "--defaults");
+    let variants: Vec<KernelVariant> = match args
+        .first()
+        .and_then(|a| KernelVariant::ALL.into_iter().find(|v| v.name() == a))
+    {
         Some(v) => vec![v],
         None => KernelVariant::ALL.into_iter().filter(|v| v.min_level().is_some_and(|l| l.is_supported())).collect(),
     };
@@ -60,25 +64,29 @@ fn main() -> Result<(), PeakError> {
         let runs = ((0.15 / (ops / 500e9)) as usize).clamp(5, 51);
         for &variant in &variants {
             let lanes = variant.width.lanes();
-            for rows in 1..=12 {
-                for vectors in 1..=6 {
-                    for unroll in [1, 2, 4, 8] {
-                        let blocking = Blocking { rows, vectors, unroll };
-                        if Blocking::registers(variant, rows, vectors, false) > variant.width.registers()
-                            || rows * vectors * lanes < 32
-                        {
-                            continue;
-                        }
-                        let kernel = GemmKernel::new(variant, shape, blocking).map_err(PeakError::Compile)?;
-                        let (t, peak) = measure(&kernel, &probe, &a, &b, &mut c, runs);
-                        let gops = ops / t / 1e9;
-                        let mark = if blocking == Blocking::default_for(variant) { " (default)" } else { "" };
-                        println!(
-                            "{m}x{n}x{k} {variant:<15} rows {rows:>2} vectors {vectors} unroll {unroll}: {gops:7.1} GOPS {:5.1}% of {peak:.1}{mark}",
-                            100.0 * gops / peak
-                        );
-                    }
-                }
+            let blockings: Vec<Blocking> = if only_defaults {
+                vec![Blocking::default_for(variant)]
+            } else {
+                (1..=12)
+                    .flat_map(|rows| {
+                        (1..=6).flat_map(move |vectors| [1, 2, 4, 8].map(|unroll| Blocking { rows, vectors, unroll }))
+                    })
+                    .filter(|b| {
+                        Blocking::registers(variant, b.rows, b.vectors, false) <= variant.width.registers()
+                            && b.rows * b.vectors * lanes >= 32
+                    })
+                    .collect()
+            };
+            for blocking in blockings {
+                let Blocking { rows, vectors, unroll } = blocking;
+                let kernel = GemmKernel::new(variant, shape, blocking).map_err(PeakError::Compile)?;
+                let (t, peak) = measure(&kernel, &probe, &a, &b, &mut c, runs);
+                let gops = ops / t / 1e9;
+                let mark = if blocking == Blocking::default_for(variant) { " (default)" } else { "" };
+                println!(
+                    "{m}x{n}x{k} {variant:<15} rows {rows:>2} vectors {vectors} unroll {unroll}: {gops:7.1} GOPS {:5.1}% of {peak:.1}{mark}",
+                    100.0 * gops / peak
+                );
             }
         }
     }

@@ -41,7 +41,9 @@ pub enum RuntimeError {
     BufferTooSmall { index: usize, name: String, expected: usize, found: usize },
     #[error("argument {index} ({name}): the function writes this buffer, but a read-only slice was given")]
     ReadOnlyArgument { index: usize, name: String },
-    #[error("argument {index} ({name}): element {position} is {value}, expected a value in the declared range {lo}..={hi}")]
+    #[error(
+        "argument {index} ({name}): element {position} is {value}, expected a value in the declared range {lo}..={hi}"
+    )]
     ValueOutOfRange { index: usize, name: String, position: usize, value: i128, lo: i64, hi: i64 },
     #[error("tensor data: shape {shape:?} has {expected} elements, found {found}")]
     DataLength { shape: Vec<i64>, expected: usize, found: usize },

@@ -4,15 +4,15 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ir::interp::array::Array;
-use ir::te::placeholder;
 use ir::DType;
-use schedules::cpu::{matmul_tiled, MatmulKnobs};
+use ir::interp::array::Array;
+use ir::te::{placeholder, placeholder_in_range};
+use schedules::cpu::{MatmulKnobs, matmul_tiled};
 use schedules::nn::{matmul, matmul_packed, pack_b_vnni};
-use schedules::x86::{gemm_int8, GemmInt8Knobs};
-use tensorlift::kernels::peak::{self, PeakError, Probe};
+use schedules::x86::{GemmInt8Knobs, gemm_int8};
 use tensorlift::kernels::VectorWidth;
-use tensorlift::{build, CompileOptions, IsaLevel, Target, Tensor};
+use tensorlift::kernels::peak::{self, PeakError, Probe};
+use tensorlift::{CompileOptions, IsaLevel, Target, Tensor, build};
 
 #[derive(Parser)]
 #[command(name = "tensorlift", version, about = "Tensor-expression compiler with a Cranelift JIT")]
@@ -67,6 +67,10 @@ enum Command {
         /// Columns of the micro-kernel tile and packing panel (default: 32 if it divides N, else 16).
         #[arg(long)]
         nr: Option<i64>,
+        /// Declare A's values to lie in 0..=A_MAX (checked on every call); at most 127 lets the
+        /// exact GEMM use `vpmaddubsw` on AVX2.
+        #[arg(long)]
+        a_max: Option<i64>,
         /// Print the disassembly of every function the call runs, kernels included.
         #[arg(long)]
         asm: bool,
@@ -129,8 +133,8 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
-        Command::Gemm { m, n, k, isa, threads, repeat, mr, nr, asm, format } => {
-            gemm(GemmArgs { m, n, k, target: isa.target(), threads, repeat, mr, nr, asm, format })
+        Command::Gemm { m, n, k, isa, threads, repeat, mr, nr, a_max, asm, format } => {
+            gemm(GemmArgs { m, n, k, target: isa.target(), threads, repeat, mr, nr, a_max, asm, format })
         }
         Command::Peak { format } => peak(format),
         Command::Matmul { m, n, k, schedule, threads, repeat, print_ir } => {
@@ -194,6 +198,7 @@ struct GemmArgs {
     repeat: usize,
     mr: i64,
     nr: Option<i64>,
+    a_max: Option<i64>,
     asm: bool,
     format: Format,
 }
@@ -211,7 +216,8 @@ fn pack_b(b: &Array, k: i64, n: i64, nr: i64) -> Array {
         for ko in 0..k / 4 {
             for ji in 0..nr {
                 for ki in 0..4 {
-                    out[(((jo * (k / 4) + ko) * nr + ji) * 4 + ki) as usize] = b[((ko * 4 + ki) * n + jo * nr + ji) as usize];
+                    out[(((jo * (k / 4) + ko) * nr + ji) * 4 + ki) as usize] =
+                        b[((ko * 4 + ki) * n + jo * nr + ji) as usize];
                 }
             }
         }
@@ -225,12 +231,15 @@ fn reference_probe() -> Option<Probe> {
 }
 
 fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let GemmArgs { m, n, k, target, threads, repeat, mr, nr, asm, format } = args;
+    let GemmArgs { m, n, k, target, threads, repeat, mr, nr, a_max, asm, format } = args;
     if m <= 0 || n <= 0 || k <= 0 {
         return Err(format!("gemm sizes must be positive, found m={m} n={n} k={k}").into());
     }
     let nr = nr.unwrap_or(if n % 32 == 0 { 32 } else { 16 });
-    let a = placeholder([m, k], DType::U8, "A");
+    let a = match a_max {
+        Some(hi) => placeholder_in_range([m, k], DType::U8, 0..=hi, "A")?,
+        None => placeholder([m, k], DType::U8, "A"),
+    };
     let b = placeholder([k, n], DType::I8, "B");
     // B arrives packed (a parameter shaped like `pack_b_vnni`'s result): the layout transform
     // is not part of the timed GEMM.
@@ -245,6 +254,12 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
     let compiled = &kernel.compiled;
 
     let a_data = pattern(DType::U8, &[m, k], 3);
+    let a_data = match a_max {
+        Some(hi) => {
+            Array::from_i64(DType::U8, &[m, k], &a_data.to_i64_vec().iter().map(|v| v % (hi + 1)).collect::<Vec<_>>())
+        }
+        None => a_data,
+    };
     let b_data = pattern(DType::I8, &[k, n], 5);
     let plain = matmul(&a, &b, DType::I32, "R")?;
     let expected = ir::interp::te_eval::eval_te(&[&plain], &[(&a, &a_data), (&b, &b_data)])?.remove(0);
@@ -283,14 +298,18 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
     });
     match format {
         Format::Table => {
-            println!("gemm {m}x{n}x{k} u8 x i8 -> i32, B pre-packed (nr {nr}), tiles {mr}x{nr}, isa {level}, {workers} thread(s)");
+            println!(
+                "gemm {m}x{n}x{k} u8 x i8 -> i32, B pre-packed (nr {nr}), tiles {mr}x{nr}, isa {level}, {workers} thread(s)"
+            );
             println!("verified      {verified} (against eval_te of the plain matmul)");
             println!("compile       {compile_ms:.2} ms");
             println!("run           {:.3} ms (median of {})", run * 1e3, repeat.max(1));
             println!("throughput    {gops:.1} GOPS");
             match (peak, percent, width) {
                 (Some(p), Some(pct), Some(w)) => {
-                    println!("peak          {p:.1} GOPS (vpdpbusd {w} x {workers} thread(s), median of interleaved runs)");
+                    println!(
+                        "peak          {p:.1} GOPS (vpdpbusd {w} x {workers} thread(s), median of interleaved runs)"
+                    );
                     println!("of peak       {pct:.1}%");
                 }
                 _ => println!("peak          unavailable (no VNNI on this CPU)"),
@@ -355,7 +374,10 @@ fn peak(format: Format) -> Result<(), Box<dyn std::error::Error>> {
     }
     match format {
         Format::Table => {
-            println!("vpdpbusd throughput, 1 thread, {} independent accumulators (median of 11 runs)", peak::ACCUMULATORS);
+            println!(
+                "vpdpbusd throughput, 1 thread, {} independent accumulators (median of 11 runs)",
+                peak::ACCUMULATORS
+            );
             for (name, row) in &rows {
                 match row {
                     Some((encoding, p)) => println!(

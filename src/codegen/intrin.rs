@@ -100,7 +100,12 @@ fn blocking_for(variant: KernelVariant, shape: &GemmShape) -> Blocking {
 
 impl<M: Module> FnTx<'_, '_, '_, M> {
     /// Translates a tensor-intrinsic call (see the module doc).
-    pub fn call_intrin(&mut self, intrin: &TensorIntrin, operands: &[Operand], fallback: &Stmt) -> Result<(), CompileError> {
+    pub fn call_intrin(
+        &mut self,
+        intrin: &TensorIntrin,
+        operands: &[Operand],
+        fallback: &Stmt,
+    ) -> Result<(), CompileError> {
         let IntrinKind::Int8Gemm { m, n, k, saturating } = intrin.kind else {
             return self.stmt(fallback);
         };
@@ -141,7 +146,12 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
 impl<M: Module> ModuleCtx<'_, M> {
     /// The module's kernel for `variant` and `shape`, defined on first use; `None` when the
     /// generator cannot build it (offsets beyond 32 bits), which leaves the call to its fallback.
-    fn int8_gemm_kernel(&mut self, variant: KernelVariant, shape: GemmShape, intrin: &str) -> Result<Option<FuncId>, CompileError> {
+    fn int8_gemm_kernel(
+        &mut self,
+        variant: KernelVariant,
+        shape: GemmShape,
+        intrin: &str,
+    ) -> Result<Option<FuncId>, CompileError> {
         let key = KernelKey { variant, shape };
         if let Some(&id) = self.kernels.get(&key) {
             return Ok(Some(id));
@@ -159,7 +169,15 @@ impl<M: Module> ModuleCtx<'_, M> {
         self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
         let origin = format!(
             "{variant} kernel for {intrin}: {}x{}x{}, lda {} ldb {} ldc {}, {}x{} register tile, k unrolled {}",
-            shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc, blocking.rows, blocking.vectors, blocking.unroll
+            shape.m,
+            shape.n,
+            shape.k,
+            shape.lda,
+            shape.ldb,
+            shape.ldc,
+            blocking.rows,
+            blocking.vectors,
+            blocking.unroll
         );
         self.functions.push(DefinedFunction { name, id, origin, size: bytes.len() });
         self.kernels.insert(key, id);

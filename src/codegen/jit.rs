@@ -79,7 +79,8 @@ pub fn compile(
 /// Loads hand-assembled, position-independent `bytes` (no relocations) as a function taking
 /// `params` i64 arguments, through `define_function_bytes` like the kernels of `translate`.
 pub fn load_bytes(isa: OwnedTargetIsa, name: &str, bytes: &[u8], params: usize) -> Result<JitCode, CompileError> {
-    let error = |e: cranelift_module::ModuleError| CompileError::Cranelift { func: name.to_string(), message: e.to_string() };
+    let error =
+        |e: cranelift_module::ModuleError| CompileError::Cranelift { func: name.to_string(), message: e.to_string() };
     let mut module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
     let mut sig = Signature::new(module.target_config().default_call_conv);
     sig.params.extend((0..params).map(|_| AbiParam::new(types::I64)));

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use iced_x86::{Decoder, DecoderOptions, Formatter, FlowControl, Instruction, IntelFormatter};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Formatter, Instruction, IntelFormatter};
 
 /// The machine code of one function as it sits in memory.
 #[derive(Clone, Debug)]

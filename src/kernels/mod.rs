@@ -137,7 +137,9 @@ impl fmt::Display for KernelVariant {
 pub enum KernelError {
     #[error("int8 GEMM kernel: {what} must be {expected}, found {found}")]
     BadShape { what: &'static str, expected: String, found: i64 },
-    #[error("{variant} kernel: {rows}x{vectors} register block needs {needed} vector registers, expected at most {available}")]
+    #[error(
+        "{variant} kernel: {rows}x{vectors} register block needs {needed} vector registers, expected at most {available}"
+    )]
     TooManyRegisters { variant: KernelVariant, rows: usize, vectors: usize, needed: usize, available: usize },
     #[error("{variant} kernel: no such kernel family")]
     NoSuchVariant { variant: KernelVariant },
@@ -181,7 +183,9 @@ impl GemmKernel {
     /// `c += a · b` by the kernel; every slice must cover what the shape reaches.
     pub fn run(&self, a: &[u8], b: &[i8], c: &mut [i32]) -> Result<(), RuntimeError> {
         let (need_a, need_b, need_c) = self.shape.footprint();
-        for (index, name, expected, found) in [(0, "A", need_a, a.len()), (1, "B", need_b, b.len()), (2, "C", need_c, c.len())] {
+        for (index, name, expected, found) in
+            [(0, "A", need_a, a.len()), (1, "B", need_b, b.len()), (2, "C", need_c, c.len())]
+        {
             if found < expected {
                 return Err(RuntimeError::BufferTooSmall { index, name: name.into(), expected, found });
             }

@@ -141,3 +141,45 @@ fn compiled_functions_are_shared_across_threads() {
         }
     });
 }
+
+/// `out[i] = x[i]` for a parameter `x` of `dtype` declared to hold only `lo..=hi`.
+fn ranged_copy(dtype: DType, lo: i64, hi: i64) -> Func {
+    let x = Buffer::new_in_range("x", dtype, vec![16], Some((lo, hi)));
+    let out = Buffer::new("out", dtype, vec![16]);
+    let i = Var::index("i");
+    let body = Stmt::for_loop(
+        i.clone(),
+        16,
+        ForKind::Serial,
+        Stmt::store(&out, vec![Expr::var(&i)], Expr::load(&x, vec![Expr::var(&i)])),
+    );
+    Func { name: "copy".into(), params: vec![x, out], body }
+}
+
+#[test]
+fn declared_value_ranges_are_checked_for_every_integer_width_before_running() {
+    for (dtype, lo, hi, bad) in [
+        (DType::U8, 0, 127, 128i64),
+        (DType::I8, -64, 63, -65),
+        (DType::I16, -5, 300, 301),
+        (DType::U32, 10, 4_000_000_000, 9),
+        (DType::I64, i64::MIN + 1, 0, i64::MIN),
+    ] {
+        let f = compile(&ranged_copy(dtype, lo, hi), &CompileOptions::default()).unwrap();
+        let mut values = vec![lo; 16];
+        values[15] = hi;
+        let mut x = Tensor::from_array(&Array::from_i64(dtype, &[16], &values));
+        let mut out = Tensor::zeros(dtype, &[16]);
+        f.call(&mut [&mut x, &mut out]).unwrap();
+        assert_eq!(out.to_array().to_i64_vec(), values, "{dtype}");
+        values[9] = bad;
+        let mut x = Tensor::from_array(&Array::from_i64(dtype, &[16], &values));
+        let mut out = Tensor::zeros(dtype, &[16]);
+        assert_error(
+            f.call(&mut [&mut x, &mut out]),
+            RuntimeError::ValueOutOfRange { index: 0, name: "x".into(), position: 9, value: bad.into(), lo, hi },
+            &format!("argument 0 (x): element 9 is {bad}, expected a value in the declared range {lo}..={hi}"),
+        );
+        assert_eq!(out.to_array().to_i64_vec(), vec![0; 16], "{dtype}: nothing ran");
+    }
+}

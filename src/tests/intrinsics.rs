@@ -29,7 +29,11 @@ fn values(len: i64, seed: i64, lo: i64, hi: i64, grid: &[i64]) -> Vec<i64> {
     (0..len)
         .map(|i| {
             let h = (i * 7919 + seed * 104_729) ^ (i >> 3);
-            if h % 2 == 0 && !grid.is_empty() { grid[(h as usize / 2) % grid.len()] } else { lo + h.rem_euclid(hi - lo + 1) }
+            if h % 2 == 0 && !grid.is_empty() {
+                grid[(h as usize / 2) % grid.len()]
+            } else {
+                lo + h.rem_euclid(hi - lo + 1)
+            }
         })
         .collect()
 }
@@ -49,7 +53,11 @@ fn gemm(m: i64, n: i64, k: i64, knobs: GemmInt8Knobs, a_range: Option<(i64, i64)
     };
     let b = placeholder([k, n], DType::I8, "B");
     let bp = pack_b_vnni(&b, knobs.nr, "Bp").unwrap();
-    let c = if saturating { saturating_matmul_packed(&a, &bp, knobs.nr) } else { matmul_packed(&a, &bp, DType::I32, "C").unwrap() };
+    let c = if saturating {
+        saturating_matmul_packed(&a, &bp, knobs.nr)
+    } else {
+        matmul_packed(&a, &bp, DType::I32, "C").unwrap()
+    };
     let s = if saturating {
         let mut s = create_schedule(&[&c]);
         let (io, jo, ii, ji) = s.tile(&c, &c.axis(0), &c.axis(1), knobs.mr, knobs.nr).unwrap();
@@ -204,7 +212,10 @@ fn chosen(g: &Gemm, args: &[Array]) -> Vec<(IsaLevel, Vec<String>)> {
         .filter(|l| l.is_supported())
         .map(|level| {
             let f = g.check(level, args);
-            let names = kernels(f.machine_code()).iter().map(|c| c.origin.split(' ').next().unwrap_or("").to_string()).collect();
+            let names = kernels(f.machine_code())
+                .iter()
+                .map(|c| c.origin.split(' ').next().unwrap_or("").to_string())
+                .collect();
             (level, names)
         })
         .collect()
@@ -269,8 +280,14 @@ fn declared_value_ranges_choose_kernels_and_are_checked_at_every_call() {
         let mut tensors: Vec<Tensor> = bad.iter().map(Tensor::from_array).collect();
         let mut refs: Vec<&mut Tensor> = tensors.iter_mut().collect();
         let err = f.call(&mut refs).unwrap_err();
-        assert_eq!(err, RuntimeError::ValueOutOfRange { index: 0, name: "A".into(), position: 37, value: 128, lo: 0, hi: 127 });
-        assert_eq!(err.to_string(), "argument 0 (A): element 37 is 128, expected a value in the declared range 0..=127");
+        assert_eq!(
+            err,
+            RuntimeError::ValueOutOfRange { index: 0, name: "A".into(), position: 37, value: 128, lo: 0, hi: 127 }
+        );
+        assert_eq!(
+            err.to_string(),
+            "argument 0 (A): element 37 is 128, expected a value in the declared range 0..=127"
+        );
     }
 }
 

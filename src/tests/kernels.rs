@@ -6,7 +6,9 @@ use iced_x86::{EncodingKind, Mnemonic, OpKind, Register};
 
 use crate::kernels::disasm::decode;
 use crate::kernels::peak::assemble_probe;
-use crate::kernels::{Blocking, DotMethod, GemmKernel, GemmShape, KernelError, KernelVariant, VectorWidth, assemble_gemm};
+use crate::kernels::{
+    Blocking, DotMethod, GemmKernel, GemmShape, KernelError, KernelVariant, VectorWidth, assemble_gemm,
+};
 use crate::runtime::IsaLevel;
 
 /// Variants this CPU can run.
@@ -149,7 +151,13 @@ fn kernel_calls_check_the_footprint_and_generation_checks_registers() {
     let err = assemble_gemm(KernelVariant::AVX_VNNI, &wide, Blocking { rows: 4, vectors: 4, unroll: 1 }).unwrap_err();
     assert_eq!(
         err,
-        KernelError::TooManyRegisters { variant: KernelVariant::AVX_VNNI, rows: 4, vectors: 4, needed: 21, available: 16 }
+        KernelError::TooManyRegisters {
+            variant: KernelVariant::AVX_VNNI,
+            rows: 4,
+            vectors: 4,
+            needed: 21,
+            available: 16
+        }
     );
     assert!(err.to_string().contains("needs 21 vector registers, expected at most 16"), "{err}");
     let err = assemble_gemm(variant, &GemmShape::dense(3, 20, 6), Blocking::default_for(variant)).unwrap_err();

@@ -25,3 +25,84 @@ fn matmul_rejects_non_positive_sizes() {
     assert!(!ok);
     assert!(stderr.contains("sizes must be positive, found m=0"), "{stderr}");
 }
+
+fn tensorlift_env(args: &[&str], env: (&str, &str)) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorlift")).args(args).env(env.0, env.1).output().expect("run tensorlift");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+const SMALL_GEMM: [&str; 9] = ["gemm", "--m", "20", "--n", "64", "--k", "36", "--repeat", "2"];
+
+#[test]
+fn gemm_is_verified_at_every_level_this_cpu_has_and_forcing_another_is_an_error() {
+    for level in tensorlift::IsaLevel::ALL {
+        let mut args = SMALL_GEMM.to_vec();
+        args.extend(["--isa", level.name(), "--format", "json", "--threads", "1"]);
+        let (ok, stdout, stderr) = tensorlift(&args);
+        if !level.is_supported() {
+            assert!(!ok);
+            assert!(stderr.contains(&format!("error: target {level} is not supported by this CPU (best available: ")), "{stderr}");
+            continue;
+        }
+        assert!(ok, "{level}: {stderr}");
+        assert!(stdout.starts_with("{\"m\":20,\"n\":64,\"k\":36,\"mr\":8,\"nr\":32,"), "{stdout}");
+        assert!(stdout.contains(&format!("\"isa\":\"{level}\",\"threads\":1,\"verified\":true,")), "{stdout}");
+        let kernel = match level {
+            tensorlift::IsaLevel::Scalar => "\"kernels\":[]",
+            tensorlift::IsaLevel::Avx2 => "\"kernels\":[\"avx2-widen kernel for int8_gemm_8x32x36: ",
+            tensorlift::IsaLevel::AvxVnni => "\"kernels\":[\"avx-vnni kernel for int8_gemm_8x32x36: ",
+            tensorlift::IsaLevel::Avx512Vnni => "\"kernels\":[\"avx512-vnni kernel for int8_gemm_8x32x36: ",
+        };
+        assert!(stdout.contains(kernel), "{stdout}");
+    }
+}
+
+#[test]
+fn gemm_prints_a_table_and_with_asm_the_disassembly_of_every_function() {
+    let mut args = SMALL_GEMM.to_vec();
+    args.push("--asm");
+    let (ok, stdout, stderr) = tensorlift(&args);
+    assert!(ok, "{stderr}");
+    assert!(stdout.starts_with("gemm 20x64x36 u8 x i8 -> i32, B pre-packed (nr 32), tiles 8x32, isa "), "{stdout}");
+    assert!(stdout.contains("\nverified      true (against eval_te of the plain matmul)\n"), "{stdout}");
+    assert!(stdout.contains("\n; gemm (cranelift, "), "{stdout}");
+    if tensorlift::IsaLevel::Avx512Vnni.is_supported() {
+        assert!(stdout.contains("of peak       "), "{stdout}");
+        assert!(stdout.contains("(avx512-vnni kernel for int8_gemm_8x32x36: "), "{stdout}");
+        assert!(stdout.contains("vpdpbusd  zmm"), "{stdout}");
+        assert!(stdout.contains("vzeroupper"), "{stdout}");
+    }
+}
+
+#[test]
+fn the_isa_environment_variable_forces_the_level_of_auto_and_unknown_names_are_errors() {
+    if tensorlift::IsaLevel::Avx2.is_supported() {
+        let (ok, stdout, stderr) = tensorlift_env(&SMALL_GEMM, ("TENSORLIFT_ISA", "avx2"));
+        assert!(ok, "{stderr}");
+        assert!(stdout.contains(", isa avx2, "), "{stdout}");
+    }
+    let (ok, _, stderr) = tensorlift_env(&SMALL_GEMM, ("TENSORLIFT_ISA", "sse9"));
+    assert!(!ok);
+    assert!(stderr.contains("error: ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"sse9\""), "{stderr}");
+}
+
+#[test]
+fn gemm_rejects_bad_sizes_and_panels_that_do_not_divide_n() {
+    let (ok, _, stderr) = tensorlift(&["gemm", "--m", "0", "--n", "16", "--k", "4"]);
+    assert!(!ok);
+    assert!(stderr.contains("gemm sizes must be positive, found m=0 n=16 k=4"), "{stderr}");
+    let (ok, _, stderr) = tensorlift(&["gemm", "--m", "4", "--n", "40", "--k", "8"]);
+    assert!(!ok);
+    assert!(stderr.contains("panel width nr must be a positive divisor of N = 40, found 16"), "{stderr}");
+}
+
+#[test]
+fn peak_measures_both_widths() {
+    let (ok, stdout, stderr) = tensorlift(&["peak", "--format", "json"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.starts_with("{\"accumulators\":12,\"probes\":[{\"width\":\"zmm\","), "{stdout}");
+    assert!(stdout.contains("{\"width\":\"ymm\","), "{stdout}");
+    if tensorlift::IsaLevel::Avx512Vnni.is_supported() {
+        assert!(stdout.contains("{\"width\":\"zmm\",\"encoding\":\"EVEX\",\"gops\":"), "{stdout}");
+    }
+}

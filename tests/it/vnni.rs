@@ -111,8 +111,8 @@ fn gemm(m: i64, n: i64, k: i64, saturating: bool) -> ([Tensor; 3], Schedule) {
     ([a, b, c], s)
 }
 
-/// Inputs of `gemm(6, 24, 24, _)` holding every pair of `A_GRID` × `B_GRID` in every lane `jl*4
-/// + kl` of the 16-lane dot product of row `i`, columns `jo*4 ..`, group `ko`: lane `(jl, kl)`
+/// Inputs of `gemm(6, 24, 24, _)` holding every pair of `A_GRID` × `B_GRID` in every lane
+/// `jl*4 + kl` of the 16-lane dot product of row `i`, columns `jo*4 ..`, group `ko`: that lane
 /// multiplies `A_GRID[(i + kl) % 6]` by `B_GRID[(jo + ko + jl + kl) % 6]`. Adjacent products
 /// of A's 254 and 255 with B's -128 and -127 overflow i16, so saturation cannot go unnoticed.
 fn grid_inputs() -> [Array; 2] {
@@ -196,10 +196,11 @@ fn dot_func(name: &str, lanes: u16, dot: &dyn Fn(Expr, Expr, Expr) -> Expr) -> (
     let value = dot(acc.clone(), at(&u, lanes), at(&s, lanes));
     let index = Expr::ramp(t.to_expr() * (lanes / 4) as i64, Expr::index(1), lanes / 4);
     let body = Stmt::for_loop(t.clone(), 36, ForKind::Serial, Stmt::store(&c, vec![index], value));
-    // Pair `p` in lane `l` of group `p`: every pair reaches every lane as `p` varies.
-    let (pair, lane) = (|x: i64| x / lanes as i64, |x: i64| x % lanes as i64);
-    let uv: Vec<i64> = (0..n).map(|x| A_GRID[((pair(x) + lane(x)) % 6) as usize]).collect();
-    let sv: Vec<i64> = (0..n).map(|x| B_GRID[((pair(x) / 6 + lane(x)) % 6) as usize]).collect();
+    // Lane `l` of group `t` multiplies `A_GRID[(t + l) % 6]` by `B_GRID[(t / 6 + l) % 6]`: over
+    // the 36 groups, every pair reaches every lane.
+    let (group, lane) = (|x: i64| x / lanes as i64, |x: i64| x % lanes as i64);
+    let uv: Vec<i64> = (0..n).map(|x| A_GRID[((group(x) + lane(x)) % 6) as usize]).collect();
+    let sv: Vec<i64> = (0..n).map(|x| B_GRID[((group(x) / 6 + lane(x)) % 6) as usize]).collect();
     let cv: Vec<i64> = (0..n / 4).map(|x| x * 1_000_003 - 7).collect();
     let args = vec![
         Array::from_i64(DType::U8, &[n], &uv),
@@ -218,13 +219,9 @@ fn check_exact(func: &Func, args: &[Array]) {
         let compiled = compile(func, &options).unwrap();
         let mut tensors: Vec<RtTensor> = args.iter().map(RtTensor::from_array).collect();
         compiled.call(&mut tensors.iter_mut().collect::<Vec<_>>()).unwrap();
-        let got = tensors[2].to_array();
-        assert!(
-            got.bits_eq(&expected[2]),
-            "{} at {level}: C differs at {:?}",
-            func.name,
-            got.first_difference(&expected[2])
-        );
+        let got = tensors.last().unwrap().to_array();
+        let want = expected.last().unwrap();
+        assert!(got.bits_eq(want), "{} at {level}: output differs at {:?}", func.name, got.first_difference(want));
     }
 }
 
@@ -245,10 +242,10 @@ fn every_exact_spelling_of_the_dot_product_is_one_vpdpbusd_per_piece() {
     for (name, lanes, dot) in spellings {
         let (func, args) = dot_func(name, lanes, &dot);
         check_exact(&func, &args);
-        let code = machine_code(&func, IsaLevel::Avx512Vnni);
-        assert_eq!(vpdpbusd(&code).len(), lanes as usize / 16, "{name}");
-        assert_vpdpbusd(&func, IsaLevel::AvxVnni);
-        assert_vpdpbusd(&func, IsaLevel::Avx2);
+        assert_eq!(vpdpbusd(&machine_code(&func, IsaLevel::Avx512Vnni)).len(), lanes as usize / 16, "{name}");
+        for level in IsaLevel::ALL {
+            assert_vpdpbusd(&func, level);
+        }
     }
 }
 
@@ -267,5 +264,45 @@ fn products_that_are_not_u8_times_i8_stay_exact_without_vnni() {
         let (func, args) = dot_func(name, 16, &dot);
         check_exact(&func, &args);
         assert!(vpdpbusd(&machine_code(&func, IsaLevel::Avx512Vnni)).is_empty(), "{name}");
+    }
+}
+
+/// Loads whose lanes are runs of contiguous elements at constant offsets, the shape of a nested
+/// reduction's operands (`broadcast(base) + ramp/run*stride + ramp%run`), are loaded a run at a
+/// time; exact for every element size, run length and stride, repeated runs included.
+#[test]
+fn loads_in_runs_of_contiguous_elements_are_exact() {
+    let cases = [
+        (DType::U8, 16, 4, 0),
+        (DType::U8, 32, 8, 11),
+        (DType::I8, 16, 16, 5),
+        (DType::I16, 16, 2, 7),
+        (DType::I32, 8, 4, 9),
+        (DType::F32, 8, 4, 0),
+        (DType::U8, 16, 2, 3),
+    ];
+    for (dtype, lanes, run, stride) in cases {
+        let n = lanes as i64;
+        let len = 3 * 4 + (n / run) * stride + run;
+        let (input, out) = (Buffer::new("in", dtype, vec![len]), Buffer::new("out", dtype, vec![4 * n]));
+        let t = Var::index("t");
+        let lane = || Expr::ramp(Expr::index(0), Expr::index(1), lanes);
+        let splat = |v: Expr| Expr::broadcast(v, lanes);
+        let index = splat(t.to_expr() * 3)
+            + lane() / splat(Expr::index(run)) * splat(Expr::index(stride))
+            + lane() % splat(Expr::index(run));
+        let store = Stmt::store(
+            &out,
+            vec![Expr::ramp(t.to_expr() * n, Expr::index(1), lanes)],
+            Expr::load(&input, vec![index]),
+        );
+        let name = format!("runs_{dtype}_x{lanes}_of_{run}_by_{stride}");
+        let func = Func { name, params: vec![input, out], body: Stmt::for_loop(t, 4, ForKind::Serial, store) };
+        let values: Vec<f64> = (0..len).map(|x| (x * 37 % 251) as f64 - 100.0).collect();
+        check_exact(&func, &[Array::from_f64(dtype, &[len], &values), Array::zeros(dtype, &[4 * n])]);
+        // Runs of 4 bytes or more are loaded whole; shorter ones lane by lane from the index.
+        let clif = compile(&func, &CompileOptions::default()).unwrap().clif_text().to_string();
+        let whole_runs = run as usize * dtype.bytes() >= 4;
+        assert_eq!(clif.contains("extractlane"), !whole_runs, "{}:\n{clif}", func.name);
     }
 }

@@ -687,12 +687,14 @@ mod tests {
         );
     }
 
+    /// Builds the update of `C` from `C`, the index `i*8 + j`, the product and `k`.
+    type Update = dyn Fn(&Buffer, Expr, Expr, Expr) -> Stmt;
+
     /// `C[i, j] += Σ_k i32(A[i, k]) * i32(B[j*k_stride + k])` over flat `A: u8[2*12]`,
     /// `B: i8[8*12]` (`B` packed 4 `k` per column when `packed`), `C: i32[2*8]`, as lowering
     /// produces it for `split(j, 4)`, `split(k, 4)`, order `i, j.outer, k.outer, j.inner,
-    /// k.inner` with both inner loops vectorized; `store` builds the update from `C`, the index
-    /// `i*8 + j`, the product and `k`.
-    fn dot_nest(packed: bool, store: &dyn Fn(&Buffer, Expr, Expr, Expr) -> Stmt) -> Func {
+    /// k.inner` with both inner loops vectorized.
+    fn dot_nest(packed: bool, store: &Update) -> Func {
         let a = Buffer::new("A", DType::U8, vec![24]);
         let b = Buffer::new("B", DType::I8, vec![96]);
         let c = Buffer::new("C", DType::I32, vec![16]);
@@ -771,7 +773,7 @@ mod tests {
         let max_update = |c: &Buffer, index: Expr, value: Expr, _| {
             Stmt::store(c, vec![index.clone()], max(Expr::load(c, vec![index]), value))
         };
-        let cases: Vec<(&str, &dyn Fn(&Buffer, Expr, Expr, Expr) -> Stmt)> = vec![
+        let cases: Vec<(&str, &Update)> = vec![
             // The element depends on the inner lane: no reduction.
             ("C[(i*8 + j + k % 2) % 16]", &|c, index, value, k| accumulate(c, (index + k.clone() % 2) % 16, value, k)),
             // The reduction reads its own buffer.
