@@ -34,6 +34,11 @@
 //! * bool → number: 0 or 1. number → bool: `x != 0`.
 //!
 //! `SaturatingCast` is the same as `Cast` except that int → int clamps to the target range.
+//!
+//! `Round` rounds a float to the nearest integral value of the same float type, ties to even
+//! (`f64::round_ties_even`: `0.5 → 0`, `1.5 → 2`, `2.5 → 2`, `-0.5 → -0`, `-2.5 → -2`); ±0, ±∞
+//! and NaN are returned unchanged. It is defined on floats only. Requantization to an integer
+//! type is `saturating_cast(round(x))`: the float → int cast then only saturates.
 //! `widening_mul` and `widening_add` are exact: they cast both operands to the type of twice the
 //! width (signed if either operand is signed) before the operation, so the result never wraps.
 
@@ -227,6 +232,10 @@ pub enum ExprKind {
     Cast(Expr),
     /// Conversion that clamps integers to the node dtype's range instead of wrapping.
     SaturatingCast(Expr),
+    /// Round to the nearest integral value, ties to even, in the operand's float type (which is
+    /// the node dtype): `round(2.5) == 2.0`, `round(-0.5) == -0.0`; NaN and ±∞ are unchanged.
+    /// Floats only (`te::check_expr` reports `TeError::UndefinedOperator` otherwise).
+    Round(Expr),
     /// `cond ? t : f`, lane-wise when `cond` is a vector. Both arms may be evaluated.
     Select(Expr, Expr, Expr),
     /// Element of a tensor at the given indices (one per dimension). Tensor expressions only:
@@ -351,6 +360,11 @@ impl Expr {
         Expr::new(dtype, ExprKind::SaturatingCast(self.clone()))
     }
 
+    /// Round to nearest, ties to even, keeping the float type (see `ExprKind::Round`).
+    pub fn round(&self) -> Expr {
+        Expr::new(self.dtype(), ExprKind::Round(self.clone()))
+    }
+
     pub fn ramp(base: Expr, stride: Expr, lanes: u16) -> Expr {
         let dtype = base.dtype().with_lanes(lanes);
         Expr::new(dtype, ExprKind::Ramp(base, stride))
@@ -401,6 +415,7 @@ impl Expr {
             ExprKind::Not(a)
             | ExprKind::Cast(a)
             | ExprKind::SaturatingCast(a)
+            | ExprKind::Round(a)
             | ExprKind::Broadcast(a)
             | ExprKind::VectorReduce(_, a) => vec![a],
             ExprKind::Select(c, t, f) => vec![c, t, f],
@@ -455,6 +470,7 @@ impl Expr {
             (ExprKind::Not(_), ExprKind::Not(_))
             | (ExprKind::Cast(_), ExprKind::Cast(_))
             | (ExprKind::SaturatingCast(_), ExprKind::SaturatingCast(_))
+            | (ExprKind::Round(_), ExprKind::Round(_))
             | (ExprKind::Select(..), ExprKind::Select(..))
             | (ExprKind::Ramp(..), ExprKind::Ramp(..))
             | (ExprKind::Broadcast(_), ExprKind::Broadcast(_)) => true,

@@ -49,6 +49,7 @@ pub fn rebuild_expr(expr: &Expr, mut children: Vec<Expr>) -> Expr {
         ExprKind::Not(_) => ExprKind::Not(next()),
         ExprKind::Cast(_) => ExprKind::Cast(next()),
         ExprKind::SaturatingCast(_) => ExprKind::SaturatingCast(next()),
+        ExprKind::Round(_) => ExprKind::Round(next()),
         ExprKind::Select(..) => ExprKind::Select(next(), next(), next()),
         ExprKind::TensorRead(t, _) => ExprKind::TensorRead(t.clone(), children),
         ExprKind::Load(b, _) => ExprKind::Load(b.clone(), children),
@@ -64,9 +65,11 @@ pub fn rebuild_expr(expr: &Expr, mut children: Vec<Expr>) -> Expr {
     // Children may have changed lane counts (vectorization); recompute the dtype's lanes.
     let lanes = match &kind {
         ExprKind::Binary(_, a, _) => a.dtype().lanes,
-        ExprKind::Cmp(_, a, _) | ExprKind::Not(a) | ExprKind::Cast(a) | ExprKind::SaturatingCast(a) => {
-            a.dtype().lanes
-        }
+        ExprKind::Cmp(_, a, _)
+        | ExprKind::Not(a)
+        | ExprKind::Cast(a)
+        | ExprKind::SaturatingCast(a)
+        | ExprKind::Round(a) => a.dtype().lanes,
         ExprKind::Select(c, t, _) => c.dtype().lanes.max(t.dtype().lanes),
         ExprKind::Load(_, idx) | ExprKind::TensorRead(_, idx) => {
             idx.iter().map(|i| i.dtype().lanes).max().unwrap_or(1)

@@ -567,6 +567,13 @@ pub fn check_expr(expr: &Expr) -> Result<(), TeError> {
                 });
             }
         }
+        ExprKind::Round(a) if !a.dtype().is_float() => {
+            return Err(TeError::UndefinedOperator {
+                op: "round".to_string(),
+                dtype: a.dtype(),
+                expr: expr.to_string(),
+            });
+        }
         ExprKind::Not(a) if a.dtype().is_float() => {
             return Err(TeError::UndefinedOperator {
                 op: "!".to_string(),

@@ -62,6 +62,7 @@ impl ExprCache {
             ExprKind::Ramp(..) => (10, 0),
             ExprKind::Broadcast(_) => (11, 0),
             ExprKind::VectorReduce(op, _) => (12, *op as u64),
+            ExprKind::Round(_) => (13, 0),
             ExprKind::Load(..) | ExprKind::TensorRead(..) | ExprKind::Reduce(_) => (u8::MAX, 0),
         };
         let number = match children {

@@ -86,6 +86,10 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 let v = self.expr(a)?;
                 Ok(self.cast(v, a.dtype(), dtype.scalar, true))
             }
+            ExprKind::Round(a) => {
+                let v = self.expr(a)?;
+                self.round(dtype, v)
+            }
             ExprKind::Select(c, t, f) => self.select(dtype, c, t, f),
             ExprKind::Load(buffer, indices) => match self.load_runs(dtype, buffer, indices)? {
                 Some(v) => Ok(v),
@@ -244,6 +248,23 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             out.push(r);
         }
         Some(out)
+    }
+
+    /// `interp::scalar::round`: Cranelift's `nearest` (round to nearest, ties to even; `roundss`
+    /// / `roundps` with SSE4.1) on every f32/f64 lane or 128-bit piece. f16 and bf16 round in
+    /// f64 and convert back, which is exact: the rounded value of a 16-bit float is again one.
+    fn round(&mut self, dtype: DType, v: Val) -> Result<Val, CompileError> {
+        let s = dtype.scalar;
+        if is_half(s) {
+            let wide = DType::F64.with_lanes(dtype.lanes);
+            let x = self.cast(v, dtype, ScalarType::F64, false);
+            let r = self.round(wide, x)?;
+            return Ok(self.cast(r, wide, s, false));
+        }
+        if !s.is_float() {
+            return Err(self.unsupported(format!("round of {dtype} (defined on floats only)")));
+        }
+        Ok(self.map_parts(v, |tx, p, _| tx.b.ins().nearest(p)))
     }
 
     /// Rust's `f64::min`/`max` as `interp::scalar` uses them: a NaN operand yields the other

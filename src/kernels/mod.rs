@@ -162,7 +162,6 @@ pub struct GemmKernel {
     pub variant: KernelVariant,
     pub shape: GemmShape,
     pub blocking: Blocking,
-    bytes: Vec<u8>,
 }
 
 impl GemmKernel {
@@ -172,12 +171,7 @@ impl GemmKernel {
         let (isa, _) = build_isa(Target::Level(level), OptLevel::None)?;
         let bytes = assemble_gemm(variant, &shape, blocking)?;
         let code = jit::load_bytes(isa, variant.name(), &bytes, 3)?;
-        Ok(GemmKernel { code, variant, shape, blocking, bytes })
-    }
-
-    /// The kernel's machine code.
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        Ok(GemmKernel { code, variant, shape, blocking })
     }
 
     /// `c += a · b` by the kernel; every slice must cover what the shape reaches.

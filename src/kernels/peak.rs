@@ -1,6 +1,6 @@
 //! The `vpdpbusd` throughput probe: the hardware limit GEMM kernels are judged against,
-//! measured the way `shared/anchors/peak.c` does (12 independent accumulator chains in a loop,
-//! enough to cover the ~4-cycle latency at 2 instructions per cycle).
+//! measured the way `shared/anchors/peak.c` does: 12 independent accumulator chains in a loop,
+//! enough to cover the ~4-cycle latency at up to 2 instructions per cycle.
 
 use std::time::{Duration, Instant};
 
@@ -104,7 +104,7 @@ impl Probe {
         // registers, and `self` keeps the code alive.
         let f: extern "C" fn(i64) = unsafe { std::mem::transmute(self.code.entry()) };
         let start = Instant::now();
-        f(iterations.max(1) as i64);
+        f(iterations.clamp(1, i64::MAX as u64) as i64);
         start.elapsed()
     }
 
@@ -120,10 +120,12 @@ impl Probe {
         (iterations * ACCUMULATORS as u64) as f64 * ops_per_instruction(self.width) / seconds / 1e9
     }
 
-    /// The measurement from the run times (seconds) of runs of `iterations` each: the median.
-    pub fn summarize(&self, iterations: u64, mut times: Vec<f64>) -> Peak {
+    /// Median of `runs` runs of about `run_time` each (after one calibration run).
+    pub fn measure(&self, run_time: Duration, runs: usize) -> Peak {
+        let iterations = self.calibrate(run_time);
+        let mut times: Vec<f64> = (0..runs.max(1)).map(|_| self.run(iterations).as_secs_f64()).collect();
         times.sort_by(f64::total_cmp);
-        let median = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
+        let median = times[times.len() / 2];
         Peak {
             width: self.width,
             gops: self.gops(iterations, median),
@@ -132,16 +134,4 @@ impl Probe {
             runs: times.len(),
         }
     }
-
-    /// Median of `runs` runs of about `run_time` each (after one calibration run).
-    pub fn measure(&self, run_time: Duration, runs: usize) -> Peak {
-        let iterations = self.calibrate(run_time);
-        let times = (0..runs.max(1)).map(|_| self.run(iterations).as_secs_f64()).collect();
-        self.summarize(iterations, times)
-    }
-}
-
-/// Measures the `vpdpbusd` peak of `width` on the calling thread.
-pub fn measure(width: VectorWidth, run_time: Duration, runs: usize) -> Result<Peak, PeakError> {
-    Ok(Probe::new(width)?.measure(run_time, runs))
 }

@@ -208,3 +208,36 @@ fn vector_casts_use_widening_and_narrowing_instructions() {
     let clif = check(&func, &args).clif_text().to_string();
     assert!(clif.contains("snarrow") && clif.contains("unarrow") && !clif.contains("extractlane"), "{clif}");
 }
+
+#[test]
+fn round_is_ties_to_even_like_the_interpreter_scalar_and_vector() {
+    let ties = [0.5, 1.5, 2.5, -0.5, -2.5, 3.5, -3.5, 0.49999997, 2.75, -7.25, 1e7 + 0.5, 16777215.0];
+    let mut values: Vec<f64> = ties.to_vec();
+    values.extend(float_samples());
+    for ty in [ScalarType::F16, ScalarType::BF16, ScalarType::F32, ScalarType::F64] {
+        let d = DType::scalar(ty);
+        let input = array_of(ty, values.len(), &values);
+        let round = |x: &[Expr]| x[0].round();
+        // Requantization: round, then saturate to i8 (float → int casts saturate).
+        let requant = |x: &[Expr]| x[0].round().saturating_cast(DType::I8);
+        for lanes in lane_counts(ty) {
+            let n = input.len() / lanes as usize * lanes as usize;
+            let i8s = DType::I8;
+            let outputs: [(DType, Build<'_>); 2] = [(d, &round), (i8s, &requant)];
+            let func = elementwise(&format!("round_{ty}_x{lanes}"), &[d], &outputs, n as i64, lanes);
+            let mut args = vec![truncate(&input, n)];
+            args.extend(zeros_like(&func, 1));
+            let compiled = check(&func, &args);
+            if matches!(ty, ScalarType::F32 | ScalarType::F64) {
+                assert!(compiled.clif_text().contains("nearest"), "{}", compiled.clif_text());
+            }
+        }
+    }
+    // The interpreter's values on the ties, so the comparison above is against the definition.
+    let func = elementwise("round_ties", &[DType::F32], &[(DType::F32, &|x: &[Expr]| x[0].round())], 5, 1);
+    let mut args = vec![array_of(ScalarType::F32, 5, &ties[..5]), Array::zeros(DType::F32, &[5])];
+    run_func(&func, &mut args).unwrap();
+    let got: Vec<f64> = (0..5).map(|i| args[1].get(i).as_float()).collect();
+    assert_eq!(got, [0.0, 2.0, 2.0, -0.0, -2.0]);
+    assert!(got[3].is_sign_negative());
+}

@@ -162,6 +162,10 @@ fn kernel_calls_check_the_footprint_and_generation_checks_registers() {
     assert!(err.to_string().contains("needs 21 vector registers, expected at most 16"), "{err}");
     let err = assemble_gemm(variant, &GemmShape::dense(3, 20, 6), Blocking::default_for(variant)).unwrap_err();
     assert_eq!(err.to_string(), "int8 GEMM kernel: k must be a multiple of 4, found 6");
+    // Offsets are 32-bit displacements: such a call keeps its fallback (`codegen::intrin`).
+    let far = GemmShape { lda: 1 << 31, ..GemmShape::dense(3, 20, 8) };
+    let err = assemble_gemm(variant, &far, Blocking::default_for(variant)).unwrap_err();
+    assert!(matches!(err, KernelError::OffsetTooLarge { .. }), "{err}");
 }
 
 /// Whether an instruction's operands include a register of `reg`'s size class.

@@ -308,7 +308,12 @@ fn raw_bounds(expr: &Expr, scope: &Scope) -> Interval {
                 VectorReduceOp::Min | VectorReduceOp::Max => iv,
             }
         }
-        ExprKind::Float(_) | ExprKind::Load(..) | ExprKind::TensorRead(..) | ExprKind::Reduce(_) => {
+        // Float values (the domain is integers), memory and tensor-expression nodes: unknown.
+        ExprKind::Float(_)
+        | ExprKind::Round(_)
+        | ExprKind::Load(..)
+        | ExprKind::TensorRead(..)
+        | ExprKind::Reduce(_) => {
             Interval::EVERYTHING
         }
     }

@@ -190,6 +190,13 @@ impl Compiler {
                     Ok(scalar::cast(FROM, TO, a.eval(f, l)?, saturating))
                 })))
             }
+            ExprKind::Round(a) => {
+                if !ty.is_float() {
+                    return Err(malformed(format!("round is defined on floats only, found `{expr}` of {ty}")));
+                }
+                let a = self.operand(a)?;
+                with_type!(ty, T => Box::new(move |f, l| Ok(scalar::round(T, a.eval(f, l)?))))
+            }
             ExprKind::Select(c, t, e) => {
                 let (c, t, e) = (self.operand(c)?, self.operand(t)?, self.operand(e)?);
                 Box::new(move |f, l| if c.eval(f, l)?.as_bool() { t.eval(f, l) } else { e.eval(f, l) })

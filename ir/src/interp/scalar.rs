@@ -144,6 +144,13 @@ pub fn not(ty: ScalarType, a: Scalar) -> Scalar {
     if ty.is_bool() { Scalar::Int((v == 0) as i64) } else { Scalar::Int(wrap_int(ty, !(v as i128))) }
 }
 
+/// Round to nearest, ties to even, in the float type `ty` (`ExprKind::Round`). The result of
+/// rounding a value of `ty` is again exactly representable in `ty`.
+#[inline(always)]
+pub fn round(ty: ScalarType, a: Scalar) -> Scalar {
+    Scalar::Float(round_float(ty, a.as_float().round_ties_even()))
+}
+
 /// Converts `v` of type `from` to type `to`. `saturating` clamps integer results to the target
 /// range; float → int always saturates (NaN gives 0), as Rust's `as` does.
 #[inline(always)]
@@ -240,6 +247,23 @@ mod tests {
         assert_eq!(f(ScalarType::I8, -1e9), -128);
         assert_eq!(f(ScalarType::I32, f64::NAN), 0);
         assert_eq!(f(ScalarType::I32, -2.9), -2);
+    }
+
+    #[test]
+    fn round_is_to_nearest_with_ties_to_even() {
+        let r = |ty, x: f64| round(ty, Scalar::Float(round_float(ty, x))).as_float();
+        for ty in [ScalarType::F16, ScalarType::BF16, ScalarType::F32, ScalarType::F64] {
+            assert_eq!(r(ty, 0.5), 0.0);
+            assert_eq!(r(ty, 1.5), 2.0);
+            assert_eq!(r(ty, 2.5), 2.0);
+            assert_eq!(r(ty, -2.5), -2.0);
+            assert_eq!(r(ty, 2.75), 3.0);
+            assert_eq!(r(ty, -0.5).to_bits(), (-0.0f64).to_bits());
+            assert_eq!(r(ty, f64::INFINITY), f64::INFINITY);
+            assert!(r(ty, f64::NAN).is_nan());
+        }
+        assert_eq!(r(ScalarType::F32, 8388609.0), 8388609.0);
+        assert_eq!(r(ScalarType::F64, 4503599627370497.0), 4503599627370497.0);
     }
 
     #[test]

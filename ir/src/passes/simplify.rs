@@ -329,6 +329,14 @@ impl Simplifier {
                     _ => None,
                 }
             }
+            ExprKind::Round(a) => match a.kind() {
+                ExprKind::Float(f) => Some(constant(dtype, scalar::round(dtype.scalar, Scalar::Float(*f)))),
+                ExprKind::Broadcast(x) => {
+                    let inner = self.node(x.round());
+                    Some(Expr::broadcast(inner, dtype.lanes))
+                }
+                _ => None,
+            },
             ExprKind::Select(c, t, f) => {
                 let chosen = match prove(c, &self.scope) {
                     Some(true) => t,

@@ -140,6 +140,7 @@ impl Vectorizer {
             ExprKind::Not(_)
             | ExprKind::Cast(_)
             | ExprKind::SaturatingCast(_)
+            | ExprKind::Round(_)
             | ExprKind::Cmp(..)
             | ExprKind::Select(..) => {
                 match children.iter().map(uniform).collect::<Option<Vec<Expr>>>() {

@@ -272,6 +272,12 @@ impl Verifier {
                 self.expect_dtype(|| format!("`{e}`"), DType::BOOL.with_lanes(a.dtype().lanes), dtype);
             }
             ExprKind::Not(a) => self.expect_dtype(|| format!("`{e}`"), a.dtype(), dtype),
+            ExprKind::Round(a) => {
+                self.expect_dtype(|| format!("`{e}`"), a.dtype(), dtype);
+                if !dtype.is_float() {
+                    self.dtype_error(format!("`{e}`"), "a float type".to_string(), dtype);
+                }
+            }
             ExprKind::Cast(a) | ExprKind::SaturatingCast(a) => {
                 if a.dtype().lanes != dtype.lanes {
                     self.dtype_error(format!("`{e}`"), format!("a type with {} lanes", a.dtype().lanes), dtype);
