@@ -1,5 +1,6 @@
-//! tensorlift-schedules: operator definitions (`nn`), tensor-intrinsic declarations (`intrin`)
-//! and schedules (`generic`, `cpu`, `x86`).
+//! tensorlift-schedules: operator definitions (`nn`; int8 operators in `ops` on the
+//! quantization model of `quant`; the resnet-18 layer table in `resnet18`), tensor-intrinsic
+//! declarations (`intrin`) and schedules (`generic`, `cpu`, `x86`).
 //!
 //! Definitions are target-neutral tensor expressions. Every operator has a `generic` schedule
 //! (the default loop order, the reference for correctness); target schedules take typed knobs.
@@ -9,4 +10,7 @@ pub mod cpu;
 pub mod generic;
 pub mod intrin;
 pub mod nn;
+pub mod ops;
+pub mod quant;
+pub mod resnet18;
 pub mod x86;

@@ -72,6 +72,17 @@ pub fn build_loop_nests(
     Func { name: name.to_string(), params, body }
 }
 
+/// The position of the innermost loop whose variable `e` uses (-1 if it uses none).
+fn innermost_loop(e: &Expr, position: &HashMap<Var, isize>) -> isize {
+    let mut depth = -1;
+    e.for_each(&mut |n| {
+        if let ExprKind::Var(v) = n.kind() {
+            depth = depth.max(position.get(v).copied().unwrap_or(-1));
+        }
+    });
+    depth
+}
+
 struct Ctx<'a> {
     schedule: &'a Schedule,
     bodies: &'a HashMap<Stage, Expr>,
@@ -149,15 +160,7 @@ impl Ctx<'_> {
             .collect();
         let position: HashMap<Var, isize> =
             data.leaves.iter().enumerate().map(|(i, l)| (loop_var(l), i as isize)).collect();
-        let depth_of = |e: &Expr| -> isize {
-            let mut depth = -1;
-            e.for_each(&mut |n| {
-                if let ExprKind::Var(v) = n.kind() {
-                    depth = depth.max(position.get(v).copied().unwrap_or(-1));
-                }
-            });
-            depth
-        };
+        let depth_of = |e: &Expr| innermost_loop(e, &position);
 
         let mut items = Vec::new();
         for axis in data.axes.iter().chain(&data.reduce_axes) {
@@ -262,15 +265,7 @@ impl Ctx<'_> {
             init_position.insert(v.clone(), init_loops.len() as isize);
             init_loops.push(Loop { var: v, extent: l.extent, kind: l.kind });
         }
-        let init_depth = |e: &Expr| -> isize {
-            let mut depth = -1;
-            e.for_each(&mut |n| {
-                if let ExprKind::Var(v) = n.kind() {
-                    depth = depth.max(init_position.get(v).copied().unwrap_or(-1));
-                }
-            });
-            depth
-        };
+        let init_depth = |e: &Expr| innermost_loop(e, &init_position);
         let mut common = Vec::new();
         let mut init_items = Vec::new();
         let mut update_items = Vec::new();

@@ -1,0 +1,518 @@
+//! Quantized (int8) operators and layout transforms as tensor expressions, following the model
+//! of `quant` (oneDNN's). The default schedule (`generic::default_schedule`) of each is the
+//! reference; target schedules must compute the same values bit for bit.
+//!
+//! Activations are NCHW at the API (batch `N` is any positive size; resnet-18 uses 1). A weight
+//! preparation function (`compensation`) is separate from the per-call graph: it runs once when
+//! the weights are packed, and the per-call operators read its result through a placeholder.
+
+use ir::te::{Tensor, compute_vec, max, placeholder_vec, reduce_axis, sum};
+use ir::expr::select;
+use ir::{DType, Expr};
+
+use crate::quant::{
+    DST_TYPES, Param, Params, PostOp, QuantAttrs, QuantError, TensorQuant, ZeroPoints, activation_quant,
+    check_post_ops, f32c, finish, is_dst_type,
+};
+
+/// `⌈a / b⌉` for positive `b` and non-negative `a`.
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+fn shape_error(op: &str, what: &str, expected: impl Into<String>, found: impl Into<String>) -> QuantError {
+    QuantError::Shape { op: op.to_string(), what: what.to_string(), expected: expected.into(), found: found.into() }
+}
+
+fn dtype_error(op: &str, what: &str, expected: &str, found: DType) -> QuantError {
+    QuantError::DType { op: op.to_string(), what: what.to_string(), expected: expected.to_string(), found }
+}
+
+fn require_int8_src(op: &str, src: &Tensor) -> Result<(), QuantError> {
+    if [DType::U8, DType::I8].contains(&src.dtype()) { Ok(()) } else { Err(dtype_error(op, "the source", "u8 or i8", src.dtype())) }
+}
+
+fn require_s8_weights(op: &str, weights: &Tensor) -> Result<(), QuantError> {
+    if weights.dtype() == DType::I8 { Ok(()) } else { Err(dtype_error(op, "the weights", "i8", weights.dtype())) }
+}
+
+/// The shift that makes a source of type `src` unsigned: 128 for i8, 0 for u8.
+fn source_shift(src: DType) -> i32 {
+    if src == DType::I8 { 128 } else { 0 }
+}
+
+/// The weight preparation of an int8 convolution or dense layer (run once, at packing time).
+#[derive(Clone, Debug)]
+pub struct Compensation {
+    /// `Σ_{ic,kh,kw} i32(wei[oc, ..])` (`<name>.wsum`).
+    pub weight_sum: Tensor,
+    /// `(zp_src + shift) · weight_sum[oc]` in i32 (`<name>`), shift 128 for an i8 source and 0
+    /// for u8: what the per-call operator subtracts from its accumulator (`quant` module doc).
+    pub compensation: Tensor,
+}
+
+/// The compensation of `weights` (i8, `[OC, IC]` or `[OC, IC, KH, KW]`) for a per-tensor source
+/// zero point of a `src_dtype` (u8 or i8) source.
+pub fn compensation(
+    weights: &Tensor,
+    src_dtype: DType,
+    src_zero_point: &ZeroPoints,
+    name: &str,
+) -> Result<Compensation, QuantError> {
+    let op = format!("compensation {name}");
+    require_s8_weights(&op, weights)?;
+    if ![DType::U8, DType::I8].contains(&src_dtype) {
+        return Err(dtype_error(&op, "the source", "u8 or i8", src_dtype));
+    }
+    let zp = per_tensor_zero_point(&op, src_zero_point, src_dtype)?;
+    let dims = weights.shape().to_vec();
+    if dims.len() != 2 && dims.len() != 4 {
+        return Err(shape_error(&op, "the weight shape", "[OC, IC] or [OC, IC, KH, KW]", format!("{dims:?}")));
+    }
+    let axes: Vec<_> = dims[1..].iter().enumerate().map(|(d, &n)| reduce_axis(n, ["ic", "kh", "kw"][d])).collect();
+    let axis_refs: Vec<&_> = axes.iter().collect();
+    let weight_sum = compute_vec(
+        vec![dims[0]],
+        |o| {
+            let mut idx = vec![o[0].clone()];
+            idx.extend(axes.iter().map(|a| a.to_expr()));
+            sum(DType::I32, &axis_refs, weights.at_vec(idx).cast(DType::I32))
+        },
+        &format!("{name}.wsum"),
+    )?;
+    let factor = Expr::int(DType::I32, (zp + source_shift(src_dtype)) as i64);
+    let compensation = compute_vec(vec![dims[0]], |o| weight_sum.at([&o[0]]) * factor, name)?;
+    Ok(Compensation { weight_sum, compensation })
+}
+
+fn per_tensor_zero_point(op: &str, z: &ZeroPoints, dtype: DType) -> Result<i32, QuantError> {
+    if z.mask != 0 {
+        let (arg, expected) = ("src zero points".to_string(), "0 (per tensor)".to_string());
+        return Err(QuantError::UnsupportedMask { op: op.to_string(), arg, expected, found: z.mask });
+    }
+    z.check("src zero point", &[], dtype)?;
+    Ok(z.values[0])
+}
+
+/// Stride and symmetric zero padding (in source zero points) of a square-kernel convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dParams {
+    pub stride: i64,
+    pub pad: i64,
+}
+
+/// The stages of an int8 convolution or dense layer.
+#[derive(Clone, Debug)]
+pub struct QuantizedLayer {
+    /// Placeholder `i32[OC]`: bind the `compensation` computed when the weights were prepared.
+    pub compensation: Tensor,
+    /// `u8(src) + 128` for an i8 source (`<name>.shifted`).
+    pub shifted: Option<Tensor>,
+    /// The source padded with its (shifted) zero point (`<name>.pad`), when `pad > 0`.
+    pub padded: Option<Tensor>,
+    /// The exact i32 accumulator of u8 × i8 products (`<name>.acc`).
+    pub acc: Tensor,
+    /// The requantized output.
+    pub output: Tensor,
+    /// Per-channel weight scales (a parameter when the weight scale mask is 1).
+    pub params: Vec<Param>,
+}
+
+/// Checks the attributes shared by convolution and dense; returns the per-tensor source and
+/// destination (scale, zero point).
+fn check_layer_attrs(
+    op: &str,
+    src: &Tensor,
+    weights: &Tensor,
+    bias: Option<&Tensor>,
+    out_dims: &[i64],
+    sum_input: Option<&Tensor>,
+    attrs: &QuantAttrs,
+) -> Result<((f32, i32), (f32, i32)), QuantError> {
+    require_int8_src(op, src)?;
+    require_s8_weights(op, weights)?;
+    if !is_dst_type(attrs.dst_dtype) {
+        return Err(dtype_error(op, "the destination", DST_TYPES, attrs.dst_dtype));
+    }
+    let src_q = activation_quant(op, "src", &attrs.src, src.shape(), src.dtype())?;
+    let dst_q = activation_quant(op, "dst", &attrs.dst, out_dims, attrs.dst_dtype)?;
+    if attrs.wei_scales.mask > 1 {
+        return Err(QuantError::UnsupportedMask {
+            op: op.to_string(),
+            arg: "weights scales".to_string(),
+            expected: "0 (per tensor) or 1 (per output channel)".to_string(),
+            found: attrs.wei_scales.mask,
+        });
+    }
+    attrs.wei_scales.check("weights scales", weights.shape())?;
+    let oc = weights.shape()[0];
+    if let Some(b) = bias {
+        if b.dtype() != DType::F32 {
+            return Err(dtype_error(op, "the bias", "f32", b.dtype()));
+        }
+        if b.shape() != [oc] {
+            return Err(shape_error(op, "the shape of the bias", format!("[{oc}]"), format!("{:?}", b.shape())));
+        }
+    }
+    check_post_ops(op, &attrs.post_ops, sum_input, out_dims)?;
+    Ok((src_q, dst_q))
+}
+
+/// `x = f32(acc − comp[oc]) · M[oc] + bias[oc]`, then post-ops and the destination (see `quant`).
+#[allow(clippy::too_many_arguments)]
+fn requantize_layer(
+    acc: &Tensor,
+    channel_axis: usize,
+    compensation: &Tensor,
+    weights_dims: &[i64],
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    (src_scale, dst_q): (f32, (f32, i32)),
+    attrs: &QuantAttrs,
+    params: &mut Params,
+    name: &str,
+) -> Result<Tensor, QuantError> {
+    let dims = acc.shape().to_vec();
+    let w = &attrs.wei_scales;
+    Ok(compute_vec(
+        dims,
+        |i| {
+            let oc = &i[channel_axis];
+            let mut oc_index = vec![oc.clone()];
+            oc_index.extend(weights_dims[1..].iter().map(|_| Expr::index(0)));
+            let multiplier = if w.mask == 0 {
+                f32c(src_scale * w.values[0])
+            } else {
+                f32c(src_scale) * params.scale(w, weights_dims, &oc_index, &format!("{name}.wei_scale"))
+            };
+            let centered = (acc.at_vec(i.to_vec()) - compensation.at([oc])).cast(DType::F32);
+            let mut x = centered * multiplier;
+            if let Some(b) = bias {
+                x = x + b.at([oc]);
+            }
+            finish(x, &attrs.post_ops, sum_input, i, dst_q, attrs.dst_dtype)
+        },
+        name,
+    )?)
+}
+
+/// The source made unsigned: itself for u8, `u8(x) + 128` (exact: `x + 128`) for i8.
+fn shifted_source(src: &Tensor, name: &str) -> Result<(Tensor, Option<Tensor>), QuantError> {
+    if src.dtype() == DType::U8 {
+        return Ok((src.clone(), None));
+    }
+    let shifted =
+        compute_vec(src.shape().to_vec(), |i| src.at_vec(i.to_vec()).cast(DType::U8) + 128, &format!("{name}.shifted"))?;
+    Ok((shifted.clone(), Some(shifted)))
+}
+
+/// The int8 convolution `src: [N, IC, H, W]` (u8 or i8) ⊛ `weights: [OC, IC, KH, KW]` (i8) with
+/// stride and padding, requantized as `attrs` say (`quant` module doc), plus the post-ops'
+/// `sum_input` (shape of the output) and an optional f32 `bias: [OC]`. The output is
+/// `[N, OC, OH, OW]` with `OH = (H + 2·pad − KH) / stride + 1` (floor), likewise `OW`.
+///
+/// Padding is a separate stage holding the (shifted) source zero point, so a padded tap
+/// contributes a real zero. Errors: every shape, dtype and attribute mismatch is typed.
+pub fn conv2d_nchw_int8(
+    src: &Tensor,
+    weights: &Tensor,
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    conv: Conv2dParams,
+    attrs: &QuantAttrs,
+    name: &str,
+) -> Result<QuantizedLayer, QuantError> {
+    let op = format!("conv2d_nchw_int8 {name}");
+    let ([n, ic, h, w], [oc, wic, kh, kw]) = (src.shape(), weights.shape()) else {
+        let found = format!("{:?} and {:?}", src.shape(), weights.shape());
+        return Err(shape_error(&op, "the source and weight shapes", "[N, IC, H, W] and [OC, IC, KH, KW]", found));
+    };
+    let (n, ic, h, w, oc, kh, kw) = (*n, *ic, *h, *w, *oc, *kh, *kw);
+    if *wic != ic {
+        return Err(shape_error(&op, "the input channels of the weights", ic.to_string(), wic.to_string()));
+    }
+    if conv.stride < 1 || conv.pad < 0 {
+        let found = format!("stride {} and pad {}", conv.stride, conv.pad);
+        return Err(shape_error(&op, "the stride and padding", "stride >= 1 and pad >= 0", found));
+    }
+    let (oh, ow) = ((h + 2 * conv.pad - kh) / conv.stride + 1, (w + 2 * conv.pad - kw) / conv.stride + 1);
+    if h + 2 * conv.pad < kh || w + 2 * conv.pad < kw {
+        let found = format!("{kh}x{kw} over {h}x{w} padded by {}", conv.pad);
+        return Err(shape_error(&op, "the kernel", "no larger than the padded source", found));
+    }
+    let out_dims = [n, oc, oh, ow];
+    let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
+    let (unsigned, shifted) = shifted_source(src, name)?;
+    let pad_value = Expr::int(DType::U8, (src_zp + source_shift(src.dtype())) as i64);
+    let (padded, padded_stage) = if conv.pad > 0 {
+        let p = conv.pad;
+        let padded = compute_vec(
+            vec![n, ic, h + 2 * p, w + 2 * p],
+            |i| {
+                let (y, x) = (&i[2] - p, &i[3] - p);
+                let inside = y.ge(0) & y.lt(h) & x.ge(0) & x.lt(w);
+                select(inside, unsigned.at([&i[0], &i[1], &y, &x]), pad_value)
+            },
+            &format!("{name}.pad"),
+        )?;
+        (padded.clone(), Some(padded))
+    } else {
+        (unsigned, None)
+    };
+    let (ric, rkh, rkw) = (reduce_axis(ic, "ic"), reduce_axis(kh, "kh"), reduce_axis(kw, "kw"));
+    let s = conv.stride;
+    let acc = compute_vec(
+        out_dims.to_vec(),
+        |i| {
+            let x = padded.at([&i[0], &ric, &(&i[2] * s + &rkh), &(&i[3] * s + &rkw)]).cast(DType::I32);
+            let wv = weights.at([&i[1], &ric, &rkh, &rkw]).cast(DType::I32);
+            sum(DType::I32, &[&ric, &rkh, &rkw], x * wv)
+        },
+        &format!("{name}.acc"),
+    )?;
+    let compensation = placeholder_vec(vec![oc], DType::I32, &format!("{name}.compensation"));
+    let mut params = Params::default();
+    let output = requantize_layer(
+        &acc,
+        1,
+        &compensation,
+        weights.shape(),
+        bias,
+        sum_input,
+        (src_scale, dst_q),
+        attrs,
+        &mut params,
+        name,
+    )?;
+    Ok(QuantizedLayer { compensation, shifted, padded: padded_stage, acc, output, params: params.0 })
+}
+
+/// The int8 dense layer `out[m, oc] = requant(Σ_ic src[m, ic] · weights[oc, ic])` for
+/// `src: [M, IC]` (u8 or i8) and `weights: [OC, IC]` (i8); requantization, bias and sum input
+/// as for `conv2d_nchw_int8`.
+pub fn dense_int8(
+    src: &Tensor,
+    weights: &Tensor,
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    attrs: &QuantAttrs,
+    name: &str,
+) -> Result<QuantizedLayer, QuantError> {
+    let op = format!("dense_int8 {name}");
+    let ([m, ic], [oc, wic]) = (src.shape(), weights.shape()) else {
+        let found = format!("{:?} and {:?}", src.shape(), weights.shape());
+        return Err(shape_error(&op, "the source and weight shapes", "[M, IC] and [OC, IC]", found));
+    };
+    let (m, ic, oc) = (*m, *ic, *oc);
+    if *wic != ic {
+        return Err(shape_error(&op, "the input channels of the weights", ic.to_string(), wic.to_string()));
+    }
+    let out_dims = [m, oc];
+    let ((src_scale, _), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
+    let (unsigned, shifted) = shifted_source(src, name)?;
+    let k = reduce_axis(ic, "ic");
+    let acc = compute_vec(
+        out_dims.to_vec(),
+        |i| {
+            let x = unsigned.at([&i[0], &k]).cast(DType::I32);
+            sum(DType::I32, &[&k], x * weights.at([&i[1], &k]).cast(DType::I32))
+        },
+        &format!("{name}.acc"),
+    )?;
+    let compensation = placeholder_vec(vec![oc], DType::I32, &format!("{name}.compensation"));
+    let mut params = Params::default();
+    let output = requantize_layer(
+        &acc,
+        1,
+        &compensation,
+        weights.shape(),
+        bias,
+        sum_input,
+        (src_scale, dst_q),
+        attrs,
+        &mut params,
+        name,
+    )?;
+    Ok(QuantizedLayer { compensation, shifted, padded: None, acc, output, params: params.0 })
+}
+
+fn require_nchw(op: &str, src: &Tensor) -> Result<[i64; 4], QuantError> {
+    match src.shape() {
+        [n, c, h, w] => Ok([*n, *c, *h, *w]),
+        other => Err(shape_error(op, "the source shape", "[N, C, H, W]", format!("{other:?}"))),
+    }
+}
+
+/// Max pooling of an integer `src: [N, C, H, W]` with a `k × k` window, `stride` and symmetric
+/// `pad`. Padded positions never win: they hold the dtype's minimum (a separate `<name>.pad`
+/// stage), so the maximum is over the window's positions inside the source, and `pad < k`
+/// (checked) guarantees every window has one. Output `(H + 2·pad − k) / stride + 1` (floor) per
+/// spatial dimension; the dtype and quantization are the source's (max commutes with them).
+pub fn max_pool2d(src: &Tensor, k: i64, stride: i64, pad: i64, name: &str) -> Result<Tensor, QuantError> {
+    let op = format!("max_pool2d {name}");
+    let [n, c, h, w] = require_nchw(&op, src)?;
+    let Some((lo, _)) = src.dtype().scalar.int_range() else {
+        return Err(dtype_error(&op, "the source", "an integer type", src.dtype()));
+    };
+    if k < 1 || stride < 1 || pad < 0 || pad >= k || h + 2 * pad < k || w + 2 * pad < k {
+        let found = format!("window {k}, stride {stride}, pad {pad} over {h}x{w}");
+        return Err(shape_error(&op, "the window", "k >= 1, stride >= 1, 0 <= pad < k, window within the padded source", found));
+    }
+    let padded = compute_vec(
+        vec![n, c, h + 2 * pad, w + 2 * pad],
+        |i| {
+            let (y, x) = (&i[2] - pad, &i[3] - pad);
+            let inside = y.ge(0) & y.lt(h) & x.ge(0) & x.lt(w);
+            select(inside, src.at([&i[0], &i[1], &y, &x]), Expr::int(src.dtype(), lo as i64))
+        },
+        &format!("{name}.pad"),
+    )?;
+    let (ry, rx) = (reduce_axis(k, "ky"), reduce_axis(k, "kx"));
+    let (oh, ow) = ((h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1);
+    Ok(compute_vec(
+        vec![n, c, oh, ow],
+        |i| max(src.dtype(), &[&ry, &rx], padded.at([&i[0], &i[1], &(&i[2] * stride + &ry), &(&i[3] * stride + &rx)])),
+        name,
+    )?)
+}
+
+/// Global average pooling of `src: [N, C, H, W]` (u8 or i8) to `[N, C, 1, 1]` of the same dtype
+/// and quantization: the exact i32 sum over `H·W` (`<name>.sum`), divided by `H·W` rounding half
+/// to even, computed exactly in integers: `q = ⌊s / n⌋`, `r = s − q·n`, and `q + 1` when
+/// `2r > n` or `2r == n` with `q` odd. The average of the source values lies in their range, so
+/// the final cast is exact.
+pub fn global_avg_pool(src: &Tensor, name: &str) -> Result<Tensor, QuantError> {
+    let op = format!("global_avg_pool {name}");
+    require_int8_src(&op, src)?;
+    let [n, c, h, w] = require_nchw(&op, src)?;
+    let (ry, rx) = (reduce_axis(h, "y"), reduce_axis(w, "x"));
+    let total = compute_vec(
+        vec![n, c],
+        |i| sum(DType::I32, &[&ry, &rx], src.at([&i[0], &i[1], &ry, &rx]).cast(DType::I32)),
+        &format!("{name}.sum"),
+    )?;
+    let count = h * w;
+    Ok(compute_vec(
+        vec![n, c, 1, 1],
+        |i| {
+            let s = total.at([&i[0], &i[1]]);
+            let q = &s / count;
+            let r = s - &q * count;
+            let twice = r * 2;
+            let up = twice.gt(count) | (twice.eq(count) & (&q % 2).eq(1));
+            select(up, &q + 1, q).cast(src.dtype())
+        },
+        name,
+    )?)
+}
+
+/// ReLU of a quantized tensor: `max(x, zp)`, the real zero being the zero point. Same dtype.
+pub fn relu_int8(src: &Tensor, zero_point: &ZeroPoints, name: &str) -> Result<Tensor, QuantError> {
+    let op = format!("relu_int8 {name}");
+    require_int8_src(&op, src)?;
+    let zp = per_tensor_zero_point(&op, zero_point, src.dtype())?;
+    Ok(compute_vec(
+        src.shape().to_vec(),
+        |i| Expr::max(src.at_vec(i.to_vec()), Expr::int(src.dtype(), zp as i64)),
+        name,
+    )?)
+}
+
+/// The residual add `dst = sat(round(post(sa · f32(i32(a) − zpa)) / s_dst + f32(zp_dst)))` with
+/// `post = [Sum { sb, zpb } over b, then Relu if relu]`: exactly a layer's requantization tail
+/// (`quant` module doc) with `a` in place of the scaled accumulator. `a` and `b` are u8 or i8 of
+/// one shape; all quantizations per tensor; `dst_dtype` u8, i8, i32 or f32.
+pub fn add_int8(
+    (a, a_q): (&Tensor, &TensorQuant),
+    (b, b_q): (&Tensor, &TensorQuant),
+    relu: bool,
+    (dst_dtype, dst_q): (DType, &TensorQuant),
+    name: &str,
+) -> Result<Tensor, QuantError> {
+    let op = format!("add_int8 {name}");
+    require_int8_src(&op, a)?;
+    require_int8_src(&op, b)?;
+    if !is_dst_type(dst_dtype) {
+        return Err(dtype_error(&op, "the destination", DST_TYPES, dst_dtype));
+    }
+    let dims = a.shape().to_vec();
+    let (sa, zpa) = activation_quant(&op, "a", a_q, &dims, a.dtype())?;
+    let (sb, zpb) = activation_quant(&op, "b", b_q, b.shape(), b.dtype())?;
+    let dst = activation_quant(&op, "dst", dst_q, &dims, dst_dtype)?;
+    let mut post_ops = vec![PostOp::Sum { scale: sb, zero_point: zpb }];
+    if relu {
+        post_ops.push(PostOp::Relu);
+    }
+    check_post_ops(&op, &post_ops, Some(b), &dims)?;
+    Ok(compute_vec(
+        dims.clone(),
+        |i| {
+            let centered = (a.at_vec(i.to_vec()).cast(DType::I32) - Expr::int(DType::I32, zpa as i64)).cast(DType::F32);
+            finish(f32c(sa) * centered, &post_ops, Some(b), i, dst, dst_dtype)
+        },
+        name,
+    )?)
+}
+
+/// `NCHW → NCHW[x]c`: `out[n, cb, h, w, ci] = src[n, cb·x + ci, h, w]`, shape
+/// `[N, ⌈C/x⌉, H, W, x]`; channels past `C` hold `pad_value` (the zero point, for activations).
+pub fn nchw_to_nchwc(src: &Tensor, x: i64, pad_value: i64, name: &str) -> Result<Tensor, QuantError> {
+    let op = format!("nchw_to_nchwc {name}");
+    let [n, c, h, w] = require_nchw(&op, src)?;
+    if x < 1 {
+        return Err(shape_error(&op, "the channel block", "a positive size", x.to_string()));
+    }
+    let fits = src.dtype().scalar.int_range().is_none_or(|(lo, hi)| (lo..=hi).contains(&(pad_value as i128)));
+    if !fits {
+        return Err(shape_error(&op, "the pad value", format!("a value of {}", src.dtype()), pad_value.to_string()));
+    }
+    let pad = if src.dtype().is_float() { Expr::float(src.dtype(), pad_value as f64) } else { Expr::int(src.dtype(), pad_value) };
+    Ok(compute_vec(
+        vec![n, ceil_div(c, x), h, w, x],
+        |i| {
+            let ch = &i[1] * x + &i[4];
+            select(ch.lt(c), src.at([&i[0], &ch, &i[2], &i[3]]), pad)
+        },
+        name,
+    )?)
+}
+
+/// `NCHW[x]c → NCHW` keeping the first `channels` channels: `out[n, c, h, w] = src[n, c / x, h,
+/// w, c % x]`. `channels` must need all `⌈channels/x⌉` blocks of `src`.
+pub fn nchwc_to_nchw(src: &Tensor, channels: i64, name: &str) -> Result<Tensor, QuantError> {
+    let op = format!("nchwc_to_nchw {name}");
+    let [n, cb, h, w, x] = *src.shape() else {
+        return Err(shape_error(&op, "the source shape", "[N, C/x, H, W, x]", format!("{:?}", src.shape())));
+    };
+    if channels < 1 || ceil_div(channels, x) != cb {
+        let expected = format!("{} to {} (for {cb} blocks of {x})", (cb - 1) * x + 1, cb * x);
+        return Err(shape_error(&op, "the channel count", expected, channels.to_string()));
+    }
+    Ok(compute_vec(vec![n, channels, h, w], |i| src.at([&i[0], &(&i[1] / x), &i[2], &i[3], &(&i[1] % x)]), name)?)
+}
+
+/// `OIHW → OIHW[x/4]i[y]o4i`, the VNNI-blocked weights: `out[ob, ib, kh, kw, i4, oi, ii] =
+/// wei[ob·y + oi, ib·x + i4·4 + ii, kh, kw]`, shape `[⌈O/y⌉, ⌈I/x⌉, KH, KW, x/4, y, 4]`, so one
+/// `(kh, kw, i4)` step of a `y`-channel block is `4·y` consecutive bytes (four consecutive input
+/// channels per output channel, what `vpdpbusd` reads). Channels past `O` or `I` are zero (they
+/// add nothing to the accumulator or the compensation). `x` must be a positive multiple of 4.
+pub fn oihw_to_vnni_blocked(weights: &Tensor, x: i64, y: i64, name: &str) -> Result<Tensor, QuantError> {
+    let op = format!("oihw_to_vnni_blocked {name}");
+    let [o, i_ch, kh, kw] = *weights.shape() else {
+        return Err(shape_error(&op, "the weight shape", "[O, I, KH, KW]", format!("{:?}", weights.shape())));
+    };
+    if x < 4 || x % 4 != 0 || y < 1 {
+        return Err(shape_error(&op, "the blocks (x, y)", "x a positive multiple of 4 and y >= 1", format!("({x}, {y})")));
+    }
+    let zero = if weights.dtype().is_float() { Expr::float(weights.dtype(), 0.0) } else { Expr::int(weights.dtype(), 0) };
+    Ok(compute_vec(
+        vec![ceil_div(o, y), ceil_div(i_ch, x), kh, kw, x / 4, y, 4],
+        |i| {
+            let oc = &i[0] * y + &i[5];
+            let ic = &i[1] * x + &i[4] * 4 + &i[6];
+            let inside = oc.lt(o) & ic.lt(i_ch);
+            select(inside, weights.at([&oc, &ic, &i[2], &i[3]]), zero)
+        },
+        name,
+    )?)
+}

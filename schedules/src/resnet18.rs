@@ -1,0 +1,151 @@
+//! The resnet-18 int8 workload (batch 1, NCHW): convolution layers R1..R11 and the FC layer,
+//! exactly as in the issue and `shared/anchors/layers.py`.
+
+/// One convolution layer: `ic → oc` channels over an `h × w` input, a square `k × k` kernel,
+/// `stride` and symmetric `pad`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvLayer {
+    pub name: &'static str,
+    pub ic: i64,
+    pub oc: i64,
+    pub h: i64,
+    pub w: i64,
+    pub k: i64,
+    pub stride: i64,
+    pub pad: i64,
+}
+
+impl ConvLayer {
+    /// Output height `(h + 2·pad − k) / stride + 1` (floor).
+    pub fn oh(&self) -> i64 {
+        (self.h + 2 * self.pad - self.k) / self.stride + 1
+    }
+
+    /// Output width, as `oh`.
+    pub fn ow(&self) -> i64 {
+        (self.w + 2 * self.pad - self.k) / self.stride + 1
+    }
+
+    /// Operations (two per multiply-accumulate): `2·OC·OH·OW·IC·KH·KW`.
+    pub fn ops(&self) -> u64 {
+        2 * (self.oc * self.oh() * self.ow() * self.ic * self.k * self.k) as u64
+    }
+}
+
+/// The fully connected layer: `in_features → out_features`, batch 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DenseLayer {
+    pub name: &'static str,
+    pub in_features: i64,
+    pub out_features: i64,
+}
+
+impl DenseLayer {
+    /// `2·OC·IC` (a 1 × 1 convolution over a 1 × 1 image).
+    pub fn ops(&self) -> u64 {
+        2 * (self.out_features * self.in_features) as u64
+    }
+}
+
+const fn conv(name: &'static str, ic: i64, oc: i64, hw: i64, k: i64, stride: i64, pad: i64) -> ConvLayer {
+    ConvLayer { name, ic, oc, h: hw, w: hw, k, stride, pad }
+}
+
+/// R1..R11. R1's three input channels are padded as a schedule needs (the table keeps 3).
+pub const CONV_LAYERS: [ConvLayer; 11] = [
+    conv("R1", 3, 64, 224, 7, 2, 3),
+    conv("R2", 64, 64, 56, 3, 1, 1),
+    conv("R3", 64, 128, 56, 3, 2, 1),
+    conv("R4", 64, 128, 56, 1, 2, 0),
+    conv("R5", 128, 128, 28, 3, 1, 1),
+    conv("R6", 128, 256, 28, 3, 2, 1),
+    conv("R7", 128, 256, 28, 1, 2, 0),
+    conv("R8", 256, 256, 14, 3, 1, 1),
+    conv("R9", 256, 512, 14, 3, 2, 1),
+    conv("R10", 256, 512, 14, 1, 2, 0),
+    conv("R11", 512, 512, 7, 3, 1, 1),
+];
+
+/// FC: dense 512 → 1000.
+pub const FC: DenseLayer = DenseLayer { name: "FC", in_features: 512, out_features: 1000 };
+
+/// A layer of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    Conv(ConvLayer),
+    Dense(DenseLayer),
+}
+
+impl Layer {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Layer::Conv(c) => c.name,
+            Layer::Dense(d) => d.name,
+        }
+    }
+
+    pub fn ops(&self) -> u64 {
+        match self {
+            Layer::Conv(c) => c.ops(),
+            Layer::Dense(d) => d.ops(),
+        }
+    }
+}
+
+/// Every layer in table order: R1..R11, then FC.
+pub fn layers() -> Vec<Layer> {
+    CONV_LAYERS.iter().map(|c| Layer::Conv(*c)).chain([Layer::Dense(FC)]).collect()
+}
+
+/// The layer named `name` (`"R1"`..`"R11"`, `"FC"`), if any.
+pub fn layer(name: &str) -> Option<Layer> {
+    layers().into_iter().find(|l| l.name() == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_matches_the_anchors() {
+        // (IC, H, W, OC, K, stride, pad) from shared/anchors/layers.py.
+        let anchors = [
+            (3, 224, 64, 7, 2, 3),
+            (64, 56, 64, 3, 1, 1),
+            (64, 56, 128, 3, 2, 1),
+            (64, 56, 128, 1, 2, 0),
+            (128, 28, 128, 3, 1, 1),
+            (128, 28, 256, 3, 2, 1),
+            (128, 28, 256, 1, 2, 0),
+            (256, 14, 256, 3, 1, 1),
+            (256, 14, 512, 3, 2, 1),
+            (256, 14, 512, 1, 2, 0),
+            (512, 7, 512, 3, 1, 1),
+        ];
+        for (i, (l, (ic, h, oc, k, s, p))) in CONV_LAYERS.iter().zip(anchors).enumerate() {
+            assert_eq!(l.name, format!("R{}", i + 1));
+            assert_eq!((l.ic, l.h, l.w, l.oc, l.k, l.stride, l.pad), (ic, h, h, oc, k, s, p));
+        }
+        assert_eq!(layers().len(), 12);
+        assert_eq!(layer("FC"), Some(Layer::Dense(DenseLayer { name: "FC", in_features: 512, out_features: 1000 })));
+        assert_eq!(layer("R12"), None);
+    }
+
+    #[test]
+    fn output_sizes_and_gops_numerators() {
+        let r = |n: &str| match layer(n) {
+            Some(Layer::Conv(c)) => c,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((r("R1").oh(), r("R1").ow()), (112, 112));
+        assert_eq!((r("R2").oh(), r("R3").oh(), r("R4").oh()), (56, 28, 28));
+        assert_eq!((r("R9").oh(), r("R10").oh(), r("R11").oh()), (7, 7, 7));
+        // 2·OC·OH·OW·IC·KH·KW
+        assert_eq!(r("R1").ops(), 2 * 64 * 112 * 112 * 3 * 49);
+        assert_eq!(r("R2").ops(), 2 * 64 * 56 * 56 * 64 * 9);
+        assert_eq!(r("R4").ops(), 2 * 128 * 28 * 28 * 64);
+        assert_eq!(r("R11").ops(), 2 * 512 * 7 * 7 * 512 * 9);
+        assert_eq!(FC.ops(), 2 * 512 * 1000);
+        assert_eq!(layer("FC").unwrap().ops(), 1_024_000);
+    }
+}
