@@ -118,6 +118,9 @@ pub struct QuantizedLayer {
     pub params: Vec<Param>,
 }
 
+/// A per-tensor (scale, zero point).
+type PerTensor = (f32, i32);
+
 /// Checks the attributes shared by convolution and dense; returns the per-tensor source and
 /// destination (scale, zero point).
 fn check_layer_attrs(
@@ -128,7 +131,7 @@ fn check_layer_attrs(
     out_dims: &[i64],
     sum_input: Option<&Tensor>,
     attrs: &QuantAttrs,
-) -> Result<((f32, i32), (f32, i32)), QuantError> {
+) -> Result<(PerTensor, PerTensor), QuantError> {
     require_int8_src(op, src)?;
     require_s8_weights(op, weights)?;
     if !is_dst_type(attrs.dst_dtype) {

@@ -59,8 +59,9 @@ fn random_array(rng: &mut Rng, dtype: DType, shape: &[i64], small: bool) -> Arra
     }
 }
 
-/// A random expression over `leaves` (all of dtype `ty`). Float division is left out where the
-/// result is summed (`exact`), since fractions would make the sum depend on its order.
+/// A random expression over `leaves` (all of dtype `ty`). Float division (and `round` of a
+/// quotient) is left out where the result is summed (`exact`), since fractions would make the
+/// sum depend on its order.
 fn random_expr(rng: &mut Rng, leaves: &[Expr], ty: DType, depth: u32, exact: bool) -> Expr {
     if depth == 0 || rng.chance(25) {
         if rng.chance(20) {
@@ -73,10 +74,12 @@ fn random_expr(rng: &mut Rng, leaves: &[Expr], ty: DType, depth: u32, exact: boo
     let b = random_expr(rng, leaves, ty, depth - 1, exact);
     let choice = match (ty.is_float(), exact) {
         (true, true) => rng.below(6),
-        (true, false) => rng.below(7),
+        (true, false) => rng.below(8),
         (false, _) => rng.below(11),
     };
     match choice {
+        // Round half to even of a float quotient (requantization's rounding).
+        7 if ty.is_float() => (a / b).round(),
         0 => a + b,
         1 => a - b,
         2 => a * b,

@@ -5,5 +5,6 @@ mod differential;
 mod errors;
 mod golden;
 mod invariants;
+mod quant;
 mod tensorize;
 mod vnni;
