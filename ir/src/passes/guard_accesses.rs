@@ -1,5 +1,6 @@
 //! Memory safety by construction: every access the compiler cannot prove in bounds is clamped.
 
+use crate::passes::facts::{mutate_if_with_facts, FactMutator};
 use crate::analysis::interval::{Interval, Scope, bounds_of};
 use crate::expr::{Expr, ExprKind};
 use crate::mutator::{Mutator, walk_expr, walk_stmt};
@@ -72,6 +73,12 @@ impl Guard {
     }
 }
 
+impl FactMutator for Guard {
+    fn scope(&mut self) -> &mut Scope {
+        &mut self.scope
+    }
+}
+
 impl Mutator for Guard {
     fn mutate_expr(&mut self, expr: &Expr) -> Expr {
         let walked = walk_expr(self, expr);
@@ -110,25 +117,9 @@ impl Mutator for Guard {
                 }
                 Stmt::let_stmt(var.clone(), new_value, new_body)
             }
-            StmtKind::If { cond, then_case, else_case } => {
+            StmtKind::If { cond, .. } => {
                 let new_cond = self.mutate_expr(cond);
-                let facts = self.scope.assume(&new_cond, true);
-                let new_then = self.mutate_stmt(then_case);
-                self.scope.forget(facts);
-                let new_else = else_case.as_ref().map(|e| {
-                    let facts = self.scope.assume(&new_cond, false);
-                    let new_e = self.mutate_stmt(e);
-                    self.scope.forget(facts);
-                    new_e
-                });
-                let else_same = match (else_case, &new_else) {
-                    (Some(a), Some(b)) => a.same_node(b),
-                    _ => true,
-                };
-                if new_cond.same_node(cond) && new_then.same_node(then_case) && else_same {
-                    return stmt.clone();
-                }
-                Stmt::new(StmtKind::If { cond: new_cond, then_case: new_then, else_case: new_else })
+                mutate_if_with_facts(self, stmt, new_cond)
             }
             StmtKind::Store { buffer, .. } if buffer.is_empty() => Stmt::no_op(),
             StmtKind::Store { .. } => {

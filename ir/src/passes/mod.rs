@@ -1,5 +1,6 @@
 //! Loop-IR passes, one per file, each a function from `Func` to `Func` (Halide-style lowering).
 
+mod facts;
 pub mod flatten_buffers;
 pub mod guard_accesses;
 mod lanewise;

@@ -1,6 +1,7 @@
 //! Simplification: constant folding, exact identities, linear index normalization, and removal of
 //! control flow that interval analysis decides.
 
+use crate::passes::facts::{mutate_if_with_facts, FactMutator};
 use std::collections::HashMap;
 
 use crate::analysis::interval::{Interval, Scope, bounds_of, negate, prove};
@@ -105,6 +106,12 @@ fn floor_div(a: i64, b: i64) -> i64 {
     scalar::binary(BinOp::Div, DType::INDEX.scalar, Scalar::Int(a), Scalar::Int(b)).as_int()
 }
 
+impl FactMutator for Simplifier {
+    fn scope(&mut self) -> &mut Scope {
+        &mut self.scope
+    }
+}
+
 impl Mutator for Simplifier {
     fn mutate_expr(&mut self, expr: &Expr) -> Expr {
         if let ExprKind::Var(v) = expr.kind() {
@@ -155,23 +162,7 @@ impl Mutator for Simplifier {
                     Some(false) => return else_case.as_ref().map_or_else(Stmt::no_op, |e| self.mutate_stmt(e)),
                     None => {}
                 }
-                let facts = self.scope.assume(&new_cond, true);
-                let new_then = self.mutate_stmt(then_case);
-                self.scope.forget(facts);
-                let new_else = else_case.as_ref().map(|e| {
-                    let facts = self.scope.assume(&new_cond, false);
-                    let new_e = self.mutate_stmt(e);
-                    self.scope.forget(facts);
-                    new_e
-                });
-                let else_same = match (else_case, &new_else) {
-                    (Some(a), Some(b)) => a.same_node(b),
-                    _ => true,
-                };
-                if new_cond.same_node(cond) && new_then.same_node(then_case) && else_same {
-                    return stmt.clone();
-                }
-                Stmt::new(StmtKind::If { cond: new_cond, then_case: new_then, else_case: new_else })
+                mutate_if_with_facts(self, stmt, new_cond)
             }
             StmtKind::Store { .. } | StmtKind::Seq(_) | StmtKind::Allocate { .. } | StmtKind::Call { .. } => {
                 walk_stmt(self, stmt)
