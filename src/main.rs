@@ -4,15 +4,23 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
 use ir::DType;
+use ir::interp::InterpError;
 use ir::interp::array::Array;
-use ir::te::{placeholder, placeholder_in_range};
+use ir::interp::te_eval::eval_te;
+use ir::te::{Tensor as TeTensor, placeholder, placeholder_in_range, placeholder_vec};
 use schedules::cpu::{MatmulKnobs, matmul_tiled};
+use schedules::generic::default_schedule;
 use schedules::nn::{matmul, matmul_packed, pack_b_vnni};
+use schedules::ops::{Compensation, Conv2dParams, QuantizedLayer, compensation, conv2d_nchw_int8, dense_int8};
+use schedules::quant::{QuantAttrs, QuantError, Scales, TensorQuant};
+use schedules::resnet18::{self, Layer};
 use schedules::x86::{GemmInt8Knobs, gemm_int8};
+use schedules::x86_conv::{Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_knobs, prepare_conv2d_int8};
 use tensorlift::kernels::VectorWidth;
 use tensorlift::kernels::peak::{self, PeakError, Probe};
-use tensorlift::{CompileOptions, IsaLevel, Target, Tensor, build};
+use tensorlift::{BuildError, CompileOptions, IsaLevel, RuntimeError, Target, Tensor, build};
 
 #[derive(Parser)]
 #[command(name = "tensorlift", version, about = "Tensor-expression compiler with a Cranelift JIT")]
@@ -77,6 +85,26 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Run the resnet-18 int8 layers (R1..R11, FC): define each quantized layer, prepare its
+    /// weights once, compile, verify against a reference and time it against the vpdpbusd peak
+    /// measured in the same run.
+    Resnet18 {
+        /// Only this layer (R1..R11 or FC); default: all twelve in table order.
+        #[arg(long)]
+        layer: Option<String>,
+        /// Threads for parallel loops (default: one per core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// ISA level of the generated code and kernels (`auto`: the best this CPU has, or
+        /// TENSORLIFT_ISA when set).
+        #[arg(long, value_enum, default_value_t = IsaChoice::Auto)]
+        isa: IsaChoice,
+        /// Timed runs per layer (the median is reported).
+        #[arg(long, default_value_t = 10)]
+        repeat: usize,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
     /// Measure the vpdpbusd throughput of this CPU (zmm and ymm, 12 independent accumulators).
     Peak {
         #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -137,6 +165,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             gemm(GemmArgs { m, n, k, target: isa.target(), threads, repeat, mr, nr, a_max, asm, format })
         }
         Command::Peak { format } => peak(format),
+        Command::Resnet18 { layer, threads, isa, repeat, format } => {
+            run_resnet18(Resnet18Args { layer, threads, target: isa.target(), repeat, format })
+        }
         Command::Matmul { m, n, k, schedule, threads, repeat, print_ir } => {
             if m <= 0 || n <= 0 || k <= 0 {
                 return Err(format!("matmul sizes must be positive, found m={m} n={n} k={k}").into());
@@ -230,6 +261,36 @@ fn reference_probe() -> Option<Probe> {
     Probe::new(VectorWidth::Zmm).or_else(|_| Probe::new(VectorWidth::Ymm)).ok()
 }
 
+/// Medians of `repeat` timed calls and of the peak probe run alternately with them.
+struct Timing {
+    median_s: f64,
+    /// One thread's probe GOPS (median), when there is a probe.
+    peak_gops: Option<f64>,
+}
+
+/// Runs `call` once to calibrate, then `repeat` times, each timed call preceded by a run of the
+/// peak probe of the same length: the machine is shared, and the ratio of medians taken side by
+/// side is what is comparable across runs.
+fn time_against_peak<E>(
+    probe: Option<&Probe>,
+    repeat: usize,
+    mut call: impl FnMut() -> Result<(), E>,
+) -> Result<Timing, E> {
+    let start = Instant::now();
+    call()?;
+    let iterations = probe.map(|p| p.calibrate(start.elapsed()));
+    let (mut times, mut peaks) = (Vec::new(), Vec::new());
+    for _ in 0..repeat.max(1) {
+        if let (Some(p), Some(it)) = (probe, iterations) {
+            peaks.push(p.gops(it, p.run(it).as_secs_f64()));
+        }
+        let start = Instant::now();
+        call()?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    Ok(Timing { median_s: median(times), peak_gops: (!peaks.is_empty()).then(|| median(peaks)) })
+}
+
 fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
     let GemmArgs { m, n, k, target, threads, repeat, mr, nr, a_max, asm, format } = args;
     if m <= 0 || n <= 0 || k <= 0 {
@@ -268,25 +329,12 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
     compiled.call(&mut [&mut ta, &mut tb, &mut tc])?;
     let verified = tc.to_array().bits_eq(&expected);
 
-    // Runs alternate with peak-probe runs of the same length: the machine is shared, and the
-    // ratio of medians taken side by side is what is comparable across runs.
     let probe = reference_probe();
-    let start = Instant::now();
-    compiled.call(&mut [&mut ta, &mut tb, &mut tc])?;
-    let iterations = probe.as_ref().map(|p| p.calibrate(start.elapsed()));
-    let (mut times, mut peaks) = (Vec::new(), Vec::new());
-    for _ in 0..repeat.max(1) {
-        if let (Some(p), Some(it)) = (&probe, iterations) {
-            peaks.push(p.gops(it, p.run(it).as_secs_f64()));
-        }
-        let start = Instant::now();
-        compiled.call(&mut [&mut ta, &mut tb, &mut tc])?;
-        times.push(start.elapsed().as_secs_f64());
-    }
-    let run = median(times);
+    let timing = time_against_peak(probe.as_ref(), repeat, || compiled.call(&mut [&mut ta, &mut tb, &mut tc]))?;
+    let run = timing.median_s;
     let gops = 2.0 * (m * n * k) as f64 / run / 1e9;
     let workers = compiled.threads().unwrap_or(1);
-    let peak = (!peaks.is_empty()).then(|| median(peaks) * workers as f64);
+    let peak = timing.peak_gops.map(|p| p * workers as f64);
     let kernels: Vec<&str> =
         compiled.machine_code().iter().filter(|c| c.origin != "cranelift").map(|c| c.origin.as_str()).collect();
     let level = compiled.isa_level();
@@ -401,6 +449,406 @@ fn peak(format: Format) -> Result<(), Box<dyn std::error::Error>> {
                 .collect();
             println!("{{\"accumulators\":{},\"probes\":[{}]}}", peak::ACCUMULATORS, items.join(","));
         }
+    }
+    Ok(())
+}
+
+struct Resnet18Args {
+    layer: Option<String>,
+    threads: Option<usize>,
+    target: Target,
+    repeat: usize,
+    format: Format,
+}
+
+/// Errors of the `resnet18` command.
+#[derive(Debug, thiserror::Error)]
+enum Resnet18Error {
+    #[error("unknown layer {found:?}: expected one of {expected}")]
+    UnknownLayer { found: String, expected: String },
+    #[error("{count} of {total} layer(s) differ from the reference: {failed}")]
+    NotVerified { count: usize, total: usize, failed: String },
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Interp(#[from] InterpError),
+    #[error(transparent)]
+    Conv(#[from] Conv2dInt8Error),
+}
+
+/// The anchors' source quantization (`shared/anchors/layers.py`): u8, scale 0.02, zero point 128.
+const SRC_SCALE: f32 = 0.02;
+const SRC_ZERO_POINT: i32 = 128;
+/// The destination zero point: mid-range, so that (relu off) negative results are not all
+/// clamped to 0 — the anchors use 0, which only their timing, not a bit-exact check, can afford.
+const DST_ZERO_POINT: i32 = 128;
+/// Standard deviations of the uniform source (0..=255 about 128) and weights (-127..=127).
+const SRC_STD: f32 = 73.9;
+const WEI_STD: f32 = 73.6;
+/// The destination scale maps one standard deviation of the real output to this many steps.
+const DST_STEPS_PER_STD: f32 = 32.0;
+
+/// Deterministic pseudo-random integers, uniform in `lo..=hi` (a 64-bit LCG's high bits).
+fn uniform(len: i64, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            lo + ((state >> 33) % (hi - lo + 1) as u64) as i64
+        })
+        .collect()
+}
+
+/// One resnet-18 layer as `shared/anchors/layers.py` defines it: u8 source (zero point 128),
+/// s8 symmetric weights with per-output-channel scales, a bias, u8 output, relu off.
+struct LayerCase {
+    name: &'static str,
+    ops: u64,
+    src: TeTensor,
+    wei: TeTensor,
+    bias: TeTensor,
+    attrs: QuantAttrs,
+    /// Stride and padding of a convolution; `None` for the dense layer.
+    conv: Option<Conv2dParams>,
+    /// The definition (`ops::conv2d_nchw_int8` or `ops::dense_int8`).
+    def: QuantizedLayer,
+    /// The weight preparation of the definition (compensation).
+    prep: Compensation,
+    inputs: [Array; 3],
+}
+
+impl LayerCase {
+    fn new(layer: Layer, seed: u64) -> Result<LayerCase, QuantError> {
+        let name = layer.name();
+        let (src_dims, wei_dims) = match layer {
+            Layer::Conv(c) => (vec![1, c.ic, c.h, c.w], vec![c.oc, c.ic, c.k, c.k]),
+            Layer::Dense(d) => (vec![1, d.in_features], vec![d.out_features, d.in_features]),
+        };
+        let (oc, fan_in) = (wei_dims[0], wei_dims[1..].iter().product::<i64>());
+        let src = placeholder_vec(src_dims.clone(), DType::U8, "src");
+        let wei = placeholder_vec(wei_dims.clone(), DType::I8, "wei");
+        let bias = placeholder_vec(vec![oc], DType::F32, "bias");
+        let wei_scales: Vec<f32> =
+            uniform(oc, seed + 2, 0, 9999).iter().map(|&u| 0.005 + 0.01 * u as f32 / 1e4).collect();
+        // The anchors' bias: s32 in -1000..1000 with scale src_scale · wei_scale[oc].
+        let bias_values: Vec<f64> = uniform(oc, seed + 3, -1000, 999)
+            .iter()
+            .zip(&wei_scales)
+            .map(|(&b, &s)| (b as f32 * (SRC_SCALE * s)) as f64)
+            .collect();
+        let mean_scale = wei_scales.iter().sum::<f32>() / oc as f32;
+        let output_std = SRC_SCALE * mean_scale * (fan_in as f32).sqrt() * SRC_STD * WEI_STD;
+        let attrs = QuantAttrs {
+            src: TensorQuant::per_tensor("src", SRC_SCALE, SRC_ZERO_POINT, DType::U8)?,
+            wei_scales: Scales::new("weights scales", wei_scales, 1, &wei_dims)?,
+            dst: TensorQuant::per_tensor("dst", output_std / DST_STEPS_PER_STD, DST_ZERO_POINT, DType::U8)?,
+            dst_dtype: DType::U8,
+            post_ops: Vec::new(),
+        };
+        let conv = match layer {
+            Layer::Conv(c) => Some(Conv2dParams { stride: c.stride, pad: c.pad }),
+            Layer::Dense(_) => None,
+        };
+        let def = match conv {
+            Some(conv) => conv2d_nchw_int8(&src, &wei, Some(&bias), None, conv, &attrs, name)?,
+            None => dense_int8(&src, &wei, Some(&bias), None, &attrs, name)?,
+        };
+        let prep = compensation(&wei, DType::U8, &attrs.src.zero_points, &format!("{name}.prep"))?;
+        let inputs = [
+            Array::from_i64(DType::U8, &src_dims, &uniform(src_dims.iter().product(), seed, 0, 255)),
+            Array::from_i64(DType::I8, &wei_dims, &uniform(wei_dims.iter().product(), seed + 1, -127, 127)),
+            Array::from_f64(DType::F32, &[oc], &bias_values),
+        ];
+        Ok(LayerCase { name, ops: layer.ops(), src, wei, bias, attrs, conv, def, prep, inputs })
+    }
+
+    /// The per-call function's parameters: source, weights, compensation, bias, per-channel
+    /// scales, output.
+    fn args(&self) -> Vec<&TeTensor> {
+        let mut args = vec![&self.src, &self.wei, &self.def.compensation, &self.bias];
+        args.extend(self.def.params.iter().map(|p| &p.tensor));
+        args.push(&self.def.output);
+        args
+    }
+
+    /// The output by the tensor-expression interpreter: the weight preparation, then the layer.
+    fn reference(&self) -> Result<Array, InterpError> {
+        let [src, wei, bias] = &self.inputs;
+        let comp = eval_te(&[&self.prep.compensation], &[(&self.wei, wei)])?.remove(0);
+        let mut inputs = vec![(&self.src, src), (&self.wei, wei), (&self.def.compensation, &comp), (&self.bias, bias)];
+        inputs.extend(self.def.params.iter().map(|p| (&p.tensor, &p.values)));
+        Ok(eval_te(&[&self.def.output], &inputs)?.remove(0))
+    }
+}
+
+/// What one layer measured.
+struct LayerReport {
+    layer: &'static str,
+    verified: bool,
+    prepare_ms: f64,
+    compile_ms: f64,
+    median_ms: f64,
+    runs: usize,
+    gops: f64,
+    peak_gops: Option<f64>,
+    isa: IsaLevel,
+    threads: usize,
+    /// Share of output elements that are 0 or 255 (the data must exercise the requantization).
+    saturated_pct: f64,
+}
+
+impl LayerReport {
+    fn pct_peak(&self) -> Option<f64> {
+        self.peak_gops.map(|p| 100.0 * self.gops / p)
+    }
+}
+
+/// How a layer is scheduled and what its result is checked against.
+#[derive(Clone, Copy)]
+enum LayerPlan {
+    /// Convolutions: `schedules::x86_conv::conv2d_int8` (implicit GEMM tensorized into the VNNI
+    /// micro-kernel), checked against the generic schedule of `ops::conv2d_nchw_int8` JIT-compiled
+    /// (whose equality with the interpreter `tests/it/quant.rs` checks).
+    X86Conv(Conv2dInt8Knobs),
+    /// The dense layer (no x86 dense schedule yet): the generic schedule, checked against the
+    /// tensor-expression interpreter.
+    Generic,
+}
+
+impl LayerPlan {
+    fn schedule(self) -> &'static str {
+        match self {
+            LayerPlan::X86Conv(_) => "x86_conv",
+            LayerPlan::Generic => "generic",
+        }
+    }
+
+    fn reference(self) -> &'static str {
+        match self {
+            LayerPlan::X86Conv(_) => "generic-jit",
+            LayerPlan::Generic => "eval_te",
+        }
+    }
+}
+
+/// A compiled layer with its arguments bound (weights prepared).
+struct CompiledLayer {
+    /// Compiling and running the weight preparation.
+    prepare_ms: f64,
+    kernel: tensorlift::Kernel,
+    /// The per-call function's arguments; the output is last.
+    tensors: Vec<Tensor>,
+}
+
+impl CompiledLayer {
+    fn call(&mut self) -> Result<(), RuntimeError> {
+        self.kernel.compiled.call(&mut self.tensors.iter_mut().collect::<Vec<_>>())
+    }
+
+    fn output(&self) -> Array {
+        self.tensors.last().map_or_else(|| Array::zeros(DType::U8, &[0]), Tensor::to_array)
+    }
+}
+
+/// The definition (`ops::conv2d_nchw_int8` or `ops::dense_int8`) under the generic schedule,
+/// its compensation prepared by the generic schedule of `ops::compensation`.
+fn compile_generic(case: &LayerCase, options: &CompileOptions) -> Result<CompiledLayer, Resnet18Error> {
+    let start = Instant::now();
+    let prep = build(&default_schedule(&[&case.prep.compensation]), &[&case.wei, &case.prep.compensation], "prep", options)?;
+    let [src, wei, bias] = &case.inputs;
+    let mut wei_t = Tensor::from_array(wei);
+    let mut comp_t = Tensor::zeros(DType::I32, case.def.compensation.shape());
+    prep.compiled.call(&mut [&mut wei_t, &mut comp_t])?;
+    let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
+    let kernel = build(&default_schedule(&[&case.def.output]), &case.args(), case.name, options)?;
+    let mut tensors = vec![Tensor::from_array(src), wei_t, comp_t, Tensor::from_array(bias)];
+    tensors.extend(case.def.params.iter().map(|p| Tensor::from_array(&p.values)));
+    tensors.push(Tensor::zeros(DType::U8, case.def.output.shape()));
+    Ok(CompiledLayer { prepare_ms, kernel, tensors })
+}
+
+/// `x86_conv::conv2d_int8` with `knobs`, its weights packed by `x86_conv::prepare_conv2d_int8`.
+fn compile_x86_conv(
+    case: &LayerCase,
+    conv: Conv2dParams,
+    knobs: Conv2dInt8Knobs,
+    options: &CompileOptions,
+) -> Result<CompiledLayer, Resnet18Error> {
+    let start = Instant::now();
+    let prep = prepare_conv2d_int8(&case.wei, DType::U8, &case.attrs.src.zero_points, knobs, &format!("{}.prep", case.name))?;
+    let prep_kernel = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
+    let [src, wei, bias] = &case.inputs;
+    let mut wei_t = Tensor::from_array(wei);
+    let mut packed_t = Tensor::zeros(DType::I8, prep.packed_weights.shape());
+    let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape());
+    prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
+    let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
+    let layer = conv2d_int8(&case.src, &case.wei, Some(&case.bias), None, conv, &case.attrs, knobs, case.name)?;
+    let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
+    let mut tensors = vec![Tensor::from_array(src), packed_t, comp_t, Tensor::from_array(bias)];
+    tensors.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
+    tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape()));
+    Ok(CompiledLayer { prepare_ms, kernel, tensors })
+}
+
+fn run_layer(
+    case: &LayerCase,
+    plan: LayerPlan,
+    options: &CompileOptions,
+    probe: Option<&Probe>,
+    repeat: usize,
+    progress: &ProgressBar,
+) -> Result<LayerReport, Resnet18Error> {
+    let name = case.name;
+    progress.set_message(format!("{name}: prepare weights, compile"));
+    let mut compiled = match (plan, case.conv) {
+        (LayerPlan::X86Conv(knobs), Some(conv)) => compile_x86_conv(case, conv, knobs, options)?,
+        _ => compile_generic(case, options)?,
+    };
+    compiled.call()?;
+    let output = compiled.output();
+
+    progress.set_message(format!("{name}: verify against {}", plan.reference()));
+    let expected = match plan {
+        LayerPlan::X86Conv(_) => {
+            let mut reference = compile_generic(case, options)?;
+            reference.call()?;
+            reference.output()
+        }
+        LayerPlan::Generic => case.reference()?,
+    };
+    let verified = output.bits_eq(&expected);
+    let values = output.to_i64_vec();
+    let saturated = values.iter().filter(|&&v| v == 0 || v == 255).count();
+
+    progress.set_message(format!("{name}: time {repeat} runs"));
+    let timing = time_against_peak(probe, repeat, || compiled.call())?;
+    let kernel = &compiled.kernel;
+    let threads = kernel.compiled.threads().unwrap_or(1);
+    Ok(LayerReport {
+        layer: name,
+        verified,
+        prepare_ms: compiled.prepare_ms,
+        compile_ms: kernel.compile_time().as_secs_f64() * 1e3,
+        median_ms: timing.median_s * 1e3,
+        runs: repeat.max(1),
+        gops: case.ops as f64 / timing.median_s / 1e9,
+        peak_gops: timing.peak_gops.map(|p| p * threads as f64),
+        isa: kernel.compiled.isa_level(),
+        threads,
+        saturated_pct: 100.0 * saturated as f64 / values.len().max(1) as f64,
+    })
+}
+
+fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
+    let Resnet18Args { layer, threads, target, repeat, format } = args;
+    let layers = match layer {
+        Some(name) => vec![resnet18::layer(&name).ok_or_else(|| Resnet18Error::UnknownLayer {
+            found: name,
+            expected: resnet18::layers().iter().map(|l| l.name()).collect::<Vec<_>>().join(", "),
+        })?],
+        None => resnet18::layers(),
+    };
+    let options = CompileOptions { target, threads, ..CompileOptions::default() };
+    let probe = reference_probe();
+    let width = probe.as_ref().map(|p| match p.width {
+        VectorWidth::Zmm => "zmm",
+        VectorWidth::Ymm => "ymm",
+    });
+    let progress = ProgressBar::new(layers.len() as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{bar:24} {pos}/{len} layers  {elapsed}  {msg}")
+            .map_err(|e| e.to_string())?,
+    );
+    if format == Format::Table {
+        println!("resnet-18 int8 layers, batch 1: u8 src (zp {SRC_ZERO_POINT}) x s8 weights (per-channel scales) + bias -> u8, relu off");
+        println!("schedule   conv: x86_conv (schedules::x86_conv::conv2d_int8, default_knobs per layer, shown as mr x nr); FC: generic (no x86 dense schedule yet)");
+        println!("reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled); FC: eval_te (the interpreter)");
+        match width {
+            Some(w) => println!("peak       vpdpbusd {w} x threads, median of runs interleaved with the layer's own"),
+            None => println!("peak       unavailable (no VNNI on this CPU)"),
+        }
+        println!(
+            "{:<5} {:<15} {:>8} {:>10} {:>11} {:>10} {:>8} {:>9} {:>7} {:<12} {:>7} {:>6}",
+            "layer", "schedule", "verified", "prepare ms", "compile ms", "median ms", "GOPS", "peak GOPS", "% peak", "isa", "threads", "sat %"
+        );
+    }
+    let mut reports = Vec::new();
+    for (i, &layer) in layers.iter().enumerate() {
+        progress.set_message(format!("{}: define", layer.name()));
+        let case = LayerCase::new(layer, 1000 * (i as u64 + 1))?;
+        let plan = match layer {
+            Layer::Conv(c) => {
+                LayerPlan::X86Conv(Conv2dInt8Knobs { parallel: threads != Some(1), ..default_knobs(&c) })
+            }
+            Layer::Dense(_) => LayerPlan::Generic,
+        };
+        let report = run_layer(&case, plan, &options, probe.as_ref(), repeat, &progress)?;
+        let schedule = match plan {
+            LayerPlan::X86Conv(k) => format!("{} {}x{}", plan.schedule(), k.mr, k.nr),
+            LayerPlan::Generic => plan.schedule().to_string(),
+        };
+        progress.suspend(|| match format {
+            Format::Table => {
+                let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| format!("{v:.prec$}"));
+                println!(
+                    "{:<5} {:<15} {:>8} {:>10.2} {:>11.2} {:>10.3} {:>8.1} {:>9} {:>7} {:<12} {:>7} {:>6.1}",
+                    report.layer,
+                    schedule,
+                    report.verified,
+                    report.prepare_ms,
+                    report.compile_ms,
+                    report.median_ms,
+                    report.gops,
+                    opt(report.peak_gops, 1),
+                    opt(report.pct_peak(), 1),
+                    report.isa.name(),
+                    report.threads,
+                    report.saturated_pct
+                );
+            }
+            Format::Json => println!(
+                "{}",
+                serde_json::json!({
+                    "layer": report.layer,
+                    "verified": report.verified,
+                    "schedule": plan.schedule(),
+                    "knobs": match plan {
+                        LayerPlan::X86Conv(k) => serde_json::json!({"mr": k.mr, "nr": k.nr, "lanes": k.lanes, "parallel": k.parallel}),
+                        LayerPlan::Generic => serde_json::Value::Null,
+                    },
+                    "reference": plan.reference(),
+                    "prepare_ms": report.prepare_ms,
+                    "compile_ms": report.compile_ms,
+                    "median_ms": report.median_ms,
+                    "runs": report.runs,
+                    "ops": case.ops,
+                    "gops": report.gops,
+                    "peak_gops": report.peak_gops,
+                    "peak_probe": width.map(|w| format!("vpdpbusd {w}")),
+                    "pct_peak": report.pct_peak(),
+                    "isa": report.isa.name(),
+                    "threads": report.threads,
+                    "saturated_pct": report.saturated_pct,
+                })
+            ),
+        });
+        progress.inc(1);
+        reports.push(report);
+    }
+    progress.finish_and_clear();
+    if format == Format::Table && reports.len() > 1 {
+        let total_ms: f64 = reports.iter().map(|r| r.median_ms).sum();
+        let total_ops: u64 = layers.iter().map(|l| l.ops()).sum();
+        println!("total {:<15} {:>8} {:>10} {:>11} {total_ms:>10.3} {:>8.1}", "", "", "", "", total_ops as f64 / total_ms / 1e6);
+    }
+    let failed: Vec<&str> = reports.iter().filter(|r| !r.verified).map(|r| r.layer).collect();
+    if !failed.is_empty() {
+        return Err(Resnet18Error::NotVerified { count: failed.len(), total: reports.len(), failed: failed.join(", ") }.into());
     }
     Ok(())
 }

@@ -7,7 +7,7 @@
 //! the weights are packed, and the per-call operators read its result through a placeholder.
 
 use ir::te::{Tensor, compute_vec, max, placeholder_vec, reduce_axis, sum};
-use ir::expr::select;
+use ir::expr::{max as index_max, min as index_min, select};
 use ir::{DType, Expr};
 
 use crate::quant::{
@@ -161,10 +161,12 @@ fn check_layer_attrs(
     Ok((src_q, dst_q))
 }
 
-/// `x = f32(acc − comp[oc]) · M[oc] + bias[oc]`, then post-ops and the destination (see `quant`).
+/// `x = f32(acc − comp[oc]) · M[oc] + bias[oc]`, then post-ops and the destination (see `quant`),
+/// over an output of shape `dims` whose element at `i` has the accumulator `read_acc(i)`.
 #[allow(clippy::too_many_arguments)]
 fn requantize_layer(
-    acc: &Tensor,
+    dims: Vec<i64>,
+    read_acc: impl Fn(&[Expr]) -> Expr,
     channel_axis: usize,
     compensation: &Tensor,
     weights_dims: &[i64],
@@ -175,7 +177,6 @@ fn requantize_layer(
     params: &mut Params,
     name: &str,
 ) -> Result<Tensor, QuantError> {
-    let dims = acc.shape().to_vec();
     let w = &attrs.wei_scales;
     Ok(compute_vec(
         dims,
@@ -188,7 +189,7 @@ fn requantize_layer(
             } else {
                 f32c(src_scale) * params.scale(w, weights_dims, &oc_index, &format!("{name}.wei_scale"))
             };
-            let centered = (acc.at_vec(i.to_vec()) - compensation.at([oc])).cast(DType::F32);
+            let centered = (read_acc(i) - compensation.at([oc])).cast(DType::F32);
             let mut x = centered * multiplier;
             if let Some(b) = bias {
                 x = x + b.at([oc]);
@@ -209,6 +210,43 @@ fn shifted_source(src: &Tensor, name: &str) -> Result<(Tensor, Option<Tensor>), 
     Ok((shifted.clone(), Some(shifted)))
 }
 
+/// The sizes of a convolution: source `[n, ic, h, w]`, weights `[oc, ic, kh, kw]`, output
+/// `[n, oc, oh, ow]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ConvGeometry {
+    n: i64,
+    ic: i64,
+    h: i64,
+    w: i64,
+    oc: i64,
+    kh: i64,
+    kw: i64,
+    oh: i64,
+    ow: i64,
+}
+
+/// Checks the shapes, stride and padding of a convolution and derives its output size.
+fn conv_geometry(op: &str, src: &Tensor, weights: &Tensor, conv: Conv2dParams) -> Result<ConvGeometry, QuantError> {
+    let ([n, ic, h, w], [oc, wic, kh, kw]) = (src.shape(), weights.shape()) else {
+        let found = format!("{:?} and {:?}", src.shape(), weights.shape());
+        return Err(shape_error(op, "the source and weight shapes", "[N, IC, H, W] and [OC, IC, KH, KW]", found));
+    };
+    let (n, ic, h, w, oc, kh, kw) = (*n, *ic, *h, *w, *oc, *kh, *kw);
+    if *wic != ic {
+        return Err(shape_error(op, "the input channels of the weights", ic.to_string(), wic.to_string()));
+    }
+    if conv.stride < 1 || conv.pad < 0 {
+        let found = format!("stride {} and pad {}", conv.stride, conv.pad);
+        return Err(shape_error(op, "the stride and padding", "stride >= 1 and pad >= 0", found));
+    }
+    let (oh, ow) = ((h + 2 * conv.pad - kh) / conv.stride + 1, (w + 2 * conv.pad - kw) / conv.stride + 1);
+    if h + 2 * conv.pad < kh || w + 2 * conv.pad < kw {
+        let found = format!("{kh}x{kw} over {h}x{w} padded by {}", conv.pad);
+        return Err(shape_error(op, "the kernel", "no larger than the padded source", found));
+    }
+    Ok(ConvGeometry { n, ic, h, w, oc, kh, kw, oh, ow })
+}
+
 /// The int8 convolution `src: [N, IC, H, W]` (u8 or i8) ⊛ `weights: [OC, IC, KH, KW]` (i8) with
 /// stride and padding, requantized as `attrs` say (`quant` module doc), plus the post-ops'
 /// `sum_input` (shape of the output) and an optional f32 `bias: [OC]`. The output is
@@ -226,23 +264,7 @@ pub fn conv2d_nchw_int8(
     name: &str,
 ) -> Result<QuantizedLayer, QuantError> {
     let op = format!("conv2d_nchw_int8 {name}");
-    let ([n, ic, h, w], [oc, wic, kh, kw]) = (src.shape(), weights.shape()) else {
-        let found = format!("{:?} and {:?}", src.shape(), weights.shape());
-        return Err(shape_error(&op, "the source and weight shapes", "[N, IC, H, W] and [OC, IC, KH, KW]", found));
-    };
-    let (n, ic, h, w, oc, kh, kw) = (*n, *ic, *h, *w, *oc, *kh, *kw);
-    if *wic != ic {
-        return Err(shape_error(&op, "the input channels of the weights", ic.to_string(), wic.to_string()));
-    }
-    if conv.stride < 1 || conv.pad < 0 {
-        let found = format!("stride {} and pad {}", conv.stride, conv.pad);
-        return Err(shape_error(&op, "the stride and padding", "stride >= 1 and pad >= 0", found));
-    }
-    let (oh, ow) = ((h + 2 * conv.pad - kh) / conv.stride + 1, (w + 2 * conv.pad - kw) / conv.stride + 1);
-    if h + 2 * conv.pad < kh || w + 2 * conv.pad < kw {
-        let found = format!("{kh}x{kw} over {h}x{w} padded by {}", conv.pad);
-        return Err(shape_error(&op, "the kernel", "no larger than the padded source", found));
-    }
+    let ConvGeometry { n, ic, h, w, oc, kh, kw, oh, ow } = conv_geometry(&op, src, weights, conv)?;
     let out_dims = [n, oc, oh, ow];
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
     let (unsigned, shifted) = shifted_source(src, name)?;
@@ -276,7 +298,8 @@ pub fn conv2d_nchw_int8(
     let compensation = placeholder_vec(vec![oc], DType::I32, &format!("{name}.compensation"));
     let mut params = Params::default();
     let output = requantize_layer(
-        &acc,
+        acc.shape().to_vec(),
+        |i| acc.at_vec(i.to_vec()),
         1,
         &compensation,
         weights.shape(),
@@ -288,6 +311,134 @@ pub fn conv2d_nchw_int8(
         name,
     )?;
     Ok(QuantizedLayer { compensation, shifted, padded: padded_stage, acc, output, params: params.0 })
+}
+
+/// The reduction length of a convolution as an implicit GEMM: `IC·KH·KW` rounded up to a
+/// multiple of 4 (one VNNI group).
+pub fn conv_gemm_k(ic: i64, kh: i64, kw: i64) -> i64 {
+    ceil_div(ic * kh * kw, 4) * 4
+}
+
+/// The weight preparation of `conv2d_nchw_int8_gemm` (run once, when the weights are packed):
+/// `weights: i8[OC, IC, KH, KW]` as the VNNI panels `[⌈OC/nr⌉, K/4, nr, 4]` of the GEMM operand
+/// `B[k, oc]`, i.e. `packed[p, ko, j, ki] = B[ko·4 + ki, p·nr + j]` as `nn::pack_b_vnni` lays it
+/// out, with `k = (kh·KW + kw)·IC + ic` and `K = conv_gemm_k(IC, KH, KW)`. Entries past
+/// `IC·KH·KW` or `OC` are 0, so they add nothing to the accumulator.
+pub fn pack_conv2d_weights_vnni(weights: &Tensor, nr: i64, name: &str) -> Result<Tensor, QuantError> {
+    let op = format!("pack_conv2d_weights_vnni {name}");
+    require_s8_weights(&op, weights)?;
+    let [oc, ic, kh, kw] = *weights.shape() else {
+        return Err(shape_error(&op, "the weight shape", "[OC, IC, KH, KW]", format!("{:?}", weights.shape())));
+    };
+    if nr < 1 {
+        return Err(shape_error(&op, "the panel width nr", "positive", nr.to_string()));
+    }
+    let taps = ic * kh * kw;
+    Ok(compute_vec(
+        vec![ceil_div(oc, nr), conv_gemm_k(ic, kh, kw) / 4, nr, 4],
+        |i| {
+            let o = &i[0] * nr + &i[2];
+            let k = &i[1] * 4 + &i[3];
+            let (c, tap) = (&k % ic, &k / ic);
+            let inside = k.lt(taps) & o.lt(oc);
+            select(inside, weights.at([&o, &c, &(&tap / kw), &(&tap % kw)]), Expr::int(DType::I8, 0))
+        },
+        name,
+    )?)
+}
+
+/// The stages of `conv2d_nchw_int8_gemm`. `M = N·OH·OW` output pixels, `K = conv_gemm_k(..)`.
+#[derive(Clone, Debug)]
+pub struct ConvGemmLayer {
+    /// Placeholder `i32[OC]`: bind `compensation(weights, ..)` (as for `conv2d_nchw_int8`).
+    pub compensation: Tensor,
+    /// Placeholder `i8[⌈OC/nr⌉, K/4, nr, 4]`: bind `pack_conv2d_weights_vnni(weights, nr)`.
+    pub packed_weights: Tensor,
+    /// `u8(src) + 128` for an i8 source (`<name>.shifted`).
+    pub shifted: Option<Tensor>,
+    /// `u8[N, H + 2·pad, W + 2·pad, IC]` (`<name>.pad`): the unsigned source, channels last,
+    /// padded with its (shifted) zero point.
+    pub padded: Tensor,
+    /// `u8[M, K]` (`<name>.col`): row `m = (n·OH + oh)·OW + ow` holds the receptive field of that
+    /// output pixel in the order of `k`; columns past `IC·KH·KW` hold 0.
+    pub columns: Tensor,
+    /// `i32[M, ⌈OC/nr⌉·nr]` (`<name>.acc`): `nn::matmul_packed(columns, packed_weights)`.
+    pub acc: Tensor,
+    /// The requantized output `[N, OC, OH, OW]`.
+    pub output: Tensor,
+    /// Per-channel weight scales (a parameter when the weight scale mask is 1).
+    pub params: Vec<Param>,
+}
+
+/// `conv2d_nchw_int8` written as an implicit GEMM, the form the x86 schedule tensorizes:
+/// `acc[m, oc] = Σ_k columns[m, k] · B[k, oc]` with the weights prepared by
+/// `pack_conv2d_weights_vnni(weights, nr)` (`weights` is only the shape and dtype here), then the
+/// same requantization into NCHW. Bit for bit equal to `conv2d_nchw_int8` with the same
+/// arguments; the same typed errors, plus a non-positive `nr`.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_nchw_int8_gemm(
+    src: &Tensor,
+    weights: &Tensor,
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    conv: Conv2dParams,
+    attrs: &QuantAttrs,
+    nr: i64,
+    name: &str,
+) -> Result<ConvGemmLayer, QuantError> {
+    let op = format!("conv2d_nchw_int8_gemm {name}");
+    let ConvGeometry { n, ic, h, w, oc, kh, kw, oh, ow } = conv_geometry(&op, src, weights, conv)?;
+    if nr < 1 {
+        return Err(shape_error(&op, "the panel width nr", "positive", nr.to_string()));
+    }
+    let out_dims = [n, oc, oh, ow];
+    let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
+    let (unsigned, shifted) = shifted_source(src, name)?;
+    let pad_value = Expr::int(DType::U8, (src_zp + source_shift(src.dtype())) as i64);
+    let p = conv.pad;
+    let padded = compute_vec(
+        vec![n, h + 2 * p, w + 2 * p, ic],
+        |i| {
+            let (y, x) = (&i[1] - p, &i[2] - p);
+            let inside = y.ge(0) & y.lt(h) & x.ge(0) & x.lt(w);
+            // The read clamped into the source, so that it needs no guard when vectorized over
+            // the channels (the select discards it outside).
+            let (cy, cx) = (index_min(index_max(y, Expr::index(0)), h - 1), index_min(index_max(x, Expr::index(0)), w - 1));
+            select(inside, unsigned.at([&i[0], &i[3], &cy, &cx]), pad_value)
+        },
+        &format!("{name}.pad"),
+    )?;
+    let (m, k, taps, s) = (n * oh * ow, conv_gemm_k(ic, kh, kw), ic * kh * kw, conv.stride);
+    let columns = compute_vec(
+        vec![m, k],
+        |i| {
+            let (b, pixel) = (&i[0] / (oh * ow), &i[0] % (oh * ow));
+            let (y, x) = (&pixel / ow, &pixel % ow);
+            let (c, tap) = (&i[1] % ic, &i[1] / ic);
+            let (ky, kx) = (&tap / kw, &tap % kw);
+            let read = padded.at([&b, &(&y * s + &ky), &(&x * s + &kx), &c]);
+            select(i[1].lt(taps), read, Expr::int(DType::U8, 0))
+        },
+        &format!("{name}.col"),
+    )?;
+    let packed_weights = placeholder_vec(vec![ceil_div(oc, nr), k / 4, nr, 4], DType::I8, &format!("{name}.packed_weights"));
+    let acc = crate::nn::matmul_packed(&columns, &packed_weights, DType::I32, &format!("{name}.acc"))?;
+    let compensation = placeholder_vec(vec![oc], DType::I32, &format!("{name}.compensation"));
+    let mut params = Params::default();
+    let output = requantize_layer(
+        out_dims.to_vec(),
+        |i| acc.at([&((&i[0] * oh + &i[2]) * ow + &i[3]), &i[1]]),
+        1,
+        &compensation,
+        weights.shape(),
+        bias,
+        sum_input,
+        (src_scale, dst_q),
+        attrs,
+        &mut params,
+        name,
+    )?;
+    Ok(ConvGemmLayer { compensation, packed_weights, shifted, padded, columns, acc, output, params: params.0 })
 }
 
 /// The int8 dense layer `out[m, oc] = requant(Σ_ic src[m, ic] · weights[oc, ic])` for
@@ -325,7 +476,8 @@ pub fn dense_int8(
     let compensation = placeholder_vec(vec![oc], DType::I32, &format!("{name}.compensation"));
     let mut params = Params::default();
     let output = requantize_layer(
-        &acc,
+        acc.shape().to_vec(),
+        |i| acc.at_vec(i.to_vec()),
         1,
         &compensation,
         weights.shape(),

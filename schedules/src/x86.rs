@@ -139,7 +139,7 @@ mod tests {
             for i.inner.1 in 0..4 {{
               let i.1 = i.outer*4 + i.inner.1
               if i.1 < 6 {{
-                C[ramp(i.1*32 + j.outer*16, 1, 16)] = C[ramp(i.1*32 + j.outer*16, 1, 16)] + broadcast(i32(A[i.1*8 + ko*4 + ki]), 16)*i32x16(Bp[ramp(j.outer*16, 1, 16)/broadcast(16, 16)*broadcast(128, 16) + broadcast(ko*64, 16) + ramp(j.outer*16, 1, 16)%broadcast(16, 16)*broadcast(4, 16) + broadcast(ki, 16)])
+                C[ramp(i.1*32 + j.outer*16, 1, 16)] = C[ramp(i.1*32 + j.outer*16, 1, 16)] + broadcast(i32(A[i.1*8 + ko*4 + ki]), 16)*i32x16(Bp[ramp(j.outer*128 + ko*64 + ki, 4, 16)])
               }}
             }}
           }}

@@ -106,3 +106,40 @@ fn peak_measures_both_widths() {
         assert!(stdout.contains("{\"width\":\"zmm\",\"encoding\":\"EVEX\",\"gops\":"), "{stdout}");
     }
 }
+
+#[test]
+fn resnet18_prints_one_verified_json_object_per_layer() {
+    let (ok, stdout, stderr) = tensorlift(&["resnet18", "--layer", "R7", "--repeat", "1", "--format", "json"]);
+    assert!(ok, "{stderr}");
+    let objects: Vec<serde_json::Value> =
+        stdout.lines().map(|line| serde_json::from_str(line).expect("a JSON object per line")).collect();
+    let [r7] = objects.as_slice() else { panic!("one object for one layer: {stdout}") };
+    assert_eq!(r7["layer"], "R7");
+    assert_eq!(r7["verified"], true, "{r7}");
+    assert_eq!(r7["ops"], 2 * 256 * 14 * 14 * 128);
+    for field in ["compile_ms", "median_ms", "gops"] {
+        assert!(r7[field].as_f64().is_some_and(|v| v > 0.0), "{field}: {r7}");
+    }
+    assert!(r7["isa"].as_str().is_some_and(|isa| tensorlift::IsaLevel::ALL.iter().any(|l| l.name() == isa)), "{r7}");
+    assert!(r7["threads"].as_u64().is_some_and(|t| t >= 1), "{r7}");
+    assert!(r7["schedule"].is_string() && r7["reference"].is_string(), "{r7}");
+    // The data exercises the requantization: few outputs at 0 or 255.
+    assert!(r7["saturated_pct"].as_f64().is_some_and(|p| p < 30.0), "{r7}");
+    let pct = &r7["pct_peak"];
+    if tensorlift::IsaLevel::Avx512Vnni.is_supported() {
+        assert!(pct.as_f64().is_some_and(|p| p > 0.0), "{r7}");
+    } else {
+        assert!(pct.is_null() || pct.as_f64().is_some(), "{r7}");
+    }
+}
+
+#[test]
+fn resnet18_rejects_an_unknown_layer_by_name() {
+    let (ok, stdout, stderr) = tensorlift(&["resnet18", "--layer", "R12"]);
+    assert!(!ok);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("error: unknown layer \"R12\": expected one of R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, FC"),
+        "{stderr}"
+    );
+}

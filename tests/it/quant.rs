@@ -14,6 +14,8 @@ use schedules::ops::{
 use schedules::quant::{
     PostOp, QuantAttrs, QuantError, Scales, TensorQuant, ZeroPoints, dequantize, mask_count, quantize, requantize,
 };
+use schedules::resnet18::CONV_LAYERS;
+use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_knobs, prepare_conv2d_int8};
 use tensorlift::{CompileOptions, Tensor as RtTensor};
 
 /// Deterministic values in `lo..=hi`.
@@ -754,4 +756,99 @@ fn malformed_attributes_are_typed_errors() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("shape of the sum input must be [1, 2, 3, 3], found [1, 2, 3, 4]"), "{err}");
+}
+
+/// One convolution through the x86 implicit-GEMM schedule (`schedules::x86_conv`), JIT-compiled
+/// with its weight preparation, against the plain-Rust reference; returns the lowered per-call
+/// function's text.
+fn check_x86_conv(
+    [n, ic, h, w]: [i64; 4],
+    [oc, k]: [i64; 2],
+    conv: Conv2dParams,
+    l: &Layer,
+    knobs: Conv2dInt8Knobs,
+    seed: u64,
+) -> String {
+    let (slo, shi) = range_of(l.src_dtype);
+    let src_v = values((n * ic * h * w) as usize, seed, slo, shi);
+    let wei_v = values((oc * ic * k * k) as usize, seed + 1, -128, 127);
+    let bias: Vec<f64> = values(oc as usize, seed + 2, -400, 1600).iter().map(|&b| (b as f32 * 0.37) as f64).collect();
+    let (oh, ow) = ((h + 2 * conv.pad - k) / conv.stride + 1, (w + 2 * conv.pad - k) / conv.stride + 1);
+    let out_dims = [n, oc, oh, ow];
+    let with_sum = l.post_ops.iter().any(|p| matches!(p, PostOp::Sum { .. }));
+    let res_dtype = l.src_dtype;
+    let (rlo, rhi) = range_of(res_dtype);
+    let residual = if with_sum { values((n * oc * oh * ow) as usize, seed + 3, rlo, rhi) } else { vec![] };
+    let bias_f32: Vec<f32> = bias.iter().map(|&b| b as f32).collect();
+    let (x, _) = reference_conv_x(&src_v, [n, ic, h, w], &wei_v, [oc, k], conv, l, &bias_f32, &residual);
+    let dst = dst_quant_for(&x, l.dst_dtype);
+    let want: Vec<f64> = x.iter().map(|&v| store(v / dst.0 + dst.1 as f32, l.dst_dtype)).collect();
+    let what = format!(
+        "x86 conv {ic}->{oc} {h}x{w} k{k} s{} p{} {}->{} per_channel={} {:?} {knobs:?}",
+        conv.stride, conv.pad, l.src_dtype, l.dst_dtype, l.per_channel, l.post_ops
+    );
+    assert_exercised(&what, &want, l.dst_dtype);
+
+    let src = placeholder([n, ic, h, w], l.src_dtype, "src");
+    let wei = placeholder([oc, ic, k, k], DType::I8, "wei");
+    let b = placeholder([oc], DType::F32, "bias");
+    let r = placeholder(out_dims, res_dtype, "residual");
+    let a = attrs(l, oc, wei.shape(), dst, &out_dims);
+    let options = CompileOptions::default();
+    let zp = ZeroPoints::per_tensor("src", l.src_zp, l.src_dtype).unwrap();
+    let prep = prepare_conv2d_int8(&wei, l.src_dtype, &zp, knobs, "prep").unwrap();
+    let prep_args: Vec<&Tensor> = prep.args.iter().collect();
+    let prep_kernel = tensorlift::build(&prep.schedule, &prep_args, "prep", &options).unwrap();
+    let mut wei_t = RtTensor::from_array(&Array::from_i64(DType::I8, &[oc, ic, k, k], &wei_v));
+    let mut packed_t = RtTensor::zeros(DType::I8, prep.packed_weights.shape());
+    let mut comp_t = RtTensor::zeros(DType::I32, &[oc]);
+    prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
+
+    let f = conv2d_int8(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, knobs, "conv").unwrap();
+    let args: Vec<&Tensor> = f.args.iter().collect();
+    let kernel = tensorlift::build(&f.schedule, &args, "conv", &options).unwrap();
+    let mut src_t = RtTensor::from_array(&Array::from_i64(l.src_dtype, &[n, ic, h, w], &src_v));
+    let mut bias_t = RtTensor::from_array(&Array::from_f64(DType::F32, &[oc], &bias));
+    let mut res_t = with_sum.then(|| RtTensor::from_array(&Array::from_i64(res_dtype, &out_dims, &residual)));
+    let mut params: Vec<RtTensor> = f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
+    let mut out_t = RtTensor::zeros(l.dst_dtype, &out_dims);
+    let mut call: Vec<&mut RtTensor> = vec![&mut src_t, &mut packed_t, &mut comp_t, &mut bias_t];
+    call.extend(res_t.as_mut());
+    call.extend(params.iter_mut());
+    call.push(&mut out_t);
+    kernel.compiled.call(&mut call).unwrap();
+    assert_same(&what, &out_t.to_array(), &want);
+    ir::lower::lower(&f.schedule, &args, "conv").unwrap().to_string()
+}
+
+#[test]
+fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
+    let small = Conv2dInt8Knobs { mr: 4, nr: 16, lanes: 8, parallel: true };
+    let cases: [([i64; 4], [i64; 2], Conv2dParams, Conv2dInt8Knobs); 6] = [
+        // ic = oc = 17: K = 153 → 156, OC not a multiple of nr; stride 2 over an odd 9 × 11 input.
+        ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, small),
+        // An R-shaped 3 × 3 layer, width 10 not a multiple of the 8-lane epilogue nor of mr.
+        ([1, 64, 10, 10], [64, 3], Conv2dParams { stride: 1, pad: 1 }, default_knobs(&CONV_LAYERS[1])),
+        // 1 × 1 stride 2 (R4-shaped).
+        ([1, 32, 13, 13], [32, 1], Conv2dParams { stride: 2, pad: 0 }, default_knobs(&CONV_LAYERS[3])),
+        // The stem: 7 × 7 stride 2 with 3 input channels (K = 147 → 148).
+        ([1, 3, 23, 21], [16, 7], Conv2dParams { stride: 2, pad: 3 }, default_knobs(&CONV_LAYERS[0])),
+        // Batch 2, mr not dividing M.
+        ([2, 8, 6, 5], [24, 3], Conv2dParams { stride: 1, pad: 1 }, Conv2dInt8Knobs { mr: 3, nr: 16, lanes: 4, parallel: false }),
+        ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, Conv2dInt8Knobs { mr: 8, nr: 32, lanes: 16, parallel: false }),
+    ];
+    let mut seed = 500;
+    for (i, (src, w, conv, knobs)) in cases.into_iter().enumerate() {
+        for (src_dtype, dst, per_channel, post) in [
+            (DType::U8, DType::U8, true, vec![PostOp::Relu]),
+            (DType::U8, DType::U8, false, vec![]),
+            (DType::I8, DType::I8, i % 2 == 0, post_op_sets(DType::I8)[3].clone()),
+            (DType::U8, DSTS[i % 4], true, post_op_sets(DType::U8)[i % 4].clone()),
+        ] {
+            let l = layer_case(src_dtype, dst, per_channel, post, w[0] as usize);
+            let ir = check_x86_conv(src, w, conv, &l, knobs, seed);
+            assert!(ir.contains(&format!("call int8_gemm_{}x{}x", knobs.mr, knobs.nr)), "{ir}");
+            seed += 11;
+        }
+    }
 }

@@ -9,7 +9,7 @@ use crate::analysis::linear::Linear;
 use crate::dtype::DType;
 use crate::expr::{BinOp, CmpOp, Expr, ExprKind, Var};
 use crate::interp::scalar::{self, Scalar, int_value};
-use crate::mutator::{Mutator, rebuild_expr, walk_expr, walk_stmt};
+use crate::mutator::{Mutator, rebuild_expr, substitute_map, walk_expr, walk_stmt};
 use crate::passes::lanewise;
 use crate::stmt::{Func, Stmt, StmtKind};
 
@@ -36,11 +36,13 @@ use crate::stmt::{Func, Stmt, StmtKind};
 /// rule that `i64` index arithmetic never wraps, which is why both are limited to `i64`.
 ///
 /// Does not: apply float identities (`x + 0.0` is not `x` for `-0.0`), reassociate other types,
-/// relate variables through their lets (`let i = ...` stays opaque beyond its interval), remove
+/// relate variables through their lets beyond one rule (`let i = ...` stays opaque beyond its
+/// interval, except that `i / d` and `i % d` expand an `i64` let value when that puts the
+/// remainder within one period: `let i = x*8 + y` with `y` in `[0, 8)` makes `i/8` `x`), remove
 /// statements that became no-ops (`remove_no_ops` does), or move code between loops. A tree it
 /// cannot simplify is returned as the identical `Rc`.
 pub fn simplify(func: &Func) -> Func {
-    let mut s = Simplifier { scope: Scope::new(), subst: HashMap::new() };
+    let mut s = Simplifier { scope: Scope::new(), subst: HashMap::new(), lets: HashMap::new() };
     let body = s.mutate_stmt(&func.body);
     Func { name: func.name.clone(), params: func.params.clone(), body }
 }
@@ -48,7 +50,7 @@ pub fn simplify(func: &Func) -> Func {
 /// `expr` simplified as `simplify` would inside loops binding each variable of `ranges` to
 /// `0..extent` (used to normalize tensor-expression indices, e.g. by `Schedule::tensorize`).
 pub(crate) fn simplify_expr(expr: &Expr, ranges: &[(Var, i64)]) -> Expr {
-    let mut s = Simplifier { scope: Scope::new(), subst: HashMap::new() };
+    let mut s = Simplifier { scope: Scope::new(), subst: HashMap::new(), lets: HashMap::new() };
     for (var, extent) in ranges {
         s.scope.push(var, Interval::of_extent(*extent));
     }
@@ -59,6 +61,8 @@ struct Simplifier {
     scope: Scope,
     /// Let-bound variables replaced by their constant or variable value.
     subst: HashMap<Var, Expr>,
+    /// The values of the enclosing `i64` lets that stay (for the division rule).
+    lets: HashMap<Var, Expr>,
 }
 
 /// `a - b` normalized, for scalar `i64` operands.
@@ -148,7 +152,13 @@ impl Mutator for Simplifier {
                 }
                 let interval = bounds_of(&new_value, &self.scope);
                 self.scope.push(var, interval);
+                let index = new_value.dtype() == DType::INDEX;
+                let shadowed = index.then(|| self.lets.insert(var.clone(), new_value.clone())).flatten();
                 let new_body = self.mutate_stmt(body);
+                match shadowed {
+                    Some(old) => self.lets.insert(var.clone(), old),
+                    None => self.lets.remove(var),
+                };
                 self.scope.pop(var);
                 if new_value.same_node(value) && new_body.same_node(body) {
                     return stmt.clone();
@@ -437,6 +447,34 @@ impl Simplifier {
             }
             _ => {}
         }
+        if let Some(expanded) = self.expand_lets(a, d)
+            && let Some(result) = self.index_div_mod_linear(op, &expanded, d, a)
+        {
+            return Some(result);
+        }
+        self.index_div_mod_linear(op, a, d, a)
+    }
+
+    /// `a` with the let-bound variables of its linear form replaced by their values, when that
+    /// leaves a remainder modulo `d` within one period (else `None`: the lets stay opaque).
+    fn expand_lets(&self, a: &Expr, d: i64) -> Option<Expr> {
+        let lin = Linear::of(a);
+        if !lin.terms.iter().any(|(t, _)| t.as_var().is_some_and(|v| self.lets.contains_key(v))) {
+            return None;
+        }
+        let expanded = Linear::of(&substitute_map(a, &self.lets)).to_expr();
+        let mut rest = Linear::of(&expanded);
+        rest.terms.retain(|(_, c)| c % d != 0);
+        rest.constant = rest.constant.rem_euclid(d);
+        let ir = bounds_of(&rest.to_expr(), &self.scope);
+        match (ir.min, ir.max) {
+            (Some(lo), Some(hi)) if lo.div_euclid(d as i128) == hi.div_euclid(d as i128) => Some(expanded),
+            _ => None,
+        }
+    }
+
+    /// `index_div_mod` on the linear form of `a` (`original` is the node being rewritten).
+    fn index_div_mod_linear(&mut self, op: BinOp, a: &Expr, d: i64, original: &Expr) -> Option<Expr> {
         let lin = Linear::of(a);
         let mut quotient = Linear::default();
         let mut rest = Linear::default();
@@ -458,7 +496,7 @@ impl Simplifier {
             _ => None,
         };
         // Nothing split off and no period: `a` is already as simple as this rule makes it.
-        if period.is_none() && quotient.terms.is_empty() && quotient.constant == 0 && r.structurally_eq(a) {
+        if period.is_none() && quotient.terms.is_empty() && quotient.constant == 0 && r.structurally_eq(original) {
             return None;
         }
         let result = match (op, period) {
@@ -633,6 +671,27 @@ mod tests {
         // Negative numerators use floor semantics.
         assert_eq!(inner(&body((ye.clone() - 8) / 8)), "-1");
         assert_eq!(inner(&body((ye.clone() - 8) % 8)), "y");
+    }
+
+    #[test]
+    fn division_by_a_constant_sees_through_a_let_when_the_remainder_fits_one_period() {
+        let (x, y, i) = (Var::index("x"), Var::index("y"), Var::index("i"));
+        let (xe, ye, ie) = (x.to_expr(), y.to_expr(), i.to_expr());
+        let f = func(|a, out| {
+            let stores = Stmt::seq(vec![
+                Stmt::store(out, vec![idx(0)], ie.clone() / 8 + ie.clone() % 8),
+                Stmt::store(out, vec![idx(1)], ie.clone() / 16 % 3),
+                Stmt::store(out, vec![idx(2)], ie.clone() / 3),
+                Stmt::store(a, vec![idx(0)], ie.clone()),
+            ]);
+            let body = Stmt::let_stmt(i.clone(), xe.clone() * 8 + ye.clone(), stores);
+            Stmt::for_loop(x.clone(), 4, ForKind::Serial, Stmt::for_loop(y.clone(), 8, ForKind::Serial, body))
+        });
+        let text = checked(&f);
+        assert!(text.contains("B[0] = x + y"), "{text}");
+        // `x*8 + y` spans two periods of 16, so the let stays opaque (`%3` of `0..=1` goes).
+        assert!(text.contains("B[1] = i/16\n"), "{text}");
+        assert!(text.contains("B[2] = i/3"), "{text}");
     }
 
     #[test]

@@ -1,0 +1,175 @@
+//! The resnet-18 int8 convolution layers through `schedules::x86_conv` (implicit GEMM tensorized
+//! into the VNNI micro-kernel): compile time, median run time, GOPS
+//! (`2·OC·OH·OW·IC·KH·KW / s`) and the percentage of the `vpdpbusd` peak probe run alternately
+//! with the timed calls, each result checked bit for bit against the generic schedule of
+//! `ops::conv2d_nchw_int8` (u8 source, i8 weights, per-channel scales, relu, u8 output).
+//!
+//! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --print-ir]`
+
+use std::time::Instant;
+
+use ir::DType;
+use ir::interp::Array;
+use ir::te::{Tensor, placeholder};
+use schedules::generic::default_schedule;
+use schedules::ops::{Conv2dParams, conv2d_nchw_int8};
+use schedules::quant::{PostOp, QuantAttrs, Scales, TensorQuant, ZeroPoints};
+use schedules::resnet18::{ConvLayer, Layer, layer};
+use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_knobs, prepare_conv2d_int8};
+use tensorlift::kernels::VectorWidth;
+use tensorlift::kernels::peak::Probe;
+use tensorlift::{CompileOptions, Tensor as RtTensor, build};
+
+/// Deterministic values in `lo..=hi`.
+fn values(len: i64, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            lo + ((state >> 33) % (hi - lo + 1) as u64) as i64
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The layer's quantization attributes: u8 source (zero point 3), per-channel weight scales,
+/// relu, u8 destination.
+fn attrs(l: &ConvLayer) -> Result<QuantAttrs, Box<dyn std::error::Error>> {
+    let wdims = [l.oc, l.ic, l.k, l.k];
+    let scales: Vec<f32> = (0..l.oc).map(|o| 0.0004 + 0.00005 * ((o * 7) % 11) as f32).collect();
+    Ok(QuantAttrs {
+        src: TensorQuant::per_tensor("src", 0.05, 3, DType::U8)?,
+        wei_scales: Scales::new("wei", scales, 1, &wdims)?,
+        dst: TensorQuant::per_tensor("dst", 0.1, 0, DType::U8)?,
+        dst_dtype: DType::U8,
+        post_ops: vec![PostOp::Relu],
+    })
+}
+
+fn run_layer(
+    l: &ConvLayer,
+    knobs: Conv2dInt8Knobs,
+    repeat: usize,
+    options: &CompileOptions,
+    probe: Option<&Probe>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (src_dims, wdims) = ([1, l.ic, l.h, l.w], [l.oc, l.ic, l.k, l.k]);
+    let out_dims = [1, l.oc, l.oh(), l.ow()];
+    let conv = Conv2dParams { stride: l.stride, pad: l.pad };
+    let a = attrs(l)?;
+    let src = placeholder(src_dims, DType::U8, "src");
+    let wei = placeholder(wdims, DType::I8, "wei");
+    let bias = placeholder([l.oc], DType::F32, "bias");
+    let src_a = Array::from_i64(DType::U8, &src_dims, &values(src_dims.iter().product(), 1, 0, 255));
+    let wei_a = Array::from_i64(DType::I8, &wdims, &values(wdims.iter().product(), 2, -128, 127));
+    let bias_v: Vec<f64> = values(l.oc, 3, 0, 600).iter().map(|&b| b as f64 * 0.01).collect();
+    let bias_a = Array::from_f64(DType::F32, &[l.oc], &bias_v);
+
+    // Weight preparation, once.
+    let zp = ZeroPoints::per_tensor("src", 3, DType::U8)?;
+    let prep = prepare_conv2d_int8(&wei, DType::U8, &zp, knobs, "prep")?;
+    let prep_args: Vec<&Tensor> = prep.args.iter().collect();
+    let prep_kernel = build(&prep.schedule, &prep_args, "prep", options)?;
+    let mut wei_t = RtTensor::from_array(&wei_a);
+    let mut packed_t = RtTensor::zeros(DType::I8, prep.packed_weights.shape());
+    let mut comp_t = RtTensor::zeros(DType::I32, &[l.oc]);
+    prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
+
+    // The scheduled per-call function.
+    let start = Instant::now();
+    let f = conv2d_int8(&src, &wei, Some(&bias), None, conv, &a, knobs, l.name)?;
+    let args: Vec<&Tensor> = f.args.iter().collect();
+    let kernel = build(&f.schedule, &args, l.name, options)?;
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    if std::env::args().any(|a| a == "--print-ir") {
+        println!("{}", kernel.lowered);
+    }
+    let mut src_t = RtTensor::from_array(&src_a);
+    let mut bias_t = RtTensor::from_array(&bias_a);
+    let mut params: Vec<RtTensor> = f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
+    let mut out_t = RtTensor::zeros(DType::U8, &out_dims);
+    let mut call = |out: &mut RtTensor| {
+        let mut call: Vec<&mut RtTensor> = vec![&mut src_t, &mut packed_t, &mut comp_t, &mut bias_t];
+        call.extend(params.iter_mut());
+        call.push(out);
+        kernel.compiled.call(&mut call)
+    };
+
+    // Timed calls, each preceded by a peak-probe run of the same length.
+    let start = Instant::now();
+    call(&mut out_t)?;
+    let iterations = probe.map(|p| p.calibrate(start.elapsed()));
+    let (mut times, mut peaks) = (Vec::new(), Vec::new());
+    for _ in 0..repeat.max(1) {
+        if let (Some(p), Some(it)) = (probe, iterations) {
+            peaks.push(p.gops(it, p.run(it).as_secs_f64()));
+        }
+        let start = Instant::now();
+        call(&mut out_t)?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    let median_s = median(times);
+    let workers = kernel.compiled.threads().unwrap_or(1);
+    let peak = (!peaks.is_empty()).then(|| median(peaks) * workers as f64);
+
+    // The reference: the generic schedule of the plain definition.
+    let reference = conv2d_nchw_int8(&src, &wei, Some(&bias), None, conv, &a, "ref")?;
+    let mut ref_args: Vec<&Tensor> = vec![&src, &wei, &reference.compensation, &bias];
+    ref_args.extend(reference.params.iter().map(|p| &p.tensor));
+    ref_args.push(&reference.output);
+    let ref_kernel = build(&default_schedule(&[&reference.output]), &ref_args, "ref", options)?;
+    let mut ref_params: Vec<RtTensor> = reference.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
+    let mut want = RtTensor::zeros(DType::U8, &out_dims);
+    let mut ref_call: Vec<&mut RtTensor> = vec![&mut src_t, &mut wei_t, &mut comp_t, &mut bias_t];
+    ref_call.extend(ref_params.iter_mut());
+    ref_call.push(&mut want);
+    ref_kernel.compiled.call(&mut ref_call)?;
+    let got = out_t.to_array().to_i64_vec();
+    let verified = out_t.to_array().bits_eq(&want.to_array());
+    let dull = got.iter().filter(|&&v| v == 0 || v == 255).count() as f64 / got.len() as f64;
+
+    let gops = l.ops() as f64 / median_s / 1e9;
+    let pct = peak.map_or("n/a".to_string(), |p| format!("{:.1}%", 100.0 * gops / p));
+    let peak_s = peak.map_or("n/a".to_string(), |p| format!("{p:.1}"));
+    println!(
+        "{:<4} mr={:<2} nr={:<2} threads={workers} verified={verified} (zero/255: {:.0}%) compile {compile_ms:.2} ms  median {:.3} ms  {gops:.1} GOPS  peak {peak_s} GOPS  {pct}",
+        l.name,
+        knobs.mr,
+        knobs.nr,
+        100.0 * dull,
+        median_s * 1e3
+    );
+    if !verified {
+        return Err(format!("{}: result differs from the generic schedule", l.name).into());
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let number = |name: &str| flag(name).and_then(|v| v.parse::<i64>().ok());
+    let layers = flag("--layers").unwrap_or_else(|| "R2,R5".to_string());
+    let repeat = number("--repeat").unwrap_or(20) as usize;
+    let threads = number("--threads").map(|t| t as usize);
+    let options = CompileOptions { threads, ..CompileOptions::default() };
+    let probe = Probe::new(VectorWidth::Zmm).or_else(|_| Probe::new(VectorWidth::Ymm)).ok();
+    for name in layers.split(',') {
+        let Some(Layer::Conv(l)) = layer(name) else {
+            return Err(format!("{name}: not a convolution layer (R1..R11)").into());
+        };
+        let defaults = default_knobs(&l);
+        let knobs = Conv2dInt8Knobs {
+            mr: number("--mr").unwrap_or(defaults.mr),
+            nr: number("--nr").unwrap_or(defaults.nr),
+            lanes: number("--lanes").unwrap_or(defaults.lanes),
+            parallel: threads != Some(1),
+        };
+        run_layer(&l, knobs, repeat, &options, probe.as_ref())?;
+    }
+    Ok(())
+}
