@@ -13,7 +13,7 @@ pub struct GemmInt8Knobs {
     /// Columns of the micro-kernel tile: must equal the `nr` that `nn::pack_b_vnni` packed `B`
     /// with. A multiple of 16 fills zmm registers (16 i32 lanes each).
     pub nr: i64,
-    /// Run the outer row-tile loop on the thread pool.
+    /// Run the tile loops (row tiles fused with column tiles) on the thread pool.
     pub parallel: bool,
 }
 
@@ -33,7 +33,8 @@ pub fn gemm_int8(c: &Tensor, knobs: GemmInt8Knobs) -> Result<Schedule, ScheduleE
 }
 
 /// Schedules the packed matmul stage `c` of `s` as
-/// `parallel i.outer, j.outer { init tile; call int8_gemm_{mr}x{nr}x{K}(..) }`: rows split by
+/// `i.outer, j.outer { init tile; call int8_gemm_{mr}x{nr}x{K}(..) }` (with `parallel`, the two
+/// loops fused into one parallel loop over the tiles): rows split by
 /// `mr`, columns by `nr`, loops ordered `i.outer, j.outer, ko, ki, i.inner, j.inner` so that the
 /// region under `ko` is exactly (all of `K`, `mr` rows, `nr` columns), which is tensorized with
 /// the exact `int8_gemm_microkernel(mr, nr, K)`. `j.inner` is vectorized (it serves the reset
@@ -49,7 +50,10 @@ pub fn schedule_gemm_int8(s: &mut Schedule, c: &Tensor, knobs: GemmInt8Knobs) ->
     s.reorder(c, &order)?;
     s.vectorize(c, &ji)?;
     if knobs.parallel {
-        s.parallel(c, &io)?;
+        // Row tiles × column tiles, so that a GEMM with few row tiles (49 pixels in 7-row tiles)
+        // still has a task per thread.
+        let tiles = s.fuse(c, &io, &jo)?;
+        s.parallel(c, &tiles)?;
     }
     let k = reduce.first().map_or(4, |ko| ko.extent() * 4);
     let intrin =
@@ -103,14 +107,12 @@ mod tests {
         let knobs = GemmInt8Knobs { mr: 4, nr: 16, parallel: true };
         let expected = format!(
             "func gemm(A: u8[8, 8], B: i8[8, 32], C: i32[8, 32]) {{
-{PACK}  parallel i.outer in 0..2 {{
-    for j.outer in 0..2 {{
-      for i.inner in 0..4 {{
-        let i.1 = i.outer*4 + i.inner
-        C[ramp(i.1*32 + j.outer*16, 1, 16)] = broadcast(0i32, 16)
-      }}
-      call int8_gemm_4x16x8(A[i.outer*32] strides [8, 1], Bp[j.outer*128] strides [64, 4, 1], C[i.outer*128 + j.outer*16] strides [32, 1])
+{PACK}  parallel i.outer.j.outer.fused in 0..4 {{
+    for i.inner in 0..4 {{
+      let i.1 = i.outer.j.outer.fused/2*4 + i.inner
+      C[ramp(i.1*32 + i.outer.j.outer.fused%2*16, 1, 16)] = broadcast(0i32, 16)
     }}
+    call int8_gemm_4x16x8(A[i.outer.j.outer.fused/2*32] strides [8, 1], Bp[i.outer.j.outer.fused%2*128] strides [64, 4, 1], C[i.outer.j.outer.fused/2*128 + i.outer.j.outer.fused%2*16] strides [32, 1])
   }}
 }}
 "

@@ -6,9 +6,11 @@
 //! packs the weights into VNNI panels and computes the compensation; the per-call function
 //! (`conv2d_int8`) pads the source channels-last, copies each output pixel's receptive field
 //! into a row of `columns` (`u8[M, K]`, `K` contiguous), multiplies it with the panels by one
-//! `int8_gemm_{mr}x{nr}x{K}` call per `mr × nr` tile, and requantizes into NCHW.
+//! `int8_gemm_{mr}x{nr}x{K}` call per `mr × nr` tile, and requantizes into NCHW. The int8 dense
+//! layer runs on the same path as a 1×1 convolution over 1×1 images (`dense_int8`).
 
 use ir::schedule::{Schedule, create_schedule};
+use ir::te::placeholder_vec;
 use ir::{DType, ScheduleError, Tensor};
 use thiserror::Error;
 
@@ -16,7 +18,7 @@ use crate::ops::{
     Compensation, Conv2dParams, ConvGemmLayer, compensation, conv2d_nchw_int8_gemm, pack_conv2d_weights_vnni,
 };
 use crate::quant::{QuantAttrs, QuantError, ZeroPoints};
-use crate::resnet18::ConvLayer;
+use crate::resnet18::{ConvLayer, DenseLayer};
 use crate::x86::{GemmInt8Knobs, schedule_gemm_int8};
 
 /// The decisions of the int8 convolution schedule. A tuner varies these and nothing else.
@@ -36,7 +38,8 @@ pub struct Conv2dInt8Knobs {
 /// The default knobs of a resnet-18 layer: the register tile `mr × nr` (`nr` in 64, 32, 16
 /// dividing `OC`, at most 24 zmm accumulators `mr · nr/16`, `mr ≥ 4`) of largest area whose `mr`
 /// divides the `OH·OW` output pixels, so that no row tile runs the call's fallback loops; ties
-/// go to the wider `nr`. Without such a tile, the widest `nr` with the most rows. Measured on
+/// go to the wider `nr`. Without such a tile, the widest `nr` with the most rows, at most the
+/// pixel count (a single pixel, as in a dense layer, takes `mr = 1`). Measured on
 /// R2 and R5 (`examples/conv_int8.rs`): `6 × 64` (4 pixels left over) ran R5 at 59% of the peak,
 /// `4 × 64` at 77%.
 pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
@@ -48,7 +51,7 @@ pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
         .iter()
         .flat_map(|&nr| (4..=rows(nr)).filter(move |mr| pixels % mr == 0).map(move |mr| (mr * nr, nr, mr)))
         .max_by_key(|&(area, nr, _)| (area, nr));
-    let (mr, nr) = dividing.map_or((rows(widths[0]), widths[0]), |(_, nr, mr)| (mr, nr));
+    let (mr, nr) = dividing.map_or((rows(widths[0]).min(pixels), widths[0]), |(_, nr, mr)| (mr, nr));
     Conv2dInt8Knobs { mr, nr, lanes: 16, parallel: true }
 }
 
@@ -171,6 +174,53 @@ pub fn conv2d_int8(
     args.extend(layer.params.iter().map(|p| p.tensor.clone()));
     args.push(layer.output.clone());
     Ok(Conv2dInt8 { layer, schedule: s, args })
+}
+
+/// The default knobs of a dense layer with `rows` source rows run as `dense_int8`: those of a
+/// 1×1 convolution whose `rows` output pixels are its rows (`default_knobs`; one row takes
+/// `mr = 1`, an `OC` that no panel width divides takes `nr = 16` with the last panel padded).
+pub fn default_dense_knobs(layer: &DenseLayer, rows: i64) -> Conv2dInt8Knobs {
+    let (ic, oc) = (layer.in_features, layer.out_features);
+    default_knobs(&ConvLayer { name: layer.name, ic, oc, h: rows, w: 1, k: 1, stride: 1, pad: 0 })
+}
+
+/// `t: [A, B]` as the placeholder `[A, B, 1, 1]` of the same dtype and name (the same bytes).
+fn as_1x1(t: &Tensor) -> Tensor {
+    let mut dims = t.shape().to_vec();
+    dims.extend([1, 1]);
+    placeholder_vec(dims, t.dtype(), t.name())
+}
+
+/// The weight preparation of `dense_int8`: `prepare_conv2d_int8` of `weights: i8[OC, IC]` as
+/// `[OC, IC, 1, 1]`. The first argument (`args[0]`) is that 4-D placeholder: bind the `[OC, IC]`
+/// weights with that shape (same bytes).
+pub fn prepare_dense_int8(
+    weights: &Tensor,
+    src_dtype: DType,
+    src_zero_point: &ZeroPoints,
+    knobs: Conv2dInt8Knobs,
+    name: &str,
+) -> Result<Conv2dInt8Prepare, Conv2dInt8Error> {
+    prepare_conv2d_int8(&as_1x1(weights), src_dtype, src_zero_point, knobs, name)
+}
+
+/// The int8 dense layer of `ops::dense_int8` (`src: [M, IC]`, `weights: [OC, IC]`, same meaning
+/// bit for bit) on the tensorized path: `conv2d_int8` of a 1×1 kernel over `M` images of 1×1
+/// pixel, i.e. `src` as `[M, IC, 1, 1]`, `weights` as `[OC, IC, 1, 1]`, output `[M, OC, 1, 1]`
+/// (the bytes of `[M, OC]`). The function's arguments are those of `conv2d_int8` with these 4-D
+/// placeholders: bind the dense arrays reshaped. `OC` need not be a multiple of `nr`: the packing
+/// pads the last panel with zero weights and the requantization reads only the first `OC`
+/// columns. No sum input (a sum post-op is the typed error of a missing sum input).
+pub fn dense_int8(
+    src: &Tensor,
+    weights: &Tensor,
+    bias: Option<&Tensor>,
+    attrs: &QuantAttrs,
+    knobs: Conv2dInt8Knobs,
+    name: &str,
+) -> Result<Conv2dInt8, Conv2dInt8Error> {
+    let conv = Conv2dParams { stride: 1, pad: 0 };
+    conv2d_int8(&as_1x1(src), &as_1x1(weights), bias, None, conv, attrs, knobs, name)
 }
 
 #[cfg(test)]

@@ -134,6 +134,18 @@ fn resnet18_prints_one_verified_json_object_per_layer() {
 }
 
 #[test]
+fn resnet18_runs_fc_on_the_tensorized_path_verified_by_the_interpreter() {
+    let (ok, stdout, stderr) = tensorlift(&["resnet18", "--layer", "FC", "--repeat", "1", "--format", "json"]);
+    assert!(ok, "{stderr}");
+    let fc: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(fc["verified"], true, "{fc}");
+    assert_eq!(fc["ops"], 2 * 512 * 1000);
+    assert_eq!((&fc["schedule"], &fc["reference"]), (&"x86_dense".into(), &"eval_te".into()), "{fc}");
+    // One source row: a 1-row tile; OC 1000 takes 16-wide panels, the last one padded.
+    assert_eq!((&fc["knobs"]["mr"], &fc["knobs"]["nr"]), (&1.into(), &16.into()), "{fc}");
+}
+
+#[test]
 fn resnet18_rejects_an_unknown_layer_by_name() {
     let (ok, stdout, stderr) = tensorlift(&["resnet18", "--layer", "R12"]);
     assert!(!ok);

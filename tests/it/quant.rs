@@ -14,8 +14,10 @@ use schedules::ops::{
 use schedules::quant::{
     PostOp, QuantAttrs, QuantError, Scales, TensorQuant, ZeroPoints, dequantize, mask_count, quantize, requantize,
 };
-use schedules::resnet18::CONV_LAYERS;
-use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_knobs, prepare_conv2d_int8};
+use schedules::resnet18::{CONV_LAYERS, DenseLayer};
+use schedules::x86_conv::{
+    Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8, prepare_dense_int8,
+};
 use tensorlift::{CompileOptions, Tensor as RtTensor};
 
 /// Deterministic values in `lo..=hi`.
@@ -848,6 +850,85 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             let l = layer_case(src_dtype, dst, per_channel, post, w[0] as usize);
             let ir = check_x86_conv(src, w, conv, &l, knobs, seed);
             assert!(ir.contains(&format!("call int8_gemm_{}x{}x", knobs.mr, knobs.nr)), "{ir}");
+            seed += 11;
+        }
+    }
+}
+
+/// `x86_conv::dense_int8` (a 1×1 convolution over 1×1 images, tensorized), JIT-compiled with its
+/// weight preparation, bit for bit against the interpreter of `ops::dense_int8` and the
+/// plain-Rust formula: odd sizes (IC 37, OC 21 not a multiple of `nr`), one and three rows, u8 → u8
+/// with per-channel scales, and an i8 source.
+#[test]
+fn x86_dense_matches_the_definition_with_odd_sizes() {
+    let (ic, oc) = (37i64, 21i64);
+    let fc = DenseLayer { name: "fc", in_features: ic, out_features: oc };
+    // The default tile never exceeds the rows (one row: mr = 1); no panel width divides OC 21.
+    let tile = |k: Conv2dInt8Knobs| (k.mr, k.nr);
+    assert_eq!((tile(default_dense_knobs(&fc, 1)), tile(default_dense_knobs(&fc, 3))), ((1, 16), (3, 16)));
+    let mut seed = 900;
+    for (m, knobs) in [
+        (1, default_dense_knobs(&fc, 1)),
+        (3, default_dense_knobs(&fc, 3)),
+        (3, Conv2dInt8Knobs { mr: 2, nr: 16, lanes: 8, parallel: true }),
+    ] {
+        for src_dtype in [DType::U8, DType::I8] {
+            let l = layer_case(src_dtype, DType::U8, true, vec![], oc as usize);
+            let (slo, shi) = range_of(src_dtype);
+            let src_v = values((m * ic) as usize, seed, slo, shi);
+            let wei_v = values((oc * ic) as usize, seed + 1, -128, 127);
+            let bias: Vec<f64> =
+                values(oc as usize, seed + 2, -200, 800).iter().map(|&b| (b as f32 * 0.37) as f64).collect();
+            let mut x = Vec::new();
+            for i in 0..m as usize {
+                for o in 0..oc as usize {
+                    let acc: i64 = (0..ic as usize)
+                        .map(|c| (src_v[i * ic as usize + c] - l.src_zp as i64) * wei_v[o * ic as usize + c])
+                        .sum();
+                    x.push(acc as i32 as f32 * (l.src_scale * l.wei_scales[o]) + bias[o] as f32);
+                }
+            }
+            let dst_q = dst_quant_for(&x, DType::U8);
+            let want: Vec<f64> = x.iter().map(|&v| store(v / dst_q.0 + dst_q.1 as f32, DType::U8)).collect();
+            let what = format!("x86 dense {m}x{ic}->{oc} {src_dtype}->u8 {knobs:?}");
+            assert_exercised(&what, &want, DType::U8);
+
+            let src = placeholder([m, ic], src_dtype, "src");
+            let wei = placeholder([oc, ic], DType::I8, "wei");
+            let b = placeholder([oc], DType::F32, "bias");
+            let a = attrs(&l, oc, wei.shape(), dst_q, &[m, oc]);
+            let src_a = Array::from_i64(src_dtype, &[m, ic], &src_v);
+            let wei_a = Array::from_i64(DType::I8, &[oc, ic], &wei_v);
+            let bias_a = Array::from_f64(DType::F32, &[oc], &bias);
+            let def = dense_int8(&src, &wei, Some(&b), None, &a, "fc").unwrap();
+            let (interpreted, _) = eval_layer(&def, (&wei, &wei_a), &l, &[(&src, &src_a), (&b, &bias_a)], "fc");
+            assert_same(&what, &interpreted, &want);
+
+            let options = CompileOptions::default();
+            let zp = ZeroPoints::per_tensor("src", l.src_zp, src_dtype).unwrap();
+            let prep = prepare_dense_int8(&wei, src_dtype, &zp, knobs, "prep").unwrap();
+            assert_eq!(prep.args[0].shape(), [oc, ic, 1, 1]);
+            let prep_args: Vec<&Tensor> = prep.args.iter().collect();
+            let prep_kernel = tensorlift::build(&prep.schedule, &prep_args, "prep", &options).unwrap();
+            let mut wei_t = RtTensor::from_array(&Array::from_i64(DType::I8, &[oc, ic, 1, 1], &wei_v));
+            let mut packed_t = RtTensor::zeros(DType::I8, prep.packed_weights.shape());
+            let mut comp_t = RtTensor::zeros(DType::I32, &[oc]);
+            prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
+
+            let f = schedules::x86_conv::dense_int8(&src, &wei, Some(&b), &a, knobs, "fc").unwrap();
+            let args: Vec<&Tensor> = f.args.iter().collect();
+            let kernel = tensorlift::build(&f.schedule, &args, "fc", &options).unwrap();
+            let mut src_t = RtTensor::from_array(&Array::from_i64(src_dtype, &[m, ic, 1, 1], &src_v));
+            let mut bias_t = RtTensor::from_array(&bias_a);
+            let mut params: Vec<RtTensor> = f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
+            let mut out_t = RtTensor::zeros(DType::U8, &[m, oc, 1, 1]);
+            let mut call: Vec<&mut RtTensor> = vec![&mut src_t, &mut packed_t, &mut comp_t, &mut bias_t];
+            call.extend(params.iter_mut());
+            call.push(&mut out_t);
+            kernel.compiled.call(&mut call).unwrap();
+            assert_same(&what, &out_t.to_array(), &want);
+            let ir = ir::lower::lower(&f.schedule, &args, "fc").unwrap().to_string();
+            assert!(ir.contains(&format!("call int8_gemm_{}x{}x40(", knobs.mr, knobs.nr)), "{ir}");
             seed += 11;
         }
     }

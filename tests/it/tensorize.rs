@@ -112,6 +112,7 @@ fn a_mismatch_names_the_part_with_expected_and_found_in_ir_syntax() {
     assert_eq!(
         err.to_string(),
         "tensorize of C at ko with int8_gemm_4x32x16: non-affine access (operand Bp): expected an index affine in the loops \
-         under ko, found `j.outer*2 + j.inner/16` in `Bp[j.outer*2 + j.inner/16, ko, j.inner%16, ki]`"
+         under ko, found `i.outer.j.outer.fused%2*2 + j.inner/16` \
+         in `Bp[i.outer.j.outer.fused%2*2 + j.inner/16, ko, j.inner%16, ki]`"
     );
 }
