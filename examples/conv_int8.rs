@@ -1,10 +1,10 @@
-//! The resnet-18 int8 convolution layers through `schedules::x86_conv` (implicit GEMM tensorized
+//! The resnet-18 int8 convolution layers through `schedules::x86_conv` (direct convolution tensorized
 //! into the VNNI micro-kernel): compile time, median run time, GOPS
 //! (`2·OC·OH·OW·IC·KH·KW / s`) and the percentage of the `vpdpbusd` peak probe run alternately
 //! with the timed calls, each result checked bit for bit against the generic schedule of
 //! `ops::conv2d_nchw_int8` (u8 source, i8 weights, per-channel scales, relu, u8 output).
 //!
-//! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --print-ir]`
+//! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --order pixels|channels --print-ir]`
 
 use std::time::Instant;
 
@@ -15,7 +15,7 @@ use schedules::generic::default_schedule;
 use schedules::ops::{Conv2dParams, conv2d_nchw_int8};
 use schedules::quant::{PostOp, QuantAttrs, Scales, TensorQuant, ZeroPoints};
 use schedules::resnet18::{ConvLayer, Layer, layer};
-use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_knobs, prepare_conv2d_int8};
+use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, conv2d_int8, default_knobs, prepare_conv2d_int8};
 use tensorlift::kernels::VectorWidth;
 use tensorlift::kernels::peak::Probe;
 use tensorlift::{CompileOptions, Tensor as RtTensor, build};
@@ -136,10 +136,11 @@ fn run_layer(
     let pct = peak.map_or("n/a".to_string(), |p| format!("{:.1}%", 100.0 * gops / p));
     let peak_s = peak.map_or("n/a".to_string(), |p| format!("{p:.1}"));
     println!(
-        "{:<4} mr={:<2} nr={:<2} threads={workers} verified={verified} (zero/255: {:.0}%) compile {compile_ms:.2} ms  median {:.3} ms  {gops:.1} GOPS  peak {peak_s} GOPS  {pct}",
+        "{:<4} mr={:<2} nr={:<2} {:?} threads={workers} verified={verified} (zero/255: {:.0}%) compile {compile_ms:.2} ms  median {:.3} ms  {gops:.1} GOPS  peak {peak_s} GOPS  {pct}",
         l.name,
         knobs.mr,
         knobs.nr,
+        knobs.order,
         100.0 * dull,
         median_s * 1e3
     );
@@ -167,6 +168,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             mr: number("--mr").unwrap_or(defaults.mr),
             nr: number("--nr").unwrap_or(defaults.nr),
             lanes: number("--lanes").unwrap_or(defaults.lanes),
+            order: match flag("--order").as_deref() {
+                Some("pixels") => TileOrder::PixelsOuter,
+                Some("channels") => TileOrder::ChannelsOuter,
+                _ => defaults.order,
+            },
             parallel: threads != Some(1),
         };
         run_layer(&l, knobs, repeat, &options, probe.as_ref())?;

@@ -13,12 +13,14 @@ use ir::te::{Tensor as TeTensor, placeholder, placeholder_in_range, placeholder_
 use schedules::cpu::{MatmulKnobs, matmul_tiled};
 use schedules::generic::default_schedule;
 use schedules::nn::{matmul, matmul_packed, pack_b_vnni};
-use schedules::ops::{Compensation, Conv2dParams, QuantizedLayer, compensation, conv2d_nchw_int8, dense_int8};
+use schedules::ops::{
+    Compensation, Conv2dParams, Layout, QuantizedLayer, compensation, conv2d_nchw_int8, convert_layout, dense_int8,
+};
 use schedules::quant::{QuantAttrs, QuantError, Scales, TensorQuant};
 use schedules::resnet18::{self, Layer};
 use schedules::x86::{GemmInt8Knobs, gemm_int8};
 use schedules::x86_conv::{
-    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
+    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, conv2d_nhwc_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
     prepare_dense_int8,
 };
 use tensorlift::kernels::VectorWidth;
@@ -105,6 +107,11 @@ enum Command {
         /// Timed runs per layer (the median is reported).
         #[arg(long, default_value_t = 10)]
         repeat: usize,
+        /// Activation layout of the convolutions' source and output: `nchw` (the API layout,
+        /// transposed to channels last and back inside the call) or `nhwc` (the layout the x86
+        /// schedule computes in, as layers chained in it would run).
+        #[arg(long, value_enum, default_value_t = LayoutChoice::Nchw)]
+        layout: LayoutChoice,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
@@ -113,6 +120,21 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LayoutChoice {
+    Nchw,
+    Nhwc,
+}
+
+impl LayoutChoice {
+    fn layout(self) -> Layout {
+        match self {
+            LayoutChoice::Nchw => Layout::Nchw,
+            LayoutChoice::Nhwc => Layout::Nhwc,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -168,8 +190,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             gemm(GemmArgs { m, n, k, target: isa.target(), threads, repeat, mr, nr, a_max, asm, format })
         }
         Command::Peak { format } => peak(format),
-        Command::Resnet18 { layer, threads, isa, repeat, format } => {
-            run_resnet18(Resnet18Args { layer, threads, target: isa.target(), repeat, format })
+        Command::Resnet18 { layer, threads, isa, repeat, layout, format } => {
+            run_resnet18(Resnet18Args { layer, threads, target: isa.target(), repeat, layout: layout.layout(), format })
         }
         Command::Matmul { m, n, k, schedule, threads, repeat, print_ir } => {
             if m <= 0 || n <= 0 || k <= 0 {
@@ -461,6 +483,7 @@ struct Resnet18Args {
     threads: Option<usize>,
     target: Target,
     repeat: usize,
+    layout: Layout,
     format: Format,
 }
 
@@ -613,12 +636,13 @@ impl LayerReport {
 /// How a layer is scheduled and what its result is checked against.
 #[derive(Clone, Copy)]
 enum LayerPlan {
-    /// Convolutions: `schedules::x86_conv::conv2d_int8` (implicit GEMM tensorized into the VNNI
-    /// micro-kernel), checked against the generic schedule of `ops::conv2d_nchw_int8` JIT-compiled
-    /// (whose equality with the interpreter `tests/it/quant.rs` checks).
-    X86Conv(Conv2dInt8Knobs),
-    /// The dense layer: `schedules::x86_conv::dense_int8` (a 1×1 convolution over a 1×1 image on
-    /// the same tensorized path), checked against the tensor-expression interpreter of
+    /// Convolutions: `schedules::x86_conv::conv2d_int8` or `conv2d_nhwc_int8` by the layout
+    /// (direct convolution tensorized into the VNNI micro-kernel), checked against the generic
+    /// schedule of `ops::conv2d_nchw_int8` JIT-compiled (whose equality with the interpreter
+    /// `tests/it/quant.rs` checks).
+    X86Conv(Conv2dInt8Knobs, Layout),
+    /// The dense layer: `schedules::x86_conv::dense_int8` (a 1×1 convolution over a row of pixels
+    /// on the same tensorized path), checked against the tensor-expression interpreter of
     /// `ops::dense_int8`.
     X86Dense(Conv2dInt8Knobs),
 }
@@ -626,14 +650,14 @@ enum LayerPlan {
 impl LayerPlan {
     fn schedule(self) -> &'static str {
         match self {
-            LayerPlan::X86Conv(_) => "x86_conv",
+            LayerPlan::X86Conv(..) => "x86_conv",
             LayerPlan::X86Dense(_) => "x86_dense",
         }
     }
 
     fn reference(self) -> &'static str {
         match self {
-            LayerPlan::X86Conv(_) => "generic-jit",
+            LayerPlan::X86Conv(..) => "generic-jit",
             LayerPlan::X86Dense(_) => "eval_te",
         }
     }
@@ -675,11 +699,26 @@ fn compile_generic(case: &LayerCase, options: &CompileOptions) -> Result<Compile
     Ok(CompiledLayer { prepare_ms, kernel, tensors })
 }
 
-/// `x86_conv::conv2d_int8` with `knobs`, its weights packed by `x86_conv::prepare_conv2d_int8`.
+/// `a` (in layout `from`) in layout `to`, by the generic schedule of `ops::convert_layout`.
+fn convert_array(a: &Array, from: Layout, to: Layout, options: &CompileOptions) -> Result<Array, Resnet18Error> {
+    if from == to {
+        return Ok(a.clone());
+    }
+    let src = placeholder_vec(a.shape().to_vec(), a.dtype(), "src");
+    let out = convert_layout(&src, from, to, "converted")?;
+    let kernel = build(&default_schedule(&[&out]), &[&src, &out], "convert_layout", options)?;
+    let mut tensors = [Tensor::from_array(a), Tensor::zeros(out.dtype(), out.shape())];
+    kernel.compiled.call(&mut tensors.iter_mut().collect::<Vec<_>>())?;
+    Ok(tensors[1].to_array())
+}
+
+/// `x86_conv::conv2d_int8` (NCHW) or `conv2d_nhwc_int8` with `knobs`, its weights packed by
+/// `x86_conv::prepare_conv2d_int8`; the output is kept in `layout` (`CompiledLayer::output`).
 fn compile_x86_conv(
     case: &LayerCase,
     conv: Conv2dParams,
     knobs: Conv2dInt8Knobs,
+    layout: Layout,
     options: &CompileOptions,
 ) -> Result<CompiledLayer, Resnet18Error> {
     let start = Instant::now();
@@ -691,9 +730,13 @@ fn compile_x86_conv(
     let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape());
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
-    let layer = conv2d_int8(&case.src, &case.wei, Some(&case.bias), None, conv, &case.attrs, knobs, case.name)?;
+    let src_dims: [i64; 4] = case.src.shape().try_into().expect("a convolution source is 4-D");
+    let src_te = placeholder(layout.shape(src_dims), case.src.dtype(), case.src.name());
+    let schedule = if layout == Layout::Nchw { conv2d_int8 } else { conv2d_nhwc_int8 };
+    let layer = schedule(&src_te, &case.wei, Some(&case.bias), None, conv, &case.attrs, knobs, case.name)?;
     let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
-    let mut tensors = vec![Tensor::from_array(src), packed_t, comp_t, Tensor::from_array(bias)];
+    let src = convert_array(src, Layout::Nchw, layout, options)?;
+    let mut tensors = vec![Tensor::from_array(&src), packed_t, comp_t, Tensor::from_array(bias)];
     tensors.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
     tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape()));
     Ok(CompiledLayer { prepare_ms, kernel, tensors })
@@ -736,18 +779,21 @@ fn run_layer(
     let name = case.name;
     progress.set_message(format!("{name}: prepare weights, compile"));
     let mut compiled = match (plan, case.conv) {
-        (LayerPlan::X86Conv(knobs), Some(conv)) => compile_x86_conv(case, conv, knobs, options)?,
+        (LayerPlan::X86Conv(knobs, layout), Some(conv)) => compile_x86_conv(case, conv, knobs, layout, options)?,
         (LayerPlan::X86Dense(knobs), None) => compile_x86_dense(case, knobs, options)?,
         _ => compile_generic(case, options)?,
     };
     compiled.call()?;
-    // `x86_dense` writes `[M, OC, 1, 1]`: the same bytes as the definition's `[M, OC]`.
-    let output = compiled.output();
+    // `x86_dense` writes `[1, 1, M, OC]`: the same bytes as the definition's `[M, OC]`.
+    let output = match plan {
+        LayerPlan::X86Conv(_, layout) => convert_array(&compiled.output(), layout, Layout::Nchw, options)?,
+        LayerPlan::X86Dense(_) => compiled.output(),
+    };
     let output = Array::from_i64(output.dtype(), case.def.output.shape(), &output.to_i64_vec());
 
     progress.set_message(format!("{name}: verify against {}", plan.reference()));
     let expected = match plan {
-        LayerPlan::X86Conv(_) => {
+        LayerPlan::X86Conv(..) => {
             let mut reference = compile_generic(case, options)?;
             reference.call()?;
             reference.output()
@@ -778,7 +824,7 @@ fn run_layer(
 }
 
 fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
-    let Resnet18Args { layer, threads, target, repeat, format } = args;
+    let Resnet18Args { layer, threads, target, repeat, layout, format } = args;
     let layers = match layer {
         Some(name) => vec![resnet18::layer(&name).ok_or_else(|| Resnet18Error::UnknownLayer {
             found: name,
@@ -799,7 +845,11 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     if format == Format::Table {
         println!("resnet-18 int8 layers, batch 1: u8 src (zp {SRC_ZERO_POINT}) x s8 weights (per-channel scales) + bias -> u8, relu off");
-        println!("schedule   conv: x86_conv (schedules::x86_conv::conv2d_int8, default_knobs per layer, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a 1x1 image)");
+        let api = match layout {
+            Layout::Nchw => "conv2d_int8, NCHW source and output",
+            Layout::Nhwc => "conv2d_nhwc_int8, NHWC source and output",
+        };
+        println!("schedule   conv: x86_conv (schedules::x86_conv::{api}, default_knobs per layer, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels)");
         println!("reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled); FC: eval_te (the interpreter)");
         match width {
             Some(w) => println!("peak       vpdpbusd {w} x threads, median of runs interleaved with the layer's own"),
@@ -816,7 +866,7 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
         let case = LayerCase::new(layer, 1000 * (i as u64 + 1))?;
         let plan = match layer {
             Layer::Conv(c) => {
-                LayerPlan::X86Conv(Conv2dInt8Knobs { parallel: threads != Some(1), ..default_knobs(&c) })
+                LayerPlan::X86Conv(Conv2dInt8Knobs { parallel: threads != Some(1), ..default_knobs(&c) }, layout)
             }
             // One thread: FC's 63 tiles of 1 × 16 × 512 take ~0.2 µs each, less than handing
             // them to the pool (measured 0.011 ms on one thread, 0.044 ms on two).
@@ -824,7 +874,7 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
         };
         let report = run_layer(&case, plan, &options, probe.as_ref(), repeat, &progress)?;
         let schedule = match plan {
-            LayerPlan::X86Conv(k) | LayerPlan::X86Dense(k) => format!("{} {}x{}", plan.schedule(), k.mr, k.nr),
+            LayerPlan::X86Conv(k, _) | LayerPlan::X86Dense(k) => format!("{} {}x{}", plan.schedule(), k.mr, k.nr),
         };
         progress.suspend(|| match format {
             Format::Table => {
@@ -852,9 +902,14 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
                     "verified": report.verified,
                     "schedule": plan.schedule(),
                     "knobs": match plan {
-                        LayerPlan::X86Conv(k) | LayerPlan::X86Dense(k) => serde_json::json!({"mr": k.mr, "nr": k.nr, "lanes": k.lanes, "parallel": k.parallel}),
+                        LayerPlan::X86Conv(k, _) | LayerPlan::X86Dense(k) => serde_json::json!({"mr": k.mr, "nr": k.nr, "lanes": k.lanes, "order": format!("{:?}", k.order), "parallel": k.parallel}),
                     },
                     "reference": plan.reference(),
+                    "layout": match plan {
+                        LayerPlan::X86Conv(_, Layout::Nchw) => "nchw",
+                        LayerPlan::X86Conv(_, Layout::Nhwc) => "nhwc",
+                        LayerPlan::X86Dense(_) => "nc",
+                    },
                     "prepare_ms": report.prepare_ms,
                     "compile_ms": report.compile_ms,
                     "median_ms": report.median_ms,

@@ -225,14 +225,21 @@ struct ConvGeometry {
     ow: i64,
 }
 
-/// Checks the shapes, stride and padding of a convolution and derives its output size.
-fn conv_geometry(op: &str, src: &Tensor, weights: &Tensor, conv: Conv2dParams) -> Result<ConvGeometry, QuantError> {
-    let ([n, ic, h, w], [oc, wic, kh, kw]) = (src.shape(), weights.shape()) else {
+/// Checks the shapes, stride and padding of a convolution whose source is in `layout` and
+/// derives its output size.
+fn conv_geometry(
+    op: &str,
+    src: &Tensor,
+    layout: Layout,
+    weights: &Tensor,
+    conv: Conv2dParams,
+) -> Result<ConvGeometry, QuantError> {
+    let (Some([n, ic, h, w]), &[oc, wic, kh, kw]) = (layout.nchw_dims(src.shape()), weights.shape()) else {
         let found = format!("{:?} and {:?}", src.shape(), weights.shape());
-        return Err(shape_error(op, "the source and weight shapes", "[N, IC, H, W] and [OC, IC, KH, KW]", found));
+        let source = if layout == Layout::Nchw { "[N, IC, H, W]" } else { "[N, H, W, IC]" };
+        return Err(shape_error(op, "the source and weight shapes", format!("{source} and [OC, IC, KH, KW]"), found));
     };
-    let (n, ic, h, w, oc, kh, kw) = (*n, *ic, *h, *w, *oc, *kh, *kw);
-    if *wic != ic {
+    if wic != ic {
         return Err(shape_error(op, "the input channels of the weights", ic.to_string(), wic.to_string()));
     }
     if conv.stride < 1 || conv.pad < 0 {
@@ -264,7 +271,7 @@ pub fn conv2d_nchw_int8(
     name: &str,
 ) -> Result<QuantizedLayer, QuantError> {
     let op = format!("conv2d_nchw_int8 {name}");
-    let ConvGeometry { n, ic, h, w, oc, kh, kw, oh, ow } = conv_geometry(&op, src, weights, conv)?;
+    let ConvGeometry { n, ic, h, w, oc, kh, kw, oh, ow } = conv_geometry(&op, src, Layout::Nchw, weights, conv)?;
     let out_dims = [n, oc, oh, ow];
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
     let (unsigned, shifted) = shifted_source(src, name)?;
@@ -313,17 +320,17 @@ pub fn conv2d_nchw_int8(
     Ok(QuantizedLayer { compensation, shifted, padded: padded_stage, acc, output, params: params.0 })
 }
 
-/// The reduction length of a convolution as an implicit GEMM: `IC·KH·KW` rounded up to a
-/// multiple of 4 (one VNNI group).
-pub fn conv_gemm_k(ic: i64, kh: i64, kw: i64) -> i64 {
-    ceil_div(ic * kh * kw, 4) * 4
+/// The channels of one convolution tap in the x86 layouts: `IC` rounded up to a multiple of 4
+/// (one VNNI group), so that every tap starts a group.
+pub fn conv_tap_channels(ic: i64) -> i64 {
+    ceil_div(ic, 4) * 4
 }
 
-/// The weight preparation of `conv2d_nchw_int8_gemm` (run once, when the weights are packed):
+/// The weight preparation of `conv2d_int8_direct` (run once, when the weights are packed):
 /// `weights: i8[OC, IC, KH, KW]` as the VNNI panels `[⌈OC/nr⌉, K/4, nr, 4]` of the GEMM operand
 /// `B[k, oc]`, i.e. `packed[p, ko, j, ki] = B[ko·4 + ki, p·nr + j]` as `nn::pack_b_vnni` lays it
-/// out, with `k = (kh·KW + kw)·IC + ic` and `K = conv_gemm_k(IC, KH, KW)`. Entries past
-/// `IC·KH·KW` or `OC` are 0, so they add nothing to the accumulator.
+/// out, with `k = (kh·KW + kw)·C4 + ic`, `C4 = conv_tap_channels(IC)` and `K = KH·KW·C4`.
+/// Entries for `ic ≥ IC` or `oc ≥ OC` are 0, so they add nothing to the accumulator.
 pub fn pack_conv2d_weights_vnni(weights: &Tensor, nr: i64, name: &str) -> Result<Tensor, QuantError> {
     let op = format!("pack_conv2d_weights_vnni {name}");
     require_s8_weights(&op, weights)?;
@@ -333,102 +340,157 @@ pub fn pack_conv2d_weights_vnni(weights: &Tensor, nr: i64, name: &str) -> Result
     if nr < 1 {
         return Err(shape_error(&op, "the panel width nr", "positive", nr.to_string()));
     }
-    let taps = ic * kh * kw;
+    let c4 = conv_tap_channels(ic);
     Ok(compute_vec(
-        vec![ceil_div(oc, nr), conv_gemm_k(ic, kh, kw) / 4, nr, 4],
+        vec![ceil_div(oc, nr), kh * kw * c4 / 4, nr, 4],
         |i| {
             let o = &i[0] * nr + &i[2];
             let k = &i[1] * 4 + &i[3];
-            let (c, tap) = (&k % ic, &k / ic);
-            let inside = k.lt(taps) & o.lt(oc);
+            let (c, tap) = (&k % c4, &k / c4);
+            let inside = c.lt(ic) & o.lt(oc);
             select(inside, weights.at([&o, &c, &(&tap / kw), &(&tap % kw)]), Expr::int(DType::I8, 0))
         },
         name,
     )?)
 }
 
-/// The stages of `conv2d_nchw_int8_gemm`. `M = N·OH·OW` output pixels, `K = conv_gemm_k(..)`.
+/// The order of an activation tensor's dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `[N, C, H, W]`: each channel's plane contiguous (the layout of `conv2d_nchw_int8`).
+    Nchw,
+    /// `[N, H, W, C]`: each pixel's channels contiguous. The x86 convolution computes in it, so
+    /// layers chained in NHWC need no transposes between them.
+    Nhwc,
+}
+
+impl Layout {
+    /// The shape of an activation with `n` images of `c` channels of `h × w` pixels.
+    pub fn shape(self, [n, c, h, w]: [i64; 4]) -> [i64; 4] {
+        match self {
+            Layout::Nchw => [n, c, h, w],
+            Layout::Nhwc => [n, h, w, c],
+        }
+    }
+
+    /// `[n, c, h, w]` of a tensor of this layout (`None` unless 4-D).
+    fn nchw_dims(self, shape: &[i64]) -> Option<[i64; 4]> {
+        let &[a, b, c, d] = shape else { return None };
+        Some(match self {
+            Layout::Nchw => [a, b, c, d],
+            Layout::Nhwc => [a, d, b, c],
+        })
+    }
+
+    /// `(n, c, y, x)` of the index `i` of a tensor in this layout.
+    pub fn nchw_of(self, i: &[Expr]) -> [&Expr; 4] {
+        match self {
+            Layout::Nchw => [&i[0], &i[1], &i[2], &i[3]],
+            Layout::Nhwc => [&i[0], &i[3], &i[1], &i[2]],
+        }
+    }
+
+    /// The index, in this layout, of image `n`, channel `c`, row `y`, column `x`.
+    pub fn index(self, n: &Expr, c: &Expr, y: &Expr, x: &Expr) -> [Expr; 4] {
+        let [n, c, y, x] = [n, c, y, x].map(Expr::clone);
+        match self {
+            Layout::Nchw => [n, c, y, x],
+            Layout::Nhwc => [n, y, x, c],
+        }
+    }
+}
+
+/// The stages of `conv2d_int8_direct`, with `C4 = conv_tap_channels(IC)`.
 #[derive(Clone, Debug)]
-pub struct ConvGemmLayer {
+pub struct DirectConvLayer {
     /// Placeholder `i32[OC]`: bind `compensation(weights, ..)` (as for `conv2d_nchw_int8`).
     pub compensation: Tensor,
-    /// Placeholder `i8[⌈OC/nr⌉, K/4, nr, 4]`: bind `pack_conv2d_weights_vnni(weights, nr)`.
+    /// Placeholder `i8[⌈OC/nr⌉, KH·KW·C4/4, nr, 4]`: bind `pack_conv2d_weights_vnni(weights, nr)`.
     pub packed_weights: Tensor,
     /// `u8(src) + 128` for an i8 source (`<name>.shifted`).
     pub shifted: Option<Tensor>,
-    /// `u8[N, H + 2·pad, W + 2·pad, IC]` (`<name>.pad`): the unsigned source, channels last,
-    /// padded with its (shifted) zero point.
+    /// `u8[N, HS, WS·C4]` (`<name>.pad`): the unsigned source channels last, row by row, each
+    /// pixel's `C4` channels contiguous, padded by `pad` pixels (and channels `IC..C4`) with the
+    /// (shifted) source zero point. A 1×1 kernel reads its source here already subsampled by the
+    /// stride (`HS = OH`, `WS = OW`; the accumulator then runs at stride 1).
     pub padded: Tensor,
-    /// `u8[M, K]` (`<name>.col`): row `m = (n·OH + oh)·OW + ow` holds the receptive field of that
-    /// output pixel in the order of `k`; columns past `IC·KH·KW` hold 0.
-    pub columns: Tensor,
-    /// `i32[M, ⌈OC/nr⌉·nr]` (`<name>.acc`): `nn::matmul_packed(columns, packed_weights)`.
+    /// `i32[N, OH, OW, ⌈OC/nr⌉·nr]` (`<name>.acc`): reduction axes `ky` (`KH`), `ko` (`KW·C4/4`)
+    /// and `ki` (4). For a fixed `ky`, the `KW·C4` bytes a pixel reads are contiguous in
+    /// `padded`, and consecutive pixels of a row are `stride·C4` bytes apart: a GEMM of
+    /// `mr` pixels × `nr` channels × `KW·C4` per `ky` with no copy of the source.
     pub acc: Tensor,
-    /// The requantized output `[N, OC, OH, OW]`.
+    /// The requantized output, `[N, OC, OH, OW]` or `[N, OH, OW, OC]` by the layout.
     pub output: Tensor,
     /// Per-channel weight scales (a parameter when the weight scale mask is 1).
     pub params: Vec<Param>,
 }
 
-/// `conv2d_nchw_int8` written as an implicit GEMM, the form the x86 schedule tensorizes:
-/// `acc[m, oc] = Σ_k columns[m, k] · B[k, oc]` with the weights prepared by
-/// `pack_conv2d_weights_vnni(weights, nr)` (`weights` is only the shape and dtype here), then the
-/// same requantization into NCHW. Bit for bit equal to `conv2d_nchw_int8` with the same
-/// arguments; the same typed errors, plus a non-positive `nr`.
+/// The int8 convolution of `conv2d_nchw_int8` (same meaning, bit for bit) with source and output
+/// (and sum input) in `layout`, defined as the direct convolution an x86 schedule tensorizes
+/// (`DirectConvLayer`): the weights come packed by `pack_conv2d_weights_vnni(weights, nr)`
+/// (`weights` is only the shape and dtype here), the accumulator has `nr`-padded channels.
 #[allow(clippy::too_many_arguments)]
-pub fn conv2d_nchw_int8_gemm(
+pub fn conv2d_int8_direct(
     src: &Tensor,
     weights: &Tensor,
     bias: Option<&Tensor>,
     sum_input: Option<&Tensor>,
     conv: Conv2dParams,
     attrs: &QuantAttrs,
+    layout: Layout,
     nr: i64,
     name: &str,
-) -> Result<ConvGemmLayer, QuantError> {
-    let op = format!("conv2d_nchw_int8_gemm {name}");
-    let ConvGeometry { n, ic, h, w, oc, kh, kw, oh, ow } = conv_geometry(&op, src, weights, conv)?;
+) -> Result<DirectConvLayer, QuantError> {
+    let op = format!("conv2d_int8_direct {name}");
+    let ConvGeometry { n, ic, h, w, oc, kh, kw, oh, ow } = conv_geometry(&op, src, layout, weights, conv)?;
     if nr < 1 {
         return Err(shape_error(&op, "the panel width nr", "positive", nr.to_string()));
     }
-    let out_dims = [n, oc, oh, ow];
+    let out_dims = layout.shape([n, oc, oh, ow]);
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
     let (unsigned, shifted) = shifted_source(src, name)?;
     let pad_value = Expr::int(DType::U8, (src_zp + source_shift(src.dtype())) as i64);
-    let p = conv.pad;
+    let (p, c4) = (conv.pad, conv_tap_channels(ic));
+    // A 1×1 kernel subsamples while padding and then runs at stride 1.
+    let (step, s) = if kh == 1 && kw == 1 { (conv.stride, 1) } else { (1, conv.stride) };
+    let (hs, ws) = if step > 1 { (oh, ow) } else { (h + 2 * p, w + 2 * p) };
     let padded = compute_vec(
-        vec![n, h + 2 * p, w + 2 * p, ic],
+        vec![n, hs, ws * c4],
         |i| {
-            let (y, x) = (&i[1] - p, &i[2] - p);
-            let inside = y.ge(0) & y.lt(h) & x.ge(0) & x.lt(w);
-            // The read clamped into the source, so that it needs no guard when vectorized over
-            // the channels (the select discards it outside).
-            let (cy, cx) = (index_min(index_max(y, Expr::index(0)), h - 1), index_min(index_max(x, Expr::index(0)), w - 1));
-            select(inside, unsigned.at([&i[0], &i[3], &cy, &cx]), pad_value)
+            let (y, x, c) = (&i[1] * step - p, &i[2] / c4 * step - p, &i[2] % c4);
+            let inside = y.ge(0) & y.lt(h) & x.ge(0) & x.lt(w) & c.lt(ic);
+            // The read clamped into the source, so that it needs no guard when vectorized (the
+            // select discards it outside).
+            let clamp = |v: Expr, size: i64| index_min(index_max(v, Expr::index(0)), size - 1);
+            let (cy, cx, cc) = (clamp(y, h), clamp(x, w), clamp(c, ic));
+            select(inside, unsigned.at_vec(layout.index(&i[0], &cc, &cy, &cx).to_vec()), pad_value)
         },
         &format!("{name}.pad"),
     )?;
-    let (m, k, taps, s) = (n * oh * ow, conv_gemm_k(ic, kh, kw), ic * kh * kw, conv.stride);
-    let columns = compute_vec(
-        vec![m, k],
+    let panels = ceil_div(oc, nr);
+    let packed_weights = placeholder_vec(vec![panels, kh * kw * c4 / 4, nr, 4], DType::I8, &format!("{name}.packed_weights"));
+    let row_groups = kw * c4 / 4;
+    let (ky, ko, ki) = (reduce_axis(kh, "ky"), reduce_axis(row_groups, "ko"), reduce_axis(4, "ki"));
+    let acc = compute_vec(
+        vec![n, oh, ow, panels * nr],
         |i| {
-            let (b, pixel) = (&i[0] / (oh * ow), &i[0] % (oh * ow));
-            let (y, x) = (&pixel / ow, &pixel % ow);
-            let (c, tap) = (&i[1] % ic, &i[1] / ic);
-            let (ky, kx) = (&tap / kw, &tap % kw);
-            let read = padded.at([&b, &(&y * s + &ky), &(&x * s + &kx), &c]);
-            select(i[1].lt(taps), read, Expr::int(DType::U8, 0))
+            let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * c4) + &ko * 4 + &ki)]).cast(DType::I32);
+            let group = &ky * row_groups + &ko;
+            let b = packed_weights.at([&(&i[3] / nr), &group, &(&i[3] % nr), &ki.to_expr()]).cast(DType::I32);
+            sum(DType::I32, &[&ky, &ko, &ki], a * b)
         },
-        &format!("{name}.col"),
+        &format!("{name}.acc"),
     )?;
-    let packed_weights = placeholder_vec(vec![ceil_div(oc, nr), k / 4, nr, 4], DType::I8, &format!("{name}.packed_weights"));
-    let acc = crate::nn::matmul_packed(&columns, &packed_weights, DType::I32, &format!("{name}.acc"))?;
     let compensation = placeholder_vec(vec![oc], DType::I32, &format!("{name}.compensation"));
     let mut params = Params::default();
+    let channel_axis = if layout == Layout::Nchw { 1 } else { 3 };
     let output = requantize_layer(
         out_dims.to_vec(),
-        |i| acc.at([&((&i[0] * oh + &i[2]) * ow + &i[3]), &i[1]]),
-        1,
+        |i| {
+            let [b, o, y, x] = layout.nchw_of(i);
+            acc.at([b, y, x, o])
+        },
+        channel_axis,
         &compensation,
         weights.shape(),
         bias,
@@ -438,7 +500,7 @@ pub fn conv2d_nchw_int8_gemm(
         &mut params,
         name,
     )?;
-    Ok(ConvGemmLayer { compensation, packed_weights, shifted, padded, columns, acc, output, params: params.0 })
+    Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params: params.0 })
 }
 
 /// The int8 dense layer `out[m, oc] = requant(Σ_ic src[m, ic] · weights[oc, ic])` for
@@ -644,6 +706,25 @@ pub fn nchwc_to_nchw(src: &Tensor, channels: i64, name: &str) -> Result<Tensor, 
         return Err(shape_error(&op, "the channel count", expected, channels.to_string()));
     }
     Ok(compute_vec(vec![n, channels, h, w], |i| src.at([&i[0], &(&i[1] / x), &i[2], &i[3], &(&i[1] % x)]), name)?)
+}
+
+/// The activation `src` in layout `from` rewritten in layout `to` (e.g. `NCHW → NHWC`:
+/// `out[n, h, w, c] = src[n, c, h, w]`): the transposes between the API layout and the one the
+/// x86 convolution computes in.
+pub fn convert_layout(src: &Tensor, from: Layout, to: Layout, name: &str) -> Result<Tensor, QuantError> {
+    let op = format!("convert_layout {name}");
+    let Some(dims) = from.nchw_dims(src.shape()) else {
+        let expected = if from == Layout::Nchw { "[N, C, H, W]" } else { "[N, H, W, C]" };
+        return Err(shape_error(&op, "the source shape", expected, format!("{:?}", src.shape())));
+    };
+    Ok(compute_vec(
+        to.shape(dims).to_vec(),
+        |i| {
+            let [n, c, y, x] = to.nchw_of(i);
+            src.at_vec(from.index(n, c, y, x).to_vec())
+        },
+        name,
+    )?)
 }
 
 /// `OIHW → OIHW[x/4]i[y]o4i`, the VNNI-blocked weights: `out[ob, ib, kh, kw, i4, oi, ii] =

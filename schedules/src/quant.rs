@@ -315,7 +315,11 @@ pub(crate) fn finish(
             }
         };
     }
-    store_as(x / f32c(dst_scale) + f32c(dst_zp as f32), dst_dtype)
+    let scaled = x / f32c(dst_scale);
+    // Adding a zero zero point only turns -0 into +0, which an integer destination cannot tell
+    // apart: skip it there (a float destination keeps the sign of zero as written).
+    let shifted = if dst_zp == 0 && !dst_dtype.is_float() { scaled } else { scaled + f32c(dst_zp as f32) };
+    store_as(shifted, dst_dtype)
 }
 
 /// Checks post-ops and the sum input against an output of shape `dims`: at most one `Sum`, which

@@ -8,7 +8,7 @@ use ir::te::{Tensor, compute, placeholder, placeholder_vec};
 use ir::{DType, TeError};
 use schedules::generic::default_schedule;
 use schedules::ops::{
-    Conv2dParams, QuantizedLayer, add_int8, compensation, conv2d_nchw_int8, dense_int8, global_avg_pool, max_pool2d,
+    Conv2dParams, Layout, QuantizedLayer, add_int8, compensation, conv2d_nchw_int8, convert_layout, dense_int8, global_avg_pool, max_pool2d,
     nchw_to_nchwc, nchwc_to_nchw, oihw_to_vnni_blocked, relu_int8,
 };
 use schedules::quant::{
@@ -16,7 +16,8 @@ use schedules::quant::{
 };
 use schedules::resnet18::{CONV_LAYERS, DenseLayer};
 use schedules::x86_conv::{
-    Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8, prepare_dense_int8,
+    Conv2dInt8Knobs, TileOrder, conv2d_int8, conv2d_nhwc_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
+    prepare_dense_int8,
 };
 use tensorlift::{CompileOptions, Tensor as RtTensor};
 
@@ -610,6 +611,16 @@ fn layout_transforms_block_pad_and_round_trip() {
     }
     assert_same("nchw_to_nchwc", &out[0], &want);
     assert!(out[1].bits_eq(&src_a));
+    // NCHW → NHWC → NCHW.
+    let nhwc = convert_layout(&src, Layout::Nchw, Layout::Nhwc, "nhwc").unwrap();
+    assert_eq!(nhwc.shape(), &[1, 3, 5, 17]);
+    let nchw = convert_layout(&nhwc, Layout::Nhwc, Layout::Nchw, "nchw").unwrap();
+    let out = eval_te(&[&nhwc, &nchw], &[(&src, &src_a)]).unwrap();
+    let want: Vec<f64> = in_layout(&v, [n, c, h, w], Layout::Nhwc).into_iter().map(|x| x as f64).collect();
+    assert_same("convert_layout", &out[0], &want);
+    assert!(out[1].bits_eq(&src_a));
+    let err = convert_layout(&blocked, Layout::Nchw, Layout::Nhwc, "bad").unwrap_err();
+    assert!(err.to_string().contains("source shape must be [N, C, H, W], found [1, 2, 3, 5, 16]"), "{err}");
     // OIHW → OIHW[16/4]i[16]o4i with 17 × 17 channels, zero padded.
     let (o, i, k) = (17i64, 17i64, 3i64);
     let wv = values((o * i * k * k) as usize, 6, -128, 127);
@@ -760,10 +771,28 @@ fn malformed_attributes_are_typed_errors() {
     assert!(err.to_string().contains("shape of the sum input must be [1, 2, 3, 3], found [1, 2, 3, 4]"), "{err}");
 }
 
-/// One convolution through the x86 implicit-GEMM schedule (`schedules::x86_conv`), JIT-compiled
-/// with its weight preparation, against the plain-Rust reference; returns the lowered per-call
-/// function's text.
+/// `values` of an NCHW array of `dims` in `layout` order.
+fn in_layout<T: Copy>(values: &[T], [n, c, h, w]: [i64; 4], layout: Layout) -> Vec<T> {
+    if layout == Layout::Nchw || values.is_empty() {
+        return values.to_vec();
+    }
+    let mut out = Vec::with_capacity(values.len());
+    for b in 0..n {
+        for y in 0..h {
+            for x in 0..w {
+                out.extend((0..c).map(|ch| values[(((b * c + ch) * h + y) * w + x) as usize]));
+            }
+        }
+    }
+    out
+}
+
+/// One convolution through the x86 direct schedule (`schedules::x86_conv`) with source, sum
+/// input and output in `layout`, JIT-compiled with its weight preparation, against the plain-Rust
+/// reference; returns the lowered per-call function's text.
+#[allow(clippy::too_many_arguments)]
 fn check_x86_conv(
+    layout: Layout,
     [n, ic, h, w]: [i64; 4],
     [oc, k]: [i64; 2],
     conv: Conv2dParams,
@@ -791,7 +820,9 @@ fn check_x86_conv(
     );
     assert_exercised(&what, &want, l.dst_dtype);
 
-    let src = placeholder([n, ic, h, w], l.src_dtype, "src");
+    let want = in_layout(&want, out_dims, layout);
+    let (src_dims, out_dims) = (layout.shape([n, ic, h, w]), layout.shape(out_dims));
+    let src = placeholder(src_dims, l.src_dtype, "src");
     let wei = placeholder([oc, ic, k, k], DType::I8, "wei");
     let b = placeholder([oc], DType::F32, "bias");
     let r = placeholder(out_dims, res_dtype, "residual");
@@ -806,11 +837,14 @@ fn check_x86_conv(
     let mut comp_t = RtTensor::zeros(DType::I32, &[oc]);
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
 
-    let f = conv2d_int8(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, knobs, "conv").unwrap();
+    let schedule = if layout == Layout::Nchw { conv2d_int8 } else { conv2d_nhwc_int8 };
+    let f = schedule(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, knobs, "conv").unwrap();
     let args: Vec<&Tensor> = f.args.iter().collect();
     let kernel = tensorlift::build(&f.schedule, &args, "conv", &options).unwrap();
-    let mut src_t = RtTensor::from_array(&Array::from_i64(l.src_dtype, &[n, ic, h, w], &src_v));
+    let src_v = in_layout(&src_v, [n, ic, h, w], layout);
+    let mut src_t = RtTensor::from_array(&Array::from_i64(l.src_dtype, &src_dims, &src_v));
     let mut bias_t = RtTensor::from_array(&Array::from_f64(DType::F32, &[oc], &bias));
+    let residual = in_layout(&residual, [n, oc, oh, ow], layout);
     let mut res_t = with_sum.then(|| RtTensor::from_array(&Array::from_i64(res_dtype, &out_dims, &residual)));
     let mut params: Vec<RtTensor> = f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
     let mut out_t = RtTensor::zeros(l.dst_dtype, &out_dims);
@@ -825,7 +859,7 @@ fn check_x86_conv(
 
 #[test]
 fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
-    let small = Conv2dInt8Knobs { mr: 4, nr: 16, lanes: 8, parallel: true };
+    let small = Conv2dInt8Knobs { mr: 4, nr: 16, lanes: 8, order: TileOrder::PixelsOuter, parallel: true };
     let cases: [([i64; 4], [i64; 2], Conv2dParams, Conv2dInt8Knobs); 6] = [
         // ic = oc = 17: K = 153 → 156, OC not a multiple of nr; stride 2 over an odd 9 × 11 input.
         ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, small),
@@ -833,11 +867,11 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
         ([1, 64, 10, 10], [64, 3], Conv2dParams { stride: 1, pad: 1 }, default_knobs(&CONV_LAYERS[1])),
         // 1 × 1 stride 2 (R4-shaped).
         ([1, 32, 13, 13], [32, 1], Conv2dParams { stride: 2, pad: 0 }, default_knobs(&CONV_LAYERS[3])),
-        // The stem: 7 × 7 stride 2 with 3 input channels (K = 147 → 148).
+        // The stem: 7 × 7 stride 2 with 3 input channels (padded to 4 per tap: 28 bytes per kernel row).
         ([1, 3, 23, 21], [16, 7], Conv2dParams { stride: 2, pad: 3 }, default_knobs(&CONV_LAYERS[0])),
-        // Batch 2, mr not dividing M.
-        ([2, 8, 6, 5], [24, 3], Conv2dParams { stride: 1, pad: 1 }, Conv2dInt8Knobs { mr: 3, nr: 16, lanes: 4, parallel: false }),
-        ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, Conv2dInt8Knobs { mr: 8, nr: 32, lanes: 16, parallel: false }),
+        // Batch 2, mr not dividing OW; channel panels outermost.
+        ([2, 8, 6, 5], [24, 3], Conv2dParams { stride: 1, pad: 1 }, Conv2dInt8Knobs { mr: 3, nr: 16, lanes: 4, order: TileOrder::ChannelsOuter, parallel: false }),
+        ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, Conv2dInt8Knobs { mr: 4, nr: 32, lanes: 16, order: TileOrder::ChannelsOuter, parallel: false }),
     ];
     let mut seed = 500;
     for (i, (src, w, conv, knobs)) in cases.into_iter().enumerate() {
@@ -848,7 +882,9 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             (DType::U8, DSTS[i % 4], true, post_op_sets(DType::U8)[i % 4].clone()),
         ] {
             let l = layer_case(src_dtype, dst, per_channel, post, w[0] as usize);
-            let ir = check_x86_conv(src, w, conv, &l, knobs, seed);
+            // Every case in both layouts would double the test time: alternate them.
+            let layout = if seed % 2 == 0 { Layout::Nchw } else { Layout::Nhwc };
+            let ir = check_x86_conv(layout, src, w, conv, &l, knobs, seed);
             assert!(ir.contains(&format!("call int8_gemm_{}x{}x", knobs.mr, knobs.nr)), "{ir}");
             seed += 11;
         }
@@ -870,7 +906,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
     for (m, knobs) in [
         (1, default_dense_knobs(&fc, 1)),
         (3, default_dense_knobs(&fc, 3)),
-        (3, Conv2dInt8Knobs { mr: 2, nr: 16, lanes: 8, parallel: true }),
+        (3, Conv2dInt8Knobs { mr: 2, nr: 16, lanes: 8, order: TileOrder::PixelsOuter, parallel: true }),
     ] {
         for src_dtype in [DType::U8, DType::I8] {
             let l = layer_case(src_dtype, DType::U8, true, vec![], oc as usize);
@@ -918,10 +954,10 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let f = schedules::x86_conv::dense_int8(&src, &wei, Some(&b), &a, knobs, "fc").unwrap();
             let args: Vec<&Tensor> = f.args.iter().collect();
             let kernel = tensorlift::build(&f.schedule, &args, "fc", &options).unwrap();
-            let mut src_t = RtTensor::from_array(&Array::from_i64(src_dtype, &[m, ic, 1, 1], &src_v));
+            let mut src_t = RtTensor::from_array(&Array::from_i64(src_dtype, &[1, 1, m, ic], &src_v));
             let mut bias_t = RtTensor::from_array(&bias_a);
             let mut params: Vec<RtTensor> = f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
-            let mut out_t = RtTensor::zeros(DType::U8, &[m, oc, 1, 1]);
+            let mut out_t = RtTensor::zeros(DType::U8, &[1, 1, m, oc]);
             let mut call: Vec<&mut RtTensor> = vec![&mut src_t, &mut packed_t, &mut comp_t, &mut bias_t];
             call.extend(params.iter_mut());
             call.push(&mut out_t);
