@@ -35,6 +35,7 @@
 
 use ir::interp::Array;
 use ir::te::{Tensor, placeholder_vec};
+use ir::expr::select;
 use ir::{DType, Expr, TeError};
 use thiserror::Error;
 
@@ -200,7 +201,7 @@ impl TensorQuant {
 /// destination quantization (oneDNN post-ops), in list order.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum PostOp {
-    /// `x = max(x, 0)`.
+    /// `x = x > 0 ? x : +0` (`max(x, 0)`, with NaN and -0 giving +0).
     Relu,
     /// The residual sum: `x = x + scale · (f32(r) − f32(zero_point))` for the element `r` of
     /// the operator's sum input at the same index (`scale` and the zero point quantize `r`).
@@ -308,7 +309,9 @@ pub(crate) fn finish(
     let mut x = x;
     for op in post_ops {
         x = match *op {
-            PostOp::Relu => Expr::max(x, f32c(0.0)),
+            // `x > 0 ? x : +0`: NaN and both zeros give +0 (as `max(x, 0)` would up to the sign
+            // of zero), and the form is one `maxps`.
+            PostOp::Relu => select(f32c(0.0).lt(&x), x, f32c(0.0)),
             PostOp::Sum { scale, zero_point } => {
                 let r = sum_input.expect("checked by check_post_ops").at_vec(indices.to_vec()).cast(DType::F32);
                 x + f32c(scale) * (r - f32c(zero_point as f32))

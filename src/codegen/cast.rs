@@ -190,6 +190,24 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 }))
             }
             (F32, U32) => Some(map(self, pieces.to_vec(), &|tx, p| tx.b.ins().fcvt_to_uint_sat(types::I32X4, p))),
+            (F32, U8 | U16) => {
+                // Clamp into the target's range in f32, then truncate: `maxps` (a NaN lane gives
+                // the 0 bound, as the cast defines) and `minps` are exact here and three
+                // instructions where the saturating i32 conversion takes seven.
+                let hi = if to == U8 { 255.0 } else { 65535.0 };
+                let i = map(self, pieces.to_vec(), &|tx, p| {
+                    let lo_v = tx.splat_f32(0.0);
+                    let hi_v = tx.splat_f32(hi);
+                    let above_lo = tx.b.ins().fcmp(FloatCC::LessThan, lo_v, p);
+                    let above_lo = tx.bitcast_vec(above_lo, types::F32X4);
+                    let at_least_lo = tx.b.ins().bitselect(above_lo, p, lo_v);
+                    let below_hi = tx.b.ins().fcmp(FloatCC::LessThan, at_least_lo, hi_v);
+                    let below_hi = tx.bitcast_vec(below_hi, types::F32X4);
+                    let clamped = tx.b.ins().bitselect(below_hi, at_least_lo, hi_v);
+                    tx.b.ins().x86_cvtt2dq(types::I32X4, clamped)
+                });
+                Some(self.int_vector_cast(i, I32, to, true))
+            }
             (F32, _) if to.is_int() && to.bits() <= 32 => {
                 // Truncate to i32, then saturate into the narrower type.
                 let i = map(self, pieces.to_vec(), &|tx, p| tx.b.ins().fcvt_to_sint_sat(types::I32X4, p));

@@ -140,6 +140,15 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         self.b.ins().vconst(ty, c)
     }
 
+    /// `f32x4` with `x` in every lane.
+    pub fn splat_f32(&mut self, x: f32) -> Value {
+        let mut bytes = [0u8; 16];
+        for lane in bytes.chunks_mut(4) {
+            lane.copy_from_slice(&x.to_le_bytes());
+        }
+        self.vconst(types::F32X4, bytes)
+    }
+
     /// A vector constant of integer lanes (each value wraps to the lane width).
     pub fn vconst_ints(&mut self, ty: Type, values: &[i64]) -> Value {
         let lane_bytes = ty.lane_bits() as usize / 8;
