@@ -289,15 +289,17 @@ fn reference_probe() -> Option<Probe> {
 /// Medians of `repeat` timed calls and of the peak probe run alternately with them.
 struct Timing {
     median_s: f64,
-    /// One thread's probe GOPS (median), when there is a probe.
+    /// The probe's GOPS summed over the threads (median), when there is a probe.
     peak_gops: Option<f64>,
 }
 
 /// Runs `call` once to calibrate, then `repeat` times, each timed call preceded by a run of the
-/// peak probe of the same length: the machine is shared, and the ratio of medians taken side by
-/// side is what is comparable across runs.
-fn time_against_peak<E>(
+/// peak probe of the same length on each of the `threads` threads of the pool the call uses: the
+/// machine is shared, and the ratio of medians taken side by side is what is comparable across
+/// runs. (On one thread the probe runs on the calling thread, where the call runs too.)
+fn time_against_peak<E: From<RuntimeError>>(
     probe: Option<&Probe>,
+    threads: usize,
     repeat: usize,
     mut call: impl FnMut() -> Result<(), E>,
 ) -> Result<Timing, E> {
@@ -307,7 +309,7 @@ fn time_against_peak<E>(
     let (mut times, mut peaks) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
         if let (Some(p), Some(it)) = (probe, iterations) {
-            peaks.push(p.gops(it, p.run(it).as_secs_f64()));
+            peaks.push(if threads > 1 { p.gops_on_pool(it, threads)? } else { p.gops(it, p.run(it).as_secs_f64()) });
         }
         let start = Instant::now();
         call()?;
@@ -355,11 +357,12 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
     let verified = tc.to_array().bits_eq(&expected);
 
     let probe = reference_probe();
-    let timing = time_against_peak(probe.as_ref(), repeat, || compiled.call(&mut [&mut ta, &mut tb, &mut tc]))?;
+    let workers = compiled.threads().unwrap_or(1);
+    let timing =
+        time_against_peak(probe.as_ref(), workers, repeat, || compiled.call(&mut [&mut ta, &mut tb, &mut tc]))?;
     let run = timing.median_s;
     let gops = 2.0 * (m * n * k) as f64 / run / 1e9;
-    let workers = compiled.threads().unwrap_or(1);
-    let peak = timing.peak_gops.map(|p| p * workers as f64);
+    let peak = timing.peak_gops;
     let kernels: Vec<&str> =
         compiled.machine_code().iter().filter(|c| c.origin != "cranelift").map(|c| c.origin.as_str()).collect();
     let level = compiled.isa_level();
@@ -805,9 +808,9 @@ fn run_layer(
     let saturated = values.iter().filter(|&&v| v == 0 || v == 255).count();
 
     progress.set_message(format!("{name}: time {repeat} runs"));
-    let timing = time_against_peak(probe, repeat, || compiled.call())?;
+    let threads = compiled.kernel.compiled.threads().unwrap_or(1);
+    let timing = time_against_peak(probe, threads, repeat, || compiled.call())?;
     let kernel = &compiled.kernel;
-    let threads = kernel.compiled.threads().unwrap_or(1);
     Ok(LayerReport {
         layer: name,
         verified,
@@ -816,7 +819,7 @@ fn run_layer(
         median_ms: timing.median_s * 1e3,
         runs: repeat.max(1),
         gops: case.ops as f64 / timing.median_s / 1e9,
-        peak_gops: timing.peak_gops.map(|p| p * threads as f64),
+        peak_gops: timing.peak_gops,
         isa: kernel.compiled.isa_level(),
         threads,
         saturated_pct: 100.0 * saturated as f64 / values.len().max(1) as f64,
@@ -852,7 +855,7 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("schedule   conv: x86_conv (schedules::x86_conv::{api}, default_knobs per layer, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels)");
         println!("reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled); FC: eval_te (the interpreter)");
         match width {
-            Some(w) => println!("peak       vpdpbusd {w} x threads, median of runs interleaved with the layer's own"),
+            Some(w) => println!("peak       vpdpbusd {w} on every thread of the layer's pool at once, median of runs interleaved with the layer's own"),
             None => println!("peak       unavailable (no VNNI on this CPU)"),
         }
         println!(

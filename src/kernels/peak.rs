@@ -11,7 +11,7 @@ use thiserror::Error;
 
 use super::{KernelError, VectorWidth};
 use crate::codegen::jit::{self, JitCode};
-use crate::error::CompileError;
+use crate::error::{CompileError, RuntimeError};
 use crate::runtime::{IsaLevel, OptLevel, Target, build_isa};
 
 /// Independent accumulators in the probe loop.
@@ -106,6 +106,15 @@ impl Probe {
         let start = Instant::now();
         f(iterations.clamp(1, i64::MAX as u64) as i64);
         start.elapsed()
+    }
+
+    /// Runs `iterations` loop iterations on every thread of the pool that functions compiled for
+    /// `threads` threads use, all at once; returns the summed int8 GOPS. Running the probe there
+    /// also keeps those threads awake, as calls back to back would.
+    pub fn gops_on_pool(&self, iterations: u64, threads: usize) -> Result<f64, RuntimeError> {
+        let pool = crate::runtime::host::pool(threads)?;
+        let times = pool.broadcast(|_| self.run(iterations));
+        Ok(times.iter().map(|t| self.gops(iterations, t.as_secs_f64())).sum())
     }
 
     /// Iterations that take about `run_time` (from one calibration run).
