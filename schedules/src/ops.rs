@@ -2,7 +2,9 @@
 //! of `quant` (oneDNN's). The default schedule (`generic::default_schedule`) of each is the
 //! reference; target schedules must compute the same values bit for bit.
 //!
-//! Activations are NCHW at the API (batch `N` is any positive size; resnet-18 uses 1). A weight
+//! Activations are NCHW at the API (batch `N` is any positive size; resnet-18 uses 1); the
+//! direct convolution that x86 schedules tensorize (`conv2d_int8_direct`) also takes and gives
+//! NHWC (`Layout`), and `convert_layout` moves between the two. A weight
 //! preparation function (`compensation`) is separate from the per-call graph: it runs once when
 //! the weights are packed, and the per-call operators read its result through a placeholder.
 
@@ -11,7 +13,7 @@ use ir::expr::{max as index_max, min as index_min, select};
 use ir::{DType, Expr};
 
 use crate::quant::{
-    DST_TYPES, Param, Params, PostOp, QuantAttrs, QuantError, TensorQuant, ZeroPoints, activation_quant,
+    DST_TYPES, Param, Params, PostOp, QuantAttrs, QuantError, Scales, TensorQuant, ZeroPoints, activation_quant,
     check_post_ops, f32c, finish, is_dst_type,
 };
 
@@ -114,7 +116,8 @@ pub struct QuantizedLayer {
     pub acc: Tensor,
     /// The requantized output.
     pub output: Tensor,
-    /// Per-channel weight scales (a parameter when the weight scale mask is 1).
+    /// The requantization multipliers `src_scale · wei_scale[oc]` in f32 (a parameter when the
+    /// weight scale mask is 1).
     pub params: Vec<Param>,
 }
 
@@ -184,11 +187,10 @@ fn requantize_layer(
             let oc = &i[channel_axis];
             let mut oc_index = vec![oc.clone()];
             oc_index.extend(weights_dims[1..].iter().map(|_| Expr::index(0)));
-            let multiplier = if w.mask == 0 {
-                f32c(src_scale * w.values[0])
-            } else {
-                f32c(src_scale) * params.scale(w, weights_dims, &oc_index, &format!("{name}.wei_scale"))
-            };
+            // The products src_scale · wei_scale[oc] in f32, formed here once rather than per
+            // element (the same IEEE products either way).
+            let products = Scales { values: w.values.iter().map(|&v| src_scale * v).collect(), mask: w.mask };
+            let multiplier = params.scale(&products, weights_dims, &oc_index, &format!("{name}.multiplier"));
             let centered = (read_acc(i) - compensation.at([oc])).cast(DType::F32);
             let mut x = centered * multiplier;
             if let Some(b) = bias {
@@ -421,7 +423,8 @@ pub struct DirectConvLayer {
     pub acc: Tensor,
     /// The requantized output, `[N, OC, OH, OW]` or `[N, OH, OW, OC]` by the layout.
     pub output: Tensor,
-    /// Per-channel weight scales (a parameter when the weight scale mask is 1).
+    /// The requantization multipliers `src_scale · wei_scale[oc]` in f32 (a parameter when the
+    /// weight scale mask is 1).
     pub params: Vec<Param>,
 }
 

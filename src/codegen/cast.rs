@@ -194,10 +194,9 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 // Clamp into the target's range in f32, then truncate: `maxps` (a NaN lane gives
                 // the 0 bound, as the cast defines) and `minps` are exact here and three
                 // instructions where the saturating i32 conversion takes seven.
-                let hi = if to == U8 { 255.0 } else { 65535.0 };
+                let lo_v = self.splat_f32(0.0);
+                let hi_v = self.splat_f32(if to == U8 { 255.0 } else { 65535.0 });
                 let i = map(self, pieces.to_vec(), &|tx, p| {
-                    let lo_v = tx.splat_f32(0.0);
-                    let hi_v = tx.splat_f32(hi);
                     let above_lo = tx.b.ins().fcmp(FloatCC::LessThan, lo_v, p);
                     let above_lo = tx.bitcast_vec(above_lo, types::F32X4);
                     let at_least_lo = tx.b.ins().bitselect(above_lo, p, lo_v);
