@@ -869,7 +869,8 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
         let case = LayerCase::new(layer, 1000 * (i as u64 + 1))?;
         let plan = match layer {
             Layer::Conv(c) => {
-                LayerPlan::X86Conv(Conv2dInt8Knobs { parallel: threads != Some(1), ..default_knobs(&c) }, layout)
+                let knobs = default_knobs(&c);
+                LayerPlan::X86Conv(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }, layout)
             }
             // One thread: FC's 63 tiles of 1 × 16 × 512 take ~0.2 µs each, less than handing
             // them to the pool (measured 0.011 ms on one thread, 0.044 ms on two).

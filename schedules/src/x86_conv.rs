@@ -50,11 +50,17 @@ pub struct Conv2dInt8Knobs {
     pub parallel: bool,
 }
 
+/// Layers with fewer int8 operations run on one thread by default: the 1×1 layers of
+/// resnet-18 (12.8 M operations, about 40 µs on one thread here) ran slower on two threads than
+/// on one (`tensorlift resnet18 --threads 2`, BENCHMARKS.md).
+pub const MIN_PARALLEL_OPS: u64 = 50_000_000;
+
 /// The default knobs of a resnet-18 layer: the register tile `mr × nr` (`nr` in 64, 32, 16
 /// dividing `OC`, at most 24 zmm accumulators `mr · nr/16`, `mr ≥ 4`) of largest area whose `mr`
 /// divides the `OW` pixels of an output row, so that no tile runs the call's fallback loops;
 /// ties go to the wider `nr`. Without such a tile, the widest `nr` with the most rows, at most
-/// `OW`. Channel panels go outermost when the packed weights outweigh the padded source.
+/// `OW`. Channel panels go outermost when the packed weights outweigh the padded source; the
+/// loops are parallel from `MIN_PARALLEL_OPS` operations on.
 pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
     let pixels = layer.ow();
     let widths: Vec<i64> = [64, 32, 16].into_iter().filter(|nr| layer.oc % nr == 0).collect();
@@ -69,7 +75,7 @@ pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
     let weight_bytes = layer.oc * layer.k * layer.k * c4;
     let source_bytes = if layer.k == 1 { layer.oh() * layer.ow() } else { (layer.h + 2 * layer.pad) * (layer.w + 2 * layer.pad) } * c4;
     let order = if weight_bytes > source_bytes { TileOrder::ChannelsOuter } else { TileOrder::PixelsOuter };
-    Conv2dInt8Knobs { mr, nr, lanes: 16, order, parallel: true }
+    Conv2dInt8Knobs { mr, nr, lanes: 16, order, parallel: layer.ops() >= MIN_PARALLEL_OPS }
 }
 
 /// An error building the convolution or scheduling it.
