@@ -12,7 +12,7 @@ use ir::DType;
 use ir::interp::Array;
 use ir::te::{Tensor, placeholder};
 use schedules::generic::default_schedule;
-use schedules::ops::{Conv2dParams, conv2d_nchw_int8};
+use schedules::ops::{Conv2dParams, Layout, conv2d_nchw_int8};
 use schedules::quant::{PostOp, QuantAttrs, Scales, TensorQuant, ZeroPoints};
 use schedules::resnet18::{ConvLayer, Layer, layer};
 use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, conv2d_int8, default_knobs, prepare_conv2d_int8};
@@ -81,7 +81,7 @@ fn run_layer(
 
     // The scheduled per-call function.
     let start = Instant::now();
-    let f = conv2d_int8(&src, &wei, Some(&bias), None, conv, &a, knobs, l.name)?;
+    let f = conv2d_int8(&src, &wei, Some(&bias), None, conv, &a, Layout::Nchw, knobs, l.name)?;
     let args: Vec<&Tensor> = f.args.iter().collect();
     let kernel = build(&f.schedule, &args, l.name, options)?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;

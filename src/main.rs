@@ -20,7 +20,7 @@ use schedules::quant::{QuantAttrs, QuantError, Scales, TensorQuant};
 use schedules::resnet18::{self, Layer};
 use schedules::x86::{GemmInt8Knobs, gemm_int8};
 use schedules::x86_conv::{
-    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, conv2d_nhwc_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
+    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
     prepare_dense_int8,
 };
 use tensorlift::kernels::VectorWidth;
@@ -639,8 +639,7 @@ impl LayerReport {
 /// How a layer is scheduled and what its result is checked against.
 #[derive(Clone, Copy)]
 enum LayerPlan {
-    /// Convolutions: `schedules::x86_conv::conv2d_int8` or `conv2d_nhwc_int8` by the layout
-    /// (direct convolution tensorized into the VNNI micro-kernel), checked against the generic
+    /// Convolutions: `schedules::x86_conv::conv2d_int8` in the layout (direct convolution tensorized into the VNNI micro-kernel), checked against the generic
     /// schedule of `ops::conv2d_nchw_int8` JIT-compiled (whose equality with the interpreter
     /// `tests/it/quant.rs` checks).
     X86Conv(Conv2dInt8Knobs, Layout),
@@ -715,7 +714,7 @@ fn convert_array(a: &Array, from: Layout, to: Layout, options: &CompileOptions) 
     Ok(tensors[1].to_array())
 }
 
-/// `x86_conv::conv2d_int8` (NCHW) or `conv2d_nhwc_int8` with `knobs`, its weights packed by
+/// `x86_conv::conv2d_int8` in `layout` with `knobs`, its weights packed by
 /// `x86_conv::prepare_conv2d_int8`; the output is kept in `layout` (`CompiledLayer::output`).
 fn compile_x86_conv(
     case: &LayerCase,
@@ -735,8 +734,7 @@ fn compile_x86_conv(
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     let src_dims: [i64; 4] = case.src.shape().try_into().expect("a convolution source is 4-D");
     let src_te = placeholder(layout.shape(src_dims), case.src.dtype(), case.src.name());
-    let schedule = if layout == Layout::Nchw { conv2d_int8 } else { conv2d_nhwc_int8 };
-    let layer = schedule(&src_te, &case.wei, Some(&case.bias), None, conv, &case.attrs, knobs, case.name)?;
+    let layer = conv2d_int8(&src_te, &case.wei, Some(&case.bias), None, conv, &case.attrs, layout, knobs, case.name)?;
     let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
     let src = convert_array(src, Layout::Nchw, layout, options)?;
     let mut tensors = vec![Tensor::from_array(&src), packed_t, comp_t, Tensor::from_array(bias)];
@@ -850,7 +848,7 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("resnet-18 int8 layers, batch 1: u8 src (zp {SRC_ZERO_POINT}) x s8 weights (per-channel scales) + bias -> u8, relu off");
         let api = match layout {
             Layout::Nchw => "conv2d_int8, NCHW source and output",
-            Layout::Nhwc => "conv2d_nhwc_int8, NHWC source and output",
+            Layout::Nhwc => "conv2d_int8, NHWC source and output",
         };
         println!("schedule   conv: x86_conv (schedules::x86_conv::{api}, default_knobs per layer, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels)");
         println!("reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled); FC: eval_te (the interpreter)");

@@ -164,24 +164,34 @@ fn check_layer_attrs(
     Ok((src_q, dst_q))
 }
 
+/// The requantized output of a layer and what it reads besides the accumulator.
+struct Requantized {
+    /// Placeholder `i32[OC]` (`<name>.compensation`): bind the `compensation` computed when the
+    /// weights were prepared.
+    compensation: Tensor,
+    output: Tensor,
+    params: Vec<Param>,
+}
+
 /// `x = f32(acc − comp[oc]) · M[oc] + bias[oc]`, then post-ops and the destination (see `quant`),
-/// over an output of shape `dims` whose element at `i` has the accumulator `read_acc(i)`.
+/// over an output of shape `dims` whose element at `i` has the accumulator `read_acc(i)` and its
+/// output channel at `i[channel_axis]`.
 #[allow(clippy::too_many_arguments)]
 fn requantize_layer(
     dims: Vec<i64>,
     read_acc: impl Fn(&[Expr]) -> Expr,
     channel_axis: usize,
-    compensation: &Tensor,
     weights_dims: &[i64],
     bias: Option<&Tensor>,
     sum_input: Option<&Tensor>,
     (src_scale, dst_q): (f32, (f32, i32)),
     attrs: &QuantAttrs,
-    params: &mut Params,
     name: &str,
-) -> Result<Tensor, QuantError> {
+) -> Result<Requantized, QuantError> {
+    let compensation = placeholder_vec(vec![weights_dims[0]], DType::I32, &format!("{name}.compensation"));
+    let mut params = Params::default();
     let w = &attrs.wei_scales;
-    Ok(compute_vec(
+    let output = compute_vec(
         dims,
         |i| {
             let oc = &i[channel_axis];
@@ -199,7 +209,8 @@ fn requantize_layer(
             finish(x, &attrs.post_ops, sum_input, i, dst_q, attrs.dst_dtype)
         },
         name,
-    )?)
+    )?;
+    Ok(Requantized { compensation, output, params: params.0 })
 }
 
 /// The source made unsigned: itself for u8, `u8(x) + 128` (exact: `x + 128`) for i8.
@@ -304,22 +315,18 @@ pub fn conv2d_nchw_int8(
         },
         &format!("{name}.acc"),
     )?;
-    let compensation = placeholder_vec(vec![oc], DType::I32, &format!("{name}.compensation"));
-    let mut params = Params::default();
-    let output = requantize_layer(
+    let Requantized { compensation, output, params } = requantize_layer(
         acc.shape().to_vec(),
         |i| acc.at_vec(i.to_vec()),
         1,
-        &compensation,
         weights.shape(),
         bias,
         sum_input,
         (src_scale, dst_q),
         attrs,
-        &mut params,
         name,
     )?;
-    Ok(QuantizedLayer { compensation, shifted, padded: padded_stage, acc, output, params: params.0 })
+    Ok(QuantizedLayer { compensation, shifted, padded: padded_stage, acc, output, params })
 }
 
 /// The channels of one convolution tap in the x86 layouts: `IC` rounded up to a multiple of 4
@@ -484,26 +491,22 @@ pub fn conv2d_int8_direct(
         },
         &format!("{name}.acc"),
     )?;
-    let compensation = placeholder_vec(vec![oc], DType::I32, &format!("{name}.compensation"));
-    let mut params = Params::default();
     let channel_axis = if layout == Layout::Nchw { 1 } else { 3 };
-    let output = requantize_layer(
+    let Requantized { compensation, output, params } = requantize_layer(
         out_dims.to_vec(),
         |i| {
             let [b, o, y, x] = layout.nchw_of(i);
             acc.at([b, y, x, o])
         },
         channel_axis,
-        &compensation,
         weights.shape(),
         bias,
         sum_input,
         (src_scale, dst_q),
         attrs,
-        &mut params,
         name,
     )?;
-    Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params: params.0 })
+    Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params })
 }
 
 /// The int8 dense layer `out[m, oc] = requant(Σ_ic src[m, ic] · weights[oc, ic])` for
@@ -538,22 +541,18 @@ pub fn dense_int8(
         },
         &format!("{name}.acc"),
     )?;
-    let compensation = placeholder_vec(vec![oc], DType::I32, &format!("{name}.compensation"));
-    let mut params = Params::default();
-    let output = requantize_layer(
+    let Requantized { compensation, output, params } = requantize_layer(
         acc.shape().to_vec(),
         |i| acc.at_vec(i.to_vec()),
         1,
-        &compensation,
         weights.shape(),
         bias,
         sum_input,
         (src_scale, dst_q),
         attrs,
-        &mut params,
         name,
     )?;
-    Ok(QuantizedLayer { compensation, shifted, padded: None, acc, output, params: params.0 })
+    Ok(QuantizedLayer { compensation, shifted, padded: None, acc, output, params })
 }
 
 fn require_nchw(op: &str, src: &Tensor) -> Result<[i64; 4], QuantError> {

@@ -4,14 +4,14 @@
 //!
 //! Two compiled functions make a layer. The weight preparation (`prepare_conv2d_int8`, run once)
 //! packs the weights into VNNI panels and computes the compensation; the per-call function
-//! (`conv2d_int8`, NCHW, or `conv2d_nhwc_int8`) pads the source channels last and, per tile of
+//! (`conv2d_int8`, NCHW or NHWC) pads the source channels last and, per tile of
 //! `mr` pixels of an output row × `nr` output channels and per kernel row, calls
 //! `int8_gemm_{mr}x{nr}x{KW·C4}` on the source rows in place (no im2col copy: consecutive
 //! pixels of a row are `stride·C4` bytes apart, the `KW·C4` bytes one reads are contiguous),
 //! then requantizes into the output layout. The int8 dense layer runs on the same path as a 1×1
 //! convolution over a row of `M` pixels (`dense_int8`).
 
-use ir::schedule::{MAX_LANES, Schedule, create_schedule};
+use ir::schedule::{Schedule, create_schedule};
 use ir::te::placeholder_vec;
 use ir::{DType, ScheduleError, Tensor};
 use thiserror::Error;
@@ -129,8 +129,9 @@ pub fn prepare_conv2d_int8(
     Ok(Conv2dInt8Prepare { packed_weights, compensation, schedule, args })
 }
 
-/// The int8 convolution of `ops::conv2d_nchw_int8` (same arguments and meaning, bit for bit)
-/// scheduled for x86:
+/// The int8 convolution of `ops::conv2d_nchw_int8` (same meaning, bit for bit) with the source,
+/// the sum input and the output in `layout` (NCHW as the definition, or NHWC: the layout the
+/// schedule computes in, so chained NHWC layers skip both transposes), scheduled for x86:
 /// * the shifted source (i8 only) is inlined into the padding stage, whose pixels' channels are
 ///   vectorized and rows run on the thread pool;
 /// * `acc`: tiles of `mr` pixels of a row × `nr` channels in `knobs.order`, fused into one
@@ -149,38 +150,8 @@ pub fn conv2d_int8(
     sum_input: Option<&Tensor>,
     conv: Conv2dParams,
     attrs: &QuantAttrs,
-    knobs: Conv2dInt8Knobs,
-    name: &str,
-) -> Result<Conv2dInt8, Conv2dInt8Error> {
-    schedule_conv2d_int8(src, weights, bias, sum_input, conv, attrs, knobs, Layout::Nchw, name)
-}
-
-/// `conv2d_int8` with the source, the sum input and the output channels last (`[N, H, W, C]`),
-/// the layout the schedule computes in: chained NHWC layers skip both transposes.
-#[allow(clippy::too_many_arguments)]
-pub fn conv2d_nhwc_int8(
-    src: &Tensor,
-    weights: &Tensor,
-    bias: Option<&Tensor>,
-    sum_input: Option<&Tensor>,
-    conv: Conv2dParams,
-    attrs: &QuantAttrs,
-    knobs: Conv2dInt8Knobs,
-    name: &str,
-) -> Result<Conv2dInt8, Conv2dInt8Error> {
-    schedule_conv2d_int8(src, weights, bias, sum_input, conv, attrs, knobs, Layout::Nhwc, name)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn schedule_conv2d_int8(
-    src: &Tensor,
-    weights: &Tensor,
-    bias: Option<&Tensor>,
-    sum_input: Option<&Tensor>,
-    conv: Conv2dParams,
-    attrs: &QuantAttrs,
-    knobs: Conv2dInt8Knobs,
     layout: Layout,
+    knobs: Conv2dInt8Knobs,
     name: &str,
 ) -> Result<Conv2dInt8, Conv2dInt8Error> {
     let layer = conv2d_int8_direct(src, weights, bias, sum_input, conv, attrs, layout, knobs.nr, name)?;
@@ -194,7 +165,7 @@ fn schedule_conv2d_int8(
     let pad = &layer.padded;
     let (_pixel, channel) = s.split(pad, &pad.axis(2), c4)?;
     let vector = [64, 32, 16, 8, 4].into_iter().find(|v| c4 % v == 0).expect("C4 is a multiple of 4");
-    let (_, lanes) = s.split(pad, &channel, vector.min(MAX_LANES))?;
+    let (_, lanes) = s.split(pad, &channel, vector)?;
     s.vectorize(pad, &lanes)?;
     if knobs.parallel {
         s.parallel(pad, &pad.axis(1))?;
@@ -277,10 +248,10 @@ pub fn prepare_dense_int8(
 }
 
 /// The int8 dense layer of `ops::dense_int8` (`src: [M, IC]`, `weights: [OC, IC]`, same meaning
-/// bit for bit) on the tensorized path: `conv2d_nhwc_int8` of a 1×1 kernel over one image of
+/// bit for bit) on the tensorized path: the NHWC `conv2d_int8` of a 1×1 kernel over one image of
 /// one row of `M` pixels, i.e. `src` as `[1, 1, M, IC]`, `weights` as `[OC, IC, 1, 1]`, output
 /// `[1, 1, M, OC]` (the bytes of `[M, OC]`). The function's arguments are those of
-/// `conv2d_nhwc_int8` with these 4-D placeholders: bind the dense arrays reshaped. `OC` need not
+/// `conv2d_int8` with these 4-D placeholders: bind the dense arrays reshaped. `OC` need not
 /// be a multiple of `nr`: the packing pads the last panel with zero weights and the
 /// requantization reads only the first `OC` columns. No sum input (a sum post-op is the typed
 /// error of a missing sum input). `src` and `weights` that are not 2-D are the typed shape
@@ -295,7 +266,7 @@ pub fn dense_int8(
 ) -> Result<Conv2dInt8, Conv2dInt8Error> {
     let conv = Conv2dParams { stride: 1, pad: 0 };
     let rows = reshaped(src, |m, ic| [1, 1, m, ic]);
-    conv2d_nhwc_int8(&rows, &as_kernel(weights), bias, None, conv, attrs, knobs, name)
+    conv2d_int8(&rows, &as_kernel(weights), bias, None, conv, attrs, Layout::Nhwc, knobs, name)
 }
 
 #[cfg(test)]

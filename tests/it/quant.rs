@@ -16,7 +16,7 @@ use schedules::quant::{
 };
 use schedules::resnet18::{CONV_LAYERS, DenseLayer};
 use schedules::x86_conv::{
-    Conv2dInt8Knobs, TileOrder, conv2d_int8, conv2d_nhwc_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
+    Conv2dInt8Knobs, TileOrder, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
     prepare_dense_int8,
 };
 use tensorlift::{CompileOptions, Tensor as RtTensor};
@@ -837,8 +837,7 @@ fn check_x86_conv(
     let mut comp_t = RtTensor::zeros(DType::I32, &[oc]);
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
 
-    let schedule = if layout == Layout::Nchw { conv2d_int8 } else { conv2d_nhwc_int8 };
-    let f = schedule(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, knobs, "conv").unwrap();
+    let f = conv2d_int8(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, layout, knobs, "conv").unwrap();
     let args: Vec<&Tensor> = f.args.iter().collect();
     let kernel = tensorlift::build(&f.schedule, &args, "conv", &options).unwrap();
     let src_v = in_layout(&src_v, [n, ic, h, w], layout);
