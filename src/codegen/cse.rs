@@ -4,9 +4,12 @@
 //! every access. Expressions are numbered structurally; a translated value is reused while
 //! the block that computed it dominates the translation point (scopes follow loops and
 //! branches). Entering a serial loop first evaluates its maximal loop-invariant subexpressions
-//! in the preheader. Only pure expressions take part: a load is pure when nothing in the
-//! function stores to its buffer, and every load is in bounds (`guard_accesses`), so hoisting
-//! one out of a branch is safe.
+//! in the preheader. A load is pure when nothing in the function stores to its buffer, and
+//! every load is in bounds (`guard_accesses`), so hoisting one out of a branch is safe. A load
+//! of a buffer the function writes is numbered within one memory epoch only: the translator
+//! starts a new epoch at every store, call and region boundary, so such a load is reused within
+//! one expression or a run of lets (the accumulator that `relu`'s `select(0 < x, x, 0)` reads
+//! twice) but never across a write, and never hoisted.
 
 use std::collections::{HashMap, HashSet};
 
@@ -23,18 +26,29 @@ struct Key {
     dtype: DType,
     payload: u64,
     children: Vec<u32>,
+    /// The memory epoch, for a load of a buffer the function writes; 0 otherwise.
+    epoch: u32,
+}
+
+/// The number of a node; `epoch` is set when it is valid in that memory epoch only.
+#[derive(Clone, Copy)]
+struct Numbered {
+    number: Option<u32>,
+    epoch: Option<u32>,
 }
 
 /// Structural numbering of pure expressions, and translated values by number.
 #[derive(Default)]
 pub(crate) struct ExprCache {
-    /// Number of each node seen, by address (`None`: impure); holding the node keeps its
-    /// address from being reused.
-    nodes: HashMap<usize, (Expr, Option<u32>)>,
+    /// Number of each node seen, by address; holding the node keeps its address from being
+    /// reused.
+    nodes: HashMap<usize, (Expr, Numbered)>,
     keys: HashMap<Key, u32>,
     values: HashMap<u32, Val>,
     /// Numbers inserted in each open scope, innermost last.
     scopes: Vec<Vec<u32>>,
+    /// Starts at 1 (0 marks keys valid in every epoch).
+    epoch: u32,
 }
 
 fn node_addr(e: &Expr) -> usize {
@@ -42,12 +56,21 @@ fn node_addr(e: &Expr) -> usize {
 }
 
 impl ExprCache {
-    /// The structural number of `e`, or `None` if it reads memory that may change.
+    /// The structural number of `e`, or `None` if it reads memory the function writes in a
+    /// way numbering cannot follow (a tensor read, a reduction).
     pub fn number(&mut self, e: &Expr, readonly: &HashSet<BufferId>) -> Option<u32> {
-        if let Some((_, n)) = self.nodes.get(&node_addr(e)) {
+        self.numbered(e, readonly).number
+    }
+
+    fn numbered(&mut self, e: &Expr, readonly: &HashSet<BufferId>) -> Numbered {
+        let epoch = self.epoch.max(1);
+        if let Some((_, n)) = self.nodes.get(&node_addr(e))
+            && n.epoch.is_none_or(|at| at == epoch)
+        {
             return *n;
         }
-        let children: Option<Vec<u32>> = e.children().into_iter().map(|c| self.number(c, readonly)).collect();
+        let children: Vec<Numbered> = e.children().into_iter().map(|c| self.numbered(c, readonly)).collect();
+        let mut volatile = children.iter().any(|c| c.epoch.is_some());
         let (tag, payload) = match e.kind() {
             ExprKind::Int(v) => (0, *v as u64),
             ExprKind::Float(f) => (1, f.to_bits()),
@@ -58,23 +81,33 @@ impl ExprCache {
             ExprKind::Cast(_) => (6, 0),
             ExprKind::SaturatingCast(_) => (7, 0),
             ExprKind::Select(..) => (8, 0),
-            ExprKind::Load(b, _) if readonly.contains(&b.id()) => (9, b.id().0 as u64),
+            ExprKind::Load(b, _) => {
+                volatile |= !readonly.contains(&b.id());
+                (9, b.id().0 as u64)
+            }
             ExprKind::Ramp(..) => (10, 0),
             ExprKind::Broadcast(_) => (11, 0),
             ExprKind::VectorReduce(op, _) => (12, *op as u64),
             ExprKind::Round(_) => (13, 0),
-            ExprKind::Load(..) | ExprKind::TensorRead(..) | ExprKind::Reduce(_) => (u8::MAX, 0),
+            ExprKind::TensorRead(..) | ExprKind::Reduce(_) => (u8::MAX, 0),
         };
+        let children: Option<Vec<u32>> = children.iter().map(|c| c.number).collect();
         let number = match children {
             Some(children) if tag != u8::MAX => {
-                let key = Key { tag, dtype: e.dtype(), payload, children };
+                let key = Key { tag, dtype: e.dtype(), payload, children, epoch: if volatile { epoch } else { 0 } };
                 let next = self.keys.len() as u32;
                 Some(*self.keys.entry(key).or_insert(next))
             }
             _ => None,
         };
-        self.nodes.insert(node_addr(e), (e.clone(), number));
-        number
+        let numbered = Numbered { number, epoch: volatile.then_some(epoch) };
+        self.nodes.insert(node_addr(e), (e.clone(), numbered));
+        numbered
+    }
+
+    /// Memory may have changed: values read from written buffers are no longer reusable.
+    pub fn memory_changed(&mut self) {
+        self.epoch = self.epoch.max(1) + 1;
     }
 
     pub fn get(&self, number: u32) -> Option<Val> {
@@ -90,10 +123,12 @@ impl ExprCache {
 
     /// Opens a region whose values do not dominate the code after it (a loop body, a branch).
     pub fn push_scope(&mut self) {
+        self.memory_changed();
         self.scopes.push(Vec::new());
     }
 
     pub fn pop_scope(&mut self) {
+        self.memory_changed();
         for n in self.scopes.pop().expect("balanced scopes") {
             self.values.remove(&n);
         }

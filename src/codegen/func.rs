@@ -235,6 +235,15 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     }
 
     pub fn stmt(&mut self, stmt: &Stmt) -> Result<(), CompileError> {
+        let writes_memory = matches!(stmt.kind(), StmtKind::For { .. } | StmtKind::Store { .. } | StmtKind::Call { .. });
+        self.translate_stmt(stmt)?;
+        if writes_memory {
+            self.cache.memory_changed();
+        }
+        Ok(())
+    }
+
+    fn translate_stmt(&mut self, stmt: &Stmt) -> Result<(), CompileError> {
         match stmt.kind() {
             StmtKind::For { var, extent, kind, body } => match kind {
                 ForKind::Parallel if *extent > 1 => self.parallel_loop(var, *extent, body),

@@ -281,3 +281,39 @@ fn ir_outside_the_final_form_is_a_typed_error() {
     let err = compile(&func, &CompileOptions::default()).err().expect("multi-dimensional indices are rejected");
     assert!(err.to_string().contains("expected one flat i64 index"), "{err}");
 }
+
+/// A load of a buffer the function writes is translated once per stretch without writes:
+/// `relu`'s `select(0 < x, x, 0)` reads `x` once (and becomes `maxps`), and the read after
+/// the store sees the stored value.
+#[test]
+fn loads_of_written_buffers_are_reused_until_the_next_write() {
+    let n = 64;
+    let acc = Buffer::new("acc", DType::I32, vec![n]);
+    let relu = Buffer::new("relu", DType::F32, vec![n]);
+    let square = Buffer::new("square", DType::I32, vec![n]);
+    let i = Var::index("i");
+    let at = || vec![Expr::ramp(Expr::var(&i) * 4, Expr::index(1), 4)];
+    let x = Expr::load(&acc, at()).cast(DType::F32.with_lanes(4)) * Expr::broadcast(Expr::float(DType::F32, 0.5), 4);
+    let zero = Expr::broadcast(Expr::float(DType::F32, 0.0), 4);
+    let relu_x = Expr::select(Expr::cmp(CmpOp::Lt, zero.clone(), x.clone()), x, zero);
+    let bumped = Expr::load(&acc, at()) + Expr::broadcast(Expr::int(DType::I32, 3), 4);
+    let body = Stmt::seq(vec![
+        Stmt::store(&relu, at(), relu_x),
+        Stmt::store(&acc, at(), bumped),
+        Stmt::store(&square, at(), Expr::load(&acc, at()) * Expr::load(&acc, at())),
+    ]);
+    let func = Func {
+        name: "reuse_loads".into(),
+        params: vec![acc, relu, square],
+        body: Stmt::for_loop(i, n / 4, ForKind::Serial, body),
+    };
+    let args = [
+        array_of(ScalarType::I32, n as usize, &[5.0, -7.0, 0.0, 1000.0, -1.0, 46340.0]),
+        Array::zeros(DType::F32, &[n]),
+        Array::zeros(DType::I32, &[n]),
+    ];
+    let clif = check(&func, &args).clif_text().to_string();
+    // One load each for relu's two reads, the bump, and the square's two reads after the store
+    // (a store ends the stretch, whichever buffer it writes).
+    assert_eq!(clif.matches("load.i32x4").count(), 3, "{clif}");
+}
