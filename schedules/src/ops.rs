@@ -329,17 +329,18 @@ pub fn conv2d_nchw_int8(
     Ok(QuantizedLayer { compensation, shifted, padded: padded_stage, acc, output, params })
 }
 
-/// The channels of one convolution tap in the x86 layouts: `IC` rounded up to a multiple of 4
-/// (one VNNI group), so that every tap starts a group.
-pub fn conv_tap_channels(ic: i64) -> i64 {
-    ceil_div(ic, 4) * 4
+/// The bytes of one kernel row in the x86 layouts: the `KW·IC` source bytes a pixel reads for one
+/// kernel row (contiguous channels last), rounded up to a multiple of 4 (one VNNI group).
+pub fn conv_row_bytes(ic: i64, kw: i64) -> i64 {
+    ceil_div(kw * ic, 4) * 4
 }
 
 /// The weight preparation of `conv2d_int8_direct` (run once, when the weights are packed):
 /// `weights: i8[OC, IC, KH, KW]` as the VNNI panels `[⌈OC/nr⌉, K/4, nr, 4]` of the GEMM operand
 /// `B[k, oc]`, i.e. `packed[p, ko, j, ki] = B[ko·4 + ki, p·nr + j]` as `nn::pack_b_vnni` lays it
-/// out, with `k = (kh·KW + kw)·C4 + ic`, `C4 = conv_tap_channels(IC)` and `K = KH·KW·C4`.
-/// Entries for `ic ≥ IC` or `oc ≥ OC` are 0, so they add nothing to the accumulator.
+/// out, with `k = kh·R + kw·IC + ic`, `R = conv_row_bytes(IC, KW)` and `K = KH·R`. Entries for
+/// the `R - KW·IC` bytes that round a kernel row up, or for `oc ≥ OC`, are 0, so they add
+/// nothing to the accumulator.
 pub fn pack_conv2d_weights_vnni(weights: &Tensor, nr: i64, name: &str) -> Result<Tensor, QuantError> {
     let op = format!("pack_conv2d_weights_vnni {name}");
     require_s8_weights(&op, weights)?;
@@ -349,15 +350,15 @@ pub fn pack_conv2d_weights_vnni(weights: &Tensor, nr: i64, name: &str) -> Result
     if nr < 1 {
         return Err(shape_error(&op, "the panel width nr", "positive", nr.to_string()));
     }
-    let c4 = conv_tap_channels(ic);
+    let row = conv_row_bytes(ic, kw);
     Ok(compute_vec(
-        vec![ceil_div(oc, nr), kh * kw * c4 / 4, nr, 4],
+        vec![ceil_div(oc, nr), kh * row / 4, nr, 4],
         |i| {
             let o = &i[0] * nr + &i[2];
             let k = &i[1] * 4 + &i[3];
-            let (c, tap) = (&k % c4, &k / c4);
-            let inside = c.lt(ic) & o.lt(oc);
-            select(inside, weights.at([&o, &c, &(&tap / kw), &(&tap % kw)]), Expr::int(DType::I8, 0))
+            let (ky, r) = (&k / row, &k % row);
+            let inside = r.lt(kw * ic) & o.lt(oc);
+            select(inside, weights.at([&o, &(&r % ic), &ky, &(&r / ic)]), Expr::int(DType::I8, 0))
         },
         name,
     )?)
@@ -409,24 +410,26 @@ impl Layout {
     }
 }
 
-/// The stages of `conv2d_int8_direct`, with `C4 = conv_tap_channels(IC)`.
+/// The stages of `conv2d_int8_direct`, with `R = conv_row_bytes(IC, KW)`.
 #[derive(Clone, Debug)]
 pub struct DirectConvLayer {
     /// Placeholder `i32[OC]`: bind `compensation(weights, ..)` (as for `conv2d_nchw_int8`).
     pub compensation: Tensor,
-    /// Placeholder `i8[⌈OC/nr⌉, KH·KW·C4/4, nr, 4]`: bind `pack_conv2d_weights_vnni(weights, nr)`.
+    /// Placeholder `i8[⌈OC/nr⌉, KH·R/4, nr, 4]`: bind `pack_conv2d_weights_vnni(weights, nr)`.
     pub packed_weights: Tensor,
     /// `u8(src) + 128` for an i8 source (`<name>.shifted`).
     pub shifted: Option<Tensor>,
-    /// `u8[N, HS, WS·C4]` (`<name>.pad`): the unsigned source channels last, row by row, each
-    /// pixel's `C4` channels contiguous, padded by `pad` pixels (and channels `IC..C4`) with the
-    /// (shifted) source zero point. A 1×1 kernel reads its source here already subsampled by the
-    /// stride (`HS = OH`, `WS = OW`; the accumulator then runs at stride 1).
+    /// `u8[N, HS, RS]` (`<name>.pad`): the unsigned source channels last, row by row (pixel
+    /// `x`'s `IC` channels at `x·IC`), padded by `pad` pixels with the (shifted) source zero
+    /// point; each row holds at least `WS·IC + R - KW·IC` bytes (the last pixel's kernel row
+    /// reads up to `R` bytes), rounded up to a multiple of 16 so that rows vectorize whole. A 1×1
+    /// kernel reads its source here already subsampled by the stride (`HS = OH`, `WS = OW`; the
+    /// accumulator then runs at stride 1).
     pub padded: Tensor,
-    /// `i32[N, OH, OW, ⌈OC/nr⌉·nr]` (`<name>.acc`): reduction axes `ky` (`KH`), `ko` (`KW·C4/4`)
-    /// and `ki` (4). For a fixed `ky`, the `KW·C4` bytes a pixel reads are contiguous in
-    /// `padded`, and consecutive pixels of a row are `stride·C4` bytes apart: a GEMM of
-    /// `mr` pixels × `nr` channels × `KW·C4` per `ky` with no copy of the source.
+    /// `i32[N, OH, OW, ⌈OC/nr⌉·nr]` (`<name>.acc`): reduction axes `ky` (`KH`), `ko` (`R/4`)
+    /// and `ki` (4). For a fixed `ky`, the `R` bytes a pixel reads are contiguous in `padded`,
+    /// and consecutive pixels of a row are `stride·IC` bytes apart: a GEMM of `mr` pixels ×
+    /// `nr` channels × `R` per `ky` with no copy of the source.
     pub acc: Tensor,
     /// The requantized output, `[N, OC, OH, OW]` or `[N, OH, OW, OC]` by the layout.
     pub output: Tensor,
@@ -460,32 +463,42 @@ pub fn conv2d_int8_direct(
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
     let (unsigned, shifted) = shifted_source(src, name)?;
     let pad_value = Expr::int(DType::U8, (src_zp + source_shift(src.dtype())) as i64);
-    let (p, c4) = (conv.pad, conv_tap_channels(ic));
+    let (p, row) = (conv.pad, conv_row_bytes(ic, kw));
     // A 1×1 kernel subsamples while padding and then runs at stride 1.
     let (step, s) = if kh == 1 && kw == 1 { (conv.stride, 1) } else { (1, conv.stride) };
     let (hs, ws) = if step > 1 { (oh, ow) } else { (h + 2 * p, w + 2 * p) };
+    let row_width = ceil_div(ws * ic + row - kw * ic, 16) * 16;
     let padded = compute_vec(
-        vec![n, hs, ws * c4],
+        vec![n, hs, row_width],
         |i| {
-            let (y, x, c) = (&i[1] * step - p, &i[2] / c4 * step - p, &i[2] % c4);
-            let inside = y.ge(0) & y.lt(h) & x.ge(0) & x.lt(w) & c.lt(ic);
-            // The read clamped into the source, so that it needs no guard when vectorized (the
-            // select discards it outside).
+            let y = &i[1] * step - p;
+            // Reads are clamped into the source, so that they need no guard when vectorized
+            // (the select discards them outside).
             let clamp = |v: Expr, size: i64| index_min(index_max(v, Expr::index(0)), size - 1);
-            let (cy, cx, cc) = (clamp(y, h), clamp(x, w), clamp(c, ic));
-            select(inside, unsigned.at_vec(layout.index(&i[0], &cc, &cy, &cx).to_vec()), pad_value)
+            let (inside_row, x, c) = if step == 1 {
+                // The pixels of a row in the source are contiguous too: one offset `t`, whose
+                // clamp `partition_loops` removes in the interior of the row.
+                let t = &i[2] - p * ic;
+                let ct = clamp(t.clone(), w * ic);
+                (t.clone().ge(0) & t.lt(w * ic), &ct / ic, &ct % ic)
+            } else {
+                let x = &i[2] / ic * step - p;
+                let inside = x.clone().ge(0) & x.clone().lt(w) & i[2].clone().lt(ws * ic);
+                (inside, clamp(x, w), &i[2] % ic)
+            };
+            let inside = y.clone().ge(0) & y.clone().lt(h) & inside_row;
+            select(inside, unsigned.at_vec(layout.index(&i[0], &c, &clamp(y, h), &x).to_vec()), pad_value)
         },
         &format!("{name}.pad"),
     )?;
     let panels = ceil_div(oc, nr);
-    let packed_weights = placeholder_vec(vec![panels, kh * kw * c4 / 4, nr, 4], DType::I8, &format!("{name}.packed_weights"));
-    let row_groups = kw * c4 / 4;
-    let (ky, ko, ki) = (reduce_axis(kh, "ky"), reduce_axis(row_groups, "ko"), reduce_axis(4, "ki"));
+    let packed_weights = placeholder_vec(vec![panels, kh * row / 4, nr, 4], DType::I8, &format!("{name}.packed_weights"));
+    let (ky, ko, ki) = (reduce_axis(kh, "ky"), reduce_axis(row / 4, "ko"), reduce_axis(4, "ki"));
     let acc = compute_vec(
         vec![n, oh, ow, panels * nr],
         |i| {
-            let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * c4) + &ko * 4 + &ki)]).cast(DType::I32);
-            let group = &ky * row_groups + &ko;
+            let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * ic) + &ko * 4 + &ki)]).cast(DType::I32);
+            let group = &ky * (row / 4) + &ko;
             let b = packed_weights.at([&(&i[3] / nr), &group, &(&i[3] % nr), &ki.to_expr()]).cast(DType::I32);
             sum(DType::I32, &[&ky, &ko, &ki], a * b)
         },

@@ -18,7 +18,7 @@ use thiserror::Error;
 
 use crate::intrin::int8_gemm_microkernel;
 use crate::ops::{
-    Compensation, Conv2dParams, DirectConvLayer, Layout, compensation, conv_tap_channels, conv2d_int8_direct,
+    Compensation, Conv2dParams, DirectConvLayer, Layout, compensation, conv_row_bytes, conv2d_int8_direct,
     pack_conv2d_weights_vnni,
 };
 use crate::quant::{QuantAttrs, QuantError, ZeroPoints};
@@ -71,9 +71,8 @@ pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
         .flat_map(|&nr| (4..=rows(nr)).filter(move |mr| pixels % mr == 0).map(move |mr| (mr * nr, nr, mr)))
         .max_by_key(|&(area, nr, _)| (area, nr));
     let (mr, nr) = dividing.map_or((rows(widths[0]).min(pixels), widths[0]), |(_, nr, mr)| (mr, nr));
-    let c4 = conv_tap_channels(layer.ic);
-    let weight_bytes = layer.oc * layer.k * layer.k * c4;
-    let source_bytes = if layer.k == 1 { layer.oh() * layer.ow() } else { (layer.h + 2 * layer.pad) * (layer.w + 2 * layer.pad) } * c4;
+    let weight_bytes = layer.oc * layer.k * conv_row_bytes(layer.ic, layer.k);
+    let source_bytes = if layer.k == 1 { layer.oh() * layer.ow() } else { (layer.h + 2 * layer.pad) * (layer.w + 2 * layer.pad) } * layer.ic;
     let order = if weight_bytes > source_bytes { TileOrder::ChannelsOuter } else { TileOrder::PixelsOuter };
     Conv2dInt8Knobs { mr, nr, lanes: 16, order, parallel: layer.ops() >= MIN_PARALLEL_OPS }
 }
@@ -102,7 +101,7 @@ pub struct Conv2dInt8 {
 /// The weight preparation of a convolution layer, run once per set of weights.
 #[derive(Clone, Debug)]
 pub struct Conv2dInt8Prepare {
-    /// `i8[⌈OC/nr⌉, KH·KW·C4/4, nr, 4]`: bind to `Conv2dInt8::layer.packed_weights`.
+    /// `i8[⌈OC/nr⌉, KH·R/4, nr, 4]`: bind to `Conv2dInt8::layer.packed_weights`.
     pub packed_weights: Tensor,
     /// `compensation.compensation` (`i32[OC]`): bind to `Conv2dInt8::layer.compensation`.
     pub compensation: Compensation,
@@ -133,9 +132,10 @@ pub fn prepare_conv2d_int8(
 /// the sum input and the output in `layout` (NCHW as the definition, or NHWC: the layout the
 /// schedule computes in, so chained NHWC layers skip both transposes), scheduled for x86:
 /// * the shifted source (i8 only) is inlined into the padding stage, whose pixels' channels are
-///   vectorized and rows run on the thread pool;
+///   vectorized (with fewer than 16 channels: rows in NHWC, channels unrolled in NCHW) and rows
+///   run on the thread pool;
 /// * `acc`: tiles of `mr` pixels of a row × `nr` channels in `knobs.order`, fused into one
-///   parallel loop; per tile, the kernel rows `ky` outside one `int8_gemm_{mr}x{nr}x{KW·C4}`
+///   parallel loop; per tile, the kernel rows `ky` outside one `int8_gemm_{mr}x{nr}x{R}`
 ///   call each (the compiler resets the tile before the first);
 /// * the output: channels split by `lanes` and vectorized (the accumulator, compensation,
 ///   scales and bias are contiguous in them), rows on the thread pool.
@@ -159,14 +159,30 @@ pub fn conv2d_int8(
     if let Some(shifted) = &layer.shifted {
         s.compute_inline(shifted)?;
     }
-    let (ic, kw) = (weights.shape()[1], weights.shape()[3]);
-    let c4 = conv_tap_channels(ic);
+    let ic = weights.shape()[1];
+    let row = conv_row_bytes(ic, weights.shape()[3]);
 
+    // Lanes within one pixel's channels where they fill a vector (the source read is then one
+    // dense ramp at the pixel, whatever the stride). Otherwise (the stem's 3 channels): in NHWC,
+    // 16 lanes along the row, dense away from the padding, where the vectors that straddle it
+    // are gathers (wider ones cost more compile time than they save); in NCHW, where a pixel's
+    // channels are planes apart, the channels of a pixel unrolled.
     let pad = &layer.padded;
-    let (_pixel, channel) = s.split(pad, &pad.axis(2), c4)?;
-    let vector = [64, 32, 16, 8, 4].into_iter().find(|v| c4 % v == 0).expect("C4 is a multiple of 4");
-    let (_, lanes) = s.split(pad, &channel, vector)?;
-    s.vectorize(pad, &lanes)?;
+    match ([64, 32, 16].into_iter().find(|v| ic % v == 0), layout) {
+        (Some(vector), _) => {
+            let (_pixel, channel) = s.split(pad, &pad.axis(2), ic)?;
+            let (_, lanes) = s.split(pad, &channel, vector)?;
+            s.vectorize(pad, &lanes)?;
+        }
+        (None, Layout::Nhwc) => {
+            let (_, lanes) = s.split(pad, &pad.axis(2), 16)?;
+            s.vectorize(pad, &lanes)?;
+        }
+        (None, Layout::Nchw) => {
+            let (_pixel, channel) = s.split(pad, &pad.axis(2), ic)?;
+            s.unroll(pad, &channel)?;
+        }
+    }
     if knobs.parallel {
         s.parallel(pad, &pad.axis(1))?;
     }
@@ -190,8 +206,8 @@ pub fn conv2d_int8(
         let outer = s.fuse(acc, &outer, tiles[3])?;
         s.parallel(acc, &outer)?;
     }
-    let intrin = int8_gemm_microkernel(knobs.mr, knobs.nr, kw * c4, false)
-        .expect("tile sizes passed split and KW·C4 is a multiple of 4");
+    let intrin = int8_gemm_microkernel(knobs.mr, knobs.nr, row, false)
+        .expect("tile sizes passed split and R is a multiple of 4");
     s.tensorize(acc, &ko, &intrin)?;
 
     let out = &layer.output;

@@ -54,6 +54,37 @@ impl Linear {
         }
     }
 
+    /// Folds `k·c·(a / c) + k·(a % c)` into `k·a` for `i64` floor division and modulo by a
+    /// positive constant `c` (`a = c·(a / c) + a % c` exactly).
+    pub fn recombine_div_mod(&mut self) {
+        let mut i = 0;
+        while i < self.terms.len() {
+            let (term, coeff) = self.terms[i].clone();
+            let ExprKind::Binary(BinOp::Div, a, c) = term.kind() else {
+                i += 1;
+                continue;
+            };
+            let Some(c) = c.as_int().filter(|c| *c > 0) else {
+                i += 1;
+                continue;
+            };
+            let is_mod = |t: &Expr| {
+                matches!(t.kind(), ExprKind::Binary(BinOp::Mod, b, d) if d.as_int() == Some(c) && b.structurally_eq(a))
+            };
+            let matching = self.terms.iter().position(|(t, k)| is_mod(t) && k.checked_mul(c) == Some(coeff) && *k != 0);
+            let Some(j) = matching else {
+                i += 1;
+                continue;
+            };
+            let (scale, a) = (self.terms[j].1, a.clone());
+            self.terms[i].1 = 0;
+            self.terms[j].1 = 0;
+            self.add(&a, scale);
+            i += 1;
+        }
+        self.terms.retain(|(_, c)| *c != 0);
+    }
+
     /// True if both have the same non-zero terms with the same coefficients and the same
     /// constant, in any order.
     pub fn same_as(&self, other: &Linear) -> bool {
@@ -111,6 +142,20 @@ mod tests {
         let product = a.to_expr() * b.to_expr() * 2 - b.to_expr() * a.to_expr();
         assert_eq!(Linear::of(&product).to_expr().to_string(), "a*b*2 - b*a");
         assert_eq!(Linear::of(&(a.to_expr() - a.to_expr())).to_expr().to_string(), "0");
+    }
+
+    #[test]
+    fn quotient_and_remainder_recombine() {
+        let (a, b) = (Var::index("a"), Var::index("b"));
+        let x = a.to_expr() * 2 - 9;
+        let e = (x.clone() / 3) * 6 + (x.clone() % 3) * 2 + b.to_expr();
+        let mut lin = Linear::of(&e);
+        lin.recombine_div_mod();
+        assert_eq!(lin.to_expr().to_string(), "b + a*4 - 18");
+        // Coefficients that do not match, or a different divisor, stay.
+        let mut other = Linear::of(&((x.clone() / 3) * 3 + x.clone() % 4));
+        other.recombine_div_mod();
+        assert_eq!(other.terms.len(), 2);
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod facts;
 pub mod flatten_buffers;
 pub mod guard_accesses;
 mod lanewise;
+pub mod partition_loops;
 pub mod remove_no_ops;
 pub mod simplify;
 #[cfg(test)]
@@ -14,6 +15,7 @@ pub mod verify;
 
 pub use flatten_buffers::flatten_buffers;
 pub use guard_accesses::guard_accesses;
+pub use partition_loops::partition_loops;
 pub use remove_no_ops::remove_no_ops;
 pub use simplify::simplify;
 pub use unroll_loops::unroll_loops;
@@ -63,8 +65,16 @@ mod tests {
         assert_eq!(verify(&f, VerifyLevel::Lowered), Ok(()));
         let mut stages = vec![f.clone()];
         // The order of `lower::lower`.
-        let pipeline: [fn(&Func) -> Func; 7] =
-            [simplify, flatten_buffers, simplify, vectorize_loops, unroll_loops, simplify, remove_no_ops];
+        let pipeline: [fn(&Func) -> Func; 8] = [
+            simplify,
+            flatten_buffers,
+            partition_loops,
+            simplify,
+            vectorize_loops,
+            unroll_loops,
+            simplify,
+            remove_no_ops,
+        ];
         for pass in pipeline {
             let next = pass(stages.last().unwrap());
             assert_eq!(verify(&next, VerifyLevel::Lowered), Ok(()), "{next}");
@@ -137,8 +147,16 @@ mod tests {
         for kind in [ForKind::Vectorized, ForKind::Unrolled] {
             let f = copy_calls(kind, reversed, params());
             let mut stages = vec![f.clone()];
-            let pipeline: [fn(&Func) -> Func; 7] =
-                [simplify, flatten_buffers, simplify, vectorize_loops, unroll_loops, simplify, remove_no_ops];
+            let pipeline: [fn(&Func) -> Func; 8] = [
+                simplify,
+                flatten_buffers,
+                partition_loops,
+                simplify,
+                vectorize_loops,
+                unroll_loops,
+                simplify,
+                remove_no_ops,
+            ];
             for pass in pipeline {
                 let next = pass(stages.last().unwrap());
                 assert_eq!(verify(&next, VerifyLevel::Lowered), Ok(()), "{next}");

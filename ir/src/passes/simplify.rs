@@ -24,6 +24,7 @@ use crate::stmt::{Func, Stmt, StmtKind};
 ///   `select` with a decided condition or equal arms, and integer ramp/broadcast algebra;
 /// * linear normalization of scalar `i64` arithmetic (like terms and constants collected, terms
 ///   in order of first appearance, positive terms first): `(a*4 + b)*8 + c - a*32` is `b*8 + c`;
+/// * `(a / c)*c + a % c` is `a` (any common factor of both terms, `c > 0` constant);
 /// * floor division and modulo of `i64` by a positive constant split off the multiples of the
 ///   divisor and use intervals for the rest: `(x*8 + y)/8` is `x` and `(x*8 + y)%8` is `y` when
 ///   `y` is in `[0, 8)`; nested `(a/c1)/c2` is `a/(c1*c2)`, and `(a%c1)%c2` is `a%c2` if `c2 | c1`;
@@ -210,13 +211,14 @@ impl Simplifier {
 
     /// The linear normal form of an `i64` `+ - *` tree; `expr` itself if already normal.
     fn normalize(&mut self, expr: &Expr, simplify_leaves: bool) -> Expr {
-        let lin = if simplify_leaves {
+        let mut lin = if simplify_leaves {
             let mut lin = Linear::default();
             self.collect(expr, 1, &mut lin);
             lin
         } else {
             Linear::of(expr)
         };
+        lin.recombine_div_mod();
         let built = lin.to_expr();
         if built.structurally_eq(expr) { expr.clone() } else { built }
     }
