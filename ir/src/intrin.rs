@@ -44,11 +44,17 @@ pub enum IntrinKind {
     /// `Σ_{ko, kp} i32(sat_i16(i32(A[m, ko*4+kp*2])*i32(B[ko, n, kp*2])`
     /// `+ i32(A[m, ko*4+kp*2+1])*i32(B[ko, n, kp*2+1])))`.
     ///
+    /// With `segments = S > 1`, the reduction runs over `S` segments of `k` read from `A` at a
+    /// free stride (the kernel rows of a convolution, each a row of the padded source):
+    /// `A: u8[m, S, k]`, `B: i8[S·k/4, n, 4]` and `C[m, n] += Σ_{ks<S, ko<k/4, ki<4}`
+    /// `i32(A[m, ks, ko*4+ki]) * i32(B[ks*(k/4)+ko, n, ki])` (the saturating form likewise, pairs
+    /// within a segment).
+    ///
     /// Layout (checked by `tensorize`, relied on by kernels): the four `ki` of one column are
     /// adjacent (`B` stride 1 along `ki`), the columns of one `ko` follow each other (`B` stride 4
     /// along `n`, so one `ko` step is a dense `n × 4` panel), a row of `A` is contiguous along `k`
-    /// and a row of `C` along `n`. Row strides are free.
-    Int8Gemm { m: i64, n: i64, k: i64, saturating: bool },
+    /// and a row of `C` along `n`. Row and segment strides are free.
+    Int8Gemm { m: i64, n: i64, k: i64, segments: i64, saturating: bool },
     /// Implemented only by the equivalent loop nest.
     Generic,
 }
@@ -58,7 +64,10 @@ impl IntrinKind {
     /// have along each dimension of its declaration tensor; `None` where any stride is fine.
     pub fn required_strides(&self, operands: usize) -> Vec<Vec<Option<i64>>> {
         match self {
-            IntrinKind::Int8Gemm { .. } => vec![vec![None, Some(1)], vec![None, Some(4), Some(1)], vec![None, Some(1)]],
+            IntrinKind::Int8Gemm { segments, .. } => {
+                let a = if *segments > 1 { vec![None, None, Some(1)] } else { vec![None, Some(1)] };
+                vec![a, vec![None, Some(4), Some(1)], vec![None, Some(1)]]
+            }
             IntrinKind::Generic => vec![Vec::new(); operands],
         }
     }
@@ -161,8 +170,8 @@ pub fn decl_tensor_intrin(
             return Err(bad(&format!("read of {tensor}"), expected.into(), format!("`{found}`")));
         }
     }
-    if let IntrinKind::Int8Gemm { m, n, k, saturating } = kind {
-        check_int8_gemm(name, output, inputs, m, n, k, saturating)?;
+    if let IntrinKind::Int8Gemm { m, n, k, segments, saturating } = kind {
+        check_int8_gemm(name, output, inputs, Int8GemmSize { m, n, k, segments }, saturating)?;
     }
     let inputs = inputs.iter().map(|t| (*t).clone()).collect();
     Ok(TensorIntrin(Rc::new(TensorIntrinData { name: name.to_string(), kind, inputs, output: output.clone() })))
@@ -190,26 +199,41 @@ fn check_index(indices: &[Expr], axes: &HashSet<Var>) -> Result<(), String> {
     Ok(())
 }
 
+/// The sizes of an `Int8Gemm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Int8GemmSize {
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub segments: i64,
+}
+
+impl Int8GemmSize {
+    /// The shape of `A`: `[m, k]`, or `[m, segments, k]`.
+    pub fn a_shape(&self) -> Vec<i64> {
+        if self.segments > 1 { vec![self.m, self.segments, self.k] } else { vec![self.m, self.k] }
+    }
+}
+
 fn check_int8_gemm(
     name: &str,
     output: &Tensor,
     inputs: &[&Tensor],
-    m: i64,
-    n: i64,
-    k: i64,
+    size: Int8GemmSize,
     saturating: bool,
 ) -> Result<(), TeError> {
+    let Int8GemmSize { m, n, k, segments } = size;
     let bad = |what: &str, expected: String, found: String| TeError::BadIntrinsic {
         intrin: name.to_string(),
         what: what.to_string(),
         expected,
         found,
     };
-    if m <= 0 || n <= 0 || k <= 0 || k % 4 != 0 {
+    if m <= 0 || n <= 0 || k <= 0 || k % 4 != 0 || segments <= 0 {
         return Err(bad(
             "Int8Gemm sizes",
-            "m, n > 0 and k a positive multiple of 4".into(),
-            format!("m={m}, n={n}, k={k}"),
+            "m, n, segments > 0 and k a positive multiple of 4".into(),
+            format!("m={m}, n={n}, k={k}, segments={segments}"),
         ));
     }
     if inputs.len() != 2 {
@@ -217,8 +241,8 @@ fn check_int8_gemm(
     }
     let describe = |t: &Tensor| format!("{}{:?}", t.dtype(), t.shape());
     let expected = [
-        ("A", inputs[0], DType::U8, vec![m, k]),
-        ("B", inputs[1], DType::I8, vec![k / 4, n, 4]),
+        ("A", inputs[0], DType::U8, size.a_shape()),
+        ("B", inputs[1], DType::I8, vec![segments * k / 4, n, 4]),
         ("C (output)", output, DType::I32, vec![m, n]),
     ];
     for (role, tensor, dtype, shape) in expected {
@@ -226,7 +250,8 @@ fn check_int8_gemm(
             return Err(bad(&format!("Int8Gemm operand {role}"), format!("{dtype}{shape:?}"), describe(tensor)));
         }
     }
-    let canonical = int8_gemm_compute(inputs[0], inputs[1], m, n, k, saturating, name);
+    let canonical = int8_gemm_compute(inputs[0], inputs[1], size, saturating, name)
+        .expect("the Int8Gemm definition is well typed for valid sizes and operands");
     let body = output.body().expect("checked to be a compute");
     let canonical_body = canonical.body().expect("a compute");
     let mut vars: HashMap<Var, Var> =
@@ -237,36 +262,43 @@ fn check_int8_gemm(
     Ok(())
 }
 
-/// The definition of `IntrinKind::Int8Gemm` over the placeholders `a` and `b`, named `name`.
-pub(crate) fn int8_gemm_compute(
+/// The definition of `IntrinKind::Int8Gemm` over the placeholders `a` and `b` (of the shapes the
+/// kind gives), named `name`. Errors as `compute` does (e.g. for a size that is not positive).
+pub fn int8_gemm_compute(
     a: &Tensor,
     b: &Tensor,
-    m: i64,
-    n: i64,
-    k: i64,
+    size: Int8GemmSize,
     saturating: bool,
     name: &str,
-) -> Tensor {
+) -> Result<Tensor, TeError> {
+    let Int8GemmSize { m, n, k, segments } = size;
     let i32 = DType::I32;
+    let ks = (segments > 1).then(|| reduce_axis(segments, "ks"));
     let ko = reduce_axis(k / 4, "ko");
     let product = |row: &Expr, col: &Expr, ki: Expr| {
-        a.at([row, &(&ko * 4 + ki.clone())]).cast(i32) * b.at([&ko.to_expr(), col, &ki]).cast(i32)
+        let (a_index, group) = match &ks {
+            Some(ks) => (vec![row.clone(), ks.to_expr(), &ko * 4 + ki.clone()], ks * (k / 4) + &ko),
+            None => (vec![row.clone(), &ko * 4 + ki.clone()], ko.to_expr()),
+        };
+        a.at_vec(a_index).cast(i32) * b.at([&group, col, &ki]).cast(i32)
     };
-    let result = if saturating {
+    let axes = |inner: &IterVar| -> Vec<IterVar> { ks.iter().chain([&ko, inner]).cloned().collect() };
+    if saturating {
         let kp = reduce_axis(2, "kp");
+        let reduce = axes(&kp);
         compute(
             [m, n],
             |i| {
                 let pair = product(&i[0], &i[1], &kp * 2) + product(&i[0], &i[1], &kp * 2 + 1);
-                sum(i32, &[&ko, &kp], pair.saturating_cast(DType::I16).cast(i32))
+                sum(i32, &reduce.iter().collect::<Vec<_>>(), pair.saturating_cast(DType::I16).cast(i32))
             },
             name,
         )
     } else {
         let ki = reduce_axis(4, "ki");
-        compute([m, n], |i| sum(i32, &[&ko, &ki], product(&i[0], &i[1], ki.to_expr())), name)
-    };
-    result.expect("the Int8Gemm definition is well typed")
+        let reduce = axes(&ki);
+        compute([m, n], |i| sum(i32, &reduce.iter().collect::<Vec<_>>(), product(&i[0], &i[1], ki.to_expr())), name)
+    }
 }
 
 /// Equality up to renaming of bound variables: `vars` maps variables of `a` to those of `b`
@@ -306,8 +338,8 @@ mod tests {
     fn the_int8_gemm_definition_is_accepted_in_both_forms() {
         for saturating in [false, true] {
             let (a, b) = gemm_operands(2, 16, 8);
-            let c = int8_gemm_compute(&a, &b, 2, 16, 8, saturating, "C");
-            let kind = IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, saturating };
+            let c = int8_gemm_compute(&a, &b, Int8GemmSize { m: 2, n: 16, k: 8, segments: 1 }, saturating, "C").unwrap();
+            let kind = IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, segments: 1, saturating };
             let intrin = decl_tensor_intrin("g", kind, &c, &[&a, &b]).unwrap();
             assert_eq!(intrin.operand_tensors().len(), 3);
             assert_eq!(intrin, intrin.clone());
@@ -317,19 +349,36 @@ mod tests {
     #[test]
     fn int8_gemm_declarations_must_match_the_kind() {
         let (a, b) = gemm_operands(2, 16, 8);
-        let exact = int8_gemm_compute(&a, &b, 2, 16, 8, false, "C");
-        let kind = |saturating| IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, saturating };
+        let exact = int8_gemm_compute(&a, &b, Int8GemmSize { m: 2, n: 16, k: 8, segments: 1 }, false, "C").unwrap();
+        let kind = |saturating| IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, segments: 1, saturating };
         let err = decl_tensor_intrin("g", kind(true), &exact, &[&a, &b]).unwrap_err();
         assert!(matches!(&err, TeError::BadIntrinsic { what, .. } if what == "Int8Gemm body"), "{err}");
         assert!(err.to_string().contains("sat_i16("), "{err}");
         let err =
-            decl_tensor_intrin("g", IntrinKind::Int8Gemm { m: 4, n: 16, k: 8, saturating: false }, &exact, &[&a, &b])
+            decl_tensor_intrin("g", IntrinKind::Int8Gemm { m: 4, n: 16, k: 8, segments: 1, saturating: false }, &exact, &[&a, &b])
                 .unwrap_err();
         assert_eq!(err.to_string(), "tensor intrinsic g: Int8Gemm operand A: expected u8[4, 8], found u8[2, 8]");
         let err =
-            decl_tensor_intrin("g", IntrinKind::Int8Gemm { m: 2, n: 16, k: 6, saturating: false }, &exact, &[&a, &b])
+            decl_tensor_intrin("g", IntrinKind::Int8Gemm { m: 2, n: 16, k: 6, segments: 1, saturating: false }, &exact, &[&a, &b])
                 .unwrap_err();
         assert!(err.to_string().contains("k a positive multiple of 4"), "{err}");
+    }
+
+    #[test]
+    fn segmented_int8_gemm_reads_a_through_a_segment_axis() {
+        let size = Int8GemmSize { m: 2, n: 16, k: 8, segments: 3 };
+        let a = placeholder([2, 3, 8], DType::U8, "A");
+        let b = placeholder([6, 16, 4], DType::I8, "B");
+        let c = int8_gemm_compute(&a, &b, size, false, "C").unwrap();
+        assert_eq!(
+            c.body().unwrap().to_string(),
+            "sum[ks in 0..3, ko in 0..2, ki in 0..4](i32(A[i, ks, ko*4 + ki])*i32(B[ks*2 + ko, j, ki]))"
+        );
+        let kind = IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, segments: 3, saturating: false };
+        decl_tensor_intrin("g", kind, &c, &[&a, &b]).unwrap();
+        let (flat, _) = gemm_operands(2, 16, 8);
+        let err = decl_tensor_intrin("g", kind, &c, &[&flat, &b]).unwrap_err();
+        assert!(err.to_string().contains("output: expected to read only the inputs"), "{err}");
     }
 
     #[test]

@@ -535,7 +535,7 @@ mod tests {
     use crate::error::{MismatchPart, ScheduleError};
     use crate::expr::Expr;
     use crate::interp::{Array, eval_te, run_func};
-    use crate::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin, int8_gemm_compute};
+    use crate::intrin::{Int8GemmSize, IntrinKind, TensorIntrin, decl_tensor_intrin, int8_gemm_compute};
     use crate::lower::lower;
     use crate::mutator::{Mutator, walk_stmt};
     use crate::schedule::{Schedule, create_schedule};
@@ -545,8 +545,8 @@ mod tests {
     fn gemm_intrin(m: i64, n: i64, k: i64, saturating: bool) -> TensorIntrin {
         let a = placeholder([m, k], DType::U8, "A");
         let b = placeholder([k / 4, n, 4], DType::I8, "B");
-        let c = int8_gemm_compute(&a, &b, m, n, k, saturating, "C");
-        decl_tensor_intrin("gemm", IntrinKind::Int8Gemm { m, n, k, saturating }, &c, &[&a, &b]).unwrap()
+        let c = int8_gemm_compute(&a, &b, Int8GemmSize { m, n, k, segments: 1 }, saturating, "C").unwrap();
+        decl_tensor_intrin("gemm", IntrinKind::Int8Gemm { m, n, k, segments: 1, saturating }, &c, &[&a, &b]).unwrap()
     }
 
     /// `C[i, j] = Σ_{ko, ki} i32(A[i, ko*4 + ki]) * i32(Bp[j/nr, ko, j%nr, ki])`, built by `body`.
@@ -838,7 +838,7 @@ mod tests {
     fn seed_example(saturating: bool) -> i64 {
         let a = placeholder([1, 4], DType::U8, "A");
         let b = placeholder([1, 16, 4], DType::I8, "B");
-        let c = int8_gemm_compute(&a, &b, 1, 16, 4, saturating, "C");
+        let c = int8_gemm_compute(&a, &b, Int8GemmSize { m: 1, n: 16, k: 4, segments: 1 }, saturating, "C").unwrap();
         let mut s = create_schedule(&[&c]);
         let first = s.stage_data(s.stage_of(&c).unwrap()).leaves[0].clone();
         s.tensorize(&c, &first, &gemm_intrin(1, 16, 4, saturating)).unwrap();

@@ -4,8 +4,8 @@
 //! against the intrinsic's kind when it is declared, and `Schedule::tensorize` proves a loop
 //! nest equal to it before replacing the nest by a call.
 
-use ir::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin};
-use ir::te::{compute, placeholder, reduce_axis, sum};
+use ir::intrin::{Int8GemmSize, IntrinKind, TensorIntrin, decl_tensor_intrin, int8_gemm_compute};
+use ir::te::placeholder_vec;
 use ir::{DType, TeError};
 
 /// The `m × n` u8 × i8 → i32 micro-kernel over a reduction of `k` (a multiple of 4):
@@ -18,37 +18,27 @@ use ir::{DType, TeError};
 /// with `_sat` appended for the saturating form. Errors if a size is not positive or `k` is not
 /// a multiple of 4.
 pub fn int8_gemm_microkernel(m: i64, n: i64, k: i64, saturating: bool) -> Result<TensorIntrin, TeError> {
-    let name = format!("int8_gemm_{m}x{n}x{k}{}", if saturating { "_sat" } else { "" });
-    let a = placeholder([m, k], DType::U8, "A");
-    let b = placeholder([k / 4, n, 4], DType::I8, "B");
-    let i32 = DType::I32;
-    let ko = reduce_axis(k / 4, "ko");
-    let c = if saturating {
-        let kp = reduce_axis(2, "kp");
-        compute(
-            [m, n],
-            |i| {
-                let product = |ki: ir::Expr| {
-                    a.at([&i[0], &(&ko * 4 + ki.clone())]).cast(i32) * b.at([&ko.to_expr(), &i[1], &ki]).cast(i32)
-                };
-                let pair = product(&kp * 2) + product(&kp * 2 + 1);
-                sum(i32, &[&ko, &kp], pair.saturating_cast(DType::I16).cast(i32))
-            },
-            "C",
-        )?
-    } else {
-        let ki = reduce_axis(4, "ki");
-        compute(
-            [m, n],
-            |i| {
-                let product =
-                    a.at([&i[0], &(&ko * 4 + &ki)]).cast(i32) * b.at([&ko.to_expr(), &i[1], &ki.to_expr()]).cast(i32);
-                sum(i32, &[&ko, &ki], product)
-            },
-            "C",
-        )?
-    };
-    decl_tensor_intrin(&name, IntrinKind::Int8Gemm { m, n, k, saturating }, &c, &[&a, &b])
+    int8_gemm_segmented_microkernel(m, n, 1, k, saturating)
+}
+
+/// `int8_gemm_microkernel` over `segments` reductions of `k` whose rows of `A` lie at a free
+/// stride (`A: u8[m, segments, k]`, `B: i8[segments·k/4, n, 4]`): the kernel rows of a
+/// convolution in one call. Named `int8_gemm_{m}x{n}x{segments}x{k}` (as
+/// `int8_gemm_microkernel` for one segment).
+pub fn int8_gemm_segmented_microkernel(
+    m: i64,
+    n: i64,
+    segments: i64,
+    k: i64,
+    saturating: bool,
+) -> Result<TensorIntrin, TeError> {
+    let tile = if segments == 1 { format!("{m}x{n}x{k}") } else { format!("{m}x{n}x{segments}x{k}") };
+    let name = format!("int8_gemm_{tile}{}", if saturating { "_sat" } else { "" });
+    let size = Int8GemmSize { m, n, k, segments };
+    let a = placeholder_vec(size.a_shape(), DType::U8, "A");
+    let b = placeholder_vec(vec![segments * k / 4, n, 4], DType::I8, "B");
+    let c = int8_gemm_compute(&a, &b, size, saturating, "C")?;
+    decl_tensor_intrin(&name, IntrinKind::Int8Gemm { m, n, k, segments, saturating }, &c, &[&a, &b])
 }
 
 #[cfg(test)]
@@ -59,7 +49,7 @@ mod tests {
     fn declarations_are_named_by_their_tile() {
         let exact = int8_gemm_microkernel(4, 16, 64, false).unwrap();
         assert_eq!(exact.name, "int8_gemm_4x16x64");
-        assert_eq!(exact.kind, IntrinKind::Int8Gemm { m: 4, n: 16, k: 64, saturating: false });
+        assert_eq!(exact.kind, IntrinKind::Int8Gemm { m: 4, n: 16, k: 64, segments: 1, saturating: false });
         assert_eq!(exact.inputs[1].shape(), &[16, 16, 4]);
         let saturating = int8_gemm_microkernel(8, 48, 8, true).unwrap();
         assert_eq!(saturating.name, "int8_gemm_8x48x8_sat");
@@ -74,7 +64,7 @@ mod tests {
         let err = int8_gemm_microkernel(4, 16, 6, false).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "tensor intrinsic int8_gemm_4x16x6: Int8Gemm sizes: expected m, n > 0 and k a positive multiple of 4, found m=4, n=16, k=6"
+            "tensor intrinsic int8_gemm_4x16x6: Int8Gemm sizes: expected m, n, segments > 0 and k a positive multiple of 4, found m=4, n=16, k=6, segments=1"
         );
         assert!(matches!(int8_gemm_microkernel(0, 16, 8, false), Err(TeError::BadShape { .. })));
     }

@@ -4,11 +4,11 @@
 //!
 //! Two compiled functions make a layer. The weight preparation (`prepare_conv2d_int8`, run once)
 //! packs the weights into VNNI panels and computes the compensation; the per-call function
-//! (`conv2d_int8`, NCHW or NHWC) pads the source channels last and, per tile of
-//! `mr` pixels of an output row × `nr` output channels and per kernel row, calls
-//! `int8_gemm_{mr}x{nr}x{KW·C4}` on the source rows in place (no im2col copy: consecutive
-//! pixels of a row are `stride·C4` bytes apart, the `KW·C4` bytes one reads are contiguous),
-//! then requantizes into the output layout. The int8 dense layer runs on the same path as a 1×1
+//! (`conv2d_int8`, NCHW or NHWC) pads the source channels last and, per tile of `mr` pixels
+//! of an output row × `nr` output channels, calls `int8_gemm_{mr}x{nr}x{KH}x{R}` on the
+//! source rows in place, one reduction segment per kernel row (no im2col copy: consecutive
+//! pixels of a row are `stride·IC` bytes apart, the `R = conv_row_bytes(IC, KW)` bytes a pixel
+//! reads of one row are contiguous, the kernel rows one padded row apart), then requantizes into the output layout. The int8 dense layer runs on the same path as a 1×1
 //! convolution over a row of `M` pixels (`dense_int8`).
 
 use ir::schedule::{Schedule, create_schedule};
@@ -16,7 +16,7 @@ use ir::te::placeholder_vec;
 use ir::{DType, ScheduleError, Tensor};
 use thiserror::Error;
 
-use crate::intrin::int8_gemm_microkernel;
+use crate::intrin::int8_gemm_segmented_microkernel;
 use crate::ops::{
     Compensation, Conv2dParams, DirectConvLayer, Layout, compensation, conv_row_bytes, conv2d_int8_direct,
     pack_conv2d_weights_vnni,
@@ -135,8 +135,8 @@ pub fn prepare_conv2d_int8(
 ///   vectorized (with fewer than 16 channels: rows in NHWC, channels unrolled in NCHW) and rows
 ///   run on the thread pool;
 /// * `acc`: tiles of `mr` pixels of a row × `nr` channels in `knobs.order`, fused into one
-///   parallel loop; per tile, the kernel rows `ky` outside one `int8_gemm_{mr}x{nr}x{R}`
-///   call each (the compiler resets the tile before the first);
+///   parallel loop; per tile, one `int8_gemm_{mr}x{nr}x{KH}x{R}` call over the `KH` kernel
+///   rows (`int8_gemm_{mr}x{nr}x{R}` for a 1×1 kernel; the compiler resets the tile before it);
 /// * the output: channels split by `lanes` and vectorized (the accumulator, compensation,
 ///   scales and bias are contiguous in them), rows on the thread pool.
 ///
@@ -206,9 +206,12 @@ pub fn conv2d_int8(
         let outer = s.fuse(acc, &outer, tiles[3])?;
         s.parallel(acc, &outer)?;
     }
-    let intrin = int8_gemm_microkernel(knobs.mr, knobs.nr, row, false)
+    // One call per tile runs every kernel row (a segment of the reduction, one padded row
+    // apart), so the accumulators stay in registers across the rows.
+    let kh = weights.shape()[2];
+    let intrin = int8_gemm_segmented_microkernel(knobs.mr, knobs.nr, kh, row, false)
         .expect("tile sizes passed split and R is a multiple of 4");
-    s.tensorize(acc, &ko, &intrin)?;
+    s.tensorize(acc, if kh > 1 { &ky } else { &ko }, &intrin)?;
 
     let out = &layer.output;
     let axes = [0, 1, 2, 3].map(|d| out.axis(d));

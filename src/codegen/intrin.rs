@@ -67,16 +67,21 @@ pub(crate) fn pairs_fit_i16((a_lo, a_hi): (i64, i64), (b_lo, b_hi): (i64, i64)) 
 
 /// The kernel shape of an `Int8Gemm` call, if the operands have the layout kernels assume:
 /// u8/i8/i32 buffers, unit stride along `k` in A, `[ldb, 4, 1]` in B, unit column stride in C,
-/// non-negative row strides.
-fn int8_gemm_shape(m: i64, n: i64, k: i64, operands: &[Operand]) -> Option<GemmShape> {
+/// non-negative row (and segment) strides.
+fn int8_gemm_shape(m: i64, n: i64, k: i64, segments: i64, operands: &[Operand]) -> Option<GemmShape> {
     let [a, b, c] = operands else { return None };
     let dtypes = [(a, DType::U8), (b, DType::I8), (c, DType::I32)];
     if dtypes.iter().any(|(o, d)| o.buffer.dtype() != *d || o.origin.len() != 1) {
         return None;
     }
-    match (a.strides.as_slice(), b.strides.as_slice(), c.strides.as_slice()) {
-        (&[lda, 1], &[ldb, 4, 1], &[ldc, 1]) if lda >= 0 && ldb >= 0 && ldc >= 0 => {
-            Some(GemmShape { m, n, k, lda, ldb, ldc })
+    let (lda, lds) = match *a.strides.as_slice() {
+        [lda, 1] if segments == 1 => (lda, 0),
+        [lda, lds, 1] if segments > 1 => (lda, lds),
+        _ => return None,
+    };
+    match (b.strides.as_slice(), c.strides.as_slice()) {
+        (&[ldb, 4, 1], &[ldc, 1]) if lda >= 0 && lds >= 0 && ldb >= 0 && ldc >= 0 => {
+            Some(GemmShape { m, n, k, segments, lda, lds, ldb, ldc })
         }
         _ => None,
     }
@@ -106,10 +111,10 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         operands: &[Operand],
         fallback: &Stmt,
     ) -> Result<(), CompileError> {
-        let IntrinKind::Int8Gemm { m, n, k, saturating } = intrin.kind else {
+        let IntrinKind::Int8Gemm { m, n, k, segments, saturating } = intrin.kind else {
             return self.stmt(fallback);
         };
-        let Some(shape) = int8_gemm_shape(m, n, k, operands) else {
+        let Some(shape) = int8_gemm_shape(m, n, k, segments, operands) else {
             return self.stmt(fallback);
         };
         let never_saturates = match (value_bounds(&operands[0].buffer), value_bounds(&operands[1].buffer)) {
@@ -167,8 +172,12 @@ impl<M: Module> ModuleCtx<'_, M> {
         sig.params.extend([AbiParam::new(types::I64), AbiParam::new(types::I64), AbiParam::new(types::I64)]);
         let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
         self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
+        let segments = match shape.segments {
+            1 => String::new(),
+            count => format!(" per segment, {count} segments {} bytes apart", shape.lds),
+        };
         let origin = format!(
-            "{variant} kernel for {intrin}: {}x{}x{}, lda {} ldb {} ldc {}, {}x{} register tile, k unrolled {}",
+            "{variant} kernel for {intrin}: {}x{}x{}{segments}, lda {} ldb {} ldc {}, {}x{} register tile, k unrolled {}",
             shape.m,
             shape.n,
             shape.k,

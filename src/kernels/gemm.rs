@@ -1,13 +1,14 @@
 //! The int8 GEMM kernel generator.
 //!
 //! A kernel computes, for one shape with compile-time strides,
-//! `C[i, j] += Σ_{ko < k/4, ki < 4} i32(A[i, 4·ko + ki]) · i32(B[ko, j, ki])`
-//! (`A` u8 with rows `lda` bytes apart; `B` i8 packed four k values per column, groups `ldb`
-//! bytes apart; `C` i32 with rows `ldc` elements apart), under the SysV signature
-//! `fn(a: *const u8, b: *const i8, c: *mut i32)`.
+//! `C[i, j] += Σ_{s < segments, ko < k/4, ki < 4} i32(A[i, s, 4·ko + ki]) · i32(B[s·k/4 + ko, j, ki])`
+//! (`A` u8 with rows `lda` and segments `lds` bytes apart; `B` i8 packed four k values per
+//! column, groups `ldb` bytes apart; `C` i32 with rows `ldc` elements apart), under the SysV
+//! signature `fn(a: *const u8, b: *const i8, c: *mut i32)`.
 //!
 //! Loop structure: column panels of `vectors` registers (the panel of B stays in L1 while every
-//! row block of A streams past it), row blocks of `rows` rows, then the k loop, unrolled. The
+//! row block of A streams past it), row blocks of `rows` rows, then per segment the k loop,
+//! unrolled (segments are emitted one after the other, B continuing where it stopped). The
 //! accumulator tile (`rows × vectors` registers) lives in registers for the whole k loop; each
 //! k step loads one vector per column group of B and broadcasts 4 bytes of A per row. Partial
 //! panels use opmask k1 (zmm) or `vpmaskmovd` (ymm) so nothing outside the operands is read or
@@ -28,10 +29,14 @@ use super::{DotMethod, KernelError, KernelVariant, VectorWidth};
 pub struct GemmShape {
     pub m: i64,
     pub n: i64,
-    /// Reduction length, a multiple of 4.
+    /// Reduction length of one segment, a multiple of 4.
     pub k: i64,
+    /// Reduction segments (1: `A` is a plain `[m, k]` matrix).
+    pub segments: i64,
     /// Elements (bytes) between rows of A.
     pub lda: i64,
+    /// Elements (bytes) between segments of A.
+    pub lds: i64,
     /// Elements (bytes) between groups of four k values in B (`ko` stride); columns are 4
     /// bytes apart.
     pub ldb: i64,
@@ -42,24 +47,24 @@ pub struct GemmShape {
 impl GemmShape {
     /// Dense operands: `A: [m, k]`, `B: [k/4, n, 4]`, `C: [m, n]`.
     pub fn dense(m: i64, n: i64, k: i64) -> GemmShape {
-        GemmShape { m, n, k, lda: k, ldb: 4 * n, ldc: n }
+        GemmShape { m, n, k, segments: 1, lda: k, lds: 0, ldb: 4 * n, ldc: n }
     }
 
     /// Elements of A, B and C the kernel accesses, from each base pointer.
     pub fn footprint(&self) -> (usize, usize, usize) {
-        if self.m <= 0 || self.n <= 0 || self.k <= 0 {
+        if self.m <= 0 || self.n <= 0 || self.k <= 0 || self.segments <= 0 {
             return (0, 0, 0);
         }
         // Saturating: an absurd shape asks for more memory than any slice has.
-        let span = |outer: i64, stride: i64, inner: i64| {
-            usize::try_from((outer - 1).saturating_mul(stride).saturating_add(inner)).unwrap_or(usize::MAX)
-        };
-        (span(self.m, self.lda, self.k), span(self.k / 4, self.ldb, 4 * self.n), span(self.m, self.ldc, self.n))
+        let span = |outer: i64, stride: i64, inner: i64| (outer - 1).saturating_mul(stride).saturating_add(inner);
+        let size = |elements: i64| usize::try_from(elements).unwrap_or(usize::MAX);
+        let a = span(self.segments, self.lds, span(self.m, self.lda, self.k));
+        (size(a), size(span(self.segments * self.k / 4, self.ldb, 4 * self.n)), size(span(self.m, self.ldc, self.n)))
     }
 
     fn validate(&self) -> Result<(), KernelError> {
         let bad = |what, expected: &str, found| Err(KernelError::BadShape { what, expected: expected.into(), found });
-        for (what, v) in [("m", self.m), ("n", self.n), ("k", self.k)] {
+        for (what, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("segments", self.segments)] {
             if v < 0 {
                 return bad(what, "non-negative", v);
             }
@@ -69,6 +74,9 @@ impl GemmShape {
         }
         if self.lda < 0 {
             return bad("lda", "non-negative", self.lda);
+        }
+        if self.lds < 0 {
+            return bad("lds", "non-negative", self.lds);
         }
         if self.ldb < 0 {
             return bad("ldb", "non-negative", self.ldb);
@@ -202,7 +210,7 @@ impl Gen {
         let s = self.shape;
         let lanes = self.width().lanes() as i64;
         let panel_cols = self.blocking.vectors as i64 * lanes;
-        if s.m > 0 && s.n > 0 && s.k > 0 {
+        if s.m > 0 && s.n > 0 && s.k > 0 && s.segments > 0 {
             let full_panels = s.n / panel_cols;
             let tail_cols = s.n % panel_cols;
             if full_panels > 0 {
@@ -319,27 +327,33 @@ impl Gen {
             }
         }
         self.a.mov(B_STEP, B_PANEL)?;
-        self.a.xor(K_COUNT, K_COUNT)?;
         let steps = s.k / 4;
         let unroll = self.blocking.unroll as i64;
         let loops = steps / unroll;
-        if loops > 0 {
-            let mut top = self.a.create_label();
-            self.a.set_label(&mut top)?;
-            for u in 0..unroll {
-                self.step(&t, u)?;
+        for segment in 0..s.segments {
+            let a_offset = segment * s.lds;
+            self.a.xor(K_COUNT, K_COUNT)?;
+            if loops > 0 {
+                let mut top = self.a.create_label();
+                self.a.set_label(&mut top)?;
+                for u in 0..unroll {
+                    self.step(&t, a_offset, u)?;
+                }
+                self.a.add(B_STEP, imm32("an unrolled k step of B", unroll * s.ldb)?)?;
+                if loops > 1 || steps % unroll > 0 {
+                    self.a.add(K_COUNT, imm32("k steps", unroll)?)?;
+                }
+                if loops > 1 {
+                    self.a.cmp(K_COUNT, imm32("k steps", loops * unroll)?)?;
+                    self.a.jb(top)?;
+                }
             }
-            self.a.add(B_STEP, imm32("an unrolled k step of B", unroll * s.ldb)?)?;
-            if loops > 1 || steps % unroll > 0 {
-                self.a.add(K_COUNT, imm32("k steps", unroll)?)?;
+            for u in 0..steps % unroll {
+                self.step(&t, a_offset, u)?;
             }
-            if loops > 1 {
-                self.a.cmp(K_COUNT, imm32("k steps", loops * unroll)?)?;
-                self.a.jb(top)?;
+            if segment + 1 < s.segments && steps % unroll > 0 {
+                self.a.add(B_STEP, imm32("the k steps of B after the loop", steps % unroll * s.ldb)?)?;
             }
-        }
-        for u in 0..steps % unroll {
-            self.step(&t, u)?;
         }
         for i in 0..rows {
             for j in 0..vectors {
@@ -352,8 +366,9 @@ impl Gen {
         Ok(())
     }
 
-    /// One k step (4 values of k), `u` steps past `K_COUNT`/`B_STEP`.
-    fn step(&mut self, t: &Tile, u: i64) -> Result<(), KernelError> {
+    /// One k step (4 values of k), `u` steps past `K_COUNT`/`B_STEP`, in the segment of A
+    /// `a_offset` bytes past the row block.
+    fn step(&mut self, t: &Tile, a_offset: i64, u: i64) -> Result<(), KernelError> {
         let s = self.shape;
         let vbytes = self.width().bytes() as i64;
         for j in 0..t.vectors {
@@ -365,7 +380,7 @@ impl Gen {
             }
         }
         for i in 0..t.rows {
-            let a_mem = A_BLOCK + K_COUNT * 4 + imm32("A", i as i64 * s.lda + 4 * u)?;
+            let a_mem = A_BLOCK + K_COUNT * 4 + imm32("A", a_offset + i as i64 * s.lda + 4 * u)?;
             match self.variant.method {
                 DotMethod::Vnni => {
                     self.broadcast_d(t.a, a_mem)?;

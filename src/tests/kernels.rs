@@ -16,21 +16,24 @@ fn runnable() -> Vec<KernelVariant> {
     KernelVariant::ALL.into_iter().filter(|v| v.min_level().is_some_and(IsaLevel::is_supported)).collect()
 }
 
-/// `C[i, j] += Σ A[i, 4ko+ki] · B[ko, j, ki]` by the declaration: exact, or with each pair of
-/// adjacent products saturated to i16 first; i32 sums wrap.
+/// `C[i, j] += Σ A[i, seg, 4ko+ki] · B[seg·k/4 + ko, j, ki]` by the declaration: exact, or
+/// with each pair of adjacent products saturated to i16 first; i32 sums wrap.
 fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool) {
     if s.k == 0 {
         return;
     }
+    let groups = (s.k / 4) as usize;
     for i in 0..s.m as usize {
         for j in 0..s.n as usize {
             let mut acc = c[i * s.ldc as usize + j];
-            for ko in 0..(s.k / 4) as usize {
-                let p = |ki: usize| {
-                    i32::from(a[i * s.lda as usize + 4 * ko + ki]) * i32::from(b[ko * s.ldb as usize + 4 * j + ki])
-                };
-                let pair = |x: i32| if saturating { x.clamp(i16::MIN.into(), i16::MAX.into()) } else { x };
-                acc = acc.wrapping_add(pair(p(0) + p(1))).wrapping_add(pair(p(2) + p(3)));
+            for seg in 0..s.segments as usize {
+                for ko in 0..groups {
+                    let row = i * s.lda as usize + seg * s.lds as usize;
+                    let group = (seg * groups + ko) * s.ldb as usize;
+                    let p = |ki: usize| i32::from(a[row + 4 * ko + ki]) * i32::from(b[group + 4 * j + ki]);
+                    let pair = |x: i32| if saturating { x.clamp(i16::MIN.into(), i16::MAX.into()) } else { x };
+                    acc = acc.wrapping_add(pair(p(0) + p(1))).wrapping_add(pair(p(2) + p(3)));
+                }
             }
             c[i * s.ldc as usize + j] = acc;
         }
@@ -81,7 +84,11 @@ fn every_kernel_matches_the_declaration_on_random_ragged_shapes() {
         GemmShape::dense(4, 8, 0),
         GemmShape::dense(0, 8, 8),
         // Padded rows of A and C, and B groups wider than the columns used.
-        GemmShape { m: 11, n: 37, k: 28, lda: 40, ldb: 4 * 50, ldc: 45 },
+        GemmShape { m: 11, n: 37, k: 28, segments: 1, lda: 40, lds: 0, ldb: 4 * 50, ldc: 45 },
+        // Segments (a convolution's kernel rows): overlapping rows of A as a stride-2 3×3 layer
+        // reads them, and the stem's 7 rows of 24 bytes (6 k steps: an unroll remainder).
+        GemmShape { m: 7, n: 37, k: 12, segments: 3, lda: 6, lds: 100, ldb: 4 * 40, ldc: 40 },
+        GemmShape { m: 4, n: 64, k: 24, segments: 7, lda: 6, lds: 704, ldb: 4 * 64, ldc: 64 },
     ];
     for variant in runnable() {
         let default = Blocking::default_for(variant);

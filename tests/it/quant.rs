@@ -19,7 +19,7 @@ use schedules::x86_conv::{
     Conv2dInt8Knobs, TileOrder, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
     prepare_dense_int8,
 };
-use tensorlift::{CompileOptions, Tensor as RtTensor};
+use tensorlift::{CompileOptions, IsaLevel, Tensor as RtTensor};
 
 /// Deterministic values in `lo..=hi`.
 fn values(len: usize, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
@@ -789,7 +789,7 @@ fn in_layout<T: Copy>(values: &[T], [n, c, h, w]: [i64; 4], layout: Layout) -> V
 
 /// One convolution through the x86 direct schedule (`schedules::x86_conv`) with source, sum
 /// input and output in `layout`, JIT-compiled with its weight preparation, against the plain-Rust
-/// reference; returns the lowered per-call function's text.
+/// reference; returns the lowered per-call function's text and the origins of its machine code.
 #[allow(clippy::too_many_arguments)]
 fn check_x86_conv(
     layout: Layout,
@@ -799,7 +799,7 @@ fn check_x86_conv(
     l: &Layer,
     knobs: Conv2dInt8Knobs,
     seed: u64,
-) -> String {
+) -> (String, Vec<String>) {
     let (slo, shi) = range_of(l.src_dtype);
     let src_v = values((n * ic * h * w) as usize, seed, slo, shi);
     let wei_v = values((oc * ic * k * k) as usize, seed + 1, -128, 127);
@@ -853,20 +853,22 @@ fn check_x86_conv(
     call.push(&mut out_t);
     kernel.compiled.call(&mut call).unwrap();
     assert_same(&what, &out_t.to_array(), &want);
-    ir::lower::lower(&f.schedule, &args, "conv").unwrap().to_string()
+    let origins = kernel.compiled.machine_code().iter().map(|m| m.origin.clone()).collect();
+    (ir::lower::lower(&f.schedule, &args, "conv").unwrap().to_string(), origins)
 }
 
 #[test]
 fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
     let small = Conv2dInt8Knobs { mr: 4, nr: 16, lanes: 8, order: TileOrder::PixelsOuter, parallel: true };
     let cases: [([i64; 4], [i64; 2], Conv2dParams, Conv2dInt8Knobs); 6] = [
-        // ic = oc = 17: K = 153 → 156, OC not a multiple of nr; stride 2 over an odd 9 × 11 input.
+        // ic = oc = 17: kernel rows of 51 → 52 bytes, OC not a multiple of nr; stride 2 over an
+        // odd 9 × 11 input.
         ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, small),
         // An R-shaped 3 × 3 layer, width 10 not a multiple of the 8-lane epilogue nor of mr.
         ([1, 64, 10, 10], [64, 3], Conv2dParams { stride: 1, pad: 1 }, default_knobs(&CONV_LAYERS[1])),
         // 1 × 1 stride 2 (R4-shaped).
         ([1, 32, 13, 13], [32, 1], Conv2dParams { stride: 2, pad: 0 }, default_knobs(&CONV_LAYERS[3])),
-        // The stem: 7 × 7 stride 2 with 3 input channels (padded to 4 per tap: 28 bytes per kernel row).
+        // The stem: 7 × 7 stride 2 with 3 input channels (21 bytes per kernel row, read as 24).
         ([1, 3, 23, 21], [16, 7], Conv2dParams { stride: 2, pad: 3 }, default_knobs(&CONV_LAYERS[0])),
         // Batch 2, mr not dividing OW; channel panels outermost.
         ([2, 8, 6, 5], [24, 3], Conv2dParams { stride: 1, pad: 1 }, Conv2dInt8Knobs { mr: 3, nr: 16, lanes: 4, order: TileOrder::ChannelsOuter, parallel: false }),
@@ -883,8 +885,15 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             let l = layer_case(src_dtype, dst, per_channel, post, w[0] as usize);
             // Every case in both layouts would double the test time: alternate them.
             let layout = if seed % 2 == 0 { Layout::Nchw } else { Layout::Nhwc };
-            let ir = check_x86_conv(layout, src, w, conv, &l, knobs, seed);
-            assert!(ir.contains(&format!("call int8_gemm_{}x{}x", knobs.mr, knobs.nr)), "{ir}");
+            let (ir, origins) = check_x86_conv(layout, src, w, conv, &l, knobs, seed);
+            // One call per tile over every kernel row (`KH` segments), run by an assembled
+            // kernel wherever the host has one (AVX2 and up), not by the call's fallback loops.
+            let segments = if w[1] > 1 { format!("{}x", w[1]) } else { String::new() };
+            assert!(ir.contains(&format!("call int8_gemm_{}x{}x{segments}", knobs.mr, knobs.nr)), "{ir}");
+            if IsaLevel::Avx2.is_supported() {
+                let assembled = format!("kernel for int8_gemm_{}x{}x{segments}", knobs.mr, knobs.nr);
+                assert!(origins.iter().any(|o| o.contains(&assembled)), "{origins:?}");
+            }
             seed += 11;
         }
     }
