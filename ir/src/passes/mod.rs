@@ -30,6 +30,18 @@ mod tests {
     use crate::passes::testing::{assert_same_results, run};
     use crate::stmt::{Buffer, ForKind, Func, Operand, Stmt, StmtKind};
 
+    /// The passes of `lower::lower` up to `guard_accesses`, in its order.
+    const PIPELINE: [fn(&Func) -> Func; 8] = [
+        simplify,
+        flatten_buffers,
+        partition_loops,
+        simplify,
+        vectorize_loops,
+        unroll_loops,
+        simplify,
+        remove_no_ops,
+    ];
+
     /// `C = A x B` on i32 (6x5 by 5x8), rows split by 4 with a tail guard, columns split by 4
     /// and vectorized, the reduction unrolled: roughly what lowering produces.
     fn matmul() -> Func {
@@ -64,18 +76,7 @@ mod tests {
         let f = matmul();
         assert_eq!(verify(&f, VerifyLevel::Lowered), Ok(()));
         let mut stages = vec![f.clone()];
-        // The order of `lower::lower`.
-        let pipeline: [fn(&Func) -> Func; 8] = [
-            simplify,
-            flatten_buffers,
-            partition_loops,
-            simplify,
-            vectorize_loops,
-            unroll_loops,
-            simplify,
-            remove_no_ops,
-        ];
-        for pass in pipeline {
+        for pass in PIPELINE {
             let next = pass(stages.last().unwrap());
             assert_eq!(verify(&next, VerifyLevel::Lowered), Ok(()), "{next}");
             assert_same_results(&f, &next);
@@ -147,17 +148,7 @@ mod tests {
         for kind in [ForKind::Vectorized, ForKind::Unrolled] {
             let f = copy_calls(kind, reversed, params());
             let mut stages = vec![f.clone()];
-            let pipeline: [fn(&Func) -> Func; 8] = [
-                simplify,
-                flatten_buffers,
-                partition_loops,
-                simplify,
-                vectorize_loops,
-                unroll_loops,
-                simplify,
-                remove_no_ops,
-            ];
-            for pass in pipeline {
+            for pass in PIPELINE {
                 let next = pass(stages.last().unwrap());
                 assert_eq!(verify(&next, VerifyLevel::Lowered), Ok(()), "{next}");
                 assert_same_results(&f, &next);

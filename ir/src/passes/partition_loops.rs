@@ -247,9 +247,10 @@ mod tests {
     }
 
     #[test]
-    fn inner_serial_loops_split_first_and_decided_loops_stay() {
+    fn serial_lane_loops_split_the_same_way_and_decided_loops_stay() {
         let f = padding(false);
         let p = partition_loops(&f);
+        assert!(matches!(p.body.kind(), StmtKind::Seq(parts) if parts.len() == 3), "{p}");
         assert_same_results(&f, &p);
         // Nothing to split: the comparisons of this copy never change value.
         let a = Buffer::new("a", DType::I32, vec![8]);
