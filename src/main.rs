@@ -107,10 +107,11 @@ enum Command {
         /// Timed runs per layer (the median is reported).
         #[arg(long, default_value_t = 10)]
         repeat: usize,
-        /// Activation layout of the convolutions' source and output: `nchw` (the API layout,
-        /// transposed to channels last and back inside the call) or `nhwc` (the layout the x86
-        /// schedule computes in, as layers chained in it would run).
-        #[arg(long, value_enum, default_value_t = LayoutChoice::Nchw)]
+        /// Activation layout of the convolutions' source and output: `nhwc` (the layout the x86
+        /// schedule computes in, as layers chained in it run: the default, like a oneDNN
+        /// primitive timed in the memory format it chose) or `nchw` (transposed to channels
+        /// last and back inside the call).
+        #[arg(long, value_enum, default_value_t = LayoutChoice::Nhwc)]
         layout: LayoutChoice,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,

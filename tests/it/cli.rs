@@ -115,7 +115,7 @@ fn resnet18_prints_one_verified_json_object_per_layer() {
         stdout.lines().map(|line| serde_json::from_str(line).expect("a JSON object per line")).collect();
     let [r7] = objects.as_slice() else { panic!("one object for one layer: {stdout}") };
     assert_eq!(r7["layer"], "R7");
-    assert_eq!((&r7["verified"], &r7["layout"]), (&true.into(), &"nchw".into()), "{r7}");
+    assert_eq!((&r7["verified"], &r7["layout"]), (&true.into(), &"nhwc".into()), "{r7}");
     assert_eq!(r7["ops"], 2 * 256 * 14 * 14 * 128);
     for field in ["compile_ms", "median_ms", "gops"] {
         assert!(r7[field].as_f64().is_some_and(|v| v > 0.0), "{field}: {r7}");
@@ -134,12 +134,12 @@ fn resnet18_prints_one_verified_json_object_per_layer() {
 }
 
 #[test]
-fn resnet18_runs_the_channels_last_layout_verified_against_nchw() {
-    let args = ["resnet18", "--layer", "R10", "--repeat", "1", "--layout", "nhwc", "--format", "json"];
+fn resnet18_runs_the_nchw_layout_verified() {
+    let args = ["resnet18", "--layer", "R10", "--repeat", "1", "--layout", "nchw", "--format", "json"];
     let (ok, stdout, stderr) = tensorlift(&args);
     assert!(ok, "{stderr}");
     let r10: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
-    assert_eq!((&r10["verified"], &r10["layout"]), (&true.into(), &"nhwc".into()), "{r10}");
+    assert_eq!((&r10["verified"], &r10["layout"]), (&true.into(), &"nchw".into()), "{r10}");
 }
 
 #[test]
