@@ -26,8 +26,8 @@ struct Key {
     dtype: DType,
     payload: u64,
     children: Vec<u32>,
-    /// The memory epoch, for a load of a buffer the function writes; 0 otherwise.
-    epoch: u32,
+    /// The memory epoch, for a load of a buffer the function writes (or a node above one).
+    epoch: Option<u32>,
 }
 
 /// The number of a node; `epoch` is set when it is valid in that memory epoch only.
@@ -47,7 +47,7 @@ pub(crate) struct ExprCache {
     values: HashMap<u32, Val>,
     /// Numbers inserted in each open scope, innermost last.
     scopes: Vec<Vec<u32>>,
-    /// Starts at 1 (0 marks keys valid in every epoch).
+    /// The current memory epoch.
     epoch: u32,
 }
 
@@ -63,7 +63,7 @@ impl ExprCache {
     }
 
     fn numbered(&mut self, e: &Expr, readonly: &HashSet<BufferId>) -> Numbered {
-        let epoch = self.epoch.max(1);
+        let epoch = self.epoch;
         if let Some((_, n)) = self.nodes.get(&node_addr(e))
             && n.epoch.is_none_or(|at| at == epoch)
         {
@@ -94,7 +94,7 @@ impl ExprCache {
         let children: Option<Vec<u32>> = children.iter().map(|c| c.number).collect();
         let number = match children {
             Some(children) if tag != u8::MAX => {
-                let key = Key { tag, dtype: e.dtype(), payload, children, epoch: if volatile { epoch } else { 0 } };
+                let key = Key { tag, dtype: e.dtype(), payload, children, epoch: volatile.then_some(epoch) };
                 let next = self.keys.len() as u32;
                 Some(*self.keys.entry(key).or_insert(next))
             }
@@ -107,7 +107,7 @@ impl ExprCache {
 
     /// Memory may have changed: values read from written buffers are no longer reusable.
     pub fn memory_changed(&mut self) {
-        self.epoch = self.epoch.max(1) + 1;
+        self.epoch += 1;
     }
 
     pub fn get(&self, number: u32) -> Option<Val> {

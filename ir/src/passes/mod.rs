@@ -42,6 +42,22 @@ mod tests {
         remove_no_ops,
     ];
 
+    /// `f` through `PIPELINE` and `guard_accesses`, asserting that every pass leaves valid IR
+    /// with the same results and that `guard_accesses` then has nothing left to guard.
+    fn run_pipeline(f: &Func) -> Func {
+        let mut last = f.clone();
+        for pass in PIPELINE {
+            let next = pass(&last);
+            assert_eq!(verify(&next, VerifyLevel::Lowered), Ok(()), "{next}");
+            assert_same_results(f, &next);
+            last = next;
+        }
+        let guarded = guard_accesses(&last);
+        assert!(guarded.body.same_node(&last.body), "every access is provable:\n{guarded}");
+        assert_eq!(verify(&guarded, VerifyLevel::Final), Ok(()));
+        guarded
+    }
+
     /// `C = A x B` on i32 (6x5 by 5x8), rows split by 4 with a tail guard, columns split by 4
     /// and vectorized, the reduction unrolled: roughly what lowering produces.
     fn matmul() -> Func {
@@ -75,17 +91,7 @@ mod tests {
     fn the_pass_pipeline_preserves_results_and_proves_every_access() {
         let f = matmul();
         assert_eq!(verify(&f, VerifyLevel::Lowered), Ok(()));
-        let mut stages = vec![f.clone()];
-        for pass in PIPELINE {
-            let next = pass(stages.last().unwrap());
-            assert_eq!(verify(&next, VerifyLevel::Lowered), Ok(()), "{next}");
-            assert_same_results(&f, &next);
-            stages.push(next);
-        }
-        let last = stages.last().unwrap();
-        let guarded = guard_accesses(last);
-        assert!(guarded.body.same_node(&last.body), "every access is provable:\n{guarded}");
-        assert_eq!(verify(&guarded, VerifyLevel::Final), Ok(()));
+        let guarded = run_pipeline(&f);
         assert_eq!(
             format!("{guarded}"),
             "func matmul(A: i32[6, 5], B: i32[5, 8], C: i32[6, 8]) {
@@ -147,17 +153,7 @@ mod tests {
         let reversed = |v: &Expr| Expr::index(12) - v.clone() * 4;
         for kind in [ForKind::Vectorized, ForKind::Unrolled] {
             let f = copy_calls(kind, reversed, params());
-            let mut stages = vec![f.clone()];
-            for pass in PIPELINE {
-                let next = pass(stages.last().unwrap());
-                assert_eq!(verify(&next, VerifyLevel::Lowered), Ok(()), "{next}");
-                assert_same_results(&f, &next);
-                stages.push(next);
-            }
-            let last = stages.last().unwrap();
-            let guarded = guard_accesses(last);
-            assert!(guarded.body.same_node(&last.body), "every region is provable:\n{guarded}");
-            assert_eq!(verify(&guarded, VerifyLevel::Final), Ok(()));
+            let guarded = run_pipeline(&f);
             let expected = match kind {
                 ForKind::Vectorized => "func copies(In: i32[16], Out: i32[16]) {\n  for v in 0..4 {\n    call copy4(In[12 - v*4] strides [1], Out[v*4] strides [1])\n  }\n}\n",
                 _ => "func copies(In: i32[16], Out: i32[16]) {\n  call copy4(In[12] strides [1], Out[0] strides [1])\n  call copy4(In[8] strides [1], Out[4] strides [1])\n  call copy4(In[4] strides [1], Out[8] strides [1])\n  call copy4(In[0] strides [1], Out[12] strides [1])\n}\n",

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use crate::analysis::linear::Linear;
 use crate::dtype::DType;
 use crate::expr::{BinOp, CmpOp, Expr, ExprKind, Var};
-use crate::mutator::{Mutator, substitute_map, substitute_stmt, walk_stmt};
+use crate::mutator::{Mutator, for_each_stmt, substitute_map, substitute_stmt, walk_stmt};
 use crate::stmt::{ForKind, Func, Stmt, StmtKind};
 
 /// Splits every `Serial` loop `for v in 0..E` whose body holds comparisons that change value
@@ -98,34 +98,22 @@ struct Inner {
 }
 
 impl Inner {
-    fn collect(&mut self, stmt: &Stmt) {
-        match stmt.kind() {
-            StmtKind::For { var, extent, body, .. } => {
+    fn collect(&mut self, body: &Stmt) {
+        for_each_stmt(body, &mut |s| match s.kind() {
+            StmtKind::For { var, extent, .. } => {
                 self.ranges.insert(var.clone(), *extent);
-                self.collect(body);
             }
-            StmtKind::Let { var, value, body } => {
-                if value.dtype() == DType::INDEX {
-                    self.lets.insert(var.clone(), value.clone());
-                }
-                self.collect(body);
+            StmtKind::Let { var, value, .. } if value.dtype() == DType::INDEX => {
+                self.lets.insert(var.clone(), value.clone());
             }
-            StmtKind::If { then_case, else_case, .. } => {
-                self.collect(then_case);
-                if let Some(e) = else_case {
-                    self.collect(e);
-                }
-            }
-            StmtKind::Seq(stmts) => stmts.iter().for_each(|s| self.collect(s)),
-            StmtKind::Allocate { body, .. } => self.collect(body),
-            StmtKind::Call { fallback, .. } => self.collect(fallback),
-            StmtKind::Store { .. } => {}
-        }
+            _ => {}
+        });
     }
 
     /// Calls `f(a - b, strict)` for every counted comparison of `a` and `b` in the expressions
-    /// of `stmt`: its value is that of `a - b > 0` if `strict`, else of `a - b ≥ 0` (`min` and
-    /// `max` are decided wherever that is, as both operands are equal at 0).
+    /// of `stmt` (lets and stores; not `If` conditions): its value is that of `a - b > 0` if
+    /// `strict`, else of `a - b ≥ 0` (`min` and `max` are decided wherever that is, as both
+    /// operands are equal at 0).
     fn comparisons(&self, stmt: &Stmt, f: &mut dyn FnMut(&Expr, bool)) {
         let mut visit = |e: &Expr| {
             e.for_each(&mut |n| match n.kind() {
@@ -138,25 +126,14 @@ impl Inner {
                 _ => {}
             })
         };
-        match stmt.kind() {
-            StmtKind::For { body, .. } | StmtKind::Allocate { body, .. } => self.comparisons(body, f),
-            StmtKind::Let { value, body, .. } => {
-                visit(value);
-                self.comparisons(body, f);
-            }
+        for_each_stmt(stmt, &mut |s| match s.kind() {
+            StmtKind::Let { value, .. } => visit(value),
             StmtKind::Store { indices, value, .. } => {
                 indices.iter().for_each(&mut visit);
                 visit(value);
             }
-            StmtKind::If { then_case, else_case, .. } => {
-                self.comparisons(then_case, f);
-                if let Some(e) = else_case {
-                    self.comparisons(e, f);
-                }
-            }
-            StmtKind::Seq(stmts) => stmts.iter().for_each(|s| self.comparisons(s, f)),
-            StmtKind::Call { fallback, .. } => self.comparisons(fallback, f),
-        }
+            _ => {}
+        });
     }
 
     /// `e` with the body's lets substituted (lets may refer to earlier lets).
