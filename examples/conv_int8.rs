@@ -1,8 +1,9 @@
 //! The resnet-18 int8 convolution layers through `schedules::x86_conv` (direct convolution tensorized
-//! into the VNNI micro-kernel): compile time, median run time, GOPS
-//! (`2·OC·OH·OW·IC·KH·KW / s`) and the percentage of the `vpdpbusd` peak probe run alternately
-//! with the timed calls, each result checked bit for bit against the generic schedule of
-//! `ops::conv2d_nchw_int8` (u8 source, i8 weights, per-channel scales, relu, u8 output).
+//! into the int8 micro-kernel of the best exact family for this CPU and the weights): compile
+//! time, median run time, GOPS (`2·OC·OH·OW·IC·KH·KW / s`) and the percentage of the peak probe
+//! of the kernel's method run alternately with the timed calls, each result checked bit for bit
+//! against the generic schedule of `ops::conv2d_nchw_int8` (u8 source, i8 weights in
+//! [-127, 127], per-channel scales, relu, u8 output).
 //!
 //! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --order pixels|channels --print-ir]`
 
@@ -12,11 +13,10 @@ use ir::DType;
 use ir::interp::Array;
 use ir::te::{Tensor, placeholder};
 use schedules::generic::default_schedule;
-use schedules::ops::{Conv2dParams, Layout, conv2d_nchw_int8};
+use schedules::ops::{Conv2dParams, Layout, compensation, conv2d_nchw_int8};
 use schedules::quant::{PostOp, QuantAttrs, Scales, TensorQuant, ZeroPoints};
 use schedules::resnet18::{ConvLayer, Layer, layer};
-use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, conv2d_int8, default_knobs, prepare_conv2d_int8};
-use tensorlift::kernels::VectorWidth;
+use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, conv2d_int8, default_knobs, prepare_conv2d_int8, weight_range};
 use tensorlift::kernels::peak::Probe;
 use tensorlift::{CompileOptions, Tensor as RtTensor, build};
 
@@ -55,7 +55,6 @@ fn run_layer(
     knobs: Conv2dInt8Knobs,
     repeat: usize,
     options: &CompileOptions,
-    probe: Option<&Probe>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let (src_dims, wdims) = ([1, l.ic, l.h, l.w], [l.oc, l.ic, l.k, l.k]);
     let out_dims = [1, l.oc, l.oh(), l.ow()];
@@ -65,7 +64,8 @@ fn run_layer(
     let wei = placeholder(wdims, DType::I8, "wei");
     let bias = placeholder([l.oc], DType::F32, "bias");
     let src_a = Array::from_i64(DType::U8, &src_dims, &values(src_dims.iter().product(), 1, 0, 255));
-    let wei_a = Array::from_i64(DType::I8, &wdims, &values(wdims.iter().product(), 2, -128, 127));
+    let wei_a = Array::from_i64(DType::I8, &wdims, &values(wdims.iter().product(), 2, -127, 127));
+    let knobs = knobs.with_weights(options.target.has_vnni()?, weight_range(wei_a.to_i64_vec().iter().map(|&w| w as i8)));
     let bias_v: Vec<f64> = values(l.oc, 3, 0, 600).iter().map(|&b| b as f64 * 0.01).collect();
     let bias_a = Array::from_f64(DType::F32, &[l.oc], &bias_v);
 
@@ -99,7 +99,9 @@ fn run_layer(
         kernel.compiled.call(&mut call)
     };
 
-    // Timed calls, each preceded by a peak-probe run of the same length.
+    // Timed calls, each preceded by a run of the kernel's peak probe of the same length.
+    let probe = kernel.compiled.kernel_variants().first().and_then(|&v| Probe::for_variant(v).ok());
+    let probe = probe.as_ref();
     let start = Instant::now();
     call(&mut out_t)?;
     let iterations = probe.map(|p| p.calibrate(start.elapsed()));
@@ -122,9 +124,15 @@ fn run_layer(
     ref_args.extend(reference.params.iter().map(|p| &p.tensor));
     ref_args.push(&reference.output);
     let ref_kernel = build(&default_schedule(&[&reference.output]), &ref_args, "ref", options)?;
+    // Its own compensation: the x86 one is for the GEMM's source dtype (`knobs.operands`).
+    let ref_prep = compensation(&wei, DType::U8, &zp, "ref_prep")?;
+    let ref_prep_kernel =
+        build(&default_schedule(&[&ref_prep.compensation]), &[&wei, &ref_prep.compensation], "ref_prep", options)?;
+    let mut ref_comp_t = RtTensor::zeros(DType::I32, &[l.oc]);
+    ref_prep_kernel.compiled.call(&mut [&mut wei_t, &mut ref_comp_t])?;
     let mut ref_params: Vec<RtTensor> = reference.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
     let mut want = RtTensor::zeros(DType::U8, &out_dims);
-    let mut ref_call: Vec<&mut RtTensor> = vec![&mut src_t, &mut wei_t, &mut comp_t, &mut bias_t];
+    let mut ref_call: Vec<&mut RtTensor> = vec![&mut src_t, &mut wei_t, &mut ref_comp_t, &mut bias_t];
     ref_call.extend(ref_params.iter_mut());
     ref_call.push(&mut want);
     ref_kernel.compiled.call(&mut ref_call)?;
@@ -136,11 +144,12 @@ fn run_layer(
     let pct = peak.map_or("n/a".to_string(), |p| format!("{:.1}%", 100.0 * gops / p));
     let peak_s = peak.map_or("n/a".to_string(), |p| format!("{p:.1}"));
     println!(
-        "{:<4} mr={:<2} nr={:<2} {:?} threads={workers} verified={verified} (zero/255: {:.0}%) compile {compile_ms:.2} ms  median {:.3} ms  {gops:.1} GOPS  peak {peak_s} GOPS  {pct}",
+        "{:<4} mr={:<2} nr={:<2} {:?} {} threads={workers} verified={verified} (zero/255: {:.0}%) compile {compile_ms:.2} ms  median {:.3} ms  {gops:.1} GOPS  peak {peak_s} GOPS  {pct}",
         l.name,
         knobs.mr,
         knobs.nr,
         knobs.order,
+        probe.map_or("no kernel".to_string(), |p| p.kind.to_string()),
         100.0 * dull,
         median_s * 1e3
     );
@@ -158,7 +167,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let repeat = number("--repeat").unwrap_or(20) as usize;
     let threads = number("--threads").map(|t| t as usize);
     let options = CompileOptions { threads, ..CompileOptions::default() };
-    let probe = Probe::new(VectorWidth::Zmm).or_else(|_| Probe::new(VectorWidth::Ymm)).ok();
     for name in layers.split(',') {
         let Some(Layer::Conv(l)) = layer(name) else {
             return Err(format!("{name}: not a convolution layer (R1..R11)").into());
@@ -174,8 +182,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 _ => defaults.order,
             },
             parallel: threads != Some(1),
+            ..defaults
         };
-        run_layer(&l, knobs, repeat, &options, probe.as_ref())?;
+        run_layer(&l, knobs, repeat, &options)?;
     }
     Ok(())
 }

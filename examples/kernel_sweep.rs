@@ -1,15 +1,17 @@
 //! Sweeps the register blocking of the hand-assembled int8 GEMM kernels on one thread and
-//! prints GOPS and % of the `vpdpbusd` zmm peak, each a median over runs that alternate a
-//! kernel call with a peak-probe run of the same length (the machine is shared and noisy).
+//! prints GOPS and % of the peak probe of each kernel's own method, each a median over runs that
+//! alternate a kernel call with a probe run of the same length (the machine is shared and
+//! noisy).
 //!
 //! `cargo run --release --example kernel_sweep -- [variant] [MxNxK ...] [--defaults]`, variant
-//! one of `avx512-vnni avx-vnni avx2-widen avx2-maddubs avx512-maddubs` (default: all this CPU
-//! runs); `--defaults` times only `Blocking::default_for`, which is how the defaults were chosen.
+//! one of `avx512-vnni avx-vnni avx2-widen avx2-maddubs avx512-maddubs avx2-sign` (default: all
+//! this CPU runs); `--defaults` times only `Blocking::default_for`, which is how the defaults
+//! were chosen. Sign-transfer kernels read A as i8.
 
 use std::time::{Duration, Instant};
 
 use tensorlift::kernels::peak::{PeakError, Probe};
-use tensorlift::kernels::{Blocking, GemmKernel, GemmShape, KernelVariant, VectorWidth};
+use tensorlift::kernels::{Blocking, DotMethod, GemmKernel, GemmShape, KernelVariant};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -52,17 +54,18 @@ fn main() -> Result<(), PeakError> {
     if shapes.is_empty() {
         shapes = vec![(512, 512, 512), (64, 3136, 576)];
     }
-    let probe = Probe::new(VectorWidth::Zmm)?;
-    println!("vpdpbusd zmm peak: {:.1} GOPS", probe.measure(Duration::from_millis(30), 7).gops);
+    println!("cpu: {}", tensorlift::runtime::cpu_name());
     for (m, n, k) in shapes {
-        let shape = GemmShape::dense(m, n, k);
-        let (na, nb, nc) = shape.footprint();
+        let (na, nb, nc) = GemmShape::dense(m, n, k).footprint();
         let a: Vec<u8> = (0..na).map(|i| (i * 7 % 251) as u8).collect();
         let b: Vec<i8> = (0..nb).map(|i| (i * 13 % 255) as i8).collect();
         let mut c = vec![0i32; nc];
         let ops = 2.0 * (m * n * k) as f64;
         let runs = ((0.15 / (ops / 500e9)) as usize).clamp(5, 51);
         for &variant in &variants {
+            let shape = GemmShape { a_signed: variant.method == DotMethod::SignTransfer, ..GemmShape::dense(m, n, k) };
+            let probe = Probe::for_variant(variant)?;
+            println!("{} peak: {:.1} GOPS", probe.kind, probe.measure(Duration::from_millis(30), 7).gops);
             let lanes = variant.width.lanes();
             let blockings: Vec<Blocking> = if only_defaults {
                 vec![Blocking::default_for(variant)]

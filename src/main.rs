@@ -21,10 +21,11 @@ use schedules::resnet18::{self, Layer};
 use schedules::x86::{GemmInt8Knobs, gemm_int8};
 use schedules::x86_conv::{
     Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
-    prepare_dense_int8,
+    prepare_dense_int8, weight_range,
 };
-use tensorlift::kernels::VectorWidth;
-use tensorlift::kernels::peak::{self, PeakError, Probe};
+use tensorlift::kernels::KernelVariant;
+use tensorlift::kernels::peak::{PeakError, Probe, ProbeKind};
+use tensorlift::runtime::CompiledFunc;
 use tensorlift::{BuildError, CompileOptions, IsaLevel, RuntimeError, Target, Tensor, build};
 
 #[derive(Parser)]
@@ -56,8 +57,8 @@ enum Command {
         print_ir: bool,
     },
     /// Compile a tensorized u8 × i8 → i32 GEMM (B pre-packed in the VNNI layout), check it
-    /// against the reference interpreter and time it against the vpdpbusd peak measured in the
-    /// same run.
+    /// against the reference interpreter and time it against the peak probe of the kernel's
+    /// method measured in the same run.
     Gemm {
         #[arg(long)]
         m: i64,
@@ -91,8 +92,8 @@ enum Command {
         format: Format,
     },
     /// Run the resnet-18 int8 layers (R1..R11, FC): define each quantized layer, prepare its
-    /// weights once, compile, verify against a reference and time it against the vpdpbusd peak
-    /// measured in the same run.
+    /// weights once, compile, verify against a reference and time it against the peak probe of
+    /// the kernel's method measured in the same run.
     Resnet18 {
         /// Only this layer (R1..R11 or FC); default: all twelve in table order.
         #[arg(long)]
@@ -113,14 +114,44 @@ enum Command {
         /// last and back inside the call).
         #[arg(long, value_enum, default_value_t = LayoutChoice::Nhwc)]
         layout: LayoutChoice,
+        /// The weights' range: `full` (s8 in [-127, 127], layers.py's default) or `7bit` ([-64,
+        /// 63], what onnxruntime's quantizer gives with reduce_range; layers.py with
+        /// TL_WEIGHT_BITS=7). Without VNNI, 7-bit weights make the vpmaddubsw triple exact.
+        #[arg(long, value_enum, default_value_t = WeightsChoice::Full)]
+        weights: WeightsChoice,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
-    /// Measure the vpdpbusd throughput of this CPU (zmm and ymm, 12 independent accumulators).
+    /// Measure this CPU's throughput limit for every int8 dot-product method it has: vpdpbusd
+    /// (zmm, ymm), the vpmaddubsw triple, the sign-transfer chain, vpmaddwd + vpaddd.
     Peak {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum WeightsChoice {
+    Full,
+    #[value(name = "7bit")]
+    SevenBit,
+}
+
+impl WeightsChoice {
+    /// The range weights are drawn from.
+    fn range(self) -> (i64, i64) {
+        match self {
+            WeightsChoice::Full => (-127, 127),
+            WeightsChoice::SevenBit => (-64, 63),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            WeightsChoice::Full => "full",
+            WeightsChoice::SevenBit => "7bit",
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -191,9 +222,15 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             gemm(GemmArgs { m, n, k, target: isa.target(), threads, repeat, mr, nr, a_max, asm, format })
         }
         Command::Peak { format } => peak(format),
-        Command::Resnet18 { layer, threads, isa, repeat, layout, format } => {
-            run_resnet18(Resnet18Args { layer, threads, target: isa.target(), repeat, layout: layout.layout(), format })
-        }
+        Command::Resnet18 { layer, threads, isa, repeat, layout, weights, format } => run_resnet18(Resnet18Args {
+            layer,
+            threads,
+            target: isa.target(),
+            repeat,
+            layout: layout.layout(),
+            weights,
+            format,
+        }),
         Command::Matmul { m, n, k, schedule, threads, repeat, print_ir } => {
             if m <= 0 || n <= 0 || k <= 0 {
                 return Err(format!("matmul sizes must be positive, found m={m} n={n} k={k}").into());
@@ -282,9 +319,15 @@ fn pack_b(b: &Array, k: i64, n: i64, nr: i64) -> Array {
     Array::from_i64(DType::I8, &[n / nr, k / 4, nr, 4], &out)
 }
 
-/// The peak probe the run is compared with: zmm where the CPU has it, else ymm.
-fn reference_probe() -> Option<Probe> {
-    Probe::new(VectorWidth::Zmm).or_else(|_| Probe::new(VectorWidth::Ymm)).ok()
+/// The peak probe a compiled function is compared with: that of the method of its (first)
+/// hand-assembled kernel; `None` when it calls none (the scalar level).
+fn probe_for(compiled: &CompiledFunc) -> Option<Probe> {
+    compiled.kernel_variants().first().and_then(|&v| Probe::for_variant(v).ok())
+}
+
+/// The kernel families a function calls, by name ("none" without a hand-assembled kernel).
+fn kernel_names(variants: &[KernelVariant]) -> String {
+    if variants.is_empty() { "none".into() } else { variants.iter().map(|v| v.name()).collect::<Vec<_>>().join(",") }
 }
 
 /// Medians of `repeat` timed calls and of the peak probe run alternately with them.
@@ -357,7 +400,7 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
     compiled.call(&mut [&mut ta, &mut tb, &mut tc])?;
     let verified = tc.to_array().bits_eq(&expected);
 
-    let probe = reference_probe();
+    let probe = probe_for(compiled);
     let workers = compiled.threads().unwrap_or(1);
     let timing =
         time_against_peak(probe.as_ref(), workers, repeat, || compiled.call(&mut [&mut ta, &mut tb, &mut tc]))?;
@@ -369,10 +412,7 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
     let level = compiled.isa_level();
     let compile_ms = kernel.compile_time().as_secs_f64() * 1e3;
     let percent = peak.map(|p| 100.0 * gops / p);
-    let width = probe.as_ref().map(|p| match p.width {
-        VectorWidth::Zmm => "zmm",
-        VectorWidth::Ymm => "ymm",
-    });
+    let probe_name = probe.as_ref().map(|p| p.kind.to_string());
     match format {
         Format::Table => {
             println!(
@@ -382,14 +422,12 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
             println!("compile       {compile_ms:.2} ms");
             println!("run           {:.3} ms (median of {})", run * 1e3, repeat.max(1));
             println!("throughput    {gops:.1} GOPS");
-            match (peak, percent, width) {
-                (Some(p), Some(pct), Some(w)) => {
-                    println!(
-                        "peak          {p:.1} GOPS (vpdpbusd {w} x {workers} thread(s), median of interleaved runs)"
-                    );
+            match (peak, percent, &probe_name) {
+                (Some(p), Some(pct), Some(name)) => {
+                    println!("peak          {p:.1} GOPS ({name} x {workers} thread(s), median of interleaved runs)");
                     println!("of peak       {pct:.1}%");
                 }
-                _ => println!("peak          unavailable (no VNNI on this CPU)"),
+                _ => println!("peak          none (no hand-assembled kernel at level {level})"),
             }
             for k in &kernels {
                 println!("kernel        {k}");
@@ -403,7 +441,7 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
                 run * 1e3,
                 repeat.max(1),
                 opt(peak),
-                width.map_or("null".to_string(), |w| format!("\"vpdpbusd {w}\"")),
+                probe_name.as_deref().map_or("null".to_string(), json_string),
                 opt(percent),
                 kernels.join(",")
             );
@@ -434,49 +472,41 @@ fn json_string(s: &str) -> String {
 
 fn peak(format: Format) -> Result<(), Box<dyn std::error::Error>> {
     let mut rows = Vec::new();
-    for width in [VectorWidth::Zmm, VectorWidth::Ymm] {
-        let name = match width {
-            VectorWidth::Zmm => "zmm",
-            VectorWidth::Ymm => "ymm",
-        };
-        match Probe::new(width) {
-            Ok(probe) => {
-                let encoding = if probe.vex { "VEX" } else { "EVEX" };
-                let p = probe.measure(Duration::from_millis(30), 11);
-                rows.push((name, Some((encoding, p))));
-            }
-            Err(PeakError::Unsupported { .. }) => rows.push((name, None)),
+    for kind in ProbeKind::ALL {
+        match Probe::of(kind) {
+            Ok(probe) => rows.push((kind, Some(probe.measure(Duration::from_millis(30), 11)))),
+            Err(PeakError::Unsupported { .. }) => rows.push((kind, None)),
             Err(other) => return Err(other.into()),
         }
     }
+    let cpu = tensorlift::runtime::cpu_name();
+    let level = IsaLevel::detect().map_or("none", IsaLevel::name);
     match format {
         Format::Table => {
-            println!(
-                "vpdpbusd throughput, 1 thread, {} independent accumulators (median of 11 runs)",
-                peak::ACCUMULATORS
-            );
-            for (name, row) in &rows {
+            println!("int8 dot-product throughput of {cpu} (best level {level}), 1 thread, median of 11 runs");
+            for (kind, row) in &rows {
+                let name = kind.to_string();
                 match row {
-                    Some((encoding, p)) => println!(
-                        "{name} ({encoding:<4})  {:7.1} GOPS  {:.4} ns per instruction  ({} iterations per run)",
-                        p.gops, p.ns_per_instruction, p.iterations
+                    Some(p) => println!(
+                        "{name:<42} {:7.1} GOPS  {:.4} ns per step  ({} chains, {} iterations per run)",
+                        p.gops, p.ns_per_step, kind.chains(), p.iterations
                     ),
-                    None => println!("{name}         unsupported by this CPU"),
+                    None => println!("{name:<42}  unsupported by this CPU"),
                 }
             }
         }
         Format::Json => {
-            let items: Vec<String> = rows
+            let probes: Vec<serde_json::Value> = rows
                 .iter()
-                .map(|(name, row)| match row {
-                    Some((encoding, p)) => format!(
-                        "{{\"width\":\"{name}\",\"encoding\":\"{encoding}\",\"gops\":{:.3},\"ns_per_instruction\":{:.5},\"iterations\":{},\"runs\":{}}}",
-                        p.gops, p.ns_per_instruction, p.iterations, p.runs
-                    ),
-                    None => format!("{{\"width\":\"{name}\",\"supported\":false}}"),
+                .map(|(kind, row)| match row {
+                    Some(p) => serde_json::json!({
+                        "probe": kind.to_string(), "supported": true, "gops": p.gops,
+                        "ns_per_step": p.ns_per_step, "chains": kind.chains(), "iterations": p.iterations, "runs": p.runs,
+                    }),
+                    None => serde_json::json!({"probe": kind.to_string(), "supported": false}),
                 })
                 .collect();
-            println!("{{\"accumulators\":{},\"probes\":[{}]}}", peak::ACCUMULATORS, items.join(","));
+            println!("{}", serde_json::json!({"cpu": cpu, "level": level, "probes": probes}));
         }
     }
     Ok(())
@@ -488,6 +518,7 @@ struct Resnet18Args {
     target: Target,
     repeat: usize,
     layout: Layout,
+    weights: WeightsChoice,
     format: Format,
 }
 
@@ -534,7 +565,8 @@ fn uniform(len: i64, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
 }
 
 /// One resnet-18 layer as `shared/anchors/layers.py` defines it: u8 source (zero point 128),
-/// s8 symmetric weights with per-output-channel scales, a bias, u8 output, relu off.
+/// s8 symmetric weights with per-output-channel scales (drawn from `weights`), a bias, u8
+/// output, relu off.
 struct LayerCase {
     name: &'static str,
     ops: u64,
@@ -552,7 +584,7 @@ struct LayerCase {
 }
 
 impl LayerCase {
-    fn new(layer: Layer, seed: u64) -> Result<LayerCase, QuantError> {
+    fn new(layer: Layer, seed: u64, (w_lo, w_hi): (i64, i64)) -> Result<LayerCase, QuantError> {
         let name = layer.name();
         let (src_dims, wei_dims) = match layer {
             Layer::Conv(c) => (vec![1, c.ic, c.h, c.w], vec![c.oc, c.ic, c.k, c.k]),
@@ -590,7 +622,7 @@ impl LayerCase {
         let prep = compensation(&wei, DType::U8, &attrs.src.zero_points, &format!("{name}.prep"))?;
         let inputs = [
             Array::from_i64(DType::U8, &src_dims, &uniform(src_dims.iter().product(), seed, 0, 255)),
-            Array::from_i64(DType::I8, &wei_dims, &uniform(wei_dims.iter().product(), seed + 1, -127, 127)),
+            Array::from_i64(DType::I8, &wei_dims, &uniform(wei_dims.iter().product(), seed + 1, w_lo, w_hi)),
             Array::from_f64(DType::F32, &[oc], &bias_values),
         ];
         Ok(LayerCase { name, ops: layer.ops(), src, wei, bias, attrs, conv, def, prep, inputs })
@@ -606,6 +638,11 @@ impl LayerCase {
     }
 
     /// The output by the tensor-expression interpreter: the weight preparation, then the layer.
+    /// The weights' smallest and largest values (what the x86 kernels may rely on).
+    fn weight_range(&self) -> (i8, i8) {
+        weight_range(self.inputs[1].to_i64_vec().into_iter().map(|w| w as i8))
+    }
+
     fn reference(&self) -> Result<Array, InterpError> {
         let [src, wei, bias] = &self.inputs;
         let comp = eval_te(&[&self.prep.compensation], &[(&self.wei, wei)])?.remove(0);
@@ -625,6 +662,10 @@ struct LayerReport {
     runs: usize,
     gops: f64,
     peak_gops: Option<f64>,
+    /// The probe `peak_gops` comes from.
+    peak_probe: Option<ProbeKind>,
+    /// The kernel families the layer's function calls.
+    kernels: Vec<KernelVariant>,
     isa: IsaLevel,
     threads: usize,
     /// Share of output elements that are 0 or 255 (the data must exercise the requantization).
@@ -774,7 +815,6 @@ fn run_layer(
     case: &LayerCase,
     plan: LayerPlan,
     options: &CompileOptions,
-    probe: Option<&Probe>,
     repeat: usize,
     progress: &ProgressBar,
 ) -> Result<LayerReport, Resnet18Error> {
@@ -808,7 +848,8 @@ fn run_layer(
 
     progress.set_message(format!("{name}: time {repeat} runs"));
     let threads = compiled.kernel.compiled.threads().unwrap_or(1);
-    let timing = time_against_peak(probe, threads, repeat, || compiled.call())?;
+    let probe = probe_for(&compiled.kernel.compiled);
+    let timing = time_against_peak(probe.as_ref(), threads, repeat, || compiled.call())?;
     let kernel = &compiled.kernel;
     Ok(LayerReport {
         layer: name,
@@ -819,6 +860,8 @@ fn run_layer(
         runs: repeat.max(1),
         gops: case.ops as f64 / timing.median_s / 1e9,
         peak_gops: timing.peak_gops,
+        peak_probe: probe.map(|p| p.kind),
+        kernels: kernel.compiled.kernel_variants(),
         isa: kernel.compiled.isa_level(),
         threads,
         saturated_pct: 100.0 * saturated as f64 / values.len().max(1) as f64,
@@ -826,7 +869,7 @@ fn run_layer(
 }
 
 fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
-    let Resnet18Args { layer, threads, target, repeat, layout, format } = args;
+    let Resnet18Args { layer, threads, target, repeat, layout, weights, format } = args;
     let layers = match layer {
         Some(name) => vec![resnet18::layer(&name).ok_or_else(|| Resnet18Error::UnknownLayer {
             found: name,
@@ -835,47 +878,45 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
         None => resnet18::layers(),
     };
     let options = CompileOptions { target, threads, ..CompileOptions::default() };
-    let probe = reference_probe();
-    let width = probe.as_ref().map(|p| match p.width {
-        VectorWidth::Zmm => "zmm",
-        VectorWidth::Ymm => "ymm",
-    });
+    // Reported before anything is printed: a level this CPU lacks is an error here.
+    let level = target.level()?;
     let progress = ProgressBar::new(layers.len() as u64);
     progress.set_style(
         ProgressStyle::with_template("{bar:24} {pos}/{len} layers  {elapsed}  {msg}")
             .map_err(|e| e.to_string())?,
     );
     if format == Format::Table {
-        println!("resnet-18 int8 layers, batch 1: u8 src (zp {SRC_ZERO_POINT}) x s8 weights (per-channel scales) + bias -> u8, relu off");
+        let (w_lo, w_hi) = weights.range();
+        println!("resnet-18 int8 layers, batch 1: u8 src (zp {SRC_ZERO_POINT}) x s8 weights in [{w_lo}, {w_hi}] (per-channel scales) + bias -> u8, relu off");
+        println!("cpu        {} (level {level})", tensorlift::runtime::cpu_name());
         let api = match layout {
             Layout::Nchw => "conv2d_int8, NCHW source and output",
             Layout::Nhwc => "conv2d_int8, NHWC source and output",
         };
         println!("schedule   conv: x86_conv (schedules::x86_conv::{api}, default_knobs per layer, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels)");
         println!("reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled); FC: eval_te (the interpreter)");
-        match width {
-            Some(w) => println!("peak       vpdpbusd {w} on every thread of the layer's pool at once, median of runs interleaved with the layer's own"),
-            None => println!("peak       unavailable (no VNNI on this CPU)"),
-        }
+        println!("peak       the probe of the method of the layer's kernel (vpdpbusd, the vpmaddubsw triple, sign transfer, vpmaddwd), on every thread of the layer's pool at once, median of runs interleaved with the layer's own");
         println!(
-            "{:<5} {:<15} {:>8} {:>10} {:>11} {:>10} {:>8} {:>9} {:>7} {:<12} {:>7} {:>6}",
-            "layer", "schedule", "verified", "prepare ms", "compile ms", "median ms", "GOPS", "peak GOPS", "% peak", "isa", "threads", "sat %"
+            "{:<5} {:<15} {:<14} {:>8} {:>10} {:>11} {:>10} {:>8} {:>9} {:>7} {:<12} {:>7} {:>6}",
+            "layer", "schedule", "kernel", "verified", "prepare ms", "compile ms", "median ms", "GOPS", "peak GOPS", "% peak", "isa", "threads", "sat %"
         );
     }
     let mut reports = Vec::new();
     for (i, &layer) in layers.iter().enumerate() {
         progress.set_message(format!("{}: define", layer.name()));
-        let case = LayerCase::new(layer, 1000 * (i as u64 + 1))?;
+        let case = LayerCase::new(layer, 1000 * (i as u64 + 1), weights.range())?;
+        // The kernel family follows from the level and the prepared weights' proven range.
+        let fit = |knobs: Conv2dInt8Knobs| knobs.with_weights(level >= IsaLevel::AvxVnni, case.weight_range());
         let plan = match layer {
             Layer::Conv(c) => {
                 let knobs = default_knobs(&c);
-                LayerPlan::X86Conv(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }, layout)
+                LayerPlan::X86Conv(fit(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }), layout)
             }
             // One thread: FC's 63 tiles of 1 × 16 × 512 take ~0.2 µs each, less than handing
             // them to the pool (measured 0.011 ms on one thread, 0.044 ms on two).
-            Layer::Dense(d) => LayerPlan::X86Dense(Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) }),
+            Layer::Dense(d) => LayerPlan::X86Dense(fit(Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) })),
         };
-        let report = run_layer(&case, plan, &options, probe.as_ref(), repeat, &progress)?;
+        let report = run_layer(&case, plan, &options, repeat, &progress)?;
         let schedule = match plan {
             LayerPlan::X86Conv(k, _) | LayerPlan::X86Dense(k) => format!("{} {}x{}", plan.schedule(), k.mr, k.nr),
         };
@@ -883,9 +924,10 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
             Format::Table => {
                 let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| format!("{v:.prec$}"));
                 println!(
-                    "{:<5} {:<15} {:>8} {:>10.2} {:>11.2} {:>10.3} {:>8.1} {:>9} {:>7} {:<12} {:>7} {:>6.1}",
+                    "{:<5} {:<15} {:<14} {:>8} {:>10.2} {:>11.2} {:>10.3} {:>8.1} {:>9} {:>7} {:<12} {:>7} {:>6.1}",
                     report.layer,
                     schedule,
+                    kernel_names(&report.kernels),
                     report.verified,
                     report.prepare_ms,
                     report.compile_ms,
@@ -905,8 +947,13 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
                     "verified": report.verified,
                     "schedule": plan.schedule(),
                     "knobs": match plan {
-                        LayerPlan::X86Conv(k, _) | LayerPlan::X86Dense(k) => serde_json::json!({"mr": k.mr, "nr": k.nr, "lanes": k.lanes, "order": format!("{:?}", k.order), "parallel": k.parallel}),
+                        LayerPlan::X86Conv(k, _) | LayerPlan::X86Dense(k) => serde_json::json!({
+                            "mr": k.mr, "nr": k.nr, "lanes": k.lanes, "order": format!("{:?}", k.order), "parallel": k.parallel,
+                            "gemm_source": k.operands.source.to_string(), "weight_range": [k.operands.weights.0, k.operands.weights.1],
+                        }),
                     },
+                    "kernel": kernel_names(&report.kernels),
+                    "weights": weights.name(),
                     "reference": plan.reference(),
                     "layout": match plan {
                         LayerPlan::X86Conv(_, Layout::Nchw) => "nchw",
@@ -920,7 +967,7 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
                     "ops": case.ops,
                     "gops": report.gops,
                     "peak_gops": report.peak_gops,
-                    "peak_probe": width.map(|w| format!("vpdpbusd {w}")),
+                    "peak_probe": report.peak_probe.map(|p| p.to_string()),
                     "pct_peak": report.pct_peak(),
                     "isa": report.isa.name(),
                     "threads": report.threads,

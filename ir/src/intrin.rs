@@ -36,7 +36,8 @@ use crate::te::{IterVar, Tensor, compute, reduce_axis, sum};
 /// kind only tells code generation which kernels may implement it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntrinKind {
-    /// `C[m, n] (i32) += Σ_{ko<k/4, ki<4} i32(A[m, ko*4+ki]) * i32(B[ko, n, ki])` with `A: u8[m, k]`,
+    /// `C[m, n] (i32) += Σ_{ko<k/4, ki<4} i32(A[m, ko*4+ki]) * i32(B[ko, n, ki])` with `A: u8[m, k]`
+    /// (or `i8[m, k]` for an exact declaration: then both operands are signed),
     /// `B: i8[k/4, n, 4]` (4 consecutive `k` packed per output column) and `C: i32[m, n]`;
     /// exact unless `saturating`, in which case each adjacent pair of products (`ki` = 0, 1 and
     /// 2, 3) is summed and saturated to i16 first (`VPMADDUBSW`), then summed exactly into i32.
@@ -71,6 +72,15 @@ impl IntrinKind {
             IntrinKind::Generic => vec![Vec::new(); operands],
         }
     }
+}
+
+/// Whether `a0·b0 + a1·b1` stays in i16 for every `a` in `[a_lo, a_hi]` and `b` in
+/// `[b_lo, b_hi]`: then the saturating pair sum of `VPMADDUBSW` equals the exact one, and the
+/// saturating `Int8Gemm` declaration computes the exact one on such operands.
+pub fn pair_sums_fit_i16((a_lo, a_hi): (i64, i64), (b_lo, b_hi): (i64, i64)) -> bool {
+    let corners = [a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi];
+    let (lo, hi) = (corners.iter().min().copied(), corners.iter().max().copied());
+    matches!((lo, hi), (Some(lo), Some(hi)) if 2 * lo >= i16::MIN.into() && 2 * hi <= i16::MAX.into())
 }
 
 /// A declared intrinsic (see the module doc).
@@ -240,8 +250,10 @@ fn check_int8_gemm(
         return Err(bad("Int8Gemm inputs", "2 (A, B)".into(), inputs.len().to_string()));
     }
     let describe = |t: &Tensor| format!("{}{:?}", t.dtype(), t.shape());
+    // An i8 A is exact only: the saturating form is `VPMADDUBSW`'s, whose A is unsigned.
+    let a_dtype = if inputs[0].dtype() == DType::I8 && !saturating { DType::I8 } else { DType::U8 };
     let expected = [
-        ("A", inputs[0], DType::U8, size.a_shape()),
+        ("A", inputs[0], a_dtype, size.a_shape()),
         ("B", inputs[1], DType::I8, vec![segments * k / 4, n, 4]),
         ("C (output)", output, DType::I32, vec![m, n]),
     ];
@@ -362,6 +374,19 @@ mod tests {
             decl_tensor_intrin("g", IntrinKind::Int8Gemm { m: 2, n: 16, k: 6, segments: 1, saturating: false }, &exact, &[&a, &b])
                 .unwrap_err();
         assert!(err.to_string().contains("k a positive multiple of 4"), "{err}");
+    }
+
+    #[test]
+    fn an_i8_a_is_declared_exact_only() {
+        let size = Int8GemmSize { m: 2, n: 16, k: 8, segments: 1 };
+        let a = placeholder([2, 8], DType::I8, "A");
+        let b = placeholder([2, 16, 4], DType::I8, "B");
+        let kind = |saturating| IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, segments: 1, saturating };
+        let exact = int8_gemm_compute(&a, &b, size, false, "C").unwrap();
+        decl_tensor_intrin("g", kind(false), &exact, &[&a, &b]).unwrap();
+        let saturating = int8_gemm_compute(&a, &b, size, true, "C").unwrap();
+        let err = decl_tensor_intrin("g", kind(true), &saturating, &[&a, &b]).unwrap_err();
+        assert_eq!(err.to_string(), "tensor intrinsic g: Int8Gemm operand A: expected u8[2, 8], found i8[2, 8]");
     }
 
     #[test]

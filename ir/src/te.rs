@@ -404,6 +404,16 @@ pub fn placeholder_in_range<const N: usize>(
     range: std::ops::RangeInclusive<i64>,
     name: &str,
 ) -> Result<Tensor, TeError> {
+    placeholder_vec_in_range(shape.to_vec(), dtype, range, name)
+}
+
+/// `placeholder_in_range` for a rank known only at run time.
+pub fn placeholder_vec_in_range(
+    shape: Vec<i64>,
+    dtype: DType,
+    range: std::ops::RangeInclusive<i64>,
+    name: &str,
+) -> Result<Tensor, TeError> {
     let (lo, hi) = (*range.start(), *range.end());
     let fits = dtype.scalar.int_range().is_some_and(|(min, max)| min <= lo as i128 && hi as i128 <= max);
     if !fits || lo > hi {
@@ -413,7 +423,7 @@ pub fn placeholder_in_range<const N: usize>(
     let data = TensorData {
         id,
         name: name.to_string(),
-        shape: shape.to_vec(),
+        shape,
         dtype: dtype.element(),
         op: Operation::Placeholder,
         value_range: Some((lo, hi)),

@@ -18,24 +18,27 @@ use ir::{DType, TeError};
 /// with `_sat` appended for the saturating form. Errors if a size is not positive or `k` is not
 /// a multiple of 4.
 pub fn int8_gemm_microkernel(m: i64, n: i64, k: i64, saturating: bool) -> Result<TensorIntrin, TeError> {
-    int8_gemm_segmented_microkernel(m, n, 1, k, saturating)
+    int8_gemm_segmented_microkernel(m, n, 1, k, DType::U8, saturating)
 }
 
 /// `int8_gemm_microkernel` over `segments` reductions of `k` whose rows of `A` lie at a free
-/// stride (`A: u8[m, segments, k]`, `B: i8[segments·k/4, n, 4]`): the kernel rows of a
-/// convolution in one call. Named `int8_gemm_{m}x{n}x{segments}x{k}` (as
-/// `int8_gemm_microkernel` for one segment).
+/// stride (`A: a_dtype[m, segments, k]`, `B: i8[segments·k/4, n, 4]`): the kernel rows of a
+/// convolution in one call. `a_dtype` is u8, or i8 for an exact i8 × i8 kernel (AVX2 sign
+/// transfer). Named `int8_gemm_{m}x{n}x{segments}x{k}` (as `int8_gemm_microkernel` for one
+/// segment), `_s8` appended for an i8 A.
 pub fn int8_gemm_segmented_microkernel(
     m: i64,
     n: i64,
     segments: i64,
     k: i64,
+    a_dtype: DType,
     saturating: bool,
 ) -> Result<TensorIntrin, TeError> {
     let tile = if segments == 1 { format!("{m}x{n}x{k}") } else { format!("{m}x{n}x{segments}x{k}") };
-    let name = format!("int8_gemm_{tile}{}", if saturating { "_sat" } else { "" });
+    let a_suffix = if a_dtype == DType::I8 { "_s8" } else { "" };
+    let name = format!("int8_gemm_{tile}{a_suffix}{}", if saturating { "_sat" } else { "" });
     let size = Int8GemmSize { m, n, k, segments };
-    let a = placeholder_vec(size.a_shape(), DType::U8, "A");
+    let a = placeholder_vec(size.a_shape(), a_dtype, "A");
     let b = placeholder_vec(vec![segments * k / 4, n, 4], DType::I8, "B");
     let c = int8_gemm_compute(&a, &b, size, saturating, "C")?;
     decl_tensor_intrin(&name, IntrinKind::Int8Gemm { m, n, k, segments, saturating }, &c, &[&a, &b])

@@ -8,7 +8,7 @@
 //! preparation function (`compensation`) is separate from the per-call graph: it runs once when
 //! the weights are packed, and the per-call operators read its result through a placeholder.
 
-use ir::te::{Tensor, compute_vec, max, placeholder_vec, reduce_axis, sum};
+use ir::te::{Tensor, compute_vec, max, placeholder_vec, placeholder_vec_in_range, reduce_axis, sum};
 use ir::expr::{max as index_max, min as index_min, select};
 use ir::{DType, Expr};
 
@@ -38,9 +38,14 @@ fn require_s8_weights(op: &str, weights: &Tensor) -> Result<(), QuantError> {
     if weights.dtype() == DType::I8 { Ok(()) } else { Err(dtype_error(op, "the weights", "i8", weights.dtype())) }
 }
 
-/// The shift that makes a source of type `src` unsigned: 128 for i8, 0 for u8.
-fn source_shift(src: DType) -> i32 {
-    if src == DType::I8 { 128 } else { 0 }
+/// What is added to a source of type `src` to read it as `gemm` (u8 or i8) without changing
+/// the products' differences: 128 for i8 → u8, -128 for u8 → i8, else 0.
+fn source_shift(src: DType, gemm: DType) -> i32 {
+    match (src, gemm) {
+        (DType::I8, DType::U8) => 128,
+        (DType::U8, DType::I8) => -128,
+        _ => 0,
+    }
 }
 
 /// The weight preparation of an int8 convolution or dense layer (run once, at packing time).
@@ -48,23 +53,39 @@ fn source_shift(src: DType) -> i32 {
 pub struct Compensation {
     /// `Σ_{ic,kh,kw} i32(wei[oc, ..])` (`<name>.wsum`).
     pub weight_sum: Tensor,
-    /// `(zp_src + shift) · weight_sum[oc]` in i32 (`<name>`), shift 128 for an i8 source and 0
-    /// for u8: what the per-call operator subtracts from its accumulator (`quant` module doc).
+    /// `(zp_src + shift) · weight_sum[oc]` in i32 (`<name>`), with the shift that makes the
+    /// source the GEMM's dtype (128 for an i8 source read as u8, -128 for a u8 source read as
+    /// i8, else 0): what the per-call operator subtracts from its accumulator (`quant` module
+    /// doc).
     pub compensation: Tensor,
 }
 
 /// The compensation of `weights` (i8, `[OC, IC]` or `[OC, IC, KH, KW]`) for a per-tensor source
-/// zero point of a `src_dtype` (u8 or i8) source.
+/// zero point of a `src_dtype` (u8 or i8) source, for a GEMM that reads the source as u8.
 pub fn compensation(
     weights: &Tensor,
     src_dtype: DType,
     src_zero_point: &ZeroPoints,
     name: &str,
 ) -> Result<Compensation, QuantError> {
+    compensation_for_gemm(weights, src_dtype, DType::U8, src_zero_point, name)
+}
+
+/// `compensation` for a GEMM that reads the source as `gemm_dtype` (u8, or i8 for the x86
+/// sign-transfer kernels: `conv2d_int8_direct` with an i8 `GemmOperands::source`).
+pub fn compensation_for_gemm(
+    weights: &Tensor,
+    src_dtype: DType,
+    gemm_dtype: DType,
+    src_zero_point: &ZeroPoints,
+    name: &str,
+) -> Result<Compensation, QuantError> {
     let op = format!("compensation {name}");
     require_s8_weights(&op, weights)?;
-    if ![DType::U8, DType::I8].contains(&src_dtype) {
-        return Err(dtype_error(&op, "the source", "u8 or i8", src_dtype));
+    for (what, dtype) in [("the source", src_dtype), ("the GEMM source", gemm_dtype)] {
+        if ![DType::U8, DType::I8].contains(&dtype) {
+            return Err(dtype_error(&op, what, "u8 or i8", dtype));
+        }
     }
     let zp = per_tensor_zero_point(&op, src_zero_point, src_dtype)?;
     let dims = weights.shape().to_vec();
@@ -82,7 +103,7 @@ pub fn compensation(
         },
         &format!("{name}.wsum"),
     )?;
-    let factor = Expr::int(DType::I32, (zp + source_shift(src_dtype)) as i64);
+    let factor = Expr::int(DType::I32, (zp + source_shift(src_dtype, gemm_dtype)) as i64);
     let compensation = compute_vec(vec![dims[0]], |o| weight_sum.at([&o[0]]) * factor, name)?;
     Ok(Compensation { weight_sum, compensation })
 }
@@ -215,11 +236,18 @@ fn requantize_layer(
 
 /// The source made unsigned: itself for u8, `u8(x) + 128` (exact: `x + 128`) for i8.
 fn shifted_source(src: &Tensor, name: &str) -> Result<(Tensor, Option<Tensor>), QuantError> {
-    if src.dtype() == DType::U8 {
+    shifted_source_as(src, DType::U8, name)
+}
+
+/// `src` as `gemm` (u8 or i8): itself, or `gemm(src) + source_shift` (wrapping, i.e. the top bit
+/// flipped) as the stage `<name>.shifted`.
+fn shifted_source_as(src: &Tensor, gemm: DType, name: &str) -> Result<(Tensor, Option<Tensor>), QuantError> {
+    if src.dtype() == gemm {
         return Ok((src.clone(), None));
     }
+    let shift = i64::from(source_shift(src.dtype(), gemm));
     let shifted =
-        compute_vec(src.shape().to_vec(), |i| src.at_vec(i.to_vec()).cast(DType::U8) + 128, &format!("{name}.shifted"))?;
+        compute_vec(src.shape().to_vec(), |i| src.at_vec(i.to_vec()).cast(gemm) + shift, &format!("{name}.shifted"))?;
     Ok((shifted.clone(), Some(shifted)))
 }
 
@@ -288,7 +316,7 @@ pub fn conv2d_nchw_int8(
     let out_dims = [n, oc, oh, ow];
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
     let (unsigned, shifted) = shifted_source(src, name)?;
-    let pad_value = Expr::int(DType::U8, (src_zp + source_shift(src.dtype())) as i64);
+    let pad_value = Expr::int(DType::U8, (src_zp + source_shift(src.dtype(), DType::U8)) as i64);
     let (padded, padded_stage) = if conv.pad > 0 {
         let p = conv.pad;
         let padded = compute_vec(
@@ -410,6 +438,25 @@ impl Layout {
     }
 }
 
+/// How the GEMM of `conv2d_int8_direct` reads its operands: the x86 kernel family's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmOperands {
+    /// The dtype of the padded source: u8 (VNNI, the `vpmaddubsw` triple, widening), or i8, the
+    /// source shifted by -128 (AVX2 sign transfer); the compensation must be computed for it
+    /// (`compensation_for_gemm`).
+    pub source: DType,
+    /// The range every packed weight lies in: declared on the packed-weights placeholder, so
+    /// code generation may rely on it (e.g. the triple is exact when `255·(w0 + w1)` fits i16)
+    /// and every call checks it before generated code runs. It must contain 0 (the packing's
+    /// padding).
+    pub weights: (i8, i8),
+}
+
+impl GemmOperands {
+    /// A u8 source and any i8 weights.
+    pub const U8: GemmOperands = GemmOperands { source: DType::U8, weights: (i8::MIN, i8::MAX) };
+}
+
 /// The stages of `conv2d_int8_direct`, with `R = conv_row_bytes(IC, KW)`.
 #[derive(Clone, Debug)]
 pub struct DirectConvLayer {
@@ -417,9 +464,9 @@ pub struct DirectConvLayer {
     pub compensation: Tensor,
     /// Placeholder `i8[⌈OC/nr⌉, KH·R/4, nr, 4]`: bind `pack_conv2d_weights_vnni(weights, nr)`.
     pub packed_weights: Tensor,
-    /// `u8(src) + 128` for an i8 source (`<name>.shifted`).
+    /// The source as `GemmOperands::source` when it is not already (`<name>.shifted`).
     pub shifted: Option<Tensor>,
-    /// `u8[N, HS, RS]` (`<name>.pad`): the unsigned source channels last, row by row (pixel
+    /// `u8[N, HS, RS]` (`<name>.pad`; i8 for an i8 `GemmOperands::source`): the source channels last, row by row (pixel
     /// `x`'s `IC` channels at `x·IC`), padded by `pad` pixels with the (shifted) source zero
     /// point; each row holds at least `WS·IC + R - KW·IC` bytes (the last pixel's kernel row
     /// reads up to `R` bytes), rounded up to a multiple of 16 so that rows vectorize whole. A 1×1
@@ -441,7 +488,9 @@ pub struct DirectConvLayer {
 /// The int8 convolution of `conv2d_nchw_int8` (same meaning, bit for bit) with source and output
 /// (and sum input) in `layout`, defined as the direct convolution an x86 schedule tensorizes
 /// (`DirectConvLayer`): the weights come packed by `pack_conv2d_weights_vnni(weights, nr)`
-/// (`weights` is only the shape and dtype here), the accumulator has `nr`-padded channels.
+/// (`weights` is only the shape and dtype here), the accumulator has `nr`-padded channels, the
+/// GEMM reads its operands as `operands` says. Errors also for a weight range without 0 or a
+/// source dtype other than u8 or i8.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_int8_direct(
     src: &Tensor,
@@ -452,6 +501,7 @@ pub fn conv2d_int8_direct(
     attrs: &QuantAttrs,
     layout: Layout,
     nr: i64,
+    operands: GemmOperands,
     name: &str,
 ) -> Result<DirectConvLayer, QuantError> {
     let op = format!("conv2d_int8_direct {name}");
@@ -459,10 +509,18 @@ pub fn conv2d_int8_direct(
     if nr < 1 {
         return Err(shape_error(&op, "the panel width nr", "positive", nr.to_string()));
     }
+    let (w_lo, w_hi) = operands.weights;
+    if !(w_lo <= 0 && 0 <= w_hi) {
+        return Err(shape_error(&op, "the weight range", "lo ≤ 0 ≤ hi", format!("{w_lo}..={w_hi}")));
+    }
+    let gemm = operands.source;
+    if ![DType::U8, DType::I8].contains(&gemm) {
+        return Err(dtype_error(&op, "the GEMM source", "u8 or i8", gemm));
+    }
     let out_dims = layout.shape([n, oc, oh, ow]);
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
-    let (unsigned, shifted) = shifted_source(src, name)?;
-    let pad_value = Expr::int(DType::U8, (src_zp + source_shift(src.dtype())) as i64);
+    let (source, shifted) = shifted_source_as(src, gemm, name)?;
+    let pad_value = Expr::int(gemm, (src_zp + source_shift(src.dtype(), gemm)) as i64);
     let (p, row) = (conv.pad, conv_row_bytes(ic, kw));
     // A 1×1 kernel subsamples while padding and then runs at stride 1.
     let (step, s) = if kh == 1 && kw == 1 { (conv.stride, 1) } else { (1, conv.stride) };
@@ -487,12 +545,17 @@ pub fn conv2d_int8_direct(
                 (inside, clamp(x, w), &i[2] % ic)
             };
             let inside = y.clone().ge(0) & y.clone().lt(h) & inside_row;
-            select(inside, unsigned.at_vec(layout.index(&i[0], &c, &clamp(y, h), &x).to_vec()), pad_value)
+            select(inside, source.at_vec(layout.index(&i[0], &c, &clamp(y, h), &x).to_vec()), pad_value)
         },
         &format!("{name}.pad"),
     )?;
     let panels = ceil_div(oc, nr);
-    let packed_weights = placeholder_vec(vec![panels, kh * row / 4, nr, 4], DType::I8, &format!("{name}.packed_weights"));
+    let packed_weights = placeholder_vec_in_range(
+        vec![panels, kh * row / 4, nr, 4],
+        DType::I8,
+        i64::from(w_lo)..=i64::from(w_hi),
+        &format!("{name}.packed_weights"),
+    )?;
     let (ky, ko, ki) = (reduce_axis(kh, "ky"), reduce_axis(row / 4, "ko"), reduce_axis(4, "ki"));
     let acc = compute_vec(
         vec![n, oh, ow, panels * nr],

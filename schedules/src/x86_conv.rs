@@ -11,6 +11,7 @@
 //! reads of one row are contiguous, the kernel rows one padded row apart), then requantizes into the output layout. The int8 dense layer runs on the same path as a 1×1
 //! convolution over a row of `M` pixels (`dense_int8`).
 
+use ir::intrin::pair_sums_fit_i16;
 use ir::schedule::{Schedule, create_schedule};
 use ir::te::placeholder_vec;
 use ir::{DType, ScheduleError, Tensor};
@@ -18,8 +19,8 @@ use thiserror::Error;
 
 use crate::intrin::int8_gemm_segmented_microkernel;
 use crate::ops::{
-    Compensation, Conv2dParams, DirectConvLayer, Layout, compensation, conv_row_bytes, conv2d_int8_direct,
-    pack_conv2d_weights_vnni,
+    Compensation, Conv2dParams, DirectConvLayer, GemmOperands, Layout, compensation_for_gemm, conv_row_bytes,
+    conv2d_int8_direct, pack_conv2d_weights_vnni,
 };
 use crate::quant::{QuantAttrs, QuantError, ZeroPoints};
 use crate::resnet18::{ConvLayer, DenseLayer};
@@ -48,6 +49,40 @@ pub struct Conv2dInt8Knobs {
     pub order: TileOrder,
     /// Run the outer loops of every stage on the thread pool.
     pub parallel: bool,
+    /// How the micro-kernel reads the source and the weights, which picks the kernel family
+    /// (`with_weights`).
+    pub operands: GemmOperands,
+}
+
+impl Conv2dInt8Knobs {
+    /// These knobs with the operands that give the fastest exact kernel for weights proven to
+    /// lie in `weights` (the range of the actual weights, from `weight_range`), on a CPU with
+    /// or without VNNI:
+    /// * with VNNI, a u8 source (`vpdpbusd` is exact on any weights);
+    /// * without, a u8 source when every pair of weights keeps `255·(w0 + w1)` in i16 (7-bit
+    ///   weights in [-64, 64]): the `vpmaddubsw` triple is then exact;
+    /// * else an i8 source (shifted by -128) when no weight is -128: sign transfer;
+    /// * else a u8 source (exact widening to i16).
+    ///
+    /// The range is declared on the packed weights, so every call checks it.
+    pub fn with_weights(self, vnni: bool, (lo, hi): (i8, i8)) -> Conv2dInt8Knobs {
+        let weights = (lo.min(0), hi.max(0));
+        let (w_lo, w_hi) = (i64::from(weights.0), i64::from(weights.1));
+        let source = if !vnni && !pair_sums_fit_i16((0, 255), (w_lo, w_hi)) && w_lo > -128 {
+            DType::I8
+        } else {
+            DType::U8
+        };
+        Conv2dInt8Knobs { operands: GemmOperands { source, weights }, ..self }
+    }
+}
+
+/// The smallest and largest of `weights` (`(0, 0)` when there are none).
+pub fn weight_range(weights: impl IntoIterator<Item = i8>) -> (i8, i8) {
+    weights.into_iter().fold(None, |range, w| match range {
+        None => Some((w, w)),
+        Some((lo, hi)) => Some((w.min(lo), w.max(hi))),
+    }).unwrap_or((0, 0))
 }
 
 /// Layers with fewer int8 operations run on one thread by default: the 1×1 layers of
@@ -74,7 +109,8 @@ pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
     let weight_bytes = layer.oc * layer.k * conv_row_bytes(layer.ic, layer.k);
     let source_bytes = if layer.k == 1 { layer.oh() * layer.ow() } else { (layer.h + 2 * layer.pad) * (layer.w + 2 * layer.pad) } * layer.ic;
     let order = if weight_bytes > source_bytes { TileOrder::ChannelsOuter } else { TileOrder::PixelsOuter };
-    Conv2dInt8Knobs { mr, nr, lanes: 16, order, parallel: layer.ops() >= MIN_PARALLEL_OPS }
+    let parallel = layer.ops() >= MIN_PARALLEL_OPS;
+    Conv2dInt8Knobs { mr, nr, lanes: 16, order, parallel, operands: GemmOperands::U8 }
 }
 
 /// An error building the convolution or scheduling it.
@@ -111,9 +147,10 @@ pub struct Conv2dInt8Prepare {
     pub args: Vec<Tensor>,
 }
 
-/// The weight preparation for `conv2d_int8` with the same `knobs.nr`, source dtype and source
-/// zero point: `weights: i8[OC, IC, KH, KW]` packed by `ops::pack_conv2d_weights_vnni` and the
-/// compensation of `ops::compensation`, both as outputs of one (generically scheduled) function.
+/// The weight preparation for `conv2d_int8` with the same `knobs.nr`, `knobs.operands.source`,
+/// source dtype and source zero point: `weights: i8[OC, IC, KH, KW]` packed by
+/// `ops::pack_conv2d_weights_vnni` and the compensation of `ops::compensation_for_gemm`, both as
+/// outputs of one (generically scheduled) function.
 pub fn prepare_conv2d_int8(
     weights: &Tensor,
     src_dtype: DType,
@@ -122,7 +159,9 @@ pub fn prepare_conv2d_int8(
     name: &str,
 ) -> Result<Conv2dInt8Prepare, Conv2dInt8Error> {
     let packed_weights = pack_conv2d_weights_vnni(weights, knobs.nr, &format!("{name}.packed"))?;
-    let compensation = compensation(weights, src_dtype, src_zero_point, &format!("{name}.compensation"))?;
+    let gemm_dtype = knobs.operands.source;
+    let compensation =
+        compensation_for_gemm(weights, src_dtype, gemm_dtype, src_zero_point, &format!("{name}.compensation"))?;
     let schedule = create_schedule(&[&packed_weights, &compensation.compensation]);
     let args = vec![weights.clone(), packed_weights.clone(), compensation.compensation.clone()];
     Ok(Conv2dInt8Prepare { packed_weights, compensation, schedule, args })
@@ -154,7 +193,7 @@ pub fn conv2d_int8(
     knobs: Conv2dInt8Knobs,
     name: &str,
 ) -> Result<Conv2dInt8, Conv2dInt8Error> {
-    let layer = conv2d_int8_direct(src, weights, bias, sum_input, conv, attrs, layout, knobs.nr, name)?;
+    let layer = conv2d_int8_direct(src, weights, bias, sum_input, conv, attrs, layout, knobs.nr, knobs.operands, name)?;
     let mut s = create_schedule(&[&layer.output]);
     if let Some(shifted) = &layer.shifted {
         s.compute_inline(shifted)?;
@@ -209,7 +248,7 @@ pub fn conv2d_int8(
     // One call per tile runs every kernel row (a segment of the reduction, one padded row
     // apart), so the accumulators stay in registers across the rows.
     let kh = weights.shape()[2];
-    let intrin = int8_gemm_segmented_microkernel(knobs.mr, knobs.nr, kh, row, false)
+    let intrin = int8_gemm_segmented_microkernel(knobs.mr, knobs.nr, kh, row, knobs.operands.source, false)
         .expect("tile sizes passed split and R is a multiple of 4");
     s.tensorize(acc, if kh > 1 { &ky } else { &ko }, &intrin)?;
 

@@ -147,7 +147,7 @@ pub(crate) fn build_function<M: Module>(
         other => module_error(name, other),
     })?;
     let size = ctx.compiled_code().map_or(0, |c| c.code_buffer().len());
-    cx.functions.push(DefinedFunction { name: name.to_string(), id, origin: "cranelift".into(), size });
+    cx.functions.push(DefinedFunction { name: name.to_string(), id, origin: "cranelift".into(), kernel: None, size });
     Ok(())
 }
 

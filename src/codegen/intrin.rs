@@ -8,7 +8,7 @@
 
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value, types};
 use cranelift_module::{FuncId, Linkage, Module};
-use ir::intrin::{IntrinKind, TensorIntrin};
+use ir::intrin::{IntrinKind, TensorIntrin, pair_sums_fit_i16};
 use ir::stmt::Operand;
 use ir::{Buffer, DType, Stmt};
 
@@ -25,11 +25,24 @@ pub(crate) struct KernelKey {
     shape: GemmShape,
 }
 
-/// The kernel for `Int8Gemm`, best first, that computes the declaration exactly: VNNI where
-/// the level has it (exact for every input, so it also implements a saturating declaration
-/// whose inputs cannot saturate); the `vpmaddubsw` triple for saturating declarations, or for
-/// exact ones whose inputs provably never saturate; else exact i16 widening.
-pub(crate) fn select_int8_gemm(level: IsaLevel, saturating: bool, never_saturates: bool) -> Option<KernelVariant> {
+/// What the operands' value ranges prove about an `Int8Gemm` call.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Int8GemmFacts {
+    /// A is i8 (else u8).
+    pub a_signed: bool,
+    /// No pair sum `a0·b0 + a1·b1` leaves i16: the `vpmaddubsw` triple is exact.
+    pub never_saturates: bool,
+    /// B never holds -128: sign transfer is exact.
+    pub b_above_min: bool,
+}
+
+/// The kernel for `Int8Gemm`, best first, that computes the declaration exactly at `level`.
+/// u8 A: VNNI where the level has it (exact for every input, so it also implements a saturating
+/// declaration whose inputs cannot saturate); the `vpmaddubsw` triple for saturating
+/// declarations, or for exact ones whose inputs provably never saturate; else exact i16
+/// widening. i8 A (exact declarations only): sign transfer when B provably holds no -128, else
+/// widening.
+pub(crate) fn select_int8_gemm(level: IsaLevel, saturating: bool, facts: Int8GemmFacts) -> Option<KernelVariant> {
     let exact_vnni = match level {
         IsaLevel::Avx512Vnni => Some(KernelVariant::AVX512_VNNI),
         IsaLevel::AvxVnni => Some(KernelVariant::AVX_VNNI),
@@ -40,10 +53,18 @@ pub(crate) fn select_int8_gemm(level: IsaLevel, saturating: bool, never_saturate
         IsaLevel::AvxVnni | IsaLevel::Avx2 => Some(KernelVariant::AVX2_MADDUBS),
         IsaLevel::Scalar => None,
     };
-    match (saturating, never_saturates) {
+    let avx2 = |variant| (level >= IsaLevel::Avx2).then_some(variant);
+    if facts.a_signed {
+        return match (saturating, facts.b_above_min) {
+            (true, _) => None,
+            (false, true) => avx2(KernelVariant::AVX2_SIGN),
+            (false, false) => avx2(KernelVariant::AVX2_WIDEN),
+        };
+    }
+    match (saturating, facts.never_saturates) {
         (false, _) if exact_vnni.is_some() => exact_vnni,
         (false, true) => triple,
-        (false, false) => (level >= IsaLevel::Avx2).then_some(KernelVariant::AVX2_WIDEN),
+        (false, false) => avx2(KernelVariant::AVX2_WIDEN),
         (true, true) => exact_vnni.or(triple),
         (true, false) => triple,
     }
@@ -57,20 +78,13 @@ fn value_bounds(buffer: &Buffer) -> Option<(i64, i64)> {
     })
 }
 
-/// Whether `a0·b0 + a1·b1` stays in i16 for all `a` in `a` and `b` in `b`, i.e. the
-/// `vpmaddubsw` pair sums never saturate.
-pub(crate) fn pairs_fit_i16((a_lo, a_hi): (i64, i64), (b_lo, b_hi): (i64, i64)) -> bool {
-    let corners = [a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi];
-    let (lo, hi) = (corners.iter().min().copied(), corners.iter().max().copied());
-    matches!((lo, hi), (Some(lo), Some(hi)) if 2 * lo >= i16::MIN.into() && 2 * hi <= i16::MAX.into())
-}
-
 /// The kernel shape of an `Int8Gemm` call, if the operands have the layout kernels assume:
-/// u8/i8/i32 buffers, unit stride along `k` in A, `[ldb, 4, 1]` in B, unit column stride in C,
+/// u8 or i8/i8/i32 buffers, unit stride along `k` in A, `[ldb, 4, 1]` in B, unit column stride in C,
 /// non-negative row (and segment) strides.
 fn int8_gemm_shape(m: i64, n: i64, k: i64, segments: i64, operands: &[Operand]) -> Option<GemmShape> {
     let [a, b, c] = operands else { return None };
-    let dtypes = [(a, DType::U8), (b, DType::I8), (c, DType::I32)];
+    let a_signed = a.buffer.dtype() == DType::I8;
+    let dtypes = [(a, if a_signed { DType::I8 } else { DType::U8 }), (b, DType::I8), (c, DType::I32)];
     if dtypes.iter().any(|(o, d)| o.buffer.dtype() != *d || o.origin.len() != 1) {
         return None;
     }
@@ -81,7 +95,7 @@ fn int8_gemm_shape(m: i64, n: i64, k: i64, segments: i64, operands: &[Operand]) 
     };
     match (b.strides.as_slice(), c.strides.as_slice()) {
         (&[ldb, 4, 1], &[ldc, 1]) if lda >= 0 && lds >= 0 && ldb >= 0 && ldc >= 0 => {
-            Some(GemmShape { m, n, k, segments, lda, lds, ldb, ldc })
+            Some(GemmShape { m, n, k, segments, lda, lds, ldb, ldc, a_signed })
         }
         _ => None,
     }
@@ -117,11 +131,13 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         let Some(shape) = int8_gemm_shape(m, n, k, segments, operands) else {
             return self.stmt(fallback);
         };
-        let never_saturates = match (value_bounds(&operands[0].buffer), value_bounds(&operands[1].buffer)) {
-            (Some(a), Some(b)) => pairs_fit_i16(a, b),
-            _ => false,
+        let (a_range, b_range) = (value_bounds(&operands[0].buffer), value_bounds(&operands[1].buffer));
+        let facts = Int8GemmFacts {
+            a_signed: shape.a_signed,
+            never_saturates: matches!((a_range, b_range), (Some(a), Some(b)) if pair_sums_fit_i16(a, b)),
+            b_above_min: b_range.is_some_and(|(lo, _)| lo > i64::from(i8::MIN)),
         };
-        let Some(variant) = select_int8_gemm(self.cx.level, saturating, never_saturates) else {
+        let Some(variant) = select_int8_gemm(self.cx.level, saturating, facts) else {
             return self.stmt(fallback);
         };
         let mut pointers = Vec::with_capacity(3);
@@ -188,7 +204,7 @@ impl<M: Module> ModuleCtx<'_, M> {
             blocking.vectors,
             blocking.unroll
         );
-        self.functions.push(DefinedFunction { name, id, origin, size: bytes.len() });
+        self.functions.push(DefinedFunction { name, id, origin, kernel: Some(variant), size: bytes.len() });
         self.kernels.insert(key, id);
         Ok(Some(id))
     }

@@ -24,7 +24,7 @@ mod cse;
 mod expr;
 mod func;
 mod host;
-mod intrin;
+pub(crate) mod intrin;
 pub mod jit;
 mod memory;
 mod types;
@@ -48,6 +48,8 @@ pub struct DefinedFunction {
     pub id: FuncId,
     /// "cranelift", or what a hand-assembled kernel computes and how.
     pub origin: String,
+    /// The kernel family of a hand-assembled kernel.
+    pub kernel: Option<crate::kernels::KernelVariant>,
     /// Bytes of machine code (Cranelift's code buffer, constants included).
     pub size: usize,
 }

@@ -12,6 +12,8 @@ pub struct MachineCode {
     pub name: String,
     /// Who produced it: "cranelift", or a kernel description.
     pub origin: String,
+    /// The family of a hand-assembled kernel.
+    pub kernel: Option<super::KernelVariant>,
     pub address: u64,
     pub bytes: Vec<u8>,
 }

@@ -14,6 +14,9 @@
 //! panels use opmask k1 (zmm) or `vpmaskmovd` (ymm) so nothing outside the operands is read or
 //! written; a partial row block is the same code with fewer rows.
 //!
+//! With `a_signed`, A is i8 (`C += Σ i32(A)·i32(B)`, both signed): the sign-transfer kernel
+//! (`DotMethod::SignTransfer`) or the widening one.
+//!
 //! Registers: only caller-saved ones (rax, rcx, rdx, rsi, rdi, r8–r11, vector registers, k1),
 //! so no prologue is needed; every kernel ends with `vzeroupper` (Cranelift's own code uses
 //! legacy-SSE encodings, which would pay the AVX transition penalty).
@@ -42,12 +45,14 @@ pub struct GemmShape {
     pub ldb: i64,
     /// Elements (i32) between rows of C; columns are adjacent.
     pub ldc: i64,
+    /// A is i8 instead of u8.
+    pub a_signed: bool,
 }
 
 impl GemmShape {
     /// Dense operands: `A: [m, k]`, `B: [k/4, n, 4]`, `C: [m, n]`.
     pub fn dense(m: i64, n: i64, k: i64) -> GemmShape {
-        GemmShape { m, n, k, segments: 1, lda: k, lds: 0, ldb: 4 * n, ldc: n }
+        GemmShape { m, n, k, segments: 1, lda: k, lds: 0, ldb: 4 * n, ldc: n, a_signed: false }
     }
 
     /// Elements of A, B and C the kernel accesses, from each base pointer.
@@ -110,6 +115,7 @@ impl Blocking {
             (DotMethod::Vnni, VectorWidth::Ymm) => Blocking { rows: 4, vectors: 3, unroll: 4 },
             (DotMethod::MaddUbs, VectorWidth::Ymm) => Blocking { rows: 5, vectors: 2, unroll: 2 },
             (DotMethod::Widen, _) => Blocking { rows: 6, vectors: 1, unroll: 2 },
+            (DotMethod::SignTransfer, _) => Blocking { rows: 2, vectors: 4, unroll: 4 },
         }
     }
 
@@ -126,6 +132,8 @@ impl Blocking {
             DotMethod::MaddUbs => tile + vectors + 3,
             // Two accumulators and two widened B halves per column vector, A words, temporary.
             DotMethod::Widen => 2 * tile + 2 * vectors + 2,
+            // ... plus A's absolute value, the signed product operand and the i16 ones.
+            DotMethod::SignTransfer => tile + vectors + 4,
         }
     }
 }
@@ -133,8 +141,11 @@ impl Blocking {
 /// Assembles the kernel for `shape` (see the module doc); position independent, no relocations.
 pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocking) -> Result<Vec<u8>, KernelError> {
     shape.validate()?;
-    if variant.method == DotMethod::Widen && variant.width == VectorWidth::Zmm {
+    if !variant.runs_at_any_level() {
         return Err(KernelError::NoSuchVariant { variant });
+    }
+    if !variant.method.accepts_a(shape.a_signed) {
+        return Err(KernelError::ADType { variant, a_signed: shape.a_signed });
     }
     for (what, v) in [("rows", blocking.rows), ("vectors", blocking.vectors), ("unroll", blocking.unroll)] {
         if v == 0 {
@@ -186,6 +197,8 @@ struct Tile {
     /// B vectors of the current k step (Widen: two widened halves per vector).
     b: Vec<V>,
     a: V,
+    /// `|A|` (sign transfer).
+    abs: V,
     tmp: V,
     ones: V,
     mask: V,
@@ -300,9 +313,11 @@ impl Gen {
         let a = take(1)[0];
         // Registers a method does not use alias the last one; they are never emitted.
         let tmp = if variant.method == DotMethod::Vnni { a } else { take(1)[0] };
-        let ones = if variant.method == DotMethod::MaddUbs { take(1)[0] } else { a };
+        let uses_ones = matches!(variant.method, DotMethod::MaddUbs | DotMethod::SignTransfer);
+        let ones = if uses_ones { take(1)[0] } else { a };
+        let abs = if variant.method == DotMethod::SignTransfer { take(1)[0] } else { a };
         let mask = if masked && self.width() == VectorWidth::Ymm { take(1)[0] } else { a };
-        Ok(Tile { rows, vectors, last_lanes, acc, b, a, tmp, ones, mask })
+        Ok(Tile { rows, vectors, last_lanes, acc, b, a, abs, tmp, ones, mask })
     }
 
     /// One row block: load or zero the accumulators, the k loop, add/store C.
@@ -312,7 +327,7 @@ impl Gen {
         if last_lanes < self.width().lanes() {
             self.set_mask(&t)?;
         }
-        if self.variant.method == DotMethod::MaddUbs {
+        if matches!(self.variant.method, DotMethod::MaddUbs | DotMethod::SignTransfer) {
             self.ones16(t.ones)?;
         }
         for i in 0..rows {
@@ -396,10 +411,27 @@ impl Gen {
                         self.vpaddd(t.acc[i][j], t.acc[i][j], t.tmp)?;
                     }
                 }
+                DotMethod::SignTransfer => {
+                    // s·b = |s|·(sign(s)·b): |s| ≤ 128 is a valid u8 operand and each product
+                    // is at most 128·127 in magnitude when no b is -128, so the pair sums of
+                    // vpmaddubsw (≤ 32512) never saturate.
+                    self.a.vpbroadcastd(ymm(t.a), dword_ptr(a_mem))?;
+                    self.a.vpabsb(ymm(t.abs), ymm(t.a))?;
+                    for j in 0..t.vectors {
+                        self.a.vpsignb(ymm(t.tmp), ymm(t.b[j]), ymm(t.a))?;
+                        self.a.vpmaddubsw(ymm(t.tmp), ymm(t.abs), ymm(t.tmp))?;
+                        self.a.vpmaddwd(ymm(t.tmp), ymm(t.tmp), ymm(t.ones))?;
+                        self.a.vpaddd(ymm(t.acc[i][j]), ymm(t.acc[i][j]), ymm(t.tmp))?;
+                    }
+                }
                 DotMethod::Widen => {
                     // [a0 a1 a2 a3] as words, repeated for the 4 columns of a widened half.
                     self.a.vpbroadcastd(xmm(t.a), dword_ptr(a_mem))?;
-                    self.a.vpmovzxbw(ymm(t.a), xmm(t.a))?;
+                    if s.a_signed {
+                        self.a.vpmovsxbw(ymm(t.a), xmm(t.a))?;
+                    } else {
+                        self.a.vpmovzxbw(ymm(t.a), xmm(t.a))?;
+                    }
                     for h in 0..2 * t.vectors {
                         self.a.vpmaddwd(ymm(t.tmp), ymm(t.b[h]), ymm(t.a))?;
                         self.a.vpaddd(ymm(t.acc[i][h]), ymm(t.acc[i][h]), ymm(t.tmp))?;

@@ -22,16 +22,33 @@ use crate::runtime::{IsaLevel, OptLevel, Target, build_isa};
 pub use disasm::disassemble;
 pub use gemm::{Blocking, GemmShape, assemble_gemm};
 
-/// How a kernel sums the four u8 × i8 products of one i32 lane.
+/// How a kernel sums the four int8 products of one i32 lane.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum DotMethod {
-    /// `vpdpbusd`: exact.
+    /// `vpdpbusd` (u8 × i8): exact.
     Vnni,
-    /// Both operands widened to i16, then `vpmaddwd`: exact.
+    /// Both operands widened to i16, then `vpmaddwd` (u8 or i8 × i8): exact.
     Widen,
-    /// `vpmaddubsw` + `vpmaddwd(ones)` + `vpaddd`: each pair of adjacent products saturates to
-    /// i16 before the exact i32 sums (the `saturating` declaration).
+    /// `vpmaddubsw` + `vpmaddwd(ones)` + `vpaddd` (u8 × i8): each pair of adjacent products
+    /// saturates to i16 before the exact i32 sums (the `saturating` declaration; exact when the
+    /// operands' ranges keep every pair sum in i16).
     MaddUbs,
+    /// i8 × i8 by sign transfer: `vpsignb` moves the sign of `a` onto `b`, then the triple on
+    /// `|a|`: `vpabsb`, `vpsignb` + `vpmaddubsw` + `vpmaddwd(ones)` + `vpaddd`. Exact when no
+    /// `b` is -128 (`|a|·|b| ≤ 128·127`, pair sums ≤ 32512); `vpsignb` negates -128 to itself,
+    /// so a -128 weight gives a wrong product — callers prove its absence (value ranges).
+    SignTransfer,
+}
+
+impl DotMethod {
+    /// Whether the method reads A as i8 (`a_signed`) or u8.
+    pub fn accepts_a(self, a_signed: bool) -> bool {
+        match self {
+            DotMethod::Vnni | DotMethod::MaddUbs => !a_signed,
+            DotMethod::SignTransfer => a_signed,
+            DotMethod::Widen => true,
+        }
+    }
 }
 
 /// Vector register width of a kernel.
@@ -83,13 +100,16 @@ impl KernelVariant {
     pub const AVX2_MADDUBS: KernelVariant = KernelVariant { method: DotMethod::MaddUbs, width: VectorWidth::Ymm };
     /// Saturating triple on zmm (AVX512-BW).
     pub const AVX512_MADDUBS: KernelVariant = KernelVariant { method: DotMethod::MaddUbs, width: VectorWidth::Zmm };
+    /// Exact i8 × i8 (no -128 in B) by sign transfer on ymm (AVX2; AVX-512 has no `vpsignb`).
+    pub const AVX2_SIGN: KernelVariant = KernelVariant { method: DotMethod::SignTransfer, width: VectorWidth::Ymm };
 
-    pub const ALL: [KernelVariant; 5] = [
+    pub const ALL: [KernelVariant; 6] = [
         KernelVariant::AVX512_VNNI,
         KernelVariant::AVX_VNNI,
         KernelVariant::AVX2_WIDEN,
         KernelVariant::AVX2_MADDUBS,
         KernelVariant::AVX512_MADDUBS,
+        KernelVariant::AVX2_SIGN,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,10 +120,13 @@ impl KernelVariant {
             (DotMethod::Widen, VectorWidth::Zmm) => "avx512-widen",
             (DotMethod::MaddUbs, VectorWidth::Ymm) => "avx2-maddubs",
             (DotMethod::MaddUbs, VectorWidth::Zmm) => "avx512-maddubs",
+            (DotMethod::SignTransfer, VectorWidth::Ymm) => "avx2-sign",
+            (DotMethod::SignTransfer, VectorWidth::Zmm) => "avx512-sign",
         }
     }
 
-    /// Whether the kernel computes exact sums (otherwise: the saturating declaration).
+    /// Whether the kernel computes exact sums (otherwise: the saturating declaration); sign
+    /// transfer is exact under its precondition (no -128 in B).
     pub fn is_exact(self) -> bool {
         self.method != DotMethod::MaddUbs
     }
@@ -113,6 +136,11 @@ impl KernelVariant {
         IsaLevel::ALL.into_iter().find(|&l| self.runs_at(l))
     }
 
+    /// Whether some level can run this kernel (the family exists).
+    pub fn runs_at_any_level(self) -> bool {
+        self.min_level().is_some()
+    }
+
     /// Whether code built for `level` may use this kernel.
     pub fn runs_at(self, level: IsaLevel) -> bool {
         match (self.method, self.width) {
@@ -120,8 +148,10 @@ impl KernelVariant {
                 level == IsaLevel::Avx512Vnni
             }
             (DotMethod::Vnni, VectorWidth::Ymm) => level == IsaLevel::AvxVnni,
-            (DotMethod::Widen, VectorWidth::Ymm) | (DotMethod::MaddUbs, VectorWidth::Ymm) => level >= IsaLevel::Avx2,
-            (DotMethod::Widen, VectorWidth::Zmm) => false,
+            (DotMethod::Widen | DotMethod::MaddUbs | DotMethod::SignTransfer, VectorWidth::Ymm) => {
+                level >= IsaLevel::Avx2
+            }
+            (DotMethod::Widen | DotMethod::SignTransfer, VectorWidth::Zmm) => false,
         }
     }
 }
@@ -143,6 +173,8 @@ pub enum KernelError {
     TooManyRegisters { variant: KernelVariant, rows: usize, vectors: usize, needed: usize, available: usize },
     #[error("{variant} kernel: no such kernel family")]
     NoSuchVariant { variant: KernelVariant },
+    #[error("{variant} kernel: A must be {}, found {}", if *a_signed { "u8" } else { "i8" }, if *a_signed { "i8" } else { "u8" })]
+    ADType { variant: KernelVariant, a_signed: bool },
     #[error("int8 GEMM kernel: byte offset {offset} of {what} does not fit a 32-bit displacement")]
     OffsetTooLarge { what: &'static str, offset: i64 },
     #[error("assembler: {message}")]

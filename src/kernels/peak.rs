@@ -1,7 +1,13 @@
-//! The `vpdpbusd` throughput probe: the hardware limit GEMM kernels are judged against,
-//! measured the way `shared/anchors/peak.c` does: 12 independent accumulator chains in a loop,
-//! enough to cover the ~4-cycle latency at up to 2 instructions per cycle.
+//! Throughput probes: the hardware limit each GEMM kernel family is judged against, measured the
+//! way `shared/anchors/peak.c` and `peak_avx2.c` do: independent accumulator chains in a loop,
+//! enough to cover the instructions' latency at their full rate.
+//!
+//! One probe per dot-product method (`ProbeKind`): `vpdpbusd` (VNNI), the saturating
+//! `vpmaddubsw` triple, the sign-transfer chain and `vpmaddwd` + `vpaddd` (widened operands).
+//! A kernel's % of peak is against the probe of its own method (`ProbeKind::for_variant`), so
+//! every ISA level has one.
 
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use iced_x86::Register;
@@ -9,28 +15,122 @@ use iced_x86::code_asm::registers::{ymm::get_ymm, zmm::get_zmm};
 use iced_x86::code_asm::*;
 use thiserror::Error;
 
-use super::{KernelError, VectorWidth};
+use super::{DotMethod, KernelError, KernelVariant, VectorWidth};
 use crate::codegen::jit::{self, JitCode};
 use crate::error::{CompileError, RuntimeError};
 use crate::runtime::{IsaLevel, OptLevel, Target, build_isa};
 
-/// Independent accumulators in the probe loop.
+/// Independent accumulators in the `vpdpbusd` probe loop.
 pub const ACCUMULATORS: usize = 12;
 
-/// int8 operations per `vpdpbusd`: 4 multiply-adds (2 ops each) per i32 lane.
-pub fn ops_per_instruction(width: VectorWidth) -> f64 {
-    (width.lanes() * 4 * 2) as f64
+/// The instruction chain a probe repeats.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum ProbeKind {
+    /// `vpdpbusd acc, a, b`.
+    Vnni(VectorWidth),
+    /// `vpmaddubsw t, a, b`; `vpmaddwd t, t, ones`; `vpaddd acc, acc, t`.
+    Triple(VectorWidth),
+    /// `vpsignb t, b, a`; `vpmaddubsw t, |a|, t`; `vpmaddwd t, t, ones`; `vpaddd acc, acc, t`
+    /// (ymm).
+    SignTransfer,
+    /// `vpmaddwd t, a, b`; `vpaddd acc, acc, t` on i16 operands (ymm).
+    Madd16,
+}
+
+impl ProbeKind {
+    /// The probe of the method a kernel runs.
+    pub fn for_variant(variant: KernelVariant) -> ProbeKind {
+        match variant.method {
+            DotMethod::Vnni => ProbeKind::Vnni(variant.width),
+            DotMethod::MaddUbs => ProbeKind::Triple(variant.width),
+            DotMethod::SignTransfer => ProbeKind::SignTransfer,
+            DotMethod::Widen => ProbeKind::Madd16,
+        }
+    }
+
+    pub fn width(self) -> VectorWidth {
+        match self {
+            ProbeKind::Vnni(w) | ProbeKind::Triple(w) => w,
+            ProbeKind::SignTransfer | ProbeKind::Madd16 => VectorWidth::Ymm,
+        }
+    }
+
+    /// Independent accumulator chains per loop iteration (as many as the registers allow).
+    pub fn chains(self) -> usize {
+        match self {
+            // 10 accumulators + 2 temporaries + b, a, |a|, ones = 16 ymm.
+            ProbeKind::SignTransfer => 10,
+            _ => ACCUMULATORS,
+        }
+    }
+
+    /// int8 operations (2 per multiply-add) of one chain step.
+    pub fn ops_per_step(self) -> f64 {
+        let lanes = self.width().lanes() as f64;
+        match self {
+            // 4 u8·i8 products per i32 lane.
+            ProbeKind::Vnni(_) | ProbeKind::Triple(_) | ProbeKind::SignTransfer => lanes * 8.0,
+            // 2 i16 products per i32 lane.
+            ProbeKind::Madd16 => lanes * 4.0,
+        }
+    }
+
+    /// The lowest level that runs the probe, and whether its ymm `vpdpbusd` is VEX encoded.
+    fn level(self) -> Option<(IsaLevel, bool)> {
+        let supported = |l: IsaLevel| l.is_supported().then_some(l);
+        match self {
+            ProbeKind::Vnni(VectorWidth::Zmm) | ProbeKind::Triple(VectorWidth::Zmm) => {
+                supported(IsaLevel::Avx512Vnni).map(|l| (l, false))
+            }
+            ProbeKind::Vnni(VectorWidth::Ymm) => supported(IsaLevel::AvxVnni)
+                .map(|l| (l, true))
+                .or_else(|| supported(IsaLevel::Avx512Vnni).map(|l| (l, false))),
+            ProbeKind::Triple(VectorWidth::Ymm) | ProbeKind::SignTransfer | ProbeKind::Madd16 => {
+                supported(IsaLevel::Avx2).map(|l| (l, true))
+            }
+        }
+    }
+
+    fn needed(self) -> &'static str {
+        match self {
+            ProbeKind::Vnni(VectorWidth::Zmm) | ProbeKind::Triple(VectorWidth::Zmm) => "AVX512-VNNI",
+            ProbeKind::Vnni(VectorWidth::Ymm) => "AVX-VNNI or AVX512-VNNI",
+            _ => "AVX2",
+        }
+    }
+
+    /// Every probe, VNNI first.
+    pub const ALL: [ProbeKind; 6] = [
+        ProbeKind::Vnni(VectorWidth::Zmm),
+        ProbeKind::Vnni(VectorWidth::Ymm),
+        ProbeKind::Triple(VectorWidth::Zmm),
+        ProbeKind::Triple(VectorWidth::Ymm),
+        ProbeKind::SignTransfer,
+        ProbeKind::Madd16,
+    ];
+}
+
+impl fmt::Display for ProbeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w = |w: VectorWidth| if w == VectorWidth::Zmm { "zmm" } else { "ymm" };
+        match self {
+            ProbeKind::Vnni(width) => write!(f, "vpdpbusd {}", w(*width)),
+            ProbeKind::Triple(width) => write!(f, "vpmaddubsw+vpmaddwd+vpaddd {}", w(*width)),
+            ProbeKind::SignTransfer => f.write_str("vpsignb+vpmaddubsw+vpmaddwd+vpaddd ymm"),
+            ProbeKind::Madd16 => f.write_str("vpmaddwd+vpaddd ymm"),
+        }
+    }
 }
 
 /// One throughput measurement. The machine is shared: compare a kernel only with a peak
 /// measured in the same run, ideally interleaved with it (see `examples/kernel_sweep.rs`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Peak {
-    pub width: VectorWidth,
+    pub kind: ProbeKind,
     /// Median over the runs, in int8 GOPS.
     pub gops: f64,
-    /// Median reciprocal throughput: wall nanoseconds per `vpdpbusd`.
-    pub ns_per_instruction: f64,
+    /// Median reciprocal throughput: wall nanoseconds per chain step.
+    pub ns_per_step: f64,
     /// Loop iterations per run, and runs.
     pub iterations: u64,
     pub runs: usize,
@@ -38,34 +138,69 @@ pub struct Peak {
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum PeakError {
-    #[error("vpdpbusd {width:?} probe: this CPU lacks {needed}")]
-    Unsupported { width: VectorWidth, needed: &'static str },
+    #[error("{kind} probe: this CPU lacks {needed}")]
+    Unsupported { kind: ProbeKind, needed: &'static str },
     #[error(transparent)]
     Kernel(#[from] KernelError),
     #[error(transparent)]
     Compile(#[from] CompileError),
 }
 
-/// The probe `fn(iterations: i64)`: each iteration runs `ACCUMULATORS` independent
+/// The `vpdpbusd` probe `fn(iterations: i64)`: each iteration runs `ACCUMULATORS` independent
 /// `vpdpbusd`s. Ymm uses the VEX form (AVX-VNNI) when `vex` is set, else EVEX (AVX512-VL).
 pub fn assemble_probe(width: VectorWidth, vex: bool) -> Result<Vec<u8>, KernelError> {
+    assemble(ProbeKind::Vnni(width), vex)
+}
+
+/// The probe `fn(iterations: i64)` of `kind`: each iteration runs `kind.chains()` independent
+/// chain steps into as many accumulators.
+pub fn assemble(kind: ProbeKind, vex: bool) -> Result<Vec<u8>, KernelError> {
     let mut a = CodeAssembler::new(64)?;
-    let src = ACCUMULATORS;
-    let z = |i: usize| get_zmm(Register::ZMM0 + i as u32).expect("zmm0..zmm12");
-    let y = |i: usize| get_ymm(Register::YMM0 + i as u32).expect("ymm0..ymm12");
-    // Bytes of 1: the values only keep the arithmetic realistic.
+    let chains = kind.chains();
+    // Registers after the accumulators: two rotating temporaries, then the operands.
+    let (t0, src, ones, abs) = (chains, chains + 2, chains + 3, chains + 4);
+    let z = |i: usize| get_zmm(Register::ZMM0 + i as u32).expect("zmm0..zmm15");
+    let y = |i: usize| get_ymm(Register::YMM0 + i as u32).expect("ymm0..ymm15");
+    let zmm = kind.width() == VectorWidth::Zmm;
+    // Bytes of 1 and words of 1: the values only keep the arithmetic realistic.
     a.vpcmpeqd(y(src), y(src), y(src))?;
     a.vpabsb(y(src), y(src))?;
-    for i in 0..ACCUMULATORS {
+    a.vpcmpeqw(y(ones), y(ones), y(ones))?;
+    a.vpsrlw(y(ones), y(ones), 15)?;
+    if kind == ProbeKind::SignTransfer {
+        a.vpabsb(y(abs), y(src))?;
+    }
+    for i in 0..chains {
         a.vpxor(y(i), y(i), y(i))?;
     }
     let mut top = a.create_label();
     a.set_label(&mut top)?;
-    for i in 0..ACCUMULATORS {
-        match width {
-            VectorWidth::Zmm => a.vpdpbusd(z(i), z(src), z(src))?,
-            VectorWidth::Ymm if vex => a.vex().vpdpbusd(y(i), y(src), y(src))?,
-            VectorWidth::Ymm => a.evex().vpdpbusd(y(i), y(src), y(src))?,
+    for i in 0..chains {
+        let t = t0 + i % 2;
+        match kind {
+            ProbeKind::Vnni(VectorWidth::Zmm) => a.vpdpbusd(z(i), z(src), z(src))?,
+            ProbeKind::Vnni(VectorWidth::Ymm) if vex => a.vex().vpdpbusd(y(i), y(src), y(src))?,
+            ProbeKind::Vnni(VectorWidth::Ymm) => a.evex().vpdpbusd(y(i), y(src), y(src))?,
+            ProbeKind::Triple(_) if zmm => {
+                a.vpmaddubsw(z(t), z(src), z(src))?;
+                a.vpmaddwd(z(t), z(t), z(ones))?;
+                a.vpaddd(z(i), z(i), z(t))?;
+            }
+            ProbeKind::Triple(_) => {
+                a.vpmaddubsw(y(t), y(src), y(src))?;
+                a.vpmaddwd(y(t), y(t), y(ones))?;
+                a.vpaddd(y(i), y(i), y(t))?;
+            }
+            ProbeKind::SignTransfer => {
+                a.vpsignb(y(t), y(src), y(src))?;
+                a.vpmaddubsw(y(t), y(abs), y(t))?;
+                a.vpmaddwd(y(t), y(t), y(ones))?;
+                a.vpaddd(y(i), y(i), y(t))?;
+            }
+            ProbeKind::Madd16 => {
+                a.vpmaddwd(y(t), y(src), y(ones))?;
+                a.vpaddd(y(i), y(i), y(t))?;
+            }
         }
     }
     a.dec(rdi)?;
@@ -75,27 +210,31 @@ pub fn assemble_probe(width: VectorWidth, vex: bool) -> Result<Vec<u8>, KernelEr
     Ok(a.assemble(0)?)
 }
 
-/// A loaded probe for `width`, or why this CPU cannot run it.
+/// A loaded probe, or why this CPU cannot run it.
 pub struct Probe {
     code: JitCode,
-    pub width: VectorWidth,
-    /// Whether the ymm probe is VEX encoded (AVX-VNNI).
+    pub kind: ProbeKind,
+    /// Whether the ymm `vpdpbusd` probe is VEX encoded (AVX-VNNI).
     pub vex: bool,
 }
 
 impl Probe {
+    /// The `vpdpbusd` probe at `width`.
     pub fn new(width: VectorWidth) -> Result<Probe, PeakError> {
-        let (vex, level) = match width {
-            VectorWidth::Zmm if IsaLevel::Avx512Vnni.is_supported() => (false, IsaLevel::Avx512Vnni),
-            VectorWidth::Zmm => return Err(PeakError::Unsupported { width, needed: "AVX512-VNNI" }),
-            VectorWidth::Ymm if IsaLevel::AvxVnni.is_supported() => (true, IsaLevel::AvxVnni),
-            VectorWidth::Ymm if IsaLevel::Avx512Vnni.is_supported() => (false, IsaLevel::Avx512Vnni),
-            VectorWidth::Ymm => return Err(PeakError::Unsupported { width, needed: "AVX-VNNI or AVX512-VNNI" }),
-        };
-        let bytes = assemble_probe(width, vex)?;
+        Probe::of(ProbeKind::Vnni(width))
+    }
+
+    pub fn of(kind: ProbeKind) -> Result<Probe, PeakError> {
+        let (level, vex) = kind.level().ok_or(PeakError::Unsupported { kind, needed: kind.needed() })?;
+        let bytes = assemble(kind, vex)?;
         let (isa, _) = build_isa(Target::Level(level), OptLevel::None)?;
-        let code = jit::load_bytes(isa, "vpdpbusd_probe", &bytes, 1)?;
-        Ok(Probe { code, width, vex })
+        let code = jit::load_bytes(isa, "peak_probe", &bytes, 1)?;
+        Ok(Probe { code, kind, vex })
+    }
+
+    /// The probe of the method `variant` runs.
+    pub fn for_variant(variant: KernelVariant) -> Result<Probe, PeakError> {
+        Probe::of(ProbeKind::for_variant(variant))
     }
 
     /// Runs `iterations` loop iterations and returns the wall time.
@@ -126,7 +265,7 @@ impl Probe {
 
     /// int8 GOPS of a run of `iterations` that took `seconds`.
     pub fn gops(&self, iterations: u64, seconds: f64) -> f64 {
-        (iterations * ACCUMULATORS as u64) as f64 * ops_per_instruction(self.width) / seconds / 1e9
+        (iterations * self.kind.chains() as u64) as f64 * self.kind.ops_per_step() / seconds / 1e9
     }
 
     /// Median of `runs` runs of about `run_time` each (after one calibration run).
@@ -136,9 +275,9 @@ impl Probe {
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
         Peak {
-            width: self.width,
+            kind: self.kind,
             gops: self.gops(iterations, median),
-            ns_per_instruction: median * 1e9 / (iterations * ACCUMULATORS as u64) as f64,
+            ns_per_step: median * 1e9 / (iterations * self.kind.chains() as u64) as f64,
             iterations,
             runs: times.len(),
         }

@@ -5,6 +5,7 @@
 //! `guard_accesses` (every access is clamped in bounds) makes calls memory safe.
 
 pub(crate) mod host;
+mod cpu;
 mod target;
 mod tensor;
 
@@ -15,6 +16,7 @@ use ir::DType;
 use rayon::ThreadPool;
 
 pub(crate) use target::build_isa;
+pub use cpu::{CpuId, cpu_id, cpu_name};
 pub use target::{ISA_ENV, IsaLevel, OptLevel, Target};
 pub use tensor::{Arg, Element, Tensor};
 
@@ -250,6 +252,17 @@ impl CompiledFunc {
     /// The machine code of every function, entry first.
     pub fn machine_code(&self) -> &[MachineCode] {
         &self.machine_code
+    }
+
+    /// The hand-assembled kernel families the function calls, in definition order, each once.
+    pub fn kernel_variants(&self) -> Vec<crate::kernels::KernelVariant> {
+        let mut variants = Vec::new();
+        for v in self.machine_code.iter().filter_map(|c| c.kernel) {
+            if !variants.contains(&v) {
+                variants.push(v);
+            }
+        }
+        variants
     }
 
     /// The ISA level the function was compiled for (bounds the kernels it calls).

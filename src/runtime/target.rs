@@ -123,6 +123,21 @@ pub enum Target {
 }
 
 impl Target {
+    /// The level code compiled for this target uses: the explicit one (which the CPU must
+    /// support), else the best this CPU has. Schedules that choose a kernel family ask this
+    /// before they are compiled.
+    pub fn level(self) -> Result<IsaLevel, CompileError> {
+        match self.forced()? {
+            Some(level) => level.check_supported(),
+            None => Ok(IsaLevel::detect().unwrap_or(IsaLevel::Scalar)),
+        }
+    }
+
+    /// Whether the level has a `vpdpbusd` (exact on any u8 × i8 operands).
+    pub fn has_vnni(self) -> Result<bool, CompileError> {
+        Ok(self.level()? >= IsaLevel::AvxVnni)
+    }
+
     /// The explicit level: `Level`, or `Native` with `TENSORLIFT_ISA` set.
     fn forced(self) -> Result<Option<IsaLevel>, CompileError> {
         match self {

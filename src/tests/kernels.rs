@@ -5,7 +5,7 @@
 use iced_x86::{EncodingKind, Mnemonic, OpKind, Register};
 
 use crate::kernels::disasm::decode;
-use crate::kernels::peak::assemble_probe;
+use crate::kernels::peak::{PeakError, Probe, ProbeKind, assemble, assemble_probe};
 use crate::kernels::{
     Blocking, DotMethod, GemmKernel, GemmShape, KernelError, KernelVariant, VectorWidth, assemble_gemm,
 };
@@ -16,8 +16,9 @@ fn runnable() -> Vec<KernelVariant> {
     KernelVariant::ALL.into_iter().filter(|v| v.min_level().is_some_and(IsaLevel::is_supported)).collect()
 }
 
-/// `C[i, j] += Σ A[i, seg, 4ko+ki] · B[seg·k/4 + ko, j, ki]` by the declaration: exact, or
-/// with each pair of adjacent products saturated to i16 first; i32 sums wrap.
+/// `C[i, j] += Σ A[i, seg, 4ko+ki] · B[seg·k/4 + ko, j, ki]` by the declaration (A's bytes as
+/// i8 when `s.a_signed`): exact, or with each pair of adjacent products saturated to i16 first;
+/// i32 sums wrap.
 fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool) {
     if s.k == 0 {
         return;
@@ -30,7 +31,8 @@ fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool)
                 for ko in 0..groups {
                     let row = i * s.lda as usize + seg * s.lds as usize;
                     let group = (seg * groups + ko) * s.ldb as usize;
-                    let p = |ki: usize| i32::from(a[row + 4 * ko + ki]) * i32::from(b[group + 4 * j + ki]);
+                    let av = |x: u8| if s.a_signed { i32::from(x as i8) } else { i32::from(x) };
+                    let p = |ki: usize| av(a[row + 4 * ko + ki]) * i32::from(b[group + 4 * j + ki]);
                     let pair = |x: i32| if saturating { x.clamp(i16::MIN.into(), i16::MAX.into()) } else { x };
                     acc = acc.wrapping_add(pair(p(0) + p(1))).wrapping_add(pair(p(2) + p(3)));
                 }
@@ -65,12 +67,23 @@ fn check(variant: KernelVariant, shape: GemmShape, blocking: Blocking, a: &[u8],
     }
 }
 
-fn random_operands(shape: &GemmShape, seed: u64) -> (Vec<u8>, Vec<i8>) {
+/// Random A and B; B without -128 for `variant`s that need it (sign transfer).
+fn random_operands(variant: KernelVariant, shape: &GemmShape, seed: u64) -> (Vec<u8>, Vec<i8>) {
     let (na, nb, _) = shape.footprint();
     let mut rng = Lcg(seed);
     let a = (0..na.max(1)).map(|_| rng.next() as u8).collect();
-    let b = (0..nb.max(1)).map(|_| rng.next() as i8).collect();
+    let b = (0..nb.max(1)).map(|_| allowed_b(variant, rng.next() as i8)).collect();
     (a, b)
+}
+
+/// `b`, or -127 for -128 where `variant` requires B > -128.
+fn allowed_b(variant: KernelVariant, b: i8) -> i8 {
+    if variant.method == DotMethod::SignTransfer { b.max(-127) } else { b }
+}
+
+/// The A signedness each variant takes: both for widening.
+fn a_signedness(variant: KernelVariant) -> Vec<bool> {
+    [false, true].into_iter().filter(|&signed| variant.method.accepts_a(signed)).collect()
 }
 
 #[test]
@@ -84,24 +97,28 @@ fn every_kernel_matches_the_declaration_on_random_ragged_shapes() {
         GemmShape::dense(4, 8, 0),
         GemmShape::dense(0, 8, 8),
         // Padded rows of A and C, and B groups wider than the columns used.
-        GemmShape { m: 11, n: 37, k: 28, segments: 1, lda: 40, lds: 0, ldb: 4 * 50, ldc: 45 },
+        GemmShape { m: 11, n: 37, k: 28, segments: 1, lda: 40, lds: 0, ldb: 4 * 50, ldc: 45, a_signed: false },
         // Segments (a convolution's kernel rows): overlapping rows of A as a stride-2 3×3 layer
         // reads them, and the stem's 7 rows of 24 bytes (6 k steps: an unroll remainder).
-        GemmShape { m: 7, n: 37, k: 12, segments: 3, lda: 6, lds: 100, ldb: 4 * 40, ldc: 40 },
-        GemmShape { m: 4, n: 64, k: 24, segments: 7, lda: 6, lds: 704, ldb: 4 * 64, ldc: 64 },
+        GemmShape { m: 7, n: 37, k: 12, segments: 3, lda: 6, lds: 100, ldb: 4 * 40, ldc: 40, a_signed: false },
+        GemmShape { m: 4, n: 64, k: 24, segments: 7, lda: 6, lds: 704, ldb: 4 * 64, ldc: 64, a_signed: false },
     ];
     for variant in runnable() {
         let default = Blocking::default_for(variant);
         let blockings = [default, Blocking { unroll: 3, ..default }, Blocking { rows: 1, vectors: 1, unroll: 1 }];
-        for (s, shape) in shapes.iter().enumerate() {
-            let (a, b) = random_operands(shape, s as u64 + 1);
-            for blocking in blockings {
-                check(variant, *shape, blocking, &a, &b);
+        for a_signed in a_signedness(variant) {
+            for (s, shape) in shapes.iter().enumerate() {
+                let shape = GemmShape { a_signed, ..*shape };
+                let (a, b) = random_operands(variant, &shape, s as u64 + 1);
+                for blocking in blockings {
+                    check(variant, shape, blocking, &a, &b);
+                }
             }
         }
     }
 }
 
+/// Read as i8 (the signed kernels), these are 0, 1, 127, -128, -2, -1.
 const GRID_A: [u8; 6] = [0, 1, 127, 128, 254, 255];
 const GRID_B: [i8; 6] = [-128, -127, -1, 0, 1, 127];
 
@@ -119,15 +136,18 @@ fn every_kernel_matches_the_declaration_on_the_boundary_grid_in_every_lane() {
         // Group 0 puts the pair in ki 0-1 and reversed in 2-3; group 1 mixes them across pairs.
         a[r * 8..r * 8 + 8].copy_from_slice(&[x, y, y, x, x, x, y, y]);
     }
-    let mut b = vec![0i8; (k / 4 * n * 4) as usize];
-    for j in 0..n as usize {
-        let (x, y) = pairs_b.get(j % 37).copied().unwrap_or((0, 0));
-        b[4 * j..4 * j + 4].copy_from_slice(&[x, y, y, x]);
-        let g1 = 4 * n as usize + 4 * j;
-        b[g1..g1 + 4].copy_from_slice(&[y, x, x, y]);
-    }
     for variant in runnable() {
-        check(variant, shape, Blocking::default_for(variant), &a, &b);
+        let mut b = vec![0i8; (k / 4 * n * 4) as usize];
+        for j in 0..n as usize {
+            let (x, y) = pairs_b.get(j % 37).copied().unwrap_or((0, 0));
+            let (x, y) = (allowed_b(variant, x), allowed_b(variant, y));
+            b[4 * j..4 * j + 4].copy_from_slice(&[x, y, y, x]);
+            let g1 = 4 * n as usize + 4 * j;
+            b[g1..g1 + 4].copy_from_slice(&[y, x, x, y]);
+        }
+        for a_signed in a_signedness(variant) {
+            check(variant, GemmShape { a_signed, ..shape }, Blocking::default_for(variant), &a, &b);
+        }
     }
 }
 
@@ -135,14 +155,29 @@ fn every_kernel_matches_the_declaration_on_the_boundary_grid_in_every_lane() {
 /// saturating pairs.
 #[test]
 fn the_saturation_example_is_exact_on_exact_kernels_and_32767_on_saturating_ones() {
-    let shape = GemmShape::dense(1, 1, 4);
     let (a, b) = ([255u8, 255, 0, 0], [127i8, 127, 0, 0]);
     for variant in runnable() {
+        // The signed kernels read 255 as -1 (sign transfer's worst case is a = -128 below).
+        let (shape, expected) = match (variant.method.accepts_a(false), variant.is_exact()) {
+            (true, true) => (GemmShape::dense(1, 1, 4), 64770),
+            (true, false) => (GemmShape::dense(1, 1, 4), 32767),
+            (false, _) => (GemmShape { a_signed: true, ..GemmShape::dense(1, 1, 4) }, -254),
+        };
         let kernel = GemmKernel::new(variant, shape, Blocking::default_for(variant)).unwrap();
         let mut c = [0i32];
         kernel.run(&a, &b, &mut c).unwrap();
-        let expected = if variant.is_exact() { 64770 } else { 32767 };
         assert_eq!(c[0], expected, "{variant}");
+    }
+    // Sign transfer's largest pair sum: (-128)·(-127) twice is 32512, inside i16.
+    if KernelVariant::AVX2_SIGN.min_level().is_some_and(IsaLevel::is_supported) {
+        let shape = GemmShape { a_signed: true, ..GemmShape::dense(1, 1, 4) };
+        let kernel = GemmKernel::new(KernelVariant::AVX2_SIGN, shape, Blocking::default_for(KernelVariant::AVX2_SIGN)).unwrap();
+        let mut c = [0i32];
+        kernel.run(&[0x80, 0x80, 0x80, 0x80], &[-127, -127, 127, 127], &mut c).unwrap();
+        assert_eq!(c[0], 0);
+        let mut c = [0i32];
+        kernel.run(&[0x80, 0x80, 0x7f, 0x7f], &[-127, -127, 127, 127], &mut c).unwrap();
+        assert_eq!(c[0], 2 * 128 * 127 + 2 * 127 * 127);
     }
 }
 
@@ -184,6 +219,7 @@ fn has_register(ins: &iced_x86::Instruction, class: fn(Register) -> bool) -> boo
 fn kernels_encode_the_instructions_their_level_promises() {
     let shape = GemmShape::dense(13, 70, 36);
     for variant in KernelVariant::ALL {
+        let shape = GemmShape { a_signed: !variant.method.accepts_a(false), ..shape };
         let code = decode(&assemble_gemm(variant, &shape, Blocking::default_for(variant)).unwrap(), 0);
         let mnemonic = |m: Mnemonic| code.iter().filter(move |i| i.mnemonic() == m);
         match (variant.method, variant.width) {
@@ -203,6 +239,11 @@ fn kernels_encode_the_instructions_their_level_promises() {
                 assert!(mnemonic(Mnemonic::Vpmaddwd).count() > 0 && mnemonic(Mnemonic::Vpmaddubsw).count() == 0);
             }
             (DotMethod::MaddUbs, _) => assert!(mnemonic(Mnemonic::Vpmaddubsw).count() > 0, "{variant}"),
+            (DotMethod::SignTransfer, _) => {
+                let signs = mnemonic(Mnemonic::Vpsignb).count();
+                assert!(signs > 0 && signs == mnemonic(Mnemonic::Vpmaddubsw).count(), "{variant}");
+                assert!(mnemonic(Mnemonic::Vpabsb).count() > 0, "{variant}");
+            }
         }
         // Below AVX-512 nothing may be EVEX encoded or touch a zmm register.
         if variant.width == VectorWidth::Ymm {
@@ -232,4 +273,75 @@ fn the_peak_probe_runs_twelve_independent_vpdpbusd_per_iteration() {
         let encoding = if vex { EncodingKind::VEX } else { EncodingKind::EVEX };
         assert!(dots.iter().all(|i| i.encoding() == encoding));
     }
+}
+
+#[test]
+fn every_probe_repeats_its_methods_chain_into_independent_accumulators() {
+    for kind in ProbeKind::ALL {
+        let code = decode(&assemble(kind, true).unwrap(), 0);
+        let count = |m: Mnemonic| code.iter().filter(|i| i.mnemonic() == m).count();
+        let chains = kind.chains();
+        let expected: &[(Mnemonic, usize)] = match kind {
+            ProbeKind::Vnni(_) => &[(Mnemonic::Vpdpbusd, chains)],
+            ProbeKind::Triple(_) => &[(Mnemonic::Vpmaddubsw, chains), (Mnemonic::Vpmaddwd, chains), (Mnemonic::Vpaddd, chains)],
+            ProbeKind::SignTransfer => &[
+                (Mnemonic::Vpsignb, chains),
+                (Mnemonic::Vpmaddubsw, chains),
+                (Mnemonic::Vpmaddwd, chains),
+                (Mnemonic::Vpaddd, chains),
+            ],
+            ProbeKind::Madd16 => &[(Mnemonic::Vpmaddwd, chains), (Mnemonic::Vpaddd, chains)],
+        };
+        for &(mnemonic, n) in expected {
+            assert_eq!(count(mnemonic), n, "{kind}: {mnemonic:?}");
+        }
+        // Each chain ends in its own accumulator.
+        let last = expected.last().map(|e| e.0).unwrap();
+        let mut accumulators: Vec<Register> =
+            code.iter().filter(|i| i.mnemonic() == last).map(|i| i.op0_register()).collect();
+        accumulators.sort_by_key(|r| *r as u32);
+        accumulators.dedup();
+        assert_eq!(accumulators.len(), chains, "{kind}");
+        let zmm = code.iter().any(|i| has_register(i, Register::is_zmm));
+        assert_eq!(zmm, kind.width() == VectorWidth::Zmm, "{kind}");
+    }
+    // A kernel is compared with the probe of its own method.
+    assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_SIGN), ProbeKind::SignTransfer);
+    assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_WIDEN), ProbeKind::Madd16);
+    assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_MADDUBS), ProbeKind::Triple(VectorWidth::Ymm));
+    assert_eq!(ProbeKind::for_variant(KernelVariant::AVX512_VNNI), ProbeKind::Vnni(VectorWidth::Zmm));
+}
+
+/// Every probe this CPU has runs and gives a positive rate.
+#[test]
+fn every_supported_probe_measures_a_rate() {
+    for kind in ProbeKind::ALL {
+        match Probe::of(kind) {
+            Ok(probe) => assert!(probe.measure(std::time::Duration::from_micros(200), 1).gops > 0.0, "{kind}"),
+            Err(PeakError::Unsupported { .. }) => {}
+            Err(other) => panic!("{kind}: {other}"),
+        }
+    }
+}
+
+#[test]
+fn kernel_selection_is_exact_for_what_the_ranges_prove() {
+    use crate::codegen::intrin::{Int8GemmFacts, select_int8_gemm};
+    let facts = |a_signed, never_saturates, b_above_min| Int8GemmFacts { a_signed, never_saturates, b_above_min };
+    let avx2 = IsaLevel::Avx2;
+    // u8 A: the triple only where no pair sum can saturate, else widening; VNNI wherever it exists.
+    assert_eq!(select_int8_gemm(avx2, false, facts(false, false, true)), Some(KernelVariant::AVX2_WIDEN));
+    assert_eq!(select_int8_gemm(avx2, false, facts(false, true, true)), Some(KernelVariant::AVX2_MADDUBS));
+    assert_eq!(select_int8_gemm(IsaLevel::AvxVnni, false, facts(false, false, false)), Some(KernelVariant::AVX_VNNI));
+    // i8 A: sign transfer only without a -128 weight; never a saturating kernel; nothing at scalar.
+    assert_eq!(select_int8_gemm(avx2, false, facts(true, false, true)), Some(KernelVariant::AVX2_SIGN));
+    assert_eq!(select_int8_gemm(avx2, false, facts(true, false, false)), Some(KernelVariant::AVX2_WIDEN));
+    assert_eq!(select_int8_gemm(IsaLevel::Avx512Vnni, false, facts(true, true, true)), Some(KernelVariant::AVX2_SIGN));
+    assert_eq!(select_int8_gemm(avx2, true, facts(true, true, true)), None);
+    assert_eq!(select_int8_gemm(IsaLevel::Scalar, false, facts(true, true, true)), None);
+    // The triple's proof: 7-bit weights against any u8, not 8-bit ones.
+    assert!(ir::intrin::pair_sums_fit_i16((0, 255), (-64, 64)));
+    assert!(!ir::intrin::pair_sums_fit_i16((0, 255), (-65, 63)));
+    assert!(!ir::intrin::pair_sums_fit_i16((0, 255), (-64, 65)));
+    assert!(ir::intrin::pair_sums_fit_i16((0, 127), (-128, 127)));
 }

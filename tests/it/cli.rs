@@ -97,13 +97,32 @@ fn gemm_rejects_bad_sizes_and_panels_that_do_not_divide_n() {
 }
 
 #[test]
-fn peak_measures_both_widths() {
+fn peak_measures_every_method_this_cpu_has() {
     let (ok, stdout, stderr) = tensorlift(&["peak", "--format", "json"]);
     assert!(ok, "{stderr}");
-    assert!(stdout.starts_with("{\"accumulators\":12,\"probes\":[{\"width\":\"zmm\","), "{stdout}");
-    assert!(stdout.contains("{\"width\":\"ymm\","), "{stdout}");
-    if tensorlift::IsaLevel::Avx512Vnni.is_supported() {
-        assert!(stdout.contains("{\"width\":\"zmm\",\"encoding\":\"EVEX\",\"gops\":"), "{stdout}");
+    let peak: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert!(peak["cpu"].as_str().is_some_and(|c| !c.is_empty()), "{peak}");
+    let probes = peak["probes"].as_array().expect("probes");
+    let names: Vec<&str> = probes.iter().filter_map(|p| p["probe"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "vpdpbusd zmm",
+            "vpdpbusd ymm",
+            "vpmaddubsw+vpmaddwd+vpaddd zmm",
+            "vpmaddubsw+vpmaddwd+vpaddd ymm",
+            "vpsignb+vpmaddubsw+vpmaddwd+vpaddd ymm",
+            "vpmaddwd+vpaddd ymm"
+        ]
+    );
+    let supported = |p: &serde_json::Value| p["supported"] == true;
+    assert_eq!(supported(&probes[0]), tensorlift::IsaLevel::Avx512Vnni.is_supported(), "{peak}");
+    // Every AVX2 CPU has the three ymm methods: no level is left without a peak.
+    for p in &probes[3..] {
+        assert_eq!(supported(p), tensorlift::IsaLevel::Avx2.is_supported(), "{p}");
+    }
+    for p in probes.iter().filter(|p| supported(p)) {
+        assert!(p["gops"].as_f64().is_some_and(|g| g > 0.0), "{p}");
     }
 }
 
@@ -125,11 +144,37 @@ fn resnet18_prints_one_verified_json_object_per_layer() {
     assert!(r7["schedule"].is_string() && r7["reference"].is_string(), "{r7}");
     // The data exercises the requantization: few outputs at 0 or 255.
     assert!(r7["saturated_pct"].as_f64().is_some_and(|p| p < 30.0), "{r7}");
+    // Every level with a kernel has the peak of that kernel's method.
     let pct = &r7["pct_peak"];
-    if tensorlift::IsaLevel::Avx512Vnni.is_supported() {
+    if tensorlift::IsaLevel::Avx2.is_supported() {
         assert!(pct.as_f64().is_some_and(|p| p > 0.0), "{r7}");
     } else {
-        assert!(pct.is_null() || pct.as_f64().is_some(), "{r7}");
+        assert!(pct.is_null(), "{r7}");
+    }
+    assert_eq!(r7["weights"], "full", "{r7}");
+    // Full-range weights (no -128): VNNI where the level has it, else sign transfer.
+    let (kernel, probe) = match tensorlift::IsaLevel::detect() {
+        Some(tensorlift::IsaLevel::Avx512Vnni) => ("avx512-vnni", "vpdpbusd zmm"),
+        Some(tensorlift::IsaLevel::AvxVnni) => ("avx-vnni", "vpdpbusd ymm"),
+        Some(tensorlift::IsaLevel::Avx2) => ("avx2-sign", "vpsignb+vpmaddubsw+vpmaddwd+vpaddd ymm"),
+        _ => return,
+    };
+    assert_eq!((&r7["kernel"], &r7["peak_probe"]), (&kernel.into(), &probe.into()), "{r7}");
+}
+
+#[test]
+fn resnet18_on_avx2_runs_sign_transfer_and_with_7bit_weights_the_proven_triple() {
+    if !tensorlift::IsaLevel::Avx2.is_supported() {
+        return;
+    }
+    for (weights, kernel, source) in [("full", "avx2-sign", "i8"), ("7bit", "avx2-maddubs", "u8")] {
+        let args = ["resnet18", "--layer", "R8", "--repeat", "1", "--isa", "avx2", "--weights", weights, "--format", "json"];
+        let (ok, stdout, stderr) = tensorlift(&args);
+        assert!(ok, "{stderr}");
+        let r8: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+        assert_eq!((&r8["verified"], &r8["weights"], &r8["kernel"]), (&true.into(), &weights.into(), &kernel.into()), "{r8}");
+        assert_eq!(r8["knobs"]["gemm_source"], source, "{r8}");
+        assert!(r8["pct_peak"].as_f64().is_some_and(|p| p > 0.0), "{r8}");
     }
 }
 

@@ -15,11 +15,13 @@ use schedules::quant::{
     PostOp, QuantAttrs, QuantError, Scales, TensorQuant, ZeroPoints, dequantize, mask_count, quantize, requantize,
 };
 use schedules::resnet18::{CONV_LAYERS, DenseLayer};
+use schedules::ops::GemmOperands;
 use schedules::x86_conv::{
     Conv2dInt8Knobs, TileOrder, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
-    prepare_dense_int8,
+    prepare_dense_int8, weight_range,
 };
-use tensorlift::{CompileOptions, IsaLevel, Tensor as RtTensor};
+use tensorlift::kernels::KernelVariant;
+use tensorlift::{CompileOptions, IsaLevel, Target, Tensor as RtTensor};
 
 /// Deterministic values in `lo..=hi`.
 fn values(len: usize, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
@@ -787,9 +789,50 @@ fn in_layout<T: Copy>(values: &[T], [n, c, h, w]: [i64; 4], layout: Layout) -> V
     out
 }
 
+/// The weights an x86 convolution test draws, and the kernel family they lead to where the host
+/// has AVX2 (code compiled for exactly that level, `x86_conv::Conv2dInt8Knobs::with_weights`).
+#[derive(Clone, Copy, Debug)]
+enum WeightCase {
+    /// Any i8 (-128 included): a u8 GEMM source, exact widening on AVX2.
+    Full,
+    /// [-127, 127]: an i8 GEMM source (shifted by -128), sign transfer.
+    NoMin,
+    /// [-64, 63]: a u8 GEMM source whose pair sums provably fit i16, the vpmaddubsw triple.
+    SevenBit,
+}
+
+impl WeightCase {
+    fn range(self) -> (i64, i64) {
+        match self {
+            WeightCase::Full => (-128, 127),
+            WeightCase::NoMin => (-127, 127),
+            WeightCase::SevenBit => (-64, 63),
+        }
+    }
+
+    /// `len` weights drawn from the range, its ends included (so that `Full` has a -128).
+    fn draw(self, len: usize, seed: u64) -> Vec<i64> {
+        let (lo, hi) = self.range();
+        let mut w = values(len, seed, lo, hi);
+        w[0] = lo;
+        w[len - 1] = hi;
+        w
+    }
+
+    fn avx2_kernel(self) -> KernelVariant {
+        match self {
+            WeightCase::Full => KernelVariant::AVX2_WIDEN,
+            WeightCase::NoMin => KernelVariant::AVX2_SIGN,
+            WeightCase::SevenBit => KernelVariant::AVX2_MADDUBS,
+        }
+    }
+}
+
 /// One convolution through the x86 direct schedule (`schedules::x86_conv`) with source, sum
 /// input and output in `layout`, JIT-compiled with its weight preparation, against the plain-Rust
-/// reference; returns the lowered per-call function's text and the origins of its machine code.
+/// reference; returns the lowered per-call function's text, the origins of its machine code and
+/// its kernel families. With AVX2 on the host, the code is compiled for exactly AVX2 and the
+/// knobs follow the weights (`with_weights`); otherwise the knobs are used as given.
 #[allow(clippy::too_many_arguments)]
 fn check_x86_conv(
     layout: Layout,
@@ -798,11 +841,14 @@ fn check_x86_conv(
     conv: Conv2dParams,
     l: &Layer,
     knobs: Conv2dInt8Knobs,
+    weights: WeightCase,
     seed: u64,
-) -> (String, Vec<String>) {
+) -> (String, Vec<String>, Vec<KernelVariant>) {
     let (slo, shi) = range_of(l.src_dtype);
     let src_v = values((n * ic * h * w) as usize, seed, slo, shi);
-    let wei_v = values((oc * ic * k * k) as usize, seed + 1, -128, 127);
+    let wei_v = weights.draw((oc * ic * k * k) as usize, seed + 1);
+    let avx2 = IsaLevel::Avx2.is_supported();
+    let knobs = if avx2 { knobs.with_weights(false, weight_range(wei_v.iter().map(|&w| w as i8))) } else { knobs };
     let bias: Vec<f64> = values(oc as usize, seed + 2, -400, 1600).iter().map(|&b| (b as f32 * 0.37) as f64).collect();
     let (oh, ow) = ((h + 2 * conv.pad - k) / conv.stride + 1, (w + 2 * conv.pad - k) / conv.stride + 1);
     let out_dims = [n, oc, oh, ow];
@@ -827,7 +873,8 @@ fn check_x86_conv(
     let b = placeholder([oc], DType::F32, "bias");
     let r = placeholder(out_dims, res_dtype, "residual");
     let a = attrs(l, oc, wei.shape(), dst, &out_dims);
-    let options = CompileOptions::default();
+    let target = if avx2 { Target::Level(IsaLevel::Avx2) } else { Target::Native };
+    let options = CompileOptions { target, ..CompileOptions::default() };
     let zp = ZeroPoints::per_tensor("src", l.src_zp, l.src_dtype).unwrap();
     let prep = prepare_conv2d_int8(&wei, l.src_dtype, &zp, knobs, "prep").unwrap();
     let prep_args: Vec<&Tensor> = prep.args.iter().collect();
@@ -854,12 +901,12 @@ fn check_x86_conv(
     kernel.compiled.call(&mut call).unwrap();
     assert_same(&what, &out_t.to_array(), &want);
     let origins = kernel.compiled.machine_code().iter().map(|m| m.origin.clone()).collect();
-    (ir::lower::lower(&f.schedule, &args, "conv").unwrap().to_string(), origins)
+    (ir::lower::lower(&f.schedule, &args, "conv").unwrap().to_string(), origins, kernel.compiled.kernel_variants())
 }
 
 #[test]
 fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
-    let small = Conv2dInt8Knobs { mr: 4, nr: 16, lanes: 8, order: TileOrder::PixelsOuter, parallel: true };
+    let small = Conv2dInt8Knobs { mr: 4, nr: 16, lanes: 8, order: TileOrder::PixelsOuter, parallel: true, operands: GemmOperands::U8 };
     let cases: [([i64; 4], [i64; 2], Conv2dParams, Conv2dInt8Knobs); 6] = [
         // ic = oc = 17: kernel rows of 51 → 52 bytes, OC not a multiple of nr; stride 2 over an
         // odd 9 × 11 input.
@@ -871,8 +918,8 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
         // The stem: 7 × 7 stride 2 with 3 input channels (21 bytes per kernel row, read as 24).
         ([1, 3, 23, 21], [16, 7], Conv2dParams { stride: 2, pad: 3 }, default_knobs(&CONV_LAYERS[0])),
         // Batch 2, mr not dividing OW; channel panels outermost.
-        ([2, 8, 6, 5], [24, 3], Conv2dParams { stride: 1, pad: 1 }, Conv2dInt8Knobs { mr: 3, nr: 16, lanes: 4, order: TileOrder::ChannelsOuter, parallel: false }),
-        ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, Conv2dInt8Knobs { mr: 4, nr: 32, lanes: 16, order: TileOrder::ChannelsOuter, parallel: false }),
+        ([2, 8, 6, 5], [24, 3], Conv2dParams { stride: 1, pad: 1 }, Conv2dInt8Knobs { mr: 3, nr: 16, lanes: 4, order: TileOrder::ChannelsOuter, parallel: false, operands: GemmOperands::U8 }),
+        ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, Conv2dInt8Knobs { mr: 4, nr: 32, lanes: 16, order: TileOrder::ChannelsOuter, parallel: false, operands: GemmOperands::U8 }),
     ];
     let mut seed = 500;
     for (i, (src, w, conv, knobs)) in cases.into_iter().enumerate() {
@@ -885,7 +932,9 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             let l = layer_case(src_dtype, dst, per_channel, post, w[0] as usize);
             // Every case in both layouts would double the test time: alternate them.
             let layout = if seed % 2 == 0 { Layout::Nchw } else { Layout::Nhwc };
-            let (ir, origins) = check_x86_conv(layout, src, w, conv, &l, knobs, seed);
+            // Likewise the weight ranges, so every case meets each kernel family.
+            let weights = [WeightCase::NoMin, WeightCase::Full, WeightCase::SevenBit][(seed / 11 % 3) as usize];
+            let (ir, origins, variants) = check_x86_conv(layout, src, w, conv, &l, knobs, weights, seed);
             // One call per tile over every kernel row (`KH` segments), run by an assembled
             // kernel wherever the host has one (AVX2 and up), not by the call's fallback loops.
             let segments = if w[1] > 1 { format!("{}x", w[1]) } else { String::new() };
@@ -893,6 +942,7 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             if IsaLevel::Avx2.is_supported() {
                 let assembled = format!("kernel for int8_gemm_{}x{}x{segments}", knobs.mr, knobs.nr);
                 assert!(origins.iter().any(|o| o.contains(&assembled)), "{origins:?}");
+                assert_eq!(variants, [weights.avx2_kernel()], "{weights:?}");
             }
             seed += 11;
         }
@@ -914,13 +964,17 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
     for (m, knobs) in [
         (1, default_dense_knobs(&fc, 1)),
         (3, default_dense_knobs(&fc, 3)),
-        (3, Conv2dInt8Knobs { mr: 2, nr: 16, lanes: 8, order: TileOrder::PixelsOuter, parallel: true }),
+        (3, Conv2dInt8Knobs { mr: 2, nr: 16, lanes: 8, order: TileOrder::PixelsOuter, parallel: true, operands: GemmOperands::U8 }),
     ] {
         for src_dtype in [DType::U8, DType::I8] {
             let l = layer_case(src_dtype, DType::U8, true, vec![], oc as usize);
             let (slo, shi) = range_of(src_dtype);
             let src_v = values((m * ic) as usize, seed, slo, shi);
-            let wei_v = values((oc * ic) as usize, seed + 1, -128, 127);
+            let weights = [WeightCase::NoMin, WeightCase::SevenBit, WeightCase::Full][(seed / 11 % 3) as usize];
+            let wei_v = weights.draw((oc * ic) as usize, seed + 1);
+            let avx2 = IsaLevel::Avx2.is_supported();
+            let knobs =
+                if avx2 { knobs.with_weights(false, weight_range(wei_v.iter().map(|&w| w as i8))) } else { knobs };
             let bias: Vec<f64> =
                 values(oc as usize, seed + 2, -200, 800).iter().map(|&b| (b as f32 * 0.37) as f64).collect();
             let mut x = Vec::new();
@@ -934,7 +988,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             }
             let dst_q = dst_quant_for(&x, DType::U8);
             let want: Vec<f64> = x.iter().map(|&v| store(v / dst_q.0 + dst_q.1 as f32, DType::U8)).collect();
-            let what = format!("x86 dense {m}x{ic}->{oc} {src_dtype}->u8 {knobs:?}");
+            let what = format!("x86 dense {m}x{ic}->{oc} {src_dtype}->u8 {weights:?} {knobs:?}");
             assert_exercised(&what, &want, DType::U8);
 
             let src = placeholder([m, ic], src_dtype, "src");
@@ -948,7 +1002,8 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let (interpreted, _) = eval_layer(&def, (&wei, &wei_a), &l, &[(&src, &src_a), (&b, &bias_a)], "fc");
             assert_same(&what, &interpreted, &want);
 
-            let options = CompileOptions::default();
+            let target = if avx2 { Target::Level(IsaLevel::Avx2) } else { Target::Native };
+            let options = CompileOptions { target, ..CompileOptions::default() };
             let zp = ZeroPoints::per_tensor("src", l.src_zp, src_dtype).unwrap();
             let prep = prepare_dense_int8(&wei, src_dtype, &zp, knobs, "prep").unwrap();
             assert_eq!(prep.args[0].shape(), [oc, ic, 1, 1]);
@@ -972,7 +1027,11 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             kernel.compiled.call(&mut call).unwrap();
             assert_same(&what, &out_t.to_array(), &want);
             let ir = ir::lower::lower(&f.schedule, &args, "fc").unwrap().to_string();
-            assert!(ir.contains(&format!("call int8_gemm_{}x{}x40(", knobs.mr, knobs.nr)), "{ir}");
+            let a_suffix = if knobs.operands.source == DType::I8 { "_s8" } else { "" };
+            assert!(ir.contains(&format!("call int8_gemm_{}x{}x40{a_suffix}(", knobs.mr, knobs.nr)), "{ir}");
+            if avx2 {
+                assert_eq!(kernel.compiled.kernel_variants(), [weights.avx2_kernel()], "{what}");
+            }
             seed += 11;
         }
     }
