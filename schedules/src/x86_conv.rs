@@ -333,6 +333,29 @@ mod tests {
     use crate::resnet18::CONV_LAYERS;
 
     #[test]
+    fn the_weights_range_picks_the_fastest_exact_operands() {
+        let knobs = default_knobs(&CONV_LAYERS[1]);
+        let pick = |vnni, range| {
+            let k = knobs.with_weights(vnni, range);
+            (k.operands.source, k.operands.weights)
+        };
+        // 7-bit weights prove the vpmaddubsw triple exact on a u8 source.
+        assert_eq!(pick(false, (-64, 63)), (DType::U8, (-64, 63)));
+        assert_eq!(pick(false, (-64, 64)), (DType::U8, (-64, 64)));
+        // Wider ones without -128: the source shifted to i8 for sign transfer.
+        assert_eq!(pick(false, (-127, 127)), (DType::I8, (-127, 127)));
+        assert_eq!(pick(false, (-65, 3)), (DType::I8, (-65, 3)));
+        // A -128 weight: a u8 source (exact widening); VNNI is exact on a u8 source anyway.
+        assert_eq!(pick(false, (-128, 5)), (DType::U8, (-128, 5)));
+        assert_eq!(pick(true, (-127, 127)), (DType::U8, (-127, 127)));
+        // The declared range always holds the packing's zero padding.
+        assert_eq!(pick(false, (3, 9)), (DType::U8, (0, 9)));
+        assert_eq!(weight_range([5, -3, 7]), (-3, 7));
+        assert_eq!(weight_range([]), (0, 0));
+        assert_eq!(knobs.operands, GemmOperands::U8);
+    }
+
+    #[test]
     fn default_tiles_fit_the_registers_and_divide_the_rows() {
         let tiles: Vec<(i64, i64)> = CONV_LAYERS.iter().map(|l| (default_knobs(l).mr, default_knobs(l).nr)).collect();
         // R1, R2, R4 (rows of 112, 56, 28 pixels, OC 64/64/128) take 4 × 64; R11 (7) 7 × 32.

@@ -107,14 +107,18 @@ impl Blocking {
     /// 64×3136×576 (Zen 4-class host, one zmm `vpdpbusd` per cycle): the best blocking or
     /// within noise of it. Neighbouring tiles differ by 1–3% there; small tiles (4×2 zmm) lose
     /// 10–20%. AVX-VNNI could not be measured (no such host): its 4×3 tile is the largest that
-    /// fits 16 ymm registers, the shape that is best for zmm.
+    /// fits 16 ymm registers, the shape that is best for zmm. The AVX2 exact kernels were chosen
+    /// the same way on an AVX2-only Zen 3 (8×32×256, 4×64×192 and 8×32×512, tiles that stay in
+    /// L1 as the convolution's and GEMM's calls do): 2 × 4 for sign transfer (2 `vpabsb` per 8
+    /// chains; 4 × 2 lost 4%, 3 × 3 and 5 × 2 10–20%), 2 × 2 for widening (70% of its probe
+    /// against 58% for 4 × 1 and 6 × 1).
     pub fn default_for(variant: KernelVariant) -> Blocking {
         match (variant.method, variant.width) {
             (DotMethod::Vnni, VectorWidth::Zmm) => Blocking { rows: 6, vectors: 4, unroll: 4 },
             (DotMethod::MaddUbs, VectorWidth::Zmm) => Blocking { rows: 6, vectors: 4, unroll: 2 },
             (DotMethod::Vnni, VectorWidth::Ymm) => Blocking { rows: 4, vectors: 3, unroll: 4 },
             (DotMethod::MaddUbs, VectorWidth::Ymm) => Blocking { rows: 5, vectors: 2, unroll: 2 },
-            (DotMethod::Widen, _) => Blocking { rows: 6, vectors: 1, unroll: 2 },
+            (DotMethod::Widen, _) => Blocking { rows: 2, vectors: 2, unroll: 4 },
             (DotMethod::SignTransfer, _) => Blocking { rows: 2, vectors: 4, unroll: 4 },
         }
     }

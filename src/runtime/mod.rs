@@ -129,13 +129,11 @@ fn first_outside(dtype: DType, bytes: &[u8], lo: i64, hi: i64) -> Option<(usize,
     // Bytes, the common case, first get a min/max pass the compiler vectorizes.
     if size == 1 {
         let value = |b: u8| if signed { i128::from(b as i8) } else { i128::from(b) };
-        let (min, max) = if signed {
-            let (min, max) = bytes.iter().fold((i8::MAX, i8::MIN), |(mn, mx), &b| (mn.min(b as i8), mx.max(b as i8)));
-            (i128::from(min), i128::from(max))
-        } else {
-            let (min, max) = bytes.iter().fold((u8::MAX, u8::MIN), |(mn, mx), &b| (mn.min(b), mx.max(b)));
-            (i128::from(min), i128::from(max))
-        };
+        // i8 as u8 with the top bit flipped keeps the order, and unsigned byte min/max are
+        // baseline SSE2 (`pminub`/`pmaxub`): tens of bytes per cycle on packed weights.
+        let flip = if signed { 0x80 } else { 0 };
+        let (min, max) = bytes.iter().fold((u8::MAX, u8::MIN), |(mn, mx), &b| (mn.min(b ^ flip), mx.max(b ^ flip)));
+        let (min, max) = (value(min ^ flip), value(max ^ flip));
         if bytes.is_empty() || (lo <= min && max <= hi) {
             return None;
         }
@@ -194,7 +192,11 @@ impl CompiledFunc {
             if p.stored && !arg.writable {
                 return Err(RuntimeError::ReadOnlyArgument { index, name: name() });
             }
-            if let Some((lo, hi)) = p.value_range {
+            // A range that covers the whole dtype promises nothing: no scan.
+            let whole = |(lo, hi): (i64, i64)| {
+                p.dtype.scalar.int_range().is_some_and(|(min, max)| i128::from(lo) <= min && max <= i128::from(hi))
+            };
+            if let Some((lo, hi)) = p.value_range.filter(|&r| !whole(r)) {
                 // Code generation may have relied on the range (e.g. to use `vpmaddubsw` for
                 // exact sums), so data outside it must never reach generated code.
                 // SAFETY: the argument holds at least `p.len` elements of `p.dtype` (checked above).

@@ -161,6 +161,9 @@ fn declared_value_ranges_are_checked_for_every_integer_width_before_running() {
     for (dtype, lo, hi, bad) in [
         (DType::U8, 0, 127, 128i64),
         (DType::I8, -64, 63, -65),
+        (DType::I8, -64, 63, 64),
+        // Sign transfer's precondition: no -128.
+        (DType::I8, -127, 127, -128),
         (DType::I16, -5, 300, 301),
         (DType::U32, 10, 4_000_000_000, 9),
         (DType::I64, i64::MIN + 1, 0, i64::MIN),
