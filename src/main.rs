@@ -140,10 +140,12 @@ enum WeightsChoice {
 impl WeightsChoice {
     /// The range weights are drawn from.
     fn range(self) -> (i64, i64) {
-        match self {
-            WeightsChoice::Full => (-127, 127),
-            WeightsChoice::SevenBit => (-64, 63),
-        }
+        let bits = match self {
+            WeightsChoice::Full => resnet18::WeightBits::Eight,
+            WeightsChoice::SevenBit => resnet18::WeightBits::Seven,
+        };
+        let (lo, hi) = bits.range();
+        (lo.into(), hi.into())
     }
 
     fn name(self) -> &'static str {

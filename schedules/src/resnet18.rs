@@ -92,6 +92,25 @@ impl Layer {
     }
 }
 
+/// The range the table's s8 weights are drawn from (`layers.py`'s symmetric quantization, or
+/// `TL_WEIGHT_BITS=7` for what onnxruntime's quantizer gives with `reduce_range`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightBits {
+    /// [-127, 127].
+    Eight,
+    /// [-64, 63]: every u8 × s8 pair sum fits i16, so `vpmaddubsw` is exact on them.
+    Seven,
+}
+
+impl WeightBits {
+    pub fn range(self) -> (i8, i8) {
+        match self {
+            WeightBits::Eight => (-127, 127),
+            WeightBits::Seven => (-64, 63),
+        }
+    }
+}
+
 /// Every layer in table order: R1..R11, then FC.
 pub fn layers() -> Vec<Layer> {
     CONV_LAYERS.iter().map(|c| Layer::Conv(*c)).chain([Layer::Dense(FC)]).collect()

@@ -1,6 +1,9 @@
 //! The x86 schedule of the int8 convolution: a direct convolution (`ops::conv2d_int8_direct`)
-//! whose reduction is tensorized into the AVX-512 VNNI micro-kernel, with typed knobs and a
-//! default per resnet-18 layer.
+//! whose reduction is tensorized into an int8 micro-kernel, with typed knobs and a default per
+//! resnet-18 layer. Which kernel family code generation picks follows from the ISA level and
+//! `Conv2dInt8Knobs::operands` (the GEMM source's dtype and the weights' proven range, set by
+//! `Conv2dInt8Knobs::with_weights`): VNNI, the `vpmaddubsw` triple proven exact, sign transfer on
+//! an i8 source, or exact widening.
 //!
 //! Two compiled functions make a layer. The weight preparation (`prepare_conv2d_int8`, run once)
 //! packs the weights into VNNI panels and computes the compensation; the per-call function
