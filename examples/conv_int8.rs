@@ -65,7 +65,7 @@ fn run_layer(
     let bias = placeholder([l.oc], DType::F32, "bias");
     let src_a = Array::from_i64(DType::U8, &src_dims, &values(src_dims.iter().product(), 1, 0, 255));
     let wei_a = Array::from_i64(DType::I8, &wdims, &values(wdims.iter().product(), 2, -127, 127));
-    let knobs = knobs.with_weights(options.target.has_vnni()?, weight_range(wei_a.to_i64_vec().iter().map(|&w| w as i8)));
+    let knobs = knobs.with_weights(options.target.level()?.has_vnni(), weight_range(wei_a.to_i64_vec().iter().map(|&w| w as i8)));
     let bias_v: Vec<f64> = values(l.oc, 3, 0, 600).iter().map(|&b| b as f64 * 0.01).collect();
     let bias_a = Array::from_f64(DType::F32, &[l.oc], &bias_v);
 
@@ -100,7 +100,7 @@ fn run_layer(
     };
 
     // Timed calls, each preceded by a run of the kernel's peak probe of the same length.
-    let probe = kernel.compiled.kernel_variants().first().and_then(|&v| Probe::for_variant(v).ok());
+    let probe = Probe::for_function(&kernel.compiled);
     let probe = probe.as_ref();
     let start = Instant::now();
     call(&mut out_t)?;

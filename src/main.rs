@@ -25,7 +25,6 @@ use schedules::x86_conv::{
 };
 use tensorlift::kernels::KernelVariant;
 use tensorlift::kernels::peak::{PeakError, Probe, ProbeKind};
-use tensorlift::runtime::CompiledFunc;
 use tensorlift::{BuildError, CompileOptions, IsaLevel, RuntimeError, Target, Tensor, build};
 
 #[derive(Parser)]
@@ -321,12 +320,6 @@ fn pack_b(b: &Array, k: i64, n: i64, nr: i64) -> Array {
     Array::from_i64(DType::I8, &[n / nr, k / 4, nr, 4], &out)
 }
 
-/// The peak probe a compiled function is compared with: that of the method of its (first)
-/// hand-assembled kernel; `None` when it calls none (the scalar level).
-fn probe_for(compiled: &CompiledFunc) -> Option<Probe> {
-    compiled.kernel_variants().first().and_then(|&v| Probe::for_variant(v).ok())
-}
-
 /// The kernel families a function calls, by name ("none" without a hand-assembled kernel).
 fn kernel_names(variants: &[KernelVariant]) -> String {
     if variants.is_empty() { "none".into() } else { variants.iter().map(|v| v.name()).collect::<Vec<_>>().join(",") }
@@ -402,7 +395,7 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
     compiled.call(&mut [&mut ta, &mut tb, &mut tc])?;
     let verified = tc.to_array().bits_eq(&expected);
 
-    let probe = probe_for(compiled);
+    let probe = Probe::for_function(compiled);
     let workers = compiled.threads().unwrap_or(1);
     let timing =
         time_against_peak(probe.as_ref(), workers, repeat, || compiled.call(&mut [&mut ta, &mut tb, &mut tc]))?;
@@ -850,7 +843,7 @@ fn run_layer(
 
     progress.set_message(format!("{name}: time {repeat} runs"));
     let threads = compiled.kernel.compiled.threads().unwrap_or(1);
-    let probe = probe_for(&compiled.kernel.compiled);
+    let probe = Probe::for_function(&compiled.kernel.compiled);
     let timing = time_against_peak(probe.as_ref(), threads, repeat, || compiled.call())?;
     let kernel = &compiled.kernel;
     Ok(LayerReport {
@@ -911,7 +904,7 @@ fn run_resnet18(args: Resnet18Args) -> Result<(), Box<dyn std::error::Error>> {
         let position = resnet18::layers().iter().position(|l| l.name() == layer.name()).unwrap_or(i);
         let case = LayerCase::new(layer, 1000 * (position as u64 + 1), weights.range())?;
         // The kernel family follows from the level and the prepared weights' proven range.
-        let fit = |knobs: Conv2dInt8Knobs| knobs.with_weights(level >= IsaLevel::AvxVnni, case.weight_range());
+        let fit = |knobs: Conv2dInt8Knobs| knobs.with_weights(level.has_vnni(), case.weight_range());
         let plan = match layer {
             Layer::Conv(c) => {
                 let knobs = default_knobs(&c);

@@ -234,14 +234,9 @@ fn requantize_layer(
     Ok(Requantized { compensation, output, params: params.0 })
 }
 
-/// The source made unsigned: itself for u8, `u8(x) + 128` (exact: `x + 128`) for i8.
-fn shifted_source(src: &Tensor, name: &str) -> Result<(Tensor, Option<Tensor>), QuantError> {
-    shifted_source_as(src, DType::U8, name)
-}
-
 /// `src` as `gemm` (u8 or i8): itself, or `gemm(src) + source_shift` (wrapping, i.e. the top bit
-/// flipped) as the stage `<name>.shifted`.
-fn shifted_source_as(src: &Tensor, gemm: DType, name: &str) -> Result<(Tensor, Option<Tensor>), QuantError> {
+/// flipped: `u8(x) + 128` for i8 → u8, `i8(x) - 128` for u8 → i8) as the stage `<name>.shifted`.
+fn shifted_source(src: &Tensor, gemm: DType, name: &str) -> Result<(Tensor, Option<Tensor>), QuantError> {
     if src.dtype() == gemm {
         return Ok((src.clone(), None));
     }
@@ -315,7 +310,7 @@ pub fn conv2d_nchw_int8(
     let ConvGeometry { n, ic, h, w, oc, kh, kw, oh, ow } = conv_geometry(&op, src, Layout::Nchw, weights, conv)?;
     let out_dims = [n, oc, oh, ow];
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
-    let (unsigned, shifted) = shifted_source(src, name)?;
+    let (unsigned, shifted) = shifted_source(src, DType::U8, name)?;
     let pad_value = Expr::int(DType::U8, (src_zp + source_shift(src.dtype(), DType::U8)) as i64);
     let (padded, padded_stage) = if conv.pad > 0 {
         let p = conv.pad;
@@ -519,7 +514,7 @@ pub fn conv2d_int8_direct(
     }
     let out_dims = layout.shape([n, oc, oh, ow]);
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
-    let (source, shifted) = shifted_source_as(src, gemm, name)?;
+    let (source, shifted) = shifted_source(src, gemm, name)?;
     let pad_value = Expr::int(gemm, (src_zp + source_shift(src.dtype(), gemm)) as i64);
     let (p, row) = (conv.pad, conv_row_bytes(ic, kw));
     // A 1×1 kernel subsamples while padding and then runs at stride 1.
@@ -607,7 +602,7 @@ pub fn dense_int8(
     }
     let out_dims = [m, oc];
     let ((src_scale, _), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
-    let (unsigned, shifted) = shifted_source(src, name)?;
+    let (unsigned, shifted) = shifted_source(src, DType::U8, name)?;
     let k = reduce_axis(ic, "ic");
     let acc = compute_vec(
         out_dims.to_vec(),

@@ -18,7 +18,7 @@ use thiserror::Error;
 use super::{DotMethod, KernelError, KernelVariant, VectorWidth};
 use crate::codegen::jit::{self, JitCode};
 use crate::error::{CompileError, RuntimeError};
-use crate::runtime::{IsaLevel, OptLevel, Target, build_isa};
+use crate::runtime::{CompiledFunc, IsaLevel, OptLevel, Target, build_isa};
 
 /// Independent accumulators in the `vpdpbusd` probe loop.
 pub const ACCUMULATORS: usize = 12;
@@ -219,11 +219,6 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// The `vpdpbusd` probe at `width`.
-    pub fn new(width: VectorWidth) -> Result<Probe, PeakError> {
-        Probe::of(ProbeKind::Vnni(width))
-    }
-
     pub fn of(kind: ProbeKind) -> Result<Probe, PeakError> {
         let (level, vex) = kind.level().ok_or(PeakError::Unsupported { kind, needed: kind.needed() })?;
         let bytes = assemble(kind, vex)?;
@@ -235,6 +230,12 @@ impl Probe {
     /// The probe of the method `variant` runs.
     pub fn for_variant(variant: KernelVariant) -> Result<Probe, PeakError> {
         Probe::of(ProbeKind::for_variant(variant))
+    }
+
+    /// The probe a compiled function is compared with: that of the method of its (first)
+    /// hand-assembled kernel; `None` when it calls none (the scalar level).
+    pub fn for_function(compiled: &CompiledFunc) -> Option<Probe> {
+        compiled.kernel_variants().first().and_then(|&v| Probe::for_variant(v).ok())
     }
 
     /// Runs `iterations` loop iterations and returns the wall time.

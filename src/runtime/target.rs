@@ -75,6 +75,11 @@ impl IsaLevel {
         }
     }
 
+    /// Whether the level has a `vpdpbusd` (exact on any u8 × i8 operands).
+    pub fn has_vnni(self) -> bool {
+        self >= IsaLevel::AvxVnni
+    }
+
     /// The best level this CPU supports; `None` off x86-64 or below SSE4.2.
     pub fn detect() -> Option<IsaLevel> {
         IsaLevel::ALL.into_iter().rev().find(|l| l.is_supported())
@@ -131,11 +136,6 @@ impl Target {
             Some(level) => level.check_supported(),
             None => Ok(IsaLevel::detect().unwrap_or(IsaLevel::Scalar)),
         }
-    }
-
-    /// Whether the level has a `vpdpbusd` (exact on any u8 × i8 operands).
-    pub fn has_vnni(self) -> Result<bool, CompileError> {
-        Ok(self.level()? >= IsaLevel::AvxVnni)
     }
 
     /// The explicit level: `Level`, or `Native` with `TENSORLIFT_ISA` set.
