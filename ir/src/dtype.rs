@@ -248,3 +248,81 @@ impl fmt::Display for ScalarType {
         f.write_str(self.name())
     }
 }
+
+/// `x` rounded to the binary float format with `man_bits` stored mantissa bits and exponent
+/// bias `bias` (16 bits wide in all): IEEE 754 roundTiesToEven, overflow to ±inf, underflow
+/// through subnormals to ±0. A NaN stays a quiet NaN with its sign and top payload bits.
+fn half_bits_from_f64(x: f64, man_bits: u32, bias: i64) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 48) & 0x8000) as u16;
+    let exp_field = ((bits >> 52) & 0x7ff) as i64;
+    let man = bits & ((1u64 << 52) - 1);
+    let inf = ((2 * bias + 1) << man_bits) as u16;
+    if exp_field == 0x7ff {
+        let nan = if man == 0 { 0 } else { (1u64 << (man_bits - 1)) | (man >> (52 - man_bits)) };
+        return sign | inf | nan as u16;
+    }
+    if exp_field == 0 {
+        // f64 subnormals and zero are far below half of the smallest subnormal of any 16-bit format.
+        return sign;
+    }
+    // |x| = m · 2^(e - 52) with a 53-bit m; the result is a multiple of 2^q.
+    let (m, e) = (man | (1u64 << 52), exp_field - 1023);
+    let q = e.max(1 - bias) - man_bits as i64;
+    let shift = q - (e - 52);
+    let units = if shift >= 64 {
+        0
+    } else {
+        let (kept, rest) = (m >> shift, m & ((1u64 << shift) - 1));
+        let half = 1u64 << (shift - 1);
+        kept + u64::from(rest > half || (rest == half && kept & 1 == 1))
+    };
+    // Normal results carry the hidden bit into the exponent field; a rounding carry moves up.
+    let magnitude = if e < 1 - bias { units } else { (((e + bias) as u64) << man_bits) + units - (1u64 << man_bits) };
+    if magnitude >= u64::from(inf) { sign | inf } else { sign | magnitude as u16 }
+}
+
+/// The bits of the IEEE binary16 value nearest to `x` (ties to even), as `F16` casts round.
+pub fn f16_bits_from_f64(x: f64) -> u16 {
+    half_bits_from_f64(x, 10, 15)
+}
+
+/// The bits of the bfloat16 value nearest to `x` (ties to even), as `BF16` casts round.
+pub fn bf16_bits_from_f64(x: f64) -> u16 {
+    half_bits_from_f64(x, 7, 127)
+}
+
+#[cfg(test)]
+mod half_tests {
+    use super::*;
+
+    /// Every finite value of the format, each midpoint to its successor and the points just
+    /// beside it: exact values stay, midpoints go to the even neighbour, the rest to the nearer.
+    fn check(to_bits: fn(f64) -> u16, from_bits: fn(u16) -> f64, inf: u16) {
+        for b in 0..inf {
+            let lo = from_bits(b);
+            // Past the largest finite value, the next step is where rounding overflows to inf.
+            let hi = if b + 1 == inf { 2.0 * lo - from_bits(b - 1) } else { from_bits(b + 1) };
+            assert_eq!(to_bits(lo), b, "{lo} exact");
+            assert_eq!(to_bits(-lo), b | 0x8000, "-{lo} exact");
+            let mid = (lo + hi) / 2.0;
+            let even = if b & 1 == 0 { b } else { b + 1 };
+            assert_eq!(to_bits(mid), even, "midpoint {mid}");
+            assert_eq!(to_bits(mid.next_down()), b, "below midpoint {mid}");
+            assert_eq!(to_bits(mid.next_up()), b + 1, "above midpoint {mid}");
+        }
+        assert_eq!(to_bits(f64::INFINITY), inf);
+        assert_eq!(to_bits(f64::NEG_INFINITY), inf | 0x8000);
+        assert_eq!(to_bits(1e300), inf);
+        assert_eq!(to_bits(f64::MIN_POSITIVE / 4.0), 0);
+        assert_eq!(to_bits(-0.0), 0x8000);
+        let nan = to_bits(f64::NAN);
+        assert!(nan & 0x7fff > inf, "NaN stays NaN: {nan:#x}");
+    }
+
+    #[test]
+    fn f16_and_bf16_rounding_is_correct_on_every_value_and_midpoint() {
+        check(f16_bits_from_f64, |b| half::f16::from_bits(b).to_f64(), 0x7c00);
+        check(bf16_bits_from_f64, |b| half::bf16::from_bits(b).to_f64(), 0x7f80);
+    }
+}

@@ -504,8 +504,8 @@ pub fn round_float(ty: ScalarType, value: f64) -> f64 {
     match ty {
         ScalarType::F64 => value,
         ScalarType::F32 => value as f32 as f64,
-        ScalarType::F16 => half::f16::from_f64(value).to_f64(),
-        ScalarType::BF16 => half::bf16::from_f64(value).to_f64(),
+        ScalarType::F16 => half::f16::from_bits(crate::dtype::f16_bits_from_f64(value)).to_f64(),
+        ScalarType::BF16 => half::bf16::from_bits(crate::dtype::bf16_bits_from_f64(value)).to_f64(),
         _ => panic!("round_float of non-float type {ty}"),
     }
 }

@@ -22,9 +22,9 @@ pub enum HostFn {
     F16ToF64,
     /// `fn(bits: u32) -> f64`: `half::bf16::from_bits(bits).to_f64()`.
     Bf16ToF64,
-    /// `fn(x: f64) -> u32`: `half::f16::from_f64(x).to_bits()`.
+    /// `fn(x: f64) -> u32`: `ir::dtype::f16_bits_from_f64(x)` (correctly rounded).
     F64ToF16,
-    /// `fn(x: f64) -> u32`: `half::bf16::from_f64(x).to_bits()`.
+    /// `fn(x: f64) -> u32`: `ir::dtype::bf16_bits_from_f64(x)` (correctly rounded).
     F64ToBf16,
 }
 

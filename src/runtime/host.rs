@@ -72,11 +72,11 @@ extern "C" fn bf16_to_f64(bits: u32) -> f64 {
 }
 
 extern "C" fn f64_to_f16(x: f64) -> u32 {
-    half::f16::from_f64(x).to_bits() as u32
+    ir::dtype::f16_bits_from_f64(x) as u32
 }
 
 extern "C" fn f64_to_bf16(x: f64) -> u32 {
-    half::bf16::from_f64(x).to_bits() as u32
+    ir::dtype::bf16_bits_from_f64(x) as u32
 }
 
 /// The pool with `threads` threads, shared by every function compiled for that count.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ir::DType;
 use rayon::ThreadPool;
 
-pub(crate) use target::build_isa;
+pub(crate) use target::{build_isa, build_object_isa};
 pub use cpu::{CpuId, cpu_id, cpu_name};
 pub use target::{ISA_ENV, IsaLevel, OptLevel, Target};
 pub use tensor::{Arg, Element, Tensor};

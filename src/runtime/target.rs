@@ -176,21 +176,39 @@ fn isa_error(message: impl fmt::Display) -> CompileError {
     CompileError::Isa { message: message.to_string() }
 }
 
-/// The Cranelift ISA for `target`, and the level kernels may use (`Scalar` off x86-64, where
-/// there are none). The verifier runs in debug builds only.
-pub(crate) fn build_isa(target: Target, opt: OptLevel) -> Result<(OwnedTargetIsa, IsaLevel), CompileError> {
+/// Cranelift's shared settings for generated kernels. The verifier runs in debug builds only.
+fn shared_flags(opt: OptLevel, extra: &[(&str, &str)]) -> Result<settings::Builder, CompileError> {
     let mut flags = settings::builder();
     let debug = if cfg!(debug_assertions) { "true" } else { "false" };
-    for (name, value) in [
+    for &(name, value) in [
         ("opt_level", opt.setting()),
         ("enable_verifier", debug),
         // Frames with large stack buffers are probed page by page, so they cannot skip over
         // a guard page.
         ("enable_probestack", "true"),
         ("probestack_strategy", "inline"),
-    ] {
+    ]
+    .iter()
+    .chain(extra)
+    {
         flags.set(name, value).map_err(isa_error)?;
     }
+    Ok(flags)
+}
+
+/// The Cranelift ISA of exactly `level` for `triple`, whatever this CPU supports.
+fn level_builder(level: IsaLevel, triple: target_lexicon::Triple) -> Result<isa::Builder, CompileError> {
+    let mut builder = isa::lookup(triple).map_err(isa_error)?;
+    for flag in level.cranelift_flags() {
+        builder.enable(flag).map_err(isa_error)?;
+    }
+    Ok(builder)
+}
+
+/// The Cranelift ISA for `target`, and the level kernels may use (`Scalar` off x86-64, where
+/// there are none).
+pub(crate) fn build_isa(target: Target, opt: OptLevel) -> Result<(OwnedTargetIsa, IsaLevel), CompileError> {
+    let flags = shared_flags(opt, &[])?;
     let (builder, level) = match target.forced()? {
         None => {
             // Lowering 128-bit vectors needs SSE4.1 instructions, so below the baseline level
@@ -202,12 +220,17 @@ pub(crate) fn build_isa(target: Target, opt: OptLevel) -> Result<(OwnedTargetIsa
         }
         Some(level) => {
             level.check_supported()?;
-            let mut builder = isa::lookup(target_lexicon::Triple::host()).map_err(isa_error)?;
-            for flag in level.cranelift_flags() {
-                builder.enable(flag).map_err(isa_error)?;
-            }
-            (builder, level)
+            (level_builder(level, target_lexicon::Triple::host())?, level)
         }
     };
     Ok((builder.finish(settings::Flags::new(flags)).map_err(isa_error)?, level))
+}
+
+/// The Cranelift ISA for code of `level` in a shared library (x86-64 Linux, any CPU):
+/// position-independent, and without unwind tables, whose absolute relocations in `.eh_frame`
+/// would make the library's text relocatable at load.
+pub(crate) fn build_object_isa(level: IsaLevel, opt: OptLevel) -> Result<OwnedTargetIsa, CompileError> {
+    let flags = shared_flags(opt, &[("is_pic", "true"), ("unwind_info", "false")])?;
+    let triple = "x86_64-unknown-linux-gnu".parse().map_err(isa_error)?;
+    level_builder(level, triple)?.finish(settings::Flags::new(flags)).map_err(isa_error)
 }

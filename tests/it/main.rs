@@ -3,6 +3,7 @@
 mod cli;
 mod differential;
 mod errors;
+mod export;
 mod golden;
 mod invariants;
 mod quant;

@@ -128,8 +128,8 @@ impl Array {
                 // Integers truncate their two's-complement bits to the element width.
                 Scalar::Int(x) => out.extend_from_slice(&x.to_le_bytes()[..ty.bytes()]),
                 Scalar::Float(x) => match ty {
-                    ScalarType::F16 => out.extend_from_slice(&half::f16::from_f64(x).to_le_bytes()),
-                    ScalarType::BF16 => out.extend_from_slice(&half::bf16::from_f64(x).to_le_bytes()),
+                    ScalarType::F16 => out.extend_from_slice(&crate::dtype::f16_bits_from_f64(x).to_le_bytes()),
+                    ScalarType::BF16 => out.extend_from_slice(&crate::dtype::bf16_bits_from_f64(x).to_le_bytes()),
                     ScalarType::F32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
                     _ => out.extend_from_slice(&x.to_le_bytes()),
                 },

@@ -1,0 +1,332 @@
+//! The C side of an exported library: the header users include, the library source (runtime,
+//! argument tables, exported functions), the linker version script and the manifest.
+
+use std::fmt::Write;
+
+use serde_json::json;
+
+use super::dlpack::{dl_dtype, dl_name};
+use super::{ABI_VERSION, DLPACK_VERSION, ErrorCode, MAX_ARGS, OpInfo};
+use crate::codegen::STATUS_OUT_OF_MEMORY;
+use crate::runtime::IsaLevel;
+
+/// The C runtime compiled into every library.
+const RUNTIME: &str = include_str!("runtime.c");
+
+/// DLPack 1.x's definitions, under `dlpack/dlpack.h`'s own include guard: whichever of the two
+/// headers comes first defines them, and the other then adds nothing.
+const DLPACK_DEFINITIONS: &str = r#"#ifndef DLPACK_DLPACK_H_
+#define DLPACK_DLPACK_H_
+#include <stddef.h>
+#include <stdint.h>
+#ifdef __cplusplus
+#define DLPACK_EXTERN_C extern "C"
+#else
+#define DLPACK_EXTERN_C
+#endif
+#define DLPACK_MAJOR_VERSION 1
+#define DLPACK_MINOR_VERSION 0
+#define DLPACK_DLL
+#ifdef __cplusplus
+extern "C" {
+#endif
+typedef struct {
+  uint32_t major;
+  uint32_t minor;
+} DLPackVersion;
+#ifdef __cplusplus
+typedef enum : int32_t {
+#else
+typedef enum {
+#endif
+  kDLCPU = 1,
+  kDLCUDA = 2,
+  kDLCUDAHost = 3,
+  kDLOpenCL = 4,
+  kDLVulkan = 7,
+  kDLMetal = 8,
+  kDLVPI = 9,
+  kDLROCM = 10,
+  kDLROCMHost = 11,
+  kDLExtDev = 12,
+  kDLCUDAManaged = 13,
+  kDLOneAPI = 14,
+  kDLWebGPU = 15,
+  kDLHexagon = 16,
+  kDLMAIA = 17,
+} DLDeviceType;
+typedef struct {
+  DLDeviceType device_type;
+  int32_t device_id;
+} DLDevice;
+typedef enum {
+  kDLInt = 0U,
+  kDLUInt = 1U,
+  kDLFloat = 2U,
+  kDLOpaqueHandle = 3U,
+  kDLBfloat = 4U,
+  kDLComplex = 5U,
+  kDLBool = 6U,
+} DLDataTypeCode;
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+typedef struct {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void * manager_ctx;
+  void (*deleter)(struct DLManagedTensor * self);
+} DLManagedTensor;
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+typedef struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensorVersioned *self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+#ifdef __cplusplus
+}
+#endif
+#endif
+"#;
+
+/// `s` as a C string literal.
+fn c_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for b in s.bytes() {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            0x20..=0x7e => out.push(b as char),
+            _ => write!(out, "\\{b:03o}").unwrap(),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn level_index(level: IsaLevel) -> usize {
+    IsaLevel::ALL.iter().position(|&l| l == level).expect("every level is in ALL")
+}
+
+fn dims(shape: &[i64]) -> String {
+    shape.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// The manifest, without `selected_isa` (chosen when the library loads).
+pub(super) fn manifest(name: &str, levels: &[IsaLevel], ops: &[OpInfo]) -> serde_json::Value {
+    let operators: Vec<_> = ops
+        .iter()
+        .map(|op| {
+            let args: Vec<_> = op
+                .params
+                .iter()
+                .map(|p| {
+                    let mut arg = json!({
+                        "name": p.name,
+                        "dtype": dl_name(p.dtype),
+                        "shape": p.shape,
+                        "role": if p.output { "output" } else { "input" },
+                    });
+                    let ranges: serde_json::Map<_, _> = levels
+                        .iter()
+                        .zip(&p.ranges)
+                        .filter_map(|(l, r)| r.map(|(lo, hi)| (l.name().to_string(), json!([lo, hi]))))
+                        .collect();
+                    if !ranges.is_empty() {
+                        arg["value_range"] = serde_json::Value::Object(ranges);
+                    }
+                    arg
+                })
+                .collect();
+            json!({
+                "name": op.name,
+                "symbol": format!("{name}_{}", op.name),
+                "args": args,
+                "tuning": op.tuning,
+            })
+        })
+        .collect();
+    json!({
+        "abi_version": ABI_VERSION,
+        "dlpack_version": DLPACK_VERSION,
+        "name": name,
+        "isa_levels": levels.iter().map(|l| l.name()).collect::<Vec<_>>(),
+        "operators": operators,
+    })
+}
+
+/// `<NAME>.h`.
+pub(super) fn header(name: &str, ops: &[OpInfo]) -> String {
+    let upper = name.to_ascii_uppercase();
+    let mut h = String::new();
+    writeln!(h, "/* {name}.h: generated by tensorlift. ABI version {ABI_VERSION}; do not edit. */").unwrap();
+    writeln!(h, "#ifndef {upper}_TENSORLIFT_H_\n#define {upper}_TENSORLIFT_H_\n").unwrap();
+    h.push_str(DLPACK_DEFINITIONS);
+    writeln!(h, "\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n").unwrap();
+    writeln!(h, "#define {upper}_ABI_VERSION {ABI_VERSION}").unwrap();
+    writeln!(h, "\n/* What every function returns; the message is in {name}_last_error(). */").unwrap();
+    for code in ErrorCode::ALL {
+        let constant = match code {
+            ErrorCode::Ok => format!("{upper}_OK"),
+            _ => format!("{upper}_ERROR_{}", code.c_name()),
+        };
+        writeln!(h, "#define {constant} {}", code as i32).unwrap();
+    }
+    writeln!(h, "\n/* The message of this thread's last failed call (\"\" if none failed). */").unwrap();
+    writeln!(h, "const char *{name}_last_error(void);").unwrap();
+    writeln!(
+        h,
+        "\n/* JSON: abi_version, dlpack_version, name, isa_levels (compiled), selected_isa (this CPU),\n   \
+         and per operator its args (name, dtype, shape, role) in order. */"
+    )
+    .unwrap();
+    writeln!(h, "const char *{name}_manifest(void);").unwrap();
+    for op in ops {
+        writeln!(h, "\n/* {}: args[i] are compact row-major CPU DLTensors (strides NULL or compact):", op.name).unwrap();
+        for (i, p) in op.params.iter().enumerate() {
+            let role = if p.output { "output" } else { "input" };
+            write!(h, " *   args[{i}] {}: {} [{}], {role}", p.name, dl_name(p.dtype), dims(&p.shape)).unwrap();
+            if let Some((lo, hi)) = p.ranges.iter().flatten().next() {
+                write!(h, ", values in {lo}..={hi}").unwrap();
+            }
+            h.push('\n');
+        }
+        writeln!(h, " * Returns {upper}_OK or an error code. */").unwrap();
+        writeln!(h, "int32_t {name}_{}(DLTensor *const *args, int32_t nargs);", op.name).unwrap();
+    }
+    writeln!(h, "\n#ifdef __cplusplus\n}}\n#endif\n#endif").unwrap();
+    h
+}
+
+/// The library's C source: runtime, per-operator tables and the exported functions.
+pub(super) fn library_source(name: &str, levels: &[IsaLevel], ops: &[OpInfo], manifest: &serde_json::Value) -> String {
+    let mut c = String::new();
+    writeln!(c, "/* lib{name}: generated by tensorlift. */\n#define _GNU_SOURCE").unwrap();
+    c.push_str(DLPACK_DEFINITIONS);
+    writeln!(c, "#define TL_LEVELS {}", IsaLevel::ALL.len()).unwrap();
+    for level in IsaLevel::ALL {
+        let macro_name = level.name().to_ascii_uppercase().replace('-', "_");
+        writeln!(c, "#define TL_LEVEL_{macro_name} {}", level_index(level)).unwrap();
+    }
+    writeln!(c, "#define TL_MAX_ARGS {MAX_ARGS}").unwrap();
+    for code in ErrorCode::ALL {
+        match code {
+            ErrorCode::Ok => writeln!(c, "#define TL_OK 0").unwrap(),
+            _ => writeln!(c, "#define TL_ERROR_{} {}", code.c_name(), code as i32).unwrap(),
+        }
+    }
+    writeln!(c, "#define TL_STATUS_OUT_OF_MEMORY {STATUS_OUT_OF_MEMORY}").unwrap();
+    let compiled: Vec<&str> = IsaLevel::ALL.iter().map(|l| if levels.contains(l) { "1" } else { "0" }).collect();
+    writeln!(c, "static const int tl_compiled[TL_LEVELS] = {{{}}};", compiled.join(", ")).unwrap();
+    let names: Vec<&str> = levels.iter().map(|l| l.name()).collect();
+    writeln!(c, "#define TL_COMPILED_NAMES {}", c_string(&names.join(","))).unwrap();
+    c.push_str(RUNTIME);
+
+    for op in ops {
+        let id = &op.name;
+        c.push('\n');
+        for (_, symbol) in &op.entries {
+            writeln!(c, "TL_HIDDEN int32_t {symbol}(void *const *args);").unwrap();
+        }
+        for (i, p) in op.params.iter().enumerate() {
+            writeln!(c, "static const int64_t tl_{id}_shape{i}[] = {{{}}};", if p.shape.is_empty() { "0".into() } else { dims(&p.shape) })
+                .unwrap();
+        }
+        let table = |c: &mut String, kind: &str, rows: Vec<String>| -> String {
+            if rows.is_empty() {
+                return "NULL".to_string();
+            }
+            let var = format!("tl_{id}_{kind}");
+            let ty = if kind == "params" { "tl_param" } else { "tl_range" };
+            writeln!(c, "static const {ty} {var}[] = {{\n    {}}};", rows.join(",\n    ")).unwrap();
+            var
+        };
+        let rows = op
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let dt = dl_dtype(p.dtype);
+                let elements: i64 = p.shape.iter().product();
+                format!(
+                    "{{{}, {}, {}, {}, {}, tl_{id}_shape{i}, {elements}, {}}}",
+                    c_string(&p.name),
+                    dt.code,
+                    dt.bits,
+                    c_string(dl_name(p.dtype)),
+                    p.shape.len(),
+                    i32::from(p.output)
+                )
+            })
+            .collect();
+        let params = table(&mut c, "params", rows);
+        let mut entries = vec!["NULL".to_string(); IsaLevel::ALL.len()];
+        let mut ranges = vec!["NULL".to_string(); IsaLevel::ALL.len()];
+        for (k, (level, symbol)) in op.entries.iter().enumerate() {
+            entries[level_index(*level)] = symbol.clone();
+            let rows = op
+                .params
+                .iter()
+                .map(|p| match p.ranges[k] {
+                    Some((lo, hi)) => format!("{{1, {lo}LL, {hi}LL}}"),
+                    None => "{0, 0, 0}".to_string(),
+                })
+                .collect();
+            ranges[level_index(*level)] = table(&mut c, &format!("ranges_{}", level.name().replace('-', "_")), rows);
+        }
+        writeln!(
+            c,
+            "static const tl_op tl_{id} = {{{}, {}, {params}, {{{}}}, {{{}}}}};",
+            c_string(id),
+            op.params.len(),
+            entries.join(", "),
+            ranges.join(", ")
+        )
+        .unwrap();
+        writeln!(
+            c,
+            "__attribute__((visibility(\"default\"))) int32_t {name}_{id}(DLTensor *const *args, int32_t nargs) {{\n    \
+             return tl_call(&tl_{id}, args, nargs);\n}}"
+        )
+        .unwrap();
+    }
+
+    // The manifest with `selected_isa` first, filled in on first use.
+    let rest = manifest.to_string();
+    let rest = rest.strip_prefix('{').unwrap_or(&rest);
+    writeln!(
+        c,
+        "\nstatic const char tl_manifest_rest[] = {};\n\
+         static char tl_manifest[sizeof tl_manifest_rest + 64];\n\
+         static pthread_once_t tl_manifest_once = PTHREAD_ONCE_INIT;\n\
+         static void tl_manifest_build(void) {{\n    \
+         snprintf(tl_manifest, sizeof tl_manifest, \"{{\\\"selected_isa\\\":\\\"%s\\\",%s\", tl_level_name(), tl_manifest_rest);\n}}\n\
+         __attribute__((visibility(\"default\"))) const char *{name}_manifest(void) {{\n    \
+         pthread_once(&tl_manifest_once, tl_manifest_build);\n    return tl_manifest;\n}}\n\
+         __attribute__((visibility(\"default\"))) const char *{name}_last_error(void) {{ return tl_last_error(); }}",
+        c_string(rest)
+    )
+    .unwrap();
+    c
+}
+
+/// The linker version script: only the `NAME_` functions are global.
+pub(super) fn version_script(name: &str, ops: &[OpInfo]) -> String {
+    let mut globals = vec![format!("{name}_last_error;"), format!("{name}_manifest;")];
+    globals.extend(ops.iter().map(|op| format!("{name}_{};", op.name)));
+    format!("{{\n  global:\n    {}\n  local: *;\n}};\n", globals.join("\n    "))
+}

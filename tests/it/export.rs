@@ -1,0 +1,358 @@
+//! Exported libraries (`tensorlift::export`): loaded from C, Rust and Python, bit for bit equal
+//! to the JIT, every bad argument an error code and message, dispatch forced to each level.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use ir::DType;
+use ir::interp::array::Array;
+use tensorlift::export::dlpack::{DL_CPU, DL_UINT, DLDataType, DLDevice, DLTensor};
+use tensorlift::export::{ErrorCode, ExportOptions, Library, LoadError, LoadedLibrary, Operator, export, operators};
+use tensorlift::{CompileOptions, IsaLevel, Target, Tensor};
+
+/// Matmul sizes: ragged rows (50 = 6 tiles of 8 + 2), 16-wide panels.
+const M: i64 = 50;
+const N: i64 = 48;
+const K: i64 = 36;
+
+fn out_dir(test: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("export").join(test)
+}
+
+/// Deterministic operands covering the extremes: A in 0..=255, B in -128..=127.
+fn operands() -> (Array, Array) {
+    let a: Vec<i64> = (0..M * K).map(|i| (i * 7 + 3) % 256).collect();
+    let b: Vec<i64> = (0..K * N).map(|i| (i * 13 + 5) % 256 - 128).collect();
+    (Array::from_i64(DType::U8, &[M, K], &a), Array::from_i64(DType::I8, &[K, N], &b))
+}
+
+/// `A · B` by the JIT of the same operator's function.
+fn jit_matmul(op: &Operator) -> Array {
+    let func = &op.funcs[&IsaLevel::Scalar];
+    let compiled = tensorlift::compile(func, &CompileOptions::default()).expect("JIT compile");
+    let (a, b) = operands();
+    let (mut ta, mut tb) = (Tensor::from_array(&a), Tensor::from_array(&b));
+    let mut tc = Tensor::zeros(DType::I32, &[M, N]);
+    compiled.call(&mut [&mut ta, &mut tb, &mut tc]).expect("JIT call");
+    tc.to_array()
+}
+
+fn matmul_op() -> Operator {
+    operators::matmul(M, N, K, &IsaLevel::ALL).expect("matmul operator")
+}
+
+/// The matmul library, exported once for every test here (all four levels).
+fn matmul_library() -> &'static Library {
+    static LIB: OnceLock<Library> = OnceLock::new();
+    LIB.get_or_init(|| export(&[matmul_op()], &ExportOptions::new("tlmm"), &out_dir("matmul")).expect("export"))
+}
+
+fn run(command: &mut Command) -> (bool, String, String) {
+    let out = command.output().expect("run command");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The C test program: computes the matmul on the same operands, writes C's bytes to argv[1],
+/// then prints one line per bad call: `<case> <code> <message>`.
+const C_PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tlmm.h"
+
+enum { M = 50, N = 48, K = 36 };
+
+int main(int argc, char **argv) {
+    static uint8_t a[M * K];
+    static int8_t b[K * N];
+    static int32_t c[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = (uint8_t)((i * 7 + 3) % 256);
+    for (int i = 0; i < K * N; i++) b[i] = (int8_t)((i * 13 + 5) % 256 - 128);
+    int64_t sa[2] = {M, K}, sb[2] = {K, N}, sc[2] = {M, N};
+    DLTensor ta = {a, {kDLCPU, 0}, 2, {kDLUInt, 8, 1}, sa, NULL, 0};
+    DLTensor tb = {b, {kDLCPU, 0}, 2, {kDLInt, 8, 1}, sb, NULL, 0};
+    DLTensor tc = {c, {kDLCPU, 0}, 2, {kDLInt, 32, 1}, sc, NULL, 0};
+    DLTensor *args[3] = {&ta, &tb, &tc};
+    int rc = tlmm_matmul(args, 3);
+    if (rc != TLMM_OK) {
+        fprintf(stderr, "matmul failed: %d %s\n", rc, tlmm_last_error());
+        return 2;
+    }
+    FILE *f = fopen(argv[1], "wb");
+    fwrite(c, sizeof c, 1, f);
+    fclose(f);
+    printf("manifest %s\n", tlmm_manifest());
+
+    printf("nargs %d %s\n", tlmm_matmul(args, 2), tlmm_last_error());
+    DLTensor bad = ta;
+    bad.dtype.bits = 16;
+    DLTensor *bad_args[3] = {&bad, &tb, &tc};
+    printf("dtype %d %s\n", tlmm_matmul(bad_args, 3), tlmm_last_error());
+    bad = ta;
+    int64_t wrong[2] = {M, K + 4};
+    bad.shape = wrong;
+    printf("shape %d %s\n", tlmm_matmul(bad_args, 3), tlmm_last_error());
+    bad = ta;
+    bad.ndim = 1;
+    printf("ndim %d %s\n", tlmm_matmul(bad_args, 3), tlmm_last_error());
+    bad = ta;
+    bad.data = NULL;
+    printf("null %d %s\n", tlmm_matmul(bad_args, 3), tlmm_last_error());
+    bad = ta;
+    int64_t strides[2] = {1, M};
+    bad.strides = strides;
+    printf("strides %d %s\n", tlmm_matmul(bad_args, 3), tlmm_last_error());
+    bad = ta;
+    bad.device.device_type = kDLCUDA;
+    printf("device %d %s\n", tlmm_matmul(bad_args, 3), tlmm_last_error());
+    DLTensor out = tc;
+    out.data = a;
+    out.dtype = tc.dtype;
+    int64_t small[2] = {1, 1};
+    out.shape = small;
+    DLTensor *overlap_args[3] = {&ta, &tb, &out};
+    int64_t real_shape[2] = {M, N};
+    out.shape = real_shape;
+    printf("overlap %d %s\n", tlmm_matmul(overlap_args, 3), tlmm_last_error());
+    int64_t compact[2] = {K, 1};
+    bad = ta;
+    bad.strides = compact;
+    printf("compact %d %s\n", tlmm_matmul(bad_args, 3), tlmm_last_error());
+    return 0;
+}
+"#;
+
+/// Builds the C program against the library (once).
+fn c_program() -> &'static PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let lib = matmul_library();
+        let dir = lib.shared.parent().unwrap().to_path_buf();
+        let source = dir.join("call_matmul.c");
+        std::fs::write(&source, C_PROGRAM).unwrap();
+        let exe = dir.join("call_matmul");
+        let (ok, _, stderr) = run(Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Werror", "-o"])
+            .arg(&exe)
+            .arg(&source)
+            .arg("-I")
+            .arg(&dir)
+            .arg("-L")
+            .arg(&dir)
+            .args(["-ltlmm", "-Wl,-rpath,$ORIGIN"]));
+        assert!(ok, "cc: {stderr}");
+        exe
+    })
+}
+
+fn i32_bytes(a: &Array) -> Vec<u8> {
+    a.to_i64_vec().iter().flat_map(|&v| (v as i32).to_le_bytes()).collect()
+}
+
+#[test]
+fn c_program_gets_the_jit_result_at_every_level_this_cpu_has() {
+    let expected = i32_bytes(&jit_matmul(&matmul_op()));
+    let exe = c_program();
+    let best = IsaLevel::detect().unwrap();
+    let mut forced: Vec<Option<IsaLevel>> = vec![None];
+    forced.extend(IsaLevel::ALL.into_iter().filter(|l| l.is_supported()).map(Some));
+    for level in forced {
+        let result = exe.with_extension(format!("{}.bin", level.map_or("auto", IsaLevel::name)));
+        let mut command = Command::new(exe);
+        command.arg(&result).env_remove("TENSORLIFT_ISA");
+        if let Some(level) = level {
+            command.env("TENSORLIFT_ISA", level.name());
+        }
+        let (ok, stdout, stderr) = run(&mut command);
+        assert!(ok, "{level:?}: {stderr}");
+        assert_eq!(std::fs::read(&result).unwrap(), expected, "{level:?}: C result differs from the JIT");
+        let selected = level.unwrap_or(best).name();
+        assert!(stdout.contains(&format!("\"selected_isa\":\"{selected}\"")), "{stdout}");
+        let code = |case: &str| -> (i32, String) {
+            let line = stdout.lines().find(|l| l.starts_with(&format!("{case} "))).unwrap_or_else(|| panic!("{case}: {stdout}"));
+            let mut parts = line.splitn(3, ' ');
+            parts.next();
+            (parts.next().unwrap().parse().unwrap(), parts.next().unwrap_or("").to_string())
+        };
+        for (case, error, needle) in [
+            ("nargs", ErrorCode::Nargs, "expected 3 arguments, found 2"),
+            ("dtype", ErrorCode::Dtype, "argument 0 (A): expected dtype uint8, found code 1 bits 16"),
+            ("shape", ErrorCode::Shape, "expected shape [50, 36], found [50, 40]"),
+            ("ndim", ErrorCode::Ndim, "expected ndim 2, found 1"),
+            ("null", ErrorCode::NullPointer, "argument 0 (A): data is NULL"),
+            ("strides", ErrorCode::Strides, "expected compact row-major strides (or NULL), found [1, 50]"),
+            ("device", ErrorCode::Device, "expected device kDLCPU (1), found 2"),
+            ("overlap", ErrorCode::Overlap, "argument 2 (C), which the function writes, overlaps argument 0 (A)"),
+            ("compact", ErrorCode::Ok, ""),
+        ] {
+            let (found, message) = code(case);
+            assert_eq!(found, error as i32, "{case}: {message}");
+            assert!(message.contains(needle), "{case}: {message}");
+        }
+    }
+    // A level the library has but the CPU lacks, and a name that is no level.
+    for (value, needle) in [("avx512-vnni", "this CPU does not support it"), ("sse9", "expected one of")] {
+        if value == "avx512-vnni" && IsaLevel::Avx512Vnni.is_supported() {
+            continue;
+        }
+        let (ok, _, stderr) = run(Command::new(exe).arg(exe.with_extension("x.bin")).env("TENSORLIFT_ISA", value));
+        assert!(!ok && stderr.contains(&format!("matmul failed: {}", ErrorCode::UnsupportedCpu as i32)), "{stderr}");
+        assert!(stderr.contains(needle), "{stderr}");
+    }
+}
+
+#[test]
+fn rust_loader_calls_the_library_and_reports_its_errors() {
+    let lib = LoadedLibrary::open(&matmul_library().shared).expect("load");
+    assert_eq!(lib.operators(), ["matmul"]);
+    assert_eq!(lib.selected_isa(), IsaLevel::detect().unwrap().name());
+    let manifest = lib.manifest();
+    assert_eq!(manifest["abi_version"], 1);
+    assert_eq!(manifest["dlpack_version"], "1.0");
+    assert_eq!(manifest["isa_levels"], serde_json::json!(["scalar", "avx2", "avx-vnni", "avx512-vnni"]));
+    let args = &manifest["operators"][0]["args"];
+    assert_eq!(args[0], serde_json::json!({"name": "A", "dtype": "uint8", "shape": [M, K], "role": "input"}));
+    assert_eq!(args[2]["role"], "output");
+
+    let (a, b) = operands();
+    let (mut ta, mut tb) = (Tensor::from_array(&a), Tensor::from_array(&b));
+    let mut tc = Tensor::zeros(DType::I32, &[M, N]);
+    lib.call("matmul", &mut [&mut ta, &mut tb, &mut tc]).expect("call");
+    assert!(tc.to_array().bits_eq(&jit_matmul(&matmul_op())));
+
+    // Wrong dtype and shape through the typed API, a wrong count and a NULL through raw DLTensors.
+    let mut wrong = Tensor::zeros(DType::I32, &[M, K]);
+    let err = lib.call("matmul", &mut [&mut wrong, &mut tb, &mut tc]).unwrap_err();
+    assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::Dtype), .. }), "{err}");
+    let mut short = Tensor::zeros(DType::U8, &[M, K - 4]);
+    let err = lib.call("matmul", &mut [&mut short, &mut tb, &mut tc]).unwrap_err();
+    assert!(err.to_string().contains("expected shape [50, 36], found [50, 32]"), "{err}");
+    let err = lib.call("matmul", &mut [&mut ta, &mut tb]).unwrap_err();
+    assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::Nargs), .. }), "{err}");
+    let mut shape = [M, N];
+    let mut t = DLTensor {
+        data: std::ptr::null_mut(),
+        device: DLDevice { device_type: DL_CPU, device_id: 0 },
+        ndim: 2,
+        dtype: DLDataType { code: DL_UINT, bits: 8, lanes: 1 },
+        shape: shape.as_mut_ptr(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    };
+    let mut raw = [&mut t as *mut DLTensor, std::ptr::null_mut(), std::ptr::null_mut()];
+    // SAFETY: the tensor's shape holds `ndim` elements; the library rejects the NULLs.
+    let err = unsafe { lib.call_raw("matmul", &mut raw, 3) }.unwrap_err();
+    assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::Shape | ErrorCode::NullPointer), .. }), "{err}");
+    t.shape = [M, K].as_mut_ptr();
+    let mut raw = [&mut t as *mut DLTensor, std::ptr::null_mut(), std::ptr::null_mut()];
+    // SAFETY: as above.
+    let err = unsafe { lib.call_raw("matmul", &mut raw, 3) }.unwrap_err();
+    assert!(err.to_string().contains("argument 0 (A): data is NULL"), "{err}");
+    let err = unsafe { lib.call_raw("nope", &mut raw, 3) }.unwrap_err();
+    assert!(matches!(err, LoadError::NoOperator { .. }), "{err}");
+    // The library still works after every failure.
+    lib.call("matmul", &mut [&mut ta, &mut tb, &mut tc]).expect("call after errors");
+}
+
+fn tool(program: &str, args: &[&str], file: &Path) -> String {
+    let (ok, stdout, stderr) = run(Command::new(program).args(args).arg(file));
+    assert!(ok, "{program}: {stderr}");
+    stdout
+}
+
+#[test]
+fn the_library_exports_only_its_prefix_needs_only_libc_and_maps_nothing_writable_and_executable() {
+    let lib = matmul_library();
+    let symbols = tool("nm", &["-D", "--defined-only"], &lib.shared);
+    let names: Vec<&str> = symbols.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
+    assert_eq!(names.len(), 3, "{symbols}");
+    assert!(names.iter().all(|n| n.starts_with("tlmm_")), "{symbols}");
+    // The archive's only global definitions are the same functions.
+    let archive = tool("nm", &["--defined-only", "-g"], &lib.archive);
+    let globals: Vec<&str> = archive.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
+    assert!(!globals.is_empty() && globals.iter().all(|n| n.starts_with("tlmm_")), "{archive}");
+
+    let dynamic = tool("readelf", &["-dW"], &lib.shared);
+    for line in dynamic.lines().filter(|l| l.contains("(NEEDED)")) {
+        // glibc: libc, libpthread, and its dynamic loader (thread-local storage in a loaded library).
+        assert!(["[libc.so", "[libpthread.so", "[ld-linux-x86-64.so"].iter().any(|l| line.contains(l)), "{line}");
+    }
+    assert!(!dynamic.contains("TEXTREL"), "{dynamic}");
+    let segments = tool("readelf", &["-lW"], &lib.shared);
+    let mut stack = false;
+    for line in segments.lines().map(str::trim).filter(|l| l.starts_with("LOAD") || l.starts_with("GNU_STACK")) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // Flags are the letters before the alignment: `R`, `W`, `E`.
+        let flags: String = fields[fields.len() - 2..].concat();
+        assert!(!(flags.contains('W') && flags.contains('E')), "writable and executable: {line}");
+        if line.starts_with("GNU_STACK") {
+            stack = true;
+            assert!(!flags.contains('E'), "executable stack: {line}");
+        }
+    }
+    assert!(stack, "{segments}");
+}
+
+#[test]
+fn the_same_operators_build_byte_identical_libraries() {
+    let first = matmul_library();
+    let second = export(&[matmul_op()], &ExportOptions::new("tlmm"), &out_dir("matmul_again")).expect("export");
+    for (a, b) in [(&first.shared, &second.shared), (&first.archive, &second.archive), (&first.header, &second.header)] {
+        assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), "{} differs from {}", a.display(), b.display());
+    }
+}
+
+#[test]
+fn half_conversions_in_the_library_match_the_jit_on_every_f16_and_bf16() {
+    use ir::te::{compute, placeholder};
+    // Every 16-bit pattern as f16 and as bf16, widened to f32 and narrowed back from a perturbed f32.
+    let (x, y) = (placeholder([65536], DType::F16, "x"), placeholder([65536], DType::BF16, "y"));
+    let widen = |src: &ir::Tensor, name: &str| compute([65536], |i| src.at([&i[0]]).cast(DType::F32), name).unwrap();
+    let (h, bh) = (widen(&x, "h"), widen(&y, "bh"));
+    let back = |src: &ir::Tensor, dtype: DType, name: &str| {
+        compute([65536], |i| (src.at([&i[0]]) * ir::Expr::float(DType::F32, 1.0009765)).cast(dtype), name).unwrap()
+    };
+    let (h2, bh2) = (back(&h, DType::F16, "h2"), back(&bh, DType::BF16, "bh2"));
+    let s = ir::schedule::create_schedule(&[&h, &bh, &h2, &bh2]);
+    let func = ir::lower::lower(&s, &[&x, &y, &h, &bh, &h2, &bh2], "halves").unwrap();
+    let op = Operator::portable("halves", &func, &[IsaLevel::Scalar]);
+    let options = ExportOptions { levels: vec![IsaLevel::Scalar], ..ExportOptions::new("tlhalf") };
+    let lib = export(&[op], &options, &out_dir("half")).expect("export");
+    let loaded = LoadedLibrary::open(&lib.shared).expect("load");
+    let bits: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+    let run = |call: &dyn Fn(&mut [&mut Tensor])| {
+        let mut ts = vec![
+            Tensor::from_le_bytes(DType::F16, &[65536], &bits).unwrap(),
+            Tensor::from_le_bytes(DType::BF16, &[65536], &bits).unwrap(),
+        ];
+        ts.extend([DType::F32, DType::F32, DType::F16, DType::BF16].map(|d| Tensor::zeros(d, &[65536])));
+        call(&mut ts.iter_mut().collect::<Vec<_>>());
+        ts.iter().skip(2).map(|t| t.as_bytes().to_vec()).collect::<Vec<_>>()
+    };
+    let jit = tensorlift::compile(&func, &CompileOptions { target: Target::Level(IsaLevel::Scalar), ..Default::default() }).unwrap();
+    let expected = run(&|ts| jit.call(ts).unwrap());
+    let found = run(&|ts| loaded.call("halves", ts).unwrap());
+    for (k, name) in ["f16->f32", "bf16->f32", "f32->f16", "f32->bf16"].iter().enumerate() {
+        assert!(expected[k] == found[k], "{name}: the library's conversion differs from the JIT's");
+    }
+}
+
+#[test]
+fn export_rejects_bad_names_and_missing_levels() {
+    let op = matmul_op();
+    let dir = out_dir("bad");
+    let err = export(&[op.clone()], &ExportOptions::new("my-lib"), &dir).unwrap_err();
+    assert!(err.to_string().contains("library name \"my-lib\": expected a C identifier"), "{err}");
+    let mut renamed = op.clone();
+    renamed.name = "1x".into();
+    let err = export(&[renamed], &ExportOptions::new("ok"), &dir).unwrap_err();
+    assert!(err.to_string().contains("operator name \"1x\""), "{err}");
+    let err = export(&[op.clone(), op.clone()], &ExportOptions::new("ok"), &dir).unwrap_err();
+    assert!(err.to_string().contains("exported twice"), "{err}");
+    let scalar_only = Operator::portable("matmul", &op.funcs[&IsaLevel::Scalar], &[IsaLevel::Scalar]);
+    let err = export(&[scalar_only], &ExportOptions::new("ok"), &dir).unwrap_err();
+    assert!(err.to_string().contains("no function for level avx2"), "{err}");
+    let err = operators::matmul(8, 40, 16, &IsaLevel::ALL).unwrap_err();
+    assert!(err.to_string().contains("N: expected a multiple of 16, found 40"), "{err}");
+}
