@@ -1,5 +1,8 @@
 //! The `tensorlift` command line: compile, verify and time operators.
 
+#[path = "cli/export.rs"]
+mod export_cmd;
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -121,6 +124,10 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Write a self-contained operator library: lib<NAME>.so, lib<NAME>.a and <NAME>.h, every
+    /// ISA level inside, dispatched on the CPU that loads it.
+    #[command(subcommand)]
+    Export(export_cmd::ExportCommand),
     /// Measure this CPU's throughput limit for every int8 dot-product method it has: vpdpbusd
     /// (zmm, ymm), the vpmaddubsw triple, the sign-transfer chain, vpmaddwd + vpaddd.
     Peak {
@@ -223,6 +230,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             gemm(GemmArgs { m, n, k, target: isa.target(), threads, repeat, mr, nr, a_max, asm, format })
         }
         Command::Peak { format } => peak(format),
+        Command::Export(command) => export_cmd::run(command),
         Command::Resnet18 { layer, threads, isa, repeat, layout, weights, format } => run_resnet18(Resnet18Args {
             layer,
             threads,

@@ -1,5 +1,10 @@
 //! The resnet-18 int8 workload (batch 1, NCHW): convolution layers R1..R11 and the FC layer,
-//! exactly as in the issue and `shared/anchors/layers.py`.
+//! exactly as in the issue and the anchors' `layers.py` (outside this repository), with the
+//! quantization that script draws (`quantization`).
+
+use ir::DType;
+
+use crate::quant::{QuantAttrs, QuantError, Scales, TensorQuant};
 
 /// One convolution layer: `ic → oc` channels over an `h × w` input, a square `k × k` kernel,
 /// `stride` and symmetric `pad`.
@@ -109,6 +114,64 @@ impl WeightBits {
             WeightBits::Seven => (-64, 63),
         }
     }
+}
+
+/// The anchors' source quantization (`layers.py`): u8, scale 0.02, zero point 128.
+pub const SRC_SCALE: f32 = 0.02;
+pub const SRC_ZERO_POINT: i32 = 128;
+/// The destination zero point: mid-range, so that (relu off) negative results are not all
+/// clamped to 0 — the anchors use 0, which only their timing, not a bit-exact check, can afford.
+pub const DST_ZERO_POINT: i32 = 128;
+/// Standard deviations of the uniform source (0..=255 about 128) and weights (-127..=127).
+const SRC_STD: f32 = 73.9;
+const WEI_STD: f32 = 73.6;
+/// The destination scale maps one standard deviation of the real output to this many steps.
+const DST_STEPS_PER_STD: f32 = 32.0;
+
+/// Deterministic pseudo-random integers, uniform in `lo..=hi` (a 64-bit LCG's high bits).
+pub fn uniform(len: i64, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            lo + ((state >> 33) % (hi - lo + 1) as u64) as i64
+        })
+        .collect()
+}
+
+/// A layer's quantization as `layers.py` draws it from `seed`: u8 source (zero point 128), s8
+/// symmetric weights with per-output-channel scales, a bias, u8 output (zero point 128, a scale
+/// that spreads the output over the u8 range), relu off.
+#[derive(Clone, Debug)]
+pub struct LayerQuant {
+    pub attrs: QuantAttrs,
+    /// `s32` bias in -1000..1000 with scale `src_scale · wei_scale[oc]`, as f32.
+    pub bias: Vec<f32>,
+    /// `[N, C, H, W]` of the source (`[1, IC]` for the dense layer) and `[OC, IC, KH, KW]` of the
+    /// weights (`[OC, IC]`).
+    pub src_dims: Vec<i64>,
+    pub wei_dims: Vec<i64>,
+}
+
+/// The quantization of `layer` drawn from `seed` (the CLI seeds by table position).
+pub fn quantization(layer: Layer, seed: u64) -> Result<LayerQuant, QuantError> {
+    let (src_dims, wei_dims) = match layer {
+        Layer::Conv(c) => (vec![1, c.ic, c.h, c.w], vec![c.oc, c.ic, c.k, c.k]),
+        Layer::Dense(d) => (vec![1, d.in_features], vec![d.out_features, d.in_features]),
+    };
+    let (oc, fan_in) = (wei_dims[0], wei_dims[1..].iter().product::<i64>());
+    let wei_scales: Vec<f32> = uniform(oc, seed + 2, 0, 9999).iter().map(|&u| 0.005 + 0.01 * u as f32 / 1e4).collect();
+    let bias = uniform(oc, seed + 3, -1000, 999).iter().zip(&wei_scales).map(|(&b, &s)| b as f32 * (SRC_SCALE * s)).collect();
+    let mean_scale = wei_scales.iter().sum::<f32>() / oc as f32;
+    let output_std = SRC_SCALE * mean_scale * (fan_in as f32).sqrt() * SRC_STD * WEI_STD;
+    let attrs = QuantAttrs {
+        src: TensorQuant::per_tensor("src", SRC_SCALE, SRC_ZERO_POINT, DType::U8)?,
+        wei_scales: Scales::new("weights scales", wei_scales, 1, &wei_dims)?,
+        dst: TensorQuant::per_tensor("dst", output_std / DST_STEPS_PER_STD, DST_ZERO_POINT, DType::U8)?,
+        dst_dtype: DType::U8,
+        post_ops: Vec::new(),
+    };
+    Ok(LayerQuant { attrs, bias, src_dims, wei_dims })
 }
 
 /// Every layer in table order: R1..R11, then FC.

@@ -1,8 +1,16 @@
 //! Ready-made operators for `export` (what `tensorlift export` builds).
 
+use ir::te::placeholder_vec;
 use ir::{DType, LowerError, ScheduleError, TeError};
 use schedules::nn::{matmul_packed, pack_b_vnni};
+use schedules::ops::Layout;
+use schedules::quant::QuantError;
+use schedules::resnet18::{self, Layer, WeightBits};
 use schedules::x86::{GemmInt8Knobs, schedule_gemm_int8};
+use schedules::x86_conv::{
+    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, dense_int8, prepare_conv2d_int8,
+    prepare_dense_int8,
+};
 use thiserror::Error;
 
 use super::Operator;
@@ -19,6 +27,10 @@ pub enum OperatorError {
     Schedule(#[from] ScheduleError),
     #[error(transparent)]
     Lower(#[from] LowerError),
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+    #[error(transparent)]
+    Conv(#[from] Conv2dInt8Error),
 }
 
 /// `matmul`: `C: i32[M, N] = A: u8[M, K] · B: i8[K, N]`, exact, with plain row-major operands.
@@ -49,4 +61,72 @@ pub fn matmul(m: i64, n: i64, k: i64, levels: &[IsaLevel]) -> Result<Operator, O
     schedule_gemm_int8(&mut s, &c, GemmInt8Knobs { nr, ..GemmInt8Knobs::default() })?;
     let func = ir::lower::lower(&s, &[&a, &b, &c], "matmul")?;
     Ok(Operator::portable("matmul", &func, levels))
+}
+
+/// The knobs of `layer` at `level` for weights in `weights`' range: `default_knobs` (FC: one row,
+/// one thread), the kernel family by level and range (`Conv2dInt8Knobs::with_weights`).
+fn layer_knobs(layer: Layer, level: IsaLevel, weights: WeightBits) -> Conv2dInt8Knobs {
+    let knobs = match layer {
+        Layer::Conv(c) => default_knobs(&c),
+        Layer::Dense(d) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
+    };
+    knobs.with_weights(level.has_vnni(), weights.range())
+}
+
+/// Layer `layer` of the resnet-18 table (at `position`, which seeds its quantization as
+/// `tensorlift resnet18` does) as two operators, named after the layer in lower case:
+/// * `<layer>_prepare(weights, packed, compensation)`: the weight preparation
+///   (`x86_conv::prepare_conv2d_int8`), run once per set of weights;
+/// * `<layer>(src, packed, compensation, bias, multipliers, out)`: the layer, NHWC
+///   (`x86_conv::conv2d_int8`, FC: `x86_conv::dense_int8` on `[1, IC]`), u8 output.
+///
+/// The weights must lie in `weights`' range (checked on every call of the layer, as the code
+/// of some levels relies on it). A prepared set of weights is valid for the level that
+/// prepared it, i.e. on the machine (and `TENSORLIFT_ISA`) that runs the layer.
+pub fn resnet18_layer(
+    layer: Layer,
+    position: usize,
+    levels: &[IsaLevel],
+    weights: WeightBits,
+) -> Result<[Operator; 2], OperatorError> {
+    let quant = resnet18::quantization(layer, 1000 * (position as u64 + 1))?;
+    let name = layer.name().to_ascii_lowercase();
+    let wei = placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights");
+    let bias = placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias");
+    let zero_point = &quant.attrs.src.zero_points;
+    let prepare = Operator::per_level(&format!("{name}_prepare"), levels, |level| -> Result<_, OperatorError> {
+        let knobs = layer_knobs(layer, level, weights);
+        let prep = match layer {
+            Layer::Conv(_) => prepare_conv2d_int8(&wei, DType::U8, zero_point, knobs, &name)?,
+            Layer::Dense(_) => prepare_dense_int8(&wei, DType::U8, zero_point, knobs, &name)?,
+        };
+        let args: Vec<_> = prep.args.iter().collect();
+        Ok(ir::lower::lower(&prep.schedule, &args, &format!("{name}_prepare"))?)
+    })?;
+    let run = Operator::per_level(&name, levels, |level| -> Result<_, OperatorError> {
+        let knobs = layer_knobs(layer, level, weights);
+        let conv = match layer {
+            Layer::Conv(c) => {
+                let src = placeholder_vec(vec![1, c.h, c.w, c.ic], DType::U8, "src");
+                let params = schedules::ops::Conv2dParams { stride: c.stride, pad: c.pad };
+                conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, Layout::Nhwc, knobs, &name)?
+            }
+            Layer::Dense(_) => {
+                let src = placeholder_vec(quant.src_dims.clone(), DType::U8, "src");
+                dense_int8(&src, &wei, Some(&bias), &quant.attrs, knobs, &name)?
+            }
+        };
+        let args: Vec<_> = conv.args.iter().collect();
+        Ok(ir::lower::lower(&conv.schedule, &args, &name)?)
+    })?;
+    Ok([prepare, run])
+}
+
+/// Every layer of the resnet-18 table (R1..R11, FC), each as `resnet18_layer`'s two operators.
+pub fn resnet18(levels: &[IsaLevel], weights: WeightBits) -> Result<Vec<Operator>, OperatorError> {
+    let mut ops = Vec::new();
+    for (position, layer) in resnet18::layers().into_iter().enumerate() {
+        ops.extend(resnet18_layer(layer, position, levels, weights)?);
+    }
+    Ok(ops)
 }

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use ir::DType;
 use ir::interp::array::Array;
 use tensorlift::export::dlpack::{DL_CPU, DL_UINT, DLDataType, DLDevice, DLTensor};
+use tensorlift::export::load::ArgSpec;
 use tensorlift::export::{ErrorCode, ExportOptions, Library, LoadError, LoadedLibrary, Operator, export, operators};
 use tensorlift::{CompileOptions, IsaLevel, Target, Tensor};
 
@@ -355,4 +356,176 @@ fn export_rejects_bad_names_and_missing_levels() {
     assert!(err.to_string().contains("no function for level avx2"), "{err}");
     let err = operators::matmul(8, 40, 16, &IsaLevel::ALL).unwrap_err();
     assert!(err.to_string().contains("N: expected a multiple of 16, found 40"), "{err}");
+}
+
+/// The Python interpreter with numpy: `TENSORLIFT_PYTHON`, else `python3`. `None` if it lacks
+/// numpy, which fails the test when `TENSORLIFT_REQUIRE_PYTHON=1` (as `.ci/run` sets it).
+fn python_with_numpy() -> Option<String> {
+    let python = std::env::var("TENSORLIFT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_numpy = Command::new(&python).args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());
+    if has_numpy {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("TENSORLIFT_REQUIRE_PYTHON").as_deref() != Ok("1"),
+        "{python} has no numpy, and TENSORLIFT_REQUIRE_PYTHON=1"
+    );
+    eprintln!("skipped: {python} has no numpy (set TENSORLIFT_PYTHON to an interpreter with numpy)");
+    None
+}
+
+#[test]
+fn python_loader_gets_the_jit_result_and_the_library_errors() {
+    let Some(python) = python_with_numpy() else { return };
+    let lib = matmul_library();
+    let expected = lib.shared.with_file_name("expected_for_python.bin");
+    std::fs::write(&expected, i32_bytes(&jit_matmul(&matmul_op()))).unwrap();
+    let loader_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    let (ok, stdout, stderr) = run(Command::new(python)
+        .arg(loader_dir.join("test_loader.py"))
+        .arg(&lib.shared)
+        .arg(&expected)
+        .env("PYTHONPATH", &loader_dir));
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("python loader ok: tlmm"), "{stdout}");
+}
+
+/// The C program that runs a layer's preparation and the layer from files: `prog DIR` reads
+/// `DIR/prep<i>.bin` and `DIR/run<i>.bin` for inputs and writes the output to `DIR/out.bin`.
+fn layer_c_program(lib: &str, layer: &str, prep: &[ArgSpec], run: &[ArgSpec]) -> String {
+    let mut c = format!(
+        "#include <stdio.h>\n#include <stdlib.h>\n#include \"{lib}.h\"\n\
+         static void *load(const char *dir, const char *name, size_t bytes) {{\n\
+         char path[4096]; snprintf(path, sizeof path, \"%s/%s\", dir, name);\n\
+         void *p = calloc(bytes ? bytes : 1, 1); FILE *f = fopen(path, \"rb\");\n\
+         if (!f || fread(p, 1, bytes, f) != bytes) {{ fprintf(stderr, \"read %s\\n\", path); exit(3); }}\n\
+         fclose(f); return p; }}\n\
+         int main(int argc, char **argv) {{\n  const char *dir = argv[1];\n"
+    );
+    let tensor = |c: &mut String, var: &str, a: &ArgSpec, data: String| {
+        let dt = tensorlift::export::dlpack::dl_dtype(a.dtype);
+        let dims: Vec<String> = a.shape.iter().map(i64::to_string).collect();
+        c.push_str(&format!(
+            "  int64_t {var}_shape[] = {{{}}};\n  DLTensor {var} = {{{data}, {{kDLCPU, 0}}, {}, {{{}, {}, 1}}, {var}_shape, NULL, 0}};\n",
+            dims.join(", "),
+            a.shape.len(),
+            dt.code,
+            dt.bits
+        ));
+    };
+    let bytes = |a: &ArgSpec| a.shape.iter().product::<i64>() as usize * a.dtype.bytes();
+    for (i, a) in prep.iter().enumerate() {
+        let data = if a.output { format!("calloc({}, 1)", bytes(a)) } else { format!("load(dir, \"prep{i}.bin\", {})", bytes(a)) };
+        tensor(&mut c, &format!("p{i}"), a, data);
+    }
+    let refs: Vec<String> = (0..prep.len()).map(|i| format!("&p{i}")).collect();
+    c.push_str(&format!(
+        "  DLTensor *pargs[] = {{{}}};\n  int rc = {lib}_{layer}_prepare(pargs, {});\n  if (rc) {{ fprintf(stderr, \"prepare: %d %s\\n\", rc, {lib}_last_error()); return 2; }}\n",
+        refs.join(", "),
+        prep.len()
+    ));
+    for (i, a) in run.iter().enumerate() {
+        let data = match i {
+            1 | 2 => format!("p{i}.data"),
+            _ if a.output => format!("calloc({}, 1)", bytes(a)),
+            _ => format!("load(dir, \"run{i}.bin\", {})", bytes(a)),
+        };
+        tensor(&mut c, &format!("r{i}"), a, data);
+    }
+    let refs: Vec<String> = (0..run.len()).map(|i| format!("&r{i}")).collect();
+    let last = run.len() - 1;
+    c.push_str(&format!(
+        "  DLTensor *rargs[] = {{{}}};\n  rc = {lib}_{layer}(rargs, {});\n  if (rc) {{ fprintf(stderr, \"run: %d %s\\n\", rc, {lib}_last_error()); return 2; }}\n\
+         char path[4096]; snprintf(path, sizeof path, \"%s/out.bin\", dir);\n\
+         FILE *f = fopen(path, \"wb\"); fwrite(r{last}.data, 1, {}, f); fclose(f);\n  return 0;\n}}\n",
+        refs.join(", "),
+        run.len(),
+        bytes(&run[last])
+    ));
+    c
+}
+
+/// A resnet-18 layer (R8: 3×3, 256 channels, padded; its weight preparation too) from C and
+/// from Rust through the library, against the JIT of the same functions, with every level this
+/// CPU has forced.
+#[test]
+fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
+    use schedules::resnet18::{self, WeightBits, uniform};
+    let (position, layer) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == "R8").unwrap();
+    let levels: Vec<IsaLevel> = IsaLevel::ALL.into_iter().filter(|l| l.is_supported()).collect();
+    let ops = operators::resnet18_layer(layer, position, &levels, WeightBits::Eight).expect("layer");
+    let dir = out_dir("r8");
+    let options = ExportOptions { levels: levels.clone(), ..ExportOptions::new("tlr8") };
+    let lib = export(&ops, &options, &dir).expect("export");
+    let loaded = LoadedLibrary::open(&lib.shared).expect("load");
+    assert_eq!(loaded.operators(), ["r8_prepare", "r8"]);
+    let (prep_spec, run_spec) = (loaded.args("r8_prepare").unwrap().to_vec(), loaded.args("r8").unwrap().to_vec());
+
+    // Inputs: u8 source, s8 weights in [-127, 127], small f32 bias and multipliers.
+    let fill = |a: &ArgSpec, seed: u64| -> Tensor {
+        let n: i64 = a.shape.iter().product();
+        match a.dtype {
+            DType::U8 => Tensor::from_array(&Array::from_i64(DType::U8, &a.shape, &uniform(n, seed, 0, 255))),
+            DType::I8 => Tensor::from_array(&Array::from_i64(DType::I8, &a.shape, &uniform(n, seed, -127, 127))),
+            _ => {
+                let v: Vec<f64> = uniform(n, seed, 1, 1000).iter().map(|&x| x as f64 * 2e-6).collect();
+                Tensor::from_array(&Array::from_f64(DType::F32, &a.shape, &v))
+            }
+        }
+    };
+    let input = |a: &ArgSpec, seed: u64| if a.output { Tensor::zeros(a.dtype, &a.shape) } else { fill(a, seed) };
+    let prep_inputs: Vec<Tensor> = prep_spec.iter().enumerate().map(|(i, a)| input(a, 7 + i as u64)).collect();
+    let run_inputs: Vec<Tensor> = run_spec.iter().enumerate().map(|(i, a)| input(a, 100 + i as u64)).collect();
+    for (prefix, tensors) in [("prep", &prep_inputs), ("run", &run_inputs)] {
+        for (i, t) in tensors.iter().enumerate() {
+            std::fs::write(dir.join(format!("{prefix}{i}.bin")), t.as_bytes()).unwrap();
+        }
+    }
+    // Preparation then layer, through `call` (JIT or library); returns the output bytes.
+    let layer_output = |call: &dyn Fn(&str, &mut [&mut Tensor])| -> Vec<u8> {
+        let mut prep = prep_inputs.clone();
+        call("r8_prepare", &mut prep.iter_mut().collect::<Vec<_>>());
+        let mut args = run_inputs.clone();
+        args[1] = prep[1].clone();
+        args[2] = prep[2].clone();
+        call("r8", &mut args.iter_mut().collect::<Vec<_>>());
+        args.last().unwrap().as_bytes().to_vec()
+    };
+    let jit_at = |level: IsaLevel| {
+        let compiled: Vec<_> = ops
+            .iter()
+            .map(|op| {
+                let options = CompileOptions { target: Target::Level(level), ..CompileOptions::default() };
+                tensorlift::compile(&op.funcs[&level], &options).expect("JIT")
+            })
+            .collect();
+        layer_output(&|op, ts| compiled[usize::from(op == "r8")].call(ts).expect("JIT call"))
+    };
+    let expected = jit_at(levels[0]);
+    let distinct: std::collections::BTreeSet<u8> = expected.iter().copied().collect();
+    assert!(distinct.len() > 100, "the output exercises the u8 range: {} values", distinct.len());
+    for &level in &levels[1..] {
+        assert!(jit_at(level) == expected, "the JIT at {level} differs from {}", levels[0]);
+    }
+    let from_rust = layer_output(&|op, ts| loaded.call(op, ts).expect("library call"));
+    assert!(from_rust == expected, "library (selected {}) from Rust differs from the JIT", loaded.selected_isa());
+
+    let source = dir.join("call_r8.c");
+    std::fs::write(&source, layer_c_program("tlr8", "r8", &prep_spec, &run_spec)).unwrap();
+    let exe = dir.join("call_r8");
+    let (ok, _, stderr) = run(Command::new("cc")
+        .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&source)
+        .arg("-I")
+        .arg(&dir)
+        .arg(&lib.archive)
+        .arg("-lpthread"));
+    assert!(ok, "cc (static archive): {stderr}");
+    for level in &levels {
+        let _ = std::fs::remove_file(dir.join("out.bin"));
+        let (ok, _, stderr) = run(Command::new(&exe).arg(&dir).env("TENSORLIFT_ISA", level.name()));
+        assert!(ok, "{level}: {stderr}");
+        assert!(std::fs::read(dir.join("out.bin")).unwrap() == expected, "C at {level} differs from the JIT");
+    }
 }

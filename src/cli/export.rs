@@ -1,0 +1,114 @@
+//! `tensorlift export`: write a self-contained operator library (`tensorlift::export`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+use schedules::resnet18::WeightBits;
+use tensorlift::IsaLevel;
+use tensorlift::export::{ExportOptions, Library, Operator, export, operators};
+
+#[derive(Subcommand)]
+pub enum ExportCommand {
+    /// `matmul`: a tensorized u8 × i8 → i32 matmul on plain `A: u8[M,K]`, `B: i8[K,N]`,
+    /// `C: i32[M,N]` (B is packed inside the call). K a multiple of 4, N of 16.
+    Matmul {
+        #[arg(long)]
+        m: i64,
+        #[arg(long)]
+        n: i64,
+        #[arg(long)]
+        k: i64,
+        #[command(flatten)]
+        common: ExportArgs,
+    },
+    /// Every resnet-18 int8 layer (R1..R11, FC; NHWC, u8 output) as `<layer>` with its weight
+    /// preparation `<layer>_prepare`.
+    Resnet18 {
+        /// The weights' range the library accepts: `full` ([-127, 127]) or `7bit` ([-64, 63]).
+        #[arg(long, value_enum, default_value_t = Weights::Full)]
+        weights: Weights,
+        #[command(flatten)]
+        common: ExportArgs,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Weights {
+    Full,
+    #[value(name = "7bit")]
+    SevenBit,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// Directory for lib<NAME>.so, lib<NAME>.a and <NAME>.h (created if missing).
+    #[arg(long)]
+    out: PathBuf,
+    /// Library name: file names and the prefix of every symbol (a C identifier).
+    #[arg(long)]
+    name: Option<String>,
+    /// Comma-separated ISA levels to compile (scalar, avx2, avx-vnni, avx512-vnni); calls run
+    /// the best one the CPU supports. Default: every level.
+    #[arg(long, value_delimiter = ',')]
+    isa: Option<Vec<String>>,
+    #[arg(long, value_enum, default_value_t = crate::Format::Table)]
+    format: crate::Format,
+}
+
+fn levels(args: &ExportArgs) -> Result<Vec<IsaLevel>, Box<dyn std::error::Error>> {
+    match &args.isa {
+        None => Ok(IsaLevel::ALL.to_vec()),
+        Some(names) => Ok(names.iter().map(|n| IsaLevel::from_name(n.trim())).collect::<Result<_, _>>()?),
+    }
+}
+
+pub fn run(command: ExportCommand) -> Result<(), Box<dyn std::error::Error>> {
+    let (ops, args, default_name): (Vec<Operator>, ExportArgs, &str) = match command {
+        ExportCommand::Matmul { m, n, k, common } => {
+            let levels = levels(&common)?;
+            (vec![operators::matmul(m, n, k, &levels)?], common, "matmul")
+        }
+        ExportCommand::Resnet18 { weights, common } => {
+            let levels = levels(&common)?;
+            let bits = match weights {
+                Weights::Full => WeightBits::Eight,
+                Weights::SevenBit => WeightBits::Seven,
+            };
+            (operators::resnet18(&levels, bits)?, common, "resnet18")
+        }
+    };
+    let mut options = ExportOptions::new(args.name.as_deref().unwrap_or(default_name));
+    options.levels = levels(&args)?;
+    let lib = export(&ops, &options, &args.out)?;
+    report(&lib, ops.len(), args.format)
+}
+
+fn report(lib: &Library, operators: usize, format: crate::Format) -> Result<(), Box<dyn std::error::Error>> {
+    let size = std::fs::metadata(&lib.shared)?.len();
+    let levels: Vec<&str> = lib.levels.iter().map(|l| l.name()).collect();
+    let (codegen_ms, link_ms) = (lib.codegen_time.as_secs_f64() * 1e3, lib.link_time.as_secs_f64() * 1e3);
+    match format {
+        crate::Format::Table => {
+            println!("library     {} ({operators} operators x {} levels: {})", lib.name, levels.len(), levels.join(", "));
+            println!("shared      {} ({:.1} KiB)", lib.shared.display(), size as f64 / 1024.0);
+            println!("static      {}", lib.archive.display());
+            println!("header      {}", lib.header.display());
+            println!("build       codegen {codegen_ms:.0} ms, C compile + link {link_ms:.0} ms");
+        }
+        crate::Format::Json => {
+            let json = serde_json::json!({
+                "name": lib.name,
+                "shared": lib.shared,
+                "archive": lib.archive,
+                "header": lib.header,
+                "operators": operators,
+                "isa_levels": levels,
+                "size_bytes": size,
+                "codegen_ms": codegen_ms,
+                "link_ms": link_ms,
+            });
+            println!("{json}");
+        }
+    }
+    Ok(())
+}
