@@ -16,6 +16,7 @@
 
 mod c_source;
 pub mod dlpack;
+pub mod harness;
 pub mod load;
 pub mod operators;
 
@@ -378,7 +379,7 @@ pub fn export(operators: &[Operator], options: &ExportOptions, out_dir: &Path) -
         }
     };
     let lib_object = format!("{name}_lib.o");
-    run(&cc, &["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-c", &source, "-o", &lib_object])?;
+    run(&cc, &["-std=c11", "-O3", "-fPIC", "-fvisibility=hidden", "-c", &source, "-o", &lib_object])?;
     // One relocatable object whose hidden symbols (entries, runtime) are made local, so the
     // static archive too exposes only the `NAME_` functions.
     let combined = format!("{name}.o");

@@ -219,14 +219,52 @@ TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int
     return status;
 }
 
+/* Scratch memory. Each thread keeps a few freed blocks for the next call of the same size:
+ * a layer's scratch buffers (a padded source of hundreds of KiB) would otherwise go back to the
+ * OS on every call in a process whose heap holds nothing else, and come back page-faulting. */
+enum { TL_CACHED_BLOCKS = 4 };
+typedef struct {
+    void *ptr[TL_CACHED_BLOCKS];
+    size_t size[TL_CACHED_BLOCKS];
+} tl_block_cache;
+static _Thread_local tl_block_cache tl_blocks;
+static pthread_key_t tl_blocks_key;
+static pthread_once_t tl_blocks_once = PTHREAD_ONCE_INIT;
+
+/* At thread exit, the thread's cached blocks are freed. */
+static void tl_blocks_release(void *cache) {
+    tl_block_cache *c = cache;
+    for (int i = 0; i < TL_CACHED_BLOCKS; i++) free(c->ptr[i]);
+}
+
+static void tl_blocks_init(void) { pthread_key_create(&tl_blocks_key, tl_blocks_release); }
+
+static size_t tl_block_size(int64_t bytes) { return bytes <= 0 ? 64 : (((size_t)bytes + 63) & ~(size_t)63); }
+
 TL_HIDDEN void *tensorlift_alloc(int64_t bytes) {
     if (bytes < 0) return NULL;
-    size_t size = ((size_t)bytes + 63) & ~(size_t)63;
-    return aligned_alloc(64, size ? size : 64);
+    size_t size = tl_block_size(bytes);
+    for (int i = 0; i < TL_CACHED_BLOCKS; i++) {
+        if (tl_blocks.ptr[i] && tl_blocks.size[i] == size) {
+            void *p = tl_blocks.ptr[i];
+            tl_blocks.ptr[i] = NULL;
+            return p;
+        }
+    }
+    return aligned_alloc(64, size);
 }
 
 TL_HIDDEN void tensorlift_free(void *ptr, int64_t bytes) {
-    (void)bytes;
+    if (!ptr) return;
+    pthread_once(&tl_blocks_once, tl_blocks_init);
+    for (int i = 0; i < TL_CACHED_BLOCKS; i++) {
+        if (!tl_blocks.ptr[i]) {
+            tl_blocks.ptr[i] = ptr;
+            tl_blocks.size[i] = tl_block_size(bytes);
+            pthread_setspecific(tl_blocks_key, &tl_blocks);
+            return;
+        }
+    }
     free(ptr);
 }
 
@@ -339,6 +377,27 @@ static int64_t tl_element_at(const uint8_t *data, const tl_param *p, int64_t i) 
     }
 }
 
+/* The first element outside lo..=hi, or -1. Bytes (packed weights, the common case) first get an
+ * unsigned min/max pass the compiler vectorizes with baseline SSE2 (`pminub`/`pmaxub`; i8 as
+ * u8 with the top bit flipped keeps the order), as `CompiledFunc::call` does. */
+static int64_t tl_first_outside(const uint8_t *data, const tl_param *p, int64_t lo, int64_t hi) {
+    if (p->bits == 8) {
+        uint8_t flip = p->code == 0 ? 0x80 : 0, mn = 0xff, mx = 0;
+        for (int64_t i = 0; i < p->elements; i++) {
+            uint8_t v = data[i] ^ flip;
+            mn = v < mn ? v : mn;
+            mx = v > mx ? v : mx;
+        }
+        int64_t min = flip ? (int64_t)(int8_t)(mn ^ flip) : mn, max = flip ? (int64_t)(int8_t)(mx ^ flip) : mx;
+        if (p->elements == 0 || (lo <= min && max <= hi)) return -1;
+    }
+    for (int64_t i = 0; i < p->elements; i++) {
+        int64_t v = tl_element_at(data, p, i);
+        if (v < lo || v > hi) return i;
+    }
+    return -1;
+}
+
 TL_HIDDEN int32_t tl_call(const tl_op *op, DLTensor *const *args, int32_t nargs) {
     int level = tl_level();
     if (level < 0) return tl_fail(TL_ERROR_UNSUPPORTED_CPU, "%s: %s", op->name, tl_select_error);
@@ -416,15 +475,13 @@ TL_HIDDEN int32_t tl_call(const tl_op *op, DLTensor *const *args, int32_t nargs)
     for (int32_t i = 0; i < nargs; i++) {
         const tl_param *p = &op->params[i];
         if (!ranges[i].checked) continue;
-        for (int64_t e = 0; e < p->elements; e++) {
-            int64_t v = tl_element_at((const uint8_t *)data[i], p, e);
-            if (v < ranges[i].lo || v > ranges[i].hi)
-                return tl_fail(TL_ERROR_VALUE_RANGE,
-                               "%s: argument %d (%s): element %lld is %lld, expected a value in the declared range "
-                               "%lld..=%lld",
-                               op->name, i, p->name, (long long)e, (long long)v, (long long)ranges[i].lo,
-                               (long long)ranges[i].hi);
-        }
+        int64_t e = tl_first_outside((const uint8_t *)data[i], p, ranges[i].lo, ranges[i].hi);
+        if (e >= 0)
+            return tl_fail(TL_ERROR_VALUE_RANGE,
+                           "%s: argument %d (%s): element %lld is %lld, expected a value in the declared range "
+                           "%lld..=%lld",
+                           op->name, i, p->name, (long long)e, (long long)tl_element_at((const uint8_t *)data[i], p, e),
+                           (long long)ranges[i].lo, (long long)ranges[i].hi);
     }
     int32_t status = op->entries[level](data);
     switch (status) {

@@ -390,61 +390,6 @@ fn python_loader_gets_the_jit_result_and_the_library_errors() {
     assert!(stdout.contains("python loader ok: tlmm"), "{stdout}");
 }
 
-/// The C program that runs a layer's preparation and the layer from files: `prog DIR` reads
-/// `DIR/prep<i>.bin` and `DIR/run<i>.bin` for inputs and writes the output to `DIR/out.bin`.
-fn layer_c_program(lib: &str, layer: &str, prep: &[ArgSpec], run: &[ArgSpec]) -> String {
-    let mut c = format!(
-        "#include <stdio.h>\n#include <stdlib.h>\n#include \"{lib}.h\"\n\
-         static void *load(const char *dir, const char *name, size_t bytes) {{\n\
-         char path[4096]; snprintf(path, sizeof path, \"%s/%s\", dir, name);\n\
-         void *p = calloc(bytes ? bytes : 1, 1); FILE *f = fopen(path, \"rb\");\n\
-         if (!f || fread(p, 1, bytes, f) != bytes) {{ fprintf(stderr, \"read %s\\n\", path); exit(3); }}\n\
-         fclose(f); return p; }}\n\
-         int main(int argc, char **argv) {{\n  const char *dir = argv[1];\n"
-    );
-    let tensor = |c: &mut String, var: &str, a: &ArgSpec, data: String| {
-        let dt = tensorlift::export::dlpack::dl_dtype(a.dtype);
-        let dims: Vec<String> = a.shape.iter().map(i64::to_string).collect();
-        c.push_str(&format!(
-            "  int64_t {var}_shape[] = {{{}}};\n  DLTensor {var} = {{{data}, {{kDLCPU, 0}}, {}, {{{}, {}, 1}}, {var}_shape, NULL, 0}};\n",
-            dims.join(", "),
-            a.shape.len(),
-            dt.code,
-            dt.bits
-        ));
-    };
-    let bytes = |a: &ArgSpec| a.shape.iter().product::<i64>() as usize * a.dtype.bytes();
-    for (i, a) in prep.iter().enumerate() {
-        let data = if a.output { format!("calloc({}, 1)", bytes(a)) } else { format!("load(dir, \"prep{i}.bin\", {})", bytes(a)) };
-        tensor(&mut c, &format!("p{i}"), a, data);
-    }
-    let refs: Vec<String> = (0..prep.len()).map(|i| format!("&p{i}")).collect();
-    c.push_str(&format!(
-        "  DLTensor *pargs[] = {{{}}};\n  int rc = {lib}_{layer}_prepare(pargs, {});\n  if (rc) {{ fprintf(stderr, \"prepare: %d %s\\n\", rc, {lib}_last_error()); return 2; }}\n",
-        refs.join(", "),
-        prep.len()
-    ));
-    for (i, a) in run.iter().enumerate() {
-        let data = match i {
-            1 | 2 => format!("p{i}.data"),
-            _ if a.output => format!("calloc({}, 1)", bytes(a)),
-            _ => format!("load(dir, \"run{i}.bin\", {})", bytes(a)),
-        };
-        tensor(&mut c, &format!("r{i}"), a, data);
-    }
-    let refs: Vec<String> = (0..run.len()).map(|i| format!("&r{i}")).collect();
-    let last = run.len() - 1;
-    c.push_str(&format!(
-        "  DLTensor *rargs[] = {{{}}};\n  rc = {lib}_{layer}(rargs, {});\n  if (rc) {{ fprintf(stderr, \"run: %d %s\\n\", rc, {lib}_last_error()); return 2; }}\n\
-         char path[4096]; snprintf(path, sizeof path, \"%s/out.bin\", dir);\n\
-         FILE *f = fopen(path, \"wb\"); fwrite(r{last}.data, 1, {}, f); fclose(f);\n  return 0;\n}}\n",
-        refs.join(", "),
-        run.len(),
-        bytes(&run[last])
-    ));
-    c
-}
-
 /// A resnet-18 layer (R8: 3×3, 256 channels, padded; its weight preparation too) from C and
 /// from Rust through the library, against the JIT of the same functions, with every level this
 /// CPU has forced.
@@ -511,7 +456,7 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
     assert!(from_rust == expected, "library (selected {}) from Rust differs from the JIT", loaded.selected_isa());
 
     let source = dir.join("call_r8.c");
-    std::fs::write(&source, layer_c_program("tlr8", "r8", &prep_spec, &run_spec)).unwrap();
+    std::fs::write(&source, tensorlift::export::harness::layer_program("tlr8", "r8", &prep_spec, &run_spec, 0)).unwrap();
     let exe = dir.join("call_r8");
     let (ok, _, stderr) = run(Command::new("cc")
         .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
