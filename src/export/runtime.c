@@ -7,6 +7,7 @@
  * Needs libc and libpthread only. */
 
 #include <cpuid.h>
+#include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -377,17 +378,66 @@ static int64_t tl_element_at(const uint8_t *data, const tl_param *p, int64_t i) 
     }
 }
 
-/* The first element outside lo..=hi, or -1. Bytes (packed weights, the common case) first get an
- * unsigned min/max pass the compiler vectorizes with baseline SSE2 (`pminub`/`pmaxub`; i8 as
- * u8 with the top bit flipped keeps the order), as `CompiledFunc::call` does. */
+/* Unsigned min and max of `n` bytes, each XORed with `flip`, over four independent vector
+ * accumulators (one chain would run at one vector per cycle): SSE2 (`pminub`/`pmaxub`, any
+ * level) and AVX2. */
+static void tl_minmax_tail(const uint8_t *d, int64_t i, int64_t n, uint8_t flip, uint8_t *min, uint8_t *max) {
+    for (; i < n; i++) {
+        uint8_t v = d[i] ^ flip;
+        *min = v < *min ? v : *min;
+        *max = v > *max ? v : *max;
+    }
+}
+
+static void tl_minmax_u8(const uint8_t *d, int64_t n, uint8_t flip, uint8_t *min, uint8_t *max) {
+    __m128i f = _mm_set1_epi8((char)flip), lo[4], hi[4];
+    for (int k = 0; k < 4; k++) lo[k] = _mm_set1_epi8(-1), hi[k] = _mm_setzero_si128();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int k = 0; k < 4; k++) {
+            __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(d + i + 16 * k)), f);
+            lo[k] = _mm_min_epu8(lo[k], v);
+            hi[k] = _mm_max_epu8(hi[k], v);
+        }
+    uint8_t l[16], h[16];
+    _mm_storeu_si128((__m128i *)l, _mm_min_epu8(_mm_min_epu8(lo[0], lo[1]), _mm_min_epu8(lo[2], lo[3])));
+    _mm_storeu_si128((__m128i *)h, _mm_max_epu8(_mm_max_epu8(hi[0], hi[1]), _mm_max_epu8(hi[2], hi[3])));
+    *min = 0xff, *max = 0;
+    tl_minmax_tail(l, 0, 16, 0, min, max);
+    tl_minmax_tail(h, 0, 16, 0, min, max);
+    tl_minmax_tail(d, i, n, flip, min, max);
+}
+
+__attribute__((target("avx2"))) static void tl_minmax_u8_avx2(const uint8_t *d, int64_t n, uint8_t flip, uint8_t *min,
+                                                              uint8_t *max) {
+    __m256i f = _mm256_set1_epi8((char)flip), lo[4], hi[4];
+    for (int k = 0; k < 4; k++) lo[k] = _mm256_set1_epi8(-1), hi[k] = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 128 <= n; i += 128)
+        for (int k = 0; k < 4; k++) {
+            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(d + i + 32 * k)), f);
+            lo[k] = _mm256_min_epu8(lo[k], v);
+            hi[k] = _mm256_max_epu8(hi[k], v);
+        }
+    uint8_t l[32], h[32];
+    _mm256_storeu_si256((__m256i *)l, _mm256_min_epu8(_mm256_min_epu8(lo[0], lo[1]), _mm256_min_epu8(lo[2], lo[3])));
+    _mm256_storeu_si256((__m256i *)h, _mm256_max_epu8(_mm256_max_epu8(hi[0], hi[1]), _mm256_max_epu8(hi[2], hi[3])));
+    *min = 0xff, *max = 0;
+    tl_minmax_tail(l, 0, 32, 0, min, max);
+    tl_minmax_tail(h, 0, 32, 0, min, max);
+    tl_minmax_tail(d, i, n, flip, min, max);
+}
+
+/* The first element outside lo..=hi, or -1. Bytes (packed weights, the common case) first get
+ * the min/max pass (i8 as u8 with the top bit flipped keeps the order), as `CompiledFunc::call`
+ * does; only data outside the range is searched element by element. */
 static int64_t tl_first_outside(const uint8_t *data, const tl_param *p, int64_t lo, int64_t hi) {
     if (p->bits == 8) {
-        uint8_t flip = p->code == 0 ? 0x80 : 0, mn = 0xff, mx = 0;
-        for (int64_t i = 0; i < p->elements; i++) {
-            uint8_t v = data[i] ^ flip;
-            mn = v < mn ? v : mn;
-            mx = v > mx ? v : mx;
-        }
+        uint8_t flip = p->code == 0 ? 0x80 : 0, mn, mx;
+        if (tl_level() >= TL_LEVEL_AVX2)
+            tl_minmax_u8_avx2(data, p->elements, flip, &mn, &mx);
+        else
+            tl_minmax_u8(data, p->elements, flip, &mn, &mx);
         int64_t min = flip ? (int64_t)(int8_t)(mn ^ flip) : mn, max = flip ? (int64_t)(int8_t)(mx ^ flip) : mx;
         if (p->elements == 0 || (lo <= min && max <= hi)) return -1;
     }

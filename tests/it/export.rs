@@ -455,6 +455,23 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
     let from_rust = layer_output(&|op, ts| loaded.call(op, ts).expect("library call"));
     assert!(from_rust == expected, "library (selected {}) from Rust differs from the JIT", loaded.selected_isa());
 
+    // A weight outside the declared [-127, 127] (-128, first, in the vector body, or last, in
+    // the scalar tail of the range check) is the library's typed error, not a wrong result.
+    let mut prep = prep_inputs.clone();
+    loaded.call("r8_prepare", &mut prep.iter_mut().collect::<Vec<_>>()).unwrap();
+    let packed = prep[1].as_bytes().to_vec();
+    for position in [0, 200, packed.len() - 1] {
+        let mut bad = packed.clone();
+        bad[position] = 0x80;
+        let mut args = run_inputs.clone();
+        args[1] = Tensor::from_le_bytes(DType::I8, &run_spec[1].shape, &bad).unwrap();
+        args[2] = prep[2].clone();
+        let err = loaded.call("r8", &mut args.iter_mut().collect::<Vec<_>>()).unwrap_err();
+        assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::ValueRange), .. }), "{err}");
+        let needle = format!("element {position} is -128, expected a value in the declared range -127..=127");
+        assert!(err.to_string().contains(&needle), "{err}");
+    }
+
     let source = dir.join("call_r8.c");
     std::fs::write(&source, tensorlift::export::harness::layer_program("tlr8", "r8", &prep_spec, &run_spec, 0)).unwrap();
     let exe = dir.join("call_r8");
@@ -467,10 +484,25 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
         .arg(&lib.archive)
         .arg("-lpthread"));
     assert!(ok, "cc (static archive): {stderr}");
+    // Every level, on pools of 1 and 3 threads (more workers than this machine's cores).
     for level in &levels {
-        let _ = std::fs::remove_file(dir.join("out.bin"));
-        let (ok, _, stderr) = run(Command::new(&exe).arg(&dir).env("TENSORLIFT_ISA", level.name()));
-        assert!(ok, "{level}: {stderr}");
-        assert!(std::fs::read(dir.join("out.bin")).unwrap() == expected, "C at {level} differs from the JIT");
+        for threads in ["1", "3"] {
+            let _ = std::fs::remove_file(dir.join("out.bin"));
+            let (ok, _, stderr) = run(Command::new(&exe)
+                .arg(&dir)
+                .env("TENSORLIFT_ISA", level.name())
+                .env("TENSORLIFT_NUM_THREADS", threads));
+            assert!(ok, "{level}, {threads} threads: {stderr}");
+            let out = std::fs::read(dir.join("out.bin")).unwrap();
+            assert!(out == expected, "C at {level} on {threads} threads differs from the JIT");
+        }
     }
+    // Callers on several threads at once: one gets the pool, the others run their loops inline.
+    std::thread::scope(|s| {
+        let calls: Vec<_> =
+            (0..3).map(|_| s.spawn(|| layer_output(&|op, ts| loaded.call(op, ts).expect("concurrent call")))).collect();
+        for call in calls {
+            assert!(call.join().unwrap() == expected, "a concurrent call differs from the JIT");
+        }
+    });
 }
