@@ -209,3 +209,41 @@ fn resnet18_rejects_an_unknown_layer_by_name() {
         "{stderr}"
     );
 }
+
+#[test]
+fn export_writes_a_library_and_reports_it_as_json() {
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_export");
+    let out_arg = out.to_str().unwrap();
+    let (ok, stdout, stderr) = tensorlift(&[
+        "export", "matmul", "--m", "20", "--n", "32", "--k", "8", "--out", out_arg, "--name", "mm", "--isa", "scalar,avx2",
+        "--format", "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(report["name"], "mm");
+    assert_eq!(report["isa_levels"], serde_json::json!(["scalar", "avx2"]));
+    assert_eq!(report["operators"], 1);
+    for file in ["libmm.so", "libmm.a", "mm.h"] {
+        assert!(out.join(file).is_file(), "{file}");
+    }
+    assert!(report["size_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn export_rejects_bad_levels_names_and_sizes_with_messages() {
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_export_bad");
+    let out_arg = out.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["--isa", "avx3"], "ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"avx3\""),
+        (vec!["--name", "my lib"], "library name \"my lib\": expected a C identifier"),
+        (vec!["--k", "6"], "K: expected a multiple of 4, found 6"),
+    ] {
+        let mut all = vec!["export", "matmul", "--m", "8", "--n", "16", "--out", out_arg];
+        if args[0] != "--k" {
+            all.extend(["--k", "8"]);
+        }
+        all.extend(args);
+        let (ok, _, stderr) = tensorlift(&all);
+        assert!(!ok && stderr.contains(needle), "{all:?}: {stderr}");
+    }
+}

@@ -506,3 +506,39 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
         }
     });
 }
+
+/// The header compiles as C and C++, included twice, and coexists with `dlpack/dlpack.h` in
+/// either order (a stand-in here: its include guard and a `DLTensor` of its own, which would
+/// clash if both definitions were compiled).
+#[test]
+fn the_header_compiles_as_c_and_cpp_and_coexists_with_dlpack_h() {
+    let lib = matmul_library();
+    let dir = lib.header.parent().unwrap();
+    std::fs::create_dir_all(dir.join("dlpack")).unwrap();
+    std::fs::write(
+        dir.join("dlpack/dlpack.h"),
+        "#ifndef DLPACK_DLPACK_H_\n#define DLPACK_DLPACK_H_\n#include <stdint.h>\n\
+         typedef enum { kDLCPU = 1, kDLCUDA = 2 } DLDeviceType;\n\
+         typedef struct { DLDeviceType device_type; int32_t device_id; } DLDevice;\n\
+         typedef enum { kDLInt = 0U, kDLUInt = 1U, kDLFloat = 2U } DLDataTypeCode;\n\
+         typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;\n\
+         typedef struct { void *data; DLDevice device; int32_t ndim; DLDataType dtype; int64_t *shape;\n\
+         int64_t *strides; uint64_t byte_offset; } DLTensor;\n#endif\n",
+    )
+    .unwrap();
+    let body = "int check(DLTensor **args) { return tlmm_matmul(args, 3) == TLMM_OK && tlmm_manifest() != 0; }\n";
+    for (compiler, language, includes) in [
+        ("cc", "c", "#include \"tlmm.h\"\n#include \"tlmm.h\"\n"),
+        ("cc", "c", "#include \"dlpack/dlpack.h\"\n#include \"tlmm.h\"\n"),
+        ("cc", "c", "#include \"tlmm.h\"\n#include \"dlpack/dlpack.h\"\n"),
+        ("c++", "c++", "#include \"tlmm.h\"\n#include \"dlpack/dlpack.h\"\n"),
+    ] {
+        let source = dir.join(format!("header_check.{}", if language == "c" { "c" } else { "cc" }));
+        std::fs::write(&source, format!("{includes}{body}")).unwrap();
+        let (ok, _, stderr) = run(Command::new(compiler)
+            .args(["-fsyntax-only", "-Wall", "-Werror", "-x", language, "-I"])
+            .arg(dir)
+            .arg(&source));
+        assert!(ok, "{compiler} with {includes:?}: {stderr}");
+    }
+}
