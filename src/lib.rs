@@ -12,6 +12,7 @@ pub mod error;
 pub mod export;
 pub mod kernels;
 pub mod runtime;
+pub mod tune;
 
 pub use build::{BuildError, Kernel, build};
 pub use error::{CompileError, RuntimeError};

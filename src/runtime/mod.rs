@@ -17,7 +17,7 @@ use rayon::ThreadPool;
 
 pub(crate) use target::{build_isa, build_object_isa};
 pub use cpu::{CpuId, cpu_id, cpu_name};
-pub use target::{ISA_ENV, IsaLevel, OptLevel, Target};
+pub use target::{ISA_ENV, IsaLevel, OptLevel, Target, has_feature};
 pub use tensor::{Arg, Element, Tensor};
 
 use crate::codegen::jit::{self, JitCode};

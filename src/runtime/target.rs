@@ -48,31 +48,24 @@ impl IsaLevel {
         })
     }
 
-    /// True if this CPU can run code built for this level.
+    /// True if this CPU can run code built for this level: it has every one of `features`.
     pub fn is_supported(self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            let sse42 = has!("ssse3") && has!("sse4.1") && has!("sse4.2") && has!("popcnt");
-            let avx2 =
-                sse42 && has!("avx") && has!("avx2") && has!("fma") && has!("bmi1") && has!("bmi2") && has!("lzcnt");
-            match self {
-                IsaLevel::Scalar => sse42,
-                IsaLevel::Avx2 => avx2,
-                IsaLevel::AvxVnni => avx2 && has!("avxvnni"),
-                IsaLevel::Avx512Vnni => {
-                    avx2 && has!("avx512f")
-                        && has!("avx512bw")
-                        && has!("avx512vl")
-                        && has!("avx512dq")
-                        && has!("avx512vnni")
-                }
-            }
+        self.features().into_iter().all(has_feature)
+    }
+
+    /// The CPU features code of this level needs, by `std::arch::is_x86_feature_detected!`
+    /// name (what `is_supported` tests).
+    pub fn features(self) -> Vec<&'static str> {
+        let mut f = vec!["ssse3", "sse4.1", "sse4.2", "popcnt"];
+        if self >= IsaLevel::Avx2 {
+            f.extend(["avx", "avx2", "fma", "bmi1", "bmi2", "lzcnt"]);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
+        match self {
+            IsaLevel::AvxVnni => f.push("avxvnni"),
+            IsaLevel::Avx512Vnni => f.extend(["avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512vnni"]),
+            IsaLevel::Scalar | IsaLevel::Avx2 => {}
         }
+        f
     }
 
     /// Whether the level has a `vpdpbusd` (exact on any u8 × i8 operands).
@@ -113,6 +106,39 @@ impl IsaLevel {
 impl fmt::Display for IsaLevel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// Whether this CPU has the feature `name` (an `is_x86_feature_detected!` name among those
+/// `IsaLevel::features` lists); unknown names and other architectures: false.
+pub fn has_feature(name: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        match name {
+            "ssse3" => has!("ssse3"),
+            "sse4.1" => has!("sse4.1"),
+            "sse4.2" => has!("sse4.2"),
+            "popcnt" => has!("popcnt"),
+            "avx" => has!("avx"),
+            "avx2" => has!("avx2"),
+            "fma" => has!("fma"),
+            "bmi1" => has!("bmi1"),
+            "bmi2" => has!("bmi2"),
+            "lzcnt" => has!("lzcnt"),
+            "avxvnni" => has!("avxvnni"),
+            "avx512f" => has!("avx512f"),
+            "avx512bw" => has!("avx512bw"),
+            "avx512vl" => has!("avx512vl"),
+            "avx512dq" => has!("avx512dq"),
+            "avx512vnni" => has!("avx512vnni"),
+            _ => false,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = name;
+        false
     }
 }
 

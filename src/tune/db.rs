@@ -1,0 +1,226 @@
+//! The tuning record database: append-only JSON lines, one record per measurement.
+//!
+//! The keys are a public format (`Record`); appends take an exclusive file lock, so concurrent
+//! writers (local workers, `tensorlift measure` on several machines writing to a shared file)
+//! never interleave lines. A line that does not parse is a typed error naming it, and the other
+//! lines still serve.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::runtime::{CpuId, IsaLevel};
+
+/// Version of the record format.
+pub const RECORD_VERSION: u32 = 1;
+
+/// What was measured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadRef {
+    /// Stable hash of the canonical definition.
+    pub key: String,
+    /// The operator family (`conv2d_int8`, `dense_int8`).
+    pub op: String,
+    /// Readable shapes and dtypes.
+    pub summary: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuRef {
+    pub vendor: String,
+    pub family: u32,
+    pub model: u32,
+    pub name: String,
+}
+
+impl From<&CpuId> for CpuRef {
+    fn from(c: &CpuId) -> CpuRef {
+        CpuRef { vendor: c.vendor.clone(), family: c.family, model: c.model, name: c.name.clone() }
+    }
+}
+
+/// Where it was measured, and what the code needs to run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetRef {
+    /// The ISA level the code was compiled for (`IsaLevel::name`).
+    pub isa: String,
+    pub cpu: CpuRef,
+    /// CPU features the code needs (`std::arch::is_x86_feature_detected!` names).
+    pub features: Vec<String>,
+    pub threads: usize,
+}
+
+/// How a measurement ended. Only `Ok` records carry a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    /// The point was rejected before compiling, or compiling failed.
+    BuildError,
+    /// The call failed or the worker crashed.
+    RunError,
+    /// The output differs from the reference.
+    Mismatch,
+    Timeout,
+    /// The host lacks the level the candidate asks for.
+    UnsupportedIsa,
+}
+
+/// One measurement: the public JSON-lines format.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub version: u32,
+    pub workload: WorkloadRef,
+    pub target: TargetRef,
+    /// `{"knobs": {...}, "trace": ...}`: the template's knobs (`tune::space::Point`) and, when
+    /// known, the schedule trace.
+    pub schedule: serde_json::Value,
+    pub status: Status,
+    pub median_ns: Option<f64>,
+    pub gops: Option<f64>,
+    pub compile_ms: Option<f64>,
+    pub verified: bool,
+    /// RFC 3339, UTC.
+    pub measured_at: String,
+    /// Why a failed measurement failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Errors from reading and writing databases.
+#[derive(Debug, Error)]
+pub enum DbError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}:{line}: not a tuning record: {message}")]
+    Malformed { path: PathBuf, line: usize, message: String },
+    #[error("{path}:{line}: record version {found}, expected {expected}")]
+    Version { path: PathBuf, line: usize, found: u32, expected: u32 },
+}
+
+/// The records of a database file, with the lines that were not records.
+#[derive(Debug, Default)]
+pub struct Database {
+    pub records: Vec<Record>,
+    /// One typed error per line that did not parse; the other lines still serve.
+    pub errors: Vec<DbError>,
+}
+
+/// The RFC 3339 time now, UTC, to the second.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+impl Database {
+    /// Reads `path`; a missing file is an empty database.
+    pub fn load(path: &Path) -> Result<Database, DbError> {
+        let io = |source| DbError::Io { path: path.to_path_buf(), source };
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Database::default()),
+            Err(e) => return Err(io(e)),
+        };
+        let mut db = Database::default();
+        for (i, line) in BufReader::new(file).lines().enumerate() {
+            let line = line.map_err(io)?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let number = i + 1;
+            match serde_json::from_str::<Record>(&line) {
+                Ok(r) if r.version != RECORD_VERSION => db.errors.push(DbError::Version {
+                    path: path.to_path_buf(),
+                    line: number,
+                    found: r.version,
+                    expected: RECORD_VERSION,
+                }),
+                Ok(r) => db.records.push(r),
+                Err(e) => db.errors.push(DbError::Malformed {
+                    path: path.to_path_buf(),
+                    line: number,
+                    message: e.to_string(),
+                }),
+            }
+        }
+        Ok(db)
+    }
+
+    /// The best usable record for `workload` on this host (see `select`).
+    pub fn best(&self, workload: &str, host: &Host) -> Option<&Record> {
+        select(&self.records, workload, host)
+    }
+}
+
+/// Appends `records` to `path` (created if missing) under an exclusive lock, one line each.
+pub fn append(path: &Path, records: &[Record]) -> Result<(), DbError> {
+    let io = |source| DbError::Io { path: path.to_path_buf(), source };
+    let mut text = String::new();
+    for r in records {
+        text.push_str(&serde_json::to_string(r).expect("records serialize"));
+        text.push('\n');
+    }
+    let mut file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+    file.lock().map_err(io)?;
+    let written = file.write_all(text.as_bytes()).and_then(|()| file.flush());
+    let unlocked = file.unlock();
+    written.map_err(io)?;
+    unlocked.map_err(io)
+}
+
+/// What the query compares records against: this machine.
+#[derive(Clone, Debug)]
+pub struct Host {
+    pub cpu: Option<CpuRef>,
+    pub level: IsaLevel,
+    /// Whether the host has a CPU feature (by `is_x86_feature_detected!` name).
+    pub has_feature: fn(&str) -> bool,
+}
+
+impl Host {
+    /// This machine, at the level it would compile for.
+    pub fn this(level: IsaLevel) -> Host {
+        Host { cpu: crate::runtime::cpu_id().as_ref().map(CpuRef::from), level, has_feature: crate::runtime::has_feature }
+    }
+}
+
+/// The record to apply for `workload` on `host`: same workload key, status ok, verified, every
+/// feature it needs present on the host; among those, prefer the same CPU model (vendor, family,
+/// model), then the same ISA level, then the fastest. `None`: use the default schedule.
+pub fn select<'a>(records: &'a [Record], workload: &str, host: &Host) -> Option<&'a Record> {
+    let same_cpu = |r: &Record| {
+        host.cpu.as_ref().is_some_and(|c| {
+            r.target.cpu.vendor == c.vendor && r.target.cpu.family == c.family && r.target.cpu.model == c.model
+        })
+    };
+    records
+        .iter()
+        .filter(|r| r.workload.key == workload && r.status == Status::Ok && r.verified && r.median_ns.is_some())
+        .filter(|r| r.target.features.iter().all(|f| (host.has_feature)(f)))
+        .filter(|r| IsaLevel::from_name(&r.target.isa).is_ok_and(|l| l <= host.level))
+        .min_by(|a, b| {
+            let rank = |r: &Record| (!same_cpu(r), r.target.isa != host.level.name());
+            rank(a).cmp(&rank(b)).then(a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
+        })
+}
+
+/// Merges databases: every record of every input, in order, without exact duplicates, written
+/// to `out` (replaced). Malformed lines are reported and skipped.
+pub fn merge(inputs: &[&Path], out: &Path) -> Result<(usize, Vec<DbError>), DbError> {
+    let mut records: Vec<Record> = Vec::new();
+    let mut errors = Vec::new();
+    for path in inputs {
+        let db = Database::load(path)?;
+        errors.extend(db.errors);
+        for r in db.records {
+            if !records.contains(&r) {
+                records.push(r);
+            }
+        }
+    }
+    let text: String = records.iter().map(|r| serde_json::to_string(r).expect("records serialize") + "\n").collect();
+    std::fs::write(out, text).map_err(|source| DbError::Io { path: out.to_path_buf(), source })?;
+    Ok((records.len(), errors))
+}

@@ -1,0 +1,192 @@
+//! Search strategies over a `Space`: which point to measure next, given what was measured.
+//!
+//! Both strategies measure the default point first and never propose a point twice or one the
+//! space rejects; with the same seed and the same measurements they propose the same points.
+
+use std::collections::HashSet;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::space::{Choices, Point, Space};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Tournament selection among the measured points, then one or two knobs of the winner
+    /// moved (to a neighbouring value, or anywhere in their range): local refinement around
+    /// what is fast, with jumps.
+    Evolutionary,
+    /// Uniformly random points: the baseline the evolutionary search must beat.
+    Random,
+}
+
+/// Proposes points and takes their measured costs.
+pub struct Searcher {
+    space: Space,
+    choices: Choices,
+    strategy: Strategy,
+    rng: StdRng,
+    seen: HashSet<Point>,
+    /// Measured points with their time (seconds); `None`: the measurement failed.
+    measured: Vec<(Point, Option<f64>)>,
+}
+
+/// Tries to find an unseen point this many times before the space counts as exhausted.
+const ATTEMPTS: usize = 2000;
+
+impl Searcher {
+    pub fn new(space: Space, strategy: Strategy, seed: u64) -> Searcher {
+        Searcher {
+            choices: space.choices(),
+            space,
+            strategy,
+            rng: StdRng::seed_from_u64(seed),
+            seen: HashSet::new(),
+            measured: Vec::new(),
+        }
+    }
+
+    /// The next point to measure, or `None` when every point of the space was proposed.
+    pub fn next(&mut self) -> Option<Point> {
+        let default = self.space.default_point();
+        if self.seen.insert(default) {
+            return Some(default);
+        }
+        for _ in 0..ATTEMPTS {
+            let p = match self.strategy {
+                Strategy::Random => self.random_point(),
+                Strategy::Evolutionary => match self.parent() {
+                    // A few random points first, so the tournament has a choice.
+                    Some(parent) if self.measured.len() >= 4 => self.mutate(parent),
+                    _ => self.random_point(),
+                },
+            };
+            if self.space.check(&p).is_ok() && self.seen.insert(p) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Records the time of `p` (`None`: failed), for the strategy's next choices.
+    pub fn report(&mut self, p: Point, seconds: Option<f64>) {
+        self.measured.push((p, seconds));
+    }
+
+    /// The fastest point measured so far.
+    pub fn best(&self) -> Option<(Point, f64)> {
+        self.measured.iter().filter_map(|&(p, s)| s.map(|s| (p, s))).min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    fn pick<T: Copy>(rng: &mut StdRng, values: &[T]) -> T {
+        values[rng.random_range(0..values.len())]
+    }
+
+    fn random_point(&mut self) -> Point {
+        let c = &self.choices;
+        Point {
+            mr: Self::pick(&mut self.rng, &c.mr),
+            nr: Self::pick(&mut self.rng, &c.nr),
+            lanes: Self::pick(&mut self.rng, &c.lanes),
+            order: Self::pick(&mut self.rng, &c.orders),
+            threads: Self::pick(&mut self.rng, &c.threads),
+        }
+    }
+
+    /// The faster of two measured points drawn at random (tournament of two; failures lose).
+    fn parent(&mut self) -> Option<Point> {
+        let ok: Vec<(Point, f64)> = self.measured.iter().filter_map(|&(p, s)| s.map(|s| (p, s))).collect();
+        if ok.is_empty() {
+            return None;
+        }
+        let a = ok[self.rng.random_range(0..ok.len())];
+        let b = ok[self.rng.random_range(0..ok.len())];
+        Some(if a.1 <= b.1 { a.0 } else { b.0 })
+    }
+
+    /// `value` moved to a neighbour in `values` (70%) or anywhere in it.
+    fn step<T: Copy + PartialEq>(rng: &mut StdRng, values: &[T], value: T) -> T {
+        let i = values.iter().position(|v| *v == value).unwrap_or(0);
+        if rng.random_bool(0.7) {
+            let j = if rng.random_bool(0.5) { i.saturating_sub(1) } else { (i + 1).min(values.len() - 1) };
+            values[j]
+        } else {
+            Self::pick(rng, values)
+        }
+    }
+
+    fn mutate(&mut self, parent: Point) -> Point {
+        let mut p = parent;
+        let moves = if self.rng.random_bool(0.3) { 2 } else { 1 };
+        for _ in 0..moves {
+            let c = &self.choices;
+            match self.rng.random_range(0..5) {
+                0 => p.mr = Self::step(&mut self.rng, &c.mr, p.mr),
+                1 => p.nr = Self::step(&mut self.rng, &c.nr, p.nr),
+                2 => p.lanes = Self::step(&mut self.rng, &c.lanes, p.lanes),
+                3 => p.order = Self::step(&mut self.rng, &c.orders, p.order),
+                _ => p.threads = Self::step(&mut self.rng, &c.threads, p.threads),
+            }
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use schedules::resnet18;
+
+    /// A cost with one best point and smooth slopes: what a register tile's speed looks like.
+    fn synthetic_cost(p: &Point) -> f64 {
+        let order = if p.order == super::super::space::Order::ChannelsOuter { 0.0 } else { 0.3 };
+        1.0 + 0.05 * (p.mr - 7).pow(2) as f64 + 0.4 * ((p.nr / 16) as f64 - 2.0).abs() + order
+            + 0.2 * (p.lanes != 16) as u8 as f64
+            + 0.5 * (p.threads != 2) as u8 as f64
+    }
+
+    fn run(strategy: Strategy, seed: u64, trials: usize) -> Vec<Point> {
+        let space = Space::new(resnet18::layer("R2").unwrap(), 2);
+        let mut s = Searcher::new(space, strategy, seed);
+        let mut proposed = Vec::new();
+        for _ in 0..trials {
+            let Some(p) = s.next() else { break };
+            s.report(p, Some(synthetic_cost(&p)));
+            proposed.push(p);
+        }
+        proposed
+    }
+
+    #[test]
+    fn searches_start_at_the_default_never_repeat_and_are_reproducible() {
+        let space = Space::new(resnet18::layer("R2").unwrap(), 2);
+        for strategy in [Strategy::Evolutionary, Strategy::Random] {
+            let points = run(strategy, 7, 60);
+            assert_eq!(points[0], space.default_point());
+            assert_eq!(points.iter().collect::<HashSet<_>>().len(), points.len(), "{strategy:?} repeated a point");
+            assert!(points.iter().all(|p| space.check(p).is_ok()));
+            assert_eq!(points, run(strategy, 7, 60), "{strategy:?}: same seed, same points");
+        }
+        // A space smaller than the budget is proposed in full, then the search stops.
+        let fc = Space::new(resnet18::layers()[11], 1);
+        let all = run_space(fc, 10_000);
+        assert_eq!(all.len(), fc.size());
+    }
+
+    fn run_space(space: Space, trials: usize) -> Vec<Point> {
+        let mut s = Searcher::new(space, Strategy::Evolutionary, 1);
+        std::iter::from_fn(|| s.next().inspect(|&p| s.report(p, Some(synthetic_cost(&p))))).take(trials).collect()
+    }
+
+    #[test]
+    fn evolution_beats_random_search_at_equal_trials_on_a_smooth_cost() {
+        // Best cost after 40 trials, summed over 20 seeds: lower is better.
+        let best = |strategy| -> f64 {
+            (0..20).map(|seed| run(strategy, seed, 40).iter().map(synthetic_cost).fold(f64::MAX, f64::min)).sum()
+        };
+        let (evolved, random) = (best(Strategy::Evolutionary), best(Strategy::Random));
+        assert!(evolved < random, "evolutionary {evolved} vs random {random}");
+    }
+}

@@ -1,0 +1,197 @@
+//! The search space of the int8 convolution and dense schedules (`x86_conv`): the template's
+//! knobs plus the layer's thread count, each with a typed range. A point either fits the layer
+//! or is rejected with the reason before anything is compiled.
+
+use schedules::resnet18::Layer;
+use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, default_dense_knobs, default_knobs};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The order of the tile loops, as records spell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Order {
+    PixelsOuter,
+    ChannelsOuter,
+}
+
+/// One schedule of a layer: `x86_conv` knobs (the operands follow from the weights at apply
+/// time, `Conv2dInt8Knobs::with_weights`) and threads (1: no parallel loops).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Point {
+    /// Output pixels of a row per micro-kernel tile.
+    pub mr: i64,
+    /// Output channels per tile and weight panel.
+    pub nr: i64,
+    /// Lanes of the vectorized epilogue.
+    pub lanes: i64,
+    pub order: Order,
+    pub threads: usize,
+}
+
+/// The typed ranges of every knob.
+pub const NR: [i64; 3] = [16, 32, 64];
+pub const LANES: [i64; 3] = [8, 16, 32];
+pub const ORDERS: [Order; 2] = [Order::PixelsOuter, Order::ChannelsOuter];
+/// `mr` runs from 1 to this, and to the pixels of an output row.
+pub const MAX_MR: i64 = 16;
+
+/// Why a point does not fit a layer.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum Rejection {
+    #[error("mr = {found}: expected 1..={max} (at most {MAX_MR} and the {max} pixels of an output row)")]
+    Mr { found: i64, max: i64 },
+    #[error("nr = {found}: expected one of {NR:?} dividing the {oc} output channels")]
+    Nr { found: i64, oc: i64 },
+    #[error("lanes = {found}: expected one of {LANES:?}")]
+    Lanes { found: i64 },
+    #[error("threads = {found}: expected 1..={max}")]
+    Threads { found: usize, max: usize },
+    #[error("{layer} runs on one row: expected threads = 1, found {found}")]
+    DenseThreads { layer: &'static str, found: usize },
+}
+
+/// The space of one layer on a machine with `max_threads` threads.
+#[derive(Clone, Copy, Debug)]
+pub struct Space {
+    pub layer: Layer,
+    pub max_threads: usize,
+}
+
+impl Space {
+    pub fn new(layer: Layer, max_threads: usize) -> Space {
+        Space { layer, max_threads: max_threads.max(1) }
+    }
+
+    /// Pixels of an output row (the GEMM rows one tile covers).
+    fn row_pixels(&self) -> i64 {
+        match self.layer {
+            Layer::Conv(c) => c.ow(),
+            Layer::Dense(_) => 1,
+        }
+    }
+
+    fn max_mr(&self) -> i64 {
+        self.row_pixels().min(MAX_MR)
+    }
+
+    /// The default schedule (`default_knobs`, the dense layer on one row and thread), always a
+    /// candidate so tuned is never worse than default; its threads: all when parallel.
+    pub fn default_point(&self) -> Point {
+        let knobs = match self.layer {
+            Layer::Conv(c) => default_knobs(&c),
+            Layer::Dense(d) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
+        };
+        let threads = if knobs.parallel { self.max_threads } else { 1 };
+        let order = match knobs.order {
+            TileOrder::PixelsOuter => Order::PixelsOuter,
+            TileOrder::ChannelsOuter => Order::ChannelsOuter,
+        };
+        Point { mr: knobs.mr, nr: knobs.nr, lanes: knobs.lanes, order, threads }
+    }
+
+    /// `Ok` if `p` fits the layer, else the first reason it does not.
+    pub fn check(&self, p: &Point) -> Result<(), Rejection> {
+        let max = self.max_mr();
+        if !(1..=max).contains(&p.mr) {
+            return Err(Rejection::Mr { found: p.mr, max });
+        }
+        let oc = match self.layer {
+            Layer::Conv(c) => c.oc,
+            // The packing pads the last panel of the dense layer.
+            Layer::Dense(d) => d.out_features,
+        };
+        let divides = matches!(self.layer, Layer::Dense(_)) || oc % p.nr == 0;
+        if !NR.contains(&p.nr) || !divides {
+            return Err(Rejection::Nr { found: p.nr, oc });
+        }
+        if !LANES.contains(&p.lanes) {
+            return Err(Rejection::Lanes { found: p.lanes });
+        }
+        if !(1..=self.max_threads).contains(&p.threads) {
+            return Err(Rejection::Threads { found: p.threads, max: self.max_threads });
+        }
+        if matches!(self.layer, Layer::Dense(_)) && p.threads != 1 {
+            return Err(Rejection::DenseThreads { layer: self.layer.name(), found: p.threads });
+        }
+        Ok(())
+    }
+
+    /// Every value of each knob that fits alone (the others fixed at a fitting value).
+    pub fn choices(&self) -> Choices {
+        let oc = match self.layer {
+            Layer::Conv(c) => c.oc,
+            Layer::Dense(d) => d.out_features,
+        };
+        let nr = NR.into_iter().filter(|nr| matches!(self.layer, Layer::Dense(_)) || oc % nr == 0).collect();
+        let threads = match self.layer {
+            Layer::Conv(_) => (1..=self.max_threads).collect(),
+            Layer::Dense(_) => vec![1],
+        };
+        Choices { mr: (1..=self.max_mr()).collect(), nr, lanes: LANES.to_vec(), orders: ORDERS.to_vec(), threads }
+    }
+
+    /// The number of points in the space.
+    pub fn size(&self) -> usize {
+        let c = self.choices();
+        c.mr.len() * c.nr.len() * c.lanes.len() * c.orders.len() * c.threads.len()
+    }
+}
+
+/// The values of each knob (`Space::choices`).
+#[derive(Clone, Debug)]
+pub struct Choices {
+    pub mr: Vec<i64>,
+    pub nr: Vec<i64>,
+    pub lanes: Vec<i64>,
+    pub orders: Vec<Order>,
+    pub threads: Vec<usize>,
+}
+
+impl Point {
+    /// The template's knobs for this point (operands: u8, until `with_weights`).
+    pub fn knobs(&self) -> Conv2dInt8Knobs {
+        let order = match self.order {
+            Order::PixelsOuter => TileOrder::PixelsOuter,
+            Order::ChannelsOuter => TileOrder::ChannelsOuter,
+        };
+        Conv2dInt8Knobs {
+            mr: self.mr,
+            nr: self.nr,
+            lanes: self.lanes,
+            order,
+            parallel: self.threads > 1,
+            operands: schedules::ops::GemmOperands::U8,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use schedules::resnet18::{self, FC};
+
+    #[test]
+    fn the_default_is_in_every_space_and_bad_points_say_why() {
+        for layer in resnet18::layers() {
+            let space = Space::new(layer, 2);
+            assert_eq!(space.check(&space.default_point()), Ok(()), "{}", layer.name());
+            assert!(space.size() >= 18, "{}: {}", layer.name(), space.size());
+        }
+        let r2 = Space::new(resnet18::layer("R2").unwrap(), 2);
+        let p = r2.default_point();
+        assert_eq!(r2.check(&Point { mr: 0, ..p }), Err(Rejection::Mr { found: 0, max: 16 }));
+        assert_eq!(r2.check(&Point { nr: 48, ..p }), Err(Rejection::Nr { found: 48, oc: 64 }));
+        assert_eq!(r2.check(&Point { lanes: 12, ..p }), Err(Rejection::Lanes { found: 12 }));
+        assert_eq!(r2.check(&Point { threads: 3, ..p }), Err(Rejection::Threads { found: 3, max: 2 }));
+        let r11 = Space::new(resnet18::layer("R11").unwrap(), 2);
+        assert_eq!(r11.check(&Point { mr: 8, ..r11.default_point() }), Err(Rejection::Mr { found: 8, max: 7 }));
+        let fc = Space::new(Layer::Dense(FC), 2);
+        assert_eq!(fc.check(&Point { threads: 2, ..fc.default_point() }), Err(Rejection::DenseThreads { layer: "FC", found: 2 }));
+        assert_eq!(r2.check(&Point { nr: 64, ..p }).map_err(|e| e.to_string()), Ok(()));
+        assert_eq!(
+            r2.check(&Point { nr: 48, ..p }).unwrap_err().to_string(),
+            "nr = 48: expected one of [16, 32, 64] dividing the 64 output channels"
+        );
+    }
+}
