@@ -224,3 +224,111 @@ pub fn merge(inputs: &[&Path], out: &Path) -> Result<(usize, Vec<DbError>), DbEr
     std::fs::write(out, text).map_err(|source| DbError::Io { path: out.to_path_buf(), source })?;
     Ok((records.len(), errors))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: &str, isa: IsaLevel, model: u32, median_ns: f64) -> Record {
+        Record {
+            version: RECORD_VERSION,
+            workload: WorkloadRef { key: key.into(), op: "conv2d_int8".into(), summary: "test".into() },
+            target: TargetRef {
+                isa: isa.name().into(),
+                cpu: CpuRef { vendor: "AuthenticAMD".into(), family: 25, model, name: "test".into() },
+                features: isa.features().into_iter().map(String::from).collect(),
+                threads: 1,
+            },
+            schedule: serde_json::json!({"knobs": {"mr": 4}}),
+            status: Status::Ok,
+            median_ns: Some(median_ns),
+            gops: Some(1.0),
+            compile_ms: Some(1.0),
+            verified: true,
+            measured_at: now_rfc3339(),
+            error: None,
+        }
+    }
+
+    /// An AVX2-only Zen 3 (family 25 model 1).
+    fn zen3() -> Host {
+        let has = |f: &str| IsaLevel::Avx2.features().contains(&f);
+        Host { cpu: Some(CpuRef { vendor: "AuthenticAMD".into(), family: 25, model: 1, name: "zen3".into() }), level: IsaLevel::Avx2, has_feature: has }
+    }
+
+    #[test]
+    fn the_query_needs_the_features_then_prefers_the_cpu_model_then_the_level() {
+        let host = zen3();
+        // A faster record from a CPU with AVX-512 VNNI is never applied here.
+        let vnni = record("w", IsaLevel::Avx512Vnni, 17, 10.0);
+        assert_eq!(select(&[vnni.clone()], "w", &host), None);
+        // Same model beats a faster record from another model; same level beats a lower one.
+        let other_model = record("w", IsaLevel::Avx2, 33, 20.0);
+        let same_model = record("w", IsaLevel::Avx2, 1, 30.0);
+        let same_model_scalar = record("w", IsaLevel::Scalar, 1, 25.0);
+        let all = [vnni, other_model.clone(), same_model_scalar.clone(), same_model.clone()];
+        assert_eq!(select(&all, "w", &host), Some(&same_model));
+        assert_eq!(select(&all[..3], "w", &host), Some(&same_model_scalar));
+        assert_eq!(select(&all[..2], "w", &host), Some(&other_model));
+        // Other workloads, failed or unverified measurements never serve.
+        assert_eq!(select(&all, "other", &host), None);
+        let failed = Record { status: Status::Timeout, median_ns: None, ..same_model.clone() };
+        let unverified = Record { verified: false, ..same_model.clone() };
+        assert_eq!(select(&[failed, unverified], "w", &host), None);
+        // A host forced down to scalar does not take avx2 records.
+        let scalar_host = Host { level: IsaLevel::Scalar, ..zen3() };
+        assert_eq!(select(&all, "w", &scalar_host), Some(&same_model_scalar));
+    }
+
+    #[test]
+    fn malformed_lines_are_named_and_the_rest_serve_and_merge_dedups() {
+        let dir = std::env::temp_dir().join(format!("tensorlift-db-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let good = record("w", IsaLevel::Avx2, 1, 5.0);
+        append(&path, std::slice::from_ref(&good)).unwrap();
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"version\": 1, \"workload\": 3}\nnot json\n");
+        text.push_str(&serde_json::to_string(&Record { version: 9, ..good.clone() }).unwrap());
+        text.push('\n');
+        std::fs::write(&path, text).unwrap();
+        append(&path, &[record("w", IsaLevel::Avx2, 1, 4.0)]).unwrap();
+        let db = Database::load(&path).unwrap();
+        assert_eq!(db.records.len(), 2);
+        let errors: Vec<String> = db.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors[0].contains("a.jsonl:2: not a tuning record"), "{}", errors[0]);
+        assert!(errors[1].contains("a.jsonl:3: not a tuning record"), "{}", errors[1]);
+        assert!(errors[2].contains("a.jsonl:4: record version 9, expected 1"), "{}", errors[2]);
+        assert_eq!(db.best("w", &zen3()).and_then(|r| r.median_ns), Some(4.0));
+
+        let other = dir.join("b.jsonl");
+        let _ = std::fs::remove_file(&other);
+        append(&other, &[good.clone(), record("v", IsaLevel::Scalar, 1, 7.0)]).unwrap();
+        let merged = dir.join("merged.jsonl");
+        let (count, errors) = merge(&[&path, &other], &merged).unwrap();
+        assert_eq!((count, errors.len()), (3, 3));
+        assert_eq!(Database::load(&merged).unwrap().records.len(), 3);
+        assert!(Database::load(&dir.join("missing.jsonl")).unwrap().records.is_empty());
+    }
+
+    #[test]
+    fn concurrent_appends_never_interleave_lines() {
+        let path = std::env::temp_dir().join(format!("tensorlift-db-concurrent-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let path = &path;
+                s.spawn(move || {
+                    for i in 0..50 {
+                        append(path, &[record(&format!("w{t}"), IsaLevel::Avx2, 1, i as f64 + 1.0)]).unwrap();
+                    }
+                });
+            }
+        });
+        let db = Database::load(&path).unwrap();
+        assert!(db.errors.is_empty(), "{:?}", db.errors);
+        assert_eq!(db.records.len(), 200);
+    }
+}
