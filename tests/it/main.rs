@@ -5,6 +5,7 @@ mod differential;
 mod errors;
 mod golden;
 mod invariants;
+mod math;
 mod quant;
 mod tensorize;
 mod vnni;

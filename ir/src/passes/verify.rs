@@ -278,6 +278,19 @@ impl Verifier {
                     self.dtype_error(format!("`{e}`"), "a float type".to_string(), dtype);
                 }
             }
+            ExprKind::Sqrt(a) => {
+                self.expect_dtype(|| format!("`{e}`"), a.dtype(), dtype);
+                if !dtype.is_float() {
+                    self.dtype_error(format!("`{e}`"), "a float type".to_string(), dtype);
+                }
+            }
+            ExprKind::Reinterpret(a) => {
+                let from = a.dtype();
+                if from.lanes != dtype.lanes || from.bits() != dtype.bits() || from.is_bool() || dtype.is_bool() {
+                    let expected = format!("a non-bool type of {} bits with {} lanes", from.bits(), from.lanes);
+                    self.dtype_error(format!("`{e}`"), expected, dtype);
+                }
+            }
             ExprKind::Cast(a) | ExprKind::SaturatingCast(a) => {
                 if a.dtype().lanes != dtype.lanes {
                     self.dtype_error(format!("`{e}`"), format!("a type with {} lanes", a.dtype().lanes), dtype);
