@@ -6,6 +6,7 @@ mod errors;
 mod golden;
 mod invariants;
 mod math;
+mod norm;
 mod quant;
 mod tensorize;
 mod vnni;
