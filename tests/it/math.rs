@@ -226,3 +226,56 @@ fn a_non_f32_operand_is_a_typed_error() {
     let err = compute([4], |i| math::sqrt(a.at([&i[0]])), "B").unwrap_err();
     assert!(matches!(err, TeError::UndefinedOperator { .. }), "{err}");
 }
+
+/// `B[i] = f(A[i])` for any element types, in the interpreter and the JIT (scalar and vectorized
+/// by 8), compared bit for bit (any NaN equals any NaN).
+fn agree(what: &str, input: &Array, out: DType, f: impl Fn(Expr) -> Expr) {
+    let n = input.shape()[0];
+    let a = placeholder([n], input.dtype(), "A");
+    let b = compute([n], |i| f(a.at([&i[0]])), "B").unwrap();
+    let want = ir::interp::eval_te(&[&b], &[(&a, input)]).unwrap().remove(0);
+    assert_eq!(want.dtype(), out, "{what}");
+    for vectorized in [false, true] {
+        let mut s = create_schedule(&[&b]);
+        if vectorized {
+            let (_, inner) = s.split(&b, &b.axes()[0], 8).unwrap();
+            s.vectorize(&b, &inner).unwrap();
+        }
+        let kernel = build(&s, &[&a, &b], "f", &CompileOptions::default()).unwrap();
+        let mut ta = RtTensor::from_array(input);
+        let mut tb = RtTensor::zeros(out, &[n]);
+        kernel.compiled.call(&mut [&mut ta, &mut tb]).unwrap();
+        let got = tb.to_array();
+        assert!(got.bits_eq(&want), "{what} (vectorized: {vectorized}): {:?}", got.first_difference(&want));
+    }
+}
+
+/// The two IR nodes the math functions are built from, on every type they accept.
+#[test]
+fn reinterpret_and_sqrt_agree_on_every_type() {
+    let bits: Vec<i64> = specials().iter().map(|x| x.to_bits() as i64).collect();
+    let n = bits.len() as i64;
+    let i32s = Array::from_i64(DType::I32, &[n], &bits);
+    agree("i32 as f32", &i32s, DType::F32, |x| x.reinterpret(DType::F32));
+    agree("i32 as u32", &i32s, DType::U32, |x| x.reinterpret(DType::U32));
+    // Signalling NaNs may come back quiet through a float (`ExprKind::Reinterpret`): quiet them.
+    let quiet: Vec<i64> =
+        bits.iter().map(|&b| if f32::from_bits(b as u32).is_nan() { b | 0x0040_0000 } else { b }).collect();
+    let quiet = Array::from_i64(DType::I32, &[n], &quiet);
+    agree("f32 round trip", &quiet, DType::I32, |x| x.reinterpret(DType::F32).reinterpret(DType::I32));
+    let f64s = Array::from_f64(DType::F64, &[n], &specials().iter().map(|&v| v as f64 * 1.5e200).collect::<Vec<_>>());
+    agree("f64 as i64", &f64s, DType::I64, |x| x.reinterpret(DType::I64));
+    agree("f64 sqrt", &f64s, DType::F64, |x| x.sqrt());
+    let u16s = Array::from_i64(DType::U16, &[n], &bits.iter().map(|b| b & 0xffff).collect::<Vec<_>>());
+    agree("u16 as f16 and back", &u16s, DType::U16, |x| x.reinterpret(DType::F16).sqrt().reinterpret(DType::U16));
+    agree("u16 as bf16", &u16s, DType::BF16, |x| x.reinterpret(DType::BF16));
+    let f32s = Array::from_f64(DType::F32, &[n], &specials().iter().map(|&v| v as f64).collect::<Vec<_>>());
+    agree("f32 sqrt", &f32s, DType::F32, |x| x.sqrt());
+    // Exact values and the printed form: the bits of 1.0f32 and of the correctly rounded √2.
+    let p = placeholder([2], DType::F32, "P");
+    let q = compute([2], |i| p.at([&i[0]]).sqrt().reinterpret(DType::I32), "Q").unwrap();
+    let input = Array::from_f64(DType::F32, &[2], &[1.0, 2.0]);
+    let r = ir::interp::eval_te(&[&q], &[(&p, &input)]).unwrap().remove(0);
+    assert_eq!(r.to_f64_vec(), [1.0f32.to_bits() as f64, std::f32::consts::SQRT_2.to_bits() as f64]);
+    assert_eq!(q.body().unwrap().to_string(), "reinterpret_i32(sqrt(P[i]))");
+}

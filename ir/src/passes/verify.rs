@@ -365,6 +365,24 @@ mod tests {
     }
 
     #[test]
+    fn sqrt_of_an_integer_and_a_reinterpret_across_widths_are_reported() {
+        let a = Buffer::new("A", DType::I32, vec![4]);
+        let b = Buffer::new("B", DType::F64, vec![4]);
+        let i = Var::index("i");
+        let int = Expr::load(&a, vec![i.to_expr()]);
+        let body = Stmt::seq(vec![
+            Stmt::store(&a, vec![i.to_expr()], int.sqrt()),
+            Stmt::store(&b, vec![i.to_expr()], int.reinterpret(DType::F64)),
+            Stmt::store(&a, vec![i.to_expr()], Expr::load(&b, vec![i.to_expr()]).reinterpret(DType::I64).cast(DType::I32)),
+        ]);
+        let f = Func { name: "f".into(), params: vec![a, b], body: Stmt::for_loop(i, 4, ForKind::Serial, body) };
+        let errors: Vec<String> = verify(&f, VerifyLevel::Lowered).unwrap_err().iter().map(|e| e.to_string()).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("sqrt(A[i])") && errors[0].contains("a float type"), "{}", errors[0]);
+        assert!(errors[1].contains("reinterpret_f64(A[i])") && errors[1].contains("32 bits"), "{}", errors[1]);
+    }
+
+    #[test]
     fn every_violation_is_reported() {
         let a = Buffer::new("A", DType::F32, vec![4, 8]);
         let stray = Buffer::new("S", DType::F32, vec![4]);
