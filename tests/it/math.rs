@@ -279,3 +279,20 @@ fn reinterpret_and_sqrt_agree_on_every_type() {
     assert_eq!(r.to_f64_vec(), [1.0f32.to_bits() as f64, std::f32::consts::SQRT_2.to_bits() as f64]);
     assert_eq!(q.body().unwrap().to_string(), "reinterpret_i32(sqrt(P[i]))");
 }
+
+/// Vectorized, every function is straight SIMD code: no lane is extracted or inserted and no
+/// host function is called (so a kernel using them links standalone, with no runtime helpers).
+#[test]
+fn vectorized_functions_are_pure_simd_without_host_calls() {
+    for (name, f, ..) in FUNCTIONS {
+        let (a, b) = elementwise(f, 64);
+        let mut s = create_schedule(&[&b]);
+        let (_, inner) = s.split(&b, &b.axes()[0], 8).unwrap();
+        s.vectorize(&b, &inner).unwrap();
+        let kernel = build(&s, &[&a, &b], "f", &CompileOptions::default()).unwrap();
+        let clif = kernel.compiled.clif_text();
+        for op in ["extractlane", "insertlane", "call "] {
+            assert!(!clif.contains(op), "{name}: `{op}` in\n{clif}");
+        }
+    }
+}
