@@ -39,6 +39,15 @@
 //! (`f64::round_ties_even`: `0.5 → 0`, `1.5 → 2`, `2.5 → 2`, `-0.5 → -0`, `-2.5 → -2`); ±0, ±∞
 //! and NaN are returned unchanged. It is defined on floats only. Requantization to an integer
 //! type is `saturating_cast(round(x))`: the float → int cast then only saturates.
+//! `Sqrt` is the IEEE 754 square root, correctly rounded in the operand's float type:
+//! `sqrt(-0) == -0`, `sqrt(+∞) == +∞`, NaN for any other negative operand or NaN.
+//! `Reinterpret` reads the operand's bits as another type of the same width (`f32` ↔ `i32`/`u32`,
+//! `f64` ↔ `i64`/`u64`, `f16`/`bf16` ↔ `i16`/`u16`, integers of one width): no conversion.
+//! The only caveat is NaN payloads: a signalling NaN read as a float may come back quiet (the
+//! interpreter holds floats as f64), so code must not rely on the payload bits of a NaN.
+//! The f32 math functions (`exp`, `log`, `tanh`, ...) are not nodes: they are expression builders
+//! in `crate::math` that expand into these basic operations, so every backend evaluates one
+//! sequence of correctly rounded IEEE operations (see that module for each one's error bound).
 //! `widening_mul` and `widening_add` are exact: they cast both operands to the type of twice the
 //! width (signed if either operand is signed) before the operation, so the result never wraps.
 
@@ -236,6 +245,13 @@ pub enum ExprKind {
     /// the node dtype): `round(2.5) == 2.0`, `round(-0.5) == -0.0`; NaN and ±∞ are unchanged.
     /// Floats only (`te::check_expr` reports `TeError::UndefinedOperator` otherwise).
     Round(Expr),
+    /// IEEE square root, correctly rounded in the node's float type (the operand's type):
+    /// `sqrt(-0.0) == -0.0`, `sqrt(+∞) == +∞`, negative operands and NaN give NaN. Floats only.
+    Sqrt(Expr),
+    /// The operand's bits read as the node dtype, which has the same bit width and lane count
+    /// (e.g. `f32` ↔ `i32`); never `bool`. A NaN's payload is not guaranteed to survive (module
+    /// doc). This is how the math builders reach a float's exponent and sign bits.
+    Reinterpret(Expr),
     /// `cond ? t : f`, lane-wise when `cond` is a vector. Both arms may be evaluated.
     Select(Expr, Expr, Expr),
     /// Element of a tensor at the given indices (one per dimension). Tensor expressions only:
@@ -365,6 +381,21 @@ impl Expr {
         Expr::new(self.dtype(), ExprKind::Round(self.clone()))
     }
 
+    /// IEEE square root, correctly rounded (see `ExprKind::Sqrt`).
+    pub fn sqrt(&self) -> Expr {
+        Expr::new(self.dtype(), ExprKind::Sqrt(self.clone()))
+    }
+
+    /// The same bits read as `dtype` (see `ExprKind::Reinterpret`). The target's lane count is
+    /// taken from the operand; a reinterpretation to the same type is the operand itself.
+    pub fn reinterpret(&self, dtype: impl Into<DType>) -> Expr {
+        let dtype = dtype.into().element().with_lanes(self.dtype().lanes);
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        Expr::new(dtype, ExprKind::Reinterpret(self.clone()))
+    }
+
     pub fn ramp(base: Expr, stride: Expr, lanes: u16) -> Expr {
         let dtype = base.dtype().with_lanes(lanes);
         Expr::new(dtype, ExprKind::Ramp(base, stride))
@@ -416,6 +447,8 @@ impl Expr {
             | ExprKind::Cast(a)
             | ExprKind::SaturatingCast(a)
             | ExprKind::Round(a)
+            | ExprKind::Sqrt(a)
+            | ExprKind::Reinterpret(a)
             | ExprKind::Broadcast(a)
             | ExprKind::VectorReduce(_, a) => vec![a],
             ExprKind::Select(c, t, f) => vec![c, t, f],
@@ -471,6 +504,8 @@ impl Expr {
             | (ExprKind::Cast(_), ExprKind::Cast(_))
             | (ExprKind::SaturatingCast(_), ExprKind::SaturatingCast(_))
             | (ExprKind::Round(_), ExprKind::Round(_))
+            | (ExprKind::Sqrt(_), ExprKind::Sqrt(_))
+            | (ExprKind::Reinterpret(_), ExprKind::Reinterpret(_))
             | (ExprKind::Select(..), ExprKind::Select(..))
             | (ExprKind::Ramp(..), ExprKind::Ramp(..))
             | (ExprKind::Broadcast(_), ExprKind::Broadcast(_)) => true,

@@ -12,6 +12,7 @@ pub mod error;
 pub mod interp;
 pub mod intrin;
 pub mod lower;
+pub mod math;
 pub mod expr;
 pub mod mutator;
 pub mod passes;

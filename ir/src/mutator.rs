@@ -50,6 +50,8 @@ pub fn rebuild_expr(expr: &Expr, mut children: Vec<Expr>) -> Expr {
         ExprKind::Cast(_) => ExprKind::Cast(next()),
         ExprKind::SaturatingCast(_) => ExprKind::SaturatingCast(next()),
         ExprKind::Round(_) => ExprKind::Round(next()),
+        ExprKind::Sqrt(_) => ExprKind::Sqrt(next()),
+        ExprKind::Reinterpret(_) => ExprKind::Reinterpret(next()),
         ExprKind::Select(..) => ExprKind::Select(next(), next(), next()),
         ExprKind::TensorRead(t, _) => ExprKind::TensorRead(t.clone(), children),
         ExprKind::Load(b, _) => ExprKind::Load(b.clone(), children),
@@ -69,7 +71,9 @@ pub fn rebuild_expr(expr: &Expr, mut children: Vec<Expr>) -> Expr {
         | ExprKind::Not(a)
         | ExprKind::Cast(a)
         | ExprKind::SaturatingCast(a)
-        | ExprKind::Round(a) => a.dtype().lanes,
+        | ExprKind::Round(a)
+        | ExprKind::Sqrt(a)
+        | ExprKind::Reinterpret(a) => a.dtype().lanes,
         ExprKind::Select(c, t, _) => c.dtype().lanes.max(t.dtype().lanes),
         ExprKind::Load(_, idx) | ExprKind::TensorRead(_, idx) => {
             idx.iter().map(|i| i.dtype().lanes).max().unwrap_or(1)

@@ -103,6 +103,8 @@ impl Printer {
             ExprKind::Cast(a) => self.call(&dtype.to_string(), &[a]),
             ExprKind::SaturatingCast(a) => self.call(&format!("sat_{dtype}"), &[a]),
             ExprKind::Round(a) => self.call("round", &[a]),
+            ExprKind::Sqrt(a) => self.call("sqrt", &[a]),
+            ExprKind::Reinterpret(a) => self.call(&format!("reinterpret_{dtype}"), &[a]),
             ExprKind::Select(c, t, f) => self.call("select", &[c, t, f]),
             ExprKind::TensorRead(t, idx) => self.access(t.name(), idx),
             ExprKind::Load(b, idx) => self.access(b.name(), idx),

@@ -584,6 +584,22 @@ pub fn check_expr(expr: &Expr) -> Result<(), TeError> {
                 expr: expr.to_string(),
             });
         }
+        ExprKind::Sqrt(a) if !a.dtype().is_float() => {
+            return Err(TeError::UndefinedOperator {
+                op: "sqrt".to_string(),
+                dtype: a.dtype(),
+                expr: expr.to_string(),
+            });
+        }
+        ExprKind::Reinterpret(a)
+            if a.dtype().bits() != expr.dtype().bits() || a.dtype().is_bool() || expr.dtype().is_bool() =>
+        {
+            return Err(TeError::UndefinedOperator {
+                op: format!("reinterpret as {}", expr.dtype()),
+                dtype: a.dtype(),
+                expr: expr.to_string(),
+            });
+        }
         ExprKind::Not(a) if a.dtype().is_float() => {
             return Err(TeError::UndefinedOperator {
                 op: "!".to_string(),

@@ -35,3 +35,38 @@ pub fn matmul_tiled(c: &Tensor, knobs: MatmulKnobs) -> Result<Schedule, Schedule
     }
     Ok(s)
 }
+
+/// Splits the last axis of each of `stages` by `lanes` and vectorizes the inner loop.
+fn vectorize_last_axis(s: &mut Schedule, stages: &[&Tensor], lanes: i64) -> Result<(), ScheduleError> {
+    for t in stages {
+        let last = t.axis(t.shape().len() - 1);
+        let (_, inner) = s.split(t, &last, lanes)?;
+        s.vectorize(t, &inner)?;
+    }
+    Ok(())
+}
+
+/// `nn::softmax` with its two elementwise stages (`exp`, which is most of the work, and the
+/// division) vectorized by `lanes` along the last axis. The max and sum reductions keep the
+/// definition's sequential `k` loop: vectorizing a float sum along `k` would reassociate it and
+/// change its bits, and this schedule must give the interpreter's result exactly.
+pub fn softmax_vectorized(sm: &crate::nn::Softmax, lanes: i64) -> Result<Schedule, ScheduleError> {
+    let mut s = create_schedule(&[&sm.output]);
+    vectorize_last_axis(&mut s, &[&sm.exp, &sm.output], lanes)?;
+    Ok(s)
+}
+
+/// `nn::layernorm` with the normalization stage vectorized by `lanes` along the last axis; the
+/// sums stay sequential in `k` (as in `softmax_vectorized`).
+pub fn layernorm_vectorized(ln: &crate::nn::LayerNorm, lanes: i64) -> Result<Schedule, ScheduleError> {
+    let mut s = create_schedule(&[&ln.output]);
+    vectorize_last_axis(&mut s, &[&ln.output], lanes)?;
+    Ok(s)
+}
+
+/// `nn::gelu` vectorized by `lanes` along the last axis.
+pub fn gelu_vectorized(y: &Tensor, lanes: i64) -> Result<Schedule, ScheduleError> {
+    let mut s = create_schedule(&[y]);
+    vectorize_last_axis(&mut s, &[y], lanes)?;
+    Ok(s)
+}

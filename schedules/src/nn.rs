@@ -1,7 +1,7 @@
 //! Operator definitions as tensor expressions.
 
 use ir::te::{compute, compute_vec, reduce_axis, sum, Tensor};
-use ir::{DType, TeError};
+use ir::{DType, Expr, TeError};
 
 /// `C[i, j] = Σ_k out(A[i, k]) · out(B[k, j])` for `A: [M, K]`, `B: [K, N]`, where `out` is an
 /// exact cast to `out_dtype` (so u8 × i8 → i32 never saturates).
@@ -242,4 +242,169 @@ mod tests {
         assert_eq!(product.to_i64_vec()[0], 32767);
         assert_eq!(product.to_i64_vec()[0] - stages[2].to_i64_vec()[0], 255);
     }
+}
+
+/// The stages of `softmax`, for scheduling.
+#[derive(Clone, Debug)]
+pub struct Softmax {
+    /// `max[r] = max_k x[r, k]` (`<name>.max`).
+    pub max: Tensor,
+    /// `e[r, k] = exp(x[r, k] − max[r])` (`<name>.exp`).
+    pub exp: Tensor,
+    /// `sum[r] = Σ_k e[r, k]` in increasing `k` (`<name>.sum`).
+    pub sum: Tensor,
+    /// `y[r, k] = e[r, k] / sum[r]`.
+    pub output: Tensor,
+}
+
+/// Checks that `x` is f32 of rank at least 2 and returns (row dimensions, last extent).
+fn rows_and_last(op: &str, x: &Tensor) -> Result<(Vec<i64>, i64), TeError> {
+    let mismatch = |what: &str, expected: &str, found: String| TeError::ShapeMismatch {
+        op: op.to_string(),
+        what: what.to_string(),
+        expected: expected.to_string(),
+        found,
+    };
+    if x.dtype() != DType::F32 {
+        return Err(mismatch("the element type of x", "f32", x.dtype().to_string()));
+    }
+    match x.shape() {
+        [rows @ .., last] if !rows.is_empty() => Ok((rows.to_vec(), *last)),
+        other => Err(mismatch("the shape of x", "[rows..., N] (rank 2 or more)", format!("{other:?}"))),
+    }
+}
+
+/// `x` with its last index `k` appended to the row indices `r`.
+fn with_last(r: &[Expr], k: Expr) -> Vec<Expr> {
+    let mut indices = r.to_vec();
+    indices.push(k);
+    indices
+}
+
+/// Softmax of an f32 `x: [rows..., N]` over its last axis, numerically stable:
+/// `y[r, k] = exp(x[r, k] − max_j x[r, j]) / Σ_j exp(x[r, j] − max_j x[r, j])`.
+///
+/// Every exponent is at most 0, so no `exp` overflows and the largest term of each row is
+/// exactly 1 (the sum is at least 1). `exp` is `ir::math::exp` (within 1 ulp); the sum runs in
+/// increasing `k` in f32, and schedules keep that order (see `cpu::softmax_vectorized`), so every
+/// schedule gives the interpreter's bits. A NaN in a row is skipped by the max and makes that
+/// row NaN; a row of all −∞ is NaN (−∞ − −∞).
+pub fn softmax(x: &Tensor, name: &str) -> Result<Softmax, TeError> {
+    let (rows, n) = rows_and_last(&format!("softmax {name}"), x)?;
+    let mut full = rows.clone();
+    full.push(n);
+    let k = reduce_axis(n, "k");
+    let max = compute_vec(rows.clone(), |r| ir::te::max(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))), &format!("{name}.max"))?;
+    let exp = compute_vec(
+        full.clone(),
+        |i| {
+            let r = &i[..i.len() - 1];
+            ir::math::exp(x.at_vec(i.to_vec()) - max.at_vec(r.to_vec()))
+        },
+        &format!("{name}.exp"),
+    )?;
+    let j = reduce_axis(n, "j");
+    let sum_t = compute_vec(rows, |r| sum(DType::F32, &[&j], exp.at_vec(with_last(r, j.to_expr()))), &format!("{name}.sum"))?;
+    let output = compute_vec(
+        full,
+        |i| exp.at_vec(i.to_vec()) / sum_t.at_vec(i[..i.len() - 1].to_vec()),
+        name,
+    )?;
+    Ok(Softmax { max, exp, sum: sum_t, output })
+}
+
+/// The stages of `layernorm`, for scheduling.
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    /// `sum[r] = Σ_k x[r, k]` in increasing `k` (`<name>.sum`).
+    pub sum: Tensor,
+    /// `mean[r] = sum[r] / N` (`<name>.mean`).
+    pub mean: Tensor,
+    /// `sq[r] = Σ_k (x[r, k] − mean[r])²` in increasing `k` (`<name>.sq`).
+    pub sq: Tensor,
+    /// `inv_std[r] = rsqrt(sq[r] / N + eps)` (`<name>.inv_std`).
+    pub inv_std: Tensor,
+    /// `y[r, k] = ((x[r, k] − mean[r]) · inv_std[r]) · gamma[k] + beta[k]`.
+    pub output: Tensor,
+}
+
+/// Layer normalization of an f32 `x: [rows..., N]` over its last axis with f32 `gamma, beta: [N]`:
+/// `y = (x − mean) / sqrt(var + eps) · gamma + beta`, with the biased variance
+/// `var = Σ (x − mean)² / N` computed in two passes (no cancellation of `E[x²] − mean²`).
+///
+/// All in f32 in the order written on the stages of `LayerNorm`; the sums run in increasing `k`
+/// and schedules keep that order, so every schedule gives the interpreter's bits. `1/sqrt` is
+/// `ir::math::rsqrt` (two correctly rounded operations). `eps` must be finite and non-negative.
+pub fn layernorm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32, name: &str) -> Result<LayerNorm, TeError> {
+    let op = format!("layernorm {name}");
+    let (rows, n) = rows_and_last(&op, x)?;
+    for (what, t) in [("gamma", gamma), ("beta", beta)] {
+        if t.dtype() != DType::F32 || t.shape() != [n] {
+            return Err(TeError::ShapeMismatch {
+                op: op.clone(),
+                what: format!("{what} (element type and shape)"),
+                expected: format!("f32 [{n}]"),
+                found: format!("{} {:?}", t.dtype(), t.shape()),
+            });
+        }
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(TeError::ShapeMismatch {
+            op,
+            what: "epsilon".to_string(),
+            expected: "finite and non-negative".to_string(),
+            found: eps.to_string(),
+        });
+    }
+    let mut full = rows.clone();
+    full.push(n);
+    let count = Expr::float(DType::F32, n as f64);
+    let k = reduce_axis(n, "k");
+    let sum_t = compute_vec(rows.clone(), |r| sum(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))), &format!("{name}.sum"))?;
+    let mean = compute_vec(rows.clone(), |r| sum_t.at_vec(r.to_vec()) / &count, &format!("{name}.mean"))?;
+    let j = reduce_axis(n, "j");
+    let sq = compute_vec(
+        rows.clone(),
+        |r| {
+            let d = x.at_vec(with_last(r, j.to_expr())) - mean.at_vec(r.to_vec());
+            sum(DType::F32, &[&j], &d * &d)
+        },
+        &format!("{name}.sq"),
+    )?;
+    let eps = Expr::float(DType::F32, eps as f64);
+    let inv_std = compute_vec(rows, |r| ir::math::rsqrt(sq.at_vec(r.to_vec()) / &count + &eps), &format!("{name}.inv_std"))?;
+    let output = compute_vec(
+        full,
+        |i| {
+            let (r, last) = (&i[..i.len() - 1], &i[i.len() - 1]);
+            let centered = x.at_vec(i.to_vec()) - mean.at_vec(r.to_vec());
+            centered * inv_std.at_vec(r.to_vec()) * gamma.at([last]) + beta.at([last])
+        },
+        name,
+    )?;
+    Ok(LayerNorm { sum: sum_t, mean, sq, inv_std, output })
+}
+
+/// GELU of an f32 tensor of any shape, exact form (not the tanh approximation):
+/// `y = (0.5 · x) · (1 + erf(x · (1/√2)))` in f32 in that order, with `ir::math::erf`. The
+/// error is a few ulp of `max(|y|, 1)`, not of `y`: for `x ≪ 0` the sum `1 + erf` cancels (as
+/// in every implementation of this formula).
+pub fn gelu(x: &Tensor, name: &str) -> Result<Tensor, TeError> {
+    if x.dtype() != DType::F32 {
+        return Err(TeError::ShapeMismatch {
+            op: format!("gelu {name}"),
+            what: "the element type of x".to_string(),
+            expected: "f32".to_string(),
+            found: x.dtype().to_string(),
+        });
+    }
+    let c = |v: f64| Expr::float(DType::F32, v);
+    compute_vec(
+        x.shape().to_vec(),
+        |i| {
+            let v = x.at_vec(i.to_vec());
+            (&v * c(0.5)) * (c(1.0) + ir::math::erf(&v * c(std::f64::consts::FRAC_1_SQRT_2)))
+        },
+        name,
+    )
 }

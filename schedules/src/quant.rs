@@ -13,17 +13,43 @@
 //!
 //! # Requantization of an int8 contraction (convolution, dense)
 //!
-//! Sources are u8 or s8, weights s8 and symmetric (no zero point), accumulation i32. For output
-//! channel `oc`, with `acc` the exact i32 sum of `src · wei` products and all float operations
-//! in f32, in exactly this order:
+//! oneDNN's quantization model (the seed document "Quantization", convolution with bias)
+//! defines the result as
 //!
 //! ```text
-//! x   = f32(acc − comp[oc]) · M[oc] + bias[oc]      M[oc] = f32(scale_src · scale_wei[oc])
-//! x   = post_ops(x)                                  in list order (see `PostOp`)
-//! y   = x / scale_dst + f32(zp_dst)
+//! dst_int8 = f32_to_int8((scale_src · scale_wei · s32_to_f32(conv_s32(src_int8, wei_int8)
+//!                         − zp_src · comp_s32) + bias_f32) / scale_dst + zp_dst)
+//! ```
+//!
+//! and tensorlift evaluates exactly that formula, left to right, one IEEE f32 rounding per
+//! operation. Sources are u8 or s8, weights s8 and symmetric (no zero point), accumulation i32.
+//! For output channel `oc`, with `acc` the exact i32 sum of `src · wei` products:
+//!
+//! ```text
+//! M   = scale_src · scale_wei[oc]                    f32 product of the two scales, rounded once
+//! x   = M · f32(acc − comp[oc]) + bias[oc]           s32 → f32 (round to nearest even), one multiply, then + bias
+//! x   = post_ops(x)                                  in list order (see `PostOp`), in f32
+//! y   = x / scale_dst + f32(zp_dst)                  a true division, then + zero point
 //! dst = sat(round(y))   for u8, s8 and i32 (round half to even, then saturate)
 //! dst = y               for f32 (not rounded)
 //! ```
+//!
+//! The order matters to the last bit, and each choice is oneDNN's formula as written:
+//! * the scales are multiplied together first and the accumulator once by their product
+//!   (`(scale_src · scale_wei) · acc`), not by each scale in turn (`(scale_src · acc) · scale_wei`
+//!   rounds twice); `M[oc]` is formed once per channel when the operator is built, which gives
+//!   the same f32 product as forming it per element;
+//! * the bias is added after the scaling and before the post-ops;
+//! * the destination scale divides (`x / scale_dst`); multiplying by a precomputed reciprocal
+//!   `1 / scale_dst` (what some optimized kernels do) differs by an ulp on some inputs;
+//! * `f32_to_int8` rounds "according to the current HW setting", which is round to nearest even
+//!   by default (MXCSR), and saturates; rounding first and clamping to the integer bounds after
+//!   is the same as the other way round. A NaN (only from NaN or infinite inputs) stores 0.
+//!
+//! So an f32 destination is bit-identical to the formula computed in f32 step by step; the test
+//! `tests/it/quant.rs::requantization_follows_onednns_formula_to_the_bit` checks that over random
+//! accumulators, scales and biases, and shows that each alternative order above differs from it
+//! on some of those inputs (so the check can fail).
 //!
 //! `comp[oc] = (zp_src + shift) · Σ_{ic,kh,kw} wei[oc, ic, kh, kw]` is the compensation, computed
 //! once when the weights are prepared (`compensation`), not per call. An s8 source is shifted to

@@ -89,6 +89,8 @@ impl ExprCache {
             ExprKind::Broadcast(_) => (11, 0),
             ExprKind::VectorReduce(op, _) => (12, *op as u64),
             ExprKind::Round(_) => (13, 0),
+            ExprKind::Sqrt(_) => (14, 0),
+            ExprKind::Reinterpret(_) => (15, 0),
             ExprKind::TensorRead(..) | ExprKind::Reduce(_) => (u8::MAX, 0),
         };
         let children: Option<Vec<u32>> = children.iter().map(|c| c.number).collect();

@@ -90,6 +90,14 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 let v = self.expr(a)?;
                 self.round(dtype, v)
             }
+            ExprKind::Sqrt(a) => {
+                let v = self.expr(a)?;
+                self.sqrt(dtype, v)
+            }
+            ExprKind::Reinterpret(a) => {
+                let v = self.expr(a)?;
+                self.reinterpret(a.dtype(), dtype, v)
+            }
             ExprKind::Select(c, t, f) => self.select(dtype, c, t, f),
             ExprKind::Load(buffer, indices) => match self.load_runs(dtype, buffer, indices)? {
                 Some(v) => Ok(v),
@@ -265,6 +273,48 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             return Err(self.unsupported(format!("round of {dtype} (defined on floats only)")));
         }
         Ok(self.map_parts(v, |tx, p, _| tx.b.ins().nearest(p)))
+    }
+
+    /// `interp::scalar::sqrt`: Cranelift's `sqrt` (`sqrtss`/`sqrtps`, correctly rounded) on
+    /// every f32/f64 lane or piece; f16 and bf16 take the f64 root and round once, as the
+    /// interpreter does.
+    fn sqrt(&mut self, dtype: DType, v: Val) -> Result<Val, CompileError> {
+        let s = dtype.scalar;
+        if is_half(s) {
+            let wide = DType::F64.with_lanes(dtype.lanes);
+            let x = self.cast(v, dtype, ScalarType::F64, false);
+            let r = self.sqrt(wide, x)?;
+            return Ok(self.cast(r, wide, s, false));
+        }
+        if !s.is_float() {
+            return Err(self.unsupported(format!("sqrt of {dtype} (defined on floats only)")));
+        }
+        Ok(self.map_parts(v, |tx, p, _| tx.b.ins().sqrt(p)))
+    }
+
+    /// `interp::scalar::reinterpret`: a bitcast of every lane or piece. f16/bf16 already live as
+    /// their raw bits in an I16, so between 16-bit types (and between integer types of one
+    /// width) the value is unchanged.
+    fn reinterpret(&mut self, from: DType, to: DType, v: Val) -> Result<Val, CompileError> {
+        if from.bits() != to.bits() || from.is_bool() || to.is_bool() || from.lanes != to.lanes {
+            return Err(self.unsupported(format!("reinterpret of {from} as {to}")));
+        }
+        Ok(match v {
+            Val::Pieces(parts) => {
+                let ty = piece_type(to.scalar);
+                Val::Pieces(parts.into_iter().map(|p| self.bitcast_vec(p, ty)).collect())
+            }
+            Val::Lanes(parts) => {
+                let ty = lane_type(to.scalar);
+                let flags = MemFlagsData::new();
+                Val::Lanes(
+                    parts
+                        .into_iter()
+                        .map(|p| if self.b.func.dfg.value_type(p) == ty { p } else { self.b.ins().bitcast(ty, flags, p) })
+                        .collect(),
+                )
+            }
+        })
     }
 
     /// Rust's `f64::min`/`max` as `interp::scalar` uses them: a NaN operand yields the other

@@ -6,6 +6,8 @@ mod errors;
 mod export;
 mod golden;
 mod invariants;
+mod math;
+mod norm;
 mod quant;
 mod tensorize;
 mod vnni;

@@ -1036,3 +1036,84 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
         }
     }
 }
+
+/// Requantization to an f32 destination is oneDNN's formula (the seed document "Quantization")
+/// `(scale_src · scale_wei · s32_to_f32(acc − zp_src · comp) + bias) / scale_dst + zp_dst`
+/// evaluated left to right in f32, to the bit, in the definition and in the compiled generic
+/// schedule. The inputs make the order matter: random scales with full mantissas, accumulators
+/// past 2^24 (so the s32 → f32 conversion rounds too), random biases. Each alternative order
+/// (the accumulator times each scale in turn; a multiply by `1 / scale_dst`) is shown to differ
+/// from the formula on some of these inputs, so a change of order would fail the check.
+#[test]
+fn requantization_follows_onednns_formula_to_the_bit() {
+    let (m, ic, oc) = (16usize, 2000usize, 64usize);
+    // Large sources and mostly positive weights, so that most accumulators exceed 2^24.
+    let src_v = values(m * ic, 9001, 100, 255);
+    let wei_v = values(oc * ic, 9002, -20, 127);
+    // Scales and biases with random 24-bit mantissas.
+    let mantissas = values(oc + 2, 9003, 1 << 23, (1 << 24) - 1);
+    let src_scale = mantissas[oc] as f32 * 2f32.powi(-30);
+    let dst_scale = mantissas[oc + 1] as f32 * 2f32.powi(-20);
+    let wei_scales: Vec<f32> = mantissas[..oc].iter().map(|&v| v as f32 * 2f32.powi(-31)).collect();
+    let bias: Vec<f32> = values(oc, 9004, -(1 << 30), 1 << 30).iter().map(|&b| b as f32 * 2f32.powi(-26)).collect();
+    let (src_zp, dst_zp) = (3, 5);
+
+    let (mut formula, mut separate, mut reciprocal) = (Vec::new(), Vec::new(), Vec::new());
+    let mut past_2_24 = 0;
+    for i in 0..m {
+        for o in 0..oc {
+            let acc: i64 = (0..ic).map(|c| (src_v[i * ic + c] - src_zp as i64) * wei_v[o * ic + c]).sum();
+            past_2_24 += (acc.abs() > 1 << 24) as usize;
+            let acc = acc as i32 as f32; // s32_to_f32: round to nearest even
+            // oneDNN's formula, one operation at a time.
+            let scales = src_scale * wei_scales[o];
+            let x = scales * acc + bias[o];
+            let y = x / dst_scale + dst_zp as f32;
+            formula.push(y as f64);
+            separate.push(((src_scale * acc * wei_scales[o] + bias[o]) / dst_scale + dst_zp as f32) as f64);
+            reciprocal.push((x * (1.0 / dst_scale) + dst_zp as f32) as f64);
+        }
+    }
+    let differ = |alt: &[f64]| alt.iter().zip(&formula).filter(|(a, f)| a.to_bits() != f.to_bits()).count();
+    assert!(past_2_24 > 0, "no accumulator is large enough for s32_to_f32 to round");
+    assert!(differ(&separate) > 0, "separate scale multiplies never differ from the product on these inputs");
+    assert!(differ(&reciprocal) > 0, "the reciprocal of scale_dst never differs from the division on these inputs");
+
+    let src = placeholder([m as i64, ic as i64], DType::U8, "src");
+    let wei = placeholder([oc as i64, ic as i64], DType::I8, "wei");
+    let b = placeholder([oc as i64], DType::F32, "bias");
+    let out_dims = [m as i64, oc as i64];
+    let attrs = QuantAttrs {
+        src: TensorQuant::per_tensor("src", src_scale, src_zp, DType::U8).unwrap(),
+        wei_scales: Scales::new("wei", wei_scales.clone(), 1, wei.shape()).unwrap(),
+        dst: TensorQuant::per_tensor("dst", dst_scale, dst_zp, DType::F32).unwrap(),
+        dst_dtype: DType::F32,
+        post_ops: vec![],
+    };
+    let layer = dense_int8(&src, &wei, Some(&b), None, &attrs, "fc").unwrap();
+    let l = Layer {
+        src_dtype: DType::U8,
+        dst_dtype: DType::F32,
+        src_zp,
+        src_scale,
+        wei_scales: wei_scales.clone(),
+        per_channel: true,
+        post_ops: vec![],
+    };
+    let src_a = Array::from_i64(DType::U8, &[m as i64, ic as i64], &src_v);
+    let wei_a = Array::from_i64(DType::I8, &[oc as i64, ic as i64], &wei_v);
+    let bias_a = Array::from_f64(DType::F32, &[oc as i64], &bias.iter().map(|&v| v as f64).collect::<Vec<_>>());
+    let (got, comp) = eval_layer(&layer, (&wei, &wei_a), &l, &[(&src, &src_a), (&b, &bias_a)], "fc");
+    assert_same("definition vs oneDNN's formula", &got, &formula);
+
+    let mut args: Vec<&Tensor> = vec![&src, &wei, &layer.compensation, &b];
+    args.extend(layer.params.iter().map(|p| &p.tensor));
+    args.push(&layer.output);
+    let kernel = tensorlift::build(&default_schedule(&[&layer.output]), &args, "fc", &CompileOptions::default()).unwrap();
+    let mut inputs: Vec<RtTensor> = [&src_a, &wei_a, &comp, &bias_a].into_iter().map(RtTensor::from_array).collect();
+    inputs.extend(layer.params.iter().map(|p| RtTensor::from_array(&p.values)));
+    inputs.push(RtTensor::zeros(DType::F32, &out_dims));
+    let mut call: Vec<&mut RtTensor> = inputs.iter_mut().collect();
+    kernel.compiled.call(&mut call).unwrap();
+    assert_same("JIT vs oneDNN's formula", &inputs.pop().unwrap().to_array(), &formula);
+}

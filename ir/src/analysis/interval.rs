@@ -308,9 +308,12 @@ fn raw_bounds(expr: &Expr, scope: &Scope) -> Interval {
                 VectorReduceOp::Min | VectorReduceOp::Max => iv,
             }
         }
+        // Any bit pattern of the target type.
+        ExprKind::Reinterpret(_) => Interval::of_type(dtype),
         // Float values (the domain is integers), memory and tensor-expression nodes: unknown.
         ExprKind::Float(_)
         | ExprKind::Round(_)
+        | ExprKind::Sqrt(_)
         | ExprKind::Load(..)
         | ExprKind::TensorRead(..)
         | ExprKind::Reduce(_) => {

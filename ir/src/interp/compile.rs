@@ -160,16 +160,7 @@ impl Compiler {
             | ExprKind::Load(..) => self.compile(expr)?,
             ExprKind::Binary(op, a, b) => {
                 let (a, b) = (self.operand(a)?, self.operand(b)?);
-                macro_rules! binary {
-                    ($($op:ident)*) => {
-                        match op {
-                            $(BinOp::$op => with_type!(ty, T => Box::new(move |f, l| {
-                                Ok(scalar::binary(BinOp::$op, T, a.eval(f, l)?, b.eval(f, l)?))
-                            })),)*
-                        }
-                    };
-                }
-                binary!(Add Sub Mul Div Mod Min Max And Or Xor Shl Shr)
+                binary_fn(*op, ty, a, b)
             }
             ExprKind::Cmp(op, a, b) => {
                 let (op, operand_ty) = (*op, a.dtype().scalar);
@@ -186,16 +177,29 @@ impl Compiler {
                 let saturating = matches!(expr.kind(), ExprKind::SaturatingCast(_));
                 let from = a.dtype().scalar;
                 let a = self.operand(a)?;
-                with_type!(from, FROM => with_type!(ty, TO => Box::new(move |f, l| {
-                    Ok(scalar::cast(FROM, TO, a.eval(f, l)?, saturating))
-                })))
+                cast_fn(from, ty, a, saturating)
             }
             ExprKind::Round(a) => {
                 if !ty.is_float() {
                     return Err(malformed(format!("round is defined on floats only, found `{expr}` of {ty}")));
                 }
                 let a = self.operand(a)?;
-                with_type!(ty, T => Box::new(move |f, l| Ok(scalar::round(T, a.eval(f, l)?))))
+                round_fn(ty, a)
+            }
+            ExprKind::Sqrt(a) => {
+                if !ty.is_float() {
+                    return Err(malformed(format!("sqrt is defined on floats only, found `{expr}` of {ty}")));
+                }
+                let a = self.operand(a)?;
+                sqrt_fn(ty, a)
+            }
+            ExprKind::Reinterpret(a) => {
+                let from = a.dtype().scalar;
+                if from.bits() != ty.bits() || from.is_bool() || ty.is_bool() {
+                    return Err(malformed(format!("`{expr}` reinterprets {from} as {ty}")));
+                }
+                let a = self.operand(a)?;
+                Box::new(move |f, l| Ok(scalar::reinterpret(from, ty, a.eval(f, l)?)))
             }
             ExprKind::Select(c, t, e) => {
                 let (c, t, e) = (self.operand(c)?, self.operand(t)?, self.operand(e)?);
@@ -378,4 +382,40 @@ impl Leaf {
             Leaf::Node(node) => Ok(node(f, lane)?.as_int()),
         }
     }
+}
+
+// The closures specialized by `with_type!` are built outside the recursive `Compiler::node`:
+// in a debug build every one of them takes its own stack slots, and kept inline they made each
+// level of `node` ~90 KiB, so deep expressions (the `math` expansions) overflowed a test
+// thread's stack.
+
+#[inline(never)]
+fn binary_fn(op: BinOp, ty: ScalarType, a: Operand, b: Operand) -> ExprFn {
+    macro_rules! binary {
+        ($($op:ident)*) => {
+            match op {
+                $(BinOp::$op => with_type!(ty, T => Box::new(move |f, l| {
+                    Ok(scalar::binary(BinOp::$op, T, a.eval(f, l)?, b.eval(f, l)?))
+                })),)*
+            }
+        };
+    }
+    binary!(Add Sub Mul Div Mod Min Max And Or Xor Shl Shr)
+}
+
+#[inline(never)]
+fn cast_fn(from: ScalarType, to: ScalarType, a: Operand, saturating: bool) -> ExprFn {
+    with_type!(from, FROM => with_type!(to, TO => Box::new(move |f, l| {
+        Ok(scalar::cast(FROM, TO, a.eval(f, l)?, saturating))
+    })))
+}
+
+#[inline(never)]
+fn round_fn(ty: ScalarType, a: Operand) -> ExprFn {
+    with_type!(ty, T => Box::new(move |f, l| Ok(scalar::round(T, a.eval(f, l)?))))
+}
+
+#[inline(never)]
+fn sqrt_fn(ty: ScalarType, a: Operand) -> ExprFn {
+    with_type!(ty, T => Box::new(move |f, l| Ok(scalar::sqrt(T, a.eval(f, l)?))))
 }

@@ -151,6 +151,34 @@ pub fn round(ty: ScalarType, a: Scalar) -> Scalar {
     Scalar::Float(round_float(ty, a.as_float().round_ties_even()))
 }
 
+/// IEEE square root in the float type `ty` (`ExprKind::Sqrt`). The f64 root of a narrower
+/// float rounded once to `ty` is correctly rounded: f64 has more than `2p + 2` bits for f32,
+/// f16 and bf16, so the double rounding is innocuous.
+#[inline(always)]
+pub fn sqrt(ty: ScalarType, a: Scalar) -> Scalar {
+    Scalar::Float(round_float(ty, a.as_float().sqrt()))
+}
+
+/// The bits of `v` (of type `from`) read as type `to` of the same width (`ExprKind::Reinterpret`).
+#[inline(always)]
+pub fn reinterpret(from: ScalarType, to: ScalarType, v: Scalar) -> Scalar {
+    let bits: u64 = match (from, v) {
+        (ScalarType::F64, Scalar::Float(f)) => f.to_bits(),
+        (ScalarType::F32, Scalar::Float(f)) => (f as f32).to_bits() as u64,
+        (ScalarType::F16, Scalar::Float(f)) => half::f16::from_f64(f).to_bits() as u64,
+        (ScalarType::BF16, Scalar::Float(f)) => half::bf16::from_f64(f).to_bits() as u64,
+        (_, Scalar::Int(i)) => i as u64,
+        (_, Scalar::Float(f)) => panic!("float value {f} of non-float type {from}"),
+    };
+    match to {
+        ScalarType::F64 => Scalar::Float(f64::from_bits(bits)),
+        ScalarType::F32 => Scalar::Float(f32::from_bits(bits as u32) as f64),
+        ScalarType::F16 => Scalar::Float(half::f16::from_bits(bits as u16).to_f64()),
+        ScalarType::BF16 => Scalar::Float(half::bf16::from_bits(bits as u16).to_f64()),
+        _ => Scalar::Int(wrap_int(to, bits as i64 as i128)),
+    }
+}
+
 /// Converts `v` of type `from` to type `to`. `saturating` clamps integer results to the target
 /// range; float → int always saturates (NaN gives 0), as Rust's `as` does.
 #[inline(always)]

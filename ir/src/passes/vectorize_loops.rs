@@ -141,6 +141,8 @@ impl Vectorizer {
             | ExprKind::Cast(_)
             | ExprKind::SaturatingCast(_)
             | ExprKind::Round(_)
+            | ExprKind::Sqrt(_)
+            | ExprKind::Reinterpret(_)
             | ExprKind::Cmp(..)
             | ExprKind::Select(..) => {
                 match children.iter().map(uniform).collect::<Option<Vec<Expr>>>() {

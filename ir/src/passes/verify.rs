@@ -278,6 +278,19 @@ impl Verifier {
                     self.dtype_error(format!("`{e}`"), "a float type".to_string(), dtype);
                 }
             }
+            ExprKind::Sqrt(a) => {
+                self.expect_dtype(|| format!("`{e}`"), a.dtype(), dtype);
+                if !dtype.is_float() {
+                    self.dtype_error(format!("`{e}`"), "a float type".to_string(), dtype);
+                }
+            }
+            ExprKind::Reinterpret(a) => {
+                let from = a.dtype();
+                if from.lanes != dtype.lanes || from.bits() != dtype.bits() || from.is_bool() || dtype.is_bool() {
+                    let expected = format!("a non-bool type of {} bits with {} lanes", from.bits(), from.lanes);
+                    self.dtype_error(format!("`{e}`"), expected, dtype);
+                }
+            }
             ExprKind::Cast(a) | ExprKind::SaturatingCast(a) => {
                 if a.dtype().lanes != dtype.lanes {
                     self.dtype_error(format!("`{e}`"), format!("a type with {} lanes", a.dtype().lanes), dtype);
@@ -349,6 +362,24 @@ mod tests {
     fn well_formed_final_ir_passes() {
         assert_eq!(verify(&valid(), VerifyLevel::Lowered), Ok(()));
         assert_eq!(verify(&valid(), VerifyLevel::Final), Ok(()));
+    }
+
+    #[test]
+    fn sqrt_of_an_integer_and_a_reinterpret_across_widths_are_reported() {
+        let a = Buffer::new("A", DType::I32, vec![4]);
+        let b = Buffer::new("B", DType::F64, vec![4]);
+        let i = Var::index("i");
+        let int = Expr::load(&a, vec![i.to_expr()]);
+        let body = Stmt::seq(vec![
+            Stmt::store(&a, vec![i.to_expr()], int.sqrt()),
+            Stmt::store(&b, vec![i.to_expr()], int.reinterpret(DType::F64)),
+            Stmt::store(&a, vec![i.to_expr()], Expr::load(&b, vec![i.to_expr()]).reinterpret(DType::I64).cast(DType::I32)),
+        ]);
+        let f = Func { name: "f".into(), params: vec![a, b], body: Stmt::for_loop(i, 4, ForKind::Serial, body) };
+        let errors: Vec<String> = verify(&f, VerifyLevel::Lowered).unwrap_err().iter().map(|e| e.to_string()).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("sqrt(A[i])") && errors[0].contains("a float type"), "{}", errors[0]);
+        assert!(errors[1].contains("reinterpret_f64(A[i])") && errors[1].contains("32 bits"), "{}", errors[1]);
     }
 
     #[test]
