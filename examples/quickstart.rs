@@ -5,11 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use ir::interp::array::Array;
-use ir::schedule::create_schedule;
-use ir::te::{compute, placeholder, reduce_axis, sum};
-use ir::DType;
-use tensorlift::{build, CompileOptions, Kernel, Tensor};
+use tensorlift::bench::{pattern, time_and_check};
+use tensorlift::prelude::*;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -48,10 +45,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     println!("{}", kernels[0].1.lowered);
 
-    let a_data = random(DType::U8, &[m, k], 1);
-    let b_data = random(DType::I8, &[k, n], 2);
+    let a_data = pattern(DType::U8, &[m, k], 1);
+    let b_data = pattern(DType::I8, &[k, n], 2);
     let start = Instant::now();
-    let expected = ir::interp::te_eval::eval_te(&[&c], &[(&a, &a_data), (&b, &b_data)])?.remove(0);
+    let expected = eval_te(&[&c], &[(&a, &a_data), (&b, &b_data)])?.remove(0);
     let reference_time = start.elapsed();
 
     let ops = 2.0 * (m * n * k) as f64;
@@ -59,7 +56,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("matmul {m}x{n}x{k} u8 x i8 -> i32, threads: {threads}");
     println!("reference interpreter: {:.0} ms", ms(reference_time));
     for (label, kernel, runs) in &kernels {
-        let (median, verified) = run(kernel, &a_data, &b_data, &expected, *runs)?;
+        let (timing, verified) = time_and_check(&kernel.compiled, &[&a_data, &b_data], &expected, *runs)?;
+        let median = Duration::from_secs_f64(timing.median_s);
         println!(
             "{label:>9}: compile {:.2} ms (lower {:.2} ms), run median {:.3} ms of {runs}, {:.1} GOPS, bit-exact vs reference: {verified}",
             ms(kernel.compile_time()),
@@ -72,35 +70,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
-}
-
-fn run(kernel: &Kernel, a: &Array, b: &Array, expected: &Array, runs: usize) -> Result<(Duration, bool), Box<dyn std::error::Error>> {
-    let mut a = Tensor::from_array(a);
-    let mut b = Tensor::from_array(b);
-    let mut c = Tensor::zeros(expected.dtype(), expected.shape());
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs.max(1) {
-        let start = Instant::now();
-        kernel.compiled.call(&mut [&mut a, &mut b, &mut c])?;
-        times.push(start.elapsed());
-    }
-    times.sort();
-    Ok((times[times.len() / 2], c.to_array().bits_eq(expected)))
-}
-
-/// Deterministic data covering the whole range of the type.
-fn random(dtype: DType, shape: &[i64], seed: u64) -> Array {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let n: i64 = shape.iter().product();
-    let values: Vec<i64> = (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as i64
-        })
-        .collect();
-    Array::from_i64(dtype, shape, &values)
 }
 
 fn ms(d: Duration) -> f64 {
