@@ -6,5 +6,6 @@ mod errors;
 mod golden;
 mod invariants;
 mod quant;
+mod readme;
 mod tensorize;
 mod vnni;
