@@ -86,8 +86,8 @@ mod tests {
         assert_eq!(check("t", &[("A", &[3, 5], 1), ("C", &[3, 7], 4)]).unwrap(), 15 + 84);
         let err = check("t", &[("A", &[i64::MAX, 3], 1)]).unwrap_err();
         assert_eq!(err.to_string(), "t: the size of A overflows 64 bits");
-        let err = check("t", &[("A", &[1 << 40], 1), ("B", &[1 << 40], 1)]).unwrap_err();
         if available_bytes().is_some() {
+            let err = check("t", &[("A", &[1 << 40], 1), ("B", &[1 << 40], 1)]).unwrap_err();
             assert!(err.to_string().starts_with("t needs 2.0 TiB (A 1.0 TiB, B 1.0 TiB) but "), "{err}");
         }
         assert_eq!(human(1023), "1023 bytes");
