@@ -45,3 +45,16 @@ pub fn positive<T: TryFrom<i128>>(s: &str) -> Result<T, String> {
     }
     T::try_from(v).map_err(|_| format!("{v} is too large"))
 }
+
+/// The most `--threads` accepts: above any core count this runs on, and few enough that the
+/// pool starts at once (a hundred thousand threads take over a minute to create).
+pub const MAX_THREADS: usize = 1024;
+
+/// The value parser of `--threads`: `positive`, at most `MAX_THREADS`.
+pub fn thread_count(s: &str) -> Result<usize, String> {
+    let threads = positive::<usize>(s)?;
+    if threads > MAX_THREADS {
+        return Err(format!("must be at most {MAX_THREADS}, found {threads}"));
+    }
+    Ok(threads)
+}

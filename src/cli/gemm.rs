@@ -5,6 +5,7 @@
 use std::error::Error;
 
 use ir::DType;
+use ir::schedule::MAX_LANES;
 use ir::te::{placeholder, placeholder_in_range};
 use schedules::nn::{matmul_packed, pack_b_vnni};
 use schedules::x86::{GemmInt8Knobs, gemm_int8};
@@ -12,7 +13,7 @@ use tensorlift::bench::{pattern_values, time_against_peak};
 use tensorlift::kernels::peak::Probe;
 use tensorlift::{CompileOptions, Tensor, build};
 
-use super::common::{Format, IsaChoice, positive};
+use super::common::{Format, IsaChoice, positive, thread_count};
 use super::memory;
 use super::reference::Reference;
 
@@ -29,14 +30,15 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = IsaChoice::Auto)]
     isa: IsaChoice,
     /// Threads for the parallel row-tile loop (default: one per core).
-    #[arg(long, value_parser = positive::<usize>, allow_negative_numbers = true)]
+    #[arg(long, value_parser = thread_count, allow_negative_numbers = true)]
     threads: Option<usize>,
     #[arg(long, default_value_t = 20, value_parser = positive::<usize>, allow_negative_numbers = true)]
     repeat: usize,
-    /// Rows of the micro-kernel tile.
-    #[arg(long, default_value_t = GemmInt8Knobs::default().mr, value_parser = positive::<i64>, allow_negative_numbers = true)]
-    mr: i64,
-    /// Columns of the micro-kernel tile and packing panel (default: 32 if it divides N, else 16).
+    /// Rows of the micro-kernel tile, at most M (default: 8).
+    #[arg(long, value_parser = positive::<i64>, allow_negative_numbers = true)]
+    mr: Option<i64>,
+    /// Columns of the micro-kernel tile and packing panel, a divisor of N of at most 256
+    /// (default: 32 if it divides N, else 16).
     #[arg(long, value_parser = positive::<i64>, allow_negative_numbers = true)]
     nr: Option<i64>,
     /// Declare A's values to lie in 0..=A_MAX (checked on every call); at most 127 lets the
@@ -71,7 +73,15 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let target = isa.target();
     // Before anything else (and any output): a level this CPU lacks.
     target.level()?;
+    let mr = match mr {
+        Some(mr) if mr > m => return Err(format!("--mr {mr} must be at most --m {m} (the rows of one tile)").into()),
+        Some(mr) => mr,
+        None => GemmInt8Knobs::default().mr,
+    };
     let nr = match nr {
+        Some(nr) if nr > MAX_LANES => {
+            return Err(format!("--nr {nr} must be at most {MAX_LANES} (a row of a tile is one vector of nr lanes)").into());
+        }
         Some(nr) if n % nr != 0 => return Err(format!("--nr {nr} must divide --n {n} (B is packed in panels of nr columns)").into()),
         Some(nr) => nr,
         None if n % 32 == 0 => 32,

@@ -11,7 +11,7 @@ use schedules::generic::default_schedule;
 use tensorlift::bench::{pattern_tensor, time};
 use tensorlift::{CompileOptions, Tensor, build};
 
-use super::common::positive;
+use super::common::{positive, thread_count};
 use super::memory;
 use super::reference::Reference;
 
@@ -26,7 +26,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = ScheduleChoice::Tiled)]
     schedule: ScheduleChoice,
     /// Threads for parallel loops (default: one per core).
-    #[arg(long, value_parser = positive::<usize>, allow_negative_numbers = true)]
+    #[arg(long, value_parser = thread_count, allow_negative_numbers = true)]
     threads: Option<usize>,
     #[arg(long, default_value_t = 10, value_parser = positive::<usize>, allow_negative_numbers = true)]
     repeat: usize,

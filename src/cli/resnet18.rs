@@ -27,7 +27,7 @@ use tensorlift::kernels::KernelVariant;
 use tensorlift::kernels::peak::{Probe, ProbeKind};
 use tensorlift::{BuildError, CompileOptions, IsaLevel, RuntimeError, Tensor, build};
 
-use super::common::{Format, IsaChoice, positive};
+use super::common::{Format, IsaChoice, positive, thread_count};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long)]
     layer: Option<String>,
     /// Threads for parallel loops (default: one per core).
-    #[arg(long, value_parser = positive::<usize>, allow_negative_numbers = true)]
+    #[arg(long, value_parser = thread_count, allow_negative_numbers = true)]
     threads: Option<usize>,
     /// ISA level of the generated code and kernels (`auto`: the best this CPU has, or
     /// TENSORLIFT_ISA when set).

@@ -20,7 +20,7 @@ fn matmul_reports_a_verified_result_for_both_schedules() {
 }
 
 #[test]
-fn matmul_rejects_non_positive_sizes_threads_and_repeats_naming_the_flag() {
+fn non_positive_sizes_threads_and_repeats_and_too_many_threads_are_errors_naming_the_flag() {
     for (flag, value) in [("--m", "0"), ("--n", "-5"), ("--k", "-1"), ("--threads", "0"), ("--repeat", "0"), ("--threads", "-2")] {
         let (ok, stdout, stderr) = tensorlift(&["matmul", flag, value]);
         assert!(!ok, "{flag} {value}");
@@ -30,6 +30,11 @@ fn matmul_rejects_non_positive_sizes_threads_and_repeats_naming_the_flag() {
             stderr.contains(&format!("error: invalid value '{value}' for '{flag} <{upper}>': must be at least 1, found {value}")),
             "{stderr}"
         );
+    }
+    for command in ["matmul", "gemm", "resnet18"] {
+        let (ok, _, stderr) = tensorlift(&[command, "--threads", "100000"]);
+        assert!(!ok);
+        assert!(stderr.contains("error: invalid value '100000' for '--threads <THREADS>': must be at most 1024, found 100000"), "{stderr}");
     }
 }
 
@@ -73,8 +78,11 @@ fn a_large_gemm_and_matmul_are_verified_against_the_compiled_generic_schedule() 
 
 #[test]
 fn a_gemm_knob_out_of_range_is_named_as_the_flag() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--mr", "0"], "error: invalid value '0' for '--mr <MR>': must be at least 1, found 0"),
+        (&["--mr", "21"], "error: --mr 21 must be at most --m 20 (the rows of one tile)"),
+        (&["--mr", "9223372036854775807"], "error: --mr 9223372036854775807 must be at most --m 20 (the rows of one tile)"),
+        (&["--nr", "512"], "error: --nr 512 must be at most 256 (a row of a tile is one vector of nr lanes)"),
         (&["--nr", "-16"], "error: invalid value '-16' for '--nr <NR>': must be at least 1, found -16"),
         (&["--nr", "24"], "error: --nr 24 must divide --n 64 (B is packed in panels of nr columns)"),
         (&["--a-max", "256"], "error: invalid value '256' for '--a-max <A_MAX>': 256 is not in 0..=255"),
