@@ -17,24 +17,9 @@ use schedules::ops::{Conv2dParams, Layout, compensation, conv2d_nchw_int8};
 use schedules::quant::{PostOp, QuantAttrs, Scales, TensorQuant, ZeroPoints};
 use schedules::resnet18::{ConvLayer, Layer, layer};
 use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, conv2d_int8, default_knobs, prepare_conv2d_int8, weight_range};
+use tensorlift::bench::{time_against_peak, uniform};
 use tensorlift::kernels::peak::Probe;
 use tensorlift::{CompileOptions, Tensor as RtTensor, build};
-
-/// Deterministic values in `lo..=hi`.
-fn values(len: i64, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            lo + ((state >> 33) % (hi - lo + 1) as u64) as i64
-        })
-        .collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// The layer's quantization attributes: u8 source (zero point 3), per-channel weight scales,
 /// relu, u8 destination.
@@ -63,10 +48,10 @@ fn run_layer(
     let src = placeholder(src_dims, DType::U8, "src");
     let wei = placeholder(wdims, DType::I8, "wei");
     let bias = placeholder([l.oc], DType::F32, "bias");
-    let src_a = Array::from_i64(DType::U8, &src_dims, &values(src_dims.iter().product(), 1, 0, 255));
-    let wei_a = Array::from_i64(DType::I8, &wdims, &values(wdims.iter().product(), 2, -127, 127));
+    let src_a = Array::from_i64(DType::U8, &src_dims, &uniform(src_dims.iter().product::<i64>() as usize, 1, 0, 255));
+    let wei_a = Array::from_i64(DType::I8, &wdims, &uniform(wdims.iter().product::<i64>() as usize, 2, -127, 127));
     let knobs = knobs.with_weights(options.target.level()?.has_vnni(), weight_range(wei_a.to_i64_vec().iter().map(|&w| w as i8)));
-    let bias_v: Vec<f64> = values(l.oc, 3, 0, 600).iter().map(|&b| b as f64 * 0.01).collect();
+    let bias_v: Vec<f64> = uniform(l.oc as usize, 3, 0, 600).iter().map(|&b| b as f64 * 0.01).collect();
     let bias_a = Array::from_f64(DType::F32, &[l.oc], &bias_v);
 
     // Weight preparation, once.
@@ -99,24 +84,12 @@ fn run_layer(
         kernel.compiled.call(&mut call)
     };
 
-    // Timed calls, each preceded by a run of the kernel's peak probe of the same length.
+    // Timed calls, each preceded by a run of the kernel's peak probe of the same length on
+    // every thread of the pool.
     let probe = Probe::for_function(&kernel.compiled);
-    let probe = probe.as_ref();
-    let start = Instant::now();
-    call(&mut out_t)?;
-    let iterations = probe.map(|p| p.calibrate(start.elapsed()));
-    let (mut times, mut peaks) = (Vec::new(), Vec::new());
-    for _ in 0..repeat.max(1) {
-        if let (Some(p), Some(it)) = (probe, iterations) {
-            peaks.push(p.gops(it, p.run(it).as_secs_f64()));
-        }
-        let start = Instant::now();
-        call(&mut out_t)?;
-        times.push(start.elapsed().as_secs_f64());
-    }
-    let median_s = median(times);
     let workers = kernel.compiled.threads().unwrap_or(1);
-    let peak = (!peaks.is_empty()).then(|| median(peaks) * workers as f64);
+    let timing = time_against_peak(probe.as_ref(), workers, repeat, || call(&mut out_t))?;
+    let (median_s, peak) = (timing.median_s, timing.peak_gops);
 
     // The reference: the generic schedule of the plain definition.
     let reference = conv2d_nchw_int8(&src, &wei, Some(&bias), None, conv, &a, "ref")?;
@@ -149,7 +122,7 @@ fn run_layer(
         knobs.mr,
         knobs.nr,
         knobs.order,
-        probe.map_or("no kernel".to_string(), |p| p.kind.to_string()),
+        probe.as_ref().map_or("no kernel".to_string(), |p| p.kind.to_string()),
         100.0 * dull,
         median_s * 1e3
     );

@@ -40,7 +40,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Inputs as the tests draw them: u8 source, s8 weights in [-127, 127], small f32 vectors.
 fn input(a: &ArgSpec, seed: u64) -> Tensor {
-    let n: i64 = a.shape.iter().product();
+    let n = a.shape.iter().product::<i64>() as usize;
     match a.dtype {
         _ if a.output => Tensor::zeros(a.dtype, &a.shape),
         DType::U8 => Tensor::from_array(&Array::from_i64(DType::U8, &a.shape, &uniform(n, seed, 0, 255))),

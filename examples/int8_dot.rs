@@ -7,13 +7,8 @@
 //!
 //! `cargo run --release --example int8_dot [-- --size N --repeat N --threads N]`
 
-use std::time::{Duration, Instant};
-
-use ir::interp::array::Array;
-use ir::schedule::create_schedule;
-use ir::te::{compute, placeholder, reduce_axis, sum};
-use ir::DType;
-use tensorlift::{build, CompileOptions, IsaLevel, Kernel, Target, Tensor as RtTensor};
+use tensorlift::bench::{pattern, time_and_check};
+use tensorlift::prelude::*;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -66,21 +61,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{line}");
     }
 
-    let a_data = random(DType::U8, &[n, n], 1);
-    let b_data = random(DType::I8, &[n, n], 2);
+    let a_data = pattern(DType::U8, &[n, n], 1);
+    let b_data = pattern(DType::I8, &[n, n], 2);
     let packed_data = pack(&b_data, n);
-    let expected = ir::interp::te_eval::eval_te(&[&c_columns], &[(&a, &a_data), (&b, &b_data)])?.remove(0);
+    let expected = eval_te(&[&c_columns], &[(&a, &a_data), (&b, &b_data)])?.remove(0);
     let ops = 2.0 * (n * n * n) as f64;
     let threads = threads.map_or("all cores".to_string(), |t| t.to_string());
     println!("\nmatmul {n}x{n}x{n} u8 x i8 -> i32, threads: {threads}");
     for (label, kernel, is_packed) in &kernels {
         let b = if *is_packed { &packed_data } else { &b_data };
-        let (median, exact) = run(kernel, &a_data, b, &expected, repeat)?;
+        let (timing, exact) = time_and_check(&kernel.compiled, &[&a_data, b], &expected, repeat)?;
         println!(
             "{label:>42}: compile {:.2} ms, run median {:.3} ms, {:.1} GOPS, bit-exact: {exact}",
             kernel.compile_time().as_secs_f64() * 1e3,
-            median.as_secs_f64() * 1e3,
-            ops / median.as_secs_f64() / 1e9,
+            timing.median_s * 1e3,
+            ops / timing.median_s / 1e9,
         );
         if !exact {
             return Err(format!("{label} differs from the reference").into());
@@ -98,33 +93,4 @@ fn pack(b: &Array, n: i64) -> Array {
         }
     }
     packed
-}
-
-fn run(kernel: &Kernel, a: &Array, b: &Array, expected: &Array, runs: usize) -> Result<(Duration, bool), Box<dyn std::error::Error>> {
-    let mut a = RtTensor::from_array(a);
-    let mut b = RtTensor::from_array(b);
-    let mut c = RtTensor::zeros(expected.dtype(), expected.shape());
-    let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs.max(1) {
-        let start = Instant::now();
-        kernel.compiled.call(&mut [&mut a, &mut b, &mut c])?;
-        times.push(start.elapsed());
-    }
-    times.sort();
-    Ok((times[times.len() / 2], c.to_array().bits_eq(expected)))
-}
-
-/// Deterministic data covering the whole range of the type.
-fn random(dtype: DType, shape: &[i64], seed: u64) -> Array {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let count: i64 = shape.iter().product();
-    let values: Vec<i64> = (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as i64
-        })
-        .collect();
-    Array::from_i64(dtype, shape, &values)
 }

@@ -8,30 +8,16 @@
 //! this CPU runs); `--defaults` times only `Blocking::default_for`, which is how the defaults
 //! were chosen. Sign-transfer kernels read A as i8.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use tensorlift::bench::time_against_peak;
 use tensorlift::kernels::peak::{PeakError, Probe};
 use tensorlift::kernels::{Blocking, DotMethod, GemmKernel, GemmShape, KernelVariant};
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Median kernel seconds and median peak GOPS over `runs` alternating runs.
 fn measure(kernel: &GemmKernel, probe: &Probe, a: &[u8], b: &[i8], c: &mut [i32], runs: usize) -> (f64, f64) {
-    kernel.run(a, b, c).expect("operands cover the shape");
-    let start = Instant::now();
-    kernel.run(a, b, c).expect("operands cover the shape");
-    let iterations = probe.calibrate(start.elapsed());
-    let (mut kernel_times, mut peaks) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        peaks.push(probe.gops(iterations, probe.run(iterations).as_secs_f64()));
-        let start = Instant::now();
-        kernel.run(a, b, c).expect("operands cover the shape");
-        kernel_times.push(start.elapsed().as_secs_f64());
-    }
-    (median(kernel_times), median(peaks))
+    let timing = time_against_peak(Some(probe), 1, runs, || kernel.run(a, b, c)).expect("operands cover the shape");
+    (timing.median_s, timing.peak_gops.expect("timed against a probe"))
 }
 
 fn main() -> Result<(), PeakError> {

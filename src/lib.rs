@@ -4,8 +4,15 @@
 //! `cranelift_module::Module`; `runtime` JIT-compiles it (`compile`) and calls it on `Tensor`s
 //! with checked arguments; `build` drives a schedule through lowering and compilation;
 //! `kernels` holds the hand-assembled micro-kernels tensor intrinsics call; `export` writes
-//! compiled operators as a self-contained shared library with a C header.
+//! compiled operators as a self-contained shared library with a C header; `bench` the
+//! deterministic data and timing the CLI, examples and tests share.
+//!
+//! The two crates below are re-exported, so that a crate depending on `tensorlift` alone can
+//! write `tensorlift::ir::...` (the IR, tensor expressions, schedules, interpreters) and
+//! `tensorlift::schedules::...` (the operator library); `prelude` has the names an operator
+//! definition uses.
 
+pub mod bench;
 pub mod build;
 pub mod codegen;
 pub mod error;
@@ -17,6 +24,21 @@ pub mod tune;
 pub use build::{BuildError, Kernel, build};
 pub use error::{CompileError, RuntimeError};
 pub use runtime::{Arg, CompileOptions, CompiledFunc, Element, IsaLevel, OptLevel, Target, Tensor, compile};
+/// `tensorlift-ir`: dtypes, expressions, tensor expressions, schedules, lowering, interpreters.
+pub use ir;
+/// `tensorlift-schedules`: operator definitions, generic and x86 schedules, the resnet-18 table.
+pub use schedules;
+
+/// What defining, scheduling, compiling and checking an operator takes:
+/// `use tensorlift::prelude::*;`. `Tensor` is the runtime buffer a compiled function is called
+/// on; the tensor of a definition (what `placeholder` and `compute` return) is `TeTensor`.
+pub mod prelude {
+    pub use crate::{CompileOptions, IsaLevel, Kernel, Target, Tensor, build};
+    pub use ir::interp::{Array, eval_te};
+    pub use ir::schedule::{Schedule, create_schedule};
+    pub use ir::te::{Tensor as TeTensor, compute, placeholder, placeholder_in_range, reduce_axis, sum};
+    pub use ir::{DType, Expr, IterVar};
+}
 
 #[cfg(test)]
 mod tests;

@@ -128,15 +128,30 @@ const WEI_STD: f32 = 73.6;
 /// The destination scale maps one standard deviation of the real output to this many steps.
 const DST_STEPS_PER_STD: f32 = 32.0;
 
-/// Deterministic pseudo-random integers, uniform in `lo..=hi` (a 64-bit LCG's high bits).
-pub fn uniform(len: i64, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            lo + ((state >> 33) % (hi - lo + 1) as u64) as i64
-        })
-        .collect()
+/// A 64-bit linear congruential generator (Knuth's MMIX constants), seeded through a
+/// multiplicative hash so that neighbouring seeds give unrelated streams: the table's data.
+#[derive(Clone, Debug)]
+pub struct Lcg(u64);
+
+impl Lcg {
+    pub fn new(seed: u64) -> Lcg {
+        Lcg(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    /// The next 31 bits (the state's high bits: an LCG's low bits have short periods).
+    pub fn next_u32(&mut self) -> u32 {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) as u32
+    }
+}
+
+/// `len` deterministic pseudo-random integers, uniform in `lo..=hi` (up to the modulo bias of a
+/// 31-bit draw). Panics if `lo > hi`.
+pub fn uniform(len: usize, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
+    assert!(lo <= hi, "uniform: empty range {lo}..={hi}");
+    let span = (hi - lo + 1) as u64;
+    let mut rng = Lcg::new(seed);
+    (0..len).map(|_| lo + (u64::from(rng.next_u32()) % span) as i64).collect()
 }
 
 /// A layer's quantization as `layers.py` draws it from `seed`: u8 source (zero point 128), s8
@@ -160,8 +175,8 @@ pub fn quantization(layer: Layer, seed: u64) -> Result<LayerQuant, QuantError> {
         Layer::Dense(d) => (vec![1, d.in_features], vec![d.out_features, d.in_features]),
     };
     let (oc, fan_in) = (wei_dims[0], wei_dims[1..].iter().product::<i64>());
-    let wei_scales: Vec<f32> = uniform(oc, seed + 2, 0, 9999).iter().map(|&u| 0.005 + 0.01 * u as f32 / 1e4).collect();
-    let bias = uniform(oc, seed + 3, -1000, 999).iter().zip(&wei_scales).map(|(&b, &s)| b as f32 * (SRC_SCALE * s)).collect();
+    let wei_scales: Vec<f32> = uniform(oc as usize, seed + 2, 0, 9999).iter().map(|&u| 0.005 + 0.01 * u as f32 / 1e4).collect();
+    let bias = uniform(oc as usize, seed + 3, -1000, 999).iter().zip(&wei_scales).map(|(&b, &s)| b as f32 * (SRC_SCALE * s)).collect();
     let mean_scale = wei_scales.iter().sum::<f32>() / oc as f32;
     let output_std = SRC_SCALE * mean_scale * (fan_in as f32).sqrt() * SRC_STD * WEI_STD;
     let attrs = QuantAttrs {

@@ -2,13 +2,21 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Subcommand, ValueEnum};
 use schedules::resnet18::WeightBits;
 use tensorlift::IsaLevel;
 use tensorlift::export::{ExportOptions, Library, Operator, export, operators};
 
+use super::common::Format;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: ExportCommand,
+}
+
 #[derive(Subcommand)]
-pub enum ExportCommand {
+enum ExportCommand {
     /// `matmul`: a tensorized u8 × i8 → i32 matmul on plain `A: u8[M,K]`, `B: i8[K,N]`,
     /// `C: i32[M,N]` (B is packed inside the call). K a multiple of 4, N of 16.
     Matmul {
@@ -33,14 +41,14 @@ pub enum ExportCommand {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Weights {
+enum Weights {
     Full,
     #[value(name = "7bit")]
     SevenBit,
 }
 
-#[derive(Args)]
-pub struct ExportArgs {
+#[derive(clap::Args)]
+struct ExportArgs {
     /// Directory for lib<NAME>.so, lib<NAME>.a and <NAME>.h (created if missing).
     #[arg(long)]
     out: PathBuf,
@@ -51,8 +59,8 @@ pub struct ExportArgs {
     /// the best one the CPU supports. Default: every level.
     #[arg(long, value_delimiter = ',')]
     isa: Option<Vec<String>>,
-    #[arg(long, value_enum, default_value_t = crate::Format::Table)]
-    format: crate::Format,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
 }
 
 fn levels(args: &ExportArgs) -> Result<Vec<IsaLevel>, Box<dyn std::error::Error>> {
@@ -62,8 +70,8 @@ fn levels(args: &ExportArgs) -> Result<Vec<IsaLevel>, Box<dyn std::error::Error>
     }
 }
 
-pub fn run(command: ExportCommand) -> Result<(), Box<dyn std::error::Error>> {
-    let (ops, args, default_name): (Vec<Operator>, ExportArgs, &str) = match command {
+pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let (ops, args, default_name): (Vec<Operator>, ExportArgs, &str) = match args.what {
         ExportCommand::Matmul { m, n, k, common } => {
             let levels = levels(&common)?;
             (vec![operators::matmul(m, n, k, &levels)?], common, "matmul")
@@ -83,19 +91,19 @@ pub fn run(command: ExportCommand) -> Result<(), Box<dyn std::error::Error>> {
     report(&lib, ops.len(), args.format)
 }
 
-fn report(lib: &Library, operators: usize, format: crate::Format) -> Result<(), Box<dyn std::error::Error>> {
+fn report(lib: &Library, operators: usize, format: Format) -> Result<(), Box<dyn std::error::Error>> {
     let size = std::fs::metadata(&lib.shared)?.len();
     let levels: Vec<&str> = lib.levels.iter().map(|l| l.name()).collect();
     let (codegen_ms, link_ms) = (lib.codegen_time.as_secs_f64() * 1e3, lib.link_time.as_secs_f64() * 1e3);
     match format {
-        crate::Format::Table => {
+        Format::Table => {
             println!("library     {} ({operators} operators x {} levels: {})", lib.name, levels.len(), levels.join(", "));
             println!("shared      {} ({:.1} KiB)", lib.shared.display(), size as f64 / 1024.0);
             println!("static      {}", lib.archive.display());
             println!("header      {}", lib.header.display());
             println!("build       codegen {codegen_ms:.0} ms, C compile + link {link_ms:.0} ms");
         }
-        crate::Format::Json => {
+        Format::Json => {
             let json = serde_json::json!({
                 "name": lib.name,
                 "shared": lib.shared,

@@ -14,6 +14,7 @@ use schedules::intrin::int8_gemm_microkernel;
 use schedules::nn::{matmul_packed, pack_b_vnni};
 use schedules::x86::{GemmInt8Knobs, gemm_int8};
 
+use crate::bench::pattern_value;
 use crate::codegen::jit;
 use crate::error::{CompileError, RuntimeError};
 use crate::kernels::disasm::{MachineCode, decode};
@@ -23,12 +24,12 @@ const GRID_A: [i64; 6] = [0, 1, 127, 128, 254, 255];
 const GRID_B: [i64; 6] = [-128, -127, -1, 0, 1, 127];
 
 /// `len` values in `lo..=hi`: boundary values (those of `grid` inside the range) half the
-/// time, a hash of the position otherwise.
+/// time, the shared pattern (a hash of the position) otherwise.
 fn values(len: i64, seed: i64, lo: i64, hi: i64, grid: &[i64]) -> Vec<i64> {
     let grid: Vec<i64> = grid.iter().copied().filter(|v| (lo..=hi).contains(v)).collect();
     (0..len)
         .map(|i| {
-            let h = (i * 7919 + seed * 104_729) ^ (i >> 3);
+            let h = pattern_value(i, seed);
             if h % 2 == 0 && !grid.is_empty() {
                 grid[(h as usize / 2) % grid.len()]
             } else {

@@ -4,6 +4,7 @@
 
 use iced_x86::{EncodingKind, Mnemonic, OpKind, Register};
 
+use crate::bench::Lcg;
 use crate::kernels::disasm::decode;
 use crate::kernels::peak::{PeakError, Probe, ProbeKind, assemble, assemble_probe};
 use crate::kernels::{
@@ -42,21 +43,13 @@ fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool)
     }
 }
 
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-}
-
 /// Runs `variant` on `shape` and checks C against the declaration, including that padding
 /// between rows of C is untouched.
 fn check(variant: KernelVariant, shape: GemmShape, blocking: Blocking, a: &[u8], b: &[i8]) {
     let kernel = GemmKernel::new(variant, shape, blocking).unwrap_or_else(|e| panic!("{variant} {shape:?}: {e}"));
     let (_, _, need_c) = shape.footprint();
-    let mut rng = Lcg(need_c as u64);
-    let c0: Vec<i32> = (0..need_c.max(1)).map(|_| rng.next() as i32 >> 8).collect();
+    let mut rng = Lcg::new(need_c as u64);
+    let c0: Vec<i32> = (0..need_c.max(1)).map(|_| rng.next_u32() as i32 >> 8).collect();
     let mut got = c0.clone();
     kernel.run(a, b, &mut got).unwrap();
     let mut want = c0;
@@ -70,9 +63,9 @@ fn check(variant: KernelVariant, shape: GemmShape, blocking: Blocking, a: &[u8],
 /// Random A and B; B without -128 for `variant`s that need it (sign transfer).
 fn random_operands(variant: KernelVariant, shape: &GemmShape, seed: u64) -> (Vec<u8>, Vec<i8>) {
     let (na, nb, _) = shape.footprint();
-    let mut rng = Lcg(seed);
-    let a = (0..na.max(1)).map(|_| rng.next() as u8).collect();
-    let b = (0..nb.max(1)).map(|_| allowed_b(variant, rng.next() as i8)).collect();
+    let mut rng = Lcg::new(seed);
+    let a = (0..na.max(1)).map(|_| rng.next_u32() as u8).collect();
+    let b = (0..nb.max(1)).map(|_| allowed_b(variant, rng.next_u32() as i8)).collect();
     (a, b)
 }
 

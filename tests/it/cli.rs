@@ -20,10 +20,97 @@ fn matmul_reports_a_verified_result_for_both_schedules() {
 }
 
 #[test]
-fn matmul_rejects_non_positive_sizes() {
-    let (ok, _, stderr) = tensorlift(&["matmul", "--m", "0"]);
+fn non_positive_sizes_threads_and_repeats_and_too_many_threads_are_errors_naming_the_flag() {
+    for (flag, value) in [("--m", "0"), ("--n", "-5"), ("--k", "-1"), ("--threads", "0"), ("--repeat", "0"), ("--threads", "-2")] {
+        let (ok, stdout, stderr) = tensorlift(&["matmul", flag, value]);
+        assert!(!ok, "{flag} {value}");
+        assert!(stdout.is_empty(), "{stdout}");
+        let upper = flag.trim_start_matches('-').to_uppercase();
+        assert!(
+            stderr.contains(&format!("error: invalid value '{value}' for '{flag} <{upper}>': must be at least 1, found {value}")),
+            "{stderr}"
+        );
+    }
+    for command in ["matmul", "gemm", "resnet18"] {
+        let (ok, _, stderr) = tensorlift(&[command, "--threads", "100000"]);
+        assert!(!ok);
+        assert!(stderr.contains("error: invalid value '100000' for '--threads <THREADS>': must be at most 1024, found 100000"), "{stderr}");
+    }
+}
+
+#[test]
+fn sizes_the_machine_cannot_hold_fail_before_allocating_with_the_sizes_named() {
+    let (ok, stdout, stderr) = tensorlift(&["gemm", "--m", "1000000", "--n", "1000000", "--k", "1000000"]);
     assert!(!ok);
-    assert!(stderr.contains("sizes must be positive, found m=0"), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    // 10^12 bytes of A twice, of B four times, C and the reference's C at 4 bytes: 1.4·10^13.
+    assert!(stderr.contains("error: gemm --m 1000000 --n 1000000 --k 1000000 "), "{stderr}");
+    if cfg!(target_os = "linux") {
+        assert!(stderr.contains(" needs 12.7 TiB (A 1.8 TiB, B 3.6 TiB, C 3.6 TiB, the reference's C 3.6 TiB) but "), "{stderr}");
+        assert!(stderr.contains(" of memory are available (MemAvailable)"), "{stderr}");
+        let (ok, _, stderr) = tensorlift(&["matmul", "--m", "200000", "--n", "200000", "--k", "4"]);
+        assert!(!ok);
+        assert!(stderr.contains("error: matmul --m 200000 --n 200000 --k 4 needs "), "{stderr}");
+    }
+    // Byte counts past 64 bits are reported, not wrapped.
+    let (ok, _, stderr) = tensorlift(&["gemm", "--m", "4611686018427387904", "--n", "32", "--k", "4"]);
+    assert!(!ok);
+    assert!(stderr.contains("error: gemm --m 4611686018427387904 --n 32 --k 4: the size of A overflows 64 bits"), "{stderr}");
+}
+
+#[test]
+fn a_large_gemm_and_matmul_are_verified_against_the_compiled_generic_schedule() {
+    let (ok, stdout, stderr) =
+        tensorlift(&["gemm", "--m", "512", "--n", "512", "--k", "512", "--repeat", "1", "--threads", "1", "--format", "json"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("\"verified\":true,"), "{stdout}");
+    assert!(stdout.trim_end().ends_with(",\"reference\":\"generic-jit\"}"), "{stdout}");
+    let (ok, stdout, stderr) = tensorlift(&["matmul", "--m", "512", "--n", "512", "--k", "512", "--repeat", "1"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("matmul 512x512x512: verified true, ") && stdout.trim_end().ends_with(", reference generic-jit"), "{stdout}");
+    // Small sizes keep the interpreter, the definition itself.
+    let mut args = SMALL_GEMM.to_vec();
+    args.extend(["--format", "json"]);
+    let (ok, stdout, stderr) = tensorlift(&args);
+    assert!(ok, "{stderr}");
+    assert!(stdout.trim_end().ends_with(",\"reference\":\"eval_te\"}"), "{stdout}");
+}
+
+#[test]
+fn a_gemm_knob_out_of_range_is_named_as_the_flag() {
+    let cases: [(&[&str], &str); 8] = [
+        (&["--mr", "0"], "error: invalid value '0' for '--mr <MR>': must be at least 1, found 0"),
+        (&["--mr", "21"], "error: --mr 21 must be at most --m 20 (the rows of one tile)"),
+        (&["--mr", "9223372036854775807"], "error: --mr 9223372036854775807 must be at most --m 20 (the rows of one tile)"),
+        (&["--nr", "512"], "error: --nr 512 must be at most 256 (a row of a tile is one vector of nr lanes)"),
+        (&["--nr", "-16"], "error: invalid value '-16' for '--nr <NR>': must be at least 1, found -16"),
+        (&["--nr", "24"], "error: --nr 24 must divide --n 64 (B is packed in panels of nr columns)"),
+        (&["--a-max", "256"], "error: invalid value '256' for '--a-max <A_MAX>': 256 is not in 0..=255"),
+        (&["--a-max", "-1"], "error: invalid value '-1' for '--a-max <A_MAX>': -1 is not in 0..=255"),
+    ];
+    for (knob, message) in cases {
+        let mut args = SMALL_GEMM.to_vec();
+        args.extend(knob);
+        let (ok, stdout, stderr) = tensorlift(&args);
+        assert!(!ok, "{knob:?}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(stderr.contains(message), "{knob:?}: {stderr}");
+    }
+}
+
+#[test]
+fn an_isa_this_cpu_lacks_is_reported_before_any_line_of_output() {
+    for level in tensorlift::IsaLevel::ALL.into_iter().filter(|l| !l.is_supported()) {
+        let commands: [&[&str]; 3] = [&SMALL_GEMM, &["gemm", "--m", "1000000", "--n", "1000000", "--k", "1000000"], &["resnet18", "--repeat", "1"]];
+        for command in commands {
+            let mut args = command.to_vec();
+            args.extend(["--isa", level.name()]);
+            let (ok, stdout, stderr) = tensorlift(&args);
+            assert!(!ok, "{args:?}");
+            assert!(stdout.is_empty(), "{args:?}: {stdout}");
+            assert!(stderr.starts_with(&format!("error: target {level} is not supported by this CPU (best available: ")), "{stderr}");
+        }
+    }
 }
 
 fn tensorlift_env(args: &[&str], env: (&str, &str)) -> (bool, String, String) {
@@ -90,10 +177,16 @@ fn the_isa_environment_variable_forces_the_level_of_auto_and_unknown_names_are_e
 fn gemm_rejects_bad_sizes_and_panels_that_do_not_divide_n() {
     let (ok, _, stderr) = tensorlift(&["gemm", "--m", "0", "--n", "16", "--k", "4"]);
     assert!(!ok);
-    assert!(stderr.contains("gemm sizes must be positive, found m=0 n=16 k=4"), "{stderr}");
+    assert!(stderr.contains("error: invalid value '0' for '--m <M>': must be at least 1, found 0"), "{stderr}");
+    let (ok, _, stderr) = tensorlift(&["gemm", "--m", "-3", "--n", "16", "--k", "4"]);
+    assert!(!ok);
+    assert!(stderr.contains("error: invalid value '-3' for '--m <M>': must be at least 1, found -3"), "{stderr}");
     let (ok, _, stderr) = tensorlift(&["gemm", "--m", "4", "--n", "40", "--k", "8"]);
     assert!(!ok);
-    assert!(stderr.contains("panel width nr must be a positive divisor of N = 40, found 16"), "{stderr}");
+    assert!(stderr.contains("error: --nr defaults to 32 or 16, whichever divides --n, and neither divides --n 40: give --nr, a divisor of --n"), "{stderr}");
+    let (ok, _, stderr) = tensorlift(&["gemm", "--m", "4", "--n", "32", "--k", "6"]);
+    assert!(!ok);
+    assert!(stderr.contains("error: --k 6 must be a multiple of 4 (B is packed in groups of 4 rows)"), "{stderr}");
 }
 
 #[test]

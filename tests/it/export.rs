@@ -408,7 +408,7 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
 
     // Inputs: u8 source, s8 weights in [-127, 127], small f32 bias and multipliers.
     let fill = |a: &ArgSpec, seed: u64| -> Tensor {
-        let n: i64 = a.shape.iter().product();
+        let n = a.shape.iter().product::<i64>() as usize;
         match a.dtype {
             DType::U8 => Tensor::from_array(&Array::from_i64(DType::U8, &a.shape, &uniform(n, seed, 0, 255))),
             DType::I8 => Tensor::from_array(&Array::from_i64(DType::I8, &a.shape, &uniform(n, seed, -127, 127))),

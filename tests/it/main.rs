@@ -9,5 +9,6 @@ mod invariants;
 mod math;
 mod norm;
 mod quant;
+mod readme;
 mod tensorize;
 mod vnni;

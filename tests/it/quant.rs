@@ -20,19 +20,9 @@ use schedules::x86_conv::{
     Conv2dInt8Knobs, TileOrder, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
     prepare_dense_int8, weight_range,
 };
+use tensorlift::bench::uniform as values;
 use tensorlift::kernels::KernelVariant;
 use tensorlift::{CompileOptions, IsaLevel, Target, Tensor as RtTensor};
-
-/// Deterministic values in `lo..=hi`.
-fn values(len: usize, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            lo + ((state >> 33) % (hi - lo + 1) as u64) as i64
-        })
-        .collect()
-}
 
 fn range_of(d: DType) -> (i64, i64) {
     let (lo, hi) = d.scalar.int_range().unwrap();

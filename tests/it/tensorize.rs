@@ -8,21 +8,12 @@ use ir::te::{Tensor, placeholder, placeholder_in_range};
 use ir::{DType, Func, MismatchPart, ScheduleError};
 use schedules::nn::{matmul, matmul_packed, matmul_s8s8_via_u8, pack_b_vnni};
 use schedules::x86::{GemmInt8Knobs, gemm_int8, schedule_gemm_int8};
+use tensorlift::bench::uniform;
 
 fn calls(f: &Func) -> usize {
     let mut n = 0;
     ir::mutator::for_each_stmt(&f.body, &mut |s| n += matches!(s.kind(), StmtKind::Call { .. }) as usize);
     n
-}
-
-fn values(len: i64, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            lo + ((state >> 33) % (hi - lo + 1) as u64) as i64
-        })
-        .collect()
 }
 
 /// Lowers `gemm_int8` for `A: [m, k]` (u8, or the declared range) times `B: [k, n]`, runs it and
@@ -33,8 +24,8 @@ fn check_gemm(a: &Tensor, m: i64, n: i64, k: i64, knobs: GemmInt8Knobs, seed: u6
     let c = matmul_packed(a, &bp, DType::I32, "C").unwrap();
     let f = ir::lower::lower(&gemm_int8(&c, knobs).unwrap(), &[a, &b, &c], "gemm").unwrap();
     let hi = a.value_range().map_or(255, |(_, hi)| hi);
-    let a_arr = Array::from_i64(DType::U8, &[m, k], &values(m * k, seed, 0, hi));
-    let b_arr = Array::from_i64(DType::I8, &[k, n], &values(k * n, seed + 1, -128, 127));
+    let a_arr = Array::from_i64(DType::U8, &[m, k], &uniform((m * k) as usize, seed, 0, hi));
+    let b_arr = Array::from_i64(DType::I8, &[k, n], &uniform((k * n) as usize, seed + 1, -128, 127));
     let reference = matmul(a, &b, DType::I32, "R").unwrap();
     let want = eval_te(&[&reference], &[(a, &a_arr), (&b, &b_arr)]).unwrap().remove(0);
     let mut args = vec![a_arr, b_arr, Array::zeros(DType::I32, &[m, n])];
@@ -85,10 +76,10 @@ fn s8_times_s8_with_the_tensorized_u8_kernel_equals_the_s8_matmul() {
         schedule_gemm_int8(&mut s, &mm.product, GemmInt8Knobs { mr: 4, nr: 16, parallel: true }).unwrap();
         let f = ir::lower::lower(&s, &[&a, &b, &mm.output], "s8s8").unwrap();
         assert_eq!(calls(&f), 1, "{f}");
-        let mut a_vals = values(m * k, 11, -128, 127);
+        let mut a_vals = uniform((m * k) as usize, 11, -128, 127);
         a_vals[..4].copy_from_slice(&[127, 127, 0, 0]);
         let a_arr = Array::from_i64(DType::I8, &[m, k], &a_vals);
-        let mut b_vals = values(k * n, 12, -128, 127);
+        let mut b_vals = uniform((k * n) as usize, 12, -128, 127);
         for (row, v) in [127, 127, 0, 0].into_iter().enumerate() {
             b_vals[row * n as usize] = v;
         }

@@ -1,0 +1,60 @@
+//! Flags and value parsers more than one command takes.
+
+use clap::ValueEnum;
+use tensorlift::{IsaLevel, Target};
+
+/// `--isa`: the ISA level of the generated code and kernels.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum IsaChoice {
+    Auto,
+    Scalar,
+    Avx2,
+    #[value(name = "avx-vnni")]
+    AvxVnni,
+    #[value(name = "avx512-vnni")]
+    Avx512Vnni,
+}
+
+impl IsaChoice {
+    pub fn target(self) -> Target {
+        match self {
+            IsaChoice::Auto => Target::Native,
+            IsaChoice::Scalar => Target::Level(IsaLevel::Scalar),
+            IsaChoice::Avx2 => Target::Level(IsaLevel::Avx2),
+            IsaChoice::AvxVnni => Target::Level(IsaLevel::AvxVnni),
+            IsaChoice::Avx512Vnni => Target::Level(IsaLevel::Avx512Vnni),
+        }
+    }
+}
+
+/// `--format`: a table for people or JSON for scripts.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// The value parser of sizes, tile sizes, thread and repeat counts: a whole number of at least
+/// 1 that fits `T`. clap puts the flag in front of the message ("invalid value '-5' for
+/// '--m <M>': ..."); the flags that use it also allow a leading `-`, so that a negative number
+/// reaches it instead of being read as a flag.
+pub fn positive<T: TryFrom<i128>>(s: &str) -> Result<T, String> {
+    let v: i128 = s.trim().parse().map_err(|_| format!("expected a whole number of at least 1, found {s:?}"))?;
+    if v < 1 {
+        return Err(format!("must be at least 1, found {v}"));
+    }
+    T::try_from(v).map_err(|_| format!("{v} is too large"))
+}
+
+/// The most `--threads` accepts: above any core count this runs on, and few enough that the
+/// pool starts at once (a hundred thousand threads take over a minute to create).
+pub const MAX_THREADS: usize = 1024;
+
+/// The value parser of `--threads`: `positive`, at most `MAX_THREADS`.
+pub fn thread_count(s: &str) -> Result<usize, String> {
+    let threads = positive::<usize>(s)?;
+    if threads > MAX_THREADS {
+        return Err(format!("must be at most {MAX_THREADS}, found {threads}"));
+    }
+    Ok(threads)
+}
