@@ -236,8 +236,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             if m <= 0 || n <= 0 || k <= 0 {
                 return Err(format!("matmul sizes must be positive, found m={m} n={n} k={k}").into());
             }
-            let a = placeholder([m, k], DType::U8, "A");
-            let b = placeholder([k, n], DType::I8, "B");
+            let a = placeholder([m, k], DType::U8, "A")?;
+            let b = placeholder([k, n], DType::I8, "B")?;
             let c = schedules::nn::matmul(&a, &b, DType::I32, "C")?;
             let s = match schedule {
                 ScheduleChoice::Naive => schedules::generic::default_schedule(&[&c]),
@@ -365,14 +365,14 @@ fn gemm(args: GemmArgs) -> Result<(), Box<dyn std::error::Error>> {
     let nr = nr.unwrap_or(if n % 32 == 0 { 32 } else { 16 });
     let a = match a_max {
         Some(hi) => placeholder_in_range([m, k], DType::U8, 0..=hi, "A")?,
-        None => placeholder([m, k], DType::U8, "A"),
+        None => placeholder([m, k], DType::U8, "A")?,
     };
-    let b = placeholder([k, n], DType::I8, "B");
+    let b = placeholder([k, n], DType::I8, "B")?;
     // B arrives packed (a parameter shaped like `pack_b_vnni`'s result): the layout transform
     // is not part of the timed GEMM.
     let packed = pack_b_vnni(&b, nr, "Bp")?;
     let bp_shape: [i64; 4] = packed.shape().try_into().map_err(|_| "pack_b_vnni returns a rank-4 tensor")?;
-    let bp = placeholder(bp_shape, DType::I8, "Bp");
+    let bp = placeholder(bp_shape, DType::I8, "Bp")?;
     let c = matmul_packed(&a, &bp, DType::I32, "C")?;
     let knobs = GemmInt8Knobs { mr, nr, parallel: threads != Some(1) };
     let s = gemm_int8(&c, knobs)?;
@@ -534,6 +534,8 @@ enum Resnet18Error {
     Interp(#[from] InterpError),
     #[error(transparent)]
     Conv(#[from] Conv2dInt8Error),
+    #[error(transparent)]
+    Te(#[from] ir::TeError),
 }
 
 /// The anchors' source quantization (`shared/anchors/layers.py`): u8, scale 0.02, zero point 128.
@@ -586,9 +588,9 @@ impl LayerCase {
             Layer::Dense(d) => (vec![1, d.in_features], vec![d.out_features, d.in_features]),
         };
         let (oc, fan_in) = (wei_dims[0], wei_dims[1..].iter().product::<i64>());
-        let src = placeholder_vec(src_dims.clone(), DType::U8, "src");
-        let wei = placeholder_vec(wei_dims.clone(), DType::I8, "wei");
-        let bias = placeholder_vec(vec![oc], DType::F32, "bias");
+        let src = placeholder_vec(src_dims.clone(), DType::U8, "src")?;
+        let wei = placeholder_vec(wei_dims.clone(), DType::I8, "wei")?;
+        let bias = placeholder_vec(vec![oc], DType::F32, "bias")?;
         let wei_scales: Vec<f32> =
             uniform(oc, seed + 2, 0, 9999).iter().map(|&u| 0.005 + 0.01 * u as f32 / 1e4).collect();
         // The anchors' bias: s32 in -1000..1000 with scale src_scale · wei_scale[oc].
@@ -743,7 +745,7 @@ fn convert_array(a: &Array, from: Layout, to: Layout, options: &CompileOptions) 
     if from == to {
         return Ok(a.clone());
     }
-    let src = placeholder_vec(a.shape().to_vec(), a.dtype(), "src");
+    let src = placeholder_vec(a.shape().to_vec(), a.dtype(), "src")?;
     let out = convert_layout(&src, from, to, "converted")?;
     let kernel = build(&default_schedule(&[&out]), &[&src, &out], "convert_layout", options)?;
     let mut tensors = [Tensor::from_array(a), Tensor::zeros(out.dtype(), out.shape())];
@@ -770,7 +772,7 @@ fn compile_x86_conv(
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     let src_dims: [i64; 4] = case.src.shape().try_into().expect("a convolution source is 4-D");
-    let src_te = placeholder(layout.shape(src_dims), case.src.dtype(), case.src.name());
+    let src_te = placeholder(layout.shape(src_dims), case.src.dtype(), case.src.name())?;
     let layer = conv2d_int8(&src_te, &case.wei, Some(&case.bias), None, conv, &case.attrs, layout, knobs, case.name)?;
     let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
     let src = convert_array(src, Layout::Nchw, layout, options)?;

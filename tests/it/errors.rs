@@ -6,8 +6,8 @@ use ir::te::{compute, placeholder, reduce_axis, sum};
 use ir::{DType, LowerError, ScheduleError, TeError, Tensor};
 
 fn matmul(m: i64, n: i64, k: i64) -> (Tensor, Tensor, Tensor) {
-    let a = placeholder([m, k], DType::U8, "A");
-    let b = placeholder([k, n], DType::I8, "B");
+    let a = placeholder([m, k], DType::U8, "A").unwrap();
+    let b = placeholder([k, n], DType::I8, "B").unwrap();
     let c = schedules::nn::matmul(&a, &b, DType::I32, "C").unwrap();
     (a, b, c)
 }
@@ -22,8 +22,8 @@ fn assert_message(err: &impl std::fmt::Display, needles: &[&str]) {
 
 #[test]
 fn mixing_dtypes_without_cast_names_both_dtypes_and_the_expression() {
-    let a = placeholder([8], DType::U8, "A");
-    let b = placeholder([8], DType::I8, "B");
+    let a = placeholder([8], DType::U8, "A").unwrap();
+    let b = placeholder([8], DType::I8, "B").unwrap();
     let err = compute([8], |i| a.at([&i[0]]) * b.at([&i[0]]), "C").unwrap_err();
     assert!(matches!(err, TeError::DTypeMismatch { lhs: DType::U8, rhs: DType::I8, .. }), "{err:?}");
     assert_message(&err, &["u8", "i8", "A[i]*B[i]", "explicit cast"]);
@@ -31,8 +31,8 @@ fn mixing_dtypes_without_cast_names_both_dtypes_and_the_expression() {
 
 #[test]
 fn reduction_with_wrong_declared_dtype_is_rejected() {
-    let a = placeholder([8], DType::U8, "A");
-    let k = reduce_axis(8, "k");
+    let a = placeholder([8], DType::U8, "A").unwrap();
+    let k = reduce_axis(8, "k").unwrap();
     let err = compute([1], |_| sum(DType::I32, &[&k], a.at([&k])), "S").unwrap_err();
     assert!(matches!(err, TeError::ReduceDType { expected: DType::I32, found: DType::U8, .. }), "{err:?}");
     assert_message(&err, &["i32", "u8", "A[k]"]);
@@ -40,7 +40,7 @@ fn reduction_with_wrong_declared_dtype_is_rejected() {
 
 #[test]
 fn indexing_with_wrong_rank_is_rejected() {
-    let a = placeholder([8, 8], DType::F32, "A");
+    let a = placeholder([8, 8], DType::F32, "A").unwrap();
     let err = compute([8], |i| a.at([&i[0]]), "C").unwrap_err();
     assert!(matches!(err, TeError::IndexCount { expected: 2, found: 1, .. }), "{err:?}");
     assert_message(&err, &["A", "2 dimensions", "1 indices"]);
@@ -90,7 +90,7 @@ fn fuse_requires_adjacent_loops_in_order() {
 
 #[test]
 fn vectorize_needs_a_constant_extent() {
-    let x = placeholder([64], DType::F32, "X");
+    let x = placeholder([64], DType::F32, "X").unwrap();
     let p = compute([64], |i| x.at([&i[0]]) * 2, "P").unwrap();
     let q = compute([64], |i| p.at([&i[0]]) + 1, "Q").unwrap();
     let mut s = create_schedule(&[&q]);
@@ -119,7 +119,7 @@ fn vectorize_limits_lanes_and_parallel_rejects_reductions() {
 
 #[test]
 fn compute_at_requires_a_consumer() {
-    let x = placeholder([16], DType::I32, "X");
+    let x = placeholder([16], DType::I32, "X").unwrap();
     let p = compute([16], |i| x.at([&i[0]]) + 1, "P").unwrap();
     let q = compute([16], |i| p.at([&i[0]]) * 2, "Q").unwrap();
     let r = compute([16], |i| x.at([&i[0]]) - 3, "R").unwrap();

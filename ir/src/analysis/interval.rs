@@ -218,7 +218,7 @@ pub fn prove(cond: &Expr, scope: &Scope) -> Option<bool> {
 ///
 /// Handles constants, variables, `+ - * / %` (floor semantics) `min max`, comparisons and bool
 /// logic, `>>` by a constant, `&` of non-negatives, casts, `Select` (the union of its arms unless
-/// the condition is decided), `Ramp` (all lanes), `Broadcast`, `VectorReduce` and `Load` (its
+/// the condition is decided), `Ramp` (all lanes), `Broadcast`, `VectorReduce` and `Load` and `TensorRead` (the promised `value_range`, else its
 /// element type's range). It does not relate variables to each other: `x - x` is bounded only by
 /// the ranges of `x`, so callers simplify first.
 pub fn bounds_of(expr: &Expr, scope: &Scope) -> Interval {
@@ -308,11 +308,18 @@ fn raw_bounds(expr: &Expr, scope: &Scope) -> Interval {
                 VectorReduceOp::Min | VectorReduceOp::Max => iv,
             }
         }
-        // Float values (the domain is integers), memory and tensor-expression nodes: unknown.
+        // Memory holds any value of its type, unless its parameter promises a range.
+        ExprKind::Load(buffer, _) => match buffer.value_range() {
+            Some((lo, hi)) => Interval::new(lo as i128, hi as i128),
+            None => Interval::EVERYTHING,
+        },
+        ExprKind::TensorRead(tensor, _) => match tensor.value_range() {
+            Some((lo, hi)) => Interval::new(lo as i128, hi as i128),
+            None => Interval::EVERYTHING,
+        },
+        // Float values (the domain is integers) and reductions: unknown.
         ExprKind::Float(_)
         | ExprKind::Round(_)
-        | ExprKind::Load(..)
-        | ExprKind::TensorRead(..)
         | ExprKind::Reduce(_) => {
             Interval::EVERYTHING
         }

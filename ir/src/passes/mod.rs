@@ -120,7 +120,7 @@ mod tests {
     fn copy_calls(kind: ForKind, origin: impl Fn(&Expr) -> Expr, params: Vec<Buffer>) -> Func {
         use crate::intrin::{IntrinKind, decl_tensor_intrin};
         use crate::te::{compute, placeholder};
-        let x = placeholder([4], DType::I32, "x");
+        let x = placeholder([4], DType::I32, "x").unwrap();
         let copy = compute([4], |i| x.at([&i[0]]), "copy").unwrap();
         let intrin = decl_tensor_intrin("copy4", IntrinKind::Generic, &copy, &[&x]).unwrap();
         let (input, out) = (params[0].clone(), params[params.len() - 1].clone());

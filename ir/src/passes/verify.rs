@@ -356,7 +356,7 @@ mod tests {
         let a = Buffer::new("A", DType::F32, vec![4, 8]);
         let stray = Buffer::new("S", DType::F32, vec![4]);
         let (i, free, t) = (Var::index("i"), Var::index("free"), Var::index("t"));
-        let read = placeholder([4], DType::F32, "P").at([&i.to_expr()]);
+        let read = placeholder([4], DType::F32, "P").unwrap().at([&i.to_expr()]);
         let body = Stmt::seq(vec![
             Stmt::store(&a, vec![i.to_expr(), free.to_expr()], Expr::float(DType::F32, 0.0)),
             Stmt::store(&a, vec![i.to_expr(), Expr::index(0)], Expr::int(DType::I32, 1)),
