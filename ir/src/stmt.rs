@@ -20,6 +20,8 @@
 //! * `Allocate` provides a fresh, uninitialized buffer for the duration of `body`.
 //!   Lowering never reads an element it has not written.
 //! * `Call` computes a tensor intrinsic's declaration on regions of buffers (see `StmtKind::Call`).
+//! * `BoundsCheck` stops the function with an out-of-bounds error naming a buffer when its
+//!   condition fails (see `StmtKind::BoundsCheck`).
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -205,6 +207,10 @@ pub enum StmtKind {
     /// can compare the two. The printer shows the call, not the fallback (print the fallback
     /// statement itself to see it).
     Call { intrin: TensorIntrin, operands: Vec<Operand>, fallback: Stmt },
+    /// A run-time check of reads whose index depends on data (`passes::check_gathers` inserts
+    /// them): if `cond` is false (in any lane, for a vector), the function stops here and reports
+    /// an index out of the bounds of `buffer`; statements before it have run, none after it do.
+    BoundsCheck { cond: Expr, buffer: Buffer },
 }
 
 /// An immutable, shared statement tree.
@@ -266,6 +272,10 @@ impl Stmt {
 
     pub fn call(intrin: TensorIntrin, operands: Vec<Operand>, fallback: Stmt) -> Stmt {
         Stmt::new(StmtKind::Call { intrin, operands, fallback })
+    }
+
+    pub fn bounds_check(cond: Expr, buffer: &Buffer) -> Stmt {
+        Stmt::new(StmtKind::BoundsCheck { cond, buffer: buffer.clone() })
     }
 }
 

@@ -1,5 +1,6 @@
 //! Loop-IR passes, one per file, each a function from `Func` to `Func` (Halide-style lowering).
 
+pub mod check_gathers;
 mod facts;
 pub mod flatten_buffers;
 pub mod guard_accesses;
@@ -13,6 +14,7 @@ pub mod unroll_loops;
 pub mod vectorize_loops;
 pub mod verify;
 
+pub use check_gathers::{check_gathers, checked_buffers};
 pub use flatten_buffers::flatten_buffers;
 pub use guard_accesses::guard_accesses;
 pub use partition_loops::partition_loops;

@@ -223,7 +223,8 @@ impl Vectorizer {
                 Some(Stmt::new(StmtKind::If { cond: new_cond, then_case, else_case }))
             }
             StmtKind::Seq(stmts) => Some(Stmt::seq(stmts.iter().map(|s| self.stmt(s)).collect::<Option<_>>()?)),
-            StmtKind::Allocate { .. } | StmtKind::Call { .. } => None,
+            // A gather's check stops at the first failing lane of the serial loop.
+            StmtKind::Allocate { .. } | StmtKind::Call { .. } | StmtKind::BoundsCheck { .. } => None,
         }
     }
 

@@ -174,6 +174,11 @@ impl Verifier {
                 }
             }
             StmtKind::Seq(stmts) => stmts.iter().for_each(|s| self.stmt(s)),
+            StmtKind::BoundsCheck { cond, .. } => {
+                self.expr(cond);
+                let expected = DType::BOOL.with_lanes(cond.dtype().lanes);
+                self.expect_dtype(|| "a bounds check condition".to_string(), expected, cond.dtype());
+            }
             StmtKind::Allocate { buffer, body } => {
                 enter(&mut self.buffers, buffer);
                 self.stmt(body);
