@@ -4,6 +4,7 @@ mod cli;
 mod differential;
 mod errors;
 mod golden;
+mod indexing;
 mod invariants;
 mod quant;
 mod tensorize;
