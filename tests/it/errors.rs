@@ -1,6 +1,7 @@
 //! Every user error is a typed `Err` with the right variant and a message that says what was
 //! expected and what was found. None of these may panic.
 
+use ir::expr::select;
 use ir::schedule::create_schedule;
 use ir::te::{compute, placeholder, reduce_axis, sum};
 use ir::{DType, LowerError, ScheduleError, TeError, Tensor};
@@ -157,4 +158,96 @@ fn lower_checks_its_arguments() {
     assert!(matches!(err, LowerError::MissingOutput { .. }), "{err:?}");
     let err = ir::lower::lower(&s, &[&a, &b, &c, &a], "f").unwrap_err();
     assert!(matches!(err, LowerError::DuplicateArgument { .. }), "{err:?}");
+}
+
+#[test]
+fn zero_and_negative_dimensions_are_rejected_where_written() {
+    use ir::te::{compute_vec, placeholder_in_range, placeholder_vec};
+    for (shape, dim, found) in [([0, 4], 0, 0), ([4, -1], 1, -1), ([i64::MIN, 2], 0, i64::MIN), ([3, 0], 1, 0)] {
+        let err = placeholder(shape, DType::I32, "A").unwrap_err();
+        assert_eq!(
+            err,
+            TeError::BadShape { what: "placeholder", tensor: "A".into(), shape: shape.to_vec(), dim, found }
+        );
+        assert_message(&err, &["placeholder A", "positive", &format!("found {found} in dimension {dim}")]);
+        assert_eq!(placeholder_vec(shape.to_vec(), DType::U8, "A").unwrap_err(), err);
+        assert!(matches!(placeholder_in_range(shape, DType::U8, 0..=127, "A"), Err(TeError::BadShape { .. })));
+        let err = compute(shape, |_| ir::Expr::int(DType::I32, 0), "C").unwrap_err();
+        assert!(matches!(&err, TeError::BadShape { what: "compute", dim: d, found: f, .. } if *d == dim && *f == found), "{err}");
+        assert_message(&err, &["compute C"]);
+        let err = compute_vec(shape.to_vec(), |_| ir::Expr::int(DType::I32, 0), "C").unwrap_err();
+        assert!(matches!(err, TeError::BadShape { what: "compute", .. }), "{err}");
+    }
+}
+
+#[test]
+fn element_counts_and_byte_sizes_beyond_i64_are_rejected() {
+    // Element count above i64::MAX (including products beyond i128 for many large dimensions).
+    for shape in [vec![i64::MAX, 2], vec![1 << 32, 1 << 32], vec![3_037_000_500, 3_037_000_500], vec![i64::MAX; 3]] {
+        let err = ir::te::placeholder_vec(shape.clone(), DType::U8, "A").unwrap_err();
+        assert!(matches!(&err, TeError::ShapeTooLarge { quantity: "elements", .. }), "{err}");
+        assert_message(&err, &["placeholder A", &format!("{shape:?}"), "elements", "i64::MAX"]);
+        let err = ir::te::compute_vec(shape, |_| ir::Expr::int(DType::I8, 0), "C").unwrap_err();
+        assert!(matches!(&err, TeError::ShapeTooLarge { quantity: "elements", .. }), "{err}");
+    }
+    // Fewer than i64::MAX elements, but more than i64::MAX bytes of a 4-byte dtype.
+    for shape in [vec![1 << 62], vec![1 << 31, 1 << 31], vec![i64::MAX / 3]] {
+        let err = ir::te::placeholder_vec(shape.clone(), DType::F32, "A").unwrap_err();
+        assert!(matches!(&err, TeError::ShapeTooLarge { quantity: "bytes", dtype: DType::F32, .. }), "{err}");
+        assert_message(&err, &["placeholder A", "f32", "bytes"]);
+        let err = ir::te::compute_vec(shape.clone(), |_| ir::Expr::int(DType::I32, 0), "C").unwrap_err();
+        assert!(matches!(&err, TeError::ShapeTooLarge { quantity: "bytes", dtype: DType::I32, .. }), "{err}");
+        // The same element count of a 1-byte dtype fits.
+        ir::te::placeholder_vec(shape, DType::U8, "A").unwrap();
+    }
+    let err = placeholder([1 << 62], DType::I32, "A").unwrap_err();
+    assert_message(&err, &["has 18446744073709551616 bytes"]);
+}
+
+#[test]
+fn reduce_extents_must_be_positive_and_the_domain_countable() {
+    for extent in [0, -1, -64, i64::MIN] {
+        let err = reduce_axis(extent, "k").unwrap_err();
+        assert_eq!(err, TeError::BadReduceExtent { axis: "k".into(), found: extent });
+        assert_message(&err, &["reduce_axis k", "positive", &format!("found {extent}")]);
+    }
+    // A huge axis is fine on its own; the output shape times the reduce extents must count in i64.
+    let a = placeholder([4], DType::I32, "A").unwrap();
+    for (shape, extents) in [(vec![2], vec![i64::MAX]), (vec![1], vec![1 << 32, 1 << 32]), (vec![1 << 40], vec![1 << 30])] {
+        let axes: Vec<_> = extents.iter().enumerate().map(|(d, &e)| reduce_axis(e, &format!("k{d}")).unwrap()).collect();
+        let refs: Vec<_> = axes.iter().collect();
+        let err = ir::te::compute_vec(shape.clone(), |_| sum(DType::I32, &refs, a.at([&(&axes[0] % 4)])), "S").unwrap_err();
+        assert!(matches!(&err, TeError::DomainTooLarge { .. }), "{err}");
+        assert_message(&err, &["compute S", &format!("{shape:?}"), &format!("{extents:?}"), "i64::MAX"]);
+    }
+    let k = reduce_axis(1 << 40, "k").unwrap();
+    compute([4], |_| sum(DType::I32, &[&k], a.at([&(&k % 4)])), "S").unwrap();
+}
+
+#[test]
+fn reads_that_can_leave_their_tensor_are_rejected_with_the_index_and_its_range() {
+    let a = placeholder([8], DType::F32, "A").unwrap();
+    let err = compute([8], |i| a.at([&(&i[0] + 1)]), "B").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "compute B: A is accessed at i + 1 in dimension 0, which ranges over 1..=8 but A has extent 8 there (valid indices 0..=7)"
+    );
+    let err = compute([8], |i| a.at([&(&i[0] - 2)]), "B").unwrap_err();
+    assert!(matches!(&err, TeError::OutOfBounds { min: Some(-2), max: Some(5), extent: 8, dim: 0, .. }), "{err:?}");
+
+    let m = placeholder([4, 6], DType::I32, "M").unwrap();
+    let k = reduce_axis(7, "k").unwrap();
+    let err = compute([4], |i| sum(DType::I32, &[&k], m.at([&i[0], &k])), "S").unwrap_err();
+    assert!(matches!(&err, TeError::OutOfBounds { dim: 1, min: Some(0), max: Some(6), extent: 6, .. }), "{err:?}");
+    assert_message(&err, &["compute S", "M is accessed at k in dimension 1", "0..=6", "extent 6"]);
+
+    // A condition that guards the read narrows its range: padding is accepted ...
+    let padded = compute([10], |i| select(i[0].ge(1) & i[0].lt(9), a.at([&(&i[0] - 1)]), ir::Expr::float(DType::F32, 0.0)), "P");
+    assert!(padded.is_ok(), "{:?}", padded.err());
+    let other_arm = compute([10], |i| select(i[0].lt(1) | i[0].ge(9), ir::Expr::float(DType::F32, 0.0), a.at([&(&i[0] - 1)])), "P");
+    assert!(other_arm.is_ok(), "{:?}", other_arm.err());
+    // ... but a condition too weak for the read is not, and the message says it was assumed.
+    let err = compute([10], |i| select(i[0].ge(1), a.at([&(&i[0] - 1)]), ir::Expr::float(DType::F32, 0.0)), "P").unwrap_err();
+    assert!(matches!(&err, TeError::OutOfBounds { min: Some(0), max: Some(8), guarded: true, .. }), "{err:?}");
+    assert_message(&err, &["under the enclosing conditions"]);
 }
