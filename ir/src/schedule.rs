@@ -345,6 +345,9 @@ impl Schedule {
         }
         self.check_not_attach_point("split", stage, axis)?;
         let known = self.known_extents(stage).get(axis).copied();
+        // A factor beyond a known extent splits off one outer iteration either way; capping it
+        // keeps the inner loop from running (guarded) iterations past the extent.
+        let factor = known.map_or(factor, |e| factor.min(e.max(1)));
         let outer = IterVar::new(format!("{}.outer", axis.name()), known.map_or(0, |e| ceil_div(e, factor)), axis.kind());
         let inner = IterVar::new(format!("{}.inner", axis.name()), factor, axis.kind());
         let data = self.data_mut(stage);
@@ -795,5 +798,6 @@ fn replace_reads(expr: &Expr, from: &Tensor, to: &Tensor) -> Expr {
 }
 
 pub(crate) fn ceil_div(a: i64, b: i64) -> i64 {
-    (a + b - 1) / b
+    // Not `(a + b - 1) / b`, which overflows for a factor near i64::MAX.
+    if a <= 0 { a / b } else { (a - 1) / b + 1 }
 }

@@ -251,3 +251,18 @@ fn reads_that_can_leave_their_tensor_are_rejected_with_the_index_and_its_range()
     assert!(matches!(&err, TeError::OutOfBounds { min: Some(0), max: Some(8), guarded: true, .. }), "{err:?}");
     assert_message(&err, &["under the enclosing conditions"]);
 }
+
+#[test]
+fn huge_split_factors_lower_and_run() {
+    for factor in [i64::MAX, i64::MAX - 1, 1 << 40] {
+        let a = placeholder([7], DType::I32, "A").unwrap();
+        let c = compute([7], |i| a.at([&i[0]]) * 3, "C").unwrap();
+        let mut s = create_schedule(&[&c]);
+        s.split(&c, &c.axis(0), factor).unwrap();
+        let kernel = tensorlift::build(&s, &[&a, &c], "f", &tensorlift::CompileOptions::default()).unwrap();
+        let mut ta = tensorlift::Tensor::from_array(&ir::interp::Array::from_i64(DType::I32, &[7], &[1, 2, 3, 4, 5, 6, 7]));
+        let mut tc = tensorlift::Tensor::zeros(DType::I32, &[7]);
+        kernel.compiled.call(&mut [&mut ta, &mut tc]).unwrap();
+        assert_eq!(tc.to_array().to_i64_vec(), vec![3, 6, 9, 12, 15, 18, 21], "factor {factor}");
+    }
+}
