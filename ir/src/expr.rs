@@ -23,9 +23,13 @@
 //! * **Comparisons** produce `bool`; `bool` supports `&`, `|`, `^` and `!` (logical).
 //! * **Vectors** are lane-wise: a vector op applies its scalar rule to each lane. `Ramp` and
 //!   `Broadcast` build index vectors; `VectorReduce` folds groups of adjacent lanes.
-//! * **Evaluation.** Expressions are pure. Both arms of a `Select` may be evaluated, so an arm
-//!   must be safe to evaluate even when not chosen; memory safety is guaranteed independently
-//!   by `passes::guard_accesses`, which clamps every access it cannot prove in bounds.
+//! * **Evaluation.** Expressions are pure. A read outside its tensor is an error: `te::compute`
+//!   rejects a read that can leave its tensor at some point where it is evaluated (only the
+//!   chosen arm of a `Select` is, so its condition narrows the check), and a read whose index
+//!   depends on data is checked when it runs (`passes::check_gathers`, `InterpError::IndexCheck`,
+//!   `RuntimeError::IndexOutOfBounds`). Code generation may still evaluate both arms of a
+//!   `Select`; memory safety of the arm not chosen is guaranteed by `passes::guard_accesses`,
+//!   which clamps every access it cannot prove in bounds.
 //!
 //! `Cast` semantics (one definition for the whole compiler):
 //! * int → int: wrap (keep the low bits, then sign- or zero-extend by the target's signedness).

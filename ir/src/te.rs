@@ -15,8 +15,11 @@
 //! assert_eq!(c.dtype(), DType::I32);
 //! ```
 //!
-//! Shapes are compile-time constants. `compute` type-checks its body and returns a typed
-//! `TeError` for any violation (mixed dtypes, wrong index counts, misplaced reductions).
+//! Shapes are compile-time constants, checked where they are written: `placeholder`, `compute`
+//! and `reduce_axis` return a typed `TeError` for a dimension or extent that is not positive,
+//! and for an element count, byte size or iteration domain that does not fit in `i64`.
+//! `compute` type-checks its body and returns a typed `TeError` for any violation (mixed dtypes,
+//! wrong index counts, misplaced reductions, reads that can leave their tensor).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -474,9 +477,11 @@ pub fn placeholder_vec_in_range(
 
 /// A computed tensor: `body(indices)` gives the element at `indices`.
 ///
-/// Errors if a dimension is not positive, or if the body mixes dtypes, indexes a tensor with the
-/// wrong number of (non-`i64`) indices, nests a reduction, or uses a reduction axis it does not
-/// reduce over.
+/// Errors if a dimension is not positive, the shape's element count or byte size or the iteration
+/// domain (shape times reduce extents) does not fit in `i64`, or if the body mixes dtypes, indexes
+/// a tensor with the wrong number of (non-`i64`) indices, nests a reduction, uses a reduction axis
+/// it does not reduce over, or reads outside a tensor at some point of its domain
+/// (`TeError::OutOfBounds`, see `check_bounds`).
 pub fn compute<const N: usize>(
     shape: [i64; N],
     body: impl FnOnce(&[Expr]) -> Expr,
