@@ -68,6 +68,9 @@ impl Buffer {
     ) -> Buffer {
         assert!(dtype.is_scalar(), "buffer element type must be scalar, got {dtype}");
         assert!(shape.iter().all(|&d| d >= 0), "buffer shape {shape:?} has a negative dimension");
+        // `te` rejects larger tensors, so every length and byte offset below fits in an i64.
+        let bytes = shape.iter().try_fold(dtype.bytes() as i64, |n, &d| n.checked_mul(d));
+        assert!(bytes.is_some(), "buffer shape {shape:?} of {dtype} has more than i64::MAX bytes");
         let id = BufferId(NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed));
         Buffer(Rc::new(BufferData { id, name: name.into(), dtype, shape, value_range }))
     }
