@@ -549,6 +549,26 @@ fn check_domain(tensor: &str, shape: &[i64], body: &Expr) -> Result<(), TeError>
 /// `placeholder_in_range` promise); when that does not prove it in bounds it is not an error here
 /// but checked at run time by every executor (`passes::check_gathers`).
 fn check_bounds(tensor: &str, axes: &[IterVar], body: &Expr) -> Result<(), TeError> {
+    check_bounds_collecting(tensor, axes, body, &mut Vec::new())
+}
+
+/// The first read of a compute whose index reads a tensor and is not proven inside its
+/// dimension (checked at run time, see `check_bounds`), as `(input, index)`.
+pub(crate) fn unproven_gather(tensor: &Tensor) -> Option<(String, String)> {
+    let mut gathers = Vec::new();
+    let body = tensor.body()?;
+    // The definition passed `check_bounds` when it was built.
+    check_bounds_collecting(tensor.name(), tensor.axes(), body, &mut gathers).ok()?;
+    gathers.into_iter().next()
+}
+
+/// `check_bounds`, appending every gather it leaves to the run-time check to `gathers`.
+fn check_bounds_collecting(
+    tensor: &str,
+    axes: &[IterVar],
+    body: &Expr,
+    gathers: &mut Vec<(String, String)>,
+) -> Result<(), TeError> {
     let mut scope = Scope::new();
     let mut all_axes: Vec<IterVar> = axes.to_vec();
     let source = match body.kind() {
@@ -561,17 +581,23 @@ fn check_bounds(tensor: &str, axes: &[IterVar], body: &Expr) -> Result<(), TeErr
     for axis in &all_axes {
         scope.push(axis.var(), Interval::of_extent(axis.extent()));
     }
-    check_reads(tensor, source, &mut scope, 0)
+    check_reads(tensor, source, &mut scope, 0, gathers)
 }
 
 /// `check_bounds` of one expression; `guards` counts the `select` conditions assumed.
-fn check_reads(tensor: &str, expr: &Expr, scope: &mut Scope, guards: usize) -> Result<(), TeError> {
+fn check_reads(
+    tensor: &str,
+    expr: &Expr,
+    scope: &mut Scope,
+    guards: usize,
+    gathers: &mut Vec<(String, String)>,
+) -> Result<(), TeError> {
     match expr.kind() {
         ExprKind::Select(c, t, f) => {
-            check_reads(tensor, c, scope, guards)?;
+            check_reads(tensor, c, scope, guards, gathers)?;
             for (arm, holds) in [(t, true), (f, false)] {
                 let assumed = scope.assume(c, holds);
-                let result = check_reads(tensor, arm, scope, guards + 1);
+                let result = check_reads(tensor, arm, scope, guards + 1, gathers);
                 scope.forget(assumed);
                 result?;
             }
@@ -579,13 +605,17 @@ fn check_reads(tensor: &str, expr: &Expr, scope: &mut Scope, guards: usize) -> R
         }
         ExprKind::TensorRead(input, indices) => {
             for (dim, (index, &extent)) in indices.iter().zip(input.shape()).enumerate() {
-                check_reads(tensor, index, scope, guards)?;
+                check_reads(tensor, index, scope, guards, gathers)?;
                 let mut gather = false;
                 index.for_each(&mut |e| gather |= matches!(e.kind(), ExprKind::TensorRead(..)));
                 let range = bounds_of(index, scope);
                 // An empty range means contradictory conditions: the read is never evaluated.
                 let unreachable = range.min.zip(range.max).is_some_and(|(lo, hi)| lo > hi);
-                if !gather && !unreachable && !range.is_within(0, extent as i128 - 1) {
+                let inside = unreachable || range.is_within(0, extent as i128 - 1);
+                if gather && !inside {
+                    gathers.push((input.name().to_string(), index.to_string()));
+                }
+                if !gather && !inside {
                     return Err(TeError::OutOfBounds {
                         tensor: tensor.to_string(),
                         input: input.name().to_string(),
@@ -603,7 +633,7 @@ fn check_reads(tensor: &str, expr: &Expr, scope: &mut Scope, guards: usize) -> R
         _ => {}
     }
     for child in expr.children() {
-        check_reads(tensor, child, scope, guards)?;
+        check_reads(tensor, child, scope, guards, gathers)?;
     }
     Ok(())
 }

@@ -266,3 +266,29 @@ fn huge_split_factors_lower_and_run() {
         assert_eq!(tc.to_array().to_i64_vec(), vec![3, 6, 9, 12, 15, 18, 21], "factor {factor}");
     }
 }
+
+#[test]
+fn a_stage_with_a_run_time_checked_gather_stays_at_the_root() {
+    use ir::expr::{max, min};
+    let a = placeholder([4], DType::I32, "A").unwrap();
+    let idx = placeholder([6], DType::I64, "Idx").unwrap();
+    let gather = compute([6], |i| a.at([&idx.at([&i[0]])]), "P").unwrap();
+    let clamped = compute([6], |i| a.at([&min(max(idx.at([&i[0]]), 0), 3)]), "Q").unwrap();
+    let promised = ir::te::placeholder_in_range([6], DType::I64, 0..=3, "Idx2").unwrap();
+    let in_range = compute([6], |i| a.at([&promised.at([&i[0]])]), "R").unwrap();
+    for (producer, allowed) in [(&gather, false), (&clamped, true), (&in_range, true)] {
+        let c = compute([6], |i| producer.at([&i[0]]) + 1, "C").unwrap();
+        let mut s = create_schedule(&[&c]);
+        let inline = s.compute_inline(producer);
+        let mut s = create_schedule(&[&c]);
+        let at = s.compute_at(producer, &c, &c.axis(0));
+        if allowed {
+            assert!(inline.is_ok() && at.is_ok(), "{inline:?} {at:?}");
+        } else {
+            for err in [inline.unwrap_err(), at.unwrap_err()] {
+                assert!(matches!(&err, ScheduleError::BadAttachment { stage, .. } if stage == "P"), "{err:?}");
+                assert_message(&err, &["reads A at `Idx[i]`", "computed from data", "stays at the root"]);
+            }
+        }
+    }
+}

@@ -23,10 +23,9 @@ use crate::stmt::{Buffer, Func, Stmt, StmtKind};
 /// Generated code returns a status naming the buffer (position in `checked_buffers`); the loop
 /// interpreter reports `InterpError::IndexCheck`.
 ///
-/// Only the points a schedule computes are checked: a stage inlined or computed at a consumer is
-/// evaluated where the consumer reads it, while `te_eval` evaluates every stage over its whole
-/// domain, so a gather that leaves its buffer only at producer points no consumer reads is an
-/// error in `te_eval` alone.
+/// Only the points a schedule computes are checked, so a stage holding such a gather may not be
+/// inlined or computed at a consumer (`Schedule::compute_inline`, `compute_at`): it is computed
+/// over its whole domain, as `te_eval` evaluates it.
 pub fn check_gathers(func: &Func) -> Func {
     let body = CheckGathers { scope: Scope::new() }.mutate_stmt(&func.body);
     Func { name: func.name.clone(), params: func.params.clone(), body }
