@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::analysis::interval::{Interval, Scope, bounds_of};
 use crate::dtype::{DType, ScalarType};
-use crate::error::TeError;
+use crate::error::{OutOfBoundsRead, TeError};
 use crate::expr::{BinOp, Expr, ExprKind, ReduceData, Var};
 
 /// Identity of a tensor.
@@ -138,7 +138,6 @@ fn check_shape(what: &'static str, tensor: &str, shape: &[i64], dtype: DType) ->
         dtype,
         quantity,
         count: count.map_or("more than 2^127".to_string(), |c| c.to_string()),
-        max: i64::MAX,
     };
     let count = product(shape.iter().copied());
     if count.is_none_or(|c| c > i64::MAX as i128) {
@@ -533,7 +532,6 @@ fn check_domain(tensor: &str, shape: &[i64], body: &Expr) -> Result<(), TeError>
             shape: shape.to_vec(),
             reduce,
             count: count.map_or("more than 2^127".to_string(), |c| c.to_string()),
-            max: i64::MAX,
         });
     }
     Ok(())
@@ -616,7 +614,7 @@ fn check_reads(
                     gathers.push((input.name().to_string(), index.to_string()));
                 }
                 if !gather && !inside {
-                    return Err(TeError::OutOfBounds {
+                    return Err(TeError::OutOfBounds(Box::new(OutOfBoundsRead {
                         tensor: tensor.to_string(),
                         input: input.name().to_string(),
                         dim,
@@ -625,7 +623,7 @@ fn check_reads(
                         max: range.max,
                         extent,
                         guarded: guards > 0,
-                    });
+                    })));
                 }
             }
             return Ok(());

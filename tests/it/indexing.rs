@@ -88,7 +88,7 @@ fn check_case(
     let gathers = kinds.iter().any(|k| matches!(k, IndexKind::Gather { .. }));
     let c = match defined {
         Err(err) => {
-            prop_assert!(matches!(err, TeError::OutOfBounds { ref input, .. } if input == "A"), "{err}");
+            prop_assert!(matches!(&err, TeError::OutOfBounds(r) if r.input == "A"), "{err}");
             // Clamped, modulo and guarded reads are always accepted; an unguarded affine
             // rejection is exact (the two loop variables are independent).
             prop_assert!(!guarded, "a guarded read was rejected: {err}");
