@@ -211,7 +211,8 @@ pub enum StmtKind {
     /// statement itself to see it).
     Call { intrin: TensorIntrin, operands: Vec<Operand>, fallback: Stmt },
     /// A run-time check of reads whose index depends on data (`passes::check_gathers` inserts
-    /// them): if `cond` is false (in any lane, for a vector), the function stops here and reports
+    /// them; a vectorized loop checks all its lanes at once): if `cond` is false (in any lane,
+    /// for a vector), the function stops here and reports
     /// an index out of the bounds of `buffer`; statements before it have run, none after it do.
     BoundsCheck { cond: Expr, buffer: Buffer },
 }

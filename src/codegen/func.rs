@@ -270,11 +270,14 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             }
             StmtKind::Store { buffer, indices, value } => self.store(buffer, indices, value),
             StmtKind::BoundsCheck { cond, buffer } => {
-                if !cond.dtype().is_bool() || cond.dtype().is_vector() {
+                if !cond.dtype().is_bool() {
                     return Err(self.unsupported(format!("bounds check condition of type {}", cond.dtype())));
                 }
                 let position = self.cx.checked.iter().position(|&id| id == buffer.id()).expect("checked_buffers lists every check");
-                let ok = self.expr(cond)?.as_scalar();
+                let v = self.expr(cond)?;
+                // Every lane must hold (bool lanes are bytes 0 or 1).
+                let lanes = self.lanes(&v, cond.dtype());
+                let ok = lanes.into_iter().reduce(|a, b| self.b.ins().band(a, b)).expect("a condition has a lane");
                 let failed = self.b.ins().icmp_imm_u(IntCC::Equal, ok, 0);
                 self.fail_if(failed, |tx| tx.iconst(types::I32, STATUS_INDEX_OUT_OF_BOUNDS + position as i64));
                 Ok(())

@@ -25,8 +25,10 @@ enum IndexKind {
     Clamped { ci: i64, cj: i64, c: i64 },
     /// `(ci*i + cj*j + c) % extent`: floor modulo, always inside.
     Modulo { ci: i64, cj: i64, c: i64 },
-    /// `Idx[i] + c`, `Idx` holding arbitrary values of its dtype's kind.
+    /// `Idx[i] + c`, `Idx` holding values mostly inside the extents of `A`, some just outside.
     Gather { c: i64 },
+    /// `Idx[j] + c`: varies along the vectorized loop, so its check is a vector.
+    GatherJ { c: i64 },
 }
 
 fn index_kind() -> impl Strategy<Value = IndexKind> {
@@ -37,6 +39,7 @@ fn index_kind() -> impl Strategy<Value = IndexKind> {
         (coef.clone(), coef.clone(), offset.clone()).prop_map(|(ci, cj, c)| IndexKind::Clamped { ci, cj, c }),
         (coef.clone(), coef, offset).prop_map(|(ci, cj, c)| IndexKind::Modulo { ci, cj, c }),
         (-1i64..=1).prop_map(|c| IndexKind::Gather { c }),
+        (-1i64..=1).prop_map(|c| IndexKind::GatherJ { c }),
     ]
 }
 
@@ -50,6 +53,7 @@ fn index_expr(kind: IndexKind, i: &Expr, j: &Expr, idx: &Tensor, extent: i64) ->
         IndexKind::Clamped { ci, cj, c } => min(max(affine(i, j, ci, cj, c), 0), extent - 1),
         IndexKind::Modulo { ci, cj, c } => affine(i, j, ci, cj, c) % extent,
         IndexKind::Gather { c } => idx.at([i]).cast(DType::INDEX) + c,
+        IndexKind::GatherJ { c } => idx.at([j]).cast(DType::INDEX) + c,
     }
 }
 
@@ -69,7 +73,8 @@ fn check_case(
     split: Option<i64>,
 ) -> Result<(), TestCaseError> {
     let a = placeholder(shape, DType::I32, "A").unwrap();
-    let idx = placeholder([m], idx_dtype, "Idx").unwrap();
+    let idx_len = m.max(n);
+    let idx = placeholder([idx_len], idx_dtype, "Idx").unwrap();
     let defined = compute(
         [m, n],
         |ax| {
@@ -85,7 +90,7 @@ fn check_case(
         },
         "C",
     );
-    let gathers = kinds.iter().any(|k| matches!(k, IndexKind::Gather { .. }));
+    let gathers = kinds.iter().any(|k| matches!(k, IndexKind::Gather { .. } | IndexKind::GatherJ { .. }));
     let c = match defined {
         Err(err) => {
             prop_assert!(matches!(&err, TeError::OutOfBounds(r) if r.input == "A"), "{err}");
@@ -115,13 +120,13 @@ fn check_case(
     let a_values: Vec<i64> = (0..shape[0] * shape[1]).map(|v| v * 3 + 1).collect();
     let a_arr = Array::from_i64(DType::I32, &shape, &a_values);
     let widest = shape[0].max(shape[1]);
-    let idx_values: Vec<i64> = (0..m)
+    let idx_values: Vec<i64> = (0..idx_len)
         .map(|_| {
             let v = (next() % (widest as u64 + 4)) as i64 - 2;
             if idx_dtype == DType::U8 { v.rem_euclid(256) } else { v }
         })
         .collect();
-    let idx_arr = Array::from_i64(idx_dtype, &[m], &idx_values);
+    let idx_arr = Array::from_i64(idx_dtype, &[idx_len], &idx_values);
 
     let expected = ir::interp::te_eval::eval_te(&[&c], &[(&a, &a_arr), (&idx, &idx_arr)]);
 
@@ -197,11 +202,14 @@ proptest! {
 /// The gather cases the property covers only by chance, spelled out.
 #[test]
 fn gathers_inside_pass_and_outside_fail_everywhere() {
-    let gather = [IndexKind::Gather { c: 0 }, IndexKind::Affine { ci: 0, cj: 1, c: 0 }];
-    for seed in 0..24 {
-        for guarded in [false, true] {
-            for split in [None, Some(2)] {
-                check_case((5, 4), [4, 4], gather, guarded, DType::I64, seed, split).unwrap();
+    let rows = [IndexKind::Gather { c: 0 }, IndexKind::Affine { ci: 0, cj: 1, c: 0 }];
+    let columns = [IndexKind::Affine { ci: 1, cj: 0, c: 0 }, IndexKind::GatherJ { c: 0 }];
+    for gather in [rows, columns] {
+        for seed in 0..24 {
+            for guarded in [false, true] {
+                for split in [None, Some(2), Some(4)] {
+                    check_case((5, 4), [5, 4], gather, guarded, DType::I64, seed, split).unwrap();
+                }
             }
         }
     }
