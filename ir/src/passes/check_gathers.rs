@@ -1,7 +1,7 @@
 //! Run-time bounds checks for reads whose index depends on data (gathers).
 
 use crate::analysis::interval::{Interval, Scope, bounds_of};
-use crate::expr::{Expr, ExprKind};
+use crate::expr::{BinOp, Expr, ExprKind};
 use crate::mutator::{Mutator, for_each_stmt, walk_stmt};
 use crate::passes::facts::{FactMutator, mutate_if_with_facts};
 use crate::stmt::{Buffer, Func, Stmt, StmtKind};
@@ -15,7 +15,8 @@ use crate::stmt::{Buffer, Func, Stmt, StmtKind};
 /// reference interpreters) evaluate only the chosen arm of a `select`, so a gather in an arm is
 /// checked only when that arm is chosen: its condition is `!c | in_bounds` (`c` negated for the
 /// second arm), and the guarded gather `select(B[i] < 10, A[B[i]], 0)` with `A` of extent 10
-/// passes whenever `B[i] >= 0`. Checks of gathers nested in an index come first, so the innermost
+/// passes whenever `B[i] >= 0`; a bound the arm's condition states as a conjunct is not checked
+/// again (`select(B[i] >= 0 & B[i] < 10, A[B[i]], 0)` has no check). Checks of gathers nested in an index come first, so the innermost
 /// read that leaves its buffer is the one reported. Each index is checked against its own
 /// dimension, as the interpreters do, so the pass runs before `flatten_buffers`; the indices are
 /// still clamped afterwards (`guard_accesses`), which only matters for arms not chosen.
@@ -76,17 +77,26 @@ impl CheckGathers {
                 }
                 let flat = indices.len() == 1 && buffer.shape().len() != 1;
                 let extents = if flat { vec![buffer.len()] } else { buffer.shape().to_vec() };
+                // A bound the arm's own condition states (`select(x >= 0 & x < n, A[x], ..)`)
+                // needs no check: facts about reads do not enter the interval scope.
+                let mut known = Vec::new();
+                path.iter().for_each(|p| conjuncts(p, &mut known));
                 let mut in_bounds = Vec::new();
+                let mut require = |bound: Expr| {
+                    if !known.iter().any(|k| k.structurally_eq(&bound)) {
+                        in_bounds.push(bound);
+                    }
+                };
                 for (index, &extent) in indices.iter().zip(&extents) {
                     if !reads_memory(index) {
                         continue;
                     }
                     let range = bounds_of(index, &self.scope);
                     if range.min.is_none_or(|m| m < 0) {
-                        in_bounds.push(index.ge(0));
+                        require(index.ge(0));
                     }
                     if range.max.is_none_or(|m| m >= extent as i128) {
-                        in_bounds.push(index.lt(extent));
+                        require(index.lt(extent));
                     }
                 }
                 if let Some(ok) = in_bounds.into_iter().reduce(|a, b| a & b) {
@@ -111,6 +121,17 @@ impl CheckGathers {
             self.collect(e, &mut Vec::new(), &mut out);
         }
         out
+    }
+}
+
+/// The operands of a chain of bool `&`, or `cond` itself.
+fn conjuncts<'e>(cond: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match cond.kind() {
+        ExprKind::Binary(BinOp::And, a, b) if cond.dtype().is_bool() => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        _ => out.push(cond),
     }
 }
 
@@ -210,6 +231,21 @@ mod tests {
         assert_eq!(run(&f, &[9, 0, 3, 3]), Ok(vec![90, 0, 30, 30]));
         assert_eq!(run(&f, &[9, 10, 3, 3]), Err(InterpError::IndexCheck { name: "A".into() }));
         assert_eq!(run(&f, &[9, 1, -1, 3]), Err(InterpError::IndexCheck { name: "A".into() }));
+    }
+
+    #[test]
+    fn a_gather_guarded_by_both_bounds_needs_no_check() {
+        let a = Buffer::new("A", DType::I32, vec![10]);
+        let idx = Buffer::new("Idx", DType::I64, vec![4]);
+        let out = Buffer::new("Out", DType::I32, vec![4]);
+        let i = Var::index("i");
+        let at = Expr::load(&idx, vec![i.to_expr()]);
+        let inside = at.ge(0) & at.lt(10);
+        let value = select(inside, Expr::load(&a, vec![at.clone()]), Expr::int(DType::I32, -1));
+        let body = Stmt::for_loop(i.clone(), 4, ForKind::Serial, Stmt::store(&out, vec![i.to_expr()], value));
+        let f = Func { name: "f".into(), params: vec![a, idx, out], body };
+        assert!(check_gathers(&f).body.same_node(&f.body));
+        assert_eq!(run(&f, &[-5, 10, 3, 9]), Ok(vec![-1, -1, 30, 90]));
     }
 
     #[test]
