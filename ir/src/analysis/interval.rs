@@ -218,9 +218,10 @@ pub fn prove(cond: &Expr, scope: &Scope) -> Option<bool> {
 ///
 /// Handles constants, variables, `+ - * / %` (floor semantics) `min max`, comparisons and bool
 /// logic, `>>` by a constant, `&` of non-negatives, casts, `Select` (the union of its arms unless
-/// the condition is decided), `Ramp` (all lanes), `Broadcast`, `VectorReduce` and `Load` and `TensorRead` (the promised `value_range`, else its
-/// element type's range). It does not relate variables to each other: `x - x` is bounded only by
-/// the ranges of `x`, so callers simplify first.
+/// the condition is decided), `Ramp` (all lanes), `Broadcast`, `VectorReduce`, and `Load` and
+/// `TensorRead` (the `placeholder_in_range` promise of the buffer or tensor, else the element
+/// type's range). It does not relate variables to each other: `x - x` is bounded only by the
+/// ranges of `x`, so callers simplify first.
 pub fn bounds_of(expr: &Expr, scope: &Scope) -> Interval {
     let dtype = expr.dtype();
     let Some((lo, hi)) = type_range(dtype.scalar) else {
