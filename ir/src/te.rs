@@ -521,10 +521,15 @@ pub fn compute_vec(
 
 /// Checks that the iteration domain of a compute (output axes times reduce axes) counts in `i64`.
 fn check_domain(tensor: &str, shape: &[i64], body: &Expr) -> Result<(), TeError> {
-    let reduce: Vec<i64> = match body.kind() {
-        ExprKind::Reduce(r) => r.axes.iter().map(|a| a.extent()).collect(),
-        _ => Vec::new(),
+    let axes: &[IterVar] = match body.kind() {
+        ExprKind::Reduce(r) => &r.axes,
+        _ => &[],
     };
+    // `reduce_axis` checks its extent; an axis made with `IterVar::new` is checked here.
+    if let Some(bad) = axes.iter().find(|a| a.extent() <= 0) {
+        return Err(TeError::BadReduceExtent { axis: bad.name().to_string(), found: bad.extent() });
+    }
+    let reduce: Vec<i64> = axes.iter().map(|a| a.extent()).collect();
     let count = product(shape.iter().chain(&reduce).copied());
     if count.is_none_or(|c| c > i64::MAX as i128) {
         return Err(TeError::DomainTooLarge {

@@ -222,6 +222,10 @@ fn reduce_extents_must_be_positive_and_the_domain_countable() {
     }
     let k = reduce_axis(1 << 40, "k").unwrap();
     compute([4], |_| sum(DType::I32, &[&k], a.at([&(&k % 4)])), "S").unwrap();
+    // An axis built directly, bypassing `reduce_axis`, is checked by `compute`.
+    let raw = ir::IterVar::new("r", -2, ir::te::IterKind::Reduce);
+    let err = compute([4], |_| sum(DType::I32, &[&raw], a.at([&(&raw % 4)])), "S").unwrap_err();
+    assert_eq!(err, TeError::BadReduceExtent { axis: "r".into(), found: -2 });
 }
 
 #[test]
