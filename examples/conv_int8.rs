@@ -45,9 +45,9 @@ fn run_layer(
     let out_dims = [1, l.oc, l.oh(), l.ow()];
     let conv = Conv2dParams { stride: l.stride, pad: l.pad };
     let a = attrs(l)?;
-    let src = placeholder(src_dims, DType::U8, "src");
-    let wei = placeholder(wdims, DType::I8, "wei");
-    let bias = placeholder([l.oc], DType::F32, "bias");
+    let src = placeholder(src_dims, DType::U8, "src")?;
+    let wei = placeholder(wdims, DType::I8, "wei")?;
+    let bias = placeholder([l.oc], DType::F32, "bias")?;
     let src_a = Array::from_i64(DType::U8, &src_dims, &uniform(src_dims.iter().product::<i64>() as usize, 1, 0, 255));
     let wei_a = Array::from_i64(DType::I8, &wdims, &uniform(wdims.iter().product::<i64>() as usize, 2, -127, 127));
     let knobs = knobs.with_weights(options.target.level()?.has_vnni(), weight_range(wei_a.to_i64_vec().iter().map(|&w| w as i8)));

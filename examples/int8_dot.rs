@@ -21,9 +21,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // `B` packed 4 consecutive k per column, `B[k/4, j, k%4]` (`IntrinKind::Int8Gemm`'s layout),
     // so the 16 bytes of 4 columns × 4 k are adjacent.
-    let a = placeholder([n, n], DType::U8, "A");
-    let packed = placeholder([n / 4, n, 4], DType::I8, "B");
-    let (ko, ki) = (reduce_axis(n / 4, "ko"), reduce_axis(4, "ki"));
+    let a = placeholder([n, n], DType::U8, "A")?;
+    let packed = placeholder([n / 4, n, 4], DType::I8, "B")?;
+    let (ko, ki) = (reduce_axis(n / 4, "ko")?, reduce_axis(4, "ki")?);
     let c = compute(
         [n, n],
         |i| {
@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     dot.parallel(&c, &io)?;
 
     // The quickstart's definition and schedule, on `B` unpacked.
-    let b = placeholder([n, n], DType::I8, "B");
+    let b = placeholder([n, n], DType::I8, "B")?;
     let c_columns = schedules::nn::matmul(&a, &b, DType::I32, "C")?;
     let columns = schedules::cpu::matmul_tiled(&c_columns, schedules::cpu::MatmulKnobs::default())?;
 

@@ -24,8 +24,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // it: the definition `nn::matmul` (u8 and i8 operands cast to i32) and the schedule
     // `cpu::matmul_tiled` (4×16 output tiles, the reduction outside the tile, rows unrolled,
     // columns vectorized, row tiles on the thread pool).
-    let a = placeholder([m, k], DType::U8, "A");
-    let b = placeholder([k, n], DType::I8, "B");
+    let a = placeholder([m, k], DType::U8, "A")?;
+    let b = placeholder([k, n], DType::I8, "B")?;
     let c = matmul(&a, &b, DType::I32, "C")?;
     let scheduled = matmul_tiled(&c, MatmulKnobs::default())?;
     let naive = create_schedule(&[&c]);

@@ -6,9 +6,9 @@ use tensorlift::prelude::*;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (m, n, k) = (64, 48, 32);
     // The definition: C = A·B with u8 and i8 operands, each cast to the i32 accumulator.
-    let a = placeholder([m, k], DType::U8, "A");
-    let b = placeholder([k, n], DType::I8, "B");
-    let r = reduce_axis(k, "k");
+    let a = placeholder([m, k], DType::U8, "A")?;
+    let b = placeholder([k, n], DType::I8, "B")?;
+    let r = reduce_axis(k, "k")?;
     let c = compute(
         [m, n],
         |i| sum(DType::I32, &[&r], a.at([&i[0], &r]).cast(DType::I32) * b.at([&r, &i[1]]).cast(DType::I32)),

@@ -55,6 +55,10 @@ pub enum RuntimeError {
     ElementType { expected: DType, found: DType },
     #[error("out of memory: generated code could not allocate a scratch buffer")]
     OutOfMemory,
+    /// A read whose index is computed from data (a gather) left `tensor`; outputs may be
+    /// partially written.
+    #[error("out-of-bounds read of {tensor}: an index computed from data is outside its shape")]
+    IndexOutOfBounds { tensor: String },
     #[error("thread pool with {threads} threads could not be created: {message}")]
     ThreadPool { threads: usize, message: String },
 }

@@ -32,8 +32,21 @@ pub enum TeError {
     NotAReduceAxis { tensor: String, axis: String },
     #[error("compute {tensor}: variable {var} is used but is neither an output axis nor a reduced axis")]
     UnboundVar { tensor: String, var: String },
-    #[error("compute {tensor}: every dimension must be positive, found {found} in shape {shape:?}")]
-    BadShape { tensor: String, shape: Vec<i64>, found: i64 },
+    /// `what` is `placeholder` or `compute`.
+    #[error("{what} {tensor}: every dimension must be positive, found {found} in dimension {dim} of shape {shape:?}")]
+    BadShape { what: &'static str, tensor: String, shape: Vec<i64>, dim: usize, found: i64 },
+    /// The element count or the byte size of a tensor does not fit in `i64` (every index and
+    /// buffer length in the compiler is an `i64`, and a byte size must fit in `isize`).
+    #[error("{what} {tensor}: shape {shape:?} of {dtype} has {count} {quantity}, more than the maximum of {} (i64::MAX)", i64::MAX)]
+    ShapeTooLarge { what: &'static str, tensor: String, shape: Vec<i64>, dtype: DType, quantity: &'static str, count: String },
+    #[error("reduce_axis {axis}: extent must be positive, found {found}")]
+    BadReduceExtent { axis: String, found: i64 },
+    /// The loops of a compute (its output axes and reduce axes) run more iterations than an `i64`
+    /// counts, so a fused loop over them could not be represented.
+    #[error("compute {tensor}: its iteration domain (output shape {shape:?} times reduce extents {reduce:?}) has {count} points, more than the maximum of {} (i64::MAX)", i64::MAX)]
+    DomainTooLarge { tensor: String, shape: Vec<i64>, reduce: Vec<i64>, count: String },
+    #[error("{0}")]
+    OutOfBounds(Box<OutOfBoundsRead>),
     #[error("{op}: {what} must be {expected}, found {found}")]
     ShapeMismatch { op: String, what: String, expected: String, found: String },
     #[error("compute {tensor}: the body must be a scalar, found {found}")]
@@ -42,6 +55,28 @@ pub enum TeError {
     BadValueRange { tensor: String, dtype: DType, lo: i64, hi: i64 },
     #[error("tensor intrinsic {intrin}: {what}: expected {expected}, found {found}")]
     BadIntrinsic { intrin: String, what: String, expected: String, found: String },
+}
+
+/// A read in the body of compute `tensor` that leaves `input` for some point of the iteration
+/// domain: in dimension `dim`, its index `index` ranges over `min..=max` (`None`: unbounded on
+/// that side); `guarded` says whether `select` conditions were assumed. Boxed in `TeError` so
+/// the error every definition returns stays small.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("compute {tensor}: {input} is accessed at {index} in dimension {dim}, which ranges over {} but {input} has extent {extent} there (valid indices 0..={}){}", show_range(*.min, *.max), .extent - 1, if *.guarded { " under the enclosing conditions" } else { "" })]
+pub struct OutOfBoundsRead {
+    pub tensor: String,
+    pub input: String,
+    pub dim: usize,
+    pub index: String,
+    pub min: Option<i128>,
+    pub max: Option<i128>,
+    pub extent: i64,
+    pub guarded: bool,
+}
+
+fn show_range(min: Option<i128>, max: Option<i128>) -> String {
+    let side = |v: Option<i128>, inf: &str| v.map_or(inf.to_string(), |v| v.to_string());
+    format!("{}..={}", side(min, "-inf"), side(max, "+inf"))
 }
 
 /// Errors from schedule primitives. A schedule that every primitive accepted always lowers.

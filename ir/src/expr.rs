@@ -23,9 +23,13 @@
 //! * **Comparisons** produce `bool`; `bool` supports `&`, `|`, `^` and `!` (logical).
 //! * **Vectors** are lane-wise: a vector op applies its scalar rule to each lane. `Ramp` and
 //!   `Broadcast` build index vectors; `VectorReduce` folds groups of adjacent lanes.
-//! * **Evaluation.** Expressions are pure. Both arms of a `Select` may be evaluated, so an arm
-//!   must be safe to evaluate even when not chosen; memory safety is guaranteed independently
-//!   by `passes::guard_accesses`, which clamps every access it cannot prove in bounds.
+//! * **Evaluation.** Expressions are pure. A read outside its tensor is an error: `te::compute`
+//!   rejects a read that can leave its tensor at some point where it is evaluated (only the
+//!   chosen arm of a `Select` is, so its condition narrows the check), and a read whose index
+//!   depends on data is checked when it runs (`passes::check_gathers`, `InterpError::IndexCheck`,
+//!   `RuntimeError::IndexOutOfBounds`). Code generation may still evaluate both arms of a
+//!   `Select`; memory safety of the arm not chosen is guaranteed by `passes::guard_accesses`,
+//!   which clamps every access it cannot prove in bounds.
 //!
 //! `Cast` semantics (one definition for the whole compiler):
 //! * int → int: wrap (keep the low bits, then sign- or zero-extend by the target's signedness).
@@ -573,6 +577,16 @@ impl IntoExpr for &IterVar {
         Expr::var(self.var())
     }
 }
+impl IntoExpr for IterVar {
+    fn into_expr(self) -> Expr {
+        Expr::var(self.var())
+    }
+}
+impl IntoExpr for Var {
+    fn into_expr(self) -> Expr {
+        Expr::var(&self)
+    }
+}
 impl IntoExpr for i64 {
     fn into_expr(self) -> Expr {
         Expr::index(self)
@@ -593,90 +607,90 @@ fn literal_like(lhs: &Expr, rhs: i64) -> Expr {
     if dtype.is_vector() { Expr::broadcast(c, dtype.lanes) } else { c }
 }
 
-macro_rules! impl_binary_operator {
-    ($trait:ident, $method:ident, $op:expr) => {
-        impl ops::$trait<Expr> for Expr {
-            type Output = Expr;
-            fn $method(self, rhs: Expr) -> Expr {
-                Expr::binary($op, self, rhs)
-            }
-        }
-        impl ops::$trait<&Expr> for Expr {
-            type Output = Expr;
-            fn $method(self, rhs: &Expr) -> Expr {
-                Expr::binary($op, self, rhs.clone())
-            }
-        }
-        impl ops::$trait<Expr> for &Expr {
-            type Output = Expr;
-            fn $method(self, rhs: Expr) -> Expr {
-                Expr::binary($op, self.clone(), rhs)
-            }
-        }
-        impl ops::$trait<&Expr> for &Expr {
-            type Output = Expr;
-            fn $method(self, rhs: &Expr) -> Expr {
-                Expr::binary($op, self.clone(), rhs.clone())
-            }
-        }
-        impl ops::$trait<i64> for Expr {
-            type Output = Expr;
-            fn $method(self, rhs: i64) -> Expr {
-                let rhs = literal_like(&self, rhs);
-                Expr::binary($op, self, rhs)
-            }
-        }
-        impl ops::$trait<i64> for &Expr {
-            type Output = Expr;
-            fn $method(self, rhs: i64) -> Expr {
-                Expr::binary($op, self.clone(), literal_like(self, rhs))
-            }
-        }
-        impl ops::$trait<&IterVar> for Expr {
-            type Output = Expr;
-            fn $method(self, rhs: &IterVar) -> Expr {
-                Expr::binary($op, self, rhs.to_expr())
-            }
-        }
-        impl ops::$trait<Expr> for &IterVar {
-            type Output = Expr;
-            fn $method(self, rhs: Expr) -> Expr {
-                Expr::binary($op, self.to_expr(), rhs)
-            }
-        }
-        impl ops::$trait<&IterVar> for &IterVar {
-            type Output = Expr;
-            fn $method(self, rhs: &IterVar) -> Expr {
-                Expr::binary($op, self.to_expr(), rhs.to_expr())
-            }
-        }
-        impl ops::$trait<i64> for &IterVar {
-            type Output = Expr;
-            fn $method(self, rhs: i64) -> Expr {
-                Expr::binary($op, self.to_expr(), Expr::index(rhs))
-            }
-        }
-    };
+/// One side of an overloaded operator: a typed expression or a bare integer literal, which
+/// takes the other side's dtype (`literal_like`).
+enum Term {
+    Typed(Expr),
+    Literal(i64),
 }
 
-impl_binary_operator!(Add, add, BinOp::Add);
-impl_binary_operator!(Sub, sub, BinOp::Sub);
-impl_binary_operator!(Mul, mul, BinOp::Mul);
-impl_binary_operator!(Div, div, BinOp::Div);
-impl_binary_operator!(Rem, rem, BinOp::Mod);
-impl_binary_operator!(BitAnd, bitand, BinOp::And);
-impl_binary_operator!(BitOr, bitor, BinOp::Or);
-impl_binary_operator!(BitXor, bitxor, BinOp::Xor);
-impl_binary_operator!(Shl, shl, BinOp::Shl);
-impl_binary_operator!(Shr, shr, BinOp::Shr);
+/// What may stand on either side of `+ - * / % & | ^ << >>`: `Expr`, `IterVar` and `Var`, owned
+/// or borrowed, and `i64` literals (never on both sides).
+trait IntoTerm {
+    fn into_term(self) -> Term;
+}
 
-impl ops::Neg for Expr {
-    type Output = Expr;
-    fn neg(self) -> Expr {
-        let zero = literal_like(&self, 0);
-        Expr::binary(BinOp::Sub, zero, self)
+macro_rules! typed_term {
+    ($($t:ty),*) => {$(
+        impl IntoTerm for $t {
+            fn into_term(self) -> Term {
+                Term::Typed(self.into_expr())
+            }
+        }
+    )*};
+}
+typed_term!(Expr, &Expr, IterVar, &IterVar, Var, &Var);
+
+impl IntoTerm for i64 {
+    fn into_term(self) -> Term {
+        Term::Literal(self)
     }
 }
+
+/// `a op b` for the overloaded operators.
+fn overloaded(op: BinOp, a: Term, b: Term) -> Expr {
+    match (a, b) {
+        (Term::Typed(a), Term::Typed(b)) => Expr::binary(op, a, b),
+        (Term::Typed(a), Term::Literal(b)) => {
+            let b = literal_like(&a, b);
+            Expr::binary(op, a, b)
+        }
+        (Term::Literal(a), Term::Typed(b)) => Expr::binary(op, literal_like(&b, a), b),
+        (Term::Literal(_), Term::Literal(_)) => unreachable!("no operator is implemented on two literals"),
+    }
+}
+
+/// Every operator for one pair of operand types.
+macro_rules! impl_operators {
+    ($lhs:ty, $rhs:ty) => {
+        impl_operators!(@each $lhs, $rhs, Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Mod,
+            BitAnd bitand And, BitOr bitor Or, BitXor bitxor Xor, Shl shl Shl, Shr shr Shr);
+    };
+    (@each $lhs:ty, $rhs:ty, $($trait:ident $method:ident $op:ident),*) => {$(
+        impl ops::$trait<$rhs> for $lhs {
+            type Output = Expr;
+            fn $method(self, rhs: $rhs) -> Expr {
+                overloaded(BinOp::$op, self.into_term(), rhs.into_term())
+            }
+        }
+    )*};
+}
+
+/// `impl_operators` for one left operand type and each right operand type.
+macro_rules! impl_operators_for {
+    ($lhs:ty; $($rhs:ty),*) => {$( impl_operators!($lhs, $rhs); )*};
+}
+
+impl_operators_for!(Expr; Expr, &Expr, IterVar, &IterVar, Var, &Var, i64);
+impl_operators_for!(&Expr; Expr, &Expr, IterVar, &IterVar, Var, &Var, i64);
+impl_operators_for!(IterVar; Expr, &Expr, IterVar, &IterVar, Var, &Var, i64);
+impl_operators_for!(&IterVar; Expr, &Expr, IterVar, &IterVar, Var, &Var, i64);
+impl_operators_for!(Var; Expr, &Expr, IterVar, &IterVar, Var, &Var, i64);
+impl_operators_for!(&Var; Expr, &Expr, IterVar, &IterVar, Var, &Var, i64);
+impl_operators_for!(i64; Expr, &Expr, IterVar, &IterVar, Var, &Var);
+
+/// `-x` is `0 - x` in `x`'s dtype.
+macro_rules! impl_neg {
+    ($($t:ty),*) => {$(
+        impl ops::Neg for $t {
+            type Output = Expr;
+            fn neg(self) -> Expr {
+                overloaded(BinOp::Sub, Term::Literal(0), self.into_term())
+            }
+        }
+    )*};
+}
+impl_neg!(Expr, &Expr, IterVar, &IterVar, Var, &Var);
 
 impl ops::Not for Expr {
     type Output = Expr;

@@ -11,9 +11,9 @@
 //! use tensorlift_ir::te::{compute, placeholder, reduce_axis, sum};
 //! use tensorlift_ir::DType;
 //! // A dot product of 8 i16 pairs into an i32 accumulator, implemented by its loop nest only.
-//! let x = placeholder([8], DType::I16, "x");
-//! let y = placeholder([8], DType::I16, "y");
-//! let k = reduce_axis(8, "k");
+//! let x = placeholder([8], DType::I16, "x").unwrap();
+//! let y = placeholder([8], DType::I16, "y").unwrap();
+//! let k = reduce_axis(8, "k").unwrap();
 //! let dot = compute([1], |_| {
 //!     sum(DType::I32, &[&k], x.at([&k]).cast(DType::I32) * y.at([&k]).cast(DType::I32))
 //! }, "dot").unwrap();
@@ -285,8 +285,8 @@ pub fn int8_gemm_compute(
 ) -> Result<Tensor, TeError> {
     let Int8GemmSize { m, n, k, segments } = size;
     let i32 = DType::I32;
-    let ks = (segments > 1).then(|| reduce_axis(segments, "ks"));
-    let ko = reduce_axis(k / 4, "ko");
+    let ks = (segments > 1).then(|| reduce_axis(segments, "ks")).transpose()?;
+    let ko = reduce_axis(k / 4, "ko")?;
     let product = |row: &Expr, col: &Expr, ki: Expr| {
         let (a_index, group) = match &ks {
             Some(ks) => (vec![row.clone(), ks.to_expr(), &ko * 4 + ki.clone()], ks * (k / 4) + &ko),
@@ -296,7 +296,7 @@ pub fn int8_gemm_compute(
     };
     let axes = |inner: &IterVar| -> Vec<IterVar> { ks.iter().chain([&ko, inner]).cloned().collect() };
     if saturating {
-        let kp = reduce_axis(2, "kp");
+        let kp = reduce_axis(2, "kp")?;
         let reduce = axes(&kp);
         compute(
             [m, n],
@@ -307,7 +307,7 @@ pub fn int8_gemm_compute(
             name,
         )
     } else {
-        let ki = reduce_axis(4, "ki");
+        let ki = reduce_axis(4, "ki")?;
         let reduce = axes(&ki);
         compute([m, n], |i| sum(i32, &reduce.iter().collect::<Vec<_>>(), product(&i[0], &i[1], ki.to_expr())), name)
     }
@@ -343,7 +343,7 @@ mod tests {
     use crate::te::placeholder;
 
     fn gemm_operands(m: i64, n: i64, k: i64) -> (Tensor, Tensor) {
-        (placeholder([m, k], DType::U8, "A"), placeholder([k / 4, n, 4], DType::I8, "B"))
+        (placeholder([m, k], DType::U8, "A").unwrap(), placeholder([k / 4, n, 4], DType::I8, "B").unwrap())
     }
 
     #[test]
@@ -379,8 +379,8 @@ mod tests {
     #[test]
     fn an_i8_a_is_declared_exact_only() {
         let size = Int8GemmSize { m: 2, n: 16, k: 8, segments: 1 };
-        let a = placeholder([2, 8], DType::I8, "A");
-        let b = placeholder([2, 16, 4], DType::I8, "B");
+        let a = placeholder([2, 8], DType::I8, "A").unwrap();
+        let b = placeholder([2, 16, 4], DType::I8, "B").unwrap();
         let kind = |saturating| IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, segments: 1, saturating };
         let exact = int8_gemm_compute(&a, &b, size, false, "C").unwrap();
         decl_tensor_intrin("g", kind(false), &exact, &[&a, &b]).unwrap();
@@ -392,8 +392,8 @@ mod tests {
     #[test]
     fn segmented_int8_gemm_reads_a_through_a_segment_axis() {
         let size = Int8GemmSize { m: 2, n: 16, k: 8, segments: 3 };
-        let a = placeholder([2, 3, 8], DType::U8, "A");
-        let b = placeholder([6, 16, 4], DType::I8, "B");
+        let a = placeholder([2, 3, 8], DType::U8, "A").unwrap();
+        let b = placeholder([6, 16, 4], DType::I8, "B").unwrap();
         let c = int8_gemm_compute(&a, &b, size, false, "C").unwrap();
         assert_eq!(
             c.body().unwrap().to_string(),
@@ -408,8 +408,8 @@ mod tests {
 
     #[test]
     fn generic_declarations_are_checked_for_their_reads() {
-        let x = placeholder([8], DType::I32, "x");
-        let y = placeholder([8], DType::I32, "y");
+        let x = placeholder([8], DType::I32, "x").unwrap();
+        let y = placeholder([8], DType::I32, "y").unwrap();
         let twice = compute([8], |i| x.at([&i[0]]) * 2, "twice").unwrap();
         let err = decl_tensor_intrin("t", IntrinKind::Generic, &twice, &[&x, &y]).unwrap_err();
         assert_eq!(
@@ -422,11 +422,11 @@ mod tests {
         assert!(err.to_string().contains("expected a compute, found placeholder x"), "{err}");
         let err = decl_tensor_intrin("t", IntrinKind::Generic, &twice, &[&twice]).unwrap_err();
         assert!(err.to_string().contains("expected placeholders, found compute twice"), "{err}");
-        let square = placeholder([4, 4], DType::I32, "s");
+        let square = placeholder([4, 4], DType::I32, "s").unwrap();
         let diagonal = compute([4], |i| square.at([&i[0], &i[0]]), "diag").unwrap();
         let err = decl_tensor_intrin("d", IntrinKind::Generic, &diagonal, &[&square]).unwrap_err();
         assert!(err.to_string().contains("found `i, i`"), "{err}");
-        let gather = compute([4], |i| x.at([&(&i[0] * &i[0])]), "gather").unwrap();
+        let gather = compute([2], |i| x.at([&(&i[0] * &i[0])]), "gather").unwrap();
         let err = decl_tensor_intrin("g", IntrinKind::Generic, &gather, &[&x]).unwrap_err();
         assert!(err.to_string().contains("found `i*i`"), "{err}");
     }

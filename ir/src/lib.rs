@@ -23,7 +23,7 @@ pub mod te;
 mod tensorize;
 
 pub use dtype::{DType, ScalarType};
-pub use error::{LowerError, MismatchPart, ScheduleError, TeError, TensorizeMismatch};
+pub use error::{LowerError, MismatchPart, OutOfBoundsRead, ScheduleError, TeError, TensorizeMismatch};
 pub use expr::{Expr, ExprKind, Var};
 pub use intrin::{IntrinKind, TensorIntrin};
 pub use stmt::{Buffer, ForKind, Func, Operand, Stmt, StmtKind};

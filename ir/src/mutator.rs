@@ -153,6 +153,13 @@ pub fn walk_stmt<M: Mutator + ?Sized>(m: &mut M, stmt: &Stmt) -> Stmt {
                 .collect();
             Stmt::call(intrin.clone(), operands, new_fallback)
         }
+        StmtKind::BoundsCheck { cond, buffer } => {
+            let new_cond = m.mutate_expr(cond);
+            if new_cond.same_node(cond) {
+                return stmt.clone();
+            }
+            Stmt::bounds_check(new_cond, buffer)
+        }
     }
 }
 
@@ -171,7 +178,7 @@ pub fn for_each_stmt(stmt: &Stmt, f: &mut dyn FnMut(&Stmt)) {
             }
         }
         StmtKind::Seq(stmts) => stmts.iter().for_each(|s| for_each_stmt(s, f)),
-        StmtKind::Store { .. } => {}
+        StmtKind::Store { .. } | StmtKind::BoundsCheck { .. } => {}
     }
 }
 
@@ -184,7 +191,7 @@ pub fn for_each_stmt_expr(stmt: &Stmt, f: &mut dyn FnMut(&Expr)) {
             indices.iter().for_each(&mut *f);
             f(value)
         }
-        StmtKind::If { cond, .. } => f(cond),
+        StmtKind::If { cond, .. } | StmtKind::BoundsCheck { cond, .. } => f(cond),
         StmtKind::Call { operands, .. } => operands.iter().flat_map(|op| &op.origin).for_each(&mut *f),
         StmtKind::For { .. } | StmtKind::Seq(_) | StmtKind::Allocate { .. } => {}
     });

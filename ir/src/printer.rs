@@ -249,6 +249,12 @@ impl Printer {
                 self.out.push('\n');
                 self.stmt(body);
             }
+            StmtKind::BoundsCheck { cond, buffer } => {
+                self.line_start();
+                self.out.push_str("check ");
+                self.expr(cond);
+                let _ = writeln!(self.out, " else out_of_bounds({})", buffer.name());
+            }
             StmtKind::Call { intrin, operands, .. } => {
                 self.line_start();
                 let _ = write!(self.out, "call {}(", intrin.name);

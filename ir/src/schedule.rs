@@ -345,6 +345,9 @@ impl Schedule {
         }
         self.check_not_attach_point("split", stage, axis)?;
         let known = self.known_extents(stage).get(axis).copied();
+        // A factor beyond a known extent splits off one outer iteration either way; capping it
+        // keeps the inner loop from running (guarded) iterations past the extent.
+        let factor = known.map_or(factor, |e| factor.min(e.max(1)));
         let outer = IterVar::new(format!("{}.outer", axis.name()), known.map_or(0, |e| ceil_div(e, factor)), axis.kind());
         let inner = IterVar::new(format!("{}.inner", axis.name()), factor, axis.kind());
         let data = self.data_mut(stage);
@@ -519,6 +522,7 @@ impl Schedule {
     fn compute_at_step(&mut self, producer: &Tensor, consumer: &Tensor, axis: &IterVar) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("compute_at", producer)?;
         let target = self.compute_stage("compute_at", consumer)?;
+        stays_at_root_for_its_gathers("compute_at", producer)?;
         self.leaf_position("compute_at", target, axis)?;
         let consumers = self.consumers(stage);
         if !consumers.contains(&target) {
@@ -569,6 +573,7 @@ impl Schedule {
 
     fn compute_inline_step(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("compute_inline", tensor)?;
+        stays_at_root_for_its_gathers("compute_inline", tensor)?;
         if !self.stage_data(stage).reduce_axes.is_empty() {
             return Err(ScheduleError::BadAttachment {
                 primitive: "compute_inline",
@@ -794,6 +799,25 @@ fn replace_reads(expr: &Expr, from: &Tensor, to: &Tensor) -> Expr {
     ReplaceReads { from, to }.mutate_expr(expr)
 }
 
+/// A stage with a gather checked at run time (`te::compute`) is computed over its whole domain,
+/// as the definition is: computed at or inlined into a consumer, only the points the consumer
+/// reads would be checked, and a gather out of bounds elsewhere would go unreported.
+fn stays_at_root_for_its_gathers(primitive: &'static str, tensor: &Tensor) -> Result<(), ScheduleError> {
+    match crate::te::unproven_gather(tensor) {
+        None => Ok(()),
+        Some((input, index)) => Err(ScheduleError::BadAttachment {
+            primitive,
+            stage: tensor.name().to_string(),
+            reason: format!(
+                "it reads {input} at `{index}`, an index computed from data that is not proven inside {input}; \
+                 such a read is checked at run time over the whole stage, so the stage stays at the root \
+                 (clamp or guard the index, or declare the index tensor with placeholder_in_range)"
+            ),
+        }),
+    }
+}
+
 pub(crate) fn ceil_div(a: i64, b: i64) -> i64 {
-    (a + b - 1) / b
+    // Not `(a + b - 1) / b`, which overflows for a factor near i64::MAX.
+    if a <= 0 { a / b } else { (a - 1) / b + 1 }
 }

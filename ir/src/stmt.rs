@@ -20,6 +20,8 @@
 //! * `Allocate` provides a fresh, uninitialized buffer for the duration of `body`.
 //!   Lowering never reads an element it has not written.
 //! * `Call` computes a tensor intrinsic's declaration on regions of buffers (see `StmtKind::Call`).
+//! * `BoundsCheck` stops the function with an out-of-bounds error naming a buffer when its
+//!   condition fails (see `StmtKind::BoundsCheck`).
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -66,6 +68,9 @@ impl Buffer {
     ) -> Buffer {
         assert!(dtype.is_scalar(), "buffer element type must be scalar, got {dtype}");
         assert!(shape.iter().all(|&d| d >= 0), "buffer shape {shape:?} has a negative dimension");
+        // `te` rejects larger tensors, so every length and byte offset below fits in an i64.
+        let bytes = shape.iter().try_fold(dtype.bytes() as i64, |n, &d| n.checked_mul(d));
+        assert!(bytes.is_some(), "buffer shape {shape:?} of {dtype} has more than i64::MAX bytes");
         let id = BufferId(NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed));
         Buffer(Rc::new(BufferData { id, name: name.into(), dtype, shape, value_range }))
     }
@@ -205,6 +210,11 @@ pub enum StmtKind {
     /// can compare the two. The printer shows the call, not the fallback (print the fallback
     /// statement itself to see it).
     Call { intrin: TensorIntrin, operands: Vec<Operand>, fallback: Stmt },
+    /// A run-time check of reads whose index depends on data (`passes::check_gathers` inserts
+    /// them; a vectorized loop checks all its lanes at once): if `cond` is false (in any lane,
+    /// for a vector), the function stops here and reports
+    /// an index out of the bounds of `buffer`; statements before it have run, none after it do.
+    BoundsCheck { cond: Expr, buffer: Buffer },
 }
 
 /// An immutable, shared statement tree.
@@ -266,6 +276,10 @@ impl Stmt {
 
     pub fn call(intrin: TensorIntrin, operands: Vec<Operand>, fallback: Stmt) -> Stmt {
         Stmt::new(StmtKind::Call { intrin, operands, fallback })
+    }
+
+    pub fn bounds_check(cond: Expr, buffer: &Buffer) -> Stmt {
+        Stmt::new(StmtKind::BoundsCheck { cond, buffer: buffer.clone() })
     }
 }
 

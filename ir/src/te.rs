@@ -6,17 +6,20 @@
 //! ```
 //! use tensorlift_ir::te::{placeholder, compute, reduce_axis, sum};
 //! use tensorlift_ir::DType;
-//! let a = placeholder([64, 32], DType::U8, "A");
-//! let b = placeholder([48, 32], DType::I8, "B");
-//! let k = reduce_axis(32, "k");
+//! let a = placeholder([64, 32], DType::U8, "A").unwrap();
+//! let b = placeholder([48, 32], DType::I8, "B").unwrap();
+//! let k = reduce_axis(32, "k").unwrap();
 //! let c = compute([64, 48], |i| {
 //!     sum(DType::I32, &[&k], a.at([&i[0], &k]).cast(DType::I32) * b.at([&i[1], &k]).cast(DType::I32))
 //! }, "C").unwrap();
 //! assert_eq!(c.dtype(), DType::I32);
 //! ```
 //!
-//! Shapes are compile-time constants. `compute` type-checks its body and returns a typed
-//! `TeError` for any violation (mixed dtypes, wrong index counts, misplaced reductions).
+//! Shapes are compile-time constants, checked where they are written: `placeholder`, `compute`
+//! and `reduce_axis` return a typed `TeError` for a dimension or extent that is not positive,
+//! and for an element count, byte size or iteration domain that does not fit in `i64`.
+//! `compute` type-checks its body and returns a typed `TeError` for any violation (mixed dtypes,
+//! wrong index counts, misplaced reductions, reads that can leave their tensor).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -24,8 +27,9 @@ use std::ops::Deref;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::analysis::interval::{Interval, Scope, bounds_of};
 use crate::dtype::{DType, ScalarType};
-use crate::error::TeError;
+use crate::error::{OutOfBoundsRead, TeError};
 use crate::expr::{BinOp, Expr, ExprKind, ReduceData, Var};
 
 /// Identity of a tensor.
@@ -112,9 +116,43 @@ impl fmt::Display for IterVar {
     }
 }
 
-/// A reduction axis ranging over `0..extent`.
-pub fn reduce_axis(extent: i64, name: &str) -> IterVar {
-    IterVar::new(name, extent, IterKind::Reduce)
+/// A reduction axis ranging over `0..extent`. Errors unless `extent` is positive (a reduction
+/// over no values is rejected like a zero dimension).
+pub fn reduce_axis(extent: i64, name: &str) -> Result<IterVar, TeError> {
+    if extent <= 0 {
+        return Err(TeError::BadReduceExtent { axis: name.to_string(), found: extent });
+    }
+    Ok(IterVar::new(name, extent, IterKind::Reduce))
+}
+
+/// Checks a tensor shape where it is written: every dimension positive, and the element count and
+/// byte size representable in `i64` (so no buffer length or flat index downstream can wrap).
+fn check_shape(what: &'static str, tensor: &str, shape: &[i64], dtype: DType) -> Result<(), TeError> {
+    if let Some((dim, &found)) = shape.iter().enumerate().find(|(_, d)| **d <= 0) {
+        return Err(TeError::BadShape { what, tensor: tensor.to_string(), shape: shape.to_vec(), dim, found });
+    }
+    let too_large = |quantity, count: Option<i128>| TeError::ShapeTooLarge {
+        what,
+        tensor: tensor.to_string(),
+        shape: shape.to_vec(),
+        dtype,
+        quantity,
+        count: count.map_or("more than 2^127".to_string(), |c| c.to_string()),
+    };
+    let count = product(shape.iter().copied());
+    if count.is_none_or(|c| c > i64::MAX as i128) {
+        return Err(too_large("elements", count));
+    }
+    let bytes = count.and_then(|c| c.checked_mul(dtype.bytes() as i128));
+    if bytes.is_none_or(|b| b > i64::MAX as i128) {
+        return Err(too_large("bytes", bytes));
+    }
+    Ok(())
+}
+
+/// The exact product, or `None` if it overflows `i128`.
+fn product(mut values: impl Iterator<Item = i64>) -> Option<i128> {
+    values.try_fold(1i128, |acc, v| acc.checked_mul(v as i128))
 }
 
 /// A user-defined commutative, associative reducer: `combine(lhs, rhs)` with an identity.
@@ -380,13 +418,17 @@ impl fmt::Display for Tensor {
 }
 
 /// An input tensor of the given constant shape and element type.
-pub fn placeholder<const N: usize>(shape: [i64; N], dtype: DType, name: &str) -> Tensor {
+///
+/// Errors if a dimension is not positive or the element count or byte size does not fit in
+/// `i64` (`TeError::BadShape`, `TeError::ShapeTooLarge`).
+pub fn placeholder<const N: usize>(shape: [i64; N], dtype: DType, name: &str) -> Result<Tensor, TeError> {
     placeholder_vec(shape.to_vec(), dtype, name)
 }
 
 /// `placeholder` for a rank known only at run time.
-pub fn placeholder_vec(shape: Vec<i64>, dtype: DType, name: &str) -> Tensor {
-    Tensor::from_parts(name, shape, dtype.element(), Operation::Placeholder)
+pub fn placeholder_vec(shape: Vec<i64>, dtype: DType, name: &str) -> Result<Tensor, TeError> {
+    check_shape("placeholder", name, &shape, dtype.element())?;
+    Ok(Tensor::from_parts(name, shape, dtype.element(), Operation::Placeholder))
 }
 
 /// An integer input tensor whose every element the caller promises to lie in `range`.
@@ -414,6 +456,7 @@ pub fn placeholder_vec_in_range(
     range: std::ops::RangeInclusive<i64>,
     name: &str,
 ) -> Result<Tensor, TeError> {
+    check_shape("placeholder", name, &shape, dtype.element())?;
     let (lo, hi) = (*range.start(), *range.end());
     let fits = dtype.scalar.int_range().is_some_and(|(min, max)| min <= lo as i128 && hi as i128 <= max);
     if !fits || lo > hi {
@@ -433,9 +476,11 @@ pub fn placeholder_vec_in_range(
 
 /// A computed tensor: `body(indices)` gives the element at `indices`.
 ///
-/// Errors if a dimension is not positive, or if the body mixes dtypes, indexes a tensor with the
-/// wrong number of (non-`i64`) indices, nests a reduction, or uses a reduction axis it does not
-/// reduce over.
+/// Errors if a dimension is not positive, the shape's element count or byte size or the iteration
+/// domain (shape times reduce extents) does not fit in `i64`, or if the body mixes dtypes, indexes
+/// a tensor with the wrong number of (non-`i64`) indices, nests a reduction, uses a reduction axis
+/// it does not reduce over, or reads outside a tensor at some point of its domain
+/// (`TeError::OutOfBounds`, see `check_bounds`).
 pub fn compute<const N: usize>(
     shape: [i64; N],
     body: impl FnOnce(&[Expr]) -> Expr,
@@ -450,9 +495,8 @@ pub fn compute_vec(
     body: impl FnOnce(&[Expr]) -> Expr,
     name: &str,
 ) -> Result<Tensor, TeError> {
-    if let Some(&bad) = shape.iter().find(|&&d| d <= 0) {
-        return Err(TeError::BadShape { tensor: name.to_string(), shape: shape.clone(), found: bad });
-    }
+    // The dtype is the body's; dimensions are checked before the body is built.
+    check_shape("compute", name, &shape, DType::U8)?;
     const AXIS_NAMES: [&str; 6] = ["i", "j", "k", "l", "m", "n"];
     let axes: Vec<IterVar> = shape
         .iter()
@@ -469,7 +513,132 @@ pub fn compute_vec(
     if dtype.is_vector() {
         return Err(TeError::VectorBody { tensor: name.to_string(), found: dtype });
     }
+    check_shape("compute", name, &shape, dtype)?;
+    check_domain(name, &shape, &body)?;
+    check_bounds(name, &axes, &body)?;
     Ok(Tensor::from_parts(name, shape, dtype, Operation::Compute { axes, body }))
+}
+
+/// Checks that the iteration domain of a compute (output axes times reduce axes) counts in `i64`.
+fn check_domain(tensor: &str, shape: &[i64], body: &Expr) -> Result<(), TeError> {
+    let axes: &[IterVar] = match body.kind() {
+        ExprKind::Reduce(r) => &r.axes,
+        _ => &[],
+    };
+    // `reduce_axis` checks its extent; an axis made with `IterVar::new` is checked here.
+    if let Some(bad) = axes.iter().find(|a| a.extent() <= 0) {
+        return Err(TeError::BadReduceExtent { axis: bad.name().to_string(), found: bad.extent() });
+    }
+    let reduce: Vec<i64> = axes.iter().map(|a| a.extent()).collect();
+    let count = product(shape.iter().chain(&reduce).copied());
+    if count.is_none_or(|c| c > i64::MAX as i128) {
+        return Err(TeError::DomainTooLarge {
+            tensor: tensor.to_string(),
+            shape: shape.to_vec(),
+            reduce,
+            count: count.map_or("more than 2^127".to_string(), |c| c.to_string()),
+        });
+    }
+    Ok(())
+}
+
+/// Rejects a read that leaves its tensor for some point of the iteration domain.
+///
+/// Each index is bounded by interval analysis (`analysis::interval`) with every axis ranging over
+/// `0..extent`. A read in an arm of a `select` is only evaluated when that arm is chosen, so the
+/// arm is checked under its condition (true for the first arm, false for the second): a padded
+/// read `select(h >= 1 & h < H + 1, A[h - 1], 0)` is in bounds. An index that reads a tensor
+/// itself (a gather) is bounded only by the range of the values read (their dtype's, or the
+/// `placeholder_in_range` promise); when that does not prove it in bounds it is not an error here
+/// but checked at run time by every executor (`passes::check_gathers`).
+fn check_bounds(tensor: &str, axes: &[IterVar], body: &Expr) -> Result<(), TeError> {
+    check_bounds_collecting(tensor, axes, body, &mut Vec::new())
+}
+
+/// The first read of a compute whose index reads a tensor and is not proven inside its
+/// dimension (checked at run time, see `check_bounds`), as `(input, index)`.
+pub(crate) fn unproven_gather(tensor: &Tensor) -> Option<(String, String)> {
+    let mut gathers = Vec::new();
+    let body = tensor.body()?;
+    // The definition passed `check_bounds` when it was built.
+    check_bounds_collecting(tensor.name(), tensor.axes(), body, &mut gathers).ok()?;
+    gathers.into_iter().next()
+}
+
+/// `check_bounds`, appending every gather it leaves to the run-time check to `gathers`.
+fn check_bounds_collecting(
+    tensor: &str,
+    axes: &[IterVar],
+    body: &Expr,
+    gathers: &mut Vec<(String, String)>,
+) -> Result<(), TeError> {
+    let mut scope = Scope::new();
+    let mut all_axes: Vec<IterVar> = axes.to_vec();
+    let source = match body.kind() {
+        ExprKind::Reduce(r) => {
+            all_axes.extend(r.axes.iter().cloned());
+            &r.source
+        }
+        _ => body,
+    };
+    for axis in &all_axes {
+        scope.push(axis.var(), Interval::of_extent(axis.extent()));
+    }
+    check_reads(tensor, source, &mut scope, 0, gathers)
+}
+
+/// `check_bounds` of one expression; `guards` counts the `select` conditions assumed.
+fn check_reads(
+    tensor: &str,
+    expr: &Expr,
+    scope: &mut Scope,
+    guards: usize,
+    gathers: &mut Vec<(String, String)>,
+) -> Result<(), TeError> {
+    match expr.kind() {
+        ExprKind::Select(c, t, f) => {
+            check_reads(tensor, c, scope, guards, gathers)?;
+            for (arm, holds) in [(t, true), (f, false)] {
+                let assumed = scope.assume(c, holds);
+                let result = check_reads(tensor, arm, scope, guards + 1, gathers);
+                scope.forget(assumed);
+                result?;
+            }
+            return Ok(());
+        }
+        ExprKind::TensorRead(input, indices) => {
+            for (dim, (index, &extent)) in indices.iter().zip(input.shape()).enumerate() {
+                check_reads(tensor, index, scope, guards, gathers)?;
+                let mut gather = false;
+                index.for_each(&mut |e| gather |= matches!(e.kind(), ExprKind::TensorRead(..)));
+                let range = bounds_of(index, scope);
+                // An empty range means contradictory conditions: the read is never evaluated.
+                let unreachable = range.min.zip(range.max).is_some_and(|(lo, hi)| lo > hi);
+                let inside = unreachable || range.is_within(0, extent as i128 - 1);
+                if gather && !inside {
+                    gathers.push((input.name().to_string(), index.to_string()));
+                }
+                if !gather && !inside {
+                    return Err(TeError::OutOfBounds(Box::new(OutOfBoundsRead {
+                        tensor: tensor.to_string(),
+                        input: input.name().to_string(),
+                        dim,
+                        index: index.to_string(),
+                        min: range.min,
+                        max: range.max,
+                        extent,
+                        guarded: guards > 0,
+                    })));
+                }
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
+    for child in expr.children() {
+        check_reads(tensor, child, scope, guards, gathers)?;
+    }
+    Ok(())
 }
 
 /// Checks a compute body: a reduction may only be the whole body, and the whole tree must be

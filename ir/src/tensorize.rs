@@ -543,8 +543,8 @@ mod tests {
     use crate::te::{IterVar, Tensor, compute, max, placeholder, reduce_axis, sum};
 
     fn gemm_intrin(m: i64, n: i64, k: i64, saturating: bool) -> TensorIntrin {
-        let a = placeholder([m, k], DType::U8, "A");
-        let b = placeholder([k / 4, n, 4], DType::I8, "B");
+        let a = placeholder([m, k], DType::U8, "A").unwrap();
+        let b = placeholder([k / 4, n, 4], DType::I8, "B").unwrap();
         let c = int8_gemm_compute(&a, &b, Int8GemmSize { m, n, k, segments: 1 }, saturating, "C").unwrap();
         decl_tensor_intrin("gemm", IntrinKind::Int8Gemm { m, n, k, segments: 1, saturating }, &c, &[&a, &b]).unwrap()
     }
@@ -559,8 +559,8 @@ mod tests {
     impl Packed {
         fn new(m: i64, n: i64, k: i64, nr: i64) -> Packed {
             Packed {
-                a: placeholder([m, k], DType::U8, "A"),
-                bp: placeholder([n / nr, k / 4, nr, 4], DType::I8, "Bp"),
+                a: placeholder([m, k], DType::U8, "A").unwrap(),
+                bp: placeholder([n / nr, k / 4, nr, 4], DType::I8, "Bp").unwrap(),
                 nr,
             }
         }
@@ -577,8 +577,8 @@ mod tests {
         fn matmul(&self, source: impl Fn(Expr, Expr) -> Expr) -> Tensor {
             let (m, k) = (self.a.shape()[0], self.a.shape()[1]);
             let n = self.bp.shape()[0] * self.nr;
-            let ko = reduce_axis(k / 4, "ko");
-            let ki = reduce_axis(4, "ki");
+            let ko = reduce_axis(k / 4, "ko").unwrap();
+            let ki = reduce_axis(4, "ki").unwrap();
             let body = |i: &[Expr]| {
                 sum(DType::I32, &[&ko, &ki], source(self.a_at(&i[0], &ko, &ki), self.b_at(&i[1], &ko, &ki)))
             };
@@ -721,10 +721,10 @@ mod tests {
     #[test]
     fn element_wise_intrinsics_overwrite_and_guard_their_tails() {
         // add8: Z[i] = X[i] + Y[i] on 8 i16 lanes; the stage adds two 2-D tensors row by row.
-        let (x, y) = (placeholder([8], DType::I16, "X"), placeholder([8], DType::I16, "Y"));
+        let (x, y) = (placeholder([8], DType::I16, "X").unwrap(), placeholder([8], DType::I16, "Y").unwrap());
         let z = compute([8], |i| x.at([&i[0]]) + y.at([&i[0]]), "Z").unwrap();
         let add8 = decl_tensor_intrin("add8", IntrinKind::Generic, &z, &[&x, &y]).unwrap();
-        let (p, q) = (placeholder([3, 20], DType::I16, "P"), placeholder([3, 20], DType::I16, "Q"));
+        let (p, q) = (placeholder([3, 20], DType::I16, "P").unwrap(), placeholder([3, 20], DType::I16, "Q").unwrap());
         let r = compute([3, 20], |i| p.at([&i[0], &i[1]]) + q.at([&i[0], &i[1]]), "R").unwrap();
         let mut s = create_schedule(&[&r]);
         let (_, inner) = s.split(&r, &r.axis(1), 8).unwrap();
@@ -742,7 +742,7 @@ mod tests {
             assert!(args[2].bits_eq(&want), "{func}");
         }
         // A reduction stage is not an element-wise intrinsic.
-        let k = reduce_axis(8, "k");
+        let k = reduce_axis(8, "k").unwrap();
         let total = compute([3], |i| sum(DType::I16, &[&k], p.at([&i[0], &k.to_expr()]) + q.at([&i[0], &k.to_expr()])), "T").unwrap();
         let mut s = create_schedule(&[&total]);
         expect_mismatch(s.tensorize(&total, &k, &add8), MismatchPart::AxisKind, "expected 1 data-parallel and 0 reduction");
@@ -789,7 +789,7 @@ mod tests {
             let c = if saturating {
                 let bp = p.bp.clone();
                 let a = p.a.clone();
-                let (ko, kp) = (reduce_axis(2, "ko"), reduce_axis(2, "kp"));
+                let (ko, kp) = (reduce_axis(2, "ko").unwrap(), reduce_axis(2, "kp").unwrap());
                 let product = |i: &[Expr], o: i64| {
                     let ki = &kp * 2 + o;
                     let a_ik = a.at([&i[0], &(&ko * 4 + ki.clone())]).cast(DType::I32);
@@ -836,8 +836,8 @@ mod tests {
 
     /// `C[0, 0]` for `a = (255, 255, 0, 0)` and `b = (127, 127, 0, 0)`, through a lowered call.
     fn seed_example(saturating: bool) -> i64 {
-        let a = placeholder([1, 4], DType::U8, "A");
-        let b = placeholder([1, 16, 4], DType::I8, "B");
+        let a = placeholder([1, 4], DType::U8, "A").unwrap();
+        let b = placeholder([1, 16, 4], DType::I8, "B").unwrap();
         let c = int8_gemm_compute(&a, &b, Int8GemmSize { m: 1, n: 16, k: 4, segments: 1 }, saturating, "C").unwrap();
         let mut s = create_schedule(&[&c]);
         let first = s.stage_data(s.stage_of(&c).unwrap()).leaves[0].clone();
@@ -949,7 +949,7 @@ mod tests {
     #[test]
     fn mismatch_output_dtype() {
         let p = Packed::new(8, 16, 8, 16);
-        let (ko, ki) = (reduce_axis(2, "ko"), reduce_axis(4, "ki"));
+        let (ko, ki) = (reduce_axis(2, "ko").unwrap(), reduce_axis(4, "ki").unwrap());
         let c = compute(
             [8, 16],
             |i| {
@@ -973,7 +973,7 @@ mod tests {
     #[test]
     fn mismatch_reducer() {
         let p = Packed::new(8, 16, 8, 16);
-        let (ko, ki) = (reduce_axis(2, "ko"), reduce_axis(4, "ki"));
+        let (ko, ki) = (reduce_axis(2, "ko").unwrap(), reduce_axis(4, "ki").unwrap());
         let c = compute(
             [8, 16],
             |i| {
@@ -997,9 +997,9 @@ mod tests {
     #[test]
     fn mismatch_operand_count() {
         let p = Packed::new(8, 16, 8, 16);
-        let scale = placeholder([16], DType::I32, "S");
+        let scale = placeholder([16], DType::I32, "S").unwrap();
         let c = p.matmul(|a, b| a.cast(DType::I32) * b.cast(DType::I32));
-        let (ko, ki) = (reduce_axis(2, "ko"), reduce_axis(4, "ki"));
+        let (ko, ki) = (reduce_axis(2, "ko").unwrap(), reduce_axis(4, "ki").unwrap());
         let scaled = compute(
             [8, 16],
             |i| {
@@ -1020,9 +1020,9 @@ mod tests {
 
     #[test]
     fn mismatch_operand_dtype() {
-        let a = placeholder([8, 8], DType::I8, "A");
+        let a = placeholder([8, 8], DType::I8, "A").unwrap();
         let p = Packed::new(8, 16, 8, 16);
-        let (ko, ki) = (reduce_axis(2, "ko"), reduce_axis(4, "ki"));
+        let (ko, ki) = (reduce_axis(2, "ko").unwrap(), reduce_axis(4, "ki").unwrap());
         let c = compute(
             [8, 16],
             |i| {
@@ -1090,9 +1090,9 @@ mod tests {
     #[test]
     fn mismatch_axis_dependence() {
         // A read as A[i, ki*8 + ko]: k's two parts swapped.
-        let a = placeholder([8, 32], DType::U8, "A");
+        let a = placeholder([8, 32], DType::U8, "A").unwrap();
         let p = Packed::new(8, 16, 32, 16);
-        let (ko, ki) = (reduce_axis(8, "ko"), reduce_axis(4, "ki"));
+        let (ko, ki) = (reduce_axis(8, "ko").unwrap(), reduce_axis(4, "ki").unwrap());
         let c = compute(
             [8, 16],
             |i| {
@@ -1115,9 +1115,9 @@ mod tests {
 
     #[test]
     fn mismatch_stride_of_an_unpacked_operand() {
-        let a = placeholder([8, 16], DType::U8, "A");
-        let b = placeholder([16, 64], DType::I8, "B");
-        let k = reduce_axis(16, "k");
+        let a = placeholder([8, 16], DType::U8, "A").unwrap();
+        let b = placeholder([16, 64], DType::I8, "B").unwrap();
+        let k = reduce_axis(16, "k").unwrap();
         let c = compute(
             [8, 64],
             |i| sum(DType::I32, &[&k], a.at([&i[0], &k]).cast(DType::I32) * b.at([&k, &i[1]]).cast(DType::I32)),
@@ -1138,16 +1138,16 @@ mod tests {
     /// `D[j] = Σ_{ko, ki} X[ko*8 + ki] * W[ko*8 + ki, j]` on `dtype`, and a stage computing the
     /// same with `k` split by 8.
     fn dot(dtype: DType) -> (TensorIntrin, Tensor, IterVar) {
-        let x = placeholder([16], dtype, "X");
-        let w = placeholder([16, 4], dtype, "W");
-        let (ko, ki) = (reduce_axis(2, "ko"), reduce_axis(8, "ki"));
+        let x = placeholder([16], dtype, "X").unwrap();
+        let w = placeholder([16, 4], dtype, "W").unwrap();
+        let (ko, ki) = (reduce_axis(2, "ko").unwrap(), reduce_axis(8, "ki").unwrap());
         let decl =
             compute([4], |j| sum(dtype, &[&ko, &ki], x.at([&(&ko * 8 + &ki)]) * w.at([&(&ko * 8 + &ki), &j[0]])), "D")
                 .unwrap();
         let intrin = decl_tensor_intrin("dot", IntrinKind::Generic, &decl, &[&x, &w]).unwrap();
-        let xs = placeholder([16], dtype, "Xs");
-        let ws = placeholder([16, 4], dtype, "Ws");
-        let k = reduce_axis(16, "k");
+        let xs = placeholder([16], dtype, "Xs").unwrap();
+        let ws = placeholder([16, 4], dtype, "Ws").unwrap();
+        let k = reduce_axis(16, "k").unwrap();
         let stage =
             compute([4], |j| sum(dtype, &[&k], xs.at([&k.to_expr()]) * ws.at([&k.to_expr(), &j[0]])), "S").unwrap();
         (intrin, stage, k)
@@ -1184,7 +1184,7 @@ mod tests {
     fn primitives_that_break_a_tensorized_region_are_rejected_and_change_nothing() {
         let p = Packed::new(8, 16, 8, 16);
         let shifted = compute([8, 8], |i| p.a.at([&i[0], &i[1]]) + 1, "A1").unwrap();
-        let (ko, ki) = (reduce_axis(2, "ko"), reduce_axis(4, "ki"));
+        let (ko, ki) = (reduce_axis(2, "ko").unwrap(), reduce_axis(4, "ki").unwrap());
         let c = compute(
             [8, 16],
             |i| {

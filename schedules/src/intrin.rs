@@ -38,8 +38,8 @@ pub fn int8_gemm_segmented_microkernel(
     let a_suffix = if a_dtype == DType::I8 { "_s8" } else { "" };
     let name = format!("int8_gemm_{tile}{a_suffix}{}", if saturating { "_sat" } else { "" });
     let size = Int8GemmSize { m, n, k, segments };
-    let a = placeholder_vec(size.a_shape(), a_dtype, "A");
-    let b = placeholder_vec(vec![segments * k / 4, n, 4], DType::I8, "B");
+    let a = placeholder_vec(size.a_shape(), a_dtype, "A")?;
+    let b = placeholder_vec(vec![segments * k / 4, n, 4], DType::I8, "B")?;
     let c = int8_gemm_compute(&a, &b, size, saturating, "C")?;
     decl_tensor_intrin(&name, IntrinKind::Int8Gemm { m, n, k, segments, saturating }, &c, &[&a, &b])
 }

@@ -21,7 +21,7 @@ pub fn matmul(a: &Tensor, b: &Tensor, out_dtype: DType, name: &str) -> Result<Te
     if b.shape()[0] != k {
         return Err(mismatch("rows of B (the reduction extent of A)", k.to_string(), b.shape()[0].to_string()));
     }
-    let r = reduce_axis(k, "k");
+    let r = reduce_axis(k, "k")?;
     compute(
         [m, n],
         |i| sum(out_dtype, &[&r], a.at([&i[0], &r]).cast(out_dtype) * b.at([&r, &i[1]]).cast(out_dtype)),
@@ -77,8 +77,8 @@ pub fn matmul_packed(a: &Tensor, bp: &Tensor, out_dtype: DType, name: &str) -> R
         return Err(mismatch("shape of Bp", format!("[N/nr, {}, nr, 4]", k / 4), format!("{:?}", bp.shape())));
     }
     let (m, nr) = (*m, *nr);
-    let ko = reduce_axis(*k4, "ko");
-    let ki = reduce_axis(4, "ki");
+    let ko = reduce_axis(*k4, "ko")?;
+    let ki = reduce_axis(4, "ki")?;
     compute(
         [m, panels * nr],
         |i| {
@@ -135,7 +135,7 @@ pub fn matmul_s8s8_via_u8(a: &Tensor, b: &Tensor, nr: i64, name: &str) -> Result
     // i8 → u8 keeps the bits (x + 256 for negative x); adding 128 then wraps to x + 128.
     let shifted_a = compute([m, k], |i| a.at([&i[0], &i[1]]).cast(DType::U8) + 128, &format!("{name}.a_u8"))?;
     let product = matmul_packed(&shifted_a, &packed_b, DType::I32, &format!("{name}.u8s8"))?;
-    let r = reduce_axis(k, "k");
+    let r = reduce_axis(k, "k")?;
     let compensation = compute(
         [n],
         |j| sum(DType::I32, &[&r], b.at([&r.to_expr(), &j[0]]).cast(DType::I32) * 128),
@@ -161,8 +161,8 @@ mod tests {
 
     #[test]
     fn packing_is_a_layout_transform_and_the_packed_matmul_is_the_matmul() {
-        let a = placeholder([3, 8], DType::U8, "A");
-        let b = placeholder([8, 32], DType::I8, "B");
+        let a = placeholder([3, 8], DType::U8, "A").unwrap();
+        let b = placeholder([8, 32], DType::I8, "B").unwrap();
         let bp = pack_b_vnni(&b, 16, "Bp").unwrap();
         assert_eq!(bp.shape(), &[2, 2, 16, 4]);
         let packed = matmul_packed(&a, &bp, DType::I32, "C").unwrap();
@@ -178,24 +178,24 @@ mod tests {
 
     #[test]
     fn shapes_that_do_not_pack_are_typed_errors() {
-        let b = placeholder([6, 32], DType::I8, "B");
+        let b = placeholder([6, 32], DType::I8, "B").unwrap();
         let err = pack_b_vnni(&b, 16, "Bp").unwrap_err();
         assert_eq!(err.to_string(), "pack_b_vnni Bp: rows of B (K) must be a multiple of 4, found 6");
-        let b = placeholder([8, 24], DType::I8, "B");
+        let b = placeholder([8, 24], DType::I8, "B").unwrap();
         let err = pack_b_vnni(&b, 16, "Bp").unwrap_err();
         assert_eq!(err.to_string(), "pack_b_vnni Bp: panel width nr must be a positive divisor of N = 24, found 16");
-        let a = placeholder([3, 12], DType::U8, "A");
-        let bp = pack_b_vnni(&placeholder([8, 32], DType::I8, "B"), 16, "Bp").unwrap();
+        let a = placeholder([3, 12], DType::U8, "A").unwrap();
+        let bp = pack_b_vnni(&placeholder([8, 32], DType::I8, "B").unwrap(), 16, "Bp").unwrap();
         let err = matmul_packed(&a, &bp, DType::I32, "C").unwrap_err();
         assert_eq!(err.to_string(), "matmul_packed C: shape of Bp must be [N/nr, 3, nr, 4], found [2, 2, 16, 4]");
-        let err = matmul_s8s8_via_u8(&a, &placeholder([12, 16], DType::I8, "B"), 16, "C").unwrap_err();
+        let err = matmul_s8s8_via_u8(&a, &placeholder([12, 16], DType::I8, "B").unwrap(), 16, "C").unwrap_err();
         assert!(err.to_string().contains("operand dtypes must be i8 and i8, found u8 and i8"), "{err}");
     }
 
     /// `a = (127, 127, 0, 0)`, `b = (127, 127, 0, 0)` in row 0 / column 0 of a 1 × 16 product.
     fn onednn_example() -> (Tensor, Tensor, S8S8Matmul, Array, Array) {
-        let a = placeholder([1, 4], DType::I8, "A");
-        let b = placeholder([4, 16], DType::I8, "B");
+        let a = placeholder([1, 4], DType::I8, "A").unwrap();
+        let b = placeholder([4, 16], DType::I8, "B").unwrap();
         let mm = matmul_s8s8_via_u8(&a, &b, 16, "C").unwrap();
         let a_arr = Array::from_i64(DType::I8, &[1, 4], &[127, 127, 0, 0]);
         let mut b_vals: Vec<i64> = values(64, 29, -128);
@@ -293,7 +293,7 @@ pub fn softmax(x: &Tensor, name: &str) -> Result<Softmax, TeError> {
     let (rows, n) = rows_and_last(&format!("softmax {name}"), x)?;
     let mut full = rows.clone();
     full.push(n);
-    let k = reduce_axis(n, "k");
+    let k = reduce_axis(n, "k")?;
     let max = compute_vec(rows.clone(), |r| ir::te::max(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))), &format!("{name}.max"))?;
     let exp = compute_vec(
         full.clone(),
@@ -303,7 +303,7 @@ pub fn softmax(x: &Tensor, name: &str) -> Result<Softmax, TeError> {
         },
         &format!("{name}.exp"),
     )?;
-    let j = reduce_axis(n, "j");
+    let j = reduce_axis(n, "j")?;
     let sum_t = compute_vec(rows, |r| sum(DType::F32, &[&j], exp.at_vec(with_last(r, j.to_expr()))), &format!("{name}.sum"))?;
     let output = compute_vec(
         full,
@@ -359,10 +359,10 @@ pub fn layernorm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32, name: &str
     let mut full = rows.clone();
     full.push(n);
     let count = Expr::float(DType::F32, n as f64);
-    let k = reduce_axis(n, "k");
+    let k = reduce_axis(n, "k")?;
     let sum_t = compute_vec(rows.clone(), |r| sum(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))), &format!("{name}.sum"))?;
     let mean = compute_vec(rows.clone(), |r| sum_t.at_vec(r.to_vec()) / &count, &format!("{name}.mean"))?;
-    let j = reduce_axis(n, "j");
+    let j = reduce_axis(n, "j")?;
     let sq = compute_vec(
         rows.clone(),
         |r| {

@@ -92,7 +92,7 @@ pub fn compensation_for_gemm(
     if dims.len() != 2 && dims.len() != 4 {
         return Err(shape_error(&op, "the weight shape", "[OC, IC] or [OC, IC, KH, KW]", format!("{dims:?}")));
     }
-    let axes: Vec<_> = dims[1..].iter().enumerate().map(|(d, &n)| reduce_axis(n, ["ic", "kh", "kw"][d])).collect();
+    let axes = dims[1..].iter().enumerate().map(|(d, &n)| reduce_axis(n, ["ic", "kh", "kw"][d])).collect::<Result<Vec<_>, _>>()?;
     let axis_refs: Vec<&_> = axes.iter().collect();
     let weight_sum = compute_vec(
         vec![dims[0]],
@@ -209,7 +209,7 @@ fn requantize_layer(
     attrs: &QuantAttrs,
     name: &str,
 ) -> Result<Requantized, QuantError> {
-    let compensation = placeholder_vec(vec![weights_dims[0]], DType::I32, &format!("{name}.compensation"));
+    let compensation = placeholder_vec(vec![weights_dims[0]], DType::I32, &format!("{name}.compensation"))?;
     let mut params = Params::default();
     let w = &attrs.wei_scales;
     let output = compute_vec(
@@ -327,7 +327,7 @@ pub fn conv2d_nchw_int8(
     } else {
         (unsigned, None)
     };
-    let (ric, rkh, rkw) = (reduce_axis(ic, "ic"), reduce_axis(kh, "kh"), reduce_axis(kw, "kw"));
+    let (ric, rkh, rkw) = (reduce_axis(ic, "ic")?, reduce_axis(kh, "kh")?, reduce_axis(kw, "kw")?);
     let s = conv.stride;
     let acc = compute_vec(
         out_dims.to_vec(),
@@ -551,7 +551,7 @@ pub fn conv2d_int8_direct(
         i64::from(w_lo)..=i64::from(w_hi),
         &format!("{name}.packed_weights"),
     )?;
-    let (ky, ko, ki) = (reduce_axis(kh, "ky"), reduce_axis(row / 4, "ko"), reduce_axis(4, "ki"));
+    let (ky, ko, ki) = (reduce_axis(kh, "ky")?, reduce_axis(row / 4, "ko")?, reduce_axis(4, "ki")?);
     let acc = compute_vec(
         vec![n, oh, ow, panels * nr],
         |i| {
@@ -603,7 +603,7 @@ pub fn dense_int8(
     let out_dims = [m, oc];
     let ((src_scale, _), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
     let (unsigned, shifted) = shifted_source(src, DType::U8, name)?;
-    let k = reduce_axis(ic, "ic");
+    let k = reduce_axis(ic, "ic")?;
     let acc = compute_vec(
         out_dims.to_vec(),
         |i| {
@@ -657,7 +657,7 @@ pub fn max_pool2d(src: &Tensor, k: i64, stride: i64, pad: i64, name: &str) -> Re
         },
         &format!("{name}.pad"),
     )?;
-    let (ry, rx) = (reduce_axis(k, "ky"), reduce_axis(k, "kx"));
+    let (ry, rx) = (reduce_axis(k, "ky")?, reduce_axis(k, "kx")?);
     let (oh, ow) = ((h + 2 * pad - k) / stride + 1, (w + 2 * pad - k) / stride + 1);
     Ok(compute_vec(
         vec![n, c, oh, ow],
@@ -675,7 +675,7 @@ pub fn global_avg_pool(src: &Tensor, name: &str) -> Result<Tensor, QuantError> {
     let op = format!("global_avg_pool {name}");
     require_int8_src(&op, src)?;
     let [n, c, h, w] = require_nchw(&op, src)?;
-    let (ry, rx) = (reduce_axis(h, "y"), reduce_axis(w, "x"));
+    let (ry, rx) = (reduce_axis(h, "y")?, reduce_axis(w, "x")?);
     let total = compute_vec(
         vec![n, c],
         |i| sum(DType::I32, &[&ry, &rx], src.at([&i[0], &i[1], &ry, &rx]).cast(DType::I32)),

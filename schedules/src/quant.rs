@@ -298,7 +298,8 @@ impl Params {
     }
 
     fn read(&mut self, dtype: DType, values: Array, mask: u32, dims: &[i64], indices: &[Expr], name: &str) -> Expr {
-        let tensor = placeholder_vec(vec![values.len() as i64], dtype, name);
+        // `check_mask` matched the length to a dimension of a checked (positive) shape.
+        let tensor = placeholder_vec(vec![values.len() as i64], dtype, name).expect("per-channel parameters have a positive length");
         let read = tensor.at_vec(vec![mask_index(mask, dims, indices)]);
         self.0.push(Param { tensor, values });
         read

@@ -72,8 +72,8 @@ mod tests {
     /// `C = A · B` for `A: u8[m, k]`, `B: i8[k, n]` through `pack_b_vnni` and `gemm_int8`,
     /// checked against `matmul(A, B)` by both interpreters; returns the lowered IR.
     fn gemm(m: i64, n: i64, k: i64, knobs: GemmInt8Knobs) -> String {
-        let a = placeholder([m, k], DType::U8, "A");
-        let b = placeholder([k, n], DType::I8, "B");
+        let a = placeholder([m, k], DType::U8, "A").unwrap();
+        let b = placeholder([k, n], DType::I8, "B").unwrap();
         let bp = pack_b_vnni(&b, knobs.nr, "Bp").unwrap();
         let c = matmul_packed(&a, &bp, DType::I32, "C").unwrap();
         let s = gemm_int8(&c, knobs).unwrap();
@@ -164,8 +164,8 @@ mod tests {
 
     #[test]
     fn a_packing_width_other_than_the_tile_is_a_tensorize_mismatch() {
-        let a = placeholder([8, 8], DType::U8, "A");
-        let b = placeholder([8, 64], DType::I8, "B");
+        let a = placeholder([8, 8], DType::U8, "A").unwrap();
+        let b = placeholder([8, 64], DType::I8, "B").unwrap();
         let c = matmul_packed(&a, &pack_b_vnni(&b, 16, "Bp").unwrap(), DType::I32, "C").unwrap();
         let err = gemm_int8(&c, GemmInt8Knobs { mr: 4, nr: 32, parallel: true }).unwrap_err();
         assert!(matches!(&err, ScheduleError::TensorizeMismatch(m) if m.part == ir::MismatchPart::NonAffine), "{err}");

@@ -287,7 +287,7 @@ pub fn default_dense_knobs(layer: &DenseLayer, rows: i64) -> Conv2dInt8Knobs {
 /// The placeholder of the same dtype, name and bytes as `t: [A, B]` with the shape `dims(A, B)`.
 fn reshaped(t: &Tensor, dims: impl Fn(i64, i64) -> [i64; 4]) -> Tensor {
     let [a, b] = *t.shape() else { return t.clone() };
-    placeholder_vec(dims(a, b).to_vec(), t.dtype(), t.name())
+    placeholder_vec(dims(a, b).to_vec(), t.dtype(), t.name()).expect("a reshape of a checked placeholder keeps its element count")
 }
 
 /// The weights `[OC, IC]` of a dense layer as the 1×1 kernel `[OC, IC, 1, 1]`.

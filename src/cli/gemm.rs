@@ -99,14 +99,14 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     )?;
     let a = match a_max {
         Some(hi) => placeholder_in_range([m, k], DType::U8, 0..=hi, "A")?,
-        None => placeholder([m, k], DType::U8, "A"),
+        None => placeholder([m, k], DType::U8, "A")?,
     };
-    let b = placeholder([k, n], DType::I8, "B");
+    let b = placeholder([k, n], DType::I8, "B")?;
     // B arrives packed (a parameter shaped like `pack_b_vnni`'s result): the layout transform
     // is not part of the timed GEMM.
     let packed = pack_b_vnni(&b, nr, "Bp")?;
     let bp_shape: [i64; 4] = packed.shape().try_into().map_err(|_| "pack_b_vnni returns a rank-4 tensor")?;
-    let bp = placeholder(bp_shape, DType::I8, "Bp");
+    let bp = placeholder(bp_shape, DType::I8, "Bp")?;
     let c = matmul_packed(&a, &bp, DType::I32, "C")?;
     let knobs = GemmInt8Knobs { mr, nr, parallel: threads != Some(1) };
     let s = gemm_int8(&c, knobs)?;

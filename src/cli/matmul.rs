@@ -51,8 +51,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         &format!("matmul --m {m} --n {n} --k {k}"),
         &[("A", &[m, k], 2), ("B", &[k, n], 2), ("C", &[m, n], 4), ("the reference's C", &[m, n], 4)],
     )?;
-    let a = placeholder([m, k], DType::U8, "A");
-    let b = placeholder([k, n], DType::I8, "B");
+    let a = placeholder([m, k], DType::U8, "A")?;
+    let b = placeholder([k, n], DType::I8, "B")?;
     let c = schedules::nn::matmul(&a, &b, DType::I32, "C")?;
     let s = match schedule {
         ScheduleChoice::Naive => default_schedule(&[&c]),

@@ -122,6 +122,8 @@ enum Resnet18Error {
     Interp(#[from] InterpError),
     #[error(transparent)]
     Conv(#[from] Conv2dInt8Error),
+    #[error(transparent)]
+    Te(#[from] ir::TeError),
 }
 
 /// One resnet-18 layer as the anchor script (`layers.py`) defines it: u8 source (zero point 128),
@@ -151,9 +153,9 @@ impl LayerCase {
             Layer::Dense(d) => (vec![1, d.in_features], vec![d.out_features, d.in_features]),
         };
         let oc = wei_dims[0];
-        let src = placeholder_vec(src_dims.clone(), DType::U8, "src");
-        let wei = placeholder_vec(wei_dims.clone(), DType::I8, "wei");
-        let bias = placeholder_vec(vec![oc], DType::F32, "bias");
+        let src = placeholder_vec(src_dims.clone(), DType::U8, "src")?;
+        let wei = placeholder_vec(wei_dims.clone(), DType::I8, "wei")?;
+        let bias = placeholder_vec(vec![oc], DType::F32, "bias")?;
         // The anchors' quantization: per-channel weight scales, an s32 bias with scale
         // src_scale · wei_scale[oc], a destination scale spreading the output over u8.
         let quant = resnet18::quantization(layer, seed)?;
@@ -296,7 +298,7 @@ fn convert_array(a: &Array, from: Layout, to: Layout, options: &CompileOptions) 
     if from == to {
         return Ok(a.clone());
     }
-    let src = placeholder_vec(a.shape().to_vec(), a.dtype(), "src");
+    let src = placeholder_vec(a.shape().to_vec(), a.dtype(), "src")?;
     let out = convert_layout(&src, from, to, "converted")?;
     let kernel = build(&default_schedule(&[&out]), &[&src, &out], "convert_layout", options)?;
     let mut tensors = [Tensor::from_array(a), Tensor::zeros(out.dtype(), out.shape())];
@@ -323,7 +325,7 @@ fn compile_x86_conv(
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     let src_dims: [i64; 4] = case.src.shape().try_into().expect("a convolution source is 4-D");
-    let src_te = placeholder(layout.shape(src_dims), case.src.dtype(), case.src.name());
+    let src_te = placeholder(layout.shape(src_dims), case.src.dtype(), case.src.name())?;
     let layer = conv2d_int8(&src_te, &case.wei, Some(&case.bias), None, conv, &case.attrs, layout, knobs, case.name)?;
     let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
     let src = convert_array(src, Layout::Nchw, layout, options)?;

@@ -23,6 +23,7 @@ fn walk(stmt: &Stmt, in_parallel: bool, on_stmt: &mut dyn FnMut(&Stmt, bool), on
             indices.iter().for_each(&mut exprs);
             exprs(value);
         }
+        StmtKind::BoundsCheck { cond, .. } => exprs(cond),
         StmtKind::If { cond, then_case, else_case } => {
             exprs(cond);
             walk(then_case, in_parallel, on_stmt, on_expr);

@@ -183,7 +183,7 @@ fn collect_bound(stmt: &Stmt, bound: &mut HashSet<VarId>) {
         StmtKind::Seq(stmts) => stmts.iter().for_each(|s| collect_bound(s, bound)),
         StmtKind::Allocate { body, .. } => collect_bound(body, bound),
         StmtKind::Call { fallback, .. } => collect_bound(fallback, bound),
-        StmtKind::Store { .. } => {}
+        StmtKind::Store { .. } | StmtKind::BoundsCheck { .. } => {}
     }
 }
 
@@ -200,6 +200,7 @@ fn visit_exprs(stmt: &Stmt, f: &mut dyn FnMut(&Expr, bool)) {
             indices.iter().for_each(|i| f(i, true));
             f(value, false);
         }
+        StmtKind::BoundsCheck { cond, .. } => f(cond, false),
         StmtKind::If { cond, then_case, else_case } => {
             f(cond, false);
             visit_exprs(then_case, f);

@@ -27,6 +27,9 @@ use crate::runtime::IsaLevel;
 pub const STATUS_OK: i64 = 0;
 /// Status when a scratch allocation failed.
 pub const STATUS_OUT_OF_MEMORY: i64 = 1;
+/// Status of a failed `BoundsCheck` (a gather out of bounds): this plus the position of the
+/// checked buffer in `ir::passes::checked_buffers` of the function, which names it.
+pub const STATUS_INDEX_OUT_OF_BOUNDS: i64 = 2;
 
 /// Largest `Allocate` placed in a stack slot; bigger ones go to the heap.
 const MAX_STACK_BUFFER: i64 = 4096;
@@ -50,6 +53,8 @@ pub(crate) struct ModuleCtx<'m, M: Module> {
     pub functions: Vec<DefinedFunction>,
     /// Kernels defined so far.
     pub kernels: HashMap<KernelKey, FuncId>,
+    /// Buffers of `BoundsCheck`s, numbered as `ir::passes::checked_buffers` numbers them.
+    pub checked: Vec<BufferId>,
 }
 
 impl<'m, M: Module> ModuleCtx<'m, M> {
@@ -74,6 +79,7 @@ impl<'m, M: Module> ModuleCtx<'m, M> {
             level,
             functions: Vec::new(),
             kernels: HashMap::new(),
+            checked: ir::passes::checked_buffers(func).iter().map(Buffer::id).collect(),
         })
     }
 
@@ -263,6 +269,19 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 res
             }
             StmtKind::Store { buffer, indices, value } => self.store(buffer, indices, value),
+            StmtKind::BoundsCheck { cond, buffer } => {
+                if !cond.dtype().is_bool() {
+                    return Err(self.unsupported(format!("bounds check condition of type {}", cond.dtype())));
+                }
+                let position = self.cx.checked.iter().position(|&id| id == buffer.id()).expect("checked_buffers lists every check");
+                let v = self.expr(cond)?;
+                // Every lane must hold (bool lanes are bytes 0 or 1).
+                let lanes = self.lanes(&v, cond.dtype());
+                let ok = lanes.into_iter().reduce(|a, b| self.b.ins().band(a, b)).expect("a condition has a lane");
+                let failed = self.b.ins().icmp_imm_u(IntCC::Equal, ok, 0);
+                self.fail_if(failed, |tx| tx.iconst(types::I32, STATUS_INDEX_OUT_OF_BOUNDS + position as i64));
+                Ok(())
+            }
             StmtKind::Call { intrin, operands, fallback } => self.call_intrin(intrin, operands, fallback),
             StmtKind::If { cond, then_case, else_case } => {
                 if !cond.dtype().is_bool() || cond.dtype().is_vector() {

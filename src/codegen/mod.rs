@@ -3,7 +3,9 @@
 //! One translator, generic over `cranelift_module::Module`, serves the JIT (`jit`) and any
 //! other module backend such as object export. A function `f` becomes:
 //! * the entry `fn f(args: *const *mut u8) -> i32`, where `args[k]` is the data pointer of
-//!   parameter `k`; it returns 0, or `STATUS_OUT_OF_MEMORY` when a scratch allocation failed;
+//!   parameter `k`; it returns 0, or `STATUS_OUT_OF_MEMORY` when a scratch allocation failed, or
+//!   `STATUS_INDEX_OUT_OF_BOUNDS + n` when the `BoundsCheck` of a gather from the `n`th buffer of
+//!   `ir::passes::checked_buffers` failed;
 //! * one local function `f__parN(closure: *const u8, index: i64) -> i32` per parallel loop,
 //!   run through the imported `tensorlift_parallel_for` (see `HostFn` for every import);
 //! * one local hand-assembled kernel per distinct tensor-intrinsic shape that has one at the
@@ -32,7 +34,7 @@ mod vector;
 
 use cranelift_module::{FuncId, Linkage, Module};
 
-pub use func::{STATUS_OK, STATUS_OUT_OF_MEMORY};
+pub use func::{STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OK, STATUS_OUT_OF_MEMORY};
 pub use host::HostFn;
 
 use crate::error::CompileError;

@@ -52,8 +52,8 @@ pub fn matmul(m: i64, n: i64, k: i64, levels: &[IsaLevel]) -> Result<Operator, O
         expected: "a multiple of 16",
         found: n,
     })?;
-    let a = ir::te::placeholder([m, k], DType::U8, "A");
-    let b = ir::te::placeholder([k, n], DType::I8, "B");
+    let a = ir::te::placeholder([m, k], DType::U8, "A")?;
+    let b = ir::te::placeholder([k, n], DType::I8, "B")?;
     let packed = pack_b_vnni(&b, nr, "Bp")?;
     let c = matmul_packed(&a, &packed, DType::I32, "C")?;
     let mut s = ir::schedule::create_schedule(&[&c]);
@@ -91,8 +91,8 @@ pub fn resnet18_layer(
 ) -> Result<[Operator; 2], OperatorError> {
     let quant = resnet18::quantization(layer, 1000 * (position as u64 + 1))?;
     let name = layer.name().to_ascii_lowercase();
-    let wei = placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights");
-    let bias = placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias");
+    let wei = placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights")?;
+    let bias = placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias")?;
     let zero_point = &quant.attrs.src.zero_points;
     let prepare = Operator::per_level(&format!("{name}_prepare"), levels, |level| -> Result<_, OperatorError> {
         let knobs = layer_knobs(layer, level, weights);
@@ -107,12 +107,12 @@ pub fn resnet18_layer(
         let knobs = layer_knobs(layer, level, weights);
         let conv = match layer {
             Layer::Conv(c) => {
-                let src = placeholder_vec(vec![1, c.h, c.w, c.ic], DType::U8, "src");
+                let src = placeholder_vec(vec![1, c.h, c.w, c.ic], DType::U8, "src")?;
                 let params = schedules::ops::Conv2dParams { stride: c.stride, pad: c.pad };
                 conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, Layout::Nhwc, knobs, &name)?
             }
             Layer::Dense(_) => {
-                let src = placeholder_vec(quant.src_dims.clone(), DType::U8, "src");
+                let src = placeholder_vec(quant.src_dims.clone(), DType::U8, "src")?;
                 dense_int8(&src, &wei, Some(&bias), &quant.attrs, knobs, &name)?
             }
         };

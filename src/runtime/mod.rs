@@ -21,7 +21,7 @@ pub use target::{ISA_ENV, IsaLevel, OptLevel, Target, has_feature};
 pub use tensor::{Arg, Element, Tensor};
 
 use crate::codegen::jit::{self, JitCode};
-use crate::codegen::{STATUS_OK, STATUS_OUT_OF_MEMORY};
+use crate::codegen::{STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OK, STATUS_OUT_OF_MEMORY};
 use crate::error::{CompileError, RuntimeError};
 use crate::kernels::disasm::{self, MachineCode};
 
@@ -75,6 +75,8 @@ pub struct CompiledFunc {
     code: JitCode,
     name: String,
     params: Vec<Param>,
+    /// Names of the buffers gathers are checked against, numbered as the statuses number them.
+    checked: Vec<String>,
     clif: String,
     machine_code: Vec<MachineCode>,
     level: IsaLevel,
@@ -107,6 +109,7 @@ pub fn compile(func: &ir::Func, options: &CompileOptions) -> Result<CompiledFunc
         code,
         name: func.name.clone(),
         params,
+        checked: ir::passes::checked_buffers(func).iter().map(|b| b.name().to_string()).collect(),
         clif: translation.clif,
         machine_code,
         level,
@@ -231,6 +234,10 @@ impl CompiledFunc {
         match status as i64 {
             STATUS_OK => Ok(()),
             STATUS_OUT_OF_MEMORY => Err(RuntimeError::OutOfMemory),
+            s if s >= STATUS_INDEX_OUT_OF_BOUNDS && ((s - STATUS_INDEX_OUT_OF_BOUNDS) as usize) < self.checked.len() => {
+                let tensor = self.checked[(s - STATUS_INDEX_OUT_OF_BOUNDS) as usize].clone();
+                Err(RuntimeError::IndexOutOfBounds { tensor })
+            }
             other => panic!("generated code returned unknown status {other}"),
         }
     }

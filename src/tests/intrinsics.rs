@@ -50,9 +50,9 @@ struct Gemm {
 fn gemm(m: i64, n: i64, k: i64, knobs: GemmInt8Knobs, a_range: Option<(i64, i64)>, saturating: bool) -> Gemm {
     let a = match a_range {
         Some((lo, hi)) => placeholder_in_range([m, k], DType::U8, lo..=hi, "A").unwrap(),
-        None => placeholder([m, k], DType::U8, "A"),
+        None => placeholder([m, k], DType::U8, "A").unwrap(),
     };
-    let b = placeholder([k, n], DType::I8, "B");
+    let b = placeholder([k, n], DType::I8, "B").unwrap();
     let bp = pack_b_vnni(&b, knobs.nr, "Bp").unwrap();
     let c = if saturating {
         saturating_matmul_packed(&a, &bp, knobs.nr)
@@ -80,8 +80,8 @@ fn saturating_matmul_packed(a: &TeTensor, bp: &TeTensor, nr: i64) -> TeTensor {
     let (m, k) = (a.shape()[0], a.shape()[1]);
     let n = bp.shape()[0] * nr;
     let i32 = DType::I32;
-    let ko = reduce_axis(k / 4, "ko");
-    let kp = reduce_axis(2, "kp");
+    let ko = reduce_axis(k / 4, "ko").unwrap();
+    let kp = reduce_axis(2, "kp").unwrap();
     compute(
         [m, n],
         |i| {

@@ -119,8 +119,8 @@ fn build_case(rng: &mut Rng, program: Program, (m, n, k): (i64, i64, i64)) -> Ca
     let acc = rng.pick(&[DType::I32, DType::I16, DType::F32, DType::U8]);
     match program {
         Program::Elementwise => {
-            let a = placeholder([m, n], da, "A");
-            let b = placeholder([m, n], db, "B");
+            let a = placeholder([m, n], da, "A").unwrap();
+            let b = placeholder([m, n], db, "B").unwrap();
             let out = rng.pick(&[DType::U8, DType::I8, DType::I32, DType::F32]);
             let saturate = rng.chance(50);
             let seed = rng.next();
@@ -138,8 +138,8 @@ fn build_case(rng: &mut Rng, program: Program, (m, n, k): (i64, i64, i64)) -> Ca
             Case { inputs, producer: None, output: c }
         }
         Program::Reduction => {
-            let a = placeholder([m, k], da, "A");
-            let r = reduce_axis(k, "k");
+            let a = placeholder([m, k], da, "A").unwrap();
+            let r = reduce_axis(k, "k").unwrap();
             let reducer = rng.pick(&[0, 1, 2]);
             let seed = rng.next();
             let c = compute(
@@ -157,8 +157,8 @@ fn build_case(rng: &mut Rng, program: Program, (m, n, k): (i64, i64, i64)) -> Ca
             Case { inputs: vec![(a.clone(), random_array(rng, da, &[m, k], small))], producer: None, output: c }
         }
         Program::Contraction | Program::TwoStage => {
-            let a = placeholder([m, k], da, "A");
-            let b = placeholder([k, n], db, "B");
+            let a = placeholder([m, k], da, "A").unwrap();
+            let b = placeholder([k, n], db, "B").unwrap();
             let (lhs, producer) = if matches!(program, Program::TwoStage) {
                 let seed = rng.next();
                 let p = compute(
@@ -171,7 +171,7 @@ fn build_case(rng: &mut Rng, program: Program, (m, n, k): (i64, i64, i64)) -> Ca
             } else {
                 (a.clone(), None)
             };
-            let r = reduce_axis(k, "k");
+            let r = reduce_axis(k, "k").unwrap();
             let c = compute(
                 [m, n],
                 |i| ir::te::sum(acc, &[&r], lhs.at([&i[0], &r]).cast(acc) * b.at([&r, &i[1]]).cast(acc)),

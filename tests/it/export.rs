@@ -308,7 +308,7 @@ fn the_same_operators_build_byte_identical_libraries() {
 fn half_conversions_in_the_library_match_the_jit_on_every_f16_and_bf16() {
     use ir::te::{compute, placeholder};
     // Every 16-bit pattern as f16 and as bf16, widened to f32 and narrowed back from a perturbed f32.
-    let (x, y) = (placeholder([65536], DType::F16, "x"), placeholder([65536], DType::BF16, "y"));
+    let (x, y) = (placeholder([65536], DType::F16, "x").unwrap(), placeholder([65536], DType::BF16, "y").unwrap());
     let widen = |src: &ir::Tensor, name: &str| compute([65536], |i| src.at([&i[0]]).cast(DType::F32), name).unwrap();
     let (h, bh) = (widen(&x, "h"), widen(&y, "bh"));
     let back = |src: &ir::Tensor, dtype: DType, name: &str| {

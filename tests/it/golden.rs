@@ -35,15 +35,15 @@ fn check_golden(name: &str, schedule: &Schedule, args: &[&Tensor]) {
 
 /// A small u8 × i8 → i32 matmul: `A: [10, 12]`, `B: [12, 6]`, `C: [10, 6]`.
 fn matmul() -> (Tensor, Tensor, Tensor) {
-    let a = placeholder([10, 12], DType::U8, "A");
-    let b = placeholder([12, 6], DType::I8, "B");
+    let a = placeholder([10, 12], DType::U8, "A").unwrap();
+    let b = placeholder([12, 6], DType::I8, "B").unwrap();
     let c = schedules::nn::matmul(&a, &b, DType::I32, "C").unwrap();
     (a, b, c)
 }
 
 /// `P = 2·X`, `Q[i, j] = P[i, j] + P[i + 1, j + 1]`, a two-stage stencil.
 fn stencil() -> (Tensor, Tensor, Tensor) {
-    let x = placeholder([9, 9], DType::I16, "X");
+    let x = placeholder([9, 9], DType::I16, "X").unwrap();
     let p = compute([9, 9], |i| x.at([&i[0], &i[1]]) * 2, "P").unwrap();
     let q = compute([8, 8], |i| p.at([&i[0], &i[1]]) + p.at([&(&i[0] + 1), &(&i[1] + 1)]), "Q").unwrap();
     (x, p, q)
@@ -144,9 +144,9 @@ fn golden_vectorize_nested_reduction() {
 /// of a group vectorized as one 16-lane reduction into 4 lanes of `C`.
 #[test]
 fn golden_vectorize_dot() {
-    let a = placeholder([3, 8], DType::U8, "A");
-    let b = placeholder([2, 8, 4], DType::I8, "B");
-    let (ko, ki) = (reduce_axis(2, "ko"), reduce_axis(4, "ki"));
+    let a = placeholder([3, 8], DType::U8, "A").unwrap();
+    let b = placeholder([2, 8, 4], DType::I8, "B").unwrap();
+    let (ko, ki) = (reduce_axis(2, "ko").unwrap(), reduce_axis(4, "ki").unwrap());
     let c = compute(
         [3, 8],
         |i| {

@@ -5,6 +5,7 @@ mod differential;
 mod errors;
 mod export;
 mod golden;
+mod indexing;
 mod invariants;
 mod math;
 mod norm;

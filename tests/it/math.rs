@@ -25,7 +25,7 @@ const FUNCTIONS: [Case; 7] = [
 
 /// `B[i] = f(A[i])` over `n` elements.
 fn elementwise(f: MathFn, n: i64) -> (Tensor, Tensor) {
-    let a = placeholder([n], DType::F32, "A");
+    let a = placeholder([n], DType::F32, "A").unwrap();
     let b = compute([n], |i| f(&a.at([&i[0]])), "B").unwrap();
     (a, b)
 }
@@ -218,14 +218,14 @@ fn special_values() {
 #[test]
 fn a_non_f32_operand_is_a_typed_error() {
     for dtype in [DType::I32, DType::F64, DType::F16] {
-        let a = placeholder([4], dtype, "A");
+        let a = placeholder([4], dtype, "A").unwrap();
         for (name, f, ..) in FUNCTIONS.iter().filter(|(name, ..)| *name != "sqrt") {
             let err = compute([4], |i| f(&a.at([&i[0]])), "B").expect_err(name);
             let TeError::DTypeMismatch { lhs, .. } = err else { panic!("{name} of {dtype}: {err}") };
             assert_eq!(lhs, dtype, "{name}: {err}");
         }
     }
-    let a = placeholder([4], DType::I32, "A");
+    let a = placeholder([4], DType::I32, "A").unwrap();
     let err = compute([4], |i| math::sqrt(a.at([&i[0]])), "B").unwrap_err();
     assert!(matches!(err, TeError::UndefinedOperator { .. }), "{err}");
 }
@@ -234,7 +234,7 @@ fn a_non_f32_operand_is_a_typed_error() {
 /// by 8), compared bit for bit (any NaN equals any NaN).
 fn agree(what: &str, input: &Array, out: DType, f: impl Fn(Expr) -> Expr) {
     let n = input.shape()[0];
-    let a = placeholder([n], input.dtype(), "A");
+    let a = placeholder([n], input.dtype(), "A").unwrap();
     let b = compute([n], |i| f(a.at([&i[0]])), "B").unwrap();
     let want = ir::interp::eval_te(&[&b], &[(&a, input)]).unwrap().remove(0);
     assert_eq!(want.dtype(), out, "{what}");
@@ -275,7 +275,7 @@ fn reinterpret_and_sqrt_agree_on_every_type() {
     let f32s = Array::from_f64(DType::F32, &[n], &specials().iter().map(|&v| v as f64).collect::<Vec<_>>());
     agree("f32 sqrt", &f32s, DType::F32, |x| x.sqrt());
     // Exact values and the printed form: the bits of 1.0f32 and of the correctly rounded √2.
-    let p = placeholder([2], DType::F32, "P");
+    let p = placeholder([2], DType::F32, "P").unwrap();
     let q = compute([2], |i| p.at([&i[0]]).sqrt().reinterpret(DType::I32), "Q").unwrap();
     let input = Array::from_f64(DType::F32, &[2], &[1.0, 2.0]);
     let r = ir::interp::eval_te(&[&q], &[(&p, &input)]).unwrap().remove(0);

@@ -62,7 +62,7 @@ fn softmax_matches_the_interpreter_and_an_f64_reference() {
     for v in &mut xs[(rows - 1) * n..] {
         *v += 1000.0;
     }
-    let x = placeholder([rows as i64, n as i64], DType::F32, "x");
+    let x = placeholder([rows as i64, n as i64], DType::F32, "x").unwrap();
     let sm = softmax(&x, "softmax").unwrap();
     let xa = array(x.shape(), &xs);
     let got = check_schedules("softmax", &[(&x, &xa)], &sm.output, softmax_vectorized(&sm, 8).unwrap());
@@ -86,9 +86,9 @@ fn layernorm_matches_the_interpreter_and_an_f64_reference() {
     let xs: Vec<f32> = uniform(rows * n, 2, -3.0, 5.0).iter().enumerate().map(|(i, v)| v + (i / n) as f32 * 100.0).collect();
     let gs = uniform(n, 3, 0.5, 1.5);
     let bs = uniform(n, 4, -1.0, 1.0);
-    let x = placeholder([rows as i64, n as i64], DType::F32, "x");
-    let gamma = placeholder([n as i64], DType::F32, "gamma");
-    let beta = placeholder([n as i64], DType::F32, "beta");
+    let x = placeholder([rows as i64, n as i64], DType::F32, "x").unwrap();
+    let gamma = placeholder([n as i64], DType::F32, "gamma").unwrap();
+    let beta = placeholder([n as i64], DType::F32, "beta").unwrap();
     let eps = 1e-5;
     let ln = layernorm(&x, &gamma, &beta, eps, "ln").unwrap();
     let (xa, ga, ba) = (array(x.shape(), &xs), array(&[n as i64], &gs), array(&[n as i64], &bs));
@@ -110,7 +110,7 @@ fn layernorm_matches_the_interpreter_and_an_f64_reference() {
 #[test]
 fn gelu_matches_the_interpreter_and_an_f64_reference() {
     let xs = uniform(3 * 50, 5, -6.0, 6.0);
-    let x = placeholder([3, 50], DType::F32, "x");
+    let x = placeholder([3, 50], DType::F32, "x").unwrap();
     let y = gelu(&x, "gelu").unwrap();
     let xa = array(x.shape(), &xs);
     let got = check_schedules("gelu", &[(&x, &xa)], &y, gelu_vectorized(&y, 8).unwrap());
@@ -124,7 +124,7 @@ fn gelu_matches_the_interpreter_and_an_f64_reference() {
 #[test]
 fn malformed_operands_are_typed_errors() {
     let is_shape_error = |r: Result<(), TeError>| matches!(r, Err(TeError::ShapeMismatch { .. }));
-    let f = |shape: &[i64], dtype| ir::te::placeholder_vec(shape.to_vec(), dtype, "x");
+    let f = |shape: &[i64], dtype| ir::te::placeholder_vec(shape.to_vec(), dtype, "x").unwrap();
     assert!(is_shape_error(softmax(&f(&[4, 8], DType::I32), "s").map(|_| ())));
     assert!(is_shape_error(softmax(&f(&[8], DType::F32), "s").map(|_| ())));
     assert!(is_shape_error(gelu(&f(&[8], DType::F16), "g").map(|_| ())));

@@ -210,10 +210,10 @@ fn check_conv(
     );
     assert_exercised(&what, &want, l.dst_dtype);
 
-    let src = placeholder([n, ic, h, w], l.src_dtype, "src");
-    let wei = placeholder([oc, ic, k, k], DType::I8, "wei");
-    let b = placeholder([oc], DType::F32, "bias");
-    let r = placeholder(out_dims, res_dtype, "residual");
+    let src = placeholder([n, ic, h, w], l.src_dtype, "src").unwrap();
+    let wei = placeholder([oc, ic, k, k], DType::I8, "wei").unwrap();
+    let b = placeholder([oc], DType::F32, "bias").unwrap();
+    let r = placeholder(out_dims, res_dtype, "residual").unwrap();
     let a = attrs(l, oc, wei.shape(), dst, &out_dims);
     let layer = conv2d_nchw_int8(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, "conv").unwrap();
     assert_eq!(layer.shifted.is_some(), l.src_dtype == DType::I8);
@@ -315,10 +315,10 @@ fn conv2d_generic_schedules_jit_compile_and_match_the_definition() {
             &residual,
         );
         let dst_q = dst_quant_for(&x, dst);
-        let src = placeholder([1, 17, 9, 11], src_dtype, "src");
-        let wei = placeholder([17, 17, 3, 3], DType::I8, "wei");
-        let b = placeholder([17], DType::F32, "bias");
-        let r = placeholder(out_dims, res_dtype, "residual");
+        let src = placeholder([1, 17, 9, 11], src_dtype, "src").unwrap();
+        let wei = placeholder([17, 17, 3, 3], DType::I8, "wei").unwrap();
+        let b = placeholder([17], DType::F32, "bias").unwrap();
+        let r = placeholder(out_dims, res_dtype, "residual").unwrap();
         let a = attrs(&l, 17, wei.shape(), dst_q, &out_dims);
         let layer = conv2d_nchw_int8(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, "conv").unwrap();
         // Weight preparation: its own compiled function, run once.
@@ -383,10 +383,10 @@ fn dense_every_src_and_dst_with_per_channel_scales_and_post_ops() {
             assert_exercised(&what, &want, dst);
 
             let (m, ic, oc) = (m as i64, ic as i64, oc as i64);
-            let src = placeholder([m, ic], src_dtype, "src");
-            let wei = placeholder([oc, ic], DType::I8, "wei");
-            let b = placeholder([oc], DType::F32, "bias");
-            let r = placeholder([m, oc], src_dtype, "residual");
+            let src = placeholder([m, ic], src_dtype, "src").unwrap();
+            let wei = placeholder([oc, ic], DType::I8, "wei").unwrap();
+            let b = placeholder([oc], DType::F32, "bias").unwrap();
+            let r = placeholder([m, oc], src_dtype, "residual").unwrap();
             let a = attrs(&l, oc, wei.shape(), dst_q, &[m, oc]);
             let layer = dense_int8(&src, &wei, Some(&b), with_sum.then_some(&r), &a, "fc").unwrap();
             let src_a = Array::from_i64(src_dtype, &[m, ic], &src_v);
@@ -408,7 +408,7 @@ fn max_pool_3x3_stride_2_ignores_padding() {
         let (n, c, h, w) = (1i64, 5i64, 9i64, 11i64);
         let (lo, hi) = range_of(dtype);
         let v = values((n * c * h * w) as usize, 900 + pad as u64, lo, hi);
-        let src = placeholder([n, c, h, w], dtype, "src");
+        let src = placeholder([n, c, h, w], dtype, "src").unwrap();
         let out = max_pool2d(&src, 3, 2, pad, "pool").unwrap();
         let (oh, ow) = ((h + 2 * pad - 3) / 2 + 1, (w + 2 * pad - 3) / 2 + 1);
         assert_eq!(out.shape(), &[n, c, oh, ow]);
@@ -434,7 +434,7 @@ fn max_pool_3x3_stride_2_ignores_padding() {
         assert_same(&format!("max_pool {dtype} pad {pad}"), &got, &want);
     }
     // All-minimum windows at the border stay the minimum, never a padded value.
-    let src = placeholder([1, 1, 3, 3], DType::I8, "src");
+    let src = placeholder([1, 1, 3, 3], DType::I8, "src").unwrap();
     let out = max_pool2d(&src, 3, 2, 1, "pool").unwrap();
     let got = eval_te(&[&out], &[(&src, &Array::from_i64(DType::I8, &[1, 1, 3, 3], &[-128; 9]))]).unwrap();
     assert_eq!(got[0].to_i64_vec(), vec![-128; 4]);
@@ -443,7 +443,7 @@ fn max_pool_3x3_stride_2_ignores_padding() {
 #[test]
 fn global_avg_pool_rounds_half_to_even_exactly() {
     // Count 2 makes every odd sum a tie: 1/2 → 0, 3/2 → 2, 5/2 → 2, −1/2 → 0, −3/2 → −2, −5/2 → −2.
-    let src = placeholder([1, 6, 2, 1], DType::I8, "src");
+    let src = placeholder([1, 6, 2, 1], DType::I8, "src").unwrap();
     let out = global_avg_pool(&src, "gap").unwrap();
     let arr = Array::from_i64(DType::I8, &[1, 6, 2, 1], &[0, 1, 1, 2, 2, 3, 0, -1, -1, -2, -2, -3]);
     let got = eval_te(&[&out], &[(&src, &arr)]).unwrap().remove(0);
@@ -453,7 +453,7 @@ fn global_avg_pool_rounds_half_to_even_exactly() {
         let c = 19;
         let (lo, hi) = range_of(dtype);
         let v = values((c * h * w) as usize, 40 + h as u64, lo, hi);
-        let src = placeholder([1, c, h, w], dtype, "src");
+        let src = placeholder([1, c, h, w], dtype, "src").unwrap();
         let out = global_avg_pool(&src, "gap").unwrap();
         let count = (h * w) as usize;
         let want: Vec<f64> =
@@ -469,7 +469,7 @@ fn relu_clamps_at_the_zero_point() {
     for (dtype, zp) in [(DType::U8, 100), (DType::I8, -20)] {
         let (lo, hi) = range_of(dtype);
         let v = values(5 * 7, 3, lo, hi);
-        let src = placeholder([1, 5, 7, 1], dtype, "src");
+        let src = placeholder([1, 5, 7, 1], dtype, "src").unwrap();
         let out = relu_int8(&src, &ZeroPoints::per_tensor("zp", zp, dtype).unwrap(), "relu").unwrap();
         let want: Vec<f64> = v.iter().map(|&x| x.max(zp as i64) as f64).collect();
         let got = eval_te(&[&out], &[(&src, &Array::from_i64(dtype, &[1, 5, 7, 1], &v))]).unwrap().remove(0);
@@ -503,7 +503,7 @@ fn residual_add_with_requantization_every_combination() {
                 let want: Vec<f64> = x.iter().map(|&v| store(v / sd + zd as f32, dst)).collect();
                 let what = format!("add {a_dtype}+{b_dtype}->{dst} relu={relu}");
                 assert_exercised(&what, &want, dst);
-                let (a, b) = (placeholder(dims, a_dtype, "a"), placeholder(dims, b_dtype, "b"));
+                let (a, b) = (placeholder(dims, a_dtype, "a").unwrap(), placeholder(dims, b_dtype, "b").unwrap());
                 let aq = TensorQuant::per_tensor("a", sa, za, a_dtype).unwrap();
                 let bq = TensorQuant::per_tensor("b", sb, zb, b_dtype).unwrap();
                 let dq = TensorQuant::per_tensor("dst", sd, zd, dst).unwrap();
@@ -539,7 +539,7 @@ fn quantize_dequantize_requantize_per_tensor_and_per_channel() {
             zero_points: ZeroPoints::new("z", zps.clone(), mask, &dims, DType::I8).unwrap(),
         };
         let xf: Vec<f64> = values(len, 7 + mask as u64, -700, 700).iter().map(|&v| (v as f32 * 0.01) as f64).collect();
-        let x = placeholder(dims, DType::F32, "x");
+        let x = placeholder(dims, DType::F32, "x").unwrap();
         let quant = quantize(&x, &q, DType::I8, "q").unwrap();
         assert_eq!(quant.params.len(), if mask == 0 { 0 } else { 2 });
         let mut inputs: Vec<(&Tensor, &Array)> = Vec::new();
@@ -553,7 +553,7 @@ fn quantize_dequantize_requantize_per_tensor_and_per_channel() {
         assert_exercised("quantize", &want, DType::I8);
         assert_same(&format!("quantize mask {mask}"), &got, &want);
         // Dequantize what was quantized.
-        let xi = placeholder(dims, DType::I8, "xi");
+        let xi = placeholder(dims, DType::I8, "xi").unwrap();
         let deq = dequantize(&xi, &q, "dq").unwrap();
         let mut inputs: Vec<(&Tensor, &Array)> = vec![(&xi, &got)];
         inputs.extend(deq.params.iter().map(|p| (&p.tensor, &p.values)));
@@ -584,7 +584,7 @@ fn layout_transforms_block_pad_and_round_trip() {
     // NCHW → NCHW16c with 17 channels: the second block holds one channel and 15 zero points.
     let (n, c, h, w) = (1i64, 17i64, 3i64, 5i64);
     let v = values((n * c * h * w) as usize, 5, 0, 255);
-    let src = placeholder([n, c, h, w], DType::U8, "src");
+    let src = placeholder([n, c, h, w], DType::U8, "src").unwrap();
     let blocked = nchw_to_nchwc(&src, 16, 128, "blocked").unwrap();
     assert_eq!(blocked.shape(), &[1, 2, 3, 5, 16]);
     let back = nchwc_to_nchw(&blocked, 17, "back").unwrap();
@@ -616,7 +616,7 @@ fn layout_transforms_block_pad_and_round_trip() {
     // OIHW → OIHW[16/4]i[16]o4i with 17 × 17 channels, zero padded.
     let (o, i, k) = (17i64, 17i64, 3i64);
     let wv = values((o * i * k * k) as usize, 6, -128, 127);
-    let wei = placeholder([o, i, k, k], DType::I8, "wei");
+    let wei = placeholder([o, i, k, k], DType::I8, "wei").unwrap();
     let packed = oihw_to_vnni_blocked(&wei, 16, 16, "packed").unwrap();
     assert_eq!(packed.shape(), &[2, 2, 3, 3, 4, 16, 4]);
     let got = eval_te(&[&packed], &[(&wei, &Array::from_i64(DType::I8, &[o, i, k, k], &wv))]).unwrap().remove(0);
@@ -643,12 +643,12 @@ fn layout_transforms_block_pad_and_round_trip() {
 
 #[test]
 fn round_is_a_typed_float_only_node_that_prints_and_folds() {
-    let a = placeholder([4], DType::F32, "A");
+    let a = placeholder([4], DType::F32, "A").unwrap();
     let c = compute([4], |i| a.at([&i[0]]).round() + Expr::float(DType::F32, 2.5).round(), "C").unwrap();
     assert_eq!(c.body().unwrap().to_string(), "round(A[i]) + round(2.5f32)");
     let f = ir::lower::lower(&default_schedule(&[&c]), &[&a, &c], "f").unwrap();
     assert!(f.to_string().contains("C[i] = round(A[i]) + 2.0f32"), "{f}");
-    let i = placeholder([4], DType::I32, "I");
+    let i = placeholder([4], DType::I32, "I").unwrap();
     let err = compute([4], |x| i.at([&x[0]]).round(), "R").unwrap_err();
     assert!(matches!(&err, TeError::UndefinedOperator { op, dtype, .. } if op == "round" && *dtype == DType::I32));
     assert!(err.to_string().contains("operator `round` is not defined on i32"), "{err}");
@@ -675,40 +675,40 @@ fn malformed_attributes_are_typed_errors() {
 
     let good = || QuantAttrs::per_tensor((0.02, 128, DType::U8), 0.01, (0.1, 3, DType::U8)).unwrap();
     let conv = Conv2dParams { stride: 1, pad: 1 };
-    let src = placeholder([1, 17, 8, 8], DType::U8, "src");
-    let wei = placeholder(wdims, DType::I8, "wei");
+    let src = placeholder([1, 17, 8, 8], DType::U8, "src").unwrap();
+    let wei = placeholder(wdims, DType::I8, "wei").unwrap();
     let build = |src: &Tensor, wei: &Tensor, bias: Option<&Tensor>, sum: Option<&Tensor>, a: &QuantAttrs| {
         conv2d_nchw_int8(src, wei, bias, sum, conv, a, "c").map(|_| ())
     };
     build(&src, &wei, None, None, &good()).unwrap();
     // Wrong dtype combinations.
-    let err = build(&placeholder([1, 17, 8, 8], DType::I32, "s"), &wei, None, None, &good()).unwrap_err();
+    let err = build(&placeholder([1, 17, 8, 8], DType::I32, "s").unwrap(), &wei, None, None, &good()).unwrap_err();
     assert!(matches!(&err, QuantError::DType { found: DType::I32, .. }), "{err}");
     assert!(err.to_string().contains("dtype of the source must be u8 or i8, found i32"), "{err}");
-    let err = build(&src, &placeholder(wdims, DType::U8, "w"), None, None, &good()).unwrap_err();
+    let err = build(&src, &placeholder(wdims, DType::U8, "w").unwrap(), None, None, &good()).unwrap_err();
     assert!(err.to_string().contains("dtype of the weights must be i8, found u8"), "{err}");
     let mut a = good();
     a.dst_dtype = DType::U16;
     let err = build(&src, &wei, None, None, &a).unwrap_err();
     assert!(err.to_string().contains("dtype of the destination must be u8, i8, i32 or f32, found u16"), "{err}");
-    let err = build(&src, &wei, Some(&placeholder([17], DType::I32, "b")), None, &good()).unwrap_err();
+    let err = build(&src, &wei, Some(&placeholder([17], DType::I32, "b").unwrap()), None, &good()).unwrap_err();
     assert!(err.to_string().contains("dtype of the bias must be f32, found i32"), "{err}");
     // Non-matching shapes.
-    let err = build(&src, &placeholder([17, 16, 3, 3], DType::I8, "w"), None, None, &good()).unwrap_err();
+    let err = build(&src, &placeholder([17, 16, 3, 3], DType::I8, "w").unwrap(), None, None, &good()).unwrap_err();
     assert!(matches!(&err, QuantError::Shape { .. }), "{err}");
     assert!(err.to_string().contains("input channels of the weights must be 17, found 16"), "{err}");
-    let err = build(&src, &wei, Some(&placeholder([16], DType::F32, "b")), None, &good()).unwrap_err();
+    let err = build(&src, &wei, Some(&placeholder([16], DType::F32, "b").unwrap()), None, &good()).unwrap_err();
     assert!(err.to_string().contains("shape of the bias must be [17], found [16]"), "{err}");
     let mut a = good();
     a.post_ops = vec![PostOp::Sum { scale: 1.0, zero_point: 0 }];
-    let err = build(&src, &wei, None, Some(&placeholder([1, 17, 8, 7], DType::U8, "r")), &a).unwrap_err();
+    let err = build(&src, &wei, None, Some(&placeholder([1, 17, 8, 7], DType::U8, "r").unwrap()), &a).unwrap_err();
     assert!(err.to_string().contains("shape of the sum input must be [1, 17, 8, 8], found [1, 17, 8, 7]"), "{err}");
     let err = build(&src, &wei, None, None, &a).unwrap_err();
     assert!(err.to_string().contains("1 sum post-ops and 0 sum inputs"), "{err}");
-    let err = build(&src, &wei, None, Some(&placeholder([1, 17, 8, 8], DType::U8, "r")), &good()).unwrap_err();
+    let err = build(&src, &wei, None, Some(&placeholder([1, 17, 8, 8], DType::U8, "r").unwrap()), &good()).unwrap_err();
     assert!(err.to_string().contains("0 sum post-ops and 1 sum inputs"), "{err}");
     a.post_ops = vec![PostOp::Sum { scale: 0.0, zero_point: 0 }];
-    let err = build(&src, &wei, None, Some(&placeholder([1, 17, 8, 8], DType::U8, "r")), &a).unwrap_err();
+    let err = build(&src, &wei, None, Some(&placeholder([1, 17, 8, 8], DType::U8, "r").unwrap()), &a).unwrap_err();
     assert!(matches!(&err, QuantError::BadScale { .. }), "{err}");
     // Masks the operator does not support, and per-channel scales of the wrong count.
     let mut a = good();
@@ -730,31 +730,31 @@ fn malformed_attributes_are_typed_errors() {
     // Operator shapes.
     let err = conv2d_nchw_int8(&src, &wei, None, None, Conv2dParams { stride: 0, pad: 0 }, &good(), "c").unwrap_err();
     assert!(err.to_string().contains("stride >= 1 and pad >= 0"), "{err}");
-    let err = dense_int8(&placeholder([1, 16], DType::U8, "s"), &placeholder([4, 17], DType::I8, "w"), None, None, &good(), "d")
+    let err = dense_int8(&placeholder([1, 16], DType::U8, "s").unwrap(), &placeholder([4, 17], DType::I8, "w").unwrap(), None, None, &good(), "d")
         .unwrap_err();
     assert!(err.to_string().contains("input channels of the weights must be 16, found 17"), "{err}");
     let err = max_pool2d(&src, 3, 2, 3, "p").unwrap_err();
     assert!(err.to_string().contains("0 <= pad < k"), "{err}");
     let err = oihw_to_vnni_blocked(&wei, 6, 16, "w").unwrap_err();
     assert!(err.to_string().contains("x a positive multiple of 4"), "{err}");
-    let err = nchwc_to_nchw(&placeholder([1, 2, 3, 3, 16], DType::U8, "b"), 40, "n").unwrap_err();
+    let err = nchwc_to_nchw(&placeholder([1, 2, 3, 3, 16], DType::U8, "b").unwrap(), 40, "n").unwrap_err();
     assert!(err.to_string().contains("channel count must be 17 to 32"), "{err}");
-    let x = placeholder([2, 3], DType::F32, "x");
+    let x = placeholder([2, 3], DType::F32, "x").unwrap();
     let q = TensorQuant::per_tensor("q", 0.1, 0, DType::U8).unwrap();
     let err = quantize(&x, &q, DType::F32, "q").unwrap_err();
     assert!(err.to_string().contains("dtype of the destination must be u8, i8 or i32, found f32"), "{err}");
     let err = dequantize(&x, &q, "d").unwrap_err();
     assert!(err.to_string().contains("dtype of the source must be u8, i8 or i32, found f32"), "{err}");
     let bad = TensorQuant { scales: Scales { values: vec![0.1; 2], mask: 0b10 }, zero_points: q.zero_points.clone() };
-    let err = requantize(&placeholder_vec(vec![2, 3], DType::U8, "x"), &bad, &q, DType::U8, "r").unwrap_err();
+    let err = requantize(&placeholder_vec(vec![2, 3], DType::U8, "x").unwrap(), &bad, &q, DType::U8, "r").unwrap_err();
     assert!(matches!(&err, QuantError::MaskCount { expected: 3, found: 2, .. }), "{err}");
     assert!(err.to_string().contains("requantize input scales: mask 0b10 over dimensions [2, 3] needs 3"), "{err}");
     let zp = ZeroPoints::per_tensor("z", 0, DType::U8).unwrap();
-    let err = compensation(&placeholder([4, 4, 1], DType::I8, "w"), DType::U8, &zp, "c").unwrap_err();
+    let err = compensation(&placeholder([4, 4, 1], DType::I8, "w").unwrap(), DType::U8, &zp, "c").unwrap_err();
     assert!(err.to_string().contains("[OC, IC] or [OC, IC, KH, KW]"), "{err}");
     let err = add_int8(
-        (&placeholder([1, 2, 3, 3], DType::U8, "a"), &q),
-        (&placeholder([1, 2, 3, 4], DType::U8, "b"), &q),
+        (&placeholder([1, 2, 3, 3], DType::U8, "a").unwrap(), &q),
+        (&placeholder([1, 2, 3, 4], DType::U8, "b").unwrap(), &q),
         false,
         (DType::U8, &q),
         "add",
@@ -858,10 +858,10 @@ fn check_x86_conv(
 
     let want = in_layout(&want, out_dims, layout);
     let (src_dims, out_dims) = (layout.shape([n, ic, h, w]), layout.shape(out_dims));
-    let src = placeholder(src_dims, l.src_dtype, "src");
-    let wei = placeholder([oc, ic, k, k], DType::I8, "wei");
-    let b = placeholder([oc], DType::F32, "bias");
-    let r = placeholder(out_dims, res_dtype, "residual");
+    let src = placeholder(src_dims, l.src_dtype, "src").unwrap();
+    let wei = placeholder([oc, ic, k, k], DType::I8, "wei").unwrap();
+    let b = placeholder([oc], DType::F32, "bias").unwrap();
+    let r = placeholder(out_dims, res_dtype, "residual").unwrap();
     let a = attrs(l, oc, wei.shape(), dst, &out_dims);
     let target = if avx2 { Target::Level(IsaLevel::Avx2) } else { Target::Native };
     let options = CompileOptions { target, ..CompileOptions::default() };
@@ -981,9 +981,9 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let what = format!("x86 dense {m}x{ic}->{oc} {src_dtype}->u8 {weights:?} {knobs:?}");
             assert_exercised(&what, &want, DType::U8);
 
-            let src = placeholder([m, ic], src_dtype, "src");
-            let wei = placeholder([oc, ic], DType::I8, "wei");
-            let b = placeholder([oc], DType::F32, "bias");
+            let src = placeholder([m, ic], src_dtype, "src").unwrap();
+            let wei = placeholder([oc, ic], DType::I8, "wei").unwrap();
+            let b = placeholder([oc], DType::F32, "bias").unwrap();
             let a = attrs(&l, oc, wei.shape(), dst_q, &[m, oc]);
             let src_a = Array::from_i64(src_dtype, &[m, ic], &src_v);
             let wei_a = Array::from_i64(DType::I8, &[oc, ic], &wei_v);
@@ -1069,9 +1069,9 @@ fn requantization_follows_onednns_formula_to_the_bit() {
     assert!(differ(&separate) > 0, "separate scale multiplies never differ from the product on these inputs");
     assert!(differ(&reciprocal) > 0, "the reciprocal of scale_dst never differs from the division on these inputs");
 
-    let src = placeholder([m as i64, ic as i64], DType::U8, "src");
-    let wei = placeholder([oc as i64, ic as i64], DType::I8, "wei");
-    let b = placeholder([oc as i64], DType::F32, "bias");
+    let src = placeholder([m as i64, ic as i64], DType::U8, "src").unwrap();
+    let wei = placeholder([oc as i64, ic as i64], DType::I8, "wei").unwrap();
+    let b = placeholder([oc as i64], DType::F32, "bias").unwrap();
     let out_dims = [m as i64, oc as i64];
     let attrs = QuantAttrs {
         src: TensorQuant::per_tensor("src", src_scale, src_zp, DType::U8).unwrap(),

@@ -19,7 +19,7 @@ fn calls(f: &Func) -> usize {
 /// Lowers `gemm_int8` for `A: [m, k]` (u8, or the declared range) times `B: [k, n]`, runs it and
 /// compares with `matmul(A, B)` evaluated from the definition.
 fn check_gemm(a: &Tensor, m: i64, n: i64, k: i64, knobs: GemmInt8Knobs, seed: u64) -> Func {
-    let b = placeholder([k, n], DType::I8, "B");
+    let b = placeholder([k, n], DType::I8, "B").unwrap();
     let bp = pack_b_vnni(&b, knobs.nr, "Bp").unwrap();
     let c = matmul_packed(a, &bp, DType::I32, "C").unwrap();
     let f = ir::lower::lower(&gemm_int8(&c, knobs).unwrap(), &[a, &b, &c], "gemm").unwrap();
@@ -39,7 +39,7 @@ fn gemm_int8_equals_the_matmul_definition_with_and_without_tails() {
     for (m, n, k, mr, nr) in
         [(16, 32, 16, 4, 16), (13, 32, 12, 4, 16), (9, 96, 8, 8, 48), (7, 64, 36, 3, 32), (1, 16, 4, 1, 16)]
     {
-        let a = placeholder([m, k], DType::U8, "A");
+        let a = placeholder([m, k], DType::U8, "A").unwrap();
         let knobs = GemmInt8Knobs { mr, nr, parallel: true };
         let f = check_gemm(&a, m, n, k, knobs, (m * n + k) as u64);
         assert_eq!(calls(&f), 1, "one call per (row tile, column tile) in the loop nest:\n{f}");
@@ -69,8 +69,8 @@ fn declared_activation_ranges_reach_the_lowered_parameters_and_are_enforced() {
 #[test]
 fn s8_times_s8_with_the_tensorized_u8_kernel_equals_the_s8_matmul() {
     for (m, n, k) in [(6, 32, 8), (5, 16, 20)] {
-        let a = placeholder([m, k], DType::I8, "A");
-        let b = placeholder([k, n], DType::I8, "B");
+        let a = placeholder([m, k], DType::I8, "A").unwrap();
+        let b = placeholder([k, n], DType::I8, "B").unwrap();
         let mm = matmul_s8s8_via_u8(&a, &b, 16, "C").unwrap();
         let mut s = ir::schedule::create_schedule(&[&mm.output]);
         schedule_gemm_int8(&mut s, &mm.product, GemmInt8Knobs { mr: 4, nr: 16, parallel: true }).unwrap();
@@ -94,8 +94,8 @@ fn s8_times_s8_with_the_tensorized_u8_kernel_equals_the_s8_matmul() {
 
 #[test]
 fn a_mismatch_names_the_part_with_expected_and_found_in_ir_syntax() {
-    let a = placeholder([8, 16], DType::U8, "A");
-    let b = placeholder([16, 64], DType::I8, "B");
+    let a = placeholder([8, 16], DType::U8, "A").unwrap();
+    let b = placeholder([16, 64], DType::I8, "B").unwrap();
     let bp = pack_b_vnni(&b, 16, "Bp").unwrap();
     let c = matmul_packed(&a, &bp, DType::I32, "C").unwrap();
     let err = gemm_int8(&c, GemmInt8Knobs { mr: 4, nr: 32, parallel: true }).unwrap_err();

@@ -82,10 +82,10 @@ fn assert_vpdpbusd(func: &Func, level: IsaLevel) {
 /// `j.inner` vectorized with the innermost reduce axis: one 16-lane (or 8 pairs) reduction into
 /// 4 lanes of `C` per `ko`.
 fn gemm(m: i64, n: i64, k: i64, saturating: bool) -> ([Tensor; 3], Schedule) {
-    let a = placeholder([m, k], DType::U8, "A");
-    let b = placeholder([k / 4, n, 4], DType::I8, "B");
-    let ko = reduce_axis(k / 4, "ko");
-    let inner = reduce_axis(if saturating { 2 } else { 4 }, if saturating { "kp" } else { "ki" });
+    let a = placeholder([m, k], DType::U8, "A").unwrap();
+    let b = placeholder([k / 4, n, 4], DType::I8, "B").unwrap();
+    let ko = reduce_axis(k / 4, "ko").unwrap();
+    let inner = reduce_axis(if saturating { 2 } else { 4 }, if saturating { "kp" } else { "ki" }).unwrap();
     let c = compute(
         [m, n],
         |i| {

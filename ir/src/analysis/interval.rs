@@ -218,9 +218,10 @@ pub fn prove(cond: &Expr, scope: &Scope) -> Option<bool> {
 ///
 /// Handles constants, variables, `+ - * / %` (floor semantics) `min max`, comparisons and bool
 /// logic, `>>` by a constant, `&` of non-negatives, casts, `Select` (the union of its arms unless
-/// the condition is decided), `Ramp` (all lanes), `Broadcast`, `VectorReduce` and `Load` (its
-/// element type's range). It does not relate variables to each other: `x - x` is bounded only by
-/// the ranges of `x`, so callers simplify first.
+/// the condition is decided), `Ramp` (all lanes), `Broadcast`, `VectorReduce`, and `Load` and
+/// `TensorRead` (the `placeholder_in_range` promise of the buffer or tensor, else the element
+/// type's range). It does not relate variables to each other: `x - x` is bounded only by the
+/// ranges of `x`, so callers simplify first.
 pub fn bounds_of(expr: &Expr, scope: &Scope) -> Interval {
     let dtype = expr.dtype();
     let Some((lo, hi)) = type_range(dtype.scalar) else {
@@ -310,12 +311,19 @@ fn raw_bounds(expr: &Expr, scope: &Scope) -> Interval {
         }
         // Any bit pattern of the target type.
         ExprKind::Reinterpret(_) => Interval::of_type(dtype),
-        // Float values (the domain is integers), memory and tensor-expression nodes: unknown.
+        // Memory holds any value of its type, unless its parameter promises a range.
+        ExprKind::Load(buffer, _) => match buffer.value_range() {
+            Some((lo, hi)) => Interval::new(lo as i128, hi as i128),
+            None => Interval::EVERYTHING,
+        },
+        ExprKind::TensorRead(tensor, _) => match tensor.value_range() {
+            Some((lo, hi)) => Interval::new(lo as i128, hi as i128),
+            None => Interval::EVERYTHING,
+        },
+        // Float values (the domain is integers) and reductions: unknown.
         ExprKind::Float(_)
         | ExprKind::Round(_)
         | ExprKind::Sqrt(_)
-        | ExprKind::Load(..)
-        | ExprKind::TensorRead(..)
         | ExprKind::Reduce(_) => {
             Interval::EVERYTHING
         }

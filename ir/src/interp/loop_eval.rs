@@ -209,6 +209,22 @@ fn compile_stmt(c: &mut Compiler, stmt: &Stmt) -> Result<StmtFn, InterpError> {
                 }
             })
         }
+        StmtKind::BoundsCheck { cond, buffer } => {
+            if cond.dtype().element() != DType::BOOL {
+                return Err(malformed(format!("bounds check condition `{cond}` has type {}, expected bool", cond.dtype())));
+            }
+            let lanes = cond.dtype().lanes as usize;
+            let name = buffer.name().to_string();
+            let cond = c.compile(cond)?;
+            Box::new(move |f| {
+                for lane in 0..lanes {
+                    if !cond(f, lane)?.as_bool() {
+                        return Err(Box::new(InterpError::IndexCheck { name: name.clone() }));
+                    }
+                }
+                Ok(())
+            })
+        }
         StmtKind::Seq(stmts) => {
             let stmts = stmts.iter().map(|s| compile_stmt(c, s)).collect::<Result<Vec<_>, _>>()?;
             Box::new(move |f| stmts.iter().try_for_each(|s| s(f)))

@@ -59,6 +59,9 @@ pub enum InterpError {
     /// `flatten_buffers`; for a vector access it is the index of the first offending lane.
     #[error("out-of-bounds {access} of {name}: {} is outside shape {shape:?}", describe_index(.index, .shape))]
     OutOfBounds { access: Access, name: String, index: Vec<i64>, shape: Vec<i64> },
+    /// A `BoundsCheck` failed: a read whose index depends on data leaves `name`.
+    #[error("out-of-bounds read of {name}: an index computed from data is outside its shape")]
+    IndexCheck { name: String },
     /// `index` is the row-major position of the first offending element.
     #[error("array for {name}: elements must lie in the declared range {lo}..={hi}, found {found} at flat index {index}")]
     ValueRange { name: String, lo: i64, hi: i64, index: usize, found: i64 },

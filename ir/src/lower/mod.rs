@@ -12,7 +12,7 @@ use std::collections::HashSet;
 
 use crate::error::LowerError;
 use crate::passes::{
-    flatten_buffers::flatten_buffers, guard_accesses::guard_accesses, partition_loops::partition_loops,
+    check_gathers::check_gathers, flatten_buffers::flatten_buffers, guard_accesses::guard_accesses, partition_loops::partition_loops,
     remove_no_ops::remove_no_ops,
     simplify::simplify, unroll_loops::unroll_loops, vectorize_loops::vectorize_loops,
     verify::{verify, VerifyLevel},
@@ -51,6 +51,7 @@ pub fn lower_with_hook(
     let regions = infer_bounds(schedule, &bodies);
     let func = step("build_loop_nests", build_loop_nests(schedule, &bodies, &regions, args, name), VerifyLevel::Lowered);
     let func = step("simplify", simplify(&func), VerifyLevel::Lowered);
+    let func = step("check_gathers", check_gathers(&func), VerifyLevel::Lowered);
     let func = step("flatten_buffers", flatten_buffers(&func), VerifyLevel::Lowered);
     let func = step("partition_loops", partition_loops(&func), VerifyLevel::Lowered);
     let func = step("simplify", simplify(&func), VerifyLevel::Lowered);

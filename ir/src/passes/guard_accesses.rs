@@ -132,7 +132,7 @@ impl Mutator for Guard {
                     None => walked,
                 }
             }
-            StmtKind::Seq(_) | StmtKind::Allocate { .. } => walk_stmt(self, stmt),
+            StmtKind::Seq(_) | StmtKind::Allocate { .. } | StmtKind::BoundsCheck { .. } => walk_stmt(self, stmt),
             StmtKind::Call { .. } => {
                 let walked = walk_stmt(self, stmt);
                 let StmtKind::Call { intrin, operands, fallback } = walked.kind() else {

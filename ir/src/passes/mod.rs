@@ -1,5 +1,6 @@
 //! Loop-IR passes, one per file, each a function from `Func` to `Func` (Halide-style lowering).
 
+pub mod check_gathers;
 mod facts;
 pub mod flatten_buffers;
 pub mod guard_accesses;
@@ -13,6 +14,7 @@ pub mod unroll_loops;
 pub mod vectorize_loops;
 pub mod verify;
 
+pub use check_gathers::{check_gathers, checked_buffers};
 pub use flatten_buffers::flatten_buffers;
 pub use guard_accesses::guard_accesses;
 pub use partition_loops::partition_loops;
@@ -120,7 +122,7 @@ mod tests {
     fn copy_calls(kind: ForKind, origin: impl Fn(&Expr) -> Expr, params: Vec<Buffer>) -> Func {
         use crate::intrin::{IntrinKind, decl_tensor_intrin};
         use crate::te::{compute, placeholder};
-        let x = placeholder([4], DType::I32, "x");
+        let x = placeholder([4], DType::I32, "x").unwrap();
         let copy = compute([4], |i| x.at([&i[0]]), "copy").unwrap();
         let intrin = decl_tensor_intrin("copy4", IntrinKind::Generic, &copy, &[&x]).unwrap();
         let (input, out) = (params[0].clone(), params[params.len() - 1].clone());

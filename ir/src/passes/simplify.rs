@@ -175,7 +175,11 @@ impl Mutator for Simplifier {
                 }
                 mutate_if_with_facts(self, stmt, new_cond)
             }
-            StmtKind::Store { .. } | StmtKind::Seq(_) | StmtKind::Allocate { .. } | StmtKind::Call { .. } => {
+            StmtKind::Store { .. }
+            | StmtKind::Seq(_)
+            | StmtKind::Allocate { .. }
+            | StmtKind::Call { .. }
+            | StmtKind::BoundsCheck { .. } => {
                 walk_stmt(self, stmt)
             }
         }

@@ -225,6 +225,9 @@ impl Vectorizer {
                 Some(Stmt::new(StmtKind::If { cond: new_cond, then_case, else_case }))
             }
             StmtKind::Seq(stmts) => Some(Stmt::seq(stmts.iter().map(|s| self.stmt(s)).collect::<Option<_>>()?)),
+            // Every lane is checked before the statements after it run in any lane; on failure
+            // the function stops either way, so only which partial results it left can differ.
+            StmtKind::BoundsCheck { cond, buffer } => Some(Stmt::bounds_check(self.expr(cond)?, buffer)),
             StmtKind::Allocate { .. } | StmtKind::Call { .. } => None,
         }
     }

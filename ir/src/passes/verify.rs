@@ -174,6 +174,11 @@ impl Verifier {
                 }
             }
             StmtKind::Seq(stmts) => stmts.iter().for_each(|s| self.stmt(s)),
+            StmtKind::BoundsCheck { cond, .. } => {
+                self.expr(cond);
+                let expected = DType::BOOL.with_lanes(cond.dtype().lanes);
+                self.expect_dtype(|| "a bounds check condition".to_string(), expected, cond.dtype());
+            }
             StmtKind::Allocate { buffer, body } => {
                 enter(&mut self.buffers, buffer);
                 self.stmt(body);
@@ -387,7 +392,7 @@ mod tests {
         let a = Buffer::new("A", DType::F32, vec![4, 8]);
         let stray = Buffer::new("S", DType::F32, vec![4]);
         let (i, free, t) = (Var::index("i"), Var::index("free"), Var::index("t"));
-        let read = placeholder([4], DType::F32, "P").at([&i.to_expr()]);
+        let read = placeholder([4], DType::F32, "P").unwrap().at([&i.to_expr()]);
         let body = Stmt::seq(vec![
             Stmt::store(&a, vec![i.to_expr(), free.to_expr()], Expr::float(DType::F32, 0.0)),
             Stmt::store(&a, vec![i.to_expr(), Expr::index(0)], Expr::int(DType::I32, 1)),
