@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::dlpack::{dl_dtype, dl_name};
 use super::{ABI_VERSION, DLPACK_VERSION, ErrorCode, MAX_ARGS, OpInfo};
-use crate::codegen::STATUS_OUT_OF_MEMORY;
+use crate::codegen::{STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OUT_OF_MEMORY};
 use crate::runtime::IsaLevel;
 
 /// The C runtime compiled into every library.
@@ -230,6 +230,7 @@ pub(super) fn library_source(name: &str, levels: &[IsaLevel], ops: &[OpInfo], ma
         }
     }
     writeln!(c, "#define TL_STATUS_OUT_OF_MEMORY {STATUS_OUT_OF_MEMORY}").unwrap();
+    writeln!(c, "#define TL_STATUS_INDEX_OUT_OF_BOUNDS {STATUS_INDEX_OUT_OF_BOUNDS}").unwrap();
     let compiled: Vec<&str> = IsaLevel::ALL.iter().map(|l| if levels.contains(l) { "1" } else { "0" }).collect();
     writeln!(c, "static const int tl_compiled[TL_LEVELS] = {{{}}};", compiled.join(", ")).unwrap();
     let names: Vec<&str> = levels.iter().map(|l| l.name()).collect();
@@ -276,6 +277,8 @@ pub(super) fn library_source(name: &str, levels: &[IsaLevel], ops: &[OpInfo], ma
         let params = table(&mut c, "params", rows);
         let mut entries = vec!["NULL".to_string(); IsaLevel::ALL.len()];
         let mut ranges = vec!["NULL".to_string(); IsaLevel::ALL.len()];
+        let mut checked = vec!["NULL".to_string(); IsaLevel::ALL.len()];
+        let mut nchecked = vec!["0".to_string(); IsaLevel::ALL.len()];
         for (k, (level, symbol)) in op.entries.iter().enumerate() {
             entries[level_index(*level)] = symbol.clone();
             let rows = op
@@ -287,14 +290,24 @@ pub(super) fn library_source(name: &str, levels: &[IsaLevel], ops: &[OpInfo], ma
                 })
                 .collect();
             ranges[level_index(*level)] = table(&mut c, &format!("ranges_{}", level.name().replace('-', "_")), rows);
+            let names = &op.checked[k];
+            if !names.is_empty() {
+                let var = format!("tl_{id}_checked_{}", level.name().replace('-', "_"));
+                let list: Vec<String> = names.iter().map(|n| c_string(n)).collect();
+                writeln!(c, "static const char *const {var}[] = {{{}}};", list.join(", ")).unwrap();
+                checked[level_index(*level)] = var;
+                nchecked[level_index(*level)] = names.len().to_string();
+            }
         }
         writeln!(
             c,
-            "static const tl_op tl_{id} = {{{}, {}, {params}, {{{}}}, {{{}}}}};",
+            "static const tl_op tl_{id} = {{{}, {}, {params}, {{{}}}, {{{}}}, {{{}}}, {{{}}}}};",
             c_string(id),
             op.params.len(),
             entries.join(", "),
-            ranges.join(", ")
+            ranges.join(", "),
+            checked.join(", "),
+            nchecked.join(", ")
         )
         .unwrap();
         writeln!(

@@ -73,10 +73,12 @@ pub enum ErrorCode {
     UnsupportedCpu = 13,
     /// Generated code returned a status the runtime does not know (a bug).
     Internal = 14,
+    /// An index computed from data (a gather) left its tensor; the message names the tensor.
+    IndexOutOfBounds = 15,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::Ok,
         ErrorCode::Nargs,
         ErrorCode::NullPointer,
@@ -92,6 +94,7 @@ impl ErrorCode {
         ErrorCode::OutOfMemory,
         ErrorCode::UnsupportedCpu,
         ErrorCode::Internal,
+        ErrorCode::IndexOutOfBounds,
     ];
 
     /// The suffix of its C constant (`NAME_ERROR_<suffix>`, `NAME_OK`).
@@ -112,6 +115,7 @@ impl ErrorCode {
             ErrorCode::OutOfMemory => "OUT_OF_MEMORY",
             ErrorCode::UnsupportedCpu => "UNSUPPORTED_CPU",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::IndexOutOfBounds => "INDEX_OUT_OF_BOUNDS",
         }
     }
 
@@ -248,6 +252,9 @@ pub(crate) struct OpInfo {
     pub name: String,
     pub params: Vec<ParamInfo>,
     pub entries: Vec<(IsaLevel, String)>,
+    /// Per level (as `entries`), the tensors whose gathers are checked at run time, numbered as
+    /// the generated code's `STATUS_INDEX_OUT_OF_BOUNDS + n` numbers them.
+    pub checked: Vec<Vec<String>>,
     pub tuning: Option<serde_json::Value>,
 }
 
@@ -292,6 +299,7 @@ pub fn export(operators: &[Operator], options: &ExportOptions, out_dir: &Path) -
         }
         let mut params: Option<(IsaLevel, Vec<ParamInfo>)> = None;
         let mut entries = Vec::new();
+        let mut checked = Vec::new();
         for &level in &levels {
             let func = op.funcs.get(&level).ok_or_else(|| ExportError::MissingLevel {
                 op: op.name.clone(),
@@ -306,6 +314,7 @@ pub fn export(operators: &[Operator], options: &ExportOptions, out_dir: &Path) -
             std::fs::write(&path, bytes).map_err(io_error(&path))?;
             objects.push(file);
             entries.push((level, symbol));
+            checked.push(ir::passes::checked_buffers(func).iter().map(|b| b.name().to_string()).collect());
             let this: Vec<ParamInfo> = func
                 .params
                 .iter()
@@ -347,7 +356,7 @@ pub fn export(operators: &[Operator], options: &ExportOptions, out_dir: &Path) -
             }
         }
         let params = params.map(|(_, p)| p).unwrap_or_default();
-        ops.push(OpInfo { name: op.name.clone(), params, entries, tuning: op.tuning.clone() });
+        ops.push(OpInfo { name: op.name.clone(), params, entries, checked, tuning: op.tuning.clone() });
     }
     let codegen_time = start.elapsed();
 

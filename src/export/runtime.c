@@ -360,6 +360,9 @@ typedef struct {
     const tl_param *params;
     tl_entry entries[TL_LEVELS];
     const tl_range *ranges[TL_LEVELS]; /* one per parameter, per compiled level */
+    /* Per level, the tensors whose gathers generated code checks (status base + n). */
+    const char *const *checked[TL_LEVELS];
+    int32_t nchecked[TL_LEVELS];
 } tl_op;
 
 static void tl_shape_text(char *out, size_t size, int32_t ndim, const int64_t *shape) {
@@ -538,6 +541,11 @@ TL_HIDDEN int32_t tl_call(const tl_op *op, DLTensor *const *args, int32_t nargs)
     case 0: return TL_OK;
     case TL_STATUS_OUT_OF_MEMORY:
         return tl_fail(TL_ERROR_OUT_OF_MEMORY, "%s: out of memory: a scratch buffer could not be allocated", op->name);
-    default: return tl_fail(TL_ERROR_INTERNAL, "%s: generated code returned unknown status %d", op->name, status);
+    default:
+        if (status >= TL_STATUS_INDEX_OUT_OF_BOUNDS && status - TL_STATUS_INDEX_OUT_OF_BOUNDS < op->nchecked[level])
+            return tl_fail(TL_ERROR_INDEX_OUT_OF_BOUNDS,
+                           "%s: out-of-bounds read of %s: an index computed from data is outside its shape", op->name,
+                           op->checked[level][status - TL_STATUS_INDEX_OUT_OF_BOUNDS]);
+        return tl_fail(TL_ERROR_INTERNAL, "%s: generated code returned unknown status %d", op->name, status);
     }
 }

@@ -542,3 +542,34 @@ fn the_header_compiles_as_c_and_cpp_and_coexists_with_dlpack_h() {
         assert!(ok, "{compiler} with {includes:?}: {stderr}");
     }
 }
+
+/// A gather whose indices come from data: an index outside its tensor is the library's typed
+/// error naming the tensor (as `RuntimeError::IndexOutOfBounds` in the JIT), and in-range
+/// indices give the JIT's values.
+#[test]
+fn a_gather_out_of_bounds_in_the_library_is_an_error_naming_the_tensor() {
+    use ir::te::{compute, placeholder};
+    let a = placeholder([4], DType::I32, "A").unwrap();
+    let idx = placeholder([6], DType::I64, "Idx").unwrap();
+    let out = compute([6], |i| a.at([&idx.at([&i[0]])]) * 2, "P").unwrap();
+    let s = ir::schedule::create_schedule(&[&out]);
+    let func = ir::lower::lower(&s, &[&a, &idx, &out], "gather").unwrap();
+    let levels = [IsaLevel::Scalar];
+    let options = ExportOptions { levels: levels.to_vec(), ..ExportOptions::new("tlgather") };
+    let lib = export(&[Operator::portable("gather", &func, &levels)], &options, &out_dir("gather")).expect("export");
+    let loaded = LoadedLibrary::open(&lib.shared).expect("load");
+    let mut ta = Tensor::from_slice(&[4], &[10i32, 20, 30, 40]).unwrap();
+    let mut tp = Tensor::zeros(DType::I32, &[6]);
+    let mut good = Tensor::from_slice(&[6], &[3i64, 0, 1, 2, 3, 0]).unwrap();
+    loaded.call("gather", &mut [&mut ta, &mut good, &mut tp]).unwrap();
+    assert_eq!(tp.to_vec::<i32>().unwrap(), [80, 20, 40, 60, 80, 20]);
+    for bad in [[0i64, 1, 2, 4, 0, 0], [0, -1, 0, 0, 0, 0]] {
+        let mut bad = Tensor::from_slice(&[6], &bad).unwrap();
+        let err = loaded.call("gather", &mut [&mut ta, &mut bad, &mut tp]).unwrap_err();
+        assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::IndexOutOfBounds), .. }), "{err}");
+        assert!(err.to_string().contains("out-of-bounds read of A"), "{err}");
+        let jit = tensorlift::compile(&func, &CompileOptions::default()).unwrap();
+        let jit_err = jit.call(&mut [&mut ta, &mut bad, &mut tp]).unwrap_err();
+        assert!(jit_err.to_string().contains("out-of-bounds read of A"), "{jit_err}");
+    }
+}
