@@ -20,6 +20,8 @@ pub mod schedule;
 pub mod stmt;
 pub mod te;
 mod tensorize;
+pub mod trace;
+pub mod workload;
 
 pub use dtype::{DType, ScalarType};
 pub use error::{LowerError, MismatchPart, ScheduleError, TeError, TensorizeMismatch};
