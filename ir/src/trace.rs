@@ -157,11 +157,11 @@ pub struct TraceError {
 /// Why a step does not fit.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum TraceErrorKind {
-    #[error("stage {index} of the definition does not exist (the definition has {stages} stages)")]
+    #[error("the definition has no stage {index} (stage count: {stages})")]
     StageOutOfRange { index: usize, stages: usize },
     #[error("the stage created by step {step} does not exist ({why})")]
     NoCreatedStage { step: usize, why: String },
-    #[error("root axis {index} of stage {stage} does not exist (it has {axes} root axes)")]
+    #[error("stage {stage} has no root axis {index} (root axis count: {axes})")]
     RootAxisOutOfRange { stage: String, index: usize, axes: usize },
     #[error("output {index} of step {step} does not exist ({why})")]
     NoSuchOutput { step: usize, index: usize, why: String },
