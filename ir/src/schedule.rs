@@ -761,6 +761,17 @@ impl Schedule {
 
     fn cache_read_step(&mut self, tensor: &Tensor, readers: &[&Tensor]) -> Result<Tensor, ScheduleError> {
         let source = self.stage_of(tensor)?;
+        // The copy runs at the root, where a stage computed inside another's loops does not exist.
+        if let Attach::At { stage: target, .. } = &self.stage_data(source).attach {
+            return Err(ScheduleError::BadAttachment {
+                primitive: "cache_read",
+                stage: tensor.name().to_string(),
+                reason: format!(
+                    "it is computed inside the loops of {} (compute_at); cache it before compute_at or compute_root it",
+                    self.stage_data(*target).name()
+                ),
+            });
+        }
         let mut reader_stages = Vec::new();
         for reader in readers {
             let stage = self.compute_stage("cache_read", reader)?;
@@ -800,6 +811,14 @@ impl Schedule {
                 primitive: "cache_write",
                 stage: tensor.name().to_string(),
                 reason: "cache_write must come before any other primitive on the stage".to_string(),
+            });
+        }
+        // The definition moves to the new stage, away from loops another stage is computed in.
+        if let Some(attached) = self.order.iter().find(|s| matches!(&self.stage_data(**s).attach, Attach::At { stage: t, .. } if *t == stage)) {
+            return Err(ScheduleError::BadAttachment {
+                primitive: "cache_write",
+                stage: tensor.name().to_string(),
+                reason: format!("{} is computed inside its loops (compute_at); cache_write before compute_at", self.stage_data(*attached).name()),
             });
         }
         let body = data.body.clone().expect("compute stage has a body");

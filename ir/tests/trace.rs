@@ -367,3 +367,21 @@ fn tile_is_one_step_and_a_rejected_tile_changes_nothing() {
     );
 }
 
+
+/// Found by the property tests: both schedules used to be accepted and then failed to lower.
+#[test]
+fn caches_of_or_around_compute_at_stages_are_rejected() {
+    let def = chain("");
+    let d = &def.outputs[0];
+    let c = d.inputs()[0].clone();
+    let b = c.inputs()[0].clone();
+    let mut s = create_schedule(&[d]);
+    s.compute_at(&c, d, &d.axis(0)).unwrap();
+    let err = s.cache_read(&c, &[d]).unwrap_err();
+    assert_eq!(err.to_string(), "cache_read of C: it is computed inside the loops of D (compute_at); cache it before compute_at or compute_root it");
+    s.compute_at(&b, &c, &c.axis(1)).unwrap();
+    let err = s.cache_write(&c).unwrap_err();
+    assert_eq!(err.to_string(), "cache_write of C: B is computed inside its loops (compute_at); cache_write before compute_at");
+    assert_eq!(s.trace().steps.len(), 2);
+    def.lower(&s);
+}
