@@ -169,8 +169,9 @@ pub enum TraceErrorKind {
     UnknownIntrinsic { name: String },
     #[error("the resolver gave a different declaration for tensor intrinsic {name}: expected {expected:?}, found {found:?}")]
     IntrinsicMismatch { name: String, expected: Box<IntrinRef>, found: Box<IntrinRef> },
+    /// The primitive rejected the call (boxed: it is the largest of these errors).
     #[error(transparent)]
-    Primitive(ScheduleError),
+    Primitive(Box<ScheduleError>),
 }
 
 impl Schedule {
@@ -257,69 +258,69 @@ impl Schedule {
 
     /// Makes the call `step` records.
     fn apply(&mut self, step: &Step, resolver: &dyn Fn(&IntrinRef) -> Option<TensorIntrin>) -> Result<(), TraceErrorKind> {
-        use TraceErrorKind::Primitive as P;
+        let rejected = |e: ScheduleError| TraceErrorKind::Primitive(Box::new(e));
         match step {
             Step::Split { stage, axis, factor } => {
                 let t = self.resolve_stage(*stage)?;
                 let axis = self.resolve_loop(&t, *axis)?;
-                self.split(&t, &axis, *factor).map_err(P)?;
+                self.split(&t, &axis, *factor).map_err(rejected)?;
             }
             Step::SplitNparts { stage, axis, nparts } => {
                 let t = self.resolve_stage(*stage)?;
                 let axis = self.resolve_loop(&t, *axis)?;
-                self.split_nparts(&t, &axis, *nparts).map_err(P)?;
+                self.split_nparts(&t, &axis, *nparts).map_err(rejected)?;
             }
             Step::Tile { stage, x, y, x_factor, y_factor } => {
                 let t = self.resolve_stage(*stage)?;
                 let (x, y) = (self.resolve_loop(&t, *x)?, self.resolve_loop(&t, *y)?);
-                self.tile(&t, &x, &y, *x_factor, *y_factor).map_err(P)?;
+                self.tile(&t, &x, &y, *x_factor, *y_factor).map_err(rejected)?;
             }
             Step::Fuse { stage, outer, inner } => {
                 let t = self.resolve_stage(*stage)?;
                 let (outer, inner) = (self.resolve_loop(&t, *outer)?, self.resolve_loop(&t, *inner)?);
-                self.fuse(&t, &outer, &inner).map_err(P)?;
+                self.fuse(&t, &outer, &inner).map_err(rejected)?;
             }
             Step::Reorder { stage, order } => {
                 let t = self.resolve_stage(*stage)?;
                 let order = self.resolve_loops(&t, order)?;
-                self.reorder(&t, &order.iter().collect::<Vec<_>>()).map_err(P)?;
+                self.reorder(&t, &order.iter().collect::<Vec<_>>()).map_err(rejected)?;
             }
             Step::Vectorize { stage, axis } => {
                 let t = self.resolve_stage(*stage)?;
                 let axis = self.resolve_loop(&t, *axis)?;
-                self.vectorize(&t, &axis).map_err(P)?;
+                self.vectorize(&t, &axis).map_err(rejected)?;
             }
             Step::Unroll { stage, axis } => {
                 let t = self.resolve_stage(*stage)?;
                 let axis = self.resolve_loop(&t, *axis)?;
-                self.unroll(&t, &axis).map_err(P)?;
+                self.unroll(&t, &axis).map_err(rejected)?;
             }
             Step::Parallel { stage, axis } => {
                 let t = self.resolve_stage(*stage)?;
                 let axis = self.resolve_loop(&t, *axis)?;
-                self.parallel(&t, &axis).map_err(P)?;
+                self.parallel(&t, &axis).map_err(rejected)?;
             }
             Step::ComputeAt { stage, consumer, axis } => {
                 let (t, c) = (self.resolve_stage(*stage)?, self.resolve_stage(*consumer)?);
                 let axis = self.resolve_loop(&c, *axis)?;
-                self.compute_at(&t, &c, &axis).map_err(P)?;
+                self.compute_at(&t, &c, &axis).map_err(rejected)?;
             }
             Step::ComputeInline { stage } => {
                 let t = self.resolve_stage(*stage)?;
-                self.compute_inline(&t).map_err(P)?;
+                self.compute_inline(&t).map_err(rejected)?;
             }
             Step::ComputeRoot { stage } => {
                 let t = self.resolve_stage(*stage)?;
-                self.compute_root(&t).map_err(P)?;
+                self.compute_root(&t).map_err(rejected)?;
             }
             Step::CacheRead { stage, readers } => {
                 let t = self.resolve_stage(*stage)?;
                 let readers = readers.iter().map(|r| self.resolve_stage(*r)).collect::<Result<Vec<_>, _>>()?;
-                self.cache_read(&t, &readers.iter().collect::<Vec<_>>()).map_err(P)?;
+                self.cache_read(&t, &readers.iter().collect::<Vec<_>>()).map_err(rejected)?;
             }
             Step::CacheWrite { stage } => {
                 let t = self.resolve_stage(*stage)?;
-                self.cache_write(&t).map_err(P)?;
+                self.cache_write(&t).map_err(rejected)?;
             }
             Step::Tensorize { stage, axis, intrin } => {
                 let t = self.resolve_stage(*stage)?;
@@ -335,7 +336,7 @@ impl Schedule {
                         found: Box::new(found_ref),
                     });
                 }
-                self.tensorize(&t, &axis, &found).map_err(P)?;
+                self.tensorize(&t, &axis, &found).map_err(rejected)?;
             }
         }
         Ok(())

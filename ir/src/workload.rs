@@ -112,10 +112,10 @@ impl Canonical {
         match (renamed.body(), renamed.value_range()) {
             (Some(body), _) => {
                 let _ = write!(self.text, " = {body}");
-                if let ExprKind::Reduce(r) = body.kind() {
-                    if let Reducer::Custom(c) = &r.reducer {
-                        let _ = write!(self.text, " with {}({}, {}) = {}, identity {}", c.name, c.lhs.name(), c.rhs.name(), c.combine, c.identity);
-                    }
+                if let ExprKind::Reduce(r) = body.kind()
+                    && let Reducer::Custom(c) = &r.reducer
+                {
+                    let _ = write!(self.text, " with {}({}, {}) = {}, identity {}", c.name, c.lhs.name(), c.rhs.name(), c.combine, c.identity);
                 }
             }
             (None, Some((lo, hi))) => {
