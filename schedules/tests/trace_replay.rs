@@ -2,13 +2,13 @@
 //! the intrinsics rebuilt by `intrin::resolve`) to the same lowered IR, also through JSON.
 
 use ir::schedule::{create_schedule, Schedule};
-use ir::te::placeholder;
+use ir::te::{placeholder, placeholder_vec};
 use ir::trace::Trace;
 use ir::workload::workload_key;
 use ir::{DType, Tensor};
 use tensorlift_schedules::intrin::resolve;
 use tensorlift_schedules::nn::{matmul_packed, pack_b_vnni};
-use tensorlift_schedules::ops::{Conv2dParams, Layout};
+use tensorlift_schedules::ops::{Conv2dParams, Layout, conv2d_nchw_int8, dense_int8 as ops_dense_int8};
 use tensorlift_schedules::resnet18::{self, CONV_LAYERS, ConvLayer, FC, Layer};
 use tensorlift_schedules::x86::{GemmInt8Knobs, schedule_gemm_int8};
 use tensorlift_schedules::x86_conv::{Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, dense_int8};
@@ -105,4 +105,34 @@ fn gemm_int8_schedules_replay() {
         assert_eq!((err.step, err.primitive), (last, "tensorize"), "{err}");
         assert!(err.to_string().starts_with(&format!("trace step {last} (tensorize): tensorize of C at ko with int8_gemm_")), "{err}");
     }
+}
+
+/// The schedule-independent definition of a resnet-18 layer (`ops::conv2d_nchw_int8`,
+/// `ops::dense_int8`, with the table's quantization): what a record of a tuned schedule is keyed
+/// by. (The x86 direct definitions depend on knobs: `nr` pads their channels.)
+fn layer_output(layer: Layer) -> Tensor {
+    let q = resnet18::quantization(layer, 1).unwrap();
+    let src = placeholder_vec(q.src_dims.clone(), DType::U8, "src");
+    let wei = placeholder_vec(q.wei_dims.clone(), DType::I8, "wei");
+    let bias = placeholder([q.wei_dims[0]], DType::F32, "bias");
+    match layer {
+        Layer::Conv(c) => {
+            let conv = Conv2dParams { stride: c.stride, pad: c.pad };
+            conv2d_nchw_int8(&src, &wei, Some(&bias), None, conv, &q.attrs, c.name).unwrap().output
+        }
+        Layer::Dense(_) => ops_dense_int8(&src, &wei, Some(&bias), None, &q.attrs, "fc").unwrap().output,
+    }
+}
+
+#[test]
+fn resnet18_layers_have_distinct_workload_keys() {
+    let keys: Vec<_> = resnet18::layers().into_iter().map(|l| workload_key(&[&layer_output(l)])).collect();
+    let distinct: std::collections::HashSet<&String> = keys.iter().map(|k| &k.key).collect();
+    assert_eq!(distinct.len(), 12);
+    assert_eq!(keys[1], workload_key(&[&layer_output(resnet18::layers()[1])]));
+    // Source, weights, compensation, bias and the per-channel requantization multipliers.
+    assert_eq!(
+        keys[1].summary,
+        "u8[1,64,56,56] x i8[64,64,3,3] x i32[64] x f32[64] x f32[64] -> u8[1,64,56,56] (3 computes; sum[64x3x3])"
+    );
 }
