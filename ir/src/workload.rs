@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::expr::{Expr, ExprKind, Var};
 use crate::intrin::TensorIntrin;
 use crate::mutator::{walk_expr, Mutator};
-use crate::te::{compute_vec, placeholder_vec, placeholder_vec_in_range, IterVar, Reducer, Tensor, TensorId};
+use crate::te::{compute_vec, placeholder_vec_in_range, IterVar, Operation, Reducer, Tensor, TensorId};
 
 /// The identity of a workload: `key` for lookups, `summary` for people.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -92,7 +92,8 @@ impl Canonical {
         let name = format!("t{}", self.tensors.len());
         let shape = tensor.shape().to_vec();
         let renamed = match (tensor.body(), tensor.value_range()) {
-            (None, None) => placeholder_vec(shape, tensor.dtype(), &name),
+            // The original's shape and dtype were checked when it was made.
+            (None, None) => Tensor::from_parts(&name, shape, tensor.dtype(), Operation::Placeholder),
             (None, Some((lo, hi))) => placeholder_vec_in_range(shape, tensor.dtype(), lo..=hi, &name)
                 .expect("the same range was accepted for the original"),
             (Some(body), _) => {
