@@ -33,8 +33,9 @@ use crate::expr::{Expr, ExprKind, Var};
 use crate::te::{IterVar, Tensor, compute, reduce_axis, sum};
 
 /// What implements an intrinsic. The declaration's compute is the semantics in every case; the
-/// kind only tells code generation which kernels may implement it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// kind only tells code generation which kernels may implement it. Serializable as part of a
+/// schedule trace (`trace::IntrinRef`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum IntrinKind {
     /// `C[m, n] (i32) += Σ_{ko<k/4, ki<4} i32(A[m, ko*4+ki]) * i32(B[ko, n, ki])` with `A: u8[m, k]`
     /// (or `i8[m, k]` for an exact declaration: then both operands are signed),

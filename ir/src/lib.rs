@@ -21,6 +21,8 @@ pub mod schedule;
 pub mod stmt;
 pub mod te;
 mod tensorize;
+pub mod trace;
+pub mod workload;
 
 pub use dtype::{DType, ScalarType};
 pub use error::{LowerError, MismatchPart, OutOfBoundsRead, ScheduleError, TeError, TensorizeMismatch};

@@ -7,6 +7,9 @@
 //!
 //! Every primitive validates its arguments and returns a typed `ScheduleError`; a schedule that
 //! every primitive accepted always lowers (`lower::lower` cannot fail on it).
+//! Every accepted call is recorded as a step of the schedule's trace (`trace`), which replays the
+//! same calls onto a fresh definition of the workload; a rejected call leaves the schedule,
+//! trace included, unchanged.
 //!
 //! Non-dividing splits are handled by guards: the outer loop covers `ceil(extent / factor)`
 //! tiles and the body runs only where the reconstructed index is inside the original extent.
@@ -24,6 +27,7 @@ use crate::expr::{Expr, ExprKind};
 use crate::mutator::{substitute_map, walk_expr, Mutator};
 use crate::stmt::ForKind;
 use crate::te::{compute_vec, IterKind, IterVar, Operation, Tensor, TensorId};
+use crate::trace::{IntrinRef, RecordedStep, Step};
 
 /// Identity of a stage within its schedule.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -157,6 +161,10 @@ pub struct Schedule {
     order: Vec<Stage>,
     by_tensor: HashMap<TensorId, Stage>,
     outputs: Vec<Tensor>,
+    /// How many stages `create_schedule` made from the definition (`trace::StageRef::Definition`).
+    pub(crate) definition_stages: usize,
+    /// One entry per successful primitive call (`trace`).
+    pub(crate) recorded: Vec<RecordedStep>,
 }
 
 /// The largest vector a `vectorize` may request.
@@ -164,7 +172,14 @@ pub const MAX_LANES: i64 = 256;
 
 /// A schedule for computing `outputs` with every stage at the root, in default loop order.
 pub fn create_schedule(outputs: &[&Tensor]) -> Schedule {
-    let mut s = Schedule { stages: Vec::new(), order: Vec::new(), by_tensor: HashMap::new(), outputs: Vec::new() };
+    let mut s = Schedule {
+        stages: Vec::new(),
+        order: Vec::new(),
+        by_tensor: HashMap::new(),
+        outputs: Vec::new(),
+        definition_stages: 0,
+        recorded: Vec::new(),
+    };
     for out in outputs {
         s.add_tree(out);
         s.outputs.push((*out).clone());
@@ -173,6 +188,7 @@ pub fn create_schedule(outputs: &[&Tensor]) -> Schedule {
         let stage = s.by_tensor[&out.id()];
         s.stages[stage.0 as usize].is_output = true;
     }
+    s.definition_stages = s.stages.len();
     s
 }
 
@@ -330,6 +346,14 @@ impl Schedule {
 
     /// Splits `axis` into `outer` (extent `ceil(extent / factor)`) and `inner` (extent `factor`).
     pub fn split(&mut self, tensor: &Tensor, axis: &IterVar, factor: i64) -> Result<(IterVar, IterVar), ScheduleError> {
+        let (outer, inner) = self.split_unrecorded(tensor, axis, factor)?;
+        let step = Step::Split { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis), factor };
+        self.record(step, vec![outer.clone(), inner.clone()], None);
+        Ok((outer, inner))
+    }
+
+    /// `split` without a trace step, for primitives made of splits.
+    fn split_unrecorded(&mut self, tensor: &Tensor, axis: &IterVar, factor: i64) -> Result<(IterVar, IterVar), ScheduleError> {
         self.keeping_tensorize_valid(|s| s.split_step(tensor, axis, factor))
     }
 
@@ -372,7 +396,10 @@ impl Schedule {
             });
         }
         let extent = self.known_extent("split", stage, axis)?;
-        self.split(tensor, axis, ceil_div(extent, nparts))
+        let (outer, inner) = self.split_unrecorded(tensor, axis, ceil_div(extent, nparts))?;
+        let step = Step::SplitNparts { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis), nparts };
+        self.record(step, vec![outer.clone(), inner.clone()], None);
+        Ok((outer, inner))
     }
 
     fn known_extent(&self, primitive: &'static str, stage: Stage, axis: &IterVar) -> Result<i64, ScheduleError> {
@@ -384,7 +411,8 @@ impl Schedule {
     }
 
     /// Splits `x` by `x_factor` and `y` by `y_factor` and orders the loops
-    /// `x.outer, y.outer, x.inner, y.inner`. Returns them in that order.
+    /// `x.outer, y.outer, x.inner, y.inner`. Returns them in that order. On an error the schedule
+    /// is unchanged.
     pub fn tile(
         &mut self,
         tensor: &Tensor,
@@ -393,15 +421,27 @@ impl Schedule {
         x_factor: i64,
         y_factor: i64,
     ) -> Result<(IterVar, IterVar, IterVar, IterVar), ScheduleError> {
-        let (xo, xi) = self.split(tensor, x, x_factor)?;
-        let (yo, yi) = self.split(tensor, y, y_factor)?;
-        self.reorder(tensor, &[&xo, &yo, &xi, &yi])?;
+        let before = self.clone();
+        let tiled = self.split_unrecorded(tensor, x, x_factor).and_then(|(xo, xi)| {
+            let (yo, yi) = self.split_unrecorded(tensor, y, y_factor)?;
+            self.reorder_unrecorded(tensor, &[&xo, &yo, &xi, &yi])?;
+            Ok((xo, yo, xi, yi))
+        });
+        let Ok((xo, yo, xi, yi)) = tiled else {
+            *self = before;
+            return tiled;
+        };
+        let (x, y) = (self.loop_ref(tensor, x), self.loop_ref(tensor, y));
+        self.record(Step::Tile { stage: self.stage_ref(tensor), x, y, x_factor, y_factor }, vec![xo.clone(), yo.clone(), xi.clone(), yi.clone()], None);
         Ok((xo, yo, xi, yi))
     }
 
     /// Fuses two adjacent loops, `outer` directly outside `inner`, into one.
     pub fn fuse(&mut self, tensor: &Tensor, outer: &IterVar, inner: &IterVar) -> Result<IterVar, ScheduleError> {
-        self.keeping_tensorize_valid(|s| s.fuse_step(tensor, outer, inner))
+        let fused = self.keeping_tensorize_valid(|s| s.fuse_step(tensor, outer, inner))?;
+        let (outer, inner) = (self.loop_ref(tensor, outer), self.loop_ref(tensor, inner));
+        self.record(Step::Fuse { stage: self.stage_ref(tensor), outer, inner }, vec![fused.clone()], None);
+        Ok(fused)
     }
 
     fn fuse_step(&mut self, tensor: &Tensor, outer: &IterVar, inner: &IterVar) -> Result<IterVar, ScheduleError> {
@@ -445,6 +485,14 @@ impl Schedule {
 
     /// Puts the given loops, in the given order, into the positions they occupy now.
     pub fn reorder(&mut self, tensor: &Tensor, order: &[&IterVar]) -> Result<(), ScheduleError> {
+        self.reorder_unrecorded(tensor, order)?;
+        let order = order.iter().map(|a| self.loop_ref(tensor, a)).collect();
+        self.record(Step::Reorder { stage: self.stage_ref(tensor), order }, Vec::new(), None);
+        Ok(())
+    }
+
+    /// `reorder` without a trace step, for `tile`.
+    fn reorder_unrecorded(&mut self, tensor: &Tensor, order: &[&IterVar]) -> Result<(), ScheduleError> {
         self.keeping_tensorize_valid(|s| s.reorder_step(tensor, order))
     }
 
@@ -485,6 +533,7 @@ impl Schedule {
             });
         }
         self.data_mut(stage).for_kinds.insert(axis.clone(), ForKind::Vectorized);
+        self.record(Step::Vectorize { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis) }, Vec::new(), None);
         Ok(())
     }
 
@@ -494,6 +543,7 @@ impl Schedule {
         self.leaf_position("unroll", stage, axis)?;
         self.known_extent("unroll", stage, axis)?;
         self.data_mut(stage).for_kinds.insert(axis.clone(), ForKind::Unrolled);
+        self.record(Step::Unroll { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis) }, Vec::new(), None);
         Ok(())
     }
 
@@ -508,6 +558,7 @@ impl Schedule {
             });
         }
         self.data_mut(stage).for_kinds.insert(axis.clone(), ForKind::Parallel);
+        self.record(Step::Parallel { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis) }, Vec::new(), None);
         Ok(())
     }
 
@@ -516,7 +567,14 @@ impl Schedule {
     /// Computes `producer` inside loop `axis` of `consumer`, for just the region that one
     /// iteration of `axis` reads. `consumer` must read `producer` directly and be its only reader.
     pub fn compute_at(&mut self, producer: &Tensor, consumer: &Tensor, axis: &IterVar) -> Result<(), ScheduleError> {
-        self.keeping_tensorize_valid(|s| s.compute_at_step(producer, consumer, axis))
+        self.keeping_tensorize_valid(|s| s.compute_at_step(producer, consumer, axis))?;
+        let step = Step::ComputeAt {
+            stage: self.stage_ref(producer),
+            consumer: self.stage_ref(consumer),
+            axis: self.loop_ref(consumer, axis),
+        };
+        self.record(step, Vec::new(), None);
+        Ok(())
     }
 
     fn compute_at_step(&mut self, producer: &Tensor, consumer: &Tensor, axis: &IterVar) -> Result<(), ScheduleError> {
@@ -568,7 +626,9 @@ impl Schedule {
 
     /// Substitutes `tensor`'s definition into its consumers; it gets no loops or storage.
     pub fn compute_inline(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
-        self.keeping_tensorize_valid(|s| s.compute_inline_step(tensor))
+        self.keeping_tensorize_valid(|s| s.compute_inline_step(tensor))?;
+        self.record(Step::ComputeInline { stage: self.stage_ref(tensor) }, Vec::new(), None);
+        Ok(())
     }
 
     fn compute_inline_step(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
@@ -595,7 +655,9 @@ impl Schedule {
 
     /// Computes `tensor` in its own loop nest at the top level (the default).
     pub fn compute_root(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
-        self.keeping_tensorize_valid(|s| s.compute_root_step(tensor))
+        self.keeping_tensorize_valid(|s| s.compute_root_step(tensor))?;
+        self.record(Step::ComputeRoot { stage: self.stage_ref(tensor) }, Vec::new(), None);
+        Ok(())
     }
 
     fn compute_root_step(&mut self, tensor: &Tensor) -> Result<(), ScheduleError> {
@@ -635,8 +697,11 @@ impl Schedule {
         let checked = self.check_tensorized(stage);
         if checked.is_err() {
             self.data_mut(stage).tensorize = previous;
+            return checked;
         }
-        checked
+        let step = Step::Tensorize { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis), intrin: IntrinRef::of(intrin) };
+        self.record(step, Vec::new(), None);
+        Ok(())
     }
 
     /// Re-proves the tensorize request of `stage`, if any, on the current schedule.
@@ -693,11 +758,25 @@ impl Schedule {
     /// Adds a stage that copies `tensor` into a new tensor `<name>.local`, and makes `readers`
     /// read the copy. Returns the copy, which can then be placed with `compute_at`.
     pub fn cache_read(&mut self, tensor: &Tensor, readers: &[&Tensor]) -> Result<Tensor, ScheduleError> {
-        self.keeping_tensorize_valid(|s| s.cache_read_step(tensor, readers))
+        let cache = self.keeping_tensorize_valid(|s| s.cache_read_step(tensor, readers))?;
+        let readers = readers.iter().map(|r| self.stage_ref(r)).collect();
+        self.record(Step::CacheRead { stage: self.stage_ref(tensor), readers }, Vec::new(), Some(&cache));
+        Ok(cache)
     }
 
     fn cache_read_step(&mut self, tensor: &Tensor, readers: &[&Tensor]) -> Result<Tensor, ScheduleError> {
         let source = self.stage_of(tensor)?;
+        // The copy runs at the root, where a stage computed inside another's loops does not exist.
+        if let Attach::At { stage: target, .. } = &self.stage_data(source).attach {
+            return Err(ScheduleError::BadAttachment {
+                primitive: "cache_read",
+                stage: tensor.name().to_string(),
+                reason: format!(
+                    "it is computed inside the loops of {} (compute_at); cache it before compute_at or compute_root it",
+                    self.stage_data(*target).name()
+                ),
+            });
+        }
         let mut reader_stages = Vec::new();
         for reader in readers {
             let stage = self.compute_stage("cache_read", reader)?;
@@ -724,7 +803,9 @@ impl Schedule {
     /// of it. Returns the new tensor, which carries the original definition (and its reduction
     /// axes, with fresh identities) and can be scheduled like any compute.
     pub fn cache_write(&mut self, tensor: &Tensor) -> Result<Tensor, ScheduleError> {
-        self.keeping_tensorize_valid(|s| s.cache_write_step(tensor))
+        let cache = self.keeping_tensorize_valid(|s| s.cache_write_step(tensor))?;
+        self.record(Step::CacheWrite { stage: self.stage_ref(tensor) }, Vec::new(), Some(&cache));
+        Ok(cache)
     }
 
     fn cache_write_step(&mut self, tensor: &Tensor) -> Result<Tensor, ScheduleError> {
@@ -735,6 +816,14 @@ impl Schedule {
                 primitive: "cache_write",
                 stage: tensor.name().to_string(),
                 reason: "cache_write must come before any other primitive on the stage".to_string(),
+            });
+        }
+        // The definition moves to the new stage, away from loops another stage is computed in.
+        if let Some(attached) = self.order.iter().find(|s| matches!(&self.stage_data(**s).attach, Attach::At { stage: t, .. } if *t == stage)) {
+            return Err(ScheduleError::BadAttachment {
+                primitive: "cache_write",
+                stage: tensor.name().to_string(),
+                reason: format!("{} is computed inside its loops (compute_at); cache_write before compute_at", self.stage_data(*attached).name()),
             });
         }
         let body = data.body.clone().expect("compute stage has a body");

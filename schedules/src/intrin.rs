@@ -6,6 +6,7 @@
 
 use ir::intrin::{Int8GemmSize, IntrinKind, TensorIntrin, decl_tensor_intrin, int8_gemm_compute};
 use ir::te::placeholder_vec;
+use ir::trace::IntrinRef;
 use ir::{DType, TeError};
 
 /// The `m × n` u8 × i8 → i32 micro-kernel over a reduction of `k` (a multiple of 4):
@@ -42,6 +43,16 @@ pub fn int8_gemm_segmented_microkernel(
     let b = placeholder_vec(vec![segments * k / 4, n, 4], DType::I8, "B")?;
     let c = int8_gemm_compute(&a, &b, size, saturating, "C")?;
     decl_tensor_intrin(&name, IntrinKind::Int8Gemm { m, n, k, segments, saturating }, &c, &[&a, &b])
+}
+
+/// The declaration of this module that `r` refers to, rebuilt: the resolver for replaying traces
+/// of the x86 schedules (`ir::trace::Trace::replay`). `None` for an intrinsic declared elsewhere.
+pub fn resolve(r: &IntrinRef) -> Option<TensorIntrin> {
+    let IntrinKind::Int8Gemm { m, n, k, segments, saturating } = r.kind else { return None };
+    [DType::U8, DType::I8]
+        .into_iter()
+        .filter_map(|a| int8_gemm_segmented_microkernel(m, n, segments, k, a, saturating).ok())
+        .find(|intrin| r.matches(intrin))
 }
 
 #[cfg(test)]

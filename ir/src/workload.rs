@@ -1,0 +1,197 @@
+//! Workload keys: a stable identity of a tensor-expression definition, for records of tuned
+//! schedules.
+//!
+//! The key is the SHA-256 of the definition's canonical text (`canonical_definition`): every
+//! tensor, in a deterministic walk from the outputs (each tensor after the tensors it reads, in
+//! the order it reads them), with its shape, dtype, value range and body printed in the IR's
+//! text format, after renaming tensors `t0, t1, ...` in that order and the axes of each compute
+//! by position (`i, j, k, ...` for data axes, `r0, r1, ...` for reduction axes). Names, ids,
+//! the process and the machine therefore do not change the key; any difference in shapes,
+//! dtypes, value ranges, constants or the structure of a body does. Custom reducers are printed
+//! with their name, combiner and identity. The key changes when the canonical text changes (the
+//! IR printer's format included): its test holds a golden key that is re-blessed on purpose.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use sha2::{Digest, Sha256};
+
+use crate::expr::{Expr, ExprKind, Var};
+use crate::intrin::TensorIntrin;
+use crate::mutator::{walk_expr, Mutator};
+use crate::te::{compute_vec, placeholder_vec_in_range, IterVar, Operation, Reducer, Tensor, TensorId};
+
+/// The identity of a workload: `key` for lookups, `summary` for people.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WorkloadKey {
+    /// SHA-256 of `canonical_definition`, lowercase hex.
+    pub key: String,
+    /// The inputs and outputs with dtypes and shapes, and the reductions, e.g.
+    /// `u8[1,8,8,16] x i8[32,16,3,3] -> i32[1,6,6,32] (2 computes; sum[3x3x16])`.
+    pub summary: String,
+}
+
+/// The key of the definition computing `outputs`.
+pub fn workload_key(outputs: &[&Tensor]) -> WorkloadKey {
+    let canon = Canonical::of(&[], outputs);
+    WorkloadKey { key: sha256_hex(&canon.text), summary: canon.summary() }
+}
+
+/// The text `workload_key` hashes.
+pub fn canonical_definition(outputs: &[&Tensor]) -> String {
+    Canonical::of(&[], outputs).text
+}
+
+/// The key of an intrinsic's declaration: its inputs in call order, then its compute, renamed
+/// like a workload (the inputs first, so that their order is part of the key).
+pub fn intrin_key(intrin: &TensorIntrin) -> String {
+    let inputs: Vec<&Tensor> = intrin.inputs.iter().collect();
+    sha256_hex(&Canonical::of(&inputs, &[&intrin.output]).text)
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes()).iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// A definition rebuilt with canonical names, and its text.
+struct Canonical {
+    /// Original tensor → its renamed copy.
+    renamed: HashMap<TensorId, Tensor>,
+    /// The renamed tensors in canonical order.
+    tensors: Vec<Tensor>,
+    outputs: Vec<Tensor>,
+    text: String,
+}
+
+impl Canonical {
+    fn of(first: &[&Tensor], outputs: &[&Tensor]) -> Canonical {
+        let mut c = Canonical { renamed: HashMap::new(), tensors: Vec::new(), outputs: Vec::new(), text: String::new() };
+        for t in first.iter().chain(outputs) {
+            c.visit(t);
+        }
+        c.outputs = outputs.iter().map(|t| c.renamed[&t.id()].clone()).collect();
+        let names = |ts: &[Tensor]| ts.iter().map(|t| t.name().to_string()).collect::<Vec<_>>().join(", ");
+        if !first.is_empty() {
+            let inputs: Vec<Tensor> = first.iter().map(|t| c.renamed[&t.id()].clone()).collect();
+            let _ = writeln!(c.text, "inputs {}", names(&inputs));
+        }
+        let _ = writeln!(c.text, "outputs {}", names(&c.outputs));
+        c
+    }
+
+    fn visit(&mut self, tensor: &Tensor) -> Tensor {
+        if let Some(t) = self.renamed.get(&tensor.id()) {
+            return t.clone();
+        }
+        for input in tensor.inputs() {
+            self.visit(&input);
+        }
+        let name = format!("t{}", self.tensors.len());
+        let shape = tensor.shape().to_vec();
+        let renamed = match (tensor.body(), tensor.value_range()) {
+            // The original's shape and dtype were checked when it was made.
+            (None, None) => Tensor::from_parts(&name, shape, tensor.dtype(), Operation::Placeholder),
+            (None, Some((lo, hi))) => placeholder_vec_in_range(shape, tensor.dtype(), lo..=hi, &name)
+                .expect("the same range was accepted for the original"),
+            (Some(body), _) => {
+                let axes = tensor.axes();
+                compute_vec(
+                    shape,
+                    |idx| {
+                        let vars = axes.iter().map(|a| a.var().clone()).zip(idx.iter().cloned()).collect();
+                        Rename { vars, tensors: &self.renamed, reduce_axes: 0 }.mutate_expr(body)
+                    },
+                    &name,
+                )
+                .expect("a renamed copy of a well-typed body is well typed")
+            }
+        };
+        let _ = write!(self.text, "{name}: {}{:?}", renamed.dtype(), renamed.shape());
+        match (renamed.body(), renamed.value_range()) {
+            (Some(body), _) => {
+                let _ = write!(self.text, " = {body}");
+                if let ExprKind::Reduce(r) = body.kind()
+                    && let Reducer::Custom(c) = &r.reducer
+                {
+                    let _ = write!(self.text, " with {}({}, {}) = {}, identity {}", c.name, c.lhs.name(), c.rhs.name(), c.combine, c.identity);
+                }
+            }
+            (None, Some((lo, hi))) => {
+                let _ = write!(self.text, " placeholder in {lo}..={hi}");
+            }
+            (None, None) => self.text.push_str(" placeholder"),
+        }
+        self.text.push('\n');
+        self.renamed.insert(tensor.id(), renamed.clone());
+        self.tensors.push(renamed.clone());
+        renamed
+    }
+
+    /// `u8[1,8,8,16] x i8[32,16,3,3] -> i32[1,6,6,32] (2 computes; sum[3x3x16])`.
+    fn summary(&self) -> String {
+        let show = |t: &Tensor| {
+            let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+            let range = t.value_range().map(|(lo, hi)| format!("({lo}..={hi})")).unwrap_or_default();
+            format!("{}[{}]{range}", t.dtype(), dims.join(","))
+        };
+        let inputs: Vec<String> = self.tensors.iter().filter(|t| t.is_placeholder()).map(show).collect();
+        let outputs: Vec<String> = self.outputs.iter().map(show).collect();
+        let computes = self.tensors.iter().filter(|t| !t.is_placeholder()).count();
+        let reductions: Vec<String> = self
+            .tensors
+            .iter()
+            .filter_map(|t| match t.body().map(|b| b.kind()) {
+                Some(ExprKind::Reduce(r)) => {
+                    let extents: Vec<String> = r.axes.iter().map(|a| a.extent().to_string()).collect();
+                    Some(format!("{}[{}]", r.reducer.name(), extents.join("x")))
+                }
+                _ => None,
+            })
+            .collect();
+        let plural = if computes == 1 { "" } else { "s" };
+        let mut summary = format!("{} -> {} ({computes} compute{plural}", inputs.join(" x "), outputs.join(", "));
+        if !reductions.is_empty() {
+            let _ = write!(summary, "; {}", reductions.join(", "));
+        }
+        summary.push(')');
+        summary
+    }
+}
+
+/// Renames a compute body: its axes to the new compute's, its reduction axes to `r0, r1, ...`
+/// (fresh identities), and its reads to the renamed tensors.
+struct Rename<'a> {
+    vars: HashMap<Var, Expr>,
+    tensors: &'a HashMap<TensorId, Tensor>,
+    reduce_axes: usize,
+}
+
+impl Mutator for Rename<'_> {
+    fn mutate_expr(&mut self, expr: &Expr) -> Expr {
+        match expr.kind() {
+            ExprKind::Var(v) => self.vars.get(v).cloned().unwrap_or_else(|| expr.clone()),
+            ExprKind::TensorRead(t, idx) => {
+                let indices = idx.iter().map(|i| self.mutate_expr(i)).collect();
+                self.tensors[&t.id()].at_vec(indices)
+            }
+            ExprKind::Reduce(r) => {
+                let axes: Vec<IterVar> = r
+                    .axes
+                    .iter()
+                    .map(|a| {
+                        let fresh = IterVar::new(format!("r{}", self.reduce_axes), a.extent(), a.kind());
+                        self.reduce_axes += 1;
+                        self.vars.insert(a.var().clone(), fresh.to_expr());
+                        fresh
+                    })
+                    .collect();
+                let source = self.mutate_expr(&r.source);
+                r.reducer.reduce(expr.dtype(), &axes.iter().collect::<Vec<_>>(), source)
+            }
+            _ => walk_expr(self, expr),
+        }
+    }
+}
