@@ -13,6 +13,7 @@ mod memory;
 mod peak;
 mod reference;
 mod resnet18;
+mod tune;
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -46,6 +47,14 @@ enum Command {
     /// Write a self-contained operator library: lib<NAME>.so, lib<NAME>.a and <NAME>.h, every
     /// ISA level inside, dispatched on the CPU that loads it.
     Export(export::Args),
+    /// Search schedules (`tune resnet18`): candidates compiled, verified bit for bit and timed
+    /// against the peak probe in a worker process, recorded in a database.
+    Tune(tune::Args),
+    /// Measure candidate schedules given as JSON lines on stdin: one record per line on stdout
+    /// (the tuner's worker; any engine can fan it out to machines with the target CPU).
+    Measure(tune::MeasureArgs),
+    /// Tuning databases: `db merge A B ... --out C`.
+    Db(tune::DbArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -65,5 +74,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
         Command::Resnet18(args) => resnet18::run(args),
         Command::Peak(args) => peak::run(args),
         Command::Export(args) => export::run(args),
+        Command::Tune(args) => tune::run(args),
+        Command::Measure(args) => tune::measure(args),
+        Command::Db(args) => tune::db(args),
     }
 }

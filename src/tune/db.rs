@@ -88,6 +88,18 @@ pub struct Record {
     /// Why a failed measurement failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The peak probe's GOPS measured beside the candidate (all its threads), and which probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_gops: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_probe: Option<String>,
+}
+
+impl Record {
+    /// GOPS as a percentage of the probe measured beside it.
+    pub fn pct_peak(&self) -> Option<f64> {
+        Some(100.0 * self.gops? / self.peak_gops?)
+    }
 }
 
 /// Errors from reading and writing databases.
@@ -247,6 +259,8 @@ mod tests {
             verified: true,
             measured_at: now_rfc3339(),
             error: None,
+            peak_gops: None,
+            peak_probe: None,
         }
     }
 

@@ -1,6 +1,149 @@
-//! Auto-scheduling: a typed search space per layer (`space`), search strategies (`search`), and
-//! the record database (`db`).
+//! Auto-scheduling of the resnet-18 int8 layers: a typed search space per layer (`space`),
+//! search strategies (`search`), measurement — compile, verify bit for bit, time against the
+//! peak probe (`measure`) — in a worker process (`worker`), and the record database (`db`).
+//!
+//! `tune_layer` is what `tensorlift tune resnet18` runs per layer; `tensorlift resnet18` applies
+//! the best record of a database (`db::select`).
 
 pub mod db;
+pub mod measure;
+pub mod plot;
 pub mod search;
 pub mod space;
+pub mod worker;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ir::DType;
+use schedules::ops::{Conv2dParams, conv2d_nchw_int8, dense_int8};
+use schedules::resnet18::{Layer, WeightBits, quantization};
+
+use db::{DbError, Record, Status, WorkloadRef};
+use search::{Searcher, Strategy};
+use space::{Point, Space};
+use worker::{Candidate, Worker};
+
+use crate::IsaLevel;
+
+/// The workload of a table layer: the key of its definition (`ops::conv2d_nchw_int8` or
+/// `ops::dense_int8` with the table's quantization), independent of how it is scheduled.
+pub fn workload(layer: Layer) -> WorkloadRef {
+    let position = schedules::resnet18::layers().iter().position(|l| *l == layer).unwrap_or(0);
+    let (op, key) = match definition_key(layer, position) {
+        Ok(k) => k,
+        Err(e) => return WorkloadRef { key: String::new(), op: "invalid".into(), summary: e },
+    };
+    WorkloadRef { key: key.key, op: op.into(), summary: format!("{} {}", layer.name(), key.summary) }
+}
+
+fn definition_key(layer: Layer, position: usize) -> Result<(&'static str, ir::workload::WorkloadKey), String> {
+    let quant = quantization(layer, 1000 * (position as u64 + 1)).map_err(|e| e.to_string())?;
+    let src = ir::te::placeholder_vec(quant.src_dims.clone(), DType::U8, "src").map_err(|e| e.to_string())?;
+    let wei = ir::te::placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights").map_err(|e| e.to_string())?;
+    let bias = ir::te::placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias").map_err(|e| e.to_string())?;
+    let (op, def) = match layer {
+        Layer::Conv(c) => {
+            let conv = Conv2dParams { stride: c.stride, pad: c.pad };
+            ("conv2d_int8", conv2d_nchw_int8(&src, &wei, Some(&bias), None, conv, &quant.attrs, layer.name()))
+        }
+        Layer::Dense(_) => ("dense_int8", dense_int8(&src, &wei, Some(&bias), None, &quant.attrs, layer.name())),
+    };
+    let def = def.map_err(|e| e.to_string())?;
+    Ok((op, ir::workload::workload_key(&[&def.output])))
+}
+
+/// How to tune one layer.
+#[derive(Clone, Debug)]
+pub struct TuneOptions {
+    pub level: IsaLevel,
+    pub weights: WeightBits,
+    /// Most threads a point may use.
+    pub max_threads: usize,
+    /// Stop after this many measurements ...
+    pub trials: usize,
+    /// ... or this much time, whichever comes first.
+    pub budget: Option<Duration>,
+    /// Timed calls per measurement.
+    pub repeat: usize,
+    pub strategy: Strategy,
+    pub seed: u64,
+}
+
+/// What tuning one layer found.
+#[derive(Clone, Debug)]
+pub struct LayerResult {
+    pub layer: Layer,
+    pub workload: WorkloadRef,
+    /// Every record, in measurement order (the first is the default point's).
+    pub records: Vec<Record>,
+    pub elapsed: Duration,
+}
+
+impl LayerResult {
+    /// The default point's record.
+    pub fn default_record(&self) -> Option<&Record> {
+        self.records.first()
+    }
+
+    /// The fastest verified record.
+    pub fn best(&self) -> Option<&Record> {
+        self.records
+            .iter()
+            .filter(|r| r.status == Status::Ok && r.verified)
+            .min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
+    }
+
+    /// Best GOPS after each trial (0 until one succeeded): the tuning curve.
+    pub fn curve(&self) -> Vec<f64> {
+        let mut best: f64 = 0.0;
+        self.records.iter().map(|r| {
+            best = best.max(r.gops.filter(|_| r.status == Status::Ok && r.verified).unwrap_or(0.0));
+            best
+        }).collect()
+    }
+}
+
+/// Tunes `layer` with `worker`, appending every record to `db` (when given) as it is measured;
+/// `progress` sees each record. The default point is measured first, so the best record is
+/// never slower than the default's (up to the noise of one measurement).
+pub fn tune_layer(
+    worker: &mut Worker,
+    layer: Layer,
+    options: &TuneOptions,
+    db: Option<&Path>,
+    mut progress: impl FnMut(&Record),
+) -> Result<LayerResult, DbError> {
+    let start = Instant::now();
+    let workload = workload(layer);
+    let mut searcher = Searcher::new(Space::new(layer, options.max_threads), options.strategy, options.seed);
+    let mut records = Vec::new();
+    while records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b) {
+        let Some(point) = searcher.next() else { break };
+        let candidate = Candidate {
+            layer: layer.name().to_string(),
+            isa: options.level.name().to_string(),
+            weights: match options.weights {
+                WeightBits::Eight => "full".into(),
+                WeightBits::Seven => "7bit".into(),
+            },
+            max_threads: options.max_threads,
+            point,
+            repeat: options.repeat,
+        };
+        let record = worker.measure(&candidate, workload.clone());
+        let seconds = record.median_ns.filter(|_| record.status == Status::Ok && record.verified).map(|ns| ns * 1e-9);
+        searcher.report(point, seconds);
+        if let Some(path) = db {
+            db::append(path, std::slice::from_ref(&record))?;
+        }
+        progress(&record);
+        records.push(record);
+    }
+    Ok(LayerResult { layer, workload, records, elapsed: start.elapsed() })
+}
+
+/// The point a record's schedule holds.
+pub fn record_point(record: &Record) -> Option<Point> {
+    serde_json::from_value(record.schedule.get("knobs")?.clone()).ok()
+}

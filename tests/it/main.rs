@@ -12,4 +12,5 @@ mod norm;
 mod quant;
 mod readme;
 mod tensorize;
+mod tune;
 mod vnni;

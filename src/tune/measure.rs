@@ -1,0 +1,242 @@
+//! Measuring one point of a layer's space: compile, verify bit for bit against the reference,
+//! then time (median of repeats after a warm-up, interleaved with the peak probe of the kernel's
+//! method, as `tensorlift resnet18` does).
+
+use std::time::Instant;
+
+use ir::DType;
+use ir::interp::array::Array;
+use ir::te::placeholder_vec;
+use schedules::generic::default_schedule;
+use schedules::ops::{Conv2dParams, Layout};
+use schedules::resnet18::{Layer, LayerQuant, WeightBits, quantization, uniform};
+use schedules::x86_conv::{Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, dense_int8, prepare_conv2d_int8, prepare_dense_int8};
+use thiserror::Error;
+
+use super::db::{Status, WorkloadRef};
+use super::space::{Point, Space};
+use crate::bench::time_against_peak;
+use crate::kernels::peak::{Probe, ProbeKind};
+use crate::{BuildError, CompileOptions, CompiledFunc, IsaLevel, RuntimeError, Target, Tensor, build};
+
+/// Errors setting up a layer for measurement (a point's own failures are `Measurement`s).
+#[derive(Debug, Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Quant(#[from] schedules::quant::QuantError),
+    #[error(transparent)]
+    Conv(#[from] schedules::x86_conv::Conv2dInt8Error),
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(transparent)]
+    Run(#[from] RuntimeError),
+    #[error(transparent)]
+    Compile(#[from] crate::CompileError),
+    #[error(transparent)]
+    Te(#[from] ir::TeError),
+}
+
+/// What measuring a point gave.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measurement {
+    pub status: Status,
+    pub median_ns: Option<f64>,
+    pub gops: Option<f64>,
+    /// The probe's GOPS measured beside it, and which probe.
+    pub peak_gops: Option<f64>,
+    pub probe: Option<ProbeKind>,
+    pub compile_ms: Option<f64>,
+    pub verified: bool,
+    pub error: Option<String>,
+}
+
+impl Measurement {
+    fn failed(status: Status, error: String, compile_ms: Option<f64>) -> Measurement {
+        Measurement {
+            status,
+            median_ns: None,
+            gops: None,
+            peak_gops: None,
+            probe: None,
+            compile_ms,
+            verified: false,
+            error: Some(error),
+        }
+    }
+}
+
+/// A layer of the resnet-18 table set up for tuning at one ISA level: its data (seeded by table
+/// position, as `tensorlift resnet18` seeds it), the prepared inputs and the reference output.
+pub struct LayerBench {
+    pub layer: Layer,
+    pub level: IsaLevel,
+    pub weights: WeightBits,
+    pub space: Space,
+    pub workload: WorkloadRef,
+    quant: LayerQuant,
+    /// The source in the schedule's layout (NHWC; `[1, 1, 1, IC]` for the dense layer).
+    src: Array,
+    wei: Array,
+    bias: Array,
+    range: (i8, i8),
+    /// The output of the layer's definition under the generic schedule.
+    reference: Array,
+}
+
+/// The source placeholder in the schedule's layout, and the stages of `layer` scheduled by
+/// `knobs` (the convolution in NHWC, the dense layer on `[1, IC]`).
+fn define(layer: Layer, quant: &LayerQuant, knobs: Conv2dInt8Knobs) -> Result<Conv2dInt8, SetupError> {
+    let wei = placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights")?;
+    let bias = placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias")?;
+    Ok(match layer {
+        Layer::Conv(c) => {
+            let src = placeholder_vec(vec![1, c.h, c.w, c.ic], DType::U8, "src")?;
+            let params = Conv2dParams { stride: c.stride, pad: c.pad };
+            conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, Layout::Nhwc, knobs, layer.name())?
+        }
+        Layer::Dense(_) => {
+            let src = placeholder_vec(quant.src_dims.clone(), DType::U8, "src")?;
+            dense_int8(&src, &wei, Some(&bias), &quant.attrs, knobs, layer.name())?
+        }
+    })
+}
+
+/// A layer compiled with its weights prepared: call it with `args` (the output last).
+struct Compiled {
+    func: CompiledFunc,
+    args: Vec<Tensor>,
+    compile_ms: f64,
+}
+
+impl LayerBench {
+    /// Sets up `layer` (at `position` in the table) for tuning at `level` on `max_threads`.
+    pub fn new(
+        layer: Layer,
+        position: usize,
+        level: IsaLevel,
+        weights: WeightBits,
+        max_threads: usize,
+        workload: WorkloadRef,
+    ) -> Result<LayerBench, SetupError> {
+        let seed = 1000 * (position as u64 + 1);
+        let quant = quantization(layer, seed)?;
+        let (lo, hi) = weights.range();
+        let src_dims = match layer {
+            Layer::Conv(c) => vec![1, c.h, c.w, c.ic],
+            Layer::Dense(d) => vec![1, 1, 1, d.in_features],
+        };
+        let n = |dims: &[i64]| dims.iter().product::<i64>() as usize;
+        let src = Array::from_i64(DType::U8, &src_dims, &uniform(n(&src_dims), seed, 0, 255));
+        let wei = Array::from_i64(DType::I8, &quant.wei_dims, &uniform(n(&quant.wei_dims), seed + 1, lo.into(), hi.into()));
+        let bias = Array::from_f64(DType::F32, &[quant.wei_dims[0]], &quant.bias.iter().map(|&b| f64::from(b)).collect::<Vec<_>>());
+        let range = schedules::x86_conv::weight_range(wei.to_i64_vec().into_iter().map(|w| w as i8));
+        let space = Space::new(layer, max_threads);
+        let mut bench = LayerBench {
+            layer,
+            level,
+            weights,
+            space,
+            workload,
+            quant,
+            src,
+            wei,
+            bias,
+            range,
+            reference: Array::zeros(DType::U8, &[0]),
+        };
+        bench.reference = bench.generic_reference()?;
+        Ok(bench)
+    }
+
+    /// The definition under the generic schedule (no tensorization), on one thread: what every
+    /// point's output must equal.
+    fn generic_reference(&self) -> Result<Array, SetupError> {
+        let knobs = self.space.default_point().knobs().with_weights(false, self.range);
+        let options = CompileOptions { target: Target::Level(IsaLevel::Scalar), threads: Some(1), ..Default::default() };
+        let mut compiled = self.compile(knobs, &options, true)?;
+        let mut args: Vec<&mut Tensor> = compiled.args.iter_mut().collect();
+        compiled.func.call(&mut args)?;
+        Ok(compiled.args.last().map(Tensor::to_array).expect("the output is the last argument"))
+    }
+
+    /// Prepares the weights and compiles the layer with `knobs` (or, with `generic`, the
+    /// generic schedule of the same definition).
+    fn compile(&self, knobs: Conv2dInt8Knobs, options: &CompileOptions, generic: bool) -> Result<Compiled, SetupError> {
+        let start = Instant::now();
+        let wei_t = placeholder_vec(self.quant.wei_dims.clone(), DType::I8, "weights")?;
+        let zero_point = &self.quant.attrs.src.zero_points;
+        let prep = match self.layer {
+            Layer::Conv(_) => prepare_conv2d_int8(&wei_t, DType::U8, zero_point, knobs, "prep")?,
+            Layer::Dense(_) => prepare_dense_int8(&wei_t, DType::U8, zero_point, knobs, "prep")?,
+        };
+        let layer = define(self.layer, &self.quant, knobs)?;
+        let schedule = if generic { default_schedule(&[&layer.layer.output]) } else { layer.schedule.clone() };
+        let func = build(&schedule, &layer.args.iter().collect::<Vec<_>>(), self.layer.name(), options)?;
+        let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+        let prep_func = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
+        let wei_shape = prep.args[0].shape().to_vec();
+        let mut prep_args = vec![
+            Tensor::from_array(&Array::from_i64(DType::I8, &wei_shape, &self.wei.to_i64_vec())),
+            Tensor::zeros(DType::I8, prep.packed_weights.shape()),
+            Tensor::zeros(DType::I32, prep.compensation.compensation.shape()),
+        ];
+        prep_func.compiled.call(&mut prep_args.iter_mut().collect::<Vec<_>>())?;
+        let src_shape = layer.args[0].shape().to_vec();
+        let mut args = vec![
+            Tensor::from_array(&Array::from_i64(DType::U8, &src_shape, &self.src.to_i64_vec())),
+            prep_args[1].clone(),
+            prep_args[2].clone(),
+            Tensor::from_array(&self.bias),
+        ];
+        args.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
+        args.push(Tensor::zeros(DType::U8, layer.layer.output.shape()));
+        Ok(Compiled { func: func.compiled, args, compile_ms })
+    }
+
+    /// Operations of one call (`2·OC·OH·OW·IC·KH·KW`).
+    pub fn ops(&self) -> u64 {
+        self.layer.ops()
+    }
+
+    /// Compiles, verifies and times `point` (`repeat` timed calls). Never panics on a bad point:
+    /// a point the space rejects is `BuildError` with the reason.
+    pub fn measure(&self, point: &Point, repeat: usize) -> Measurement {
+        if let Err(reason) = self.space.check(point) {
+            return Measurement::failed(Status::BuildError, reason.to_string(), None);
+        }
+        if !self.level.is_supported() {
+            return Measurement::failed(Status::UnsupportedIsa, format!("this CPU lacks {}", self.level), None);
+        }
+        let knobs = point.knobs().with_weights(self.level.has_vnni(), self.range);
+        let options = CompileOptions { target: Target::Level(self.level), threads: Some(point.threads), ..Default::default() };
+        let mut compiled = match self.compile(knobs, &options, false) {
+            Ok(c) => c,
+            Err(e) => return Measurement::failed(Status::BuildError, e.to_string(), None),
+        };
+        let compile_ms = Some(compiled.compile_ms);
+        let func = &compiled.func;
+        let mut args: Vec<&mut Tensor> = compiled.args.iter_mut().collect();
+        if let Err(e) = func.call(&mut args) {
+            return Measurement::failed(Status::RunError, e.to_string(), compile_ms);
+        }
+        let output = args.last().map(|t| t.to_array()).expect("the output is the last argument");
+        if !output.bits_eq(&self.reference) {
+            return Measurement::failed(Status::Mismatch, "output differs from the generic schedule's".into(), compile_ms);
+        }
+        let probe = Probe::for_function(func);
+        let threads = func.threads().unwrap_or(1);
+        match time_against_peak(probe.as_ref(), threads, repeat, || func.call(&mut args)) {
+            Ok(timing) => Measurement {
+                status: Status::Ok,
+                median_ns: Some(timing.median_s * 1e9),
+                gops: Some(self.ops() as f64 / timing.median_s / 1e9),
+                peak_gops: timing.peak_gops,
+                probe: probe.map(|p| p.kind),
+                compile_ms,
+                verified: true,
+                error: None,
+            },
+            Err(e) => Measurement::failed(Status::RunError, e.to_string(), compile_ms),
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! Measurement in a worker process, so that a candidate that crashes, hangs or aborts is
+//! recorded with its status and never takes the tuner down.
+//!
+//! The protocol is JSON lines: the tuner writes `Candidate`s to the worker's stdin (`tensorlift
+//! measure`), the worker answers each with one `Record` on stdout. The same command serves any
+//! engine that fans candidates out to other machines (Ray, Slurm, Kubernetes jobs).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::Duration;
+
+use schedules::resnet18::{self, WeightBits};
+use serde::{Deserialize, Serialize};
+
+use super::db::{CpuRef, RECORD_VERSION, Record, Status, TargetRef, WorkloadRef, now_rfc3339};
+use super::measure::{LayerBench, Measurement};
+use super::space::Point;
+use crate::IsaLevel;
+
+/// One point to measure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// A resnet-18 table layer (`R1`..`R11`, `FC`).
+    pub layer: String,
+    /// `IsaLevel::name`.
+    pub isa: String,
+    /// `full` or `7bit`.
+    pub weights: String,
+    /// The threads the layer's space allows (the point picks its own).
+    pub max_threads: usize,
+    pub point: Point,
+    pub repeat: usize,
+}
+
+/// Layers set up in this process, by (layer, level, weights, max threads).
+#[derive(Default)]
+pub struct Benches {
+    benches: HashMap<(String, IsaLevel, String, usize), LayerBench>,
+}
+
+fn weight_bits(name: &str) -> Option<WeightBits> {
+    match name {
+        "full" => Some(WeightBits::Eight),
+        "7bit" => Some(WeightBits::Seven),
+        _ => None,
+    }
+}
+
+/// The record of a candidate that could not be measured at all.
+pub fn failed_record(c: &Candidate, workload: WorkloadRef, status: Status, error: String) -> Record {
+    record(c, workload, &Measurement {
+        status,
+        median_ns: None,
+        gops: None,
+        peak_gops: None,
+        probe: None,
+        compile_ms: None,
+        verified: false,
+        error: Some(error),
+    })
+}
+
+/// The record of `c` measured as `m`.
+pub fn record(c: &Candidate, workload: WorkloadRef, m: &Measurement) -> Record {
+    let level = IsaLevel::from_name(&c.isa).ok();
+    Record {
+        version: RECORD_VERSION,
+        workload,
+        target: TargetRef {
+            isa: c.isa.clone(),
+            cpu: crate::runtime::cpu_id().as_ref().map(CpuRef::from).unwrap_or(CpuRef {
+                vendor: String::new(),
+                family: 0,
+                model: 0,
+                name: "unknown CPU".into(),
+            }),
+            features: level.map(|l| l.features().into_iter().map(String::from).collect()).unwrap_or_default(),
+            threads: c.point.threads,
+        },
+        schedule: serde_json::json!({ "knobs": c.point, "weights": c.weights, "trace": null }),
+        status: m.status,
+        median_ns: m.median_ns,
+        gops: m.gops,
+        compile_ms: m.compile_ms,
+        verified: m.verified,
+        measured_at: now_rfc3339(),
+        error: m.error.clone(),
+        peak_gops: m.peak_gops,
+        peak_probe: m.probe.map(|p| p.to_string()),
+    }
+}
+
+impl Benches {
+    /// Measures `c` in this process (setting its layer up on first use).
+    pub fn measure(&mut self, c: &Candidate) -> Record {
+        let unknown = |what: &str| WorkloadRef { key: String::new(), op: String::new(), summary: what.to_string() };
+        let Some((position, layer)) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == c.layer) else {
+            return failed_record(c, unknown(&c.layer), Status::BuildError, format!("no layer {:?} in the table", c.layer));
+        };
+        let level = match IsaLevel::from_name(&c.isa) {
+            Ok(l) => l,
+            Err(e) => return failed_record(c, unknown(&c.layer), Status::UnsupportedIsa, e.to_string()),
+        };
+        let Some(bits) = weight_bits(&c.weights) else {
+            let error = format!("weights: expected full or 7bit, found {:?}", c.weights);
+            return failed_record(c, unknown(&c.layer), Status::BuildError, error);
+        };
+        let workload = super::workload(layer);
+        if !level.is_supported() {
+            return failed_record(c, workload, Status::UnsupportedIsa, format!("this CPU does not support {level}"));
+        }
+        let key = (c.layer.clone(), level, c.weights.clone(), c.max_threads);
+        if !self.benches.contains_key(&key) {
+            match LayerBench::new(layer, position, level, bits, c.max_threads, workload.clone()) {
+                Ok(b) => {
+                    self.benches.insert(key.clone(), b);
+                }
+                Err(e) => return failed_record(c, workload, Status::BuildError, format!("setting up {}: {e}", c.layer)),
+            }
+        }
+        let bench = &self.benches[&key];
+        record(c, workload, &bench.measure(&c.point, c.repeat))
+    }
+}
+
+/// `tensorlift measure`: candidates from `input`, one record per line to `output` (flushed
+/// after each), each also given to `on_record` (e.g. to append it to a database).
+pub fn serve(
+    input: impl BufRead,
+    mut output: impl Write,
+    mut on_record: impl FnMut(&Record) -> std::io::Result<()>,
+) -> std::io::Result<usize> {
+    let mut benches = Benches::default();
+    let mut count = 0;
+    for line in input.lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = match serde_json::from_str::<Candidate>(&line) {
+            Ok(c) => benches.measure(&c),
+            Err(e) => {
+                let error = std::io::Error::new(std::io::ErrorKind::InvalidData, format!("candidate line {}: {e}", count + 1));
+                return Err(error);
+            }
+        };
+        writeln!(output, "{}", serde_json::to_string(&record).expect("records serialize"))?;
+        output.flush()?;
+        on_record(&record)?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// A running `tensorlift measure` process.
+struct Process {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+/// Measures candidates in a worker process, restarting it after a crash or a timeout.
+pub struct Worker {
+    program: PathBuf,
+    args: Vec<String>,
+    process: Option<Process>,
+    /// How long one candidate may take, and how much longer the first one on a fresh worker
+    /// may take (it sets the layer up: data, weights, the generic reference).
+    pub timeout: Duration,
+    pub setup_timeout: Duration,
+    fresh: bool,
+}
+
+impl Worker {
+    /// A worker running `program args...` (normally `tensorlift measure`).
+    pub fn new(program: PathBuf, args: Vec<String>) -> Worker {
+        Worker {
+            program,
+            args,
+            process: None,
+            timeout: Duration::from_secs(20),
+            setup_timeout: Duration::from_secs(300),
+            fresh: true,
+        }
+    }
+
+    fn spawn(&mut self) -> std::io::Result<&mut Process> {
+        if self.process.is_none() {
+            let mut child = Command::new(&self.program)
+                .args(&self.args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()?;
+            let stdin = child.stdin.take().expect("piped stdin");
+            let stdout = child.stdout.take().expect("piped stdout");
+            let (send, lines) = channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if send.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            self.process = Some(Process { child, stdin, lines });
+            self.fresh = true;
+        }
+        Ok(self.process.as_mut().expect("just spawned"))
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+
+    /// Measures `c` in the worker: its record, or a `run_error` (the worker died) or `timeout`
+    /// record, after which the next candidate gets a fresh worker.
+    pub fn measure(&mut self, c: &Candidate, workload: WorkloadRef) -> Record {
+        let timeout = if self.fresh { self.timeout + self.setup_timeout } else { self.timeout };
+        let line = serde_json::to_string(c).expect("candidates serialize");
+        let process = match self.spawn() {
+            Ok(p) => p,
+            Err(e) => return failed_record(c, workload, Status::RunError, format!("starting the worker: {e}")),
+        };
+        if writeln!(process.stdin, "{line}").and_then(|()| process.stdin.flush()).is_err() {
+            self.kill();
+            return failed_record(c, workload, Status::RunError, "the worker exited".into());
+        }
+        let answer = process.lines.recv_timeout(timeout);
+        match answer {
+            Ok(text) => match serde_json::from_str::<Record>(&text) {
+                Ok(r) => {
+                    self.fresh = false;
+                    r
+                }
+                Err(e) => {
+                    self.kill();
+                    failed_record(c, workload, Status::RunError, format!("the worker answered {text:?}: {e}"))
+                }
+            },
+            Err(RecvTimeoutError::Timeout) => {
+                self.kill();
+                failed_record(c, workload, Status::Timeout, format!("no answer within {} s", timeout.as_secs_f64()))
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = self.process.as_mut().and_then(|p| p.child.wait().ok());
+                self.kill();
+                let how = status.map_or("exited".to_string(), |s| s.to_string());
+                failed_record(c, workload, Status::RunError, format!("the worker crashed ({how})"))
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,199 @@
+//! The tuner: measurement in a worker process (crashes and timeouts recorded, the run goes on),
+//! a small tuning run, two workers sharing one database, and the CLI around them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use schedules::resnet18::{self, WeightBits};
+use tensorlift::IsaLevel;
+use tensorlift::tune::db::{Database, Status};
+use tensorlift::tune::search::Strategy;
+use tensorlift::tune::space::Space;
+use tensorlift::tune::worker::{Candidate, Worker};
+use tensorlift::tune::{TuneOptions, tune_layer, workload};
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tune");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+fn measure_worker() -> Worker {
+    Worker::new(env!("CARGO_BIN_EXE_tensorlift").into(), vec!["measure".into()])
+}
+
+fn level() -> IsaLevel {
+    IsaLevel::detect().unwrap()
+}
+
+/// R10: a 1×1 stride-2 layer, quick to set up and to measure.
+fn candidate(layer: &str) -> Candidate {
+    let l = resnet18::layer(layer).unwrap();
+    Candidate {
+        layer: layer.into(),
+        isa: level().name().into(),
+        weights: "full".into(),
+        max_threads: 1,
+        point: Space::new(l, 1).default_point(),
+        repeat: 2,
+    }
+}
+
+#[test]
+fn a_crashing_or_hanging_worker_is_recorded_and_the_next_candidate_runs() {
+    let c = candidate("R10");
+    let w = workload(resnet18::layer("R10").unwrap());
+    let mut crashing = Worker::new("sh".into(), vec!["-c".into(), "read line; kill -SEGV $$".into()]);
+    let r = crashing.measure(&c, w.clone());
+    assert_eq!(r.status, Status::RunError, "{r:?}");
+    assert!(r.error.as_deref().unwrap_or("").contains("crashed"), "{r:?}");
+    assert!(r.median_ns.is_none() && r.gops.is_none() && !r.verified);
+
+    let mut hanging = Worker::new("sh".into(), vec!["-c".into(), "read line; sleep 30".into()]);
+    hanging.timeout = Duration::from_millis(300);
+    hanging.setup_timeout = Duration::ZERO;
+    let r = hanging.measure(&c, w.clone());
+    assert_eq!(r.status, Status::Timeout, "{r:?}");
+    assert!(r.median_ns.is_none());
+    // The same worker restarts (and times out again) rather than failing for good.
+    assert_eq!(hanging.measure(&c, w.clone()).status, Status::Timeout);
+
+    let mut real = measure_worker();
+    let r = real.measure(&c, w);
+    assert_eq!((r.status, r.verified), (Status::Ok, true), "{r:?}");
+    assert!(r.median_ns.unwrap() > 0.0 && r.gops.unwrap() > 0.0);
+    assert_eq!(r.target.isa, level().name());
+    assert_eq!(r.workload.key.len(), 64);
+}
+
+#[test]
+fn a_small_tuning_run_records_every_trial_and_starts_at_the_default() {
+    let db = tmp("small.jsonl");
+    let layer = resnet18::layer("R10").unwrap();
+    let options = TuneOptions {
+        level: level(),
+        weights: WeightBits::Eight,
+        max_threads: 2,
+        trials: 4,
+        budget: None,
+        repeat: 2,
+        strategy: Strategy::Evolutionary,
+        seed: 3,
+    };
+    let mut seen = 0;
+    let result = tune_layer(&mut measure_worker(), layer, &options, Some(&db), |_| seen += 1).unwrap();
+    assert_eq!((result.records.len(), seen), (4, 4));
+    let default = Space::new(layer, 2).default_point();
+    assert_eq!(tensorlift::tune::record_point(&result.records[0]), Some(default));
+    for r in &result.records {
+        assert_eq!((r.status, r.verified), (Status::Ok, true), "{r:?}");
+    }
+    let best = result.best().unwrap().median_ns.unwrap();
+    assert!(best <= result.default_record().unwrap().median_ns.unwrap());
+    let curve = result.curve();
+    assert!(curve.windows(2).all(|w| w[0] <= w[1]) && curve[0] > 0.0, "{curve:?}");
+    let loaded = Database::load(&db).unwrap();
+    assert_eq!(loaded.records.len(), 4);
+    assert!(loaded.errors.is_empty());
+}
+
+#[test]
+fn two_workers_share_one_database() {
+    let db = tmp("shared.jsonl");
+    let options = TuneOptions {
+        level: level(),
+        weights: WeightBits::Eight,
+        max_threads: 1,
+        trials: 3,
+        budget: None,
+        repeat: 1,
+        strategy: Strategy::Random,
+        seed: 5,
+    };
+    std::thread::scope(|s| {
+        for layer in ["R7", "R10"] {
+            let (db, options) = (&db, &options);
+            s.spawn(move || {
+                let layer = resnet18::layer(layer).unwrap();
+                tune_layer(&mut measure_worker(), layer, options, Some(db), |_| {}).unwrap()
+            });
+        }
+    });
+    let loaded = Database::load(&db).unwrap();
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    assert_eq!(loaded.records.len(), 6);
+    for layer in ["R7", "R10"] {
+        let key = workload(resnet18::layer(layer).unwrap()).key;
+        assert_eq!(loaded.records.iter().filter(|r| r.workload.key == key).count(), 3, "{layer}");
+    }
+}
+
+fn tensorlift(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tensorlift"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn measure_answers_each_candidate_line_with_a_record_and_rejects_bad_points_with_the_reason() {
+    let good = candidate("R10");
+    let mut bad = good.clone();
+    bad.point.nr = 48;
+    let mut unknown = good.clone();
+    unknown.layer = "R99".into();
+    let input: String = [&good, &bad, &unknown].iter().map(|c| serde_json::to_string(c).unwrap() + "\n").collect();
+    let db = tmp("measure.jsonl");
+    let (ok, stdout, stderr) = tensorlift(&["measure", "--db", db.to_str().unwrap()], Some(&input));
+    assert!(ok, "{stderr}");
+    let records: Vec<tensorlift::tune::db::Record> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[0].status, Status::Ok);
+    assert_eq!(records[1].status, Status::BuildError);
+    assert!(records[1].error.as_deref().unwrap().contains("nr = 48: expected one of [16, 32, 64]"), "{:?}", records[1]);
+    assert_eq!(records[2].status, Status::BuildError);
+    assert!(records[2].error.as_deref().unwrap().contains("no layer \"R99\""));
+    assert_eq!(Database::load(&db).unwrap().records, records);
+
+    let (ok, _, stderr) = tensorlift(&["measure"], Some("{\"layer\": 3}\n"));
+    assert!(!ok && stderr.contains("candidate line 1"), "{stderr}");
+}
+
+#[test]
+fn tune_cli_reports_json_writes_the_database_and_the_plot_and_db_merge_merges() {
+    let (db, plot) = (tmp("cli.jsonl"), tmp("cli.svg"));
+    let (ok, stdout, stderr) = tensorlift(
+        &[
+            "tune", "resnet18", "--layer", "R10", "--trials", "3", "--repeat", "2", "--threads", "1", "--format", "json", "--db",
+            db.to_str().unwrap(), "--plot", plot.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(ok, "{stderr}");
+    let row: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(row["layer"], "R10");
+    assert_eq!(row["trials"], 3);
+    assert!(row["tuned_gops"].as_f64().unwrap() >= row["default_gops"].as_f64().unwrap());
+    assert!(row["speedup"].as_f64().unwrap() >= 1.0);
+    assert_eq!(Database::load(&db).unwrap().records.len(), 3);
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
+
+    let merged = tmp("merged.jsonl");
+    let (ok, stdout, stderr) =
+        tensorlift(&["db", "merge", db.to_str().unwrap(), db.to_str().unwrap(), "--out", merged.to_str().unwrap()], None);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("3 records from 2 database(s)"), "{stdout}");
+
+    let (ok, _, stderr) = tensorlift(&["tune", "resnet18", "--layer", "R99"], None);
+    assert!(!ok && stderr.contains("--layer: expected R1..R11 or FC, found \"R99\""), "{stderr}");
+}
