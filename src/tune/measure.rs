@@ -48,6 +48,8 @@ pub struct Measurement {
     pub compile_ms: Option<f64>,
     pub verified: bool,
     pub error: Option<String>,
+    /// The schedule's trace (`ir::trace::Trace`), when it was built.
+    pub trace: Option<serde_json::Value>,
 }
 
 impl Measurement {
@@ -61,6 +63,7 @@ impl Measurement {
             compile_ms,
             verified: false,
             error: Some(error),
+            trace: None,
         }
     }
 }
@@ -106,6 +109,7 @@ struct Compiled {
     func: CompiledFunc,
     args: Vec<Tensor>,
     compile_ms: f64,
+    trace: serde_json::Value,
 }
 
 impl LayerBench {
@@ -171,6 +175,7 @@ impl LayerBench {
         };
         let layer = define(self.layer, &self.quant, knobs)?;
         let schedule = if generic { default_schedule(&[&layer.layer.output]) } else { layer.schedule.clone() };
+        let trace = serde_json::to_value(schedule.trace()).expect("traces serialize");
         let func = build(&schedule, &layer.args.iter().collect::<Vec<_>>(), self.layer.name(), options)?;
         let compile_ms = start.elapsed().as_secs_f64() * 1e3;
         let prep_func = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
@@ -190,7 +195,7 @@ impl LayerBench {
         ];
         args.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
         args.push(Tensor::zeros(DType::U8, layer.layer.output.shape()));
-        Ok(Compiled { func: func.compiled, args, compile_ms })
+        Ok(Compiled { func: func.compiled, args, compile_ms, trace })
     }
 
     /// Operations of one call (`2·OC·OH·OW·IC·KH·KW`).
@@ -214,14 +219,16 @@ impl LayerBench {
             Err(e) => return Measurement::failed(Status::BuildError, e.to_string(), None),
         };
         let compile_ms = Some(compiled.compile_ms);
+        let trace = Some(compiled.trace.clone());
         let func = &compiled.func;
         let mut args: Vec<&mut Tensor> = compiled.args.iter_mut().collect();
         if let Err(e) = func.call(&mut args) {
-            return Measurement::failed(Status::RunError, e.to_string(), compile_ms);
+            return Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) };
         }
         let output = args.last().map(|t| t.to_array()).expect("the output is the last argument");
         if !output.bits_eq(&self.reference) {
-            return Measurement::failed(Status::Mismatch, "output differs from the generic schedule's".into(), compile_ms);
+            let error = "output differs from the generic schedule's".to_string();
+            return Measurement { trace, ..Measurement::failed(Status::Mismatch, error, compile_ms) };
         }
         let probe = Probe::for_function(func);
         let threads = func.threads().unwrap_or(1);
@@ -235,8 +242,9 @@ impl LayerBench {
                 compile_ms,
                 verified: true,
                 error: None,
+                trace,
             },
-            Err(e) => Measurement::failed(Status::RunError, e.to_string(), compile_ms),
+            Err(e) => Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) },
         }
     }
 }

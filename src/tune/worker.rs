@@ -60,6 +60,7 @@ pub fn failed_record(c: &Candidate, workload: WorkloadRef, status: Status, error
         compile_ms: None,
         verified: false,
         error: Some(error),
+        trace: None,
     })
 }
 
@@ -80,7 +81,7 @@ pub fn record(c: &Candidate, workload: WorkloadRef, m: &Measurement) -> Record {
             features: level.map(|l| l.features().into_iter().map(String::from).collect()).unwrap_or_default(),
             threads: c.point.threads,
         },
-        schedule: serde_json::json!({ "knobs": c.point, "weights": c.weights, "trace": null }),
+        schedule: serde_json::json!({ "knobs": c.point, "weights": c.weights, "trace": m.trace }),
         status: m.status,
         median_ns: m.median_ns,
         gops: m.gops,

@@ -67,6 +67,10 @@ fn a_crashing_or_hanging_worker_is_recorded_and_the_next_candidate_runs() {
     assert!(r.median_ns.unwrap() > 0.0 && r.gops.unwrap() > 0.0);
     assert_eq!(r.target.isa, level().name());
     assert_eq!(r.workload.key.len(), 64);
+    // The record carries the schedule as data: the template's knobs and the replayable trace.
+    assert_eq!(tensorlift::tune::record_point(&r), Some(c.point));
+    let steps = r.schedule["trace"]["steps"].as_array().expect("a trace");
+    assert!(steps.iter().any(|s| s["primitive"] == "tensorize"), "{steps:?}");
 }
 
 #[test]
