@@ -57,6 +57,13 @@ pub struct Args {
     weights: WeightsChoice,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// Apply the best record of this tuning database (`tune resnet18 --db`) where it has one for
+    /// a layer on this CPU; else the repository's pre-tuned database; else the default knobs.
+    #[arg(long)]
+    db: Option<std::path::PathBuf>,
+    /// Ignore every database: the default knobs for every layer.
+    #[arg(long, conflicts_with = "db")]
+    no_db: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -419,7 +426,7 @@ fn run_layer(
 }
 
 pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
-    let Args { layer, threads, isa, repeat, layout, weights, format } = args;
+    let Args { layer, threads, isa, repeat, layout, weights, format, db, no_db } = args;
     let (target, layout) = (isa.target(), layout.layout());
     let layers = match layer {
         Some(name) => vec![resnet18::layer(&name).ok_or_else(|| Resnet18Error::UnknownLayer {
@@ -431,6 +438,20 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let options = CompileOptions { target, threads, ..CompileOptions::default() };
     // Reported before anything is printed: a level this CPU lacks is an error here.
     let level = target.level()?;
+    let tuned = match (&db, no_db) {
+        (_, true) => Vec::new(),
+        (Some(path), _) => {
+            let loaded = tensorlift::tune::db::Database::load(path)?;
+            for e in &loaded.errors {
+                eprintln!("{}: skipped: {e}", path.display());
+            }
+            loaded.records
+        }
+        (None, _) => Vec::new(),
+    };
+    let pretuned = if no_db { Vec::new() } else { tensorlift::tune::pretuned()?.records };
+    let max_threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let host = tensorlift::tune::db::Host::this(level);
     let progress = ProgressBar::new(layers.len() as u64);
     progress.set_style(
         ProgressStyle::with_template("{bar:24} {pos}/{len} layers  {elapsed}  {msg}")
@@ -444,12 +465,12 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             Layout::Nchw => "conv2d_int8, NCHW source and output",
             Layout::Nhwc => "conv2d_int8, NHWC source and output",
         };
-        println!("schedule   conv: x86_conv (schedules::x86_conv::{api}, default_knobs per layer, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels)");
+        println!("schedule   conv: x86_conv (schedules::x86_conv::{api}, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels); knobs and threads per layer from a tuning record (column tuning: tuned from --db, pretuned from tuning/pretuned.jsonl) or default_knobs (default: no record for this layer on this CPU)");
         println!("reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled); FC: eval_te (the interpreter)");
         println!("peak       the probe of the method of the layer's kernel (vpdpbusd, the vpmaddubsw triple, sign transfer, vpmaddwd), on every thread of the layer's pool at once, median of runs interleaved with the layer's own");
         println!(
-            "{:<5} {:<15} {:<14} {:>8} {:>10} {:>11} {:>10} {:>8} {:>9} {:>7} {:<12} {:>7} {:>6}",
-            "layer", "schedule", "kernel", "verified", "prepare ms", "compile ms", "median ms", "GOPS", "peak GOPS", "% peak", "isa", "threads", "sat %"
+            "{:<5} {:<15} {:<14} {:>8} {:>10} {:>11} {:>10} {:>8} {:>9} {:>7} {:<12} {:>7} {:>6} {:<8}",
+            "layer", "schedule", "kernel", "verified", "prepare ms", "compile ms", "median ms", "GOPS", "peak GOPS", "% peak", "isa", "threads", "sat %", "tuning"
         );
     }
     let mut reports = Vec::new();
@@ -461,16 +482,37 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         let case = LayerCase::new(layer, 1000 * (position as u64 + 1), weights.range())?;
         // The kernel family follows from the level and the prepared weights' proven range.
         let fit = |knobs: Conv2dInt8Knobs| knobs.with_weights(level.has_vnni(), case.weight_range());
-        let plan = match layer {
-            Layer::Conv(c) => {
+        // The best usable record for the layer: this run's database, else the pre-tuned one.
+        let key = tensorlift::tune::workload(layer).key;
+        let usable = |records: &[tensorlift::tune::db::Record]| -> Option<tensorlift::tune::space::Point> {
+            let fitting: Vec<_> = records
+                .iter()
+                .filter(|r| r.target.threads <= max_threads && r.schedule["weights"] == weights.name())
+                .cloned()
+                .collect();
+            tensorlift::tune::db::select(&fitting, &key, &host).and_then(tensorlift::tune::record_point)
+        };
+        let (tuning, point) = match (usable(&tuned), usable(&pretuned)) {
+            (Some(p), _) => ("tuned", Some(p)),
+            (None, Some(p)) => ("pretuned", Some(p)),
+            (None, None) => ("default", None),
+        };
+        let plan = match (layer, point) {
+            (Layer::Conv(_), Some(p)) => LayerPlan::X86Conv(fit(p.knobs()), layout),
+            (Layer::Dense(_), Some(p)) => LayerPlan::X86Dense(fit(p.knobs())),
+            (Layer::Conv(c), None) => {
                 let knobs = default_knobs(&c);
                 LayerPlan::X86Conv(fit(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }), layout)
             }
             // One thread: FC's 63 tiles of 1 × 16 × 512 take ~0.2 µs each, less than handing
             // them to the pool (measured 0.011 ms on one thread, 0.044 ms on two).
-            Layer::Dense(d) => LayerPlan::X86Dense(fit(Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) })),
+            (Layer::Dense(d), None) => LayerPlan::X86Dense(fit(Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) })),
         };
-        let report = run_layer(&case, plan, &options, repeat, &progress)?;
+        let layer_options = match point {
+            Some(p) => CompileOptions { threads: Some(p.threads), ..options.clone() },
+            None => options.clone(),
+        };
+        let report = run_layer(&case, plan, &layer_options, repeat, &progress)?;
         let schedule = match plan {
             LayerPlan::X86Conv(k, _) | LayerPlan::X86Dense(k) => format!("{} {}x{}", plan.schedule(), k.mr, k.nr),
         };
@@ -478,7 +520,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             Format::Table => {
                 let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| format!("{v:.prec$}"));
                 println!(
-                    "{:<5} {:<15} {:<14} {:>8} {:>10.2} {:>11.2} {:>10.3} {:>8.1} {:>9} {:>7} {:<12} {:>7} {:>6.1}",
+                    "{:<5} {:<15} {:<14} {:>8} {:>10.2} {:>11.2} {:>10.3} {:>8.1} {:>9} {:>7} {:<12} {:>7} {:>6.1} {:<8}",
                     report.layer,
                     schedule,
                     kernel_names(&report.kernels),
@@ -491,7 +533,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                     opt(report.pct_peak(), 1),
                     report.isa.name(),
                     report.threads,
-                    report.saturated_pct
+                    report.saturated_pct,
+                    tuning
                 );
             }
             Format::Json => println!(
@@ -526,6 +569,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                     "isa": report.isa.name(),
                     "threads": report.threads,
                     "saturated_pct": report.saturated_pct,
+                    "tuning": tuning,
                 })
             ),
         });

@@ -219,6 +219,13 @@ enum DbCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Keep the fastest verified record per workload and target (ISA level, CPU model,
+    /// weights): how `tuning/pretuned.jsonl` is made.
+    Best {
+        inputs: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 pub fn db(args: DbArgs) -> Result<(), Box<dyn Error>> {
@@ -230,6 +237,21 @@ pub fn db(args: DbArgs) -> Result<(), Box<dyn Error>> {
                 eprintln!("skipped: {e}");
             }
             println!("{count} records from {} database(s) in {}", inputs.len(), out.display());
+            Ok(())
+        }
+        DbCommand::Best { inputs, out } => {
+            let mut records = Vec::new();
+            for path in &inputs {
+                let loaded = db::Database::load(path)?;
+                for e in &loaded.errors {
+                    eprintln!("skipped: {e}");
+                }
+                records.extend(loaded.records);
+            }
+            let best = db::best_per_workload(&records);
+            let text: String = best.iter().map(|r| serde_json::to_string(r).expect("records serialize") + "\n").collect();
+            std::fs::write(&out, text)?;
+            println!("{} best records of {} in {}", best.len(), records.len(), out.display());
             Ok(())
         }
     }

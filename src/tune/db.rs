@@ -5,8 +5,8 @@
 //! never interleave lines. A line that does not parse is a typed error naming it, and the other
 //! lines still serve.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::fs::OpenOptions;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -129,20 +129,22 @@ pub fn now_rfc3339() -> String {
 impl Database {
     /// Reads `path`; a missing file is an empty database.
     pub fn load(path: &Path) -> Result<Database, DbError> {
-        let io = |source| DbError::Io { path: path.to_path_buf(), source };
-        let file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Database::default()),
-            Err(e) => return Err(io(e)),
-        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => Ok(Database::parse(&text, path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Database::default()),
+            Err(source) => Err(DbError::Io { path: path.to_path_buf(), source }),
+        }
+    }
+
+    /// The records of `text` (the lines of a database file named `path` in errors).
+    pub fn parse(text: &str, path: &Path) -> Database {
         let mut db = Database::default();
-        for (i, line) in BufReader::new(file).lines().enumerate() {
-            let line = line.map_err(io)?;
+        for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
             let number = i + 1;
-            match serde_json::from_str::<Record>(&line) {
+            match serde_json::from_str::<Record>(line) {
                 Ok(r) if r.version != RECORD_VERSION => db.errors.push(DbError::Version {
                     path: path.to_path_buf(),
                     line: number,
@@ -157,7 +159,7 @@ impl Database {
                 }),
             }
         }
-        Ok(db)
+        db
     }
 
     /// The best usable record for `workload` on this host (see `select`).
@@ -216,6 +218,31 @@ pub fn select<'a>(records: &'a [Record], workload: &str, host: &Host) -> Option<
             let rank = |r: &Record| (!same_cpu(r), r.target.isa != host.level.name());
             rank(a).cmp(&rank(b)).then(a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
         })
+}
+
+/// The fastest verified record per workload and target (ISA level, CPU vendor, family and
+/// model, and weights range of the schedule), in first-seen order: what a pre-tuned database
+/// keeps.
+pub fn best_per_workload(records: &[Record]) -> Vec<Record> {
+    let target = |r: &Record| {
+        (
+            r.workload.key.clone(),
+            r.target.isa.clone(),
+            r.target.cpu.vendor.clone(),
+            r.target.cpu.family,
+            r.target.cpu.model,
+            r.schedule.get("weights").cloned(),
+        )
+    };
+    let mut best: Vec<Record> = Vec::new();
+    for r in records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()) {
+        match best.iter_mut().find(|b| target(b) == target(r)) {
+            Some(b) if r.median_ns < b.median_ns => *b = r.clone(),
+            Some(_) => {}
+            None => best.push(r.clone()),
+        }
+    }
+    best
 }
 
 /// Merges databases: every record of every input, in order, without exact duplicates, written
@@ -325,6 +352,11 @@ mod tests {
         assert_eq!((count, errors.len()), (3, 3));
         assert_eq!(Database::load(&merged).unwrap().records.len(), 3);
         assert!(Database::load(&dir.join("missing.jsonl")).unwrap().records.is_empty());
+
+        // One record per workload and target, the fastest.
+        let all = Database::load(&merged).unwrap().records;
+        let best = best_per_workload(&all);
+        assert_eq!(best.iter().map(|r| (r.workload.key.as_str(), r.median_ns)).collect::<Vec<_>>(), [("w", Some(4.0)), ("v", Some(7.0))]);
     }
 
     #[test]

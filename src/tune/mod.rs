@@ -143,6 +143,21 @@ pub fn tune_layer(
     Ok(LayerResult { layer, workload, records, elapsed: start.elapsed() })
 }
 
+/// The repository's pre-tuned database: the best record per layer and target of the CPUs this
+/// project was measured on (`tuning/pretuned.jsonl`, written by `tensorlift tune resnet18 --db`
+/// and `tensorlift db best`), applied by `tensorlift resnet18` unless another database has a
+/// record for the layer.
+pub const PRETUNED: &str = include_str!("../../tuning/pretuned.jsonl");
+
+/// `PRETUNED` parsed; a malformed line is an error (the file is part of the repository).
+pub fn pretuned() -> Result<db::Database, DbError> {
+    let mut parsed = db::Database::parse(PRETUNED, Path::new("tuning/pretuned.jsonl"));
+    match parsed.errors.is_empty() {
+        true => Ok(parsed),
+        false => Err(parsed.errors.remove(0)),
+    }
+}
+
 /// The point a record's schedule holds.
 pub fn record_point(record: &Record) -> Option<Point> {
     serde_json::from_value(record.schedule.get("knobs")?.clone()).ok()

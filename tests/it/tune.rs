@@ -198,6 +198,25 @@ fn tune_cli_reports_json_writes_the_database_and_the_plot_and_db_merge_merges() 
     assert!(ok, "{stderr}");
     assert!(stdout.contains("3 records from 2 database(s)"), "{stdout}");
 
+    // resnet18 applies the database's record ("tuned"), or none ("default" with --no-db).
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec!["resnet18", "--layer", "R10", "--repeat", "2", "--threads", "1", "--format", "json"];
+        args.extend(extra);
+        let (ok, stdout, stderr) = tensorlift(&args, None);
+        assert!(ok, "{args:?}: {stderr}");
+        serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+    };
+    let tuned = run(&["--db", db.to_str().unwrap()]);
+    assert_eq!((tuned["tuning"].as_str(), tuned["verified"].as_bool()), (Some("tuned"), Some(true)), "{tuned}");
+    let best = Database::load(&db).unwrap().best(&workload(resnet18::layer("R10").unwrap()).key, &tensorlift::tune::db::Host::this(level())).cloned();
+    let point = tensorlift::tune::record_point(&best.unwrap()).unwrap();
+    assert_eq!((tuned["knobs"]["mr"].as_i64(), tuned["knobs"]["nr"].as_i64()), (Some(point.mr), Some(point.nr)));
+    assert_eq!(run(&["--no-db"])["tuning"], "default");
+    let pretuned = tensorlift::tune::pretuned().unwrap();
+    let host = tensorlift::tune::db::Host::this(level());
+    let expected = if pretuned.best(&workload(resnet18::layer("R10").unwrap()).key, &host).is_some_and(|r| r.target.threads == 1) { "pretuned" } else { "default" };
+    assert_eq!(run(&[])["tuning"], expected);
+
     let (ok, _, stderr) = tensorlift(&["tune", "resnet18", "--layer", "R99"], None);
     assert!(!ok && stderr.contains("--layer: expected R1..R11 or FC, found \"R99\""), "{stderr}");
 }
