@@ -165,7 +165,7 @@ fn report(r: &LayerResult, format: Format) {
                 f(bg),
                 f(best.and_then(Record::pct_peak)),
                 speedup.map_or("-".to_string(), |s| format!("{s:.2}x")),
-                r.records.len(),
+                r.trials(),
                 r.elapsed.as_secs_f64(),
                 point.map_or(String::new(), |p| format!("mr {} nr {} lanes {} {:?} {} thread(s)", p.mr, p.nr, p.lanes, p.order, p.threads)),
             );
@@ -178,7 +178,7 @@ fn report(r: &LayerResult, format: Format) {
                 "tuned_gops": bg,
                 "pct_peak": best.and_then(Record::pct_peak),
                 "speedup": speedup,
-                "trials": r.records.len(),
+                "trials": r.trials(),
                 "failed": failed,
                 "seconds": r.elapsed.as_secs_f64(),
                 "best": best.map(|b| &b.schedule),

@@ -75,15 +75,21 @@ pub struct TuneOptions {
 pub struct LayerResult {
     pub layer: Layer,
     pub workload: WorkloadRef,
-    /// Every record, in measurement order (the first is the default point's).
+    /// Every record, in measurement order: the default point's first, then one per trial, then
+    /// (after more than one trial) the default point's again.
     pub records: Vec<Record>,
     pub elapsed: Duration,
 }
 
 impl LayerResult {
-    /// The default point's record.
+    /// The default point's fastest record: it is measured first and again last, so a cold
+    /// first measurement does not flatter the tuned schedule.
     pub fn default_record(&self) -> Option<&Record> {
-        self.records.first()
+        let default = record_point(self.records.first()?)?;
+        let of_default = self.records.iter().filter(|r| record_point(r) == Some(default));
+        let ok = of_default.clone().filter(|r| r.status == Status::Ok && r.verified);
+        ok.min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
+            .or_else(|| self.records.first())
     }
 
     /// The fastest verified record.
@@ -94,10 +100,15 @@ impl LayerResult {
             .min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
     }
 
+    /// Trials run (the default point's second measurement is not one).
+    pub fn trials(&self) -> usize {
+        if self.records.len() > 1 { self.records.len() - 1 } else { self.records.len() }
+    }
+
     /// Best GOPS after each trial (0 until one succeeded): the tuning curve.
     pub fn curve(&self) -> Vec<f64> {
         let mut best: f64 = 0.0;
-        self.records.iter().map(|r| {
+        self.records[..self.trials()].iter().map(|r| {
             best = best.max(r.gops.filter(|_| r.status == Status::Ok && r.verified).unwrap_or(0.0));
             best
         }).collect()
@@ -106,7 +117,8 @@ impl LayerResult {
 
 /// Tunes `layer` with `worker`, appending every record to `db` (when given) as it is measured;
 /// `progress` sees each record. The default point is measured first, so the best record is
-/// never slower than the default's (up to the noise of one measurement).
+/// never slower than the default's (up to the noise of one measurement), and once more after
+/// the search (not counted as a trial), so that it is compared warm.
 pub fn tune_layer(
     worker: &mut Worker,
     layer: Layer,
@@ -118,26 +130,34 @@ pub fn tune_layer(
     let workload = workload(layer);
     let mut searcher = Searcher::new(Space::new(layer, options.max_threads), options.strategy, options.seed);
     let mut records = Vec::new();
+    let candidate = |point: Point| Candidate {
+        layer: layer.name().to_string(),
+        isa: options.level.name().to_string(),
+        weights: match options.weights {
+            WeightBits::Eight => "full".into(),
+            WeightBits::Seven => "7bit".into(),
+        },
+        max_threads: options.max_threads,
+        point,
+        repeat: options.repeat,
+    };
     while records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b) {
         let Some(point) = searcher.next() else { break };
-        let candidate = Candidate {
-            layer: layer.name().to_string(),
-            isa: options.level.name().to_string(),
-            weights: match options.weights {
-                WeightBits::Eight => "full".into(),
-                WeightBits::Seven => "7bit".into(),
-            },
-            max_threads: options.max_threads,
-            point,
-            repeat: options.repeat,
-        };
-        let record = worker.measure(&candidate, workload.clone());
+        let record = worker.measure(&candidate(point), workload.clone());
         let seconds = record.median_ns.filter(|_| record.status == Status::Ok && record.verified).map(|ns| ns * 1e-9);
         searcher.report(point, seconds);
         if let Some(path) = db {
             db::append(path, std::slice::from_ref(&record))?;
         }
         progress(&record);
+        records.push(record);
+    }
+    if records.len() > 1 {
+        let again = candidate(Space::new(layer, options.max_threads).default_point());
+        let record = worker.measure(&again, workload.clone());
+        if let Some(path) = db {
+            db::append(path, std::slice::from_ref(&record))?;
+        }
         records.push(record);
     }
     Ok(LayerResult { layer, workload, records, elapsed: start.elapsed() })

@@ -89,7 +89,9 @@ fn a_small_tuning_run_records_every_trial_and_starts_at_the_default() {
     };
     let mut seen = 0;
     let result = tune_layer(&mut measure_worker(), layer, &options, Some(&db), |_| seen += 1).unwrap();
-    assert_eq!((result.records.len(), seen), (4, 4));
+    // Four trials, then the default point again (warm), recorded but not a trial.
+    assert_eq!((result.records.len(), result.trials(), seen), (5, 4, 4));
+    assert_eq!(tensorlift::tune::record_point(&result.records[4]), Some(Space::new(layer, 2).default_point()));
     let default = Space::new(layer, 2).default_point();
     assert_eq!(tensorlift::tune::record_point(&result.records[0]), Some(default));
     for r in &result.records {
@@ -100,7 +102,7 @@ fn a_small_tuning_run_records_every_trial_and_starts_at_the_default() {
     let curve = result.curve();
     assert!(curve.windows(2).all(|w| w[0] <= w[1]) && curve[0] > 0.0, "{curve:?}");
     let loaded = Database::load(&db).unwrap();
-    assert_eq!(loaded.records.len(), 4);
+    assert_eq!(loaded.records.len(), 5);
     assert!(loaded.errors.is_empty());
 }
 
@@ -128,10 +130,10 @@ fn two_workers_share_one_database() {
     });
     let loaded = Database::load(&db).unwrap();
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
-    assert_eq!(loaded.records.len(), 6);
+    assert_eq!(loaded.records.len(), 8);
     for layer in ["R7", "R10"] {
         let key = workload(resnet18::layer(layer).unwrap()).key;
-        assert_eq!(loaded.records.iter().filter(|r| r.workload.key == key).count(), 3, "{layer}");
+        assert_eq!(loaded.records.iter().filter(|r| r.workload.key == key).count(), 4, "{layer}");
     }
 }
 
@@ -189,14 +191,14 @@ fn tune_cli_reports_json_writes_the_database_and_the_plot_and_db_merge_merges() 
     assert_eq!(row["trials"], 3);
     assert!(row["tuned_gops"].as_f64().unwrap() >= row["default_gops"].as_f64().unwrap());
     assert!(row["speedup"].as_f64().unwrap() >= 1.0);
-    assert_eq!(Database::load(&db).unwrap().records.len(), 3);
+    assert_eq!(Database::load(&db).unwrap().records.len(), 4);
     assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
 
     let merged = tmp("merged.jsonl");
     let (ok, stdout, stderr) =
         tensorlift(&["db", "merge", db.to_str().unwrap(), db.to_str().unwrap(), "--out", merged.to_str().unwrap()], None);
     assert!(ok, "{stderr}");
-    assert!(stdout.contains("3 records from 2 database(s)"), "{stdout}");
+    assert!(stdout.contains("4 records from 2 database(s)"), "{stdout}");
 
     // resnet18 applies the database's record ("tuned"), or none ("default" with --no-db).
     let run = |extra: &[&str]| -> serde_json::Value {
