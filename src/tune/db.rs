@@ -221,8 +221,8 @@ pub fn select<'a>(records: &'a [Record], workload: &str, host: &Host) -> Option<
 }
 
 /// The fastest verified record per workload and target (ISA level, CPU vendor, family and
-/// model, and weights range of the schedule), in first-seen order: what a pre-tuned database
-/// keeps.
+/// model, weights range of the schedule, threads), in first-seen order: what a pre-tuned
+/// database keeps.
 pub fn best_per_workload(records: &[Record]) -> Vec<Record> {
     let target = |r: &Record| {
         (
@@ -232,6 +232,7 @@ pub fn best_per_workload(records: &[Record]) -> Vec<Record> {
             r.target.cpu.family,
             r.target.cpu.model,
             r.schedule.get("weights").cloned(),
+            r.target.threads,
         )
     };
     let mut best: Vec<Record> = Vec::new();
