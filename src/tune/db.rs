@@ -200,29 +200,72 @@ impl Host {
     }
 }
 
+/// Whether `r` re-measured a finalist after the search (`tune_layer`'s validation phase).
+pub fn is_validation(r: &Record) -> bool {
+    r.schedule.get("phase").and_then(|p| p.as_str()) == Some("validation")
+}
+
+fn by_time(a: &&Record, b: &&Record) -> std::cmp::Ordering {
+    a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX))
+}
+
+/// One record per schedule (knobs, weights) and target (ISA level, CPU model, threads): the
+/// one with the median time. A single measurement of a multi-threaded layer of 0.1 ms varies by
+/// ±40% here, so the fastest record of many would mostly be the luckiest; when any record is a
+/// validation record (finalists measured again, in rounds), only those count.
+pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>) -> Vec<&'a Record> {
+    let records: Vec<&Record> = records.collect();
+    let validated = records.iter().any(|r| is_validation(r));
+    let key = |r: &Record| {
+        (
+            r.schedule.get("knobs").cloned(),
+            r.schedule.get("weights").cloned(),
+            r.target.isa.clone(),
+            (r.target.cpu.vendor.clone(), r.target.cpu.family, r.target.cpu.model),
+            r.target.threads,
+        )
+    };
+    let mut groups: Vec<Vec<&Record>> = Vec::new();
+    for r in records.into_iter().filter(|r| !validated || is_validation(r)) {
+        match groups.iter_mut().find(|g| key(g[0]) == key(r)) {
+            Some(g) => g.push(r),
+            None => groups.push(vec![r]),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|mut g| {
+            g.sort_by(by_time);
+            g[(g.len() - 1) / 2]
+        })
+        .collect()
+}
+
 /// The record to apply for `workload` on `host`: same workload key, status ok, verified, every
-/// feature it needs present on the host; among those, prefer the same CPU model (vendor, family,
-/// model), then the same ISA level, then the fastest. `None`: use the default schedule.
+/// feature it needs present on the host, a level the host compiles for; per schedule, the
+/// median of its (validation) records (`representatives`); among those, prefer the same CPU
+/// model (vendor, family, model), then the same ISA level, then the fastest. `None`: use the
+/// default schedule.
 pub fn select<'a>(records: &'a [Record], workload: &str, host: &Host) -> Option<&'a Record> {
     let same_cpu = |r: &Record| {
         host.cpu.as_ref().is_some_and(|c| {
             r.target.cpu.vendor == c.vendor && r.target.cpu.family == c.family && r.target.cpu.model == c.model
         })
     };
-    records
+    let usable = records
         .iter()
         .filter(|r| r.workload.key == workload && r.status == Status::Ok && r.verified && r.median_ns.is_some())
         .filter(|r| r.target.features.iter().all(|f| (host.has_feature)(f)))
-        .filter(|r| IsaLevel::from_name(&r.target.isa).is_ok_and(|l| l <= host.level))
-        .min_by(|a, b| {
-            let rank = |r: &Record| (!same_cpu(r), r.target.isa != host.level.name());
-            rank(a).cmp(&rank(b)).then(a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
-        })
+        .filter(|r| IsaLevel::from_name(&r.target.isa).is_ok_and(|l| l <= host.level));
+    representatives(usable).into_iter().min_by(|a, b| {
+        let rank = |r: &Record| (!same_cpu(r), r.target.isa != host.level.name());
+        rank(a).cmp(&rank(b)).then(by_time(a, b))
+    })
 }
 
-/// The fastest verified record per workload and target (ISA level, CPU vendor, family and
-/// model, weights range of the schedule, threads), in first-seen order: what a pre-tuned
-/// database keeps.
+/// Per workload and target (ISA level, CPU vendor, family and model, weights range of the
+/// schedule, threads), the fastest schedule's representative record (`representatives`), in
+/// first-seen order: what a pre-tuned database keeps.
 pub fn best_per_workload(records: &[Record]) -> Vec<Record> {
     let target = |r: &Record| {
         (
@@ -235,12 +278,17 @@ pub fn best_per_workload(records: &[Record]) -> Vec<Record> {
             r.target.threads,
         )
     };
+    let ok: Vec<&Record> = records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()).collect();
     let mut best: Vec<Record> = Vec::new();
-    for r in records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()) {
-        match best.iter_mut().find(|b| target(b) == target(r)) {
-            Some(b) if r.median_ns < b.median_ns => *b = r.clone(),
-            Some(_) => {}
-            None => best.push(r.clone()),
+    let mut seen = Vec::new();
+    for r in &ok {
+        if seen.contains(&target(r)) {
+            continue;
+        }
+        seen.push(target(r));
+        let same = ok.iter().copied().filter(|o| target(o) == target(r));
+        if let Some(b) = representatives(same).into_iter().min_by(by_time) {
+            best.push(b.clone());
         }
     }
     best

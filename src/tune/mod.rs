@@ -53,6 +53,11 @@ fn definition_key(layer: Layer, position: usize) -> Result<(&'static str, ir::wo
     Ok((op, ir::workload::workload_key(&[&def.output])))
 }
 
+/// Points of the search measured again after it, besides the default.
+pub const FINALISTS: usize = 3;
+/// Rounds of the validation.
+pub const VALIDATION_ROUNDS: usize = 3;
+
 /// How to tune one layer.
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
@@ -82,27 +87,27 @@ pub struct LayerResult {
 }
 
 impl LayerResult {
-    /// The default point's fastest record: it is measured first and again last, so a cold
-    /// first measurement does not flatter the tuned schedule.
+    /// The default point's validation record of median time (its first record when there was
+    /// no validation).
     pub fn default_record(&self) -> Option<&Record> {
         let default = record_point(self.records.first()?)?;
-        let of_default = self.records.iter().filter(|r| record_point(r) == Some(default));
-        let ok = of_default.clone().filter(|r| r.status == Status::Ok && r.verified);
-        ok.min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
-            .or_else(|| self.records.first())
+        self.validated().into_iter().find(|r| record_point(r) == Some(default)).or_else(|| self.records.first())
     }
 
-    /// The fastest verified record.
+    /// The result: the point whose validation records have the best median (the fastest search
+    /// record when there was no validation), as its record of median time.
     pub fn best(&self) -> Option<&Record> {
-        self.records
-            .iter()
-            .filter(|r| r.status == Status::Ok && r.verified)
-            .min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
+        self.validated().into_iter().min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
     }
 
-    /// Trials run (the default point's second measurement is not one).
+    /// Per point, the record of median time, among validation records if any.
+    fn validated(&self) -> Vec<&Record> {
+        db::representatives(self.records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()))
+    }
+
+    /// Trials of the search (validation measurements are not trials).
     pub fn trials(&self) -> usize {
-        if self.records.len() > 1 { self.records.len() - 1 } else { self.records.len() }
+        self.records.iter().filter(|r| !db::is_validation(r)).count()
     }
 
     /// Best GOPS after each trial (0 until one succeeded): the tuning curve.
@@ -130,7 +135,7 @@ pub fn tune_layer(
     let workload = workload(layer);
     let mut searcher = Searcher::new(Space::new(layer, options.max_threads), options.strategy, options.seed);
     let mut records = Vec::new();
-    let candidate = |point: Point| Candidate {
+    let candidate = |point: Point, phase: &str| Candidate {
         layer: layer.name().to_string(),
         isa: options.level.name().to_string(),
         weights: match options.weights {
@@ -140,10 +145,11 @@ pub fn tune_layer(
         max_threads: options.max_threads,
         point,
         repeat: options.repeat,
+        phase: phase.to_string(),
     };
     while records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b) {
         let Some(point) = searcher.next() else { break };
-        let record = worker.measure(&candidate(point), workload.clone());
+        let record = worker.measure(&candidate(point, "search"), workload.clone());
         let seconds = record.median_ns.filter(|_| record.status == Status::Ok && record.verified).map(|ns| ns * 1e-9);
         searcher.report(point, seconds);
         if let Some(path) = db {
@@ -152,13 +158,29 @@ pub fn tune_layer(
         progress(&record);
         records.push(record);
     }
-    if records.len() > 1 {
-        let again = candidate(Space::new(layer, options.max_threads).default_point());
-        let record = worker.measure(&again, workload.clone());
-        if let Some(path) = db {
-            db::append(path, std::slice::from_ref(&record))?;
+    // Validation: the default and the fastest few points of the search, measured again in
+    // rounds (one point after another, so slow phases of a shared machine hit them alike); the
+    // result is the point with the best median of these.
+    let default = Space::new(layer, options.max_threads).default_point();
+    let mut finalists = vec![default];
+    let mut ranked: Vec<&Record> = records.iter().filter(|r| r.status == Status::Ok && r.verified).collect();
+    ranked.sort_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)));
+    for p in ranked.iter().filter_map(|r| record_point(r)) {
+        if finalists.len() > FINALISTS || records.len() < 2 {
+            break;
         }
-        records.push(record);
+        if !finalists.contains(&p) {
+            finalists.push(p);
+        }
+    }
+    for _ in 0..VALIDATION_ROUNDS {
+        for &p in &finalists {
+            let record = worker.measure(&candidate(p, "validation"), workload.clone());
+            if let Some(path) = db {
+                db::append(path, std::slice::from_ref(&record))?;
+            }
+            records.push(record);
+        }
     }
     Ok(LayerResult { layer, workload, records, elapsed: start.elapsed() })
 }

@@ -33,6 +33,13 @@ pub struct Candidate {
     pub max_threads: usize,
     pub point: Point,
     pub repeat: usize,
+    /// `search`, or `validation` for the re-measurements that pick the result.
+    #[serde(default = "search_phase")]
+    pub phase: String,
+}
+
+fn search_phase() -> String {
+    "search".into()
 }
 
 /// Layers set up in this process, by (layer, level, weights, max threads).
@@ -81,7 +88,7 @@ pub fn record(c: &Candidate, workload: WorkloadRef, m: &Measurement) -> Record {
             features: level.map(|l| l.features().into_iter().map(String::from).collect()).unwrap_or_default(),
             threads: c.point.threads,
         },
-        schedule: serde_json::json!({ "knobs": c.point, "weights": c.weights, "trace": m.trace }),
+        schedule: serde_json::json!({ "knobs": c.point, "weights": c.weights, "phase": c.phase, "trace": m.trace }),
         status: m.status,
         median_ns: m.median_ns,
         gops: m.gops,
