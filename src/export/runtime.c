@@ -121,13 +121,17 @@ TL_HIDDEN const char *tl_level_name(void) {
 typedef int32_t (*tl_body)(const void *closure, int64_t index);
 
 /* A pool of worker threads, started on the first parallel loop. One loop runs on it at a time;
- * a loop that finds it busy (another caller, or a loop nested in one) runs on its own thread. */
+ * a loop that finds it busy (another caller, or a loop nested in one) runs on its own thread.
+ * Between loops, workers spin for about 100 µs before they sleep, and so does the caller
+ * waiting for them: a layer runs several parallel loops in a row, and waking a sleeping thread
+ * costs tens of µs each time. */
+enum { TL_SPINS = 4096 };
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t wake, idle;
     int workers;
-    uint64_t generation;
-    int running; /* workers still inside the current loop */
+    atomic_uint_fast64_t generation; /* a new loop was published (release) */
+    atomic_int running;              /* workers still inside the current loop */
     tl_body body;
     const void *closure;
     int64_t n;
@@ -137,16 +141,24 @@ static struct {
 static pthread_mutex_t tl_pool_busy = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t tl_pool_once = PTHREAD_ONCE_INIT;
 
-/* Runs iterations of the current loop until none are left or one failed. */
+/* Runs iterations of the current loop until none are left or one failed, taking them in
+ * chunks of about an eighth of a thread's share (one atomic operation per chunk, and the
+ * chunks still balance uneven iterations). */
 static void tl_drain(tl_body body, const void *closure, int64_t n) {
+    int64_t chunk = n / (8 * (tl_pool.workers + 1));
+    if (chunk < 1) chunk = 1;
     for (;;) {
         if (atomic_load_explicit(&tl_pool.status, memory_order_relaxed) != 0) return;
-        int64_t i = atomic_fetch_add_explicit(&tl_pool.next, 1, memory_order_relaxed);
-        if (i >= n) return;
-        int32_t s = body(closure, i);
-        if (s != 0) {
-            int expected = 0;
-            atomic_compare_exchange_strong(&tl_pool.status, &expected, s);
+        int64_t first = atomic_fetch_add_explicit(&tl_pool.next, chunk, memory_order_relaxed);
+        if (first >= n) return;
+        int64_t end = first + chunk < n ? first + chunk : n;
+        for (int64_t i = first; i < end; i++) {
+            int32_t s = body(closure, i);
+            if (s != 0) {
+                int expected = 0;
+                atomic_compare_exchange_strong(&tl_pool.status, &expected, s);
+                return;
+            }
         }
     }
 }
@@ -154,17 +166,22 @@ static void tl_drain(tl_body body, const void *closure, int64_t n) {
 static void *tl_worker(void *arg) {
     (void)arg;
     uint64_t seen = 0;
-    pthread_mutex_lock(&tl_pool.lock);
     for (;;) {
-        while (tl_pool.generation == seen) pthread_cond_wait(&tl_pool.wake, &tl_pool.lock);
-        seen = tl_pool.generation;
-        tl_body body = tl_pool.body;
-        const void *closure = tl_pool.closure;
-        int64_t n = tl_pool.n;
-        pthread_mutex_unlock(&tl_pool.lock);
-        tl_drain(body, closure, n);
-        pthread_mutex_lock(&tl_pool.lock);
-        if (--tl_pool.running == 0) pthread_cond_signal(&tl_pool.idle);
+        for (int spin = 0; spin < TL_SPINS && atomic_load_explicit(&tl_pool.generation, memory_order_acquire) == seen;
+             spin++)
+            _mm_pause();
+        if (atomic_load_explicit(&tl_pool.generation, memory_order_acquire) == seen) {
+            pthread_mutex_lock(&tl_pool.lock);
+            while (atomic_load(&tl_pool.generation) == seen) pthread_cond_wait(&tl_pool.wake, &tl_pool.lock);
+            pthread_mutex_unlock(&tl_pool.lock);
+        }
+        seen = atomic_load_explicit(&tl_pool.generation, memory_order_acquire);
+        tl_drain(tl_pool.body, tl_pool.closure, tl_pool.n);
+        if (atomic_fetch_sub(&tl_pool.running, 1) == 1) {
+            pthread_mutex_lock(&tl_pool.lock);
+            pthread_cond_signal(&tl_pool.idle);
+            pthread_mutex_unlock(&tl_pool.lock);
+        }
     }
     return NULL;
 }
@@ -207,15 +224,18 @@ TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int
     tl_pool.n = n;
     atomic_store(&tl_pool.next, 0);
     atomic_store(&tl_pool.status, 0);
-    tl_pool.running = tl_pool.workers;
-    tl_pool.generation++;
+    atomic_store(&tl_pool.running, tl_pool.workers);
+    atomic_fetch_add_explicit(&tl_pool.generation, 1, memory_order_release);
     pthread_cond_broadcast(&tl_pool.wake);
     pthread_mutex_unlock(&tl_pool.lock);
     tl_drain(body, closure, n);
-    pthread_mutex_lock(&tl_pool.lock);
-    while (tl_pool.running > 0) pthread_cond_wait(&tl_pool.idle, &tl_pool.lock);
+    for (int spin = 0; spin < TL_SPINS && atomic_load(&tl_pool.running) > 0; spin++) _mm_pause();
+    if (atomic_load(&tl_pool.running) > 0) {
+        pthread_mutex_lock(&tl_pool.lock);
+        while (atomic_load(&tl_pool.running) > 0) pthread_cond_wait(&tl_pool.idle, &tl_pool.lock);
+        pthread_mutex_unlock(&tl_pool.lock);
+    }
     int32_t status = atomic_load(&tl_pool.status);
-    pthread_mutex_unlock(&tl_pool.lock);
     pthread_mutex_unlock(&tl_pool_busy);
     return status;
 }
