@@ -50,7 +50,8 @@ fn run_layer(
     let bias = placeholder([l.oc], DType::F32, "bias")?;
     let src_a = Array::from_i64(DType::U8, &src_dims, &uniform(src_dims.iter().product::<i64>() as usize, 1, 0, 255));
     let wei_a = Array::from_i64(DType::I8, &wdims, &uniform(wdims.iter().product::<i64>() as usize, 2, -127, 127));
-    let knobs = knobs.with_weights(options.target.level()?.has_vnni(), weight_range(wei_a.to_i64_vec().iter().map(|&w| w as i8)));
+    let knobs = knobs
+        .with_weights(options.target.level()?.has_vnni(), weight_range(wei_a.to_i64_vec().iter().map(|&w| w as i8)));
     let bias_v: Vec<f64> = uniform(l.oc as usize, 3, 0, 600).iter().map(|&b| b as f64 * 0.01).collect();
     let bias_a = Array::from_f64(DType::F32, &[l.oc], &bias_v);
 

@@ -113,7 +113,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if !status.success() {
             return Err(format!("cc failed for {name}").into());
         }
-        let jit = pair.iter().map(|op| tensorlift::compile(&op.funcs[&level], &options)).collect::<Result<Vec<_>, _>>()?;
+        let jit =
+            pair.iter().map(|op| tensorlift::compile(&op.funcs[&level], &options)).collect::<Result<Vec<_>, _>>()?;
         layers.push(Layer { name, dir, exe, jit, prep, run, jit_ms: Vec::new(), lib_ms: Vec::new() });
     }
 
@@ -142,12 +143,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let ns: f64 = String::from_utf8_lossy(&output.stdout).trim().parse()?;
             layer.lib_ms.push(ns / 1e6);
-            if std::fs::read(layer.dir.join("out.bin"))? != run.last().map(|t| t.as_bytes().to_vec()).unwrap_or_default() {
+            if std::fs::read(layer.dir.join("out.bin"))?
+                != run.last().map(|t| t.as_bytes().to_vec()).unwrap_or_default()
+            {
                 return Err(format!("{}: the library's output differs from the JIT's", layer.name).into());
             }
         }
     }
-    println!("\n{:<6} {:>10} {:>10} {:>9}  (median over {} rounds of the median of {} calls; outputs equal)", "layer", "jit ms", "lib ms", "lib/jit", args.rounds, args.repeat);
+    println!(
+        "\n{:<6} {:>10} {:>10} {:>9}  (median over {} rounds of the median of {} calls; outputs equal)",
+        "layer", "jit ms", "lib ms", "lib/jit", args.rounds, args.repeat
+    );
     for layer in &layers {
         let (jit, lib) = (median(layer.jit_ms.clone()), median(layer.lib_ms.clone()));
         println!("{:<6} {jit:>10.3} {lib:>10.3} {:>9.3}", layer.name, lib / jit);

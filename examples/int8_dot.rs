@@ -13,7 +13,11 @@ use tensorlift::prelude::*;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str, default: usize| -> usize {
-        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
     };
     let n = (flag("--size", 512) as i64 + 15) / 16 * 16;
     let repeat = flag("--repeat", 20);

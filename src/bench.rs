@@ -6,8 +6,8 @@ use std::time::Instant;
 use ir::DType;
 use ir::interp::Array;
 
-use crate::{CompiledFunc, RuntimeError, Tensor};
 use crate::kernels::peak::Probe;
+use crate::{CompiledFunc, RuntimeError, Tensor};
 
 /// The `i`-th value of the pattern with `seed`: a cheap hash of the position whose low bits
 /// cover every byte value, so that wrapped into a narrow integer type it spans the whole range.

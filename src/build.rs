@@ -9,7 +9,7 @@ use ir::{Func, LowerError, Tensor};
 use thiserror::Error;
 
 use crate::error::CompileError;
-use crate::runtime::{compile, CompileOptions, CompiledFunc};
+use crate::runtime::{CompileOptions, CompiledFunc, compile};
 
 /// A lowered and compiled function.
 pub struct Kernel {
@@ -36,7 +36,12 @@ pub enum BuildError {
 }
 
 /// Lowers `schedule` to a function of `args` (inputs and outputs, in call order) and compiles it.
-pub fn build(schedule: &Schedule, args: &[&Tensor], name: &str, options: &CompileOptions) -> Result<Kernel, BuildError> {
+pub fn build(
+    schedule: &Schedule,
+    args: &[&Tensor],
+    name: &str,
+    options: &CompileOptions,
+) -> Result<Kernel, BuildError> {
     let start = Instant::now();
     let lowered = if std::env::var_os("TENSORLIFT_DUMP_IR").is_some_and(|v| v == "1") {
         let mut previous = String::new();

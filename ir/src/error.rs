@@ -10,7 +10,9 @@ use crate::dtype::DType;
 /// Errors in a tensor-expression definition (`te::compute`, `te::comm_reducer`).
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum TeError {
-    #[error("dtype mismatch in `{op}`: left operand is {lhs}, right operand is {rhs}, in `{expr}` (tensorlift never promotes implicitly: add an explicit cast)")]
+    #[error(
+        "dtype mismatch in `{op}`: left operand is {lhs}, right operand is {rhs}, in `{expr}` (tensorlift never promotes implicitly: add an explicit cast)"
+    )]
     DTypeMismatch { op: String, lhs: DType, rhs: DType, expr: String },
     #[error("operator `{op}` is not defined on {dtype}, in `{expr}`")]
     UndefinedOperator { op: String, dtype: DType, expr: String },
@@ -20,7 +22,9 @@ pub enum TeError {
     IndexCount { tensor: String, expected: usize, found: usize },
     #[error("index of tensor {tensor} must be i64, found {found} in `{expr}`")]
     IndexDType { tensor: String, found: DType, expr: String },
-    #[error("{reducer} reduction declared with result dtype {expected} but its source is {found}: `{expr}` (cast the source explicitly)")]
+    #[error(
+        "{reducer} reduction declared with result dtype {expected} but its source is {found}: `{expr}` (cast the source explicitly)"
+    )]
     ReduceDType { reducer: String, expected: DType, found: DType, expr: String },
     #[error("reducer {reducer}: {what} must be {expected}, found {found}")]
     ReducerDType { reducer: String, what: &'static str, expected: DType, found: DType },
@@ -37,13 +41,26 @@ pub enum TeError {
     BadShape { what: &'static str, tensor: String, shape: Vec<i64>, dim: usize, found: i64 },
     /// The element count or the byte size of a tensor does not fit in `i64` (every index and
     /// buffer length in the compiler is an `i64`, and a byte size must fit in `isize`).
-    #[error("{what} {tensor}: shape {shape:?} of {dtype} has {count} {quantity}, more than the maximum of {} (i64::MAX)", i64::MAX)]
-    ShapeTooLarge { what: &'static str, tensor: String, shape: Vec<i64>, dtype: DType, quantity: &'static str, count: String },
+    #[error(
+        "{what} {tensor}: shape {shape:?} of {dtype} has {count} {quantity}, more than the maximum of {} (i64::MAX)",
+        i64::MAX
+    )]
+    ShapeTooLarge {
+        what: &'static str,
+        tensor: String,
+        shape: Vec<i64>,
+        dtype: DType,
+        quantity: &'static str,
+        count: String,
+    },
     #[error("reduce_axis {axis}: extent must be positive, found {found}")]
     BadReduceExtent { axis: String, found: i64 },
     /// The loops of a compute (its output axes and reduce axes) run more iterations than an `i64`
     /// counts, so a fused loop over them could not be represented.
-    #[error("compute {tensor}: its iteration domain (output shape {shape:?} times reduce extents {reduce:?}) has {count} points, more than the maximum of {} (i64::MAX)", i64::MAX)]
+    #[error(
+        "compute {tensor}: its iteration domain (output shape {shape:?} times reduce extents {reduce:?}) has {count} points, more than the maximum of {} (i64::MAX)",
+        i64::MAX
+    )]
     DomainTooLarge { tensor: String, shape: Vec<i64>, reduce: Vec<i64>, count: String },
     #[error("{0}")]
     OutOfBounds(Box<OutOfBoundsRead>),
@@ -92,15 +109,21 @@ pub enum ScheduleError {
     BadSplitFactor { stage: String, axis: String, found: i64 },
     #[error("reorder of {stage}: axis {axis} is given more than once")]
     DuplicateAxis { stage: String, axis: String },
-    #[error("fuse of {stage}: {outer} and {inner} must be adjacent loops with {outer} directly outside {inner}, found them at positions {outer_pos} and {inner_pos} of ({leaves})")]
+    #[error(
+        "fuse of {stage}: {outer} and {inner} must be adjacent loops with {outer} directly outside {inner}, found them at positions {outer_pos} and {inner_pos} of ({leaves})"
+    )]
     FuseNotAdjacent { stage: String, outer: String, inner: String, outer_pos: usize, inner_pos: usize, leaves: String },
     #[error("fuse of {stage}: cannot fuse reduction axis {reduce} with data-parallel axis {data_par}")]
     FuseMixedKinds { stage: String, reduce: String, data_par: String },
-    #[error("{primitive} of {stage}.{axis}: the loop extent must be a compile-time constant, but it is inferred at lowering from the consumer of a compute_at stage (split it by a constant factor first)")]
+    #[error(
+        "{primitive} of {stage}.{axis}: the loop extent must be a compile-time constant, but it is inferred at lowering from the consumer of a compute_at stage (split it by a constant factor first)"
+    )]
     NonConstantExtent { primitive: &'static str, stage: String, axis: String },
     #[error("vectorize of {stage}.{axis}: extent {found} exceeds the maximum of {max} lanes")]
     TooManyLanes { stage: String, axis: String, found: i64, max: i64 },
-    #[error("parallel of {stage}.{axis}: a reduction axis cannot run in parallel (iterations would race on the same output)")]
+    #[error(
+        "parallel of {stage}.{axis}: a reduction axis cannot run in parallel (iterations would race on the same output)"
+    )]
     ParallelReduction { stage: String, axis: String },
     #[error("compute_at of {stage}: stage {target} does not consume {stage} (its consumers are: {consumers})")]
     NotAConsumer { stage: String, target: String, consumers: String },

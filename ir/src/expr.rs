@@ -411,7 +411,7 @@ impl Expr {
     }
 
     pub fn vector_reduce(op: VectorReduceOp, value: Expr, output_lanes: u16) -> Expr {
-        assert!(value.dtype().lanes % output_lanes == 0, "vector_reduce lane count");
+        assert!(value.dtype().lanes.is_multiple_of(output_lanes), "vector_reduce lane count");
         let dtype = value.dtype().with_lanes(output_lanes);
         Expr::new(dtype, ExprKind::VectorReduce(op, value))
     }
@@ -725,9 +725,7 @@ impl Expr {
         let rhs = rhs.into_expr();
         // A bare index literal next to a non-index operand is a literal of that operand's type.
         let rhs = match rhs.kind() {
-            ExprKind::Int(v) if rhs.dtype() == DType::INDEX && self.dtype() != DType::INDEX => {
-                literal_like(self, *v)
-            }
+            ExprKind::Int(v) if rhs.dtype() == DType::INDEX && self.dtype() != DType::INDEX => literal_like(self, *v),
             _ => rhs,
         };
         Expr::cmp(op, self.clone(), rhs)

@@ -351,7 +351,8 @@ mod tests {
     fn the_int8_gemm_definition_is_accepted_in_both_forms() {
         for saturating in [false, true] {
             let (a, b) = gemm_operands(2, 16, 8);
-            let c = int8_gemm_compute(&a, &b, Int8GemmSize { m: 2, n: 16, k: 8, segments: 1 }, saturating, "C").unwrap();
+            let c =
+                int8_gemm_compute(&a, &b, Int8GemmSize { m: 2, n: 16, k: 8, segments: 1 }, saturating, "C").unwrap();
             let kind = IntrinKind::Int8Gemm { m: 2, n: 16, k: 8, segments: 1, saturating };
             let intrin = decl_tensor_intrin("g", kind, &c, &[&a, &b]).unwrap();
             assert_eq!(intrin.operand_tensors().len(), 3);
@@ -367,13 +368,21 @@ mod tests {
         let err = decl_tensor_intrin("g", kind(true), &exact, &[&a, &b]).unwrap_err();
         assert!(matches!(&err, TeError::BadIntrinsic { what, .. } if what == "Int8Gemm body"), "{err}");
         assert!(err.to_string().contains("sat_i16("), "{err}");
-        let err =
-            decl_tensor_intrin("g", IntrinKind::Int8Gemm { m: 4, n: 16, k: 8, segments: 1, saturating: false }, &exact, &[&a, &b])
-                .unwrap_err();
+        let err = decl_tensor_intrin(
+            "g",
+            IntrinKind::Int8Gemm { m: 4, n: 16, k: 8, segments: 1, saturating: false },
+            &exact,
+            &[&a, &b],
+        )
+        .unwrap_err();
         assert_eq!(err.to_string(), "tensor intrinsic g: Int8Gemm operand A: expected u8[4, 8], found u8[2, 8]");
-        let err =
-            decl_tensor_intrin("g", IntrinKind::Int8Gemm { m: 2, n: 16, k: 6, segments: 1, saturating: false }, &exact, &[&a, &b])
-                .unwrap_err();
+        let err = decl_tensor_intrin(
+            "g",
+            IntrinKind::Int8Gemm { m: 2, n: 16, k: 6, segments: 1, saturating: false },
+            &exact,
+            &[&a, &b],
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("k a positive multiple of 4"), "{err}");
     }
 

@@ -9,11 +9,11 @@
 pub mod analysis;
 pub mod dtype;
 pub mod error;
+pub mod expr;
 pub mod interp;
 pub mod intrin;
 pub mod lower;
 pub mod math;
-pub mod expr;
 pub mod mutator;
 pub mod passes;
 pub mod printer;

@@ -45,7 +45,7 @@
 //! error): cast to f32 first. `sqrt` is the exception: it is defined on every float type.
 
 use crate::dtype::{DType, ScalarType};
-use crate::expr::{select, BinOp, Expr, IntoExpr};
+use crate::expr::{BinOp, Expr, IntoExpr, select};
 
 /// An f32 constant (`value` rounded to f32) with the lanes of `like`.
 fn f(like: &Expr, value: f64) -> Expr {
@@ -131,7 +131,10 @@ pub fn exp(x: impl IntoExpr) -> Expr {
     let r = &x - &n * f(&x, 0.693359375);
     let r = &r - &n * f(&x, -2.12194440e-4);
     let z = &r * &r;
-    let p = horner(&r, &[1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]);
+    let p = horner(
+        &r,
+        &[1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1],
+    );
     let p = p * z + &r + f(&x, 1.0);
     let n = n.cast(ScalarType::I32);
     let n1 = &n >> i(&x, 1);

@@ -55,11 +55,9 @@ pub fn rebuild_expr(expr: &Expr, mut children: Vec<Expr>) -> Expr {
         ExprKind::Select(..) => ExprKind::Select(next(), next(), next()),
         ExprKind::TensorRead(t, _) => ExprKind::TensorRead(t.clone(), children),
         ExprKind::Load(b, _) => ExprKind::Load(b.clone(), children),
-        ExprKind::Reduce(r) => ExprKind::Reduce(Rc::new(ReduceData {
-            reducer: r.reducer.clone(),
-            source: next(),
-            axes: r.axes.clone(),
-        })),
+        ExprKind::Reduce(r) => {
+            ExprKind::Reduce(Rc::new(ReduceData { reducer: r.reducer.clone(), source: next(), axes: r.axes.clone() }))
+        }
         ExprKind::Ramp(..) => ExprKind::Ramp(next(), next()),
         ExprKind::Broadcast(_) => ExprKind::Broadcast(next()),
         ExprKind::VectorReduce(op, _) => ExprKind::VectorReduce(*op, next()),
@@ -75,9 +73,7 @@ pub fn rebuild_expr(expr: &Expr, mut children: Vec<Expr>) -> Expr {
         | ExprKind::Sqrt(a)
         | ExprKind::Reinterpret(a) => a.dtype().lanes,
         ExprKind::Select(c, t, _) => c.dtype().lanes.max(t.dtype().lanes),
-        ExprKind::Load(_, idx) | ExprKind::TensorRead(_, idx) => {
-            idx.iter().map(|i| i.dtype().lanes).max().unwrap_or(1)
-        }
+        ExprKind::Load(_, idx) | ExprKind::TensorRead(_, idx) => idx.iter().map(|i| i.dtype().lanes).max().unwrap_or(1),
         _ => dtype.lanes,
     };
     Expr::new(dtype.with_lanes(lanes), kind)
@@ -203,10 +199,10 @@ struct Substitute<'a> {
 
 impl Mutator for Substitute<'_> {
     fn mutate_expr(&mut self, expr: &Expr) -> Expr {
-        if let ExprKind::Var(v) = expr.kind() {
-            if let Some(replacement) = self.map.get(v) {
-                return replacement.clone();
-            }
+        if let ExprKind::Var(v) = expr.kind()
+            && let Some(replacement) = self.map.get(v)
+        {
+            return replacement.clone();
         }
         walk_expr(self, expr)
     }

@@ -22,11 +22,11 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::error::{MismatchPart, ScheduleError, TensorizeMismatch};
-use crate::intrin::TensorIntrin;
 use crate::expr::{Expr, ExprKind};
-use crate::mutator::{substitute_map, walk_expr, Mutator};
+use crate::intrin::TensorIntrin;
+use crate::mutator::{Mutator, substitute_map, walk_expr};
 use crate::stmt::ForKind;
-use crate::te::{compute_vec, IterKind, IterVar, Operation, Tensor, TensorId};
+use crate::te::{IterKind, IterVar, Operation, Tensor, TensorId, compute_vec};
 use crate::trace::{IntrinRef, RecordedStep, Step};
 
 /// Identity of a stage within its schedule.
@@ -278,11 +278,7 @@ impl Schedule {
     /// Stages whose bodies read `stage`'s tensor.
     pub fn consumers(&self, stage: Stage) -> Vec<Stage> {
         let id = self.stage_data(stage).tensor.id();
-        self.order
-            .iter()
-            .copied()
-            .filter(|&s| self.stage_data(s).inputs().iter().any(|t| t.id() == id))
-            .collect()
+        self.order.iter().copied().filter(|&s| self.stage_data(s).inputs().iter().any(|t| t.id() == id)).collect()
     }
 
     /// True if `stage`'s root extents are inferred from a consumer at lowering, which makes the
@@ -323,20 +319,26 @@ impl Schedule {
         known
     }
 
-    fn check_not_attach_point(&self, primitive: &'static str, stage: Stage, axis: &IterVar) -> Result<(), ScheduleError> {
+    fn check_not_attach_point(
+        &self,
+        primitive: &'static str,
+        stage: Stage,
+        axis: &IterVar,
+    ) -> Result<(), ScheduleError> {
         for s in &self.order {
-            if let Attach::At { stage: target, axis: at } = &self.stage_data(*s).attach {
-                if *target == stage && at == axis {
-                    return Err(ScheduleError::BadAttachment {
-                        primitive,
-                        stage: self.stage_data(stage).name().to_string(),
-                        reason: format!(
-                            "axis {} is where {} is computed (compute_at); transform the loop before compute_at",
-                            axis.name(),
-                            self.stage_data(*s).name()
-                        ),
-                    });
-                }
+            if let Attach::At { stage: target, axis: at } = &self.stage_data(*s).attach
+                && *target == stage
+                && at == axis
+            {
+                return Err(ScheduleError::BadAttachment {
+                    primitive,
+                    stage: self.stage_data(stage).name().to_string(),
+                    reason: format!(
+                        "axis {} is where {} is computed (compute_at); transform the loop before compute_at",
+                        axis.name(),
+                        self.stage_data(*s).name()
+                    ),
+                });
             }
         }
         Ok(())
@@ -353,11 +355,21 @@ impl Schedule {
     }
 
     /// `split` without a trace step, for primitives made of splits.
-    fn split_unrecorded(&mut self, tensor: &Tensor, axis: &IterVar, factor: i64) -> Result<(IterVar, IterVar), ScheduleError> {
+    fn split_unrecorded(
+        &mut self,
+        tensor: &Tensor,
+        axis: &IterVar,
+        factor: i64,
+    ) -> Result<(IterVar, IterVar), ScheduleError> {
         self.keeping_tensorize_valid(|s| s.split_step(tensor, axis, factor))
     }
 
-    fn split_step(&mut self, tensor: &Tensor, axis: &IterVar, factor: i64) -> Result<(IterVar, IterVar), ScheduleError> {
+    fn split_step(
+        &mut self,
+        tensor: &Tensor,
+        axis: &IterVar,
+        factor: i64,
+    ) -> Result<(IterVar, IterVar), ScheduleError> {
         let stage = self.compute_stage("split", tensor)?;
         let pos = self.leaf_position("split", stage, axis)?;
         if factor <= 0 {
@@ -372,10 +384,16 @@ impl Schedule {
         // A factor beyond a known extent splits off one outer iteration either way; capping it
         // keeps the inner loop from running (guarded) iterations past the extent.
         let factor = known.map_or(factor, |e| factor.min(e.max(1)));
-        let outer = IterVar::new(format!("{}.outer", axis.name()), known.map_or(0, |e| ceil_div(e, factor)), axis.kind());
+        let outer =
+            IterVar::new(format!("{}.outer", axis.name()), known.map_or(0, |e| ceil_div(e, factor)), axis.kind());
         let inner = IterVar::new(format!("{}.inner", axis.name()), factor, axis.kind());
         let data = self.data_mut(stage);
-        data.relations.push(Relation::Split { parent: axis.clone(), outer: outer.clone(), inner: inner.clone(), factor });
+        data.relations.push(Relation::Split {
+            parent: axis.clone(),
+            outer: outer.clone(),
+            inner: inner.clone(),
+            factor,
+        });
         data.leaves.splice(pos..=pos, [outer.clone(), inner.clone()]);
         let kind = data.for_kinds.remove(axis);
         if let Some(kind) = kind {
@@ -385,7 +403,12 @@ impl Schedule {
     }
 
     /// Splits `axis` into `nparts` outer iterations: `split` with factor `ceil(extent / nparts)`.
-    pub fn split_nparts(&mut self, tensor: &Tensor, axis: &IterVar, nparts: i64) -> Result<(IterVar, IterVar), ScheduleError> {
+    pub fn split_nparts(
+        &mut self,
+        tensor: &Tensor,
+        axis: &IterVar,
+        nparts: i64,
+    ) -> Result<(IterVar, IterVar), ScheduleError> {
         let stage = self.compute_stage("split", tensor)?;
         self.leaf_position("split", stage, axis)?;
         if nparts <= 0 {
@@ -432,7 +455,11 @@ impl Schedule {
             return tiled;
         };
         let (x, y) = (self.loop_ref(tensor, x), self.loop_ref(tensor, y));
-        self.record(Step::Tile { stage: self.stage_ref(tensor), x, y, x_factor, y_factor }, vec![xo.clone(), yo.clone(), xi.clone(), yi.clone()], None);
+        self.record(
+            Step::Tile { stage: self.stage_ref(tensor), x, y, x_factor, y_factor },
+            vec![xo.clone(), yo.clone(), xi.clone(), yi.clone()],
+            None,
+        );
         Ok((xo, yo, xi, yi))
     }
 
@@ -533,7 +560,11 @@ impl Schedule {
             });
         }
         self.data_mut(stage).for_kinds.insert(axis.clone(), ForKind::Vectorized);
-        self.record(Step::Vectorize { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis) }, Vec::new(), None);
+        self.record(
+            Step::Vectorize { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis) },
+            Vec::new(),
+            None,
+        );
         Ok(())
     }
 
@@ -543,7 +574,11 @@ impl Schedule {
         self.leaf_position("unroll", stage, axis)?;
         self.known_extent("unroll", stage, axis)?;
         self.data_mut(stage).for_kinds.insert(axis.clone(), ForKind::Unrolled);
-        self.record(Step::Unroll { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis) }, Vec::new(), None);
+        self.record(
+            Step::Unroll { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis) },
+            Vec::new(),
+            None,
+        );
         Ok(())
     }
 
@@ -558,7 +593,11 @@ impl Schedule {
             });
         }
         self.data_mut(stage).for_kinds.insert(axis.clone(), ForKind::Parallel);
-        self.record(Step::Parallel { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis) }, Vec::new(), None);
+        self.record(
+            Step::Parallel { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis) },
+            Vec::new(),
+            None,
+        );
         Ok(())
     }
 
@@ -606,18 +645,18 @@ impl Schedule {
                 reason: format!("{} is inlined and has no loops", consumer.name()),
             });
         }
-        let previous = std::mem::replace(
-            &mut self.data_mut(stage).attach,
-            Attach::At { stage: target, axis: axis.clone() },
-        );
+        let previous =
+            std::mem::replace(&mut self.data_mut(stage).attach, Attach::At { stage: target, axis: axis.clone() });
         // Vectorized or unrolled loops must keep a constant extent now that roots are inferred.
         let known = self.known_extents(stage);
         let data = self.stage_data(stage);
-        let unknown = data.for_kinds.iter().find(|(leaf, kind)| {
-            matches!(kind, ForKind::Vectorized | ForKind::Unrolled) && !known.contains_key(*leaf)
-        });
+        let unknown = data
+            .for_kinds
+            .iter()
+            .find(|(leaf, kind)| matches!(kind, ForKind::Vectorized | ForKind::Unrolled) && !known.contains_key(*leaf));
         if let Some((leaf, kind)) = unknown {
-            let (leaf, primitive) = (leaf.name().to_string(), if *kind == ForKind::Vectorized { "vectorize" } else { "unroll" });
+            let (leaf, primitive) =
+                (leaf.name().to_string(), if *kind == ForKind::Vectorized { "vectorize" } else { "unroll" });
             self.data_mut(stage).attach = previous;
             return Err(ScheduleError::NonConstantExtent { primitive, stage: producer.name().to_string(), axis: leaf });
         }
@@ -642,7 +681,11 @@ impl Schedule {
             });
         }
         self.check_attachable("compute_inline", stage)?;
-        if let Some(attached) = self.order.iter().find(|s| matches!(&self.stage_data(**s).attach, Attach::At { stage: t, .. } if *t == stage)) {
+        if let Some(attached) = self
+            .order
+            .iter()
+            .find(|s| matches!(&self.stage_data(**s).attach, Attach::At { stage: t, .. } if *t == stage))
+        {
             return Err(ScheduleError::BadAttachment {
                 primitive: "compute_inline",
                 stage: tensor.name().to_string(),
@@ -699,7 +742,11 @@ impl Schedule {
             self.data_mut(stage).tensorize = previous;
             return checked;
         }
-        let step = Step::Tensorize { stage: self.stage_ref(tensor), axis: self.loop_ref(tensor, axis), intrin: IntrinRef::of(intrin) };
+        let step = Step::Tensorize {
+            stage: self.stage_ref(tensor),
+            axis: self.loop_ref(tensor, axis),
+            intrin: IntrinRef::of(intrin),
+        };
         self.record(step, Vec::new(), None);
         Ok(())
     }
@@ -819,11 +866,18 @@ impl Schedule {
             });
         }
         // The definition moves to the new stage, away from loops another stage is computed in.
-        if let Some(attached) = self.order.iter().find(|s| matches!(&self.stage_data(**s).attach, Attach::At { stage: t, .. } if *t == stage)) {
+        if let Some(attached) = self
+            .order
+            .iter()
+            .find(|s| matches!(&self.stage_data(**s).attach, Attach::At { stage: t, .. } if *t == stage))
+        {
             return Err(ScheduleError::BadAttachment {
                 primitive: "cache_write",
                 stage: tensor.name().to_string(),
-                reason: format!("{} is computed inside its loops (compute_at); cache_write before compute_at", self.stage_data(*attached).name()),
+                reason: format!(
+                    "{} is computed inside its loops (compute_at); cache_write before compute_at",
+                    self.stage_data(*attached).name()
+                ),
             });
         }
         let body = data.body.clone().expect("compute stage has a body");

@@ -169,7 +169,12 @@ impl Operand {
             return self.origin[0].clone();
         }
         let term = |(i, s): (&Expr, i64)| if s == 1 { i.clone() } else { i.clone() * s };
-        self.origin.iter().zip(self.buffer.strides()).map(term).reduce(|acc, t| acc + t).unwrap_or_else(|| Expr::index(0))
+        self.origin
+            .iter()
+            .zip(self.buffer.strides())
+            .map(term)
+            .reduce(|acc, t| acc + t)
+            .unwrap_or_else(|| Expr::index(0))
     }
 
     /// The smallest and largest flat offset from `flat(origin)` of an element of the region of a
@@ -189,12 +194,32 @@ impl Operand {
 
 #[derive(Debug)]
 pub enum StmtKind {
-    For { var: Var, extent: i64, kind: ForKind, body: Stmt },
-    Let { var: Var, value: Expr, body: Stmt },
-    Store { buffer: Buffer, indices: Vec<Expr>, value: Expr },
-    If { cond: Expr, then_case: Stmt, else_case: Option<Stmt> },
+    For {
+        var: Var,
+        extent: i64,
+        kind: ForKind,
+        body: Stmt,
+    },
+    Let {
+        var: Var,
+        value: Expr,
+        body: Stmt,
+    },
+    Store {
+        buffer: Buffer,
+        indices: Vec<Expr>,
+        value: Expr,
+    },
+    If {
+        cond: Expr,
+        then_case: Stmt,
+        else_case: Option<Stmt>,
+    },
     Seq(Vec<Stmt>),
-    Allocate { buffer: Buffer, body: Stmt },
+    Allocate {
+        buffer: Buffer,
+        body: Stmt,
+    },
     /// Computes the declaration of `intrin` (`TensorIntrinData::output`) on buffer regions.
     /// `operands` are the regions (`Operand`) of the declaration's inputs, in declaration order,
     /// then of its output. The call reads every input region as it is before the call, then
@@ -209,12 +234,19 @@ pub enum StmtKind {
     /// exists. The reference interpreter executes the declaration, never the fallback, so tests
     /// can compare the two. The printer shows the call, not the fallback (print the fallback
     /// statement itself to see it).
-    Call { intrin: TensorIntrin, operands: Vec<Operand>, fallback: Stmt },
+    Call {
+        intrin: TensorIntrin,
+        operands: Vec<Operand>,
+        fallback: Stmt,
+    },
     /// A run-time check of reads whose index depends on data (`passes::check_gathers` inserts
     /// them; a vectorized loop checks all its lanes at once): if `cond` is false (in any lane,
     /// for a vector), the function stops here and reports
     /// an index out of the bounds of `buffer`; statements before it have run, none after it do.
-    BoundsCheck { cond: Expr, buffer: Buffer },
+    BoundsCheck {
+        cond: Expr,
+        buffer: Buffer,
+    },
 }
 
 /// An immutable, shared statement tree.

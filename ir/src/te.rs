@@ -178,9 +178,7 @@ pub enum Reducer {
 impl PartialEq for Reducer {
     fn eq(&self, other: &Reducer) -> bool {
         match (self, other) {
-            (Reducer::Sum, Reducer::Sum)
-            | (Reducer::Max, Reducer::Max)
-            | (Reducer::Min, Reducer::Min) => true,
+            (Reducer::Sum, Reducer::Sum) | (Reducer::Max, Reducer::Max) | (Reducer::Min, Reducer::Min) => true,
             (Reducer::Custom(a), Reducer::Custom(b)) => Rc::ptr_eq(a, b),
             _ => false,
         }
@@ -268,12 +266,7 @@ pub fn comm_reducer(
     check_expr(&combine)?;
     for (what, found) in [("combiner", combine.dtype()), ("identity", identity.dtype())] {
         if found != dtype {
-            return Err(TeError::ReducerDType {
-                reducer: name.to_string(),
-                what,
-                expected: dtype,
-                found,
-            });
+            return Err(TeError::ReducerDType { reducer: name.to_string(), what, expected: dtype, found });
         }
     }
     Ok(Reducer::Custom(Rc::new(CustomReducer { name: name.to_string(), lhs, rhs, combine, identity })))
@@ -403,10 +396,10 @@ impl Tensor {
 
 pub(crate) fn collect_reads(expr: &Expr, seen: &mut HashSet<TensorId>, out: &mut Vec<Tensor>) {
     expr.for_each(&mut |e| {
-        if let ExprKind::TensorRead(t, _) = e.kind() {
-            if seen.insert(t.id()) {
-                out.push(t.clone());
-            }
+        if let ExprKind::TensorRead(t, _) = e.kind()
+            && seen.insert(t.id())
+        {
+            out.push(t.clone());
         }
     });
 }
@@ -490,11 +483,7 @@ pub fn compute<const N: usize>(
 }
 
 /// `compute` for a rank known only at run time.
-pub fn compute_vec(
-    shape: Vec<i64>,
-    body: impl FnOnce(&[Expr]) -> Expr,
-    name: &str,
-) -> Result<Tensor, TeError> {
+pub fn compute_vec(shape: Vec<i64>, body: impl FnOnce(&[Expr]) -> Expr, name: &str) -> Result<Tensor, TeError> {
     // The dtype is the body's; dimensions are checked before the body is built.
     check_shape("compute", name, &shape, DType::U8)?;
     const AXIS_NAMES: [&str; 6] = ["i", "j", "k", "l", "m", "n"];
@@ -717,10 +706,8 @@ pub fn check_expr(expr: &Expr) -> Result<(), TeError> {
                 });
             }
         }
-        ExprKind::Cmp(op, a, b) => {
-            if a.dtype() != b.dtype() {
-                return Err(mismatch(op.symbol(), a, b));
-            }
+        ExprKind::Cmp(op, a, b) if a.dtype() != b.dtype() => {
+            return Err(mismatch(op.symbol(), a, b));
         }
         ExprKind::Select(c, t, f) => {
             if c.dtype().scalar != ScalarType::Bool {
@@ -770,11 +757,7 @@ pub fn check_expr(expr: &Expr) -> Result<(), TeError> {
             });
         }
         ExprKind::Not(a) if a.dtype().is_float() => {
-            return Err(TeError::UndefinedOperator {
-                op: "!".to_string(),
-                dtype: a.dtype(),
-                expr: expr.to_string(),
-            });
+            return Err(TeError::UndefinedOperator { op: "!".to_string(), dtype: a.dtype(), expr: expr.to_string() });
         }
         _ => {}
     }

@@ -713,7 +713,9 @@ mod tests {
         s.tensorize(&c, &inner, &gemm_intrin(4, 16, 8, false)).unwrap();
         let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
         let text = f.to_string();
-        let expected = format!("    for {outer} in 0..2 {{\n      call gemm(A[i.outer*64 + ko.outer*8] strides [16, 1], Bp[ko.outer*128]");
+        let expected = format!(
+            "    for {outer} in 0..2 {{\n      call gemm(A[i.outer*64 + ko.outer*8] strides [16, 1], Bp[ko.outer*128]"
+        );
         assert!(text.contains(&expected), "{text}");
         run_checked(&f, (&p.a, &p.bp, &c), &pseudo_random(128, 11, 0, 255), &pseudo_random(256, 12, -128, 127));
     }
@@ -743,9 +745,15 @@ mod tests {
         }
         // A reduction stage is not an element-wise intrinsic.
         let k = reduce_axis(8, "k").unwrap();
-        let total = compute([3], |i| sum(DType::I16, &[&k], p.at([&i[0], &k.to_expr()]) + q.at([&i[0], &k.to_expr()])), "T").unwrap();
+        let total =
+            compute([3], |i| sum(DType::I16, &[&k], p.at([&i[0], &k.to_expr()]) + q.at([&i[0], &k.to_expr()])), "T")
+                .unwrap();
         let mut s = create_schedule(&[&total]);
-        expect_mismatch(s.tensorize(&total, &k, &add8), MismatchPart::AxisKind, "expected 1 data-parallel and 0 reduction");
+        expect_mismatch(
+            s.tensorize(&total, &k, &add8),
+            MismatchPart::AxisKind,
+            "expected 1 data-parallel and 0 reduction",
+        );
     }
 
     /// The boundary values of u8 and i8 in every lane position and every combination within a

@@ -29,7 +29,7 @@ use thiserror::Error;
 
 use crate::error::ScheduleError;
 use crate::intrin::{IntrinKind, TensorIntrin};
-use crate::schedule::{create_schedule, Schedule, Stage};
+use crate::schedule::{Schedule, Stage, create_schedule};
 use crate::te::{IterVar, Tensor};
 
 /// A stage of the schedule a trace is replayed into.
@@ -84,26 +84,73 @@ pub fn resolve_among(intrins: &[TensorIntrin]) -> impl Fn(&IntrinRef) -> Option<
 #[serde(tag = "primitive", rename_all = "snake_case")]
 pub enum Step {
     /// Outputs: outer, inner.
-    Split { stage: StageRef, axis: LoopRef, factor: i64 },
+    Split {
+        stage: StageRef,
+        axis: LoopRef,
+        factor: i64,
+    },
     /// Outputs: outer, inner.
-    SplitNparts { stage: StageRef, axis: LoopRef, nparts: i64 },
+    SplitNparts {
+        stage: StageRef,
+        axis: LoopRef,
+        nparts: i64,
+    },
     /// Outputs: x outer, y outer, x inner, y inner.
-    Tile { stage: StageRef, x: LoopRef, y: LoopRef, x_factor: i64, y_factor: i64 },
+    Tile {
+        stage: StageRef,
+        x: LoopRef,
+        y: LoopRef,
+        x_factor: i64,
+        y_factor: i64,
+    },
     /// Output: the fused loop.
-    Fuse { stage: StageRef, outer: LoopRef, inner: LoopRef },
-    Reorder { stage: StageRef, order: Vec<LoopRef> },
-    Vectorize { stage: StageRef, axis: LoopRef },
-    Unroll { stage: StageRef, axis: LoopRef },
-    Parallel { stage: StageRef, axis: LoopRef },
+    Fuse {
+        stage: StageRef,
+        outer: LoopRef,
+        inner: LoopRef,
+    },
+    Reorder {
+        stage: StageRef,
+        order: Vec<LoopRef>,
+    },
+    Vectorize {
+        stage: StageRef,
+        axis: LoopRef,
+    },
+    Unroll {
+        stage: StageRef,
+        axis: LoopRef,
+    },
+    Parallel {
+        stage: StageRef,
+        axis: LoopRef,
+    },
     /// `axis` is a loop of `consumer`.
-    ComputeAt { stage: StageRef, consumer: StageRef, axis: LoopRef },
-    ComputeInline { stage: StageRef },
-    ComputeRoot { stage: StageRef },
+    ComputeAt {
+        stage: StageRef,
+        consumer: StageRef,
+        axis: LoopRef,
+    },
+    ComputeInline {
+        stage: StageRef,
+    },
+    ComputeRoot {
+        stage: StageRef,
+    },
     /// Creates a stage (the copy).
-    CacheRead { stage: StageRef, readers: Vec<StageRef> },
+    CacheRead {
+        stage: StageRef,
+        readers: Vec<StageRef>,
+    },
     /// Creates a stage (the new tensor computing the original definition).
-    CacheWrite { stage: StageRef },
-    Tensorize { stage: StageRef, axis: LoopRef, intrin: IntrinRef },
+    CacheWrite {
+        stage: StageRef,
+    },
+    Tensorize {
+        stage: StageRef,
+        axis: LoopRef,
+        intrin: IntrinRef,
+    },
 }
 
 impl Step {
@@ -167,7 +214,9 @@ pub enum TraceErrorKind {
     NoSuchOutput { step: usize, index: usize, why: String },
     #[error("the resolver knows no tensor intrinsic {name}")]
     UnknownIntrinsic { name: String },
-    #[error("the resolver gave a different declaration for tensor intrinsic {name}: expected {expected:?}, found {found:?}")]
+    #[error(
+        "the resolver gave a different declaration for tensor intrinsic {name}: expected {expected:?}, found {found:?}"
+    )]
     IntrinsicMismatch { name: String, expected: Box<IntrinRef>, found: Box<IntrinRef> },
     /// The primitive rejected the call (boxed: it is the largest of these errors).
     #[error(transparent)]
@@ -204,9 +253,7 @@ impl Schedule {
         self.recorded
             .iter()
             .enumerate()
-            .find_map(|(step, r)| {
-                r.outputs.iter().position(|o| o == axis).map(|index| LoopRef::Output { step, index })
-            })
+            .find_map(|(step, r)| r.outputs.iter().position(|o| o == axis).map(|index| LoopRef::Output { step, index }))
             .expect("every loop is a root axis or the output of a recorded step")
     }
 
@@ -257,7 +304,11 @@ impl Schedule {
     }
 
     /// Makes the call `step` records.
-    fn apply(&mut self, step: &Step, resolver: &dyn Fn(&IntrinRef) -> Option<TensorIntrin>) -> Result<(), TraceErrorKind> {
+    fn apply(
+        &mut self,
+        step: &Step,
+        resolver: &dyn Fn(&IntrinRef) -> Option<TensorIntrin>,
+    ) -> Result<(), TraceErrorKind> {
         let rejected = |e: ScheduleError| TraceErrorKind::Primitive(Box::new(e));
         match step {
             Step::Split { stage, axis, factor } => {
@@ -357,7 +408,11 @@ impl Trace {
     ) -> Result<Schedule, TraceError> {
         let mut s = create_schedule(outputs);
         for (index, step) in self.steps.iter().enumerate() {
-            s.apply(step, resolver).map_err(|reason| TraceError { step: index, primitive: step.primitive(), reason })?;
+            s.apply(step, resolver).map_err(|reason| TraceError {
+                step: index,
+                primitive: step.primitive(),
+                reason,
+            })?;
         }
         Ok(s)
     }

@@ -18,8 +18,8 @@ use sha2::{Digest, Sha256};
 
 use crate::expr::{Expr, ExprKind, Var};
 use crate::intrin::TensorIntrin;
-use crate::mutator::{walk_expr, Mutator};
-use crate::te::{compute_vec, placeholder_vec_in_range, IterVar, Operation, Reducer, Tensor, TensorId};
+use crate::mutator::{Mutator, walk_expr};
+use crate::te::{IterVar, Operation, Reducer, Tensor, TensorId, compute_vec, placeholder_vec_in_range};
 
 /// The identity of a workload: `key` for lookups, `summary` for people.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -68,7 +68,8 @@ struct Canonical {
 
 impl Canonical {
     fn of(first: &[&Tensor], outputs: &[&Tensor]) -> Canonical {
-        let mut c = Canonical { renamed: HashMap::new(), tensors: Vec::new(), outputs: Vec::new(), text: String::new() };
+        let mut c =
+            Canonical { renamed: HashMap::new(), tensors: Vec::new(), outputs: Vec::new(), text: String::new() };
         for t in first.iter().chain(outputs) {
             c.visit(t);
         }
@@ -116,7 +117,15 @@ impl Canonical {
                 if let ExprKind::Reduce(r) = body.kind()
                     && let Reducer::Custom(c) = &r.reducer
                 {
-                    let _ = write!(self.text, " with {}({}, {}) = {}, identity {}", c.name, c.lhs.name(), c.rhs.name(), c.combine, c.identity);
+                    let _ = write!(
+                        self.text,
+                        " with {}({}, {}) = {}, identity {}",
+                        c.name,
+                        c.lhs.name(),
+                        c.rhs.name(),
+                        c.combine,
+                        c.identity
+                    );
                 }
             }
             (None, Some((lo, hi))) => {

@@ -24,7 +24,12 @@ macro_rules! check_all_ops {
         ];
         for (op, built) in cases {
             let expected = Expr::binary(op, l.clone(), r.clone());
-            assert!(built.structurally_eq(&expected), "{} {}: built `{built}`, expected `{expected}`", stringify!($lhs), op.symbol());
+            assert!(
+                built.structurally_eq(&expected),
+                "{} {}: built `{built}`, expected `{expected}`",
+                stringify!($lhs),
+                op.symbol()
+            );
         }
     }};
 }

@@ -1,13 +1,13 @@
 //! Schedule traces: random schedules replay to the same lowered IR, survive JSON, and report a
 //! definition they do not fit as a typed error naming the step.
 
-use tensorlift_ir::expr::select;
-use tensorlift_ir::intrin::{decl_tensor_intrin, IntrinKind};
-use tensorlift_ir::schedule::{create_schedule, Schedule};
-use tensorlift_ir::te::{compute, placeholder, reduce_axis, sum, IterVar, Tensor};
-use tensorlift_ir::trace::{resolve_among, IntrinRef, LoopRef, StageRef, Step, Trace, TraceError, TraceErrorKind};
-use tensorlift_ir::{DType, Expr, ScheduleError, TensorIntrin};
 use proptest::prelude::*;
+use tensorlift_ir::expr::select;
+use tensorlift_ir::intrin::{IntrinKind, decl_tensor_intrin};
+use tensorlift_ir::schedule::{Schedule, create_schedule};
+use tensorlift_ir::te::{IterVar, Tensor, compute, placeholder, reduce_axis, sum};
+use tensorlift_ir::trace::{IntrinRef, LoopRef, StageRef, Step, Trace, TraceError, TraceErrorKind, resolve_among};
+use tensorlift_ir::{DType, Expr, ScheduleError, TensorIntrin};
 
 /// A definition: the function's arguments (inputs, then outputs) and its outputs.
 struct Def {
@@ -54,7 +54,11 @@ fn padded_conv(p: &str) -> Def {
         &format!("{p}P"),
     )
     .unwrap();
-    let (rc, ry, rx) = (reduce_axis(3, &format!("{p}rc")).unwrap(), reduce_axis(3, &format!("{p}ry")).unwrap(), reduce_axis(3, &format!("{p}rx")).unwrap());
+    let (rc, ry, rx) = (
+        reduce_axis(3, &format!("{p}rc")).unwrap(),
+        reduce_axis(3, &format!("{p}ry")).unwrap(),
+        reduce_axis(3, &format!("{p}rx")).unwrap(),
+    );
     let conv = compute(
         [1, 4, 6, 6],
         |i| {
@@ -64,7 +68,9 @@ fn padded_conv(p: &str) -> Def {
         &format!("{p}Conv"),
     )
     .unwrap();
-    let out = compute([1, 4, 6, 6], |i| conv.at([&i[0], &i[1], &i[2], &i[3]]) + Expr::int(DType::I32, 1), &format!("{p}Out")).unwrap();
+    let out =
+        compute([1, 4, 6, 6], |i| conv.at([&i[0], &i[1], &i[2], &i[3]]) + Expr::int(DType::I32, 1), &format!("{p}Out"))
+            .unwrap();
     Def { args: vec![x, w, out.clone()], outputs: vec![out] }
 }
 
@@ -274,11 +280,17 @@ fn a_trace_reads_as_positional_json_and_replays_with_its_intrinsic() {
     let s = chain_schedule(&def, &intrin);
     let trace = s.trace();
     let json = serde_json::to_value(&trace).unwrap();
-    assert_eq!(json["steps"][0], serde_json::json!({"primitive": "split", "stage": {"definition": 1}, "axis": {"root": 1}, "factor": 4}));
+    assert_eq!(
+        json["steps"][0],
+        serde_json::json!({"primitive": "split", "stage": {"definition": 1}, "axis": {"root": 1}, "factor": 4})
+    );
     assert_eq!(json["steps"][1]["axis"], serde_json::json!({"output": {"step": 0, "index": 1}}));
     assert_eq!(json["steps"][1]["intrin"]["name"], "add1x4");
     assert_eq!(json["steps"][1]["intrin"]["kind"], "Generic");
-    assert_eq!(json["steps"][4], serde_json::json!({"primitive": "cache_read", "stage": {"definition": 0}, "readers": [{"definition": 3}]}));
+    assert_eq!(
+        json["steps"][4],
+        serde_json::json!({"primitive": "cache_read", "stage": {"definition": 0}, "readers": [{"definition": 3}]})
+    );
     assert_eq!(json["steps"][5]["stage"], serde_json::json!({"created_by": 4}));
     let text = def.lower(&s);
     assert!(text.contains("call add1x4("), "{text}");
@@ -288,7 +300,10 @@ fn a_trace_reads_as_positional_json_and_replays_with_its_intrinsic() {
     let fresh = [add1_intrin()];
     let replayed = trace.replay(&again.outputs(), &resolve_among(&fresh)).unwrap();
     assert_eq!(replayed.trace(), trace);
-    assert_eq!(again.lower(&replayed), text.replace('A', "other_A").replace('B', "other_B").replace('C', "other_C").replace('D', "other_D"));
+    assert_eq!(
+        again.lower(&replayed),
+        text.replace('A', "other_A").replace('B', "other_B").replace('C', "other_C").replace('D', "other_D")
+    );
 }
 
 #[test]
@@ -306,7 +321,13 @@ fn an_intrinsic_the_resolver_lacks_or_declares_differently_is_a_typed_error() {
     let impostor = decl_tensor_intrin("add1x4", IntrinKind::Generic, &z, &[&x]).unwrap();
     let always = move |_: &IntrinRef| Some(impostor.clone());
     let err = trace.replay(&chain("").outputs(), &always).unwrap_err();
-    assert!(matches!(&err, TraceError { step: 1, primitive: "tensorize", reason: TraceErrorKind::IntrinsicMismatch { .. } }), "{err}");
+    assert!(
+        matches!(
+            &err,
+            TraceError { step: 1, primitive: "tensorize", reason: TraceErrorKind::IntrinsicMismatch { .. } }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -324,8 +345,14 @@ fn a_trace_that_does_not_fit_the_workload_names_the_step() {
     let err = trace.replay(&big.outputs(), &|_| None).unwrap_err();
     assert_eq!(err.step, 2);
     assert_eq!(err.primitive, "vectorize");
-    assert!(matches!(&err.reason, TraceErrorKind::Primitive(e) if matches!(**e, ScheduleError::TooManyLanes { found: 500, .. })), "{err}");
-    assert_eq!(err.to_string(), "trace step 2 (vectorize): vectorize of C.k.outer: extent 500 exceeds the maximum of 256 lanes");
+    assert!(
+        matches!(&err.reason, TraceErrorKind::Primitive(e) if matches!(**e, ScheduleError::TooManyLanes { found: 500, .. })),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "trace step 2 (vectorize): vectorize of C.k.outer: extent 500 exceeds the maximum of 256 lanes"
+    );
 
     // An element-wise definition has no reduction axis: stage 2 (C) has no root axis 2.
     let err = trace.replay(&chain("").outputs(), &|_| None).unwrap_err();
@@ -337,12 +364,20 @@ fn a_trace_that_does_not_fit_the_workload_names_the_step() {
     assert_eq!(err.to_string(), "trace step 0 (split): the definition has no stage 2 (stage count: 1)");
 
     // References to later steps or to steps that create nothing.
-    let forward = Trace { steps: vec![Step::Vectorize { stage: StageRef::Definition(2), axis: LoopRef::Output { step: 0, index: 0 } }] };
+    let forward = Trace {
+        steps: vec![Step::Vectorize { stage: StageRef::Definition(2), axis: LoopRef::Output { step: 0, index: 0 } }],
+    };
     let err = forward.replay(&matmul("", 10, 12, 8).outputs(), &|_| None).unwrap_err();
-    assert_eq!(err.to_string(), "trace step 0 (vectorize): output 0 of step 0 does not exist (a step may only refer to an earlier step)");
+    assert_eq!(
+        err.to_string(),
+        "trace step 0 (vectorize): output 0 of step 0 does not exist (a step may only refer to an earlier step)"
+    );
     let no_stage = Trace { steps: vec![trace.steps[0].clone(), Step::CacheWrite { stage: StageRef::CreatedBy(0) }] };
     let err = no_stage.replay(&matmul("", 10, 12, 8).outputs(), &|_| None).unwrap_err();
-    assert_eq!(err.to_string(), "trace step 1 (cache_write): the stage created by step 0 does not exist (that step is a split, which creates none)");
+    assert_eq!(
+        err.to_string(),
+        "trace step 1 (cache_write): the stage created by step 0 does not exist (that step is a split, which creates none)"
+    );
 }
 
 #[test]
@@ -361,12 +396,17 @@ fn tile_is_one_step_and_a_rejected_tile_changes_nothing() {
     assert_eq!(
         s.trace().steps,
         vec![
-            Step::Tile { stage: StageRef::Definition(2), x: LoopRef::Root(0), y: LoopRef::Root(1), x_factor: 4, y_factor: 3 },
+            Step::Tile {
+                stage: StageRef::Definition(2),
+                x: LoopRef::Root(0),
+                y: LoopRef::Root(1),
+                x_factor: 4,
+                y_factor: 3
+            },
             Step::Parallel { stage: StageRef::Definition(2), axis: LoopRef::Output { step: 0, index: 0 } },
         ]
     );
 }
-
 
 /// Found by the property tests: both schedules used to be accepted and then failed to lower.
 #[test]
@@ -378,11 +418,17 @@ fn caches_of_or_around_compute_at_stages_are_rejected() {
     let mut s = create_schedule(&[d]);
     s.compute_at(&c, d, &d.axis(0)).unwrap();
     let err = s.cache_read(&c, &[d]).unwrap_err();
-    assert_eq!(err.to_string(), "cache_read of C: it is computed inside the loops of D (compute_at); cache it before compute_at or compute_root it");
+    assert_eq!(
+        err.to_string(),
+        "cache_read of C: it is computed inside the loops of D (compute_at); cache it before compute_at or compute_root it"
+    );
     s.compute_root(&c).unwrap();
     s.compute_at(&b, &c, &c.axis(1)).unwrap();
     let err = s.cache_write(&c).unwrap_err();
-    assert_eq!(err.to_string(), "cache_write of C: B is computed inside its loops (compute_at); cache_write before compute_at");
+    assert_eq!(
+        err.to_string(),
+        "cache_write of C: B is computed inside its loops (compute_at); cache_write before compute_at"
+    );
     assert_eq!(s.trace().steps.len(), 3);
     def.lower(&s);
 }

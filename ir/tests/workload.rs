@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use tensorlift_ir::expr::select;
-use tensorlift_ir::intrin::{decl_tensor_intrin, IntrinKind};
-use tensorlift_ir::te::{compute, max, placeholder, placeholder_in_range, reduce_axis, sum, Tensor};
+use tensorlift_ir::intrin::{IntrinKind, decl_tensor_intrin};
+use tensorlift_ir::te::{Tensor, compute, max, placeholder, placeholder_in_range, reduce_axis, sum};
 use tensorlift_ir::workload::{canonical_definition, intrin_key, workload_key};
 use tensorlift_ir::{DType, Expr};
 
@@ -42,7 +42,11 @@ fn conv(v: Variant) -> Tensor {
         &format!("{p}Pad"),
     )
     .unwrap();
-    let (rc, ry, rx) = (reduce_axis(4, &format!("{p}rc")).unwrap(), reduce_axis(3, &format!("{p}ry")).unwrap(), reduce_axis(3, &format!("{p}rx")).unwrap());
+    let (rc, ry, rx) = (
+        reduce_axis(4, &format!("{p}rc")).unwrap(),
+        reduce_axis(3, &format!("{p}ry")).unwrap(),
+        reduce_axis(3, &format!("{p}rx")).unwrap(),
+    );
     let acc = compute(
         [1, 8, w_, w_],
         |i| {
@@ -54,7 +58,12 @@ fn conv(v: Variant) -> Tensor {
         &format!("{p}Acc"),
     )
     .unwrap();
-    compute([1, 8, w_, w_], |i| acc.at([&i[0], &i[1], &i[2], &i[3]]) + Expr::int(DType::I32, v.bias), &format!("{p}Out")).unwrap()
+    compute(
+        [1, 8, w_, w_],
+        |i| acc.at([&i[0], &i[1], &i[2], &i[3]]) + Expr::int(DType::I32, v.bias),
+        &format!("{p}Out"),
+    )
+    .unwrap()
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Target-neutral CPU schedules: tiling, vectorization and threading with typed knobs.
 
-use ir::schedule::{create_schedule, Schedule};
+use ir::schedule::{Schedule, create_schedule};
 use ir::{ScheduleError, Tensor};
 
 /// The decisions of the tiled matmul schedule. A tuner varies these and nothing else.

@@ -1,6 +1,6 @@
 //! Operator definitions as tensor expressions.
 
-use ir::te::{compute, compute_vec, reduce_axis, sum, Tensor};
+use ir::te::{Tensor, compute, compute_vec, reduce_axis, sum};
 use ir::{DType, Expr, TeError};
 
 /// `C[i, j] = Σ_k out(A[i, k]) · out(B[k, j])` for `A: [M, K]`, `B: [K, N]`, where `out` is an
@@ -52,11 +52,7 @@ pub fn pack_b_vnni(b: &Tensor, nr: i64, name: &str) -> Result<Tensor, TeError> {
     if nr <= 0 || n % nr != 0 {
         return Err(mismatch("panel width nr", format!("a positive divisor of N = {n}"), nr.to_string()));
     }
-    compute_vec(
-        vec![n / nr, k / 4, nr, 4],
-        |i| b.at([&(&i[1] * 4 + &i[3]), &(&i[0] * nr + &i[2])]),
-        name,
-    )
+    compute_vec(vec![n / nr, k / 4, nr, 4], |i| b.at([&(&i[1] * 4 + &i[3]), &(&i[0] * nr + &i[2])]), name)
 }
 
 /// `C[i, j] = Σ_{ko, ki} out(A[i, ko*4 + ki]) · out(Bp[j/nr, ko, j%nr, ki])` for `A: [M, K]` and
@@ -149,8 +145,8 @@ pub fn matmul_s8s8_via_u8(a: &Tensor, b: &Tensor, nr: i64, name: &str) -> Result
 mod tests {
     use super::*;
     use crate::intrin::int8_gemm_microkernel;
-    use crate::x86::{schedule_gemm_int8, GemmInt8Knobs};
-    use ir::interp::{eval_te, run_func, Array};
+    use crate::x86::{GemmInt8Knobs, schedule_gemm_int8};
+    use ir::interp::{Array, eval_te, run_func};
     use ir::schedule::create_schedule;
     use ir::te::placeholder;
     use ir::{MismatchPart, ScheduleError};
@@ -294,7 +290,11 @@ pub fn softmax(x: &Tensor, name: &str) -> Result<Softmax, TeError> {
     let mut full = rows.clone();
     full.push(n);
     let k = reduce_axis(n, "k")?;
-    let max = compute_vec(rows.clone(), |r| ir::te::max(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))), &format!("{name}.max"))?;
+    let max = compute_vec(
+        rows.clone(),
+        |r| ir::te::max(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))),
+        &format!("{name}.max"),
+    )?;
     let exp = compute_vec(
         full.clone(),
         |i| {
@@ -304,12 +304,9 @@ pub fn softmax(x: &Tensor, name: &str) -> Result<Softmax, TeError> {
         &format!("{name}.exp"),
     )?;
     let j = reduce_axis(n, "j")?;
-    let sum_t = compute_vec(rows, |r| sum(DType::F32, &[&j], exp.at_vec(with_last(r, j.to_expr()))), &format!("{name}.sum"))?;
-    let output = compute_vec(
-        full,
-        |i| exp.at_vec(i.to_vec()) / sum_t.at_vec(i[..i.len() - 1].to_vec()),
-        name,
-    )?;
+    let sum_t =
+        compute_vec(rows, |r| sum(DType::F32, &[&j], exp.at_vec(with_last(r, j.to_expr()))), &format!("{name}.sum"))?;
+    let output = compute_vec(full, |i| exp.at_vec(i.to_vec()) / sum_t.at_vec(i[..i.len() - 1].to_vec()), name)?;
     Ok(Softmax { max, exp, sum: sum_t, output })
 }
 
@@ -360,7 +357,11 @@ pub fn layernorm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32, name: &str
     full.push(n);
     let count = Expr::float(DType::F32, n as f64);
     let k = reduce_axis(n, "k")?;
-    let sum_t = compute_vec(rows.clone(), |r| sum(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))), &format!("{name}.sum"))?;
+    let sum_t = compute_vec(
+        rows.clone(),
+        |r| sum(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))),
+        &format!("{name}.sum"),
+    )?;
     let mean = compute_vec(rows.clone(), |r| sum_t.at_vec(r.to_vec()) / &count, &format!("{name}.mean"))?;
     let j = reduce_axis(n, "j")?;
     let sq = compute_vec(
@@ -372,7 +373,8 @@ pub fn layernorm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32, name: &str
         &format!("{name}.sq"),
     )?;
     let eps = Expr::float(DType::F32, eps as f64);
-    let inv_std = compute_vec(rows, |r| ir::math::rsqrt(sq.at_vec(r.to_vec()) / &count + &eps), &format!("{name}.inv_std"))?;
+    let inv_std =
+        compute_vec(rows, |r| ir::math::rsqrt(sq.at_vec(r.to_vec()) / &count + &eps), &format!("{name}.inv_std"))?;
     let output = compute_vec(
         full,
         |i| {

@@ -8,8 +8,8 @@
 //! preparation function (`compensation`) is separate from the per-call graph: it runs once when
 //! the weights are packed, and the per-call operators read its result through a placeholder.
 
-use ir::te::{Tensor, compute_vec, max, placeholder_vec, placeholder_vec_in_range, reduce_axis, sum};
 use ir::expr::{max as index_max, min as index_min, select};
+use ir::te::{Tensor, compute_vec, max, placeholder_vec, placeholder_vec_in_range, reduce_axis, sum};
 use ir::{DType, Expr};
 
 use crate::quant::{
@@ -31,7 +31,11 @@ fn dtype_error(op: &str, what: &str, expected: &str, found: DType) -> QuantError
 }
 
 fn require_int8_src(op: &str, src: &Tensor) -> Result<(), QuantError> {
-    if [DType::U8, DType::I8].contains(&src.dtype()) { Ok(()) } else { Err(dtype_error(op, "the source", "u8 or i8", src.dtype())) }
+    if [DType::U8, DType::I8].contains(&src.dtype()) {
+        Ok(())
+    } else {
+        Err(dtype_error(op, "the source", "u8 or i8", src.dtype()))
+    }
 }
 
 fn require_s8_weights(op: &str, weights: &Tensor) -> Result<(), QuantError> {
@@ -92,7 +96,11 @@ pub fn compensation_for_gemm(
     if dims.len() != 2 && dims.len() != 4 {
         return Err(shape_error(&op, "the weight shape", "[OC, IC] or [OC, IC, KH, KW]", format!("{dims:?}")));
     }
-    let axes = dims[1..].iter().enumerate().map(|(d, &n)| reduce_axis(n, ["ic", "kh", "kw"][d])).collect::<Result<Vec<_>, _>>()?;
+    let axes = dims[1..]
+        .iter()
+        .enumerate()
+        .map(|(d, &n)| reduce_axis(n, ["ic", "kh", "kw"][d]))
+        .collect::<Result<Vec<_>, _>>()?;
     let axis_refs: Vec<&_> = axes.iter().collect();
     let weight_sum = compute_vec(
         vec![dims[0]],
@@ -646,7 +654,12 @@ pub fn max_pool2d(src: &Tensor, k: i64, stride: i64, pad: i64, name: &str) -> Re
     };
     if k < 1 || stride < 1 || pad < 0 || pad >= k || h + 2 * pad < k || w + 2 * pad < k {
         let found = format!("window {k}, stride {stride}, pad {pad} over {h}x{w}");
-        return Err(shape_error(&op, "the window", "k >= 1, stride >= 1, 0 <= pad < k, window within the padded source", found));
+        return Err(shape_error(
+            &op,
+            "the window",
+            "k >= 1, stride >= 1, 0 <= pad < k, window within the padded source",
+            found,
+        ));
     }
     let padded = compute_vec(
         vec![n, c, h + 2 * pad, w + 2 * pad],
@@ -756,7 +769,11 @@ pub fn nchw_to_nchwc(src: &Tensor, x: i64, pad_value: i64, name: &str) -> Result
     if !fits {
         return Err(shape_error(&op, "the pad value", format!("a value of {}", src.dtype()), pad_value.to_string()));
     }
-    let pad = if src.dtype().is_float() { Expr::float(src.dtype(), pad_value as f64) } else { Expr::int(src.dtype(), pad_value) };
+    let pad = if src.dtype().is_float() {
+        Expr::float(src.dtype(), pad_value as f64)
+    } else {
+        Expr::int(src.dtype(), pad_value)
+    };
     Ok(compute_vec(
         vec![n, ceil_div(c, x), h, w, x],
         |i| {
@@ -811,9 +828,15 @@ pub fn oihw_to_vnni_blocked(weights: &Tensor, x: i64, y: i64, name: &str) -> Res
         return Err(shape_error(&op, "the weight shape", "[O, I, KH, KW]", format!("{:?}", weights.shape())));
     };
     if x < 4 || x % 4 != 0 || y < 1 {
-        return Err(shape_error(&op, "the blocks (x, y)", "x a positive multiple of 4 and y >= 1", format!("({x}, {y})")));
+        return Err(shape_error(
+            &op,
+            "the blocks (x, y)",
+            "x a positive multiple of 4 and y >= 1",
+            format!("({x}, {y})"),
+        ));
     }
-    let zero = if weights.dtype().is_float() { Expr::float(weights.dtype(), 0.0) } else { Expr::int(weights.dtype(), 0) };
+    let zero =
+        if weights.dtype().is_float() { Expr::float(weights.dtype(), 0.0) } else { Expr::int(weights.dtype(), 0) };
     Ok(compute_vec(
         vec![ceil_div(o, y), ceil_div(i_ch, x), kh, kw, x / 4, y, 4],
         |i| {

@@ -59,9 +59,9 @@
 //! contribute exactly `(zp_src + shift) · wei`, which the compensation removes: padding means
 //! a real zero. The i32 arithmetic wraps, which is exact whenever the true result fits in i32.
 
+use ir::expr::select;
 use ir::interp::Array;
 use ir::te::{Tensor, placeholder_vec};
-use ir::expr::select;
 use ir::{DType, Expr, TeError};
 use thiserror::Error;
 
@@ -299,7 +299,8 @@ impl Params {
 
     fn read(&mut self, dtype: DType, values: Array, mask: u32, dims: &[i64], indices: &[Expr], name: &str) -> Expr {
         // `check_mask` matched the length to a dimension of a checked (positive) shape.
-        let tensor = placeholder_vec(vec![values.len() as i64], dtype, name).expect("per-channel parameters have a positive length");
+        let tensor = placeholder_vec(vec![values.len() as i64], dtype, name)
+            .expect("per-channel parameters have a positive length");
         let read = tensor.at_vec(vec![mask_index(mask, dims, indices)]);
         self.0.push(Param { tensor, values });
         read

@@ -175,8 +175,13 @@ pub fn quantization(layer: Layer, seed: u64) -> Result<LayerQuant, QuantError> {
         Layer::Dense(d) => (vec![1, d.in_features], vec![d.out_features, d.in_features]),
     };
     let (oc, fan_in) = (wei_dims[0], wei_dims[1..].iter().product::<i64>());
-    let wei_scales: Vec<f32> = uniform(oc as usize, seed + 2, 0, 9999).iter().map(|&u| 0.005 + 0.01 * u as f32 / 1e4).collect();
-    let bias = uniform(oc as usize, seed + 3, -1000, 999).iter().zip(&wei_scales).map(|(&b, &s)| b as f32 * (SRC_SCALE * s)).collect();
+    let wei_scales: Vec<f32> =
+        uniform(oc as usize, seed + 2, 0, 9999).iter().map(|&u| 0.005 + 0.01 * u as f32 / 1e4).collect();
+    let bias = uniform(oc as usize, seed + 3, -1000, 999)
+        .iter()
+        .zip(&wei_scales)
+        .map(|(&b, &s)| b as f32 * (SRC_SCALE * s))
+        .collect();
     let mean_scale = wei_scales.iter().sum::<f32>() / oc as f32;
     let output_std = SRC_SCALE * mean_scale * (fan_in as f32).sqrt() * SRC_STD * WEI_STD;
     let attrs = QuantAttrs {

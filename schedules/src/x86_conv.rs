@@ -71,21 +71,21 @@ impl Conv2dInt8Knobs {
     pub fn with_weights(self, vnni: bool, (lo, hi): (i8, i8)) -> Conv2dInt8Knobs {
         let weights = (lo.min(0), hi.max(0));
         let (w_lo, w_hi) = (i64::from(weights.0), i64::from(weights.1));
-        let source = if !vnni && !pair_sums_fit_i16((0, 255), (w_lo, w_hi)) && w_lo > -128 {
-            DType::I8
-        } else {
-            DType::U8
-        };
+        let source =
+            if !vnni && !pair_sums_fit_i16((0, 255), (w_lo, w_hi)) && w_lo > -128 { DType::I8 } else { DType::U8 };
         Conv2dInt8Knobs { operands: GemmOperands { source, weights }, ..self }
     }
 }
 
 /// The smallest and largest of `weights` (`(0, 0)` when there are none).
 pub fn weight_range(weights: impl IntoIterator<Item = i8>) -> (i8, i8) {
-    weights.into_iter().fold(None, |range, w| match range {
-        None => Some((w, w)),
-        Some((lo, hi)) => Some((w.min(lo), w.max(hi))),
-    }).unwrap_or((0, 0))
+    weights
+        .into_iter()
+        .fold(None, |range, w| match range {
+            None => Some((w, w)),
+            Some((lo, hi)) => Some((w.min(lo), w.max(hi))),
+        })
+        .unwrap_or((0, 0))
 }
 
 /// Layers with fewer int8 operations run on one thread by default: the 1×1 layers of
@@ -110,7 +110,9 @@ pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
         .max_by_key(|&(area, nr, _)| (area, nr));
     let (mr, nr) = dividing.map_or((rows(widths[0]).min(pixels), widths[0]), |(_, nr, mr)| (mr, nr));
     let weight_bytes = layer.oc * layer.k * conv_row_bytes(layer.ic, layer.k);
-    let source_bytes = if layer.k == 1 { layer.oh() * layer.ow() } else { (layer.h + 2 * layer.pad) * (layer.w + 2 * layer.pad) } * layer.ic;
+    let source_bytes =
+        if layer.k == 1 { layer.oh() * layer.ow() } else { (layer.h + 2 * layer.pad) * (layer.w + 2 * layer.pad) }
+            * layer.ic;
     let order = if weight_bytes > source_bytes { TileOrder::ChannelsOuter } else { TileOrder::PixelsOuter };
     let parallel = layer.ops() >= MIN_PARALLEL_OPS;
     Conv2dInt8Knobs { mr, nr, lanes: 16, order, parallel, operands: GemmOperands::U8 }
@@ -287,7 +289,8 @@ pub fn default_dense_knobs(layer: &DenseLayer, rows: i64) -> Conv2dInt8Knobs {
 /// The placeholder of the same dtype, name and bytes as `t: [A, B]` with the shape `dims(A, B)`.
 fn reshaped(t: &Tensor, dims: impl Fn(i64, i64) -> [i64; 4]) -> Tensor {
     let [a, b] = *t.shape() else { return t.clone() };
-    placeholder_vec(dims(a, b).to_vec(), t.dtype(), t.name()).expect("a reshape of a checked placeholder keeps its element count")
+    placeholder_vec(dims(a, b).to_vec(), t.dtype(), t.name())
+        .expect("a reshape of a checked placeholder keeps its element count")
 }
 
 /// The weights `[OC, IC]` of a dense layer as the 1×1 kernel `[OC, IC, 1, 1]`.

@@ -1,7 +1,7 @@
 //! The x86 int8 schedules as traces: each replays onto a fresh definition of its workload (with
 //! the intrinsics rebuilt by `intrin::resolve`) to the same lowered IR, also through JSON.
 
-use ir::schedule::{create_schedule, Schedule};
+use ir::schedule::{Schedule, create_schedule};
 use ir::te::{placeholder, placeholder_vec};
 use ir::trace::Trace;
 use ir::workload::workload_key;
@@ -11,7 +11,9 @@ use tensorlift_schedules::nn::{matmul_packed, pack_b_vnni};
 use tensorlift_schedules::ops::{Conv2dParams, Layout, conv2d_nchw_int8, dense_int8 as ops_dense_int8};
 use tensorlift_schedules::resnet18::{self, CONV_LAYERS, ConvLayer, FC, Layer};
 use tensorlift_schedules::x86::{GemmInt8Knobs, schedule_gemm_int8};
-use tensorlift_schedules::x86_conv::{Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, dense_int8};
+use tensorlift_schedules::x86_conv::{
+    Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, dense_int8,
+};
 
 fn lower(s: &Schedule, args: &[Tensor]) -> String {
     ir::lower::lower(s, &args.iter().collect::<Vec<_>>(), "f").unwrap().to_string()
@@ -35,7 +37,8 @@ fn conv(layer: &ConvLayer, layout: Layout, knobs: Conv2dInt8Knobs, prefix: &str)
     let wei = placeholder([layer.oc, layer.ic, layer.k, layer.k], DType::I8, &format!("{prefix}wei")).unwrap();
     let bias = placeholder([layer.oc], DType::F32, &format!("{prefix}bias")).unwrap();
     let conv = Conv2dParams { stride: layer.stride, pad: layer.pad };
-    conv2d_int8(&src, &wei, Some(&bias), None, conv, &q.attrs, layout, knobs, &format!("{prefix}{}", layer.name)).unwrap()
+    conv2d_int8(&src, &wei, Some(&bias), None, conv, &q.attrs, layout, knobs, &format!("{prefix}{}", layer.name))
+        .unwrap()
 }
 
 /// The schedule's trace replays onto a fresh, identically named definition to the same IR, and
@@ -103,7 +106,11 @@ fn gemm_int8_schedules_replay() {
         let err = s.trace().replay(&[&other], &resolve).unwrap_err();
         let last = s.trace().steps.len() - 1;
         assert_eq!((err.step, err.primitive), (last, "tensorize"), "{err}");
-        assert!(err.to_string().starts_with(&format!("trace step {last} (tensorize): tensorize of C at ko with int8_gemm_")), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("trace step {last} (tensorize): tensorize of C at ko with int8_gemm_")),
+            "{err}"
+        );
     }
 }
 

@@ -97,7 +97,12 @@ fn report(lib: &Library, operators: usize, format: Format) -> Result<(), Box<dyn
     let (codegen_ms, link_ms) = (lib.codegen_time.as_secs_f64() * 1e3, lib.link_time.as_secs_f64() * 1e3);
     match format {
         Format::Table => {
-            println!("library     {} ({operators} operators x {} levels: {})", lib.name, levels.len(), levels.join(", "));
+            println!(
+                "library     {} ({operators} operators x {} levels: {})",
+                lib.name,
+                levels.len(),
+                levels.join(", ")
+            );
             println!("shared      {} ({:.1} KiB)", lib.shared.display(), size as f64 / 1024.0);
             println!("static      {}", lib.archive.display());
             println!("header      {}", lib.header.display());

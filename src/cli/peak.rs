@@ -34,7 +34,10 @@ pub fn run(Args { format }: Args) -> Result<(), Box<dyn Error>> {
                 match row {
                     Some(p) => println!(
                         "{name:<42} {:7.1} GOPS  {:.4} ns per step  ({} chains, {} iterations per run)",
-                        p.gops, p.ns_per_step, kind.chains(), p.iterations
+                        p.gops,
+                        p.ns_per_step,
+                        kind.chains(),
+                        p.iterations
                     ),
                     None => println!("{name:<42}  unsupported by this CPU"),
                 }

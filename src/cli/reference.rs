@@ -28,7 +28,11 @@ pub enum Reference {
 impl Reference {
     pub fn for_size(m: i64, n: i64, k: i64) -> Reference {
         let macs = (m as u64).checked_mul(n as u64).and_then(|mn| mn.checked_mul(k as u64));
-        if macs.is_some_and(|macs| macs <= INTERPRETER_MAX_MACS) { Reference::Interpreter } else { Reference::GenericJit }
+        if macs.is_some_and(|macs| macs <= INTERPRETER_MAX_MACS) {
+            Reference::Interpreter
+        } else {
+            Reference::GenericJit
+        }
     }
 
     /// The name JSON output and the matmul line use (`resnet18`'s `reference` names).
@@ -40,7 +44,13 @@ impl Reference {
     }
 
     /// `matmul(A, B)` for `a` and `b` (`A: u8[m, k]`, `B: i8[k, n]`) bound to `ta` and `tb`.
-    pub fn matmul(self, a: &TeTensor, b: &TeTensor, ta: &mut Tensor, tb: &mut Tensor) -> Result<Tensor, Box<dyn Error>> {
+    pub fn matmul(
+        self,
+        a: &TeTensor,
+        b: &TeTensor,
+        ta: &mut Tensor,
+        tb: &mut Tensor,
+    ) -> Result<Tensor, Box<dyn Error>> {
         let plain = matmul(a, b, DType::I32, "R")?;
         match self {
             Reference::Interpreter => {

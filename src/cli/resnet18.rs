@@ -179,7 +179,11 @@ impl LayerCase {
         let prep = compensation(&wei, DType::U8, &attrs.src.zero_points, &format!("{name}.prep"))?;
         let inputs = [
             Array::from_i64(DType::U8, &src_dims, &uniform(src_dims.iter().product::<i64>() as usize, seed, 0, 255)),
-            Array::from_i64(DType::I8, &wei_dims, &uniform(wei_dims.iter().product::<i64>() as usize, seed + 1, w_lo, w_hi)),
+            Array::from_i64(
+                DType::I8,
+                &wei_dims,
+                &uniform(wei_dims.iter().product::<i64>() as usize, seed + 1, w_lo, w_hi),
+            ),
             Array::from_f64(DType::F32, &[oc], &bias_values),
         ];
         Ok(LayerCase { name, ops: layer.ops(), src, wei, bias, attrs, conv, def, prep, inputs })
@@ -287,7 +291,8 @@ impl CompiledLayer {
 /// its compensation prepared by the generic schedule of `ops::compensation`.
 fn compile_generic(case: &LayerCase, options: &CompileOptions) -> Result<CompiledLayer, Resnet18Error> {
     let start = Instant::now();
-    let prep = build(&default_schedule(&[&case.prep.compensation]), &[&case.wei, &case.prep.compensation], "prep", options)?;
+    let prep =
+        build(&default_schedule(&[&case.prep.compensation]), &[&case.wei, &case.prep.compensation], "prep", options)?;
     let [src, wei, bias] = &case.inputs;
     let mut wei_t = Tensor::from_array(wei);
     let mut comp_t = Tensor::zeros(DType::I32, case.def.compensation.shape());
@@ -323,7 +328,8 @@ fn compile_x86_conv(
     options: &CompileOptions,
 ) -> Result<CompiledLayer, Resnet18Error> {
     let start = Instant::now();
-    let prep = prepare_conv2d_int8(&case.wei, DType::U8, &case.attrs.src.zero_points, knobs, &format!("{}.prep", case.name))?;
+    let prep =
+        prepare_conv2d_int8(&case.wei, DType::U8, &case.attrs.src.zero_points, knobs, &format!("{}.prep", case.name))?;
     let prep_kernel = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
     let [src, wei, bias] = &case.inputs;
     let mut wei_t = Tensor::from_array(wei);
@@ -454,23 +460,44 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let host = tensorlift::tune::db::Host::this(level);
     let progress = ProgressBar::new(layers.len() as u64);
     progress.set_style(
-        ProgressStyle::with_template("{bar:24} {pos}/{len} layers  {elapsed}  {msg}")
-            .map_err(|e| e.to_string())?,
+        ProgressStyle::with_template("{bar:24} {pos}/{len} layers  {elapsed}  {msg}").map_err(|e| e.to_string())?,
     );
     if format == Format::Table {
         let (w_lo, w_hi) = weights.range();
-        println!("resnet-18 int8 layers, batch 1: u8 src (zp {}) x s8 weights in [{w_lo}, {w_hi}] (per-channel scales) + bias -> u8, relu off", resnet18::SRC_ZERO_POINT);
+        println!(
+            "resnet-18 int8 layers, batch 1: u8 src (zp {}) x s8 weights in [{w_lo}, {w_hi}] (per-channel scales) + bias -> u8, relu off",
+            resnet18::SRC_ZERO_POINT
+        );
         println!("cpu        {} (level {level})", tensorlift::runtime::cpu_name());
         let api = match layout {
             Layout::Nchw => "conv2d_int8, NCHW source and output",
             Layout::Nhwc => "conv2d_int8, NHWC source and output",
         };
-        println!("schedule   conv: x86_conv (schedules::x86_conv::{api}, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels); knobs and threads per layer from a tuning record (column tuning: tuned from --db, pretuned from tuning/pretuned.jsonl) or default_knobs (default: no record for this layer on this CPU)");
-        println!("reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled); FC: eval_te (the interpreter)");
-        println!("peak       the probe of the method of the layer's kernel (vpdpbusd, the vpmaddubsw triple, sign transfer, vpmaddwd), on every thread of the layer's pool at once, median of runs interleaved with the layer's own");
+        println!(
+            "schedule   conv: x86_conv (schedules::x86_conv::{api}, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels); knobs and threads per layer from a tuning record (column tuning: tuned from --db, pretuned from tuning/pretuned.jsonl) or default_knobs (default: no record for this layer on this CPU)"
+        );
+        println!(
+            "reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled); FC: eval_te (the interpreter)"
+        );
+        println!(
+            "peak       the probe of the method of the layer's kernel (vpdpbusd, the vpmaddubsw triple, sign transfer, vpmaddwd), on every thread of the layer's pool at once, median of runs interleaved with the layer's own"
+        );
         println!(
             "{:<5} {:<15} {:<14} {:>8} {:>10} {:>11} {:>10} {:>8} {:>9} {:>7} {:<12} {:>7} {:>6} {:<8}",
-            "layer", "schedule", "kernel", "verified", "prepare ms", "compile ms", "median ms", "GOPS", "peak GOPS", "% peak", "isa", "threads", "sat %", "tuning"
+            "layer",
+            "schedule",
+            "kernel",
+            "verified",
+            "prepare ms",
+            "compile ms",
+            "median ms",
+            "GOPS",
+            "peak GOPS",
+            "% peak",
+            "isa",
+            "threads",
+            "sat %",
+            "tuning"
         );
     }
     let mut reports = Vec::new();
@@ -502,11 +529,16 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             (Layer::Dense(_), Some(p)) => LayerPlan::X86Dense(fit(p.knobs())),
             (Layer::Conv(c), None) => {
                 let knobs = default_knobs(&c);
-                LayerPlan::X86Conv(fit(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }), layout)
+                LayerPlan::X86Conv(
+                    fit(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }),
+                    layout,
+                )
             }
             // One thread: FC's 63 tiles of 1 × 16 × 512 take ~0.2 µs each, less than handing
             // them to the pool (measured 0.011 ms on one thread, 0.044 ms on two).
-            (Layer::Dense(d), None) => LayerPlan::X86Dense(fit(Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) })),
+            (Layer::Dense(d), None) => {
+                LayerPlan::X86Dense(fit(Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) }))
+            }
         };
         let layer_options = match point {
             Some(p) => CompileOptions { threads: Some(p.threads), ..options.clone() },
@@ -580,11 +612,23 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     if format == Format::Table && reports.len() > 1 {
         let total_ms: f64 = reports.iter().map(|r| r.median_ms).sum();
         let total_ops: u64 = layers.iter().map(|l| l.ops()).sum();
-        println!("total {:<15} {:>8} {:>10} {:>11} {total_ms:>10.3} {:>8.1}", "", "", "", "", total_ops as f64 / total_ms / 1e6);
+        println!(
+            "total {:<15} {:>8} {:>10} {:>11} {total_ms:>10.3} {:>8.1}",
+            "",
+            "",
+            "",
+            "",
+            total_ops as f64 / total_ms / 1e6
+        );
     }
     let failed: Vec<&str> = reports.iter().filter(|r| !r.verified).map(|r| r.layer).collect();
     if !failed.is_empty() {
-        return Err(Resnet18Error::NotVerified { count: failed.len(), total: reports.len(), failed: failed.join(", ") }.into());
+        return Err(Resnet18Error::NotVerified {
+            count: failed.len(),
+            total: reports.len(),
+            failed: failed.join(", "),
+        }
+        .into());
     }
     Ok(())
 }

@@ -97,7 +97,9 @@ fn gops(r: Option<&Record>) -> Option<f64> {
 fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
     let level = args.isa.target().level()?;
     let layers: Vec<Layer> = match &args.layer {
-        Some(name) => vec![resnet18::layer(name).ok_or_else(|| format!("--layer: expected R1..R11 or FC, found {name:?}"))?],
+        Some(name) => {
+            vec![resnet18::layer(name).ok_or_else(|| format!("--layer: expected R1..R11 or FC, found {name:?}"))?]
+        }
         None => resnet18::layers(),
     };
     let max_threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -115,7 +117,11 @@ fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
         seed: args.seed,
     };
     if args.format == Format::Table {
-        println!("cpu {}, level {level}, up to {max_threads} thread(s), {} trials per layer", tensorlift::runtime::cpu_name(), args.trials);
+        println!(
+            "cpu {}, level {level}, up to {max_threads} thread(s), {} trials per layer",
+            tensorlift::runtime::cpu_name(),
+            args.trials
+        );
     }
     let mut worker = Worker::new(std::env::current_exe()?, vec!["measure".into()]);
     let mut results = Vec::new();
@@ -167,7 +173,10 @@ fn report(r: &LayerResult, format: Format) {
                 speedup.map_or("-".to_string(), |s| format!("{s:.2}x")),
                 r.trials(),
                 r.elapsed.as_secs_f64(),
-                point.map_or(String::new(), |p| format!("mr {} nr {} lanes {} {:?} {} thread(s)", p.mr, p.nr, p.lanes, p.order, p.threads)),
+                point.map_or(String::new(), |p| format!(
+                    "mr {} nr {} lanes {} {:?} {} thread(s)",
+                    p.mr, p.nr, p.lanes, p.order, p.threads
+                )),
             );
         }
         Format::Json => {
@@ -249,7 +258,8 @@ pub fn db(args: DbArgs) -> Result<(), Box<dyn Error>> {
                 records.extend(loaded.records);
             }
             let best = db::best_per_workload(&records);
-            let text: String = best.iter().map(|r| serde_json::to_string(r).expect("records serialize") + "\n").collect();
+            let text: String =
+                best.iter().map(|r| serde_json::to_string(r).expect("records serialize") + "\n").collect();
             std::fs::write(&out, text)?;
             println!("{} best records of {} in {}", best.len(), records.len(), out.display());
             Ok(())

@@ -310,7 +310,11 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 Val::Lanes(
                     parts
                         .into_iter()
-                        .map(|p| if self.b.func.dfg.value_type(p) == ty { p } else { self.b.ins().bitcast(ty, flags, p) })
+                        .map(
+                            |p| {
+                                if self.b.func.dfg.value_type(p) == ty { p } else { self.b.ins().bitcast(ty, flags, p) }
+                            },
+                        )
                         .collect(),
                 )
             }

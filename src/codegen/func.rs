@@ -14,12 +14,12 @@ use ir::expr::VarId;
 use ir::stmt::BufferId;
 use ir::{Buffer, ForKind, Stmt, StmtKind, Var};
 
+use super::DefinedFunction;
 use super::analysis::{self, Promotion};
 use super::cse::{ExprCache, loop_invariants};
 use super::host::HostFn;
 use super::intrin::KernelKey;
 use super::types::{Val, lane_type, piece_type};
-use super::DefinedFunction;
 use crate::error::CompileError;
 use crate::runtime::IsaLevel;
 
@@ -241,7 +241,8 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     }
 
     pub fn stmt(&mut self, stmt: &Stmt) -> Result<(), CompileError> {
-        let writes_memory = matches!(stmt.kind(), StmtKind::For { .. } | StmtKind::Store { .. } | StmtKind::Call { .. });
+        let writes_memory =
+            matches!(stmt.kind(), StmtKind::For { .. } | StmtKind::Store { .. } | StmtKind::Call { .. });
         self.translate_stmt(stmt)?;
         if writes_memory {
             self.cache.memory_changed();
@@ -273,7 +274,12 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 if !cond.dtype().is_bool() {
                     return Err(self.unsupported(format!("bounds check condition of type {}", cond.dtype())));
                 }
-                let position = self.cx.checked.iter().position(|&id| id == buffer.id()).expect("checked_buffers lists every check");
+                let position = self
+                    .cx
+                    .checked
+                    .iter()
+                    .position(|&id| id == buffer.id())
+                    .expect("checked_buffers lists every check");
                 let v = self.expr(cond)?;
                 // Every lane must hold (bool lanes are bytes 0 or 1).
                 let lanes = self.lanes(&v, cond.dtype());

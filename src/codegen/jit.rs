@@ -39,7 +39,13 @@ impl JitCode {
                 // SAFETY: the module finalized `f.size` bytes of code at `ptr` (its compiled
                 // size), which stay mapped readable until `self` drops.
                 let bytes = unsafe { std::slice::from_raw_parts(ptr, f.size) }.to_vec();
-                MachineCode { name: f.name.clone(), origin: f.origin.clone(), kernel: f.kernel, address: ptr as u64, bytes }
+                MachineCode {
+                    name: f.name.clone(),
+                    origin: f.origin.clone(),
+                    kernel: f.kernel,
+                    address: ptr as u64,
+                    bytes,
+                }
             })
             .collect()
     }

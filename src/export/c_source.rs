@@ -196,7 +196,8 @@ pub(super) fn header(name: &str, ops: &[OpInfo]) -> String {
     .unwrap();
     writeln!(h, "const char *{name}_manifest(void);").unwrap();
     for op in ops {
-        writeln!(h, "\n/* {}: args[i] are compact row-major CPU DLTensors (strides NULL or compact):", op.name).unwrap();
+        writeln!(h, "\n/* {}: args[i] are compact row-major CPU DLTensors (strides NULL or compact):", op.name)
+            .unwrap();
         for (i, p) in op.params.iter().enumerate() {
             let role = if p.output { "output" } else { "input" };
             write!(h, " *   args[{i}] {}: {} [{}], {role}", p.name, dl_name(p.dtype), dims(&p.shape)).unwrap();
@@ -244,8 +245,12 @@ pub(super) fn library_source(name: &str, levels: &[IsaLevel], ops: &[OpInfo], ma
             writeln!(c, "TL_HIDDEN int32_t {symbol}(void *const *args);").unwrap();
         }
         for (i, p) in op.params.iter().enumerate() {
-            writeln!(c, "static const int64_t tl_{id}_shape{i}[] = {{{}}};", if p.shape.is_empty() { "0".into() } else { dims(&p.shape) })
-                .unwrap();
+            writeln!(
+                c,
+                "static const int64_t tl_{id}_shape{i}[] = {{{}}};",
+                if p.shape.is_empty() { "0".into() } else { dims(&p.shape) }
+            )
+            .unwrap();
         }
         let table = |c: &mut String, kind: &str, rows: Vec<String>| -> String {
             if rows.is_empty() {

@@ -43,7 +43,8 @@ pub fn layer_program(lib: &str, op: &str, prep: &[ArgSpec], run: &[ArgSpec], rep
          int main(int argc, char **argv) {{\n  if (argc < 2) return 4;\n  const char *dir = argv[1];\n"
     );
     for (i, a) in prep.iter().enumerate() {
-        let data = if a.output { format!("zeros({})", bytes(a)) } else { format!("load(dir, \"prep{i}.bin\", {})", bytes(a)) };
+        let data =
+            if a.output { format!("zeros({})", bytes(a)) } else { format!("load(dir, \"prep{i}.bin\", {})", bytes(a)) };
         tensor(&mut c, &format!("p{i}"), a, &data);
     }
     let refs: Vec<String> = (0..prep.len()).map(|i| format!("&p{i}")).collect();

@@ -88,7 +88,8 @@ impl LoadedLibrary {
             let op_name = op["name"].as_str().ok_or_else(|| bad("an operator without a name".into()))?.to_string();
             let mut args = Vec::new();
             for a in op["args"].as_array().ok_or_else(|| bad(format!("{op_name}: no args")))? {
-                let dtype = a["dtype"].as_str().and_then(from_dl_name).ok_or_else(|| bad(format!("{op_name}: dtype")))?;
+                let dtype =
+                    a["dtype"].as_str().and_then(from_dl_name).ok_or_else(|| bad(format!("{op_name}: dtype")))?;
                 let shape = a["shape"]
                     .as_array()
                     .and_then(|s| s.iter().map(serde_json::Value::as_i64).collect::<Option<Vec<_>>>())
@@ -173,6 +174,11 @@ impl LoadedLibrary {
         if raw == 0 {
             return Ok(());
         }
-        Err(LoadError::Call { op: op.name.clone(), code: ErrorCode::from_i32(raw), raw, message: text(self.last_error) })
+        Err(LoadError::Call {
+            op: op.name.clone(),
+            code: ErrorCode::from_i32(raw),
+            raw,
+            message: text(self.last_error),
+        })
     }
 }

@@ -138,11 +138,7 @@ pub struct Operator {
 impl Operator {
     /// The same function on every level in `levels`.
     pub fn portable(name: &str, func: &ir::Func, levels: &[IsaLevel]) -> Operator {
-        Operator {
-            name: name.to_string(),
-            funcs: levels.iter().map(|&l| (l, func.clone())).collect(),
-            tuning: None,
-        }
+        Operator { name: name.to_string(), funcs: levels.iter().map(|&l| (l, func.clone())).collect(), tuning: None }
     }
 
     /// `lower(level)` on every level in `levels` (schedules that pick kernels by level).
@@ -307,8 +303,8 @@ pub fn export(operators: &[Operator], options: &ExportOptions, out_dir: &Path) -
                 asked: asked.clone(),
             })?;
             let symbol = format!("tlx_{name}__{}__{}", op.name, level.name().replace('-', "_"));
-            let (bytes, stored) = emit_object(func, &symbol, level, options.opt_level)
-                .map_err(|e| e.into_export(&op.name, level))?;
+            let (bytes, stored) =
+                emit_object(func, &symbol, level, options.opt_level).map_err(|e| e.into_export(&op.name, level))?;
             let file = format!("{}__{}.o", op.name, level.name().replace('-', "_"));
             let path = build_dir.join(&file);
             std::fs::write(&path, bytes).map_err(io_error(&path))?;
@@ -328,7 +324,11 @@ pub fn export(operators: &[Operator], options: &ExportOptions, out_dir: &Path) -
                 })
                 .collect();
             if let Some(p) = this.iter().find(|p| p.dtype.is_vector()) {
-                return Err(ExportError::VectorParameter { op: op.name.clone(), param: p.name.clone(), dtype: p.dtype });
+                return Err(ExportError::VectorParameter {
+                    op: op.name.clone(),
+                    param: p.name.clone(),
+                    dtype: p.dtype,
+                });
             }
             if this.len() > MAX_ARGS {
                 return Err(ExportError::TooManyParameters { op: op.name.clone(), count: this.len(), max: MAX_ARGS });
@@ -336,10 +336,14 @@ pub fn export(operators: &[Operator], options: &ExportOptions, out_dir: &Path) -
             match &mut params {
                 None => params = Some((level, this)),
                 Some((first, known)) => {
-                    let same = |a: &ParamInfo, b: &ParamInfo| a.name == b.name && a.dtype == b.dtype && a.shape == b.shape;
+                    let same =
+                        |a: &ParamInfo, b: &ParamInfo| a.name == b.name && a.dtype == b.dtype && a.shape == b.shape;
                     if known.len() != this.len() || known.iter().zip(&this).any(|(a, b)| !same(a, b)) {
                         let show = |ps: &[ParamInfo]| {
-                            ps.iter().map(|p| format!("{}: {}{:?}", p.name, p.dtype, p.shape)).collect::<Vec<_>>().join(", ")
+                            ps.iter()
+                                .map(|p| format!("{}: {}{:?}", p.name, p.dtype, p.shape))
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         };
                         return Err(ExportError::ParameterMismatch {
                             op: op.name.clone(),
@@ -375,11 +379,9 @@ pub fn export(operators: &[Operator], options: &ExportOptions, out_dir: &Path) -
     let cc = options.cc.clone().or_else(|| std::env::var_os("CC").map(PathBuf::from)).unwrap_or_else(|| "cc".into());
     let run = |program: &Path, args: &[&str]| -> Result<(), ExportError> {
         let command = format!("{} {}", program.display(), args.join(" "));
-        let output = Command::new(program)
-            .args(args)
-            .current_dir(&build_dir)
-            .output()
-            .map_err(|e| ExportError::Tool { command: command.clone(), status: "not started".into(), stderr: e.to_string() })?;
+        let output = Command::new(program).args(args).current_dir(&build_dir).output().map_err(|e| {
+            ExportError::Tool { command: command.clone(), status: "not started".into(), stderr: e.to_string() }
+        })?;
         if output.status.success() {
             Ok(())
         } else {
@@ -456,10 +458,15 @@ impl EmitError {
 
 /// The ELF object of `func` compiled for `level`, its entry named `symbol` (hidden), and which
 /// parameters it stores to.
-fn emit_object(func: &ir::Func, symbol: &str, level: IsaLevel, opt: OptLevel) -> Result<(Vec<u8>, Vec<bool>), EmitError> {
+fn emit_object(
+    func: &ir::Func,
+    symbol: &str,
+    level: IsaLevel,
+    opt: OptLevel,
+) -> Result<(Vec<u8>, Vec<bool>), EmitError> {
     let isa = build_object_isa(level, opt).map_err(EmitError::Compile)?;
-    let builder =
-        ObjectBuilder::new(isa, symbol.as_bytes().to_vec(), default_libcall_names()).map_err(|e| EmitError::Object(e.to_string()))?;
+    let builder = ObjectBuilder::new(isa, symbol.as_bytes().to_vec(), default_libcall_names())
+        .map_err(|e| EmitError::Object(e.to_string()))?;
     let mut module = ObjectModule::new(builder);
     let mut func = func.clone();
     func.name = symbol.to_string();

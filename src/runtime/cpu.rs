@@ -23,7 +23,7 @@ impl fmt::Display for CpuId {
 pub fn cpu_id() -> Option<CpuId> {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{CpuidResult, __cpuid};
+        use std::arch::x86_64::{__cpuid, CpuidResult};
         // CPUID is always available on x86-64 and only reads identification registers.
         #[allow(unused_unsafe)]
         let leaf = |l: u32| -> CpuidResult { unsafe { __cpuid(l) } };

@@ -4,8 +4,8 @@
 //! against the function's parameters before generated code runs, which together with
 //! `guard_accesses` (every access is clamped in bounds) makes calls memory safe.
 
-pub(crate) mod host;
 mod cpu;
+pub(crate) mod host;
 mod target;
 mod tensor;
 
@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use ir::DType;
 use rayon::ThreadPool;
 
-pub(crate) use target::{build_isa, build_object_isa};
 pub use cpu::{CpuId, cpu_id, cpu_name};
 pub use target::{ISA_ENV, IsaLevel, OptLevel, Target, has_feature};
+pub(crate) use target::{build_isa, build_object_isa};
 pub use tensor::{Arg, Element, Tensor};
 
 use crate::codegen::jit::{self, JitCode};
@@ -234,7 +234,9 @@ impl CompiledFunc {
         match status as i64 {
             STATUS_OK => Ok(()),
             STATUS_OUT_OF_MEMORY => Err(RuntimeError::OutOfMemory),
-            s if s >= STATUS_INDEX_OUT_OF_BOUNDS && ((s - STATUS_INDEX_OUT_OF_BOUNDS) as usize) < self.checked.len() => {
+            s if s >= STATUS_INDEX_OUT_OF_BOUNDS
+                && ((s - STATUS_INDEX_OUT_OF_BOUNDS) as usize) < self.checked.len() =>
+            {
                 let tensor = self.checked[(s - STATUS_INDEX_OUT_OF_BOUNDS) as usize].clone();
                 Err(RuntimeError::IndexOutOfBounds { tensor })
             }

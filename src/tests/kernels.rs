@@ -164,7 +164,8 @@ fn the_saturation_example_is_exact_on_exact_kernels_and_32767_on_saturating_ones
     // Sign transfer's largest pair sum: (-128)·(-127) twice is 32512, inside i16.
     if KernelVariant::AVX2_SIGN.min_level().is_some_and(IsaLevel::is_supported) {
         let shape = GemmShape { a_signed: true, ..GemmShape::dense(1, 1, 4) };
-        let kernel = GemmKernel::new(KernelVariant::AVX2_SIGN, shape, Blocking::default_for(KernelVariant::AVX2_SIGN)).unwrap();
+        let kernel =
+            GemmKernel::new(KernelVariant::AVX2_SIGN, shape, Blocking::default_for(KernelVariant::AVX2_SIGN)).unwrap();
         let mut c = [0i32];
         kernel.run(&[0x80, 0x80, 0x80, 0x80], &[-127, -127, 127, 127], &mut c).unwrap();
         assert_eq!(c[0], 0);
@@ -276,7 +277,9 @@ fn every_probe_repeats_its_methods_chain_into_independent_accumulators() {
         let chains = kind.chains();
         let expected: &[(Mnemonic, usize)] = match kind {
             ProbeKind::Vnni(_) => &[(Mnemonic::Vpdpbusd, chains)],
-            ProbeKind::Triple(_) => &[(Mnemonic::Vpmaddubsw, chains), (Mnemonic::Vpmaddwd, chains), (Mnemonic::Vpaddd, chains)],
+            ProbeKind::Triple(_) => {
+                &[(Mnemonic::Vpmaddubsw, chains), (Mnemonic::Vpmaddwd, chains), (Mnemonic::Vpaddd, chains)]
+            }
             ProbeKind::SignTransfer => &[
                 (Mnemonic::Vpsignb, chains),
                 (Mnemonic::Vpmaddubsw, chains),

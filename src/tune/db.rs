@@ -196,7 +196,11 @@ pub struct Host {
 impl Host {
     /// This machine, at the level it would compile for.
     pub fn this(level: IsaLevel) -> Host {
-        Host { cpu: crate::runtime::cpu_id().as_ref().map(CpuRef::from), level, has_feature: crate::runtime::has_feature }
+        Host {
+            cpu: crate::runtime::cpu_id().as_ref().map(CpuRef::from),
+            level,
+            has_feature: crate::runtime::has_feature,
+        }
     }
 }
 
@@ -278,7 +282,8 @@ pub fn best_per_workload(records: &[Record]) -> Vec<Record> {
             r.target.threads,
         )
     };
-    let ok: Vec<&Record> = records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()).collect();
+    let ok: Vec<&Record> =
+        records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()).collect();
     let mut best: Vec<Record> = Vec::new();
     let mut seen = Vec::new();
     for r in &ok {
@@ -343,7 +348,11 @@ mod tests {
     /// An AVX2-only Zen 3 (family 25 model 1).
     fn zen3() -> Host {
         let has = |f: &str| IsaLevel::Avx2.features().contains(&f);
-        Host { cpu: Some(CpuRef { vendor: "AuthenticAMD".into(), family: 25, model: 1, name: "zen3".into() }), level: IsaLevel::Avx2, has_feature: has }
+        Host {
+            cpu: Some(CpuRef { vendor: "AuthenticAMD".into(), family: 25, model: 1, name: "zen3".into() }),
+            level: IsaLevel::Avx2,
+            has_feature: has,
+        }
     }
 
     #[test]
@@ -351,7 +360,7 @@ mod tests {
         let host = zen3();
         // A faster record from a CPU with AVX-512 VNNI is never applied here.
         let vnni = record("w", IsaLevel::Avx512Vnni, 17, 10.0);
-        assert_eq!(select(&[vnni.clone()], "w", &host), None);
+        assert_eq!(select(std::slice::from_ref(&vnni), "w", &host), None);
         // Same model beats a faster record from another model; same level beats a lower one.
         let other_model = record("w", IsaLevel::Avx2, 33, 20.0);
         let same_model = record("w", IsaLevel::Avx2, 1, 30.0);
@@ -405,7 +414,10 @@ mod tests {
         // One record per workload and target, the fastest.
         let all = Database::load(&merged).unwrap().records;
         let best = best_per_workload(&all);
-        assert_eq!(best.iter().map(|r| (r.workload.key.as_str(), r.median_ns)).collect::<Vec<_>>(), [("w", Some(4.0)), ("v", Some(7.0))]);
+        assert_eq!(
+            best.iter().map(|r| (r.workload.key.as_str(), r.median_ns)).collect::<Vec<_>>(),
+            [("w", Some(4.0)), ("v", Some(7.0))]
+        );
     }
 
     #[test]

@@ -10,7 +10,9 @@ use ir::te::placeholder_vec;
 use schedules::generic::default_schedule;
 use schedules::ops::{Conv2dParams, Layout};
 use schedules::resnet18::{Layer, LayerQuant, WeightBits, quantization, uniform};
-use schedules::x86_conv::{Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, dense_int8, prepare_conv2d_int8, prepare_dense_int8};
+use schedules::x86_conv::{
+    Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, dense_int8, prepare_conv2d_int8, prepare_dense_int8,
+};
 use thiserror::Error;
 
 use super::db::{Status, WorkloadRef};
@@ -131,8 +133,13 @@ impl LayerBench {
         };
         let n = |dims: &[i64]| dims.iter().product::<i64>() as usize;
         let src = Array::from_i64(DType::U8, &src_dims, &uniform(n(&src_dims), seed, 0, 255));
-        let wei = Array::from_i64(DType::I8, &quant.wei_dims, &uniform(n(&quant.wei_dims), seed + 1, lo.into(), hi.into()));
-        let bias = Array::from_f64(DType::F32, &[quant.wei_dims[0]], &quant.bias.iter().map(|&b| f64::from(b)).collect::<Vec<_>>());
+        let wei =
+            Array::from_i64(DType::I8, &quant.wei_dims, &uniform(n(&quant.wei_dims), seed + 1, lo.into(), hi.into()));
+        let bias = Array::from_f64(
+            DType::F32,
+            &[quant.wei_dims[0]],
+            &quant.bias.iter().map(|&b| f64::from(b)).collect::<Vec<_>>(),
+        );
         let range = schedules::x86_conv::weight_range(wei.to_i64_vec().into_iter().map(|w| w as i8));
         let space = Space::new(layer, max_threads);
         let mut bench = LayerBench {
@@ -156,7 +163,8 @@ impl LayerBench {
     /// point's output must equal.
     fn generic_reference(&self) -> Result<Array, SetupError> {
         let knobs = self.space.default_point().knobs().with_weights(false, self.range);
-        let options = CompileOptions { target: Target::Level(IsaLevel::Scalar), threads: Some(1), ..Default::default() };
+        let options =
+            CompileOptions { target: Target::Level(IsaLevel::Scalar), threads: Some(1), ..Default::default() };
         let mut compiled = self.compile(knobs, &options, true)?;
         let mut args: Vec<&mut Tensor> = compiled.args.iter_mut().collect();
         compiled.func.call(&mut args)?;
@@ -180,7 +188,7 @@ impl LayerBench {
         let compile_ms = start.elapsed().as_secs_f64() * 1e3;
         let prep_func = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
         let wei_shape = prep.args[0].shape().to_vec();
-        let mut prep_args = vec![
+        let mut prep_args = [
             Tensor::from_array(&Array::from_i64(DType::I8, &wei_shape, &self.wei.to_i64_vec())),
             Tensor::zeros(DType::I8, prep.packed_weights.shape()),
             Tensor::zeros(DType::I32, prep.compensation.compensation.shape()),
@@ -213,7 +221,8 @@ impl LayerBench {
             return Measurement::failed(Status::UnsupportedIsa, format!("this CPU lacks {}", self.level), None);
         }
         let knobs = point.knobs().with_weights(self.level.has_vnni(), self.range);
-        let options = CompileOptions { target: Target::Level(self.level), threads: Some(point.threads), ..Default::default() };
+        let options =
+            CompileOptions { target: Target::Level(self.level), threads: Some(point.threads), ..Default::default() };
         let mut compiled = match self.compile(knobs, &options, false) {
             Ok(c) => c,
             Err(e) => return Measurement::failed(Status::BuildError, e.to_string(), None),

@@ -97,12 +97,16 @@ impl LayerResult {
     /// The result: the point whose validation records have the best median (the fastest search
     /// record when there was no validation), as its record of median time.
     pub fn best(&self) -> Option<&Record> {
-        self.validated().into_iter().min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
+        self.validated()
+            .into_iter()
+            .min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
     }
 
     /// Per point, the record of median time, among validation records if any.
     fn validated(&self) -> Vec<&Record> {
-        db::representatives(self.records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()))
+        db::representatives(
+            self.records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()),
+        )
     }
 
     /// Trials of the search (validation measurements are not trials).
@@ -113,10 +117,13 @@ impl LayerResult {
     /// Best GOPS after each trial (0 until one succeeded): the tuning curve.
     pub fn curve(&self) -> Vec<f64> {
         let mut best: f64 = 0.0;
-        self.records[..self.trials()].iter().map(|r| {
-            best = best.max(r.gops.filter(|_| r.status == Status::Ok && r.verified).unwrap_or(0.0));
-            best
-        }).collect()
+        self.records[..self.trials()]
+            .iter()
+            .map(|r| {
+                best = best.max(r.gops.filter(|_| r.status == Status::Ok && r.verified).unwrap_or(0.0));
+                best
+            })
+            .collect()
     }
 }
 
@@ -148,7 +155,7 @@ pub fn tune_layer(
         phase: phase.to_string(),
     };
     while records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b) {
-        let Some(point) = searcher.next() else { break };
+        let Some(point) = searcher.propose() else { break };
         let record = worker.measure(&candidate(point, "search"), workload.clone());
         let seconds = record.median_ns.filter(|_| record.status == Status::Ok && record.verified).map(|ns| ns * 1e-9);
         searcher.report(point, seconds);

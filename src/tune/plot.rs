@@ -20,12 +20,7 @@ pub fn curves_svg(results: &[LayerResult], title: &str, path: &Path) -> Result<(
         .y_label_area_size(60)
         .build_cartesian_2d(1..trials, 0.0..top)
         .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("trials")
-        .y_desc("best verified GOPS")
-        .draw()
-        .map_err(|e| e.to_string())?;
+    chart.configure_mesh().x_desc("trials").y_desc("best verified GOPS").draw().map_err(|e| e.to_string())?;
     for (i, (name, curve)) in curves.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
@@ -34,6 +29,11 @@ pub fn curves_svg(results: &[LayerResult], title: &str, path: &Path) -> Result<(
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(|e| e.to_string())?;
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
 }

@@ -49,7 +49,7 @@ impl Searcher {
     }
 
     /// The next point to measure, or `None` when every point of the space was proposed.
-    pub fn next(&mut self) -> Option<Point> {
+    pub fn propose(&mut self) -> Option<Point> {
         let default = self.space.default_point();
         if self.seen.insert(default) {
             return Some(default);
@@ -142,7 +142,9 @@ mod tests {
     /// A cost with one best point and smooth slopes: what a register tile's speed looks like.
     fn synthetic_cost(p: &Point) -> f64 {
         let order = if p.order == super::super::space::Order::ChannelsOuter { 0.0 } else { 0.3 };
-        1.0 + 0.05 * (p.mr - 7).pow(2) as f64 + 0.4 * ((p.nr / 16) as f64 - 2.0).abs() + order
+        1.0 + 0.05 * (p.mr - 7).pow(2) as f64
+            + 0.4 * ((p.nr / 16) as f64 - 2.0).abs()
+            + order
             + 0.2 * (p.lanes != 16) as u8 as f64
             + 0.5 * (p.threads != 2) as u8 as f64
     }
@@ -152,7 +154,7 @@ mod tests {
         let mut s = Searcher::new(space, strategy, seed);
         let mut proposed = Vec::new();
         for _ in 0..trials {
-            let Some(p) = s.next() else { break };
+            let Some(p) = s.propose() else { break };
             s.report(p, Some(synthetic_cost(&p)));
             proposed.push(p);
         }
@@ -177,7 +179,7 @@ mod tests {
 
     fn run_space(space: Space, trials: usize) -> Vec<Point> {
         let mut s = Searcher::new(space, Strategy::Evolutionary, 1);
-        std::iter::from_fn(|| s.next().inspect(|&p| s.report(p, Some(synthetic_cost(&p))))).take(trials).collect()
+        std::iter::from_fn(|| s.propose().inspect(|&p| s.report(p, Some(synthetic_cost(&p))))).take(trials).collect()
     }
 
     #[test]

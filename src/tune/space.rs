@@ -187,7 +187,10 @@ mod tests {
         let r11 = Space::new(resnet18::layer("R11").unwrap(), 2);
         assert_eq!(r11.check(&Point { mr: 8, ..r11.default_point() }), Err(Rejection::Mr { found: 8, max: 7 }));
         let fc = Space::new(Layer::Dense(FC), 2);
-        assert_eq!(fc.check(&Point { threads: 2, ..fc.default_point() }), Err(Rejection::DenseThreads { layer: "FC", found: 2 }));
+        assert_eq!(
+            fc.check(&Point { threads: 2, ..fc.default_point() }),
+            Err(Rejection::DenseThreads { layer: "FC", found: 2 })
+        );
         assert_eq!(r2.check(&Point { nr: 64, ..p }).map_err(|e| e.to_string()), Ok(()));
         assert_eq!(
             r2.check(&Point { nr: 48, ..p }).unwrap_err().to_string(),

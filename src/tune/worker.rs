@@ -58,17 +58,21 @@ fn weight_bits(name: &str) -> Option<WeightBits> {
 
 /// The record of a candidate that could not be measured at all.
 pub fn failed_record(c: &Candidate, workload: WorkloadRef, status: Status, error: String) -> Record {
-    record(c, workload, &Measurement {
-        status,
-        median_ns: None,
-        gops: None,
-        peak_gops: None,
-        probe: None,
-        compile_ms: None,
-        verified: false,
-        error: Some(error),
-        trace: None,
-    })
+    record(
+        c,
+        workload,
+        &Measurement {
+            status,
+            median_ns: None,
+            gops: None,
+            peak_gops: None,
+            probe: None,
+            compile_ms: None,
+            verified: false,
+            error: Some(error),
+            trace: None,
+        },
+    )
 }
 
 /// The record of `c` measured as `m`.
@@ -105,8 +109,14 @@ impl Benches {
     /// Measures `c` in this process (setting its layer up on first use).
     pub fn measure(&mut self, c: &Candidate) -> Record {
         let unknown = |what: &str| WorkloadRef { key: String::new(), op: String::new(), summary: what.to_string() };
-        let Some((position, layer)) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == c.layer) else {
-            return failed_record(c, unknown(&c.layer), Status::BuildError, format!("no layer {:?} in the table", c.layer));
+        let Some((position, layer)) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == c.layer)
+        else {
+            return failed_record(
+                c,
+                unknown(&c.layer),
+                Status::BuildError,
+                format!("no layer {:?} in the table", c.layer),
+            );
         };
         let level = match IsaLevel::from_name(&c.isa) {
             Ok(l) => l,
@@ -126,7 +136,9 @@ impl Benches {
                 Ok(b) => {
                     self.benches.insert(key.clone(), b);
                 }
-                Err(e) => return failed_record(c, workload, Status::BuildError, format!("setting up {}: {e}", c.layer)),
+                Err(e) => {
+                    return failed_record(c, workload, Status::BuildError, format!("setting up {}: {e}", c.layer));
+                }
             }
         }
         let bench = &self.benches[&key];
@@ -151,7 +163,8 @@ pub fn serve(
         let record = match serde_json::from_str::<Candidate>(&line) {
             Ok(c) => benches.measure(&c),
             Err(e) => {
-                let error = std::io::Error::new(std::io::ErrorKind::InvalidData, format!("candidate line {}: {e}", count + 1));
+                let error =
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("candidate line {}: {e}", count + 1));
                 return Err(error);
             }
         };

@@ -5,14 +5,30 @@ use std::process::Command;
 
 fn tensorlift(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tensorlift")).args(args).output().expect("run tensorlift");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn matmul_reports_a_verified_result_for_both_schedules() {
     for schedule in ["naive", "tiled"] {
-        let (ok, stdout, stderr) =
-            tensorlift(&["matmul", "--m", "33", "--n", "20", "--k", "17", "--schedule", schedule, "--repeat", "2", "--print-ir"]);
+        let (ok, stdout, stderr) = tensorlift(&[
+            "matmul",
+            "--m",
+            "33",
+            "--n",
+            "20",
+            "--k",
+            "17",
+            "--schedule",
+            schedule,
+            "--repeat",
+            "2",
+            "--print-ir",
+        ]);
         assert!(ok, "{schedule}: {stderr}");
         assert!(stdout.contains("func matmul(A: u8[33, 17], B: i8[17, 20], C: i32[33, 20])"), "{stdout}");
         assert!(stdout.contains("matmul 33x20x17: verified true"), "{stdout}");
@@ -21,20 +37,29 @@ fn matmul_reports_a_verified_result_for_both_schedules() {
 
 #[test]
 fn non_positive_sizes_threads_and_repeats_and_too_many_threads_are_errors_naming_the_flag() {
-    for (flag, value) in [("--m", "0"), ("--n", "-5"), ("--k", "-1"), ("--threads", "0"), ("--repeat", "0"), ("--threads", "-2")] {
+    for (flag, value) in
+        [("--m", "0"), ("--n", "-5"), ("--k", "-1"), ("--threads", "0"), ("--repeat", "0"), ("--threads", "-2")]
+    {
         let (ok, stdout, stderr) = tensorlift(&["matmul", flag, value]);
         assert!(!ok, "{flag} {value}");
         assert!(stdout.is_empty(), "{stdout}");
         let upper = flag.trim_start_matches('-').to_uppercase();
         assert!(
-            stderr.contains(&format!("error: invalid value '{value}' for '{flag} <{upper}>': must be at least 1, found {value}")),
+            stderr.contains(&format!(
+                "error: invalid value '{value}' for '{flag} <{upper}>': must be at least 1, found {value}"
+            )),
             "{stderr}"
         );
     }
     for command in ["matmul", "gemm", "resnet18"] {
         let (ok, _, stderr) = tensorlift(&[command, "--threads", "100000"]);
         assert!(!ok);
-        assert!(stderr.contains("error: invalid value '100000' for '--threads <THREADS>': must be at most 1024, found 100000"), "{stderr}");
+        assert!(
+            stderr.contains(
+                "error: invalid value '100000' for '--threads <THREADS>': must be at most 1024, found 100000"
+            ),
+            "{stderr}"
+        );
     }
 }
 
@@ -46,7 +71,10 @@ fn sizes_the_machine_cannot_hold_fail_before_allocating_with_the_sizes_named() {
     // 10^12 bytes of A twice, of B four times, C and the reference's C at 4 bytes: 1.4·10^13.
     assert!(stderr.contains("error: gemm --m 1000000 --n 1000000 --k 1000000 "), "{stderr}");
     if cfg!(target_os = "linux") {
-        assert!(stderr.contains(" needs 12.7 TiB (A 1.8 TiB, B 3.6 TiB, C 3.6 TiB, the reference's C 3.6 TiB) but "), "{stderr}");
+        assert!(
+            stderr.contains(" needs 12.7 TiB (A 1.8 TiB, B 3.6 TiB, C 3.6 TiB, the reference's C 3.6 TiB) but "),
+            "{stderr}"
+        );
         assert!(stderr.contains(" of memory are available (MemAvailable)"), "{stderr}");
         let (ok, _, stderr) = tensorlift(&["matmul", "--m", "200000", "--n", "200000", "--k", "4"]);
         assert!(!ok);
@@ -55,19 +83,39 @@ fn sizes_the_machine_cannot_hold_fail_before_allocating_with_the_sizes_named() {
     // Byte counts past 64 bits are reported, not wrapped.
     let (ok, _, stderr) = tensorlift(&["gemm", "--m", "4611686018427387904", "--n", "32", "--k", "4"]);
     assert!(!ok);
-    assert!(stderr.contains("error: gemm --m 4611686018427387904 --n 32 --k 4: the size of A overflows 64 bits"), "{stderr}");
+    assert!(
+        stderr.contains("error: gemm --m 4611686018427387904 --n 32 --k 4: the size of A overflows 64 bits"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_large_gemm_and_matmul_are_verified_against_the_compiled_generic_schedule() {
-    let (ok, stdout, stderr) =
-        tensorlift(&["gemm", "--m", "512", "--n", "512", "--k", "512", "--repeat", "1", "--threads", "1", "--format", "json"]);
+    let (ok, stdout, stderr) = tensorlift(&[
+        "gemm",
+        "--m",
+        "512",
+        "--n",
+        "512",
+        "--k",
+        "512",
+        "--repeat",
+        "1",
+        "--threads",
+        "1",
+        "--format",
+        "json",
+    ]);
     assert!(ok, "{stderr}");
     assert!(stdout.contains("\"verified\":true,"), "{stdout}");
     assert!(stdout.trim_end().ends_with(",\"reference\":\"generic-jit\"}"), "{stdout}");
     let (ok, stdout, stderr) = tensorlift(&["matmul", "--m", "512", "--n", "512", "--k", "512", "--repeat", "1"]);
     assert!(ok, "{stderr}");
-    assert!(stdout.contains("matmul 512x512x512: verified true, ") && stdout.trim_end().ends_with(", reference generic-jit"), "{stdout}");
+    assert!(
+        stdout.contains("matmul 512x512x512: verified true, ")
+            && stdout.trim_end().ends_with(", reference generic-jit"),
+        "{stdout}"
+    );
     // Small sizes keep the interpreter, the definition itself.
     let mut args = SMALL_GEMM.to_vec();
     args.extend(["--format", "json"]);
@@ -81,7 +129,10 @@ fn a_gemm_knob_out_of_range_is_named_as_the_flag() {
     let cases: [(&[&str], &str); 8] = [
         (&["--mr", "0"], "error: invalid value '0' for '--mr <MR>': must be at least 1, found 0"),
         (&["--mr", "21"], "error: --mr 21 must be at most --m 20 (the rows of one tile)"),
-        (&["--mr", "9223372036854775807"], "error: --mr 9223372036854775807 must be at most --m 20 (the rows of one tile)"),
+        (
+            &["--mr", "9223372036854775807"],
+            "error: --mr 9223372036854775807 must be at most --m 20 (the rows of one tile)",
+        ),
         (&["--nr", "512"], "error: --nr 512 must be at most 256 (a row of a tile is one vector of nr lanes)"),
         (&["--nr", "-16"], "error: invalid value '-16' for '--nr <NR>': must be at least 1, found -16"),
         (&["--nr", "24"], "error: --nr 24 must divide --n 64 (B is packed in panels of nr columns)"),
@@ -101,21 +152,33 @@ fn a_gemm_knob_out_of_range_is_named_as_the_flag() {
 #[test]
 fn an_isa_this_cpu_lacks_is_reported_before_any_line_of_output() {
     for level in tensorlift::IsaLevel::ALL.into_iter().filter(|l| !l.is_supported()) {
-        let commands: [&[&str]; 3] = [&SMALL_GEMM, &["gemm", "--m", "1000000", "--n", "1000000", "--k", "1000000"], &["resnet18", "--repeat", "1"]];
+        let commands: [&[&str]; 3] = [
+            &SMALL_GEMM,
+            &["gemm", "--m", "1000000", "--n", "1000000", "--k", "1000000"],
+            &["resnet18", "--repeat", "1"],
+        ];
         for command in commands {
             let mut args = command.to_vec();
             args.extend(["--isa", level.name()]);
             let (ok, stdout, stderr) = tensorlift(&args);
             assert!(!ok, "{args:?}");
             assert!(stdout.is_empty(), "{args:?}: {stdout}");
-            assert!(stderr.starts_with(&format!("error: target {level} is not supported by this CPU (best available: ")), "{stderr}");
+            assert!(
+                stderr.starts_with(&format!("error: target {level} is not supported by this CPU (best available: ")),
+                "{stderr}"
+            );
         }
     }
 }
 
 fn tensorlift_env(args: &[&str], env: (&str, &str)) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tensorlift")).args(args).env(env.0, env.1).output().expect("run tensorlift");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_tensorlift")).args(args).env(env.0, env.1).output().expect("run tensorlift");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 const SMALL_GEMM: [&str; 9] = ["gemm", "--m", "20", "--n", "64", "--k", "36", "--repeat", "2"];
@@ -128,7 +191,10 @@ fn gemm_is_verified_at_every_level_this_cpu_has_and_forcing_another_is_an_error(
         let (ok, stdout, stderr) = tensorlift(&args);
         if !level.is_supported() {
             assert!(!ok);
-            assert!(stderr.contains(&format!("error: target {level} is not supported by this CPU (best available: ")), "{stderr}");
+            assert!(
+                stderr.contains(&format!("error: target {level} is not supported by this CPU (best available: ")),
+                "{stderr}"
+            );
             continue;
         }
         assert!(ok, "{level}: {stderr}");
@@ -170,7 +236,10 @@ fn the_isa_environment_variable_forces_the_level_of_auto_and_unknown_names_are_e
     }
     let (ok, _, stderr) = tensorlift_env(&SMALL_GEMM, ("TENSORLIFT_ISA", "sse9"));
     assert!(!ok);
-    assert!(stderr.contains("error: ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"sse9\""), "{stderr}");
+    assert!(
+        stderr.contains("error: ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"sse9\""),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -261,11 +330,16 @@ fn resnet18_on_avx2_runs_sign_transfer_and_with_7bit_weights_the_proven_triple()
         return;
     }
     for (weights, kernel, source) in [("full", "avx2-sign", "i8"), ("7bit", "avx2-maddubs", "u8")] {
-        let args = ["resnet18", "--layer", "R8", "--repeat", "1", "--isa", "avx2", "--weights", weights, "--format", "json"];
+        let args =
+            ["resnet18", "--layer", "R8", "--repeat", "1", "--isa", "avx2", "--weights", weights, "--format", "json"];
         let (ok, stdout, stderr) = tensorlift(&args);
         assert!(ok, "{stderr}");
         let r8: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
-        assert_eq!((&r8["verified"], &r8["weights"], &r8["kernel"]), (&true.into(), &weights.into(), &kernel.into()), "{r8}");
+        assert_eq!(
+            (&r8["verified"], &r8["weights"], &r8["kernel"]),
+            (&true.into(), &weights.into(), &kernel.into()),
+            "{r8}"
+        );
         assert_eq!(r8["knobs"]["gemm_source"], source, "{r8}");
         assert!(r8["pct_peak"].as_f64().is_some_and(|p| p > 0.0), "{r8}");
     }
@@ -282,13 +356,16 @@ fn resnet18_runs_the_nchw_layout_verified() {
 
 #[test]
 fn resnet18_runs_fc_on_the_tensorized_path_verified_by_the_interpreter() {
-    let (ok, stdout, stderr) = tensorlift(&["resnet18", "--layer", "FC", "--repeat", "1", "--format", "json"]);
+    let (ok, stdout, stderr) =
+        tensorlift(&["resnet18", "--layer", "FC", "--repeat", "1", "--format", "json", "--no-db"]);
     assert!(ok, "{stderr}");
     let fc: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
     assert_eq!(fc["verified"], true, "{fc}");
     assert_eq!(fc["ops"], 2 * 512 * 1000);
     assert_eq!((&fc["schedule"], &fc["reference"]), (&"x86_dense".into(), &"eval_te".into()), "{fc}");
-    // One source row: a 1-row tile; OC 1000 takes 16-wide panels, the last one padded.
+    // The default knobs: one source row, a 1-row tile; OC 1000 takes 16-wide panels, the last
+    // one padded.
+    assert_eq!(fc["tuning"], "default");
     assert_eq!((&fc["knobs"]["mr"], &fc["knobs"]["nr"]), (&1.into(), &16.into()), "{fc}");
 }
 
@@ -298,7 +375,8 @@ fn resnet18_rejects_an_unknown_layer_by_name() {
     assert!(!ok);
     assert!(stdout.is_empty(), "{stdout}");
     assert!(
-        stderr.contains("error: unknown layer \"R12\": expected one of R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, FC"),
+        stderr
+            .contains("error: unknown layer \"R12\": expected one of R1, R2, R3, R4, R5, R6, R7, R8, R9, R10, R11, FC"),
         "{stderr}"
     );
 }
@@ -308,8 +386,22 @@ fn export_writes_a_library_and_reports_it_as_json() {
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_export");
     let out_arg = out.to_str().unwrap();
     let (ok, stdout, stderr) = tensorlift(&[
-        "export", "matmul", "--m", "20", "--n", "32", "--k", "8", "--out", out_arg, "--name", "mm", "--isa", "scalar,avx2",
-        "--format", "json",
+        "export",
+        "matmul",
+        "--m",
+        "20",
+        "--n",
+        "32",
+        "--k",
+        "8",
+        "--out",
+        out_arg,
+        "--name",
+        "mm",
+        "--isa",
+        "scalar,avx2",
+        "--format",
+        "json",
     ]);
     assert!(ok, "{stderr}");
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");

@@ -6,13 +6,13 @@
 //! order a schedule picks cannot change the result.
 //! `TENSORLIFT_FUZZ_CASES=N` runs more cases.
 
-use ir::expr::{max, min, select, Expr};
+use ir::expr::{Expr, max, min, select};
 use ir::interp::array::Array;
-use ir::schedule::{create_schedule, Schedule};
-use ir::te::{compute, placeholder, reduce_axis, Reducer, Tensor};
+use ir::schedule::{Schedule, create_schedule};
+use ir::te::{Reducer, Tensor, compute, placeholder, reduce_axis};
 use ir::{DType, IterVar};
 use proptest::prelude::*;
-use tensorlift::{build, CompileOptions, Tensor as RtTensor};
+use tensorlift::{CompileOptions, Tensor as RtTensor, build};
 
 /// A tiny deterministic generator for the decisions inside one case (proptest shrinks the seed).
 struct Rng(u64);
@@ -134,7 +134,10 @@ fn build_case(rng: &mut Rng, program: Program, (m, n, k): (i64, i64, i64)) -> Ca
                 "C",
             )
             .unwrap();
-            let inputs = vec![(a.clone(), random_array(rng, da, &[m, n], false)), (b.clone(), random_array(rng, db, &[m, n], false))];
+            let inputs = vec![
+                (a.clone(), random_array(rng, da, &[m, n], false)),
+                (b.clone(), random_array(rng, db, &[m, n], false)),
+            ];
             Case { inputs, producer: None, output: c }
         }
         Program::Reduction => {
@@ -179,8 +182,10 @@ fn build_case(rng: &mut Rng, program: Program, (m, n, k): (i64, i64, i64)) -> Ca
             )
             .unwrap();
             let small = acc.is_float();
-            let inputs =
-                vec![(a.clone(), random_array(rng, da, &[m, k], small)), (b.clone(), random_array(rng, db, &[k, n], small))];
+            let inputs = vec![
+                (a.clone(), random_array(rng, da, &[m, k], small)),
+                (b.clone(), random_array(rng, db, &[k, n], small)),
+            ];
             Case { inputs, producer, output: c }
         }
     }
@@ -191,9 +196,7 @@ fn build_case(rng: &mut Rng, program: Program, (m, n, k): (i64, i64, i64)) -> Ca
 fn random_schedule(rng: &mut Rng, case: &Case) -> Schedule {
     let c = &case.output;
     let mut s = create_schedule(&[c]);
-    let leaves = |s: &Schedule| -> Vec<IterVar> {
-        s.stage_data(s.stage_of(c).unwrap()).leaves.clone()
-    };
+    let leaves = |s: &Schedule| -> Vec<IterVar> { s.stage_data(s.stage_of(c).unwrap()).leaves.clone() };
     for _ in 0..rng.below(6) {
         let current = leaves(&s);
         let pick = |rng: &mut Rng| current[rng.below(current.len() as u64) as usize].clone();

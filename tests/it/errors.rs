@@ -173,7 +173,10 @@ fn zero_and_negative_dimensions_are_rejected_where_written() {
         assert_eq!(placeholder_vec(shape.to_vec(), DType::U8, "A").unwrap_err(), err);
         assert!(matches!(placeholder_in_range(shape, DType::U8, 0..=127, "A"), Err(TeError::BadShape { .. })));
         let err = compute(shape, |_| ir::Expr::int(DType::I32, 0), "C").unwrap_err();
-        assert!(matches!(&err, TeError::BadShape { what: "compute", dim: d, found: f, .. } if *d == dim && *f == found), "{err}");
+        assert!(
+            matches!(&err, TeError::BadShape { what: "compute", dim: d, found: f, .. } if *d == dim && *f == found),
+            "{err}"
+        );
         assert_message(&err, &["compute C"]);
         let err = compute_vec(shape.to_vec(), |_| ir::Expr::int(DType::I32, 0), "C").unwrap_err();
         assert!(matches!(err, TeError::BadShape { what: "compute", .. }), "{err}");
@@ -213,10 +216,14 @@ fn reduce_extents_must_be_positive_and_the_domain_countable() {
     }
     // A huge axis is fine on its own; the output shape times the reduce extents must count in i64.
     let a = placeholder([4], DType::I32, "A").unwrap();
-    for (shape, extents) in [(vec![2], vec![i64::MAX]), (vec![1], vec![1 << 32, 1 << 32]), (vec![1 << 40], vec![1 << 30])] {
-        let axes: Vec<_> = extents.iter().enumerate().map(|(d, &e)| reduce_axis(e, &format!("k{d}")).unwrap()).collect();
+    for (shape, extents) in
+        [(vec![2], vec![i64::MAX]), (vec![1], vec![1 << 32, 1 << 32]), (vec![1 << 40], vec![1 << 30])]
+    {
+        let axes: Vec<_> =
+            extents.iter().enumerate().map(|(d, &e)| reduce_axis(e, &format!("k{d}")).unwrap()).collect();
         let refs: Vec<_> = axes.iter().collect();
-        let err = ir::te::compute_vec(shape.clone(), |_| sum(DType::I32, &refs, a.at([&(&axes[0] % 4)])), "S").unwrap_err();
+        let err =
+            ir::te::compute_vec(shape.clone(), |_| sum(DType::I32, &refs, a.at([&(&axes[0] % 4)])), "S").unwrap_err();
         assert!(matches!(&err, TeError::DomainTooLarge { .. }), "{err}");
         assert_message(&err, &["compute S", &format!("{shape:?}"), &format!("{extents:?}"), "i64::MAX"]);
     }
@@ -237,22 +244,34 @@ fn reads_that_can_leave_their_tensor_are_rejected_with_the_index_and_its_range()
         "compute B: A is accessed at i + 1 in dimension 0, which ranges over 1..=8 but A has extent 8 there (valid indices 0..=7)"
     );
     let err = compute([8], |i| a.at([&(&i[0] - 2)]), "B").unwrap_err();
-    assert!(matches!(&err, TeError::OutOfBounds(r) if (r.min, r.max, r.extent, r.dim) == (Some(-2), Some(5), 8, 0)), "{err:?}");
+    assert!(
+        matches!(&err, TeError::OutOfBounds(r) if (r.min, r.max, r.extent, r.dim) == (Some(-2), Some(5), 8, 0)),
+        "{err:?}"
+    );
 
     let m = placeholder([4, 6], DType::I32, "M").unwrap();
     let k = reduce_axis(7, "k").unwrap();
     let err = compute([4], |i| sum(DType::I32, &[&k], m.at([&i[0], &k])), "S").unwrap_err();
-    assert!(matches!(&err, TeError::OutOfBounds(r) if (r.dim, r.min, r.max, r.extent) == (1, Some(0), Some(6), 6)), "{err:?}");
+    assert!(
+        matches!(&err, TeError::OutOfBounds(r) if (r.dim, r.min, r.max, r.extent) == (1, Some(0), Some(6), 6)),
+        "{err:?}"
+    );
     assert_message(&err, &["compute S", "M is accessed at k in dimension 1", "0..=6", "extent 6"]);
 
     // A condition that guards the read narrows its range: padding is accepted ...
-    let padded = compute([10], |i| select(i[0].ge(1) & i[0].lt(9), a.at([&(&i[0] - 1)]), ir::Expr::float(DType::F32, 0.0)), "P");
+    let padded =
+        compute([10], |i| select(i[0].ge(1) & i[0].lt(9), a.at([&(&i[0] - 1)]), ir::Expr::float(DType::F32, 0.0)), "P");
     assert!(padded.is_ok(), "{:?}", padded.err());
-    let other_arm = compute([10], |i| select(i[0].lt(1) | i[0].ge(9), ir::Expr::float(DType::F32, 0.0), a.at([&(&i[0] - 1)])), "P");
+    let other_arm =
+        compute([10], |i| select(i[0].lt(1) | i[0].ge(9), ir::Expr::float(DType::F32, 0.0), a.at([&(&i[0] - 1)])), "P");
     assert!(other_arm.is_ok(), "{:?}", other_arm.err());
     // ... but a condition too weak for the read is not, and the message says it was assumed.
-    let err = compute([10], |i| select(i[0].ge(1), a.at([&(&i[0] - 1)]), ir::Expr::float(DType::F32, 0.0)), "P").unwrap_err();
-    assert!(matches!(&err, TeError::OutOfBounds(r) if (r.min, r.max, r.guarded) == (Some(0), Some(8), true)), "{err:?}");
+    let err =
+        compute([10], |i| select(i[0].ge(1), a.at([&(&i[0] - 1)]), ir::Expr::float(DType::F32, 0.0)), "P").unwrap_err();
+    assert!(
+        matches!(&err, TeError::OutOfBounds(r) if (r.min, r.max, r.guarded) == (Some(0), Some(8), true)),
+        "{err:?}"
+    );
     assert_message(&err, &["under the enclosing conditions"]);
 }
 
@@ -264,7 +283,8 @@ fn huge_split_factors_lower_and_run() {
         let mut s = create_schedule(&[&c]);
         s.split(&c, &c.axis(0), factor).unwrap();
         let kernel = tensorlift::build(&s, &[&a, &c], "f", &tensorlift::CompileOptions::default()).unwrap();
-        let mut ta = tensorlift::Tensor::from_array(&ir::interp::Array::from_i64(DType::I32, &[7], &[1, 2, 3, 4, 5, 6, 7]));
+        let mut ta =
+            tensorlift::Tensor::from_array(&ir::interp::Array::from_i64(DType::I32, &[7], &[1, 2, 3, 4, 5, 6, 7]));
         let mut tc = tensorlift::Tensor::zeros(DType::I32, &[7]);
         kernel.compiled.call(&mut [&mut ta, &mut tc]).unwrap();
         assert_eq!(tc.to_array().to_i64_vec(), vec![3, 6, 9, 12, 15, 18, 21], "factor {factor}");

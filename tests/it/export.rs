@@ -51,7 +51,11 @@ fn matmul_library() -> &'static Library {
 
 fn run(command: &mut Command) -> (bool, String, String) {
     let out = command.output().expect("run command");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// The C test program: computes the matmul on the same operands, writes C's bytes to argv[1],
@@ -171,7 +175,10 @@ fn c_program_gets_the_jit_result_at_every_level_this_cpu_has() {
         let selected = level.unwrap_or(best).name();
         assert!(stdout.contains(&format!("\"selected_isa\":\"{selected}\"")), "{stdout}");
         let code = |case: &str| -> (i32, String) {
-            let line = stdout.lines().find(|l| l.starts_with(&format!("{case} "))).unwrap_or_else(|| panic!("{case}: {stdout}"));
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("{case} ")))
+                .unwrap_or_else(|| panic!("{case}: {stdout}"));
             let mut parts = line.splitn(3, ' ');
             parts.next();
             (parts.next().unwrap().parse().unwrap(), parts.next().unwrap_or("").to_string())
@@ -299,8 +306,15 @@ fn the_library_exports_only_its_prefix_needs_only_libc_and_maps_nothing_writable
 fn the_same_operators_build_byte_identical_libraries() {
     let first = matmul_library();
     let second = export(&[matmul_op()], &ExportOptions::new("tlmm"), &out_dir("matmul_again")).expect("export");
-    for (a, b) in [(&first.shared, &second.shared), (&first.archive, &second.archive), (&first.header, &second.header)] {
-        assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), "{} differs from {}", a.display(), b.display());
+    for (a, b) in [(&first.shared, &second.shared), (&first.archive, &second.archive), (&first.header, &second.header)]
+    {
+        assert_eq!(
+            std::fs::read(a).unwrap(),
+            std::fs::read(b).unwrap(),
+            "{} differs from {}",
+            a.display(),
+            b.display()
+        );
     }
 }
 
@@ -331,7 +345,9 @@ fn half_conversions_in_the_library_match_the_jit_on_every_f16_and_bf16() {
         call(&mut ts.iter_mut().collect::<Vec<_>>());
         ts.iter().skip(2).map(|t| t.as_bytes().to_vec()).collect::<Vec<_>>()
     };
-    let jit = tensorlift::compile(&func, &CompileOptions { target: Target::Level(IsaLevel::Scalar), ..Default::default() }).unwrap();
+    let jit =
+        tensorlift::compile(&func, &CompileOptions { target: Target::Level(IsaLevel::Scalar), ..Default::default() })
+            .unwrap();
     let expected = run(&|ts| jit.call(ts).unwrap());
     let found = run(&|ts| loaded.call("halves", ts).unwrap());
     for (k, name) in ["f16->f32", "bf16->f32", "f32->f16", "f32->bf16"].iter().enumerate() {
@@ -343,7 +359,7 @@ fn half_conversions_in_the_library_match_the_jit_on_every_f16_and_bf16() {
 fn export_rejects_bad_names_and_missing_levels() {
     let op = matmul_op();
     let dir = out_dir("bad");
-    let err = export(&[op.clone()], &ExportOptions::new("my-lib"), &dir).unwrap_err();
+    let err = export(std::slice::from_ref(&op), &ExportOptions::new("my-lib"), &dir).unwrap_err();
     assert!(err.to_string().contains("library name \"my-lib\": expected a C identifier"), "{err}");
     let mut renamed = op.clone();
     renamed.name = "1x".into();
@@ -473,7 +489,8 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
     }
 
     let source = dir.join("call_r8.c");
-    std::fs::write(&source, tensorlift::export::harness::layer_program("tlr8", "r8", &prep_spec, &run_spec, 0)).unwrap();
+    std::fs::write(&source, tensorlift::export::harness::layer_program("tlr8", "r8", &prep_spec, &run_spec, 0))
+        .unwrap();
     let exe = dir.join("call_r8");
     let (ok, _, stderr) = run(Command::new("cc")
         .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])

@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use ir::schedule::{create_schedule, Schedule};
-use ir::te::{compute, placeholder, reduce_axis, sum, Tensor};
 use ir::DType;
+use ir::schedule::{Schedule, create_schedule};
+use ir::te::{Tensor, compute, placeholder, reduce_axis, sum};
 
 fn golden_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.lir"))

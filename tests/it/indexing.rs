@@ -7,14 +7,14 @@
 //! lowered function) fail naming the gathered tensor; or all three give identical values.
 //! `TENSORLIFT_FUZZ_CASES=N` runs more cases.
 
-use ir::expr::{max, min, select, Expr};
-use ir::interp::array::Array;
+use ir::expr::{Expr, max, min, select};
 use ir::interp::InterpError;
+use ir::interp::array::Array;
 use ir::schedule::create_schedule;
-use ir::te::{compute, placeholder, Tensor};
+use ir::te::{Tensor, compute, placeholder};
 use ir::{DType, IterVar, TeError};
 use proptest::prelude::*;
-use tensorlift::{build, CompileOptions, RuntimeError, Tensor as RtTensor};
+use tensorlift::{CompileOptions, RuntimeError, Tensor as RtTensor, build};
 
 /// How one index of the read is formed.
 #[derive(Clone, Copy, Debug)]
@@ -105,7 +105,10 @@ fn check_case(
     };
     if !guarded {
         for d in 0..2 {
-            prop_assert!(affine_leaves(kinds[d], m, n, shape[d]) != Some(true), "accepted a read that leaves A: {kinds:?}");
+            prop_assert!(
+                affine_leaves(kinds[d], m, n, shape[d]) != Some(true),
+                "accepted a read that leaves A: {kinds:?}"
+            );
         }
     }
 
@@ -141,20 +144,25 @@ fn check_case(
     let context = || format!("kinds {kinds:?} guarded {guarded} idx {idx_values:?}\n{}", kernel.lowered);
     // Only gathers are checked at run time; every other read was proven when it was defined.
     let mut checks = 0;
-    ir::mutator::for_each_stmt(&kernel.lowered.body, &mut |s| checks += matches!(s.kind(), ir::StmtKind::BoundsCheck { .. }) as usize);
+    ir::mutator::for_each_stmt(&kernel.lowered.body, &mut |s| {
+        checks += matches!(s.kind(), ir::StmtKind::BoundsCheck { .. }) as usize
+    });
     prop_assert!(gathers || checks == 0, "a read without a gather is checked at run time\n{}", context());
 
     let mut interp_args = vec![a_arr.clone(), idx_arr.clone(), Array::zeros(DType::I32, &[m, n])];
-    let interpreted = ir::interp::loop_eval::run_func(&kernel.lowered, &mut interp_args).map(|_| interp_args.pop().unwrap());
+    let interpreted =
+        ir::interp::loop_eval::run_func(&kernel.lowered, &mut interp_args).map(|_| interp_args.pop().unwrap());
 
-    let mut tensors = vec![RtTensor::from_array(&a_arr), RtTensor::from_array(&idx_arr), RtTensor::zeros(DType::I32, &[m, n])];
+    let mut tensors =
+        vec![RtTensor::from_array(&a_arr), RtTensor::from_array(&idx_arr), RtTensor::zeros(DType::I32, &[m, n])];
     let mut refs: Vec<&mut RtTensor> = tensors.iter_mut().collect();
     let jitted = kernel.compiled.call(&mut refs).map(|_| tensors.pop().unwrap().to_array());
 
     match expected {
         Ok(values) => {
             let values = &values[0];
-            let interpreted = interpreted.map_err(|e| TestCaseError::fail(format!("loop interpreter failed: {e}\n{}", context())))?;
+            let interpreted =
+                interpreted.map_err(|e| TestCaseError::fail(format!("loop interpreter failed: {e}\n{}", context())))?;
             let jitted = jitted.map_err(|e| TestCaseError::fail(format!("JIT failed: {e}\n{}", context())))?;
             prop_assert!(interpreted.bits_eq(values), "loop interpreter differs\n{}", context());
             prop_assert!(jitted.bits_eq(values), "JIT differs at {:?}\n{}", jitted.first_difference(values), context());
@@ -164,7 +172,11 @@ fn check_case(
             prop_assert!(matches!(&err, InterpError::OutOfBounds { name, .. } if name == "A"), "{err}");
             match interpreted {
                 Err(InterpError::IndexCheck { name }) => prop_assert_eq!(name, "A"),
-                other => prop_assert!(false, "loop interpreter: expected the gather check to fail, found {other:?}\n{}", context()),
+                other => prop_assert!(
+                    false,
+                    "loop interpreter: expected the gather check to fail, found {other:?}\n{}",
+                    context()
+                ),
             }
             match jitted {
                 Err(RuntimeError::IndexOutOfBounds { tensor }) => prop_assert_eq!(tensor, "A"),

@@ -71,10 +71,8 @@ fn every_pass_file_exports_one_function_named_after_it() {
     for dir in ["ir/src/passes", "ir/src/lower"] {
         // Passes are the public modules; private ones are helpers shared by passes.
         let list = std::fs::read_to_string(root().join(dir).join("mod.rs")).unwrap();
-        let passes: Vec<&str> = list
-            .lines()
-            .filter_map(|l| l.strip_prefix("pub mod ").and_then(|l| l.strip_suffix(';')))
-            .collect();
+        let passes: Vec<&str> =
+            list.lines().filter_map(|l| l.strip_prefix("pub mod ").and_then(|l| l.strip_suffix(';'))).collect();
         assert!(passes.len() >= 3, "{dir}/mod.rs lists passes as `pub mod`");
         for stem in passes {
             let file = root().join(dir).join(format!("{stem}.rs"));

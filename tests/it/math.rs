@@ -3,9 +3,9 @@
 
 use ir::interp::array::Array;
 use ir::schedule::create_schedule;
-use ir::te::{compute, placeholder, Tensor};
-use ir::{math, DType, Expr, TeError};
-use tensorlift::{build, CompileOptions, Tensor as RtTensor};
+use ir::te::{Tensor, compute, placeholder};
+use ir::{DType, Expr, TeError, math};
+use tensorlift::{CompileOptions, Tensor as RtTensor, build};
 
 type MathFn = fn(&Expr) -> Expr;
 
@@ -71,7 +71,9 @@ fn ulp_error(got: f32, exact: f64) -> f64 {
 /// subnormals, infinities and NaNs included), plus the neighbourhood of each function's breaks.
 fn sweep() -> Vec<f32> {
     let mut xs: Vec<f32> = (0..=u32::MAX / 1021).map(|k| f32::from_bits(k * 1021)).collect();
-    for center in [0.625f32, 1.0, 3.92, 88.72284, -103.28, -87.3, std::f32::consts::FRAC_1_SQRT_2, std::f32::consts::SQRT_2] {
+    for center in
+        [0.625f32, 1.0, 3.92, 88.72284, -103.28, -87.3, std::f32::consts::FRAC_1_SQRT_2, std::f32::consts::SQRT_2]
+    {
         for d in -2000i32..=2000 {
             xs.push(f32::from_bits((center.to_bits() as i32 + d) as u32));
             xs.push(-f32::from_bits((center.to_bits() as i32 + d) as u32));
@@ -188,30 +190,37 @@ fn special_values() {
         }
     };
     let (inf, nan) = (f32::INFINITY, f32::NAN);
-    check(|x| math::exp(x), "exp", &[
-        (0.0, 1.0),
-        (-0.0, 1.0),
-        (inf, inf),
-        (-inf, 0.0),
-        (nan, nan),
-        (88.72284, inf),
-        (89.0, inf),
-        (-104.0, 0.0),
-    ]);
-    check(|x| math::log(x), "log", &[
-        (0.0, -inf),
-        (-0.0, -inf),
-        (-1.0, nan),
-        (-inf, nan),
-        (inf, inf),
-        (nan, nan),
-        (1.0, 0.0),
-    ]);
-    check(|x| math::sqrt(x), "sqrt", &[(-0.0, -0.0), (-1.0, nan), (inf, inf), (4.0, 2.0), (2.0, std::f32::consts::SQRT_2)]);
+    check(
+        |x| math::exp(x),
+        "exp",
+        &[(0.0, 1.0), (-0.0, 1.0), (inf, inf), (-inf, 0.0), (nan, nan), (88.72284, inf), (89.0, inf), (-104.0, 0.0)],
+    );
+    check(
+        |x| math::log(x),
+        "log",
+        &[(0.0, -inf), (-0.0, -inf), (-1.0, nan), (-inf, nan), (inf, inf), (nan, nan), (1.0, 0.0)],
+    );
+    check(
+        |x| math::sqrt(x),
+        "sqrt",
+        &[(-0.0, -0.0), (-1.0, nan), (inf, inf), (4.0, 2.0), (2.0, std::f32::consts::SQRT_2)],
+    );
     check(|x| math::rsqrt(x), "rsqrt", &[(0.0, inf), (-0.0, -inf), (inf, 0.0), (-4.0, nan), (4.0, 0.5)]);
-    check(|x| math::tanh(x), "tanh", &[(0.0, 0.0), (-0.0, -0.0), (inf, 1.0), (-inf, -1.0), (9.1, 1.0), (-20.0, -1.0), (nan, nan)]);
-    check(|x| math::sigmoid(x), "sigmoid", &[(0.0, 0.5), (-0.0, 0.5), (inf, 1.0), (-inf, 0.0), (nan, nan), (20.0, 1.0)]);
-    check(|x| math::erf(x), "erf", &[(0.0, 0.0), (-0.0, -0.0), (inf, 1.0), (-inf, -1.0), (3.92, 1.0), (-5.0, -1.0), (nan, nan)]);
+    check(
+        |x| math::tanh(x),
+        "tanh",
+        &[(0.0, 0.0), (-0.0, -0.0), (inf, 1.0), (-inf, -1.0), (9.1, 1.0), (-20.0, -1.0), (nan, nan)],
+    );
+    check(
+        |x| math::sigmoid(x),
+        "sigmoid",
+        &[(0.0, 0.5), (-0.0, 0.5), (inf, 1.0), (-inf, 0.0), (nan, nan), (20.0, 1.0)],
+    );
+    check(
+        |x| math::erf(x),
+        "erf",
+        &[(0.0, 0.0), (-0.0, -0.0), (inf, 1.0), (-inf, -1.0), (3.92, 1.0), (-5.0, -1.0), (nan, nan)],
+    );
 }
 
 /// The functions are f32 only; any other operand is a typed error of `compute`, not a panic.

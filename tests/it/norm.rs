@@ -1,14 +1,14 @@
 //! Softmax, layer normalization and GELU (`schedules::nn`): the JIT under the generic and the
 //! vectorized schedules equal to the interpreter bit for bit, and close to an f64 reference.
 
-use ir::interp::{eval_te, Array};
+use ir::interp::{Array, eval_te};
 use ir::schedule::Schedule;
-use ir::te::{placeholder, Tensor};
+use ir::te::{Tensor, placeholder};
 use ir::{DType, TeError};
 use schedules::cpu::{gelu_vectorized, layernorm_vectorized, softmax_vectorized};
 use schedules::generic::default_schedule;
 use schedules::nn::{gelu, layernorm, softmax};
-use tensorlift::{build, CompileOptions, Tensor as RtTensor};
+use tensorlift::{CompileOptions, Tensor as RtTensor, build};
 
 /// Deterministic f32 values in `[lo, hi)`.
 fn uniform(len: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
@@ -83,7 +83,8 @@ fn softmax_matches_the_interpreter_and_an_f64_reference() {
 #[test]
 fn layernorm_matches_the_interpreter_and_an_f64_reference() {
     let (rows, n) = (5usize, 45usize);
-    let xs: Vec<f32> = uniform(rows * n, 2, -3.0, 5.0).iter().enumerate().map(|(i, v)| v + (i / n) as f32 * 100.0).collect();
+    let xs: Vec<f32> =
+        uniform(rows * n, 2, -3.0, 5.0).iter().enumerate().map(|(i, v)| v + (i / n) as f32 * 100.0).collect();
     let gs = uniform(n, 3, 0.5, 1.5);
     let bs = uniform(n, 4, -1.0, 1.0);
     let x = placeholder([rows as i64, n as i64], DType::F32, "x").unwrap();

@@ -7,15 +7,15 @@ use ir::interp::{Array, eval_te};
 use ir::te::{Tensor, compute, placeholder, placeholder_vec};
 use ir::{DType, TeError};
 use schedules::generic::default_schedule;
+use schedules::ops::GemmOperands;
 use schedules::ops::{
-    Conv2dParams, Layout, QuantizedLayer, add_int8, compensation, conv2d_nchw_int8, convert_layout, dense_int8, global_avg_pool, max_pool2d,
-    nchw_to_nchwc, nchwc_to_nchw, oihw_to_vnni_blocked, relu_int8,
+    Conv2dParams, Layout, QuantizedLayer, add_int8, compensation, conv2d_nchw_int8, convert_layout, dense_int8,
+    global_avg_pool, max_pool2d, nchw_to_nchwc, nchwc_to_nchw, oihw_to_vnni_blocked, relu_int8,
 };
 use schedules::quant::{
     PostOp, QuantAttrs, QuantError, Scales, TensorQuant, ZeroPoints, dequantize, mask_count, quantize, requantize,
 };
 use schedules::resnet18::{CONV_LAYERS, DenseLayer};
-use schedules::ops::GemmOperands;
 use schedules::x86_conv::{
     Conv2dInt8Knobs, TileOrder, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
     prepare_dense_int8, weight_range,
@@ -181,13 +181,7 @@ fn eval_layer(
 
 /// One convolution case: builds the definition, evaluates it and compares with the reference;
 /// returns the tensors and arrays for further (JIT) checks.
-fn check_conv(
-    [n, ic, h, w]: [i64; 4],
-    [oc, k]: [i64; 2],
-    conv: Conv2dParams,
-    l: &Layer,
-    seed: u64,
-) -> (String, Array) {
+fn check_conv([n, ic, h, w]: [i64; 4], [oc, k]: [i64; 2], conv: Conv2dParams, l: &Layer, seed: u64) -> (String, Array) {
     let (slo, shi) = range_of(l.src_dtype);
     let src_v = values((n * ic * h * w) as usize, seed, slo, shi);
     let wei_v = values((oc * ic * k * k) as usize, seed + 1, -128, 127);
@@ -230,8 +224,7 @@ fn check_conv(
     // The compensation is (zp_src + shift) · Σ w per output channel.
     let shift = if l.src_dtype == DType::I8 { 128 } else { 0 };
     let per_oc = (ic * k * k) as usize;
-    let sums: Vec<i64> =
-        wei_v.chunks(per_oc).map(|c| c.iter().sum::<i64>() * (l.src_zp as i64 + shift)).collect();
+    let sums: Vec<i64> = wei_v.chunks(per_oc).map(|c| c.iter().sum::<i64>() * (l.src_zp as i64 + shift)).collect();
     assert_eq!(comp.to_i64_vec(), sums);
     (what, got)
 }
@@ -370,8 +363,7 @@ fn dense_every_src_and_dst_with_per_channel_scales_and_post_ops() {
             let mut x = Vec::new();
             for i in 0..m {
                 for o in 0..oc {
-                    let acc: i64 =
-                        (0..ic).map(|c| (src_v[i * ic + c] - l.src_zp as i64) * wei_v[o * ic + c]).sum();
+                    let acc: i64 = (0..ic).map(|c| (src_v[i * ic + c] - l.src_zp as i64) * wei_v[o * ic + c]).sum();
                     let mult = l.src_scale * l.wei_scales[if l.per_channel { o } else { 0 }];
                     let v = acc as i32 as f32 * mult + bias[o];
                     x.push(post(v, &l.post_ops, residual.get(i * oc + o).map(|&r| r as f64)));
@@ -547,9 +539,8 @@ fn quantize_dequantize_requantize_per_tensor_and_per_channel() {
         inputs.push((&x, &xa));
         inputs.extend(quant.params.iter().map(|p| (&p.tensor, &p.values)));
         let got = eval_te(&[&quant.output], &inputs).unwrap().remove(0);
-        let want: Vec<f64> = (0..len)
-            .map(|i| store(xf[i] as f32 / scales[index(i)] + zps[index(i)] as f32, DType::I8))
-            .collect();
+        let want: Vec<f64> =
+            (0..len).map(|i| store(xf[i] as f32 / scales[index(i)] + zps[index(i)] as f32, DType::I8)).collect();
         assert_exercised("quantize", &want, DType::I8);
         assert_same(&format!("quantize mask {mask}"), &got, &want);
         // Dequantize what was quantized.
@@ -558,9 +549,8 @@ fn quantize_dequantize_requantize_per_tensor_and_per_channel() {
         let mut inputs: Vec<(&Tensor, &Array)> = vec![(&xi, &got)];
         inputs.extend(deq.params.iter().map(|p| (&p.tensor, &p.values)));
         let back = eval_te(&[&deq.output], &inputs).unwrap().remove(0);
-        let want_back: Vec<f64> = (0..len)
-            .map(|i| (scales[index(i)] * (want[i] as i32 - zps[index(i)]) as f32) as f64)
-            .collect();
+        let want_back: Vec<f64> =
+            (0..len).map(|i| (scales[index(i)] * (want[i] as i32 - zps[index(i)]) as f32) as f64).collect();
         assert_same("dequantize", &back, &want_back);
         // Requantize i8 → u8 with a per-tensor output quantization.
         let out_q = TensorQuant::per_tensor("out", 0.04, 128, DType::U8).unwrap();
@@ -630,7 +620,9 @@ fn layout_transforms_block_pad_and_round_trip() {
                             for ii in 0..4 {
                                 let (oc, ic) = (ob * 16 + oi, ib * 16 + i4 * 4 + ii);
                                 let inside = oc < o && ic < i;
-                                want.push(if inside { wv[(((oc * i + ic) * k + ky) * k + kx) as usize] } else { 0 } as f64);
+                                want.push(
+                                    if inside { wv[(((oc * i + ic) * k + ky) * k + kx) as usize] } else { 0 } as f64
+                                );
                             }
                         }
                     }
@@ -730,8 +722,15 @@ fn malformed_attributes_are_typed_errors() {
     // Operator shapes.
     let err = conv2d_nchw_int8(&src, &wei, None, None, Conv2dParams { stride: 0, pad: 0 }, &good(), "c").unwrap_err();
     assert!(err.to_string().contains("stride >= 1 and pad >= 0"), "{err}");
-    let err = dense_int8(&placeholder([1, 16], DType::U8, "s").unwrap(), &placeholder([4, 17], DType::I8, "w").unwrap(), None, None, &good(), "d")
-        .unwrap_err();
+    let err = dense_int8(
+        &placeholder([1, 16], DType::U8, "s").unwrap(),
+        &placeholder([4, 17], DType::I8, "w").unwrap(),
+        None,
+        None,
+        &good(),
+        "d",
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("input channels of the weights must be 16, found 17"), "{err}");
     let err = max_pool2d(&src, 3, 2, 3, "p").unwrap_err();
     assert!(err.to_string().contains("0 <= pad < k"), "{err}");
@@ -896,7 +895,14 @@ fn check_x86_conv(
 
 #[test]
 fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
-    let small = Conv2dInt8Knobs { mr: 4, nr: 16, lanes: 8, order: TileOrder::PixelsOuter, parallel: true, operands: GemmOperands::U8 };
+    let small = Conv2dInt8Knobs {
+        mr: 4,
+        nr: 16,
+        lanes: 8,
+        order: TileOrder::PixelsOuter,
+        parallel: true,
+        operands: GemmOperands::U8,
+    };
     let cases: [([i64; 4], [i64; 2], Conv2dParams, Conv2dInt8Knobs); 6] = [
         // ic = oc = 17: kernel rows of 51 → 52 bytes, OC not a multiple of nr; stride 2 over an
         // odd 9 × 11 input.
@@ -908,8 +914,32 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
         // The stem: 7 × 7 stride 2 with 3 input channels (21 bytes per kernel row, read as 24).
         ([1, 3, 23, 21], [16, 7], Conv2dParams { stride: 2, pad: 3 }, default_knobs(&CONV_LAYERS[0])),
         // Batch 2, mr not dividing OW; channel panels outermost.
-        ([2, 8, 6, 5], [24, 3], Conv2dParams { stride: 1, pad: 1 }, Conv2dInt8Knobs { mr: 3, nr: 16, lanes: 4, order: TileOrder::ChannelsOuter, parallel: false, operands: GemmOperands::U8 }),
-        ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, Conv2dInt8Knobs { mr: 4, nr: 32, lanes: 16, order: TileOrder::ChannelsOuter, parallel: false, operands: GemmOperands::U8 }),
+        (
+            [2, 8, 6, 5],
+            [24, 3],
+            Conv2dParams { stride: 1, pad: 1 },
+            Conv2dInt8Knobs {
+                mr: 3,
+                nr: 16,
+                lanes: 4,
+                order: TileOrder::ChannelsOuter,
+                parallel: false,
+                operands: GemmOperands::U8,
+            },
+        ),
+        (
+            [1, 17, 9, 11],
+            [17, 3],
+            Conv2dParams { stride: 2, pad: 1 },
+            Conv2dInt8Knobs {
+                mr: 4,
+                nr: 32,
+                lanes: 16,
+                order: TileOrder::ChannelsOuter,
+                parallel: false,
+                operands: GemmOperands::U8,
+            },
+        ),
     ];
     let mut seed = 500;
     for (i, (src, w, conv, knobs)) in cases.into_iter().enumerate() {
@@ -954,7 +984,17 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
     for (m, knobs) in [
         (1, default_dense_knobs(&fc, 1)),
         (3, default_dense_knobs(&fc, 3)),
-        (3, Conv2dInt8Knobs { mr: 2, nr: 16, lanes: 8, order: TileOrder::PixelsOuter, parallel: true, operands: GemmOperands::U8 }),
+        (
+            3,
+            Conv2dInt8Knobs {
+                mr: 2,
+                nr: 16,
+                lanes: 8,
+                order: TileOrder::PixelsOuter,
+                parallel: true,
+                operands: GemmOperands::U8,
+            },
+        ),
     ] {
         for src_dtype in [DType::U8, DType::I8] {
             let l = layer_case(src_dtype, DType::U8, true, vec![], oc as usize);
@@ -1099,7 +1139,8 @@ fn requantization_follows_onednns_formula_to_the_bit() {
     let mut args: Vec<&Tensor> = vec![&src, &wei, &layer.compensation, &b];
     args.extend(layer.params.iter().map(|p| &p.tensor));
     args.push(&layer.output);
-    let kernel = tensorlift::build(&default_schedule(&[&layer.output]), &args, "fc", &CompileOptions::default()).unwrap();
+    let kernel =
+        tensorlift::build(&default_schedule(&[&layer.output]), &args, "fc", &CompileOptions::default()).unwrap();
     let mut inputs: Vec<RtTensor> = [&src_a, &wei_a, &comp, &bias_a].into_iter().map(RtTensor::from_array).collect();
     inputs.extend(layer.params.iter().map(|p| RtTensor::from_array(&p.values)));
     inputs.push(RtTensor::zeros(DType::F32, &out_dims));

@@ -15,7 +15,8 @@ fn block_after<'a>(text: &'a str, heading: &str, lang: &str) -> Option<&'a str> 
 
 #[test]
 fn the_writing_an_operator_block_is_the_example_file() {
-    let block = block_after(README, "## Writing an operator", "rust").expect("a rust block under \"## Writing an operator\"");
+    let block =
+        block_after(README, "## Writing an operator", "rust").expect("a rust block under \"## Writing an operator\"");
     assert_eq!(block, EXAMPLE, "README's block and examples/write_operator.rs differ");
 }
 
@@ -27,7 +28,10 @@ fn the_readme_names_only_files_of_the_repository() {
     for quoted in README.split('`').skip(1).step_by(2) {
         let is_path = quoted.contains('/')
             && !quoted.contains(' ')
-            && quoted.rsplit('/').next().is_some_and(|file| file.ends_with(".rs") || file.ends_with(".md") || file.ends_with(".py"));
+            && quoted
+                .rsplit('/')
+                .next()
+                .is_some_and(|file| file.ends_with(".rs") || file.ends_with(".md") || file.ends_with(".py"));
         if is_path {
             assert!(root.join(quoted).exists(), "README names {quoted}, which is not in the repository");
             checked += 1;

@@ -165,7 +165,11 @@ fn tensorlift(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
         .unwrap();
     child.stdin.take().unwrap().write_all(stdin.unwrap_or("").as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -197,8 +201,22 @@ fn tune_cli_reports_json_writes_the_database_and_the_plot_and_db_merge_merges() 
     let (db, plot) = (tmp("cli.jsonl"), tmp("cli.svg"));
     let (ok, stdout, stderr) = tensorlift(
         &[
-            "tune", "resnet18", "--layer", "R10", "--trials", "3", "--repeat", "2", "--threads", "1", "--format", "json", "--db",
-            db.to_str().unwrap(), "--plot", plot.to_str().unwrap(),
+            "tune",
+            "resnet18",
+            "--layer",
+            "R10",
+            "--trials",
+            "3",
+            "--repeat",
+            "2",
+            "--threads",
+            "1",
+            "--format",
+            "json",
+            "--db",
+            db.to_str().unwrap(),
+            "--plot",
+            plot.to_str().unwrap(),
         ],
         None,
     );
@@ -213,8 +231,10 @@ fn tune_cli_reports_json_writes_the_database_and_the_plot_and_db_merge_merges() 
     assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
 
     let merged = tmp("merged.jsonl");
-    let (ok, stdout, stderr) =
-        tensorlift(&["db", "merge", db.to_str().unwrap(), db.to_str().unwrap(), "--out", merged.to_str().unwrap()], None);
+    let (ok, stdout, stderr) = tensorlift(
+        &["db", "merge", db.to_str().unwrap(), db.to_str().unwrap(), "--out", merged.to_str().unwrap()],
+        None,
+    );
     assert!(ok, "{stderr}");
     assert!(stdout.contains(&format!("{records} records from 2 database(s)")), "{stdout}");
 
@@ -228,7 +248,10 @@ fn tune_cli_reports_json_writes_the_database_and_the_plot_and_db_merge_merges() 
     };
     let tuned = run(&["--db", db.to_str().unwrap()]);
     assert_eq!((tuned["tuning"].as_str(), tuned["verified"].as_bool()), (Some("tuned"), Some(true)), "{tuned}");
-    let best = Database::load(&db).unwrap().best(&workload(resnet18::layer("R10").unwrap()).key, &tensorlift::tune::db::Host::this(level())).cloned();
+    let best = Database::load(&db)
+        .unwrap()
+        .best(&workload(resnet18::layer("R10").unwrap()).key, &tensorlift::tune::db::Host::this(level()))
+        .cloned();
     let point = tensorlift::tune::record_point(&best.unwrap()).unwrap();
     assert_eq!((tuned["knobs"]["mr"].as_i64(), tuned["knobs"]["nr"].as_i64()), (Some(point.mr), Some(point.nr)));
     assert_eq!(run(&["--no-db"])["tuning"], "default");

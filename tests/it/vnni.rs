@@ -8,12 +8,12 @@ use cranelift_codegen::settings::{self, Configurable};
 use iced_x86::{EncodingKind, Instruction, Mnemonic};
 use ir::expr::VectorReduceOp;
 use ir::interp::array::Array;
-use ir::schedule::{create_schedule, Schedule};
-use ir::te::{compute, placeholder, reduce_axis, sum, Tensor};
+use ir::schedule::{Schedule, create_schedule};
+use ir::te::{Tensor, compute, placeholder, reduce_axis, sum};
 use ir::{Buffer, DType, Expr, ForKind, Func, Stmt, Var};
 use tensorlift::codegen::jit;
 use tensorlift::kernels::disasm::decode;
-use tensorlift::{build, compile, CompileOptions, IsaLevel, Target, Tensor as RtTensor};
+use tensorlift::{CompileOptions, IsaLevel, Target, Tensor as RtTensor, build, compile};
 
 const A_GRID: [i64; 6] = [0, 1, 127, 128, 254, 255];
 const B_GRID: [i64; 6] = [-128, -127, -1, 0, 1, 127];

@@ -321,12 +321,7 @@ fn raw_bounds(expr: &Expr, scope: &Scope) -> Interval {
             None => Interval::EVERYTHING,
         },
         // Float values (the domain is integers) and reductions: unknown.
-        ExprKind::Float(_)
-        | ExprKind::Round(_)
-        | ExprKind::Sqrt(_)
-        | ExprKind::Reduce(_) => {
-            Interval::EVERYTHING
-        }
+        ExprKind::Float(_) | ExprKind::Round(_) | ExprKind::Sqrt(_) | ExprKind::Reduce(_) => Interval::EVERYTHING,
     }
 }
 

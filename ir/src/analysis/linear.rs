@@ -68,9 +68,7 @@ impl Linear {
                 i += 1;
                 continue;
             };
-            let is_mod = |t: &Expr| {
-                matches!(t.kind(), ExprKind::Binary(BinOp::Mod, b, d) if d.as_int() == Some(c) && b.structurally_eq(a))
-            };
+            let is_mod = |t: &Expr| matches!(t.kind(), ExprKind::Binary(BinOp::Mod, b, d) if d.as_int() == Some(c) && b.structurally_eq(a));
             let matching = self.terms.iter().position(|(t, k)| is_mod(t) && k.checked_mul(c) == Some(coeff) && *k != 0);
             let Some(j) = matching else {
                 i += 1;

@@ -211,7 +211,10 @@ fn compile_stmt(c: &mut Compiler, stmt: &Stmt) -> Result<StmtFn, InterpError> {
         }
         StmtKind::BoundsCheck { cond, buffer } => {
             if cond.dtype().element() != DType::BOOL {
-                return Err(malformed(format!("bounds check condition `{cond}` has type {}, expected bool", cond.dtype())));
+                return Err(malformed(format!(
+                    "bounds check condition `{cond}` has type {}, expected bool",
+                    cond.dtype()
+                )));
             }
             let lanes = cond.dtype().lanes as usize;
             let name = buffer.name().to_string();
@@ -289,10 +292,11 @@ fn compile_stmt(c: &mut Compiler, stmt: &Stmt) -> Result<StmtFn, InterpError> {
             let declaration = CompiledIntrin::new(intrin)?;
             Box::new(move |f| {
                 let (output, inputs) = regions.split_last().expect("a call has an output operand");
-                let arrays = inputs
-                    .iter()
-                    .map(|r| Ok(r.gather(f, &r.positions(f, Access::Read)?)))
-                    .collect::<Result<Vec<_>, Fault>>()?;
+                let arrays = inputs.iter().map(|r| Ok(r.gather(f, &r.positions(f, Access::Read)?))).collect::<Result<
+                    Vec<_>,
+                    Fault,
+                >>(
+                )?;
                 let positions = output.positions(f, Access::Write)?;
                 let mut out = output.gather(f, &positions);
                 declaration.apply(arrays, &mut out)?;

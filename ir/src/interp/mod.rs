@@ -63,7 +63,9 @@ pub enum InterpError {
     #[error("out-of-bounds read of {name}: an index computed from data is outside its shape")]
     IndexCheck { name: String },
     /// `index` is the row-major position of the first offending element.
-    #[error("array for {name}: elements must lie in the declared range {lo}..={hi}, found {found} at flat index {index}")]
+    #[error(
+        "array for {name}: elements must lie in the declared range {lo}..={hi}, found {found} at flat index {index}"
+    )]
     ValueRange { name: String, lo: i64, hi: i64, index: usize, found: i64 },
     /// The program violates an IR invariant (unbound variable, wrong index count, lane mismatch,
     /// misplaced reduction, ...): a bug in whatever produced it.

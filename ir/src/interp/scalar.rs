@@ -7,7 +7,7 @@
 //! type, and inlining lets each fold the dispatch away.
 
 use crate::dtype::ScalarType;
-use crate::expr::{round_float, wrap_int, BinOp, CmpOp};
+use crate::expr::{BinOp, CmpOp, round_float, wrap_int};
 
 /// A scalar value. Integers and bools use the storage form of `ExprKind::Int` (the value's bits
 /// sign-extended to 64, so a `u64` above `i64::MAX` is negative); floats are f64 already rounded
@@ -75,10 +75,22 @@ pub fn binary(op: BinOp, ty: ScalarType, a: Scalar, b: Scalar) -> Scalar {
             BinOp::Div => x / y,
             BinOp::Mod => x - y * (x / y).floor(),
             BinOp::Min => {
-                if x.is_nan() { y } else if y.is_nan() { x } else { x.min(y) }
+                if x.is_nan() {
+                    y
+                } else if y.is_nan() {
+                    x
+                } else {
+                    x.min(y)
+                }
             }
             BinOp::Max => {
-                if x.is_nan() { y } else if y.is_nan() { x } else { x.max(y) }
+                if x.is_nan() {
+                    y
+                } else if y.is_nan() {
+                    x
+                } else {
+                    x.max(y)
+                }
             }
             BinOp::And | BinOp::Or | BinOp::Xor | BinOp::Shl | BinOp::Shr => {
                 panic!("operator {} on float type {ty}", op.symbol())
@@ -95,10 +107,18 @@ pub fn binary(op: BinOp, ty: ScalarType, a: Scalar, b: Scalar) -> Scalar {
         BinOp::Sub => x - y,
         BinOp::Mul => x.wrapping_mul(y),
         BinOp::Div => {
-            if y == 0 { 0 } else { floor_div(x, y) }
+            if y == 0 {
+                0
+            } else {
+                floor_div(x, y)
+            }
         }
         BinOp::Mod => {
-            if y == 0 { 0 } else { floor_mod(x, y) }
+            if y == 0 {
+                0
+            } else {
+                floor_mod(x, y)
+            }
         }
         BinOp::Min => x.min(y),
         BinOp::Max => x.max(y),

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use crate::expr::{Expr, ExprKind, Var};
 use crate::intrin::TensorIntrin;
-use crate::lower::infer_bounds::{root_extents, root_values, Region};
-use crate::mutator::{substitute_map, walk_expr, Mutator};
+use crate::lower::infer_bounds::{Region, root_extents, root_values};
+use crate::mutator::{Mutator, substitute_map, walk_expr};
 use crate::schedule::{Attach, Schedule, Stage};
 use crate::stmt::{Buffer, ForKind, Func, Operand, Stmt, StmtKind};
 use crate::te::{IterVar, Tensor, TensorId};
@@ -53,11 +53,11 @@ pub fn build_loop_nests(
                 buffers.insert(tensor.id(), Buffer::new(tensor.name(), tensor.dtype(), shape));
             }
             Attach::Root | Attach::Inline => {
-                if !buffers.contains_key(&tensor.id()) {
+                buffers.entry(tensor.id()).or_insert_with(|| {
                     let buffer = Buffer::new(tensor.name(), tensor.dtype(), tensor.shape().to_vec());
                     root_temporaries.push(buffer.clone());
-                    buffers.insert(tensor.id(), buffer);
-                }
+                    buffer
+                });
             }
         }
     }
@@ -153,11 +153,8 @@ impl Ctx<'_> {
             Some(d) => region.dims[d].0.as_int() == Some(0),
             None => axis.is_reduce() && data.reduce_axes.contains(axis),
         };
-        let local_index: Vec<Expr> = data
-            .axes
-            .iter()
-            .map(|a| if starts_at_zero(a) { a.to_expr() } else { leaf_values[a].clone() })
-            .collect();
+        let local_index: Vec<Expr> =
+            data.axes.iter().map(|a| if starts_at_zero(a) { a.to_expr() } else { leaf_values[a].clone() }).collect();
         let position: HashMap<Var, isize> =
             data.leaves.iter().enumerate().map(|(i, l)| (loop_var(l), i as isize)).collect();
         let depth_of = |e: &Expr| innermost_loop(e, &position);
@@ -169,13 +166,23 @@ impl Ctx<'_> {
                 continue;
             }
             let anchor = value.clone();
-            items.push(Placed { depth: depth_of(&anchor), item: Item::Let(axis.var().clone(), value), reduce: axis.is_reduce(), anchor });
+            items.push(Placed {
+                depth: depth_of(&anchor),
+                item: Item::Let(axis.var().clone(), value),
+                reduce: axis.is_reduce(),
+                anchor,
+            });
         }
         for parent in data.guarded_axes(&extents) {
             let value = if starts_at_zero(&parent) { parent.to_expr() } else { leaf_values[&parent].clone() };
             let cond = value.lt(Expr::index(extents[&parent]));
             let anchor = leaf_values[&parent].clone();
-            items.push(Placed { depth: depth_of(&anchor), item: Item::Guard(cond), reduce: parent.is_reduce(), anchor });
+            items.push(Placed {
+                depth: depth_of(&anchor),
+                item: Item::Guard(cond),
+                reduce: parent.is_reduce(),
+                anchor,
+            });
         }
         if matches!(data.attach, Attach::At { .. }) {
             // The region may stick out of the tensor (a consumer's tail, or reads past an edge
@@ -202,16 +209,15 @@ impl Ctx<'_> {
             Item::Attach(_) => 2,
         });
 
-        let loops: Vec<Loop> = data
-            .leaves
-            .iter()
-            .map(|l| Loop { var: loop_var(l), extent: extents[l], kind: data.for_kind(l) })
-            .collect();
+        let loops: Vec<Loop> =
+            data.leaves.iter().map(|l| Loop { var: loop_var(l), extent: extents[l], kind: data.for_kind(l) }).collect();
         let mut region_call = data.tensorize.as_ref().map(|(axis, intrin)| {
             let planned = crate::tensorize::plan(self.schedule, stage, axis, intrin, &self.bodies[&stage])
                 .unwrap_or_else(|m| {
                     let (stage, part, what) = (data.name(), m.part, &m.what);
-                    panic!("build_loop_nests: tensorize of {stage} was proven by the schedule, now {part} ({what}) differs")
+                    panic!(
+                        "build_loop_nests: tensorize of {stage} was proven by the schedule, now {part} ({what}) differs"
+                    )
                 });
             let operands = planned
                 .into_iter()

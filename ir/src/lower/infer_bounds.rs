@@ -61,7 +61,11 @@ pub(crate) fn root_extents(data: &StageData, region: &Region) -> HashMap<IterVar
 
 /// The value of every root axis of `data` (the global index for data-parallel axes) in terms of
 /// its leaf loop variables, when it computes `region`.
-pub(crate) fn root_values(data: &StageData, region: &Region, extents: &HashMap<IterVar, i64>) -> HashMap<IterVar, Expr> {
+pub(crate) fn root_values(
+    data: &StageData,
+    region: &Region,
+    extents: &HashMap<IterVar, i64>,
+) -> HashMap<IterVar, Expr> {
     let values = data.pass_up_values(extents);
     let mut res = HashMap::new();
     for (axis, (min, _)) in data.axes.iter().zip(&region.dims) {
@@ -74,27 +78,34 @@ pub(crate) fn root_values(data: &StageData, region: &Region, extents: &HashMap<I
     res
 }
 
-fn region_read_at(producer: Tensor, consumer: &StageData, consumer_region: &Region, body: &Expr, at: &IterVar) -> Region {
+fn region_read_at(
+    producer: Tensor,
+    consumer: &StageData,
+    consumer_region: &Region,
+    body: &Expr,
+    at: &IterVar,
+) -> Region {
     let extents = consumer.pass_down_extents(&root_extents(consumer, consumer_region));
     let roots = root_values(consumer, consumer_region, &extents);
     let root_map: HashMap<Var, Expr> = roots.iter().map(|(a, v)| (a.var().clone(), v.clone())).collect();
     let pos = consumer.leaves.iter().position(|l| l == at).expect("attach axis is a leaf");
-    let inner: HashMap<Var, i64> =
-        consumer.leaves[pos + 1..].iter().map(|l| (l.var().clone(), extents[l])).collect();
+    let inner: HashMap<Var, i64> = consumer.leaves[pos + 1..].iter().map(|l| (l.var().clone(), extents[l])).collect();
 
     let mut reads: Vec<Vec<Expr>> = Vec::new();
     body.for_each(&mut |e| {
-        if let ExprKind::TensorRead(t, idx) = e.kind() {
-            if *t == producer {
-                reads.push(idx.iter().map(|i| crate::mutator::substitute_map(i, &root_map)).collect());
-            }
+        if let ExprKind::TensorRead(t, idx) = e.kind()
+            && *t == producer
+        {
+            reads.push(idx.iter().map(|i| crate::mutator::substitute_map(i, &root_map)).collect());
         }
     });
     let shape = producer.shape();
     let dims = (0..shape.len())
         .map(|d| {
             let box_d = reads.iter().map(|idx| affine_box(&idx[d], &inner)).collect::<Option<Vec<_>>>();
-            union(box_d.unwrap_or_default()).filter(|(_, extent)| *extent < shape[d]).unwrap_or((Expr::index(0), shape[d]))
+            union(box_d.unwrap_or_default())
+                .filter(|(_, extent)| *extent < shape[d])
+                .unwrap_or((Expr::index(0), shape[d]))
         })
         .collect();
     Region { dims }

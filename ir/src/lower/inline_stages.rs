@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::expr::{Expr, ExprKind};
-use crate::mutator::{substitute_map, walk_expr, Mutator};
+use crate::mutator::{Mutator, substitute_map, walk_expr};
 use crate::schedule::{Attach, Schedule, Stage};
 use crate::te::TensorId;
 
@@ -36,11 +36,11 @@ struct Inliner<'a> {
 impl Mutator for Inliner<'_> {
     fn mutate_expr(&mut self, expr: &Expr) -> Expr {
         let expr = walk_expr(self, expr);
-        if let ExprKind::TensorRead(tensor, indices) = expr.kind() {
-            if let Some((vars, body)) = self.inlined.get(&tensor.id()) {
-                let map = vars.iter().cloned().zip(indices.iter().cloned()).collect();
-                return substitute_map(body, &map);
-            }
+        if let ExprKind::TensorRead(tensor, indices) = expr.kind()
+            && let Some((vars, body)) = self.inlined.get(&tensor.id())
+        {
+            let map = vars.iter().cloned().zip(indices.iter().cloned()).collect();
+            return substitute_map(body, &map);
         }
         expr
     }

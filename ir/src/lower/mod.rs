@@ -12,10 +12,15 @@ use std::collections::HashSet;
 
 use crate::error::LowerError;
 use crate::passes::{
-    check_gathers::check_gathers, flatten_buffers::flatten_buffers, guard_accesses::guard_accesses, partition_loops::partition_loops,
+    check_gathers::check_gathers,
+    flatten_buffers::flatten_buffers,
+    guard_accesses::guard_accesses,
+    partition_loops::partition_loops,
     remove_no_ops::remove_no_ops,
-    simplify::simplify, unroll_loops::unroll_loops, vectorize_loops::vectorize_loops,
-    verify::{verify, VerifyLevel},
+    simplify::simplify,
+    unroll_loops::unroll_loops,
+    vectorize_loops::vectorize_loops,
+    verify::{VerifyLevel, verify},
 };
 use crate::schedule::Schedule;
 use crate::stmt::Func;
@@ -49,7 +54,8 @@ pub fn lower_with_hook(
 
     let bodies = inline_stages(schedule);
     let regions = infer_bounds(schedule, &bodies);
-    let func = step("build_loop_nests", build_loop_nests(schedule, &bodies, &regions, args, name), VerifyLevel::Lowered);
+    let func =
+        step("build_loop_nests", build_loop_nests(schedule, &bodies, &regions, args, name), VerifyLevel::Lowered);
     let func = step("simplify", simplify(&func), VerifyLevel::Lowered);
     let func = step("check_gathers", check_gathers(&func), VerifyLevel::Lowered);
     let func = step("flatten_buffers", flatten_buffers(&func), VerifyLevel::Lowered);
@@ -72,8 +78,7 @@ fn check_args(schedule: &Schedule, args: &[&Tensor]) -> Result<(), LowerError> {
             return Err(LowerError::DuplicateArgument { tensor: arg.name().to_string() });
         }
         // A placeholder the computation never reads is still a legal (unused) parameter.
-        let usable = arg.is_placeholder()
-            || schedule.stage_of(arg).is_ok_and(|s| schedule.stage_data(s).is_output);
+        let usable = arg.is_placeholder() || schedule.stage_of(arg).is_ok_and(|s| schedule.stage_data(s).is_output);
         if !usable {
             return Err(LowerError::UnusedArgument { tensor: arg.name().to_string() });
         }

@@ -167,8 +167,11 @@ impl Mutator for CheckGathers {
                 self.scope.push(var, bounds_of(value, &self.scope));
                 let new_body = self.mutate_stmt(body);
                 self.scope.pop(var);
-                let new_stmt =
-                    if new_body.same_node(body) { stmt.clone() } else { Stmt::let_stmt(var.clone(), value.clone(), new_body) };
+                let new_stmt = if new_body.same_node(body) {
+                    stmt.clone()
+                } else {
+                    Stmt::let_stmt(var.clone(), value.clone(), new_body)
+                };
                 checked(checks, new_stmt)
             }
             StmtKind::Store { indices, value, .. } => {

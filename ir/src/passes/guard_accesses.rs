@@ -1,9 +1,9 @@
 //! Memory safety by construction: every access the compiler cannot prove in bounds is clamped.
 
-use crate::passes::facts::{mutate_if_with_facts, FactMutator};
 use crate::analysis::interval::{Interval, Scope, bounds_of};
 use crate::expr::{Expr, ExprKind};
 use crate::mutator::{Mutator, walk_expr, walk_stmt};
+use crate::passes::facts::{FactMutator, mutate_if_with_facts};
 use crate::passes::lanewise;
 use crate::stmt::{Buffer, Func, Stmt, StmtKind};
 

@@ -33,16 +33,8 @@ mod tests {
     use crate::stmt::{Buffer, ForKind, Func, Operand, Stmt, StmtKind};
 
     /// The passes of `lower::lower` up to `guard_accesses`, in its order.
-    const PIPELINE: [fn(&Func) -> Func; 8] = [
-        simplify,
-        flatten_buffers,
-        partition_loops,
-        simplify,
-        vectorize_loops,
-        unroll_loops,
-        simplify,
-        remove_no_ops,
-    ];
+    const PIPELINE: [fn(&Func) -> Func; 8] =
+        [simplify, flatten_buffers, partition_loops, simplify, vectorize_loops, unroll_loops, simplify, remove_no_ops];
 
     /// `f` through `PIPELINE` and `guard_accesses`, asserting that every pass leaves valid IR
     /// with the same results and that `guard_accesses` then has nothing left to guard.
@@ -157,8 +149,12 @@ mod tests {
             let f = copy_calls(kind, reversed, params());
             let guarded = run_pipeline(&f);
             let expected = match kind {
-                ForKind::Vectorized => "func copies(In: i32[16], Out: i32[16]) {\n  for v in 0..4 {\n    call copy4(In[12 - v*4] strides [1], Out[v*4] strides [1])\n  }\n}\n",
-                _ => "func copies(In: i32[16], Out: i32[16]) {\n  call copy4(In[12] strides [1], Out[0] strides [1])\n  call copy4(In[8] strides [1], Out[4] strides [1])\n  call copy4(In[4] strides [1], Out[8] strides [1])\n  call copy4(In[0] strides [1], Out[12] strides [1])\n}\n",
+                ForKind::Vectorized => {
+                    "func copies(In: i32[16], Out: i32[16]) {\n  for v in 0..4 {\n    call copy4(In[12 - v*4] strides [1], Out[v*4] strides [1])\n  }\n}\n"
+                }
+                _ => {
+                    "func copies(In: i32[16], Out: i32[16]) {\n  call copy4(In[12] strides [1], Out[0] strides [1])\n  call copy4(In[8] strides [1], Out[4] strides [1])\n  call copy4(In[4] strides [1], Out[8] strides [1])\n  call copy4(In[0] strides [1], Out[12] strides [1])\n}\n"
+                }
             };
             assert_eq!(guarded.to_string(), expected);
             assert_eq!(calls(&guarded), if kind == ForKind::Unrolled { 4 } else { 1 });

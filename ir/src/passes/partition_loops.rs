@@ -117,7 +117,9 @@ impl Inner {
     fn comparisons(&self, stmt: &Stmt, f: &mut dyn FnMut(&Expr, bool)) {
         let mut visit = |e: &Expr| {
             e.for_each(&mut |n| match n.kind() {
-                ExprKind::Cmp(op @ (CmpOp::Lt | CmpOp::Le | CmpOp::Gt | CmpOp::Ge), a, b) if a.dtype() == DType::INDEX => {
+                ExprKind::Cmp(op @ (CmpOp::Lt | CmpOp::Le | CmpOp::Gt | CmpOp::Ge), a, b)
+                    if a.dtype() == DType::INDEX =>
+                {
                     f(&(a.clone() - b.clone()), matches!(op, CmpOp::Le | CmpOp::Gt))
                 }
                 ExprKind::Binary(BinOp::Min | BinOp::Max, a, b) if a.dtype() == DType::INDEX => {
@@ -232,7 +234,11 @@ mod tests {
         // Nothing to split: the comparisons of this copy never change value.
         let a = Buffer::new("a", DType::I32, vec![8]);
         let i = Var::index("i");
-        let store = Stmt::store(&a, vec![i.to_expr()], select(i.to_expr().ge(0), Expr::int(DType::I32, 1), Expr::int(DType::I32, 2)));
+        let store = Stmt::store(
+            &a,
+            vec![i.to_expr()],
+            select(i.to_expr().ge(0), Expr::int(DType::I32, 1), Expr::int(DType::I32, 2)),
+        );
         let g = Func { name: "g".into(), params: vec![a], body: Stmt::for_loop(i, 8, ForKind::Serial, store) };
         assert_eq!(format!("{}", partition_loops(&g)), format!("{g}"));
     }
@@ -247,7 +253,11 @@ mod tests {
         let store = Stmt::store(&out, vec![i.to_expr()], Expr::load(&a, vec![idx]));
         let f = Func { name: "rev".into(), params: vec![a, out], body: Stmt::for_loop(i, 10, ForKind::Serial, store) };
         let p = simplify(&partition_loops(&f));
-        assert!(format!("{p}").contains("for i in 0..5 {\n    out[i] = a[5]\n  }\n  for i in 0..5 {\n    out[i + 5] = a[4 - i]"), "{p}");
+        assert!(
+            format!("{p}")
+                .contains("for i in 0..5 {\n    out[i] = a[5]\n  }\n  for i in 0..5 {\n    out[i + 5] = a[4 - i]"),
+            "{p}"
+        );
         assert_same_results(&f, &p);
     }
 }

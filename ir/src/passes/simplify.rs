@@ -1,7 +1,7 @@
 //! Simplification: constant folding, exact identities, linear index normalization, and removal of
 //! control flow that interval analysis decides.
 
-use crate::passes::facts::{mutate_if_with_facts, FactMutator};
+use crate::passes::facts::{FactMutator, mutate_if_with_facts};
 use std::collections::HashMap;
 
 use crate::analysis::interval::{Interval, Scope, bounds_of, negate, prove};
@@ -179,9 +179,7 @@ impl Mutator for Simplifier {
             | StmtKind::Seq(_)
             | StmtKind::Allocate { .. }
             | StmtKind::Call { .. }
-            | StmtKind::BoundsCheck { .. } => {
-                walk_stmt(self, stmt)
-            }
+            | StmtKind::BoundsCheck { .. } => walk_stmt(self, stmt),
         }
     }
 }

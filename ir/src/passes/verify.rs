@@ -378,7 +378,11 @@ mod tests {
         let body = Stmt::seq(vec![
             Stmt::store(&a, vec![i.to_expr()], int.sqrt()),
             Stmt::store(&b, vec![i.to_expr()], int.reinterpret(DType::F64)),
-            Stmt::store(&a, vec![i.to_expr()], Expr::load(&b, vec![i.to_expr()]).reinterpret(DType::I64).cast(DType::I32)),
+            Stmt::store(
+                &a,
+                vec![i.to_expr()],
+                Expr::load(&b, vec![i.to_expr()]).reinterpret(DType::I64).cast(DType::I32),
+            ),
         ]);
         let f = Func { name: "f".into(), params: vec![a, b], body: Stmt::for_loop(i, 4, ForKind::Serial, body) };
         let errors: Vec<String> = verify(&f, VerifyLevel::Lowered).unwrap_err().iter().map(|e| e.to_string()).collect();
