@@ -57,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let level = IsaLevel::detect().ok_or("no supported ISA level")?;
     let out = Path::new(&args.out);
     let start = Instant::now();
-    let ops = operators::resnet18(&IsaLevel::ALL, WeightBits::Eight)?;
+    let ops = operators::resnet18(&IsaLevel::ALL, WeightBits::Eight, |_| None)?;
     let lib = export(&ops, &ExportOptions::new("r18"), out)?;
     let build_s = start.elapsed().as_secs_f64();
     let size = std::fs::metadata(&lib.shared)?.len();

@@ -35,6 +35,10 @@ enum ExportCommand {
         /// The weights' range the library accepts: `full` ([-127, 127]) or `7bit` ([-64, 63]).
         #[arg(long, value_enum, default_value_t = Weights::Full)]
         weights: Weights,
+        /// Take each layer's schedule from the best record of this tuning database for this CPU
+        /// (`tune resnet18 --db`); the manifest carries the record. Default: `default_knobs`.
+        #[arg(long)]
+        db: Option<PathBuf>,
         #[command(flatten)]
         common: ExportArgs,
     },
@@ -76,13 +80,21 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let levels = levels(&common)?;
             (vec![operators::matmul(m, n, k, &levels)?], common, "matmul")
         }
-        ExportCommand::Resnet18 { weights, common } => {
+        ExportCommand::Resnet18 { weights, db, common } => {
             let levels = levels(&common)?;
-            let bits = match weights {
-                Weights::Full => WeightBits::Eight,
-                Weights::SevenBit => WeightBits::Seven,
+            let (bits, name) = match weights {
+                Weights::Full => (WeightBits::Eight, "full"),
+                Weights::SevenBit => (WeightBits::Seven, "7bit"),
             };
-            (operators::resnet18(&levels, bits)?, common, "resnet18")
+            let records = match &db {
+                Some(path) => tensorlift::tune::db::Database::load(path)?.records,
+                None => Vec::new(),
+            };
+            let records: Vec<_> = records.into_iter().filter(|r| r.schedule["weights"] == name).collect();
+            let host = tensorlift::tune::db::Host::this(IsaLevel::detect().unwrap_or(IsaLevel::Scalar));
+            let tuning =
+                |layer| tensorlift::tune::db::select(&records, &tensorlift::tune::workload(layer).key, &host).cloned();
+            (operators::resnet18(&levels, bits, tuning)?, common, "resnet18")
         }
     };
     let mut options = ExportOptions::new(args.name.as_deref().unwrap_or(default_name));

@@ -15,6 +15,8 @@ use thiserror::Error;
 
 use super::Operator;
 use crate::runtime::IsaLevel;
+use crate::tune::db::Record;
+use crate::tune::record_point;
 
 /// Errors from defining an operator for export.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -63,12 +65,14 @@ pub fn matmul(m: i64, n: i64, k: i64, levels: &[IsaLevel]) -> Result<Operator, O
     Ok(Operator::portable("matmul", &func, levels))
 }
 
-/// The knobs of `layer` at `level` for weights in `weights`' range: `default_knobs` (FC: one row,
-/// one thread), the kernel family by level and range (`Conv2dInt8Knobs::with_weights`).
-fn layer_knobs(layer: Layer, level: IsaLevel, weights: WeightBits) -> Conv2dInt8Knobs {
-    let knobs = match layer {
-        Layer::Conv(c) => default_knobs(&c),
-        Layer::Dense(d) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
+/// The knobs of `layer` at `level` for weights in `weights`' range: the tuning record's point,
+/// else `default_knobs` (FC: one row, one thread); the kernel family by level and range
+/// (`Conv2dInt8Knobs::with_weights`).
+fn layer_knobs(layer: Layer, level: IsaLevel, weights: WeightBits, tuning: Option<&Record>) -> Conv2dInt8Knobs {
+    let knobs = match (tuning.and_then(record_point), layer) {
+        (Some(point), _) => point.knobs(),
+        (None, Layer::Conv(c)) => default_knobs(&c),
+        (None, Layer::Dense(d)) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
     };
     knobs.with_weights(level.has_vnni(), weights.range())
 }
@@ -82,12 +86,14 @@ fn layer_knobs(layer: Layer, level: IsaLevel, weights: WeightBits) -> Conv2dInt8
 ///
 /// The weights must lie in `weights`' range (checked on every call of the layer, as the code
 /// of some levels relies on it). A prepared set of weights is valid for the level that
-/// prepared it, i.e. on the machine (and `TENSORLIFT_ISA`) that runs the layer.
+/// prepared it, i.e. on the machine (and `TENSORLIFT_ISA`) that runs the layer. With a
+/// `tuning` record (`tune::db`), both take its knobs and carry it into the manifest.
 pub fn resnet18_layer(
     layer: Layer,
     position: usize,
     levels: &[IsaLevel],
     weights: WeightBits,
+    tuning: Option<&Record>,
 ) -> Result<[Operator; 2], OperatorError> {
     let quant = resnet18::quantization(layer, 1000 * (position as u64 + 1))?;
     let name = layer.name().to_ascii_lowercase();
@@ -95,7 +101,7 @@ pub fn resnet18_layer(
     let bias = placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias")?;
     let zero_point = &quant.attrs.src.zero_points;
     let prepare = Operator::per_level(&format!("{name}_prepare"), levels, |level| -> Result<_, OperatorError> {
-        let knobs = layer_knobs(layer, level, weights);
+        let knobs = layer_knobs(layer, level, weights, tuning);
         let prep = match layer {
             Layer::Conv(_) => prepare_conv2d_int8(&wei, DType::U8, zero_point, knobs, &name)?,
             Layer::Dense(_) => prepare_dense_int8(&wei, DType::U8, zero_point, knobs, &name)?,
@@ -104,7 +110,7 @@ pub fn resnet18_layer(
         Ok(ir::lower::lower(&prep.schedule, &args, &format!("{name}_prepare"))?)
     })?;
     let run = Operator::per_level(&name, levels, |level| -> Result<_, OperatorError> {
-        let knobs = layer_knobs(layer, level, weights);
+        let knobs = layer_knobs(layer, level, weights, tuning);
         let conv = match layer {
             Layer::Conv(c) => {
                 let src = placeholder_vec(vec![1, c.h, c.w, c.ic], DType::U8, "src")?;
@@ -119,14 +125,20 @@ pub fn resnet18_layer(
         let args: Vec<_> = conv.args.iter().collect();
         Ok(ir::lower::lower(&conv.schedule, &args, &name)?)
     })?;
-    Ok([prepare, run])
+    let record = tuning.map(|r| serde_json::to_value(r).expect("records serialize"));
+    Ok([Operator { tuning: record.clone(), ..prepare }, Operator { tuning: record, ..run }])
 }
 
-/// Every layer of the resnet-18 table (R1..R11, FC), each as `resnet18_layer`'s two operators.
-pub fn resnet18(levels: &[IsaLevel], weights: WeightBits) -> Result<Vec<Operator>, OperatorError> {
+/// Every layer of the resnet-18 table (R1..R11, FC), each as `resnet18_layer`'s two operators,
+/// with `tuning(layer)`'s record where it gives one.
+pub fn resnet18(
+    levels: &[IsaLevel],
+    weights: WeightBits,
+    tuning: impl Fn(Layer) -> Option<Record>,
+) -> Result<Vec<Operator>, OperatorError> {
     let mut ops = Vec::new();
     for (position, layer) in resnet18::layers().into_iter().enumerate() {
-        ops.extend(resnet18_layer(layer, position, levels, weights)?);
+        ops.extend(resnet18_layer(layer, position, levels, weights, tuning(layer).as_ref())?);
     }
     Ok(ops)
 }

@@ -414,7 +414,7 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
     use schedules::resnet18::{self, WeightBits, uniform};
     let (position, layer) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == "R8").unwrap();
     let levels: Vec<IsaLevel> = IsaLevel::ALL.into_iter().filter(|l| l.is_supported()).collect();
-    let ops = operators::resnet18_layer(layer, position, &levels, WeightBits::Eight).expect("layer");
+    let ops = operators::resnet18_layer(layer, position, &levels, WeightBits::Eight, None).expect("layer");
     let dir = out_dir("r8");
     let options = ExportOptions { levels: levels.clone(), ..ExportOptions::new("tlr8") };
     let lib = export(&ops, &options, &dir).expect("export");
@@ -588,5 +588,48 @@ fn a_gather_out_of_bounds_in_the_library_is_an_error_naming_the_tensor() {
         let jit = tensorlift::compile(&func, &CompileOptions::default()).unwrap();
         let jit_err = jit.call(&mut [&mut ta, &mut bad, &mut tp]).unwrap_err();
         assert!(jit_err.to_string().contains("out-of-bounds read of A"), "{jit_err}");
+    }
+}
+
+/// With a tuning record, a layer's operators take its knobs (the packing's panel width is
+/// its `nr`) and the manifest carries the record.
+#[test]
+fn an_exported_layer_takes_the_knobs_of_its_tuning_record_and_the_manifest_carries_it() {
+    use schedules::resnet18::{self, WeightBits};
+    let (position, layer) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == "R10").unwrap();
+    let mut record = tensorlift::tune::db::Record {
+        version: tensorlift::tune::db::RECORD_VERSION,
+        workload: tensorlift::tune::workload(layer),
+        target: tensorlift::tune::db::TargetRef {
+            isa: "avx2".into(),
+            cpu: tensorlift::tune::db::CpuRef { vendor: "v".into(), family: 1, model: 2, name: "n".into() },
+            features: vec![],
+            threads: 1,
+        },
+        schedule: serde_json::Value::Null,
+        status: tensorlift::tune::db::Status::Ok,
+        median_ns: Some(1.0),
+        gops: Some(1.0),
+        compile_ms: Some(1.0),
+        verified: true,
+        measured_at: tensorlift::tune::db::now_rfc3339(),
+        error: None,
+        peak_gops: None,
+        peak_probe: None,
+    };
+    let mut point = tensorlift::tune::space::Space::new(layer, 1).default_point();
+    point.nr = 16;
+    record.schedule = serde_json::json!({"knobs": point, "weights": "full", "phase": "validation", "trace": null});
+    let levels = [IsaLevel::Scalar];
+    let ops = operators::resnet18_layer(layer, position, &levels, WeightBits::Eight, Some(&record)).unwrap();
+    let options = ExportOptions { levels: levels.to_vec(), ..ExportOptions::new("tltuned") };
+    let lib = export(&ops, &options, &out_dir("tuned")).expect("export");
+    let loaded = LoadedLibrary::open(&lib.shared).unwrap();
+    // R10 has 512 output channels: 32 panels of 16.
+    assert_eq!(loaded.args("r10").unwrap()[1].shape[0], 32);
+    let manifest = loaded.manifest();
+    for op in 0..2 {
+        assert_eq!(manifest["operators"][op]["tuning"]["workload"]["key"], serde_json::json!(record.workload.key));
+        assert_eq!(manifest["operators"][op]["tuning"]["schedule"]["knobs"]["nr"], 16);
     }
 }
