@@ -73,6 +73,10 @@ struct Resnet18Args {
     /// Timed calls per measurement.
     #[arg(long, default_value_t = 10, value_parser = positive::<usize>)]
     repeat: usize,
+    /// In the search (not the validation), time the timed calls of a candidate may take, in
+    /// milliseconds: fewer than --repeat for slow layers, at least 2. 0: always --repeat.
+    #[arg(long, default_value_t = 6.0)]
+    search_budget_ms: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long, value_enum, default_value_t = StrategyChoice::Evolutionary)]
@@ -110,6 +114,7 @@ fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
         trials: args.trials,
         budget: args.budget_s.map(Duration::from_secs_f64),
         repeat: args.repeat,
+        search_budget: (args.search_budget_ms > 0.0).then(|| Duration::from_secs_f64(args.search_budget_ms / 1e3)),
         strategy: match args.strategy {
             StrategyChoice::Evolutionary => Strategy::Evolutionary,
             StrategyChoice::Random => Strategy::Random,

@@ -2,7 +2,7 @@
 //! then time (median of repeats after a warm-up, interleaved with the peak probe of the kernel's
 //! method, as `tensorlift resnet18` does).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ir::DType;
 use ir::interp::array::Array;
@@ -211,9 +211,10 @@ impl LayerBench {
         self.layer.ops()
     }
 
-    /// Compiles, verifies and times `point` (`repeat` timed calls). Never panics on a bad point:
+    /// Compiles, verifies and times `point` (`repeat` timed calls, or with a `budget`, as many as
+    /// fit in it as the verification call's time says, at least 2). Never panics on a bad point:
     /// a point the space rejects is `BuildError` with the reason.
-    pub fn measure(&self, point: &Point, repeat: usize) -> Measurement {
+    pub fn measure(&self, point: &Point, repeat: usize, budget: Option<Duration>) -> Measurement {
         if let Err(reason) = self.space.check(point) {
             return Measurement::failed(Status::BuildError, reason.to_string(), None);
         }
@@ -231,6 +232,7 @@ impl LayerBench {
         let trace = Some(compiled.trace.clone());
         let func = &compiled.func;
         let mut args: Vec<&mut Tensor> = compiled.args.iter_mut().collect();
+        let start = Instant::now();
         if let Err(e) = func.call(&mut args) {
             return Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) };
         }
@@ -239,6 +241,11 @@ impl LayerBench {
             let error = "output differs from the generic schedule's".to_string();
             return Measurement { trace, ..Measurement::failed(Status::Mismatch, error, compile_ms) };
         }
+        let call = start.elapsed().as_secs_f64();
+        let repeat = match budget {
+            Some(b) if call > 0.0 => repeat.min(((b.as_secs_f64() / call) as usize).max(2)),
+            _ => repeat,
+        };
         let probe = Probe::for_function(func);
         let threads = func.threads().unwrap_or(1);
         match time_against_peak(probe.as_ref(), threads, repeat, || func.call(&mut args)) {

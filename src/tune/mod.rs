@@ -69,8 +69,10 @@ pub struct TuneOptions {
     pub trials: usize,
     /// ... or this much time, whichever comes first.
     pub budget: Option<Duration>,
-    /// Timed calls per measurement.
+    /// Timed calls per measurement ...
     pub repeat: usize,
+    /// ... in the search, as many as fit in this (validation always runs `repeat`).
+    pub search_budget: Option<Duration>,
     pub strategy: Strategy,
     pub seed: u64,
 }
@@ -152,6 +154,7 @@ pub fn tune_layer(
         max_threads: options.max_threads,
         point,
         repeat: options.repeat,
+        budget_ms: options.search_budget.filter(|_| phase == "search").map(|b| b.as_secs_f64() * 1e3),
         phase: phase.to_string(),
     };
     while records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b) {

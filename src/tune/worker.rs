@@ -33,6 +33,10 @@ pub struct Candidate {
     pub max_threads: usize,
     pub point: Point,
     pub repeat: usize,
+    /// Time for the timed calls, in milliseconds: fewer than `repeat` when they would take
+    /// longer (at least 2). The search uses a budget; validation does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_ms: Option<f64>,
     /// `search`, or `validation` for the re-measurements that pick the result.
     #[serde(default = "search_phase")]
     pub phase: String,
@@ -142,7 +146,9 @@ impl Benches {
             }
         }
         let bench = &self.benches[&key];
-        record(c, workload, &bench.measure(&c.point, c.repeat))
+        let budget =
+            c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
+        record(c, workload, &bench.measure(&c.point, c.repeat, budget))
     }
 }
 

@@ -39,6 +39,7 @@ fn candidate(layer: &str) -> Candidate {
         max_threads: 1,
         point: Space::new(l, 1).default_point(),
         repeat: 2,
+        budget_ms: None,
         phase: "search".into(),
     }
 }
@@ -85,6 +86,7 @@ fn a_small_tuning_run_records_every_trial_and_starts_at_the_default() {
         trials: 4,
         budget: None,
         repeat: 2,
+        search_budget: Some(Duration::from_millis(1)),
         strategy: Strategy::Evolutionary,
         seed: 3,
     };
@@ -131,6 +133,7 @@ fn two_workers_share_one_database() {
         trials: 3,
         budget: None,
         repeat: 1,
+        search_budget: None,
         strategy: Strategy::Random,
         seed: 5,
     };
