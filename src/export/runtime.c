@@ -401,9 +401,9 @@ static int64_t tl_element_at(const uint8_t *data, const tl_param *p, int64_t i) 
     }
 }
 
-/* Unsigned min and max of `n` bytes, each XORed with `flip`, over four independent vector
- * accumulators (one chain would run at one vector per cycle): SSE2 (`pminub`/`pmaxub`, any
- * level) and AVX2. */
+/* Unsigned min and max of `n` bytes, each XORed with `flip`, over two vector accumulators of
+ * each (one chain would run at one vector per cycle; more spill to the stack on 16 registers):
+ * SSE2 (`pminub`/`pmaxub`, any level) and AVX2. */
 static void tl_minmax_tail(const uint8_t *d, int64_t i, int64_t n, uint8_t flip, uint8_t *min, uint8_t *max) {
     for (; i < n; i++) {
         uint8_t v = d[i] ^ flip;
@@ -413,18 +413,19 @@ static void tl_minmax_tail(const uint8_t *d, int64_t i, int64_t n, uint8_t flip,
 }
 
 static void tl_minmax_u8(const uint8_t *d, int64_t n, uint8_t flip, uint8_t *min, uint8_t *max) {
-    __m128i f = _mm_set1_epi8((char)flip), lo[4], hi[4];
-    for (int k = 0; k < 4; k++) lo[k] = _mm_set1_epi8(-1), hi[k] = _mm_setzero_si128();
+    __m128i f = _mm_set1_epi8((char)flip), lo0 = _mm_set1_epi8(-1), lo1 = lo0, hi0 = _mm_setzero_si128(), hi1 = hi0;
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64)
-        for (int k = 0; k < 4; k++) {
-            __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(d + i + 16 * k)), f);
-            lo[k] = _mm_min_epu8(lo[k], v);
-            hi[k] = _mm_max_epu8(hi[k], v);
-        }
+    for (; i + 32 <= n; i += 32) {
+        __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(d + i)), f);
+        __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(d + i + 16)), f);
+        lo0 = _mm_min_epu8(lo0, a);
+        hi0 = _mm_max_epu8(hi0, a);
+        lo1 = _mm_min_epu8(lo1, b);
+        hi1 = _mm_max_epu8(hi1, b);
+    }
     uint8_t l[16], h[16];
-    _mm_storeu_si128((__m128i *)l, _mm_min_epu8(_mm_min_epu8(lo[0], lo[1]), _mm_min_epu8(lo[2], lo[3])));
-    _mm_storeu_si128((__m128i *)h, _mm_max_epu8(_mm_max_epu8(hi[0], hi[1]), _mm_max_epu8(hi[2], hi[3])));
+    _mm_storeu_si128((__m128i *)l, _mm_min_epu8(lo0, lo1));
+    _mm_storeu_si128((__m128i *)h, _mm_max_epu8(hi0, hi1));
     *min = 0xff, *max = 0;
     tl_minmax_tail(l, 0, 16, 0, min, max);
     tl_minmax_tail(h, 0, 16, 0, min, max);
@@ -433,18 +434,20 @@ static void tl_minmax_u8(const uint8_t *d, int64_t n, uint8_t flip, uint8_t *min
 
 __attribute__((target("avx2"))) static void tl_minmax_u8_avx2(const uint8_t *d, int64_t n, uint8_t flip, uint8_t *min,
                                                               uint8_t *max) {
-    __m256i f = _mm256_set1_epi8((char)flip), lo[4], hi[4];
-    for (int k = 0; k < 4; k++) lo[k] = _mm256_set1_epi8(-1), hi[k] = _mm256_setzero_si256();
+    __m256i f = _mm256_set1_epi8((char)flip), lo0 = _mm256_set1_epi8(-1), lo1 = lo0;
+    __m256i hi0 = _mm256_setzero_si256(), hi1 = hi0;
     int64_t i = 0;
-    for (; i + 128 <= n; i += 128)
-        for (int k = 0; k < 4; k++) {
-            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(d + i + 32 * k)), f);
-            lo[k] = _mm256_min_epu8(lo[k], v);
-            hi[k] = _mm256_max_epu8(hi[k], v);
-        }
+    for (; i + 64 <= n; i += 64) {
+        __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(d + i)), f);
+        __m256i b = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(d + i + 32)), f);
+        lo0 = _mm256_min_epu8(lo0, a);
+        hi0 = _mm256_max_epu8(hi0, a);
+        lo1 = _mm256_min_epu8(lo1, b);
+        hi1 = _mm256_max_epu8(hi1, b);
+    }
     uint8_t l[32], h[32];
-    _mm256_storeu_si256((__m256i *)l, _mm256_min_epu8(_mm256_min_epu8(lo[0], lo[1]), _mm256_min_epu8(lo[2], lo[3])));
-    _mm256_storeu_si256((__m256i *)h, _mm256_max_epu8(_mm256_max_epu8(hi[0], hi[1]), _mm256_max_epu8(hi[2], hi[3])));
+    _mm256_storeu_si256((__m256i *)l, _mm256_min_epu8(lo0, lo1));
+    _mm256_storeu_si256((__m256i *)h, _mm256_max_epu8(hi0, hi1));
     *min = 0xff, *max = 0;
     tl_minmax_tail(l, 0, 32, 0, min, max);
     tl_minmax_tail(h, 0, 32, 0, min, max);
