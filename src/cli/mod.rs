@@ -53,7 +53,8 @@ enum Command {
     /// Measure candidate schedules given as JSON lines on stdin: one record per line on stdout
     /// (the tuner's worker; any engine can fan it out to machines with the target CPU).
     Measure(tune::MeasureArgs),
-    /// Tuning databases: `db merge A B ... --out C`.
+    /// Tuning databases: `db merge A B ... --out C`, `db best A B ... --out C` (the fastest
+    /// validated record per workload and target, as `tuning/pretuned.jsonl` is made).
     Db(tune::DbArgs),
 }
 
