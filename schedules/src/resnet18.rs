@@ -108,6 +108,21 @@ pub enum WeightBits {
 }
 
 impl WeightBits {
+    pub const ALL: [WeightBits; 2] = [WeightBits::Eight, WeightBits::Seven];
+
+    /// The name the CLI's `--weights` and tuning records use: `full` or `7bit`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightBits::Eight => "full",
+            WeightBits::Seven => "7bit",
+        }
+    }
+
+    /// The range called `name` (see `name`).
+    pub fn from_name(name: &str) -> Option<WeightBits> {
+        WeightBits::ALL.into_iter().find(|w| w.name() == name)
+    }
+
     pub fn range(self) -> (i8, i8) {
         match self {
             WeightBits::Eight => (-127, 127),

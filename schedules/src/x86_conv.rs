@@ -26,7 +26,7 @@ use crate::ops::{
     conv2d_int8_direct, pack_conv2d_weights_vnni,
 };
 use crate::quant::{QuantAttrs, QuantError, ZeroPoints};
-use crate::resnet18::{ConvLayer, DenseLayer};
+use crate::resnet18::{ConvLayer, DenseLayer, Layer, LayerQuant};
 
 /// The order of the tile loops of the convolution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -331,6 +331,37 @@ pub fn dense_int8(
     let conv = Conv2dParams { stride: 1, pad: 0 };
     let rows = reshaped(src, |m, ic| [1, 1, m, ic]);
     conv2d_int8(&rows, &as_kernel(weights), bias, None, conv, attrs, Layout::Nhwc, knobs, name)
+}
+
+/// A resnet-18 table layer on the x86 path, defined with `quant` (`resnet18::quantization`) and
+/// scheduled by `knobs`: its weight preparation and its per-call function (the convolution
+/// NHWC on `src: u8[1, H, W, IC]`, the dense layer on `src: u8[1, IC]`), both named `name`.
+pub fn table_layer(
+    layer: Layer,
+    quant: &LayerQuant,
+    knobs: Conv2dInt8Knobs,
+    name: &str,
+) -> Result<(Conv2dInt8Prepare, Conv2dInt8), Conv2dInt8Error> {
+    let wei = placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights").map_err(QuantError::from)?;
+    let bias = placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias").map_err(QuantError::from)?;
+    let zero_point = &quant.attrs.src.zero_points;
+    Ok(match layer {
+        Layer::Conv(c) => {
+            let src = placeholder_vec(vec![1, c.h, c.w, c.ic], DType::U8, "src").map_err(QuantError::from)?;
+            let params = Conv2dParams { stride: c.stride, pad: c.pad };
+            (
+                prepare_conv2d_int8(&wei, DType::U8, zero_point, knobs, name)?,
+                conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, Layout::Nhwc, knobs, name)?,
+            )
+        }
+        Layer::Dense(_) => {
+            let src = placeholder_vec(quant.src_dims.clone(), DType::U8, "src").map_err(QuantError::from)?;
+            (
+                prepare_dense_int8(&wei, DType::U8, zero_point, knobs, name)?,
+                dense_int8(&src, &wei, Some(&bias), &quant.attrs, knobs, name)?,
+            )
+        }
+    })
 }
 
 #[cfg(test)]

@@ -27,6 +27,24 @@ impl IsaChoice {
     }
 }
 
+/// `--weights`: the range of the s8 weights, `full` ([-127, 127], the anchor script's default)
+/// or `7bit` ([-64, 63], what onnxruntime's quantizer gives with reduce_range).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WeightsChoice {
+    Full,
+    #[value(name = "7bit")]
+    SevenBit,
+}
+
+impl WeightsChoice {
+    pub fn bits(self) -> schedules::resnet18::WeightBits {
+        match self {
+            WeightsChoice::Full => schedules::resnet18::WeightBits::Eight,
+            WeightsChoice::SevenBit => schedules::resnet18::WeightBits::Seven,
+        }
+    }
+}
+
 /// `--format`: a table for people or JSON for scripts.
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {

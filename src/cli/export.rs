@@ -2,12 +2,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Subcommand, ValueEnum};
-use schedules::resnet18::WeightBits;
+use clap::Subcommand;
 use tensorlift::IsaLevel;
 use tensorlift::export::{ExportOptions, Library, Operator, export, operators};
 
-use super::common::Format;
+use super::common::{Format, WeightsChoice};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -33,8 +32,8 @@ enum ExportCommand {
     /// preparation `<layer>_prepare`.
     Resnet18 {
         /// The weights' range the library accepts: `full` ([-127, 127]) or `7bit` ([-64, 63]).
-        #[arg(long, value_enum, default_value_t = Weights::Full)]
-        weights: Weights,
+        #[arg(long, value_enum, default_value_t = WeightsChoice::Full)]
+        weights: WeightsChoice,
         /// Take each layer's schedule from the best record of this tuning database for this CPU
         /// (`tune resnet18 --db`); the manifest carries the record. Default: `default_knobs`.
         #[arg(long)]
@@ -42,13 +41,6 @@ enum ExportCommand {
         #[command(flatten)]
         common: ExportArgs,
     },
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Weights {
-    Full,
-    #[value(name = "7bit")]
-    SevenBit,
 }
 
 #[derive(clap::Args)]
@@ -82,18 +74,14 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         ExportCommand::Resnet18 { weights, db, common } => {
             let levels = levels(&common)?;
-            let (bits, name) = match weights {
-                Weights::Full => (WeightBits::Eight, "full"),
-                Weights::SevenBit => (WeightBits::Seven, "7bit"),
-            };
+            let bits = weights.bits();
             let records = match &db {
                 Some(path) => tensorlift::tune::db::Database::load(path)?.records,
                 None => Vec::new(),
             };
-            let records: Vec<_> = records.into_iter().filter(|r| r.schedule["weights"] == name).collect();
             let host = tensorlift::tune::db::Host::this(IsaLevel::detect().unwrap_or(IsaLevel::Scalar));
-            let tuning =
-                |layer| tensorlift::tune::db::select(&records, &tensorlift::tune::workload(layer).key, &host).cloned();
+            // The library's pool is sized where it runs: any thread count serves.
+            let tuning = |layer| tensorlift::tune::record_for(&records, layer, bits, usize::MAX, &host).cloned();
             (operators::resnet18(&levels, bits, tuning)?, common, "resnet18")
         }
     };

@@ -27,7 +27,7 @@ use tensorlift::kernels::KernelVariant;
 use tensorlift::kernels::peak::{Probe, ProbeKind};
 use tensorlift::{BuildError, CompileOptions, IsaLevel, RuntimeError, Tensor, build};
 
-use super::common::{Format, IsaChoice, positive, thread_count};
+use super::common::{Format, IsaChoice, WeightsChoice, positive, thread_count};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -64,32 +64,6 @@ pub struct Args {
     /// Ignore every database: the default knobs for every layer.
     #[arg(long, conflicts_with = "db")]
     no_db: bool,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum WeightsChoice {
-    Full,
-    #[value(name = "7bit")]
-    SevenBit,
-}
-
-impl WeightsChoice {
-    /// The range weights are drawn from.
-    fn range(self) -> (i64, i64) {
-        let bits = match self {
-            WeightsChoice::Full => resnet18::WeightBits::Eight,
-            WeightsChoice::SevenBit => resnet18::WeightBits::Seven,
-        };
-        let (lo, hi) = bits.range();
-        (lo.into(), hi.into())
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            WeightsChoice::Full => "full",
-            WeightsChoice::SevenBit => "7bit",
-        }
-    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -153,7 +127,7 @@ struct LayerCase {
 }
 
 impl LayerCase {
-    fn new(layer: Layer, seed: u64, (w_lo, w_hi): (i64, i64)) -> Result<LayerCase, QuantError> {
+    fn new(layer: Layer, seed: u64, (w_lo, w_hi): (i8, i8)) -> Result<LayerCase, QuantError> {
         let name = layer.name();
         let (src_dims, wei_dims) = match layer {
             Layer::Conv(c) => (vec![1, c.ic, c.h, c.w], vec![c.oc, c.ic, c.k, c.k]),
@@ -182,7 +156,7 @@ impl LayerCase {
             Array::from_i64(
                 DType::I8,
                 &wei_dims,
-                &uniform(wei_dims.iter().product::<i64>() as usize, seed + 1, w_lo, w_hi),
+                &uniform(wei_dims.iter().product::<i64>() as usize, seed + 1, w_lo.into(), w_hi.into()),
             ),
             Array::from_f64(DType::F32, &[oc], &bias_values),
         ];
@@ -463,7 +437,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         ProgressStyle::with_template("{bar:24} {pos}/{len} layers  {elapsed}  {msg}").map_err(|e| e.to_string())?,
     );
     if format == Format::Table {
-        let (w_lo, w_hi) = weights.range();
+        let (w_lo, w_hi) = weights.bits().range();
         println!(
             "resnet-18 int8 layers, batch 1: u8 src (zp {}) x s8 weights in [{w_lo}, {w_hi}] (per-channel scales) + bias -> u8, relu off",
             resnet18::SRC_ZERO_POINT
@@ -506,18 +480,13 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         // Data seeded by the layer's position in the table: the same layer gets the same data
         // whether it runs alone (`--layer`) or in the table.
         let position = resnet18::layers().iter().position(|l| l.name() == layer.name()).unwrap_or(i);
-        let case = LayerCase::new(layer, 1000 * (position as u64 + 1), weights.range())?;
+        let case = LayerCase::new(layer, 1000 * (position as u64 + 1), weights.bits().range())?;
         // The kernel family follows from the level and the prepared weights' proven range.
         let fit = |knobs: Conv2dInt8Knobs| knobs.with_weights(level.has_vnni(), case.weight_range());
         // The best usable record for the layer: this run's database, else the pre-tuned one.
-        let key = tensorlift::tune::workload(layer).key;
-        let usable = |records: &[tensorlift::tune::db::Record]| -> Option<tensorlift::tune::space::Point> {
-            let fitting: Vec<_> = records
-                .iter()
-                .filter(|r| r.target.threads <= max_threads && r.schedule["weights"] == weights.name())
-                .cloned()
-                .collect();
-            tensorlift::tune::db::select(&fitting, &key, &host).and_then(tensorlift::tune::record_point)
+        let usable = |records: &[tensorlift::tune::db::Record]| {
+            tensorlift::tune::record_for(records, layer, weights.bits(), max_threads, &host)
+                .and_then(tensorlift::tune::record_point)
         };
         let (tuning, point) = match (usable(&tuned), usable(&pretuned)) {
             (Some(p), _) => ("tuned", Some(p)),
@@ -582,7 +551,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                         }),
                     },
                     "kernel": kernel_names(&report.kernels),
-                    "weights": weights.name(),
+                    "weights": weights.bits().name(),
                     "reference": plan.reference(),
                     "layout": match plan {
                         LayerPlan::X86Conv(_, Layout::Nchw) => "nchw",

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use clap::{Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use schedules::resnet18::{self, Layer, WeightBits};
+use schedules::resnet18::{self, Layer};
 use tensorlift::tune::db::{self, Record, Status};
 use tensorlift::tune::search::Strategy;
 use tensorlift::tune::worker::{self, Worker};
 use tensorlift::tune::{LayerResult, TuneOptions, plot, record_point, tune_layer};
 
-use super::common::{Format, IsaChoice, positive};
+use super::common::{Format, IsaChoice, WeightsChoice, positive};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -31,22 +31,6 @@ enum What {
 enum StrategyChoice {
     Evolutionary,
     Random,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum WeightsChoice {
-    Full,
-    #[value(name = "7bit")]
-    SevenBit,
-}
-
-impl WeightsChoice {
-    pub fn bits(self) -> WeightBits {
-        match self {
-            WeightsChoice::Full => WeightBits::Eight,
-            WeightsChoice::SevenBit => WeightBits::Seven,
-        }
-    }
 }
 
 #[derive(clap::Args)]

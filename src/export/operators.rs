@@ -1,16 +1,11 @@
 //! Ready-made operators for `export` (what `tensorlift export` builds).
 
-use ir::te::placeholder_vec;
 use ir::{DType, LowerError, ScheduleError, TeError};
 use schedules::nn::{matmul_packed, pack_b_vnni};
-use schedules::ops::Layout;
 use schedules::quant::QuantError;
 use schedules::resnet18::{self, Layer, WeightBits};
 use schedules::x86::{GemmInt8Knobs, schedule_gemm_int8};
-use schedules::x86_conv::{
-    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, dense_int8, prepare_conv2d_int8,
-    prepare_dense_int8,
-};
+use schedules::x86_conv::{Conv2dInt8Error, Conv2dInt8Knobs, default_dense_knobs, default_knobs, table_layer};
 use thiserror::Error;
 
 use super::Operator;
@@ -97,34 +92,16 @@ pub fn resnet18_layer(
 ) -> Result<[Operator; 2], OperatorError> {
     let quant = resnet18::quantization(layer, 1000 * (position as u64 + 1))?;
     let name = layer.name().to_ascii_lowercase();
-    let wei = placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights")?;
-    let bias = placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias")?;
-    let zero_point = &quant.attrs.src.zero_points;
-    let prepare = Operator::per_level(&format!("{name}_prepare"), levels, |level| -> Result<_, OperatorError> {
-        let knobs = layer_knobs(layer, level, weights, tuning);
-        let prep = match layer {
-            Layer::Conv(_) => prepare_conv2d_int8(&wei, DType::U8, zero_point, knobs, &name)?,
-            Layer::Dense(_) => prepare_dense_int8(&wei, DType::U8, zero_point, knobs, &name)?,
-        };
-        let args: Vec<_> = prep.args.iter().collect();
-        Ok(ir::lower::lower(&prep.schedule, &args, &format!("{name}_prepare"))?)
-    })?;
-    let run = Operator::per_level(&name, levels, |level| -> Result<_, OperatorError> {
-        let knobs = layer_knobs(layer, level, weights, tuning);
-        let conv = match layer {
-            Layer::Conv(c) => {
-                let src = placeholder_vec(vec![1, c.h, c.w, c.ic], DType::U8, "src")?;
-                let params = schedules::ops::Conv2dParams { stride: c.stride, pad: c.pad };
-                conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, Layout::Nhwc, knobs, &name)?
-            }
-            Layer::Dense(_) => {
-                let src = placeholder_vec(quant.src_dims.clone(), DType::U8, "src")?;
-                dense_int8(&src, &wei, Some(&bias), &quant.attrs, knobs, &name)?
-            }
-        };
-        let args: Vec<_> = conv.args.iter().collect();
-        Ok(ir::lower::lower(&conv.schedule, &args, &name)?)
-    })?;
+    let lower = |level, prepare: bool| -> Result<ir::Func, OperatorError> {
+        let (prep, run) = table_layer(layer, &quant, layer_knobs(layer, level, weights, tuning), &name)?;
+        Ok(if prepare {
+            ir::lower::lower(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), &format!("{name}_prepare"))?
+        } else {
+            ir::lower::lower(&run.schedule, &run.args.iter().collect::<Vec<_>>(), &name)?
+        })
+    };
+    let prepare = Operator::per_level(&format!("{name}_prepare"), levels, |level| lower(level, true))?;
+    let run = Operator::per_level(&name, levels, |level| lower(level, false))?;
     let record = tuning.map(|r| serde_json::to_value(r).expect("records serialize"));
     Ok([Operator { tuning: record.clone(), ..prepare }, Operator { tuning: record, ..run }])
 }

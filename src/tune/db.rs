@@ -209,7 +209,8 @@ pub fn is_validation(r: &Record) -> bool {
     r.schedule.get("phase").and_then(|p| p.as_str()) == Some("validation")
 }
 
-fn by_time(a: &&Record, b: &&Record) -> std::cmp::Ordering {
+/// Records by time, fastest first; records without a time last.
+pub fn by_time(a: &&Record, b: &&Record) -> std::cmp::Ordering {
     a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX))
 }
 
@@ -250,14 +251,14 @@ pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>) -> Vec<&'a
 /// median of its (validation) records (`representatives`); among those, prefer the same CPU
 /// model (vendor, family, model), then the same ISA level, then the fastest. `None`: use the
 /// default schedule.
-pub fn select<'a>(records: &'a [Record], workload: &str, host: &Host) -> Option<&'a Record> {
+pub fn select<'a>(records: impl IntoIterator<Item = &'a Record>, workload: &str, host: &Host) -> Option<&'a Record> {
     let same_cpu = |r: &Record| {
         host.cpu.as_ref().is_some_and(|c| {
             r.target.cpu.vendor == c.vendor && r.target.cpu.family == c.family && r.target.cpu.model == c.model
         })
     };
     let usable = records
-        .iter()
+        .into_iter()
         .filter(|r| r.workload.key == workload && r.status == Status::Ok && r.verified && r.median_ns.is_some())
         .filter(|r| r.target.features.iter().all(|f| (host.has_feature)(f)))
         .filter(|r| IsaLevel::from_name(&r.target.isa).is_ok_and(|l| l <= host.level));

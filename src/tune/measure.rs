@@ -6,13 +6,9 @@ use std::time::{Duration, Instant};
 
 use ir::DType;
 use ir::interp::array::Array;
-use ir::te::placeholder_vec;
 use schedules::generic::default_schedule;
-use schedules::ops::{Conv2dParams, Layout};
 use schedules::resnet18::{Layer, LayerQuant, WeightBits, quantization, uniform};
-use schedules::x86_conv::{
-    Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, dense_int8, prepare_conv2d_int8, prepare_dense_int8,
-};
+use schedules::x86_conv::{Conv2dInt8Knobs, table_layer};
 use thiserror::Error;
 
 use super::db::{Status, WorkloadRef};
@@ -34,8 +30,6 @@ pub enum SetupError {
     Run(#[from] RuntimeError),
     #[error(transparent)]
     Compile(#[from] crate::CompileError),
-    #[error(transparent)]
-    Te(#[from] ir::TeError),
 }
 
 /// What measuring a point gave.
@@ -86,24 +80,6 @@ pub struct LayerBench {
     range: (i8, i8),
     /// The output of the layer's definition under the generic schedule.
     reference: Array,
-}
-
-/// The source placeholder in the schedule's layout, and the stages of `layer` scheduled by
-/// `knobs` (the convolution in NHWC, the dense layer on `[1, IC]`).
-fn define(layer: Layer, quant: &LayerQuant, knobs: Conv2dInt8Knobs) -> Result<Conv2dInt8, SetupError> {
-    let wei = placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights")?;
-    let bias = placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias")?;
-    Ok(match layer {
-        Layer::Conv(c) => {
-            let src = placeholder_vec(vec![1, c.h, c.w, c.ic], DType::U8, "src")?;
-            let params = Conv2dParams { stride: c.stride, pad: c.pad };
-            conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, Layout::Nhwc, knobs, layer.name())?
-        }
-        Layer::Dense(_) => {
-            let src = placeholder_vec(quant.src_dims.clone(), DType::U8, "src")?;
-            dense_int8(&src, &wei, Some(&bias), &quant.attrs, knobs, layer.name())?
-        }
-    })
 }
 
 /// A layer compiled with its weights prepared: call it with `args` (the output last).
@@ -175,13 +151,7 @@ impl LayerBench {
     /// generic schedule of the same definition).
     fn compile(&self, knobs: Conv2dInt8Knobs, options: &CompileOptions, generic: bool) -> Result<Compiled, SetupError> {
         let start = Instant::now();
-        let wei_t = placeholder_vec(self.quant.wei_dims.clone(), DType::I8, "weights")?;
-        let zero_point = &self.quant.attrs.src.zero_points;
-        let prep = match self.layer {
-            Layer::Conv(_) => prepare_conv2d_int8(&wei_t, DType::U8, zero_point, knobs, "prep")?,
-            Layer::Dense(_) => prepare_dense_int8(&wei_t, DType::U8, zero_point, knobs, "prep")?,
-        };
-        let layer = define(self.layer, &self.quant, knobs)?;
+        let (prep, layer) = table_layer(self.layer, &self.quant, knobs, self.layer.name())?;
         let schedule = if generic { default_schedule(&[&layer.layer.output]) } else { layer.schedule.clone() };
         let trace = serde_json::to_value(schedule.trace()).expect("traces serialize");
         let func = build(&schedule, &layer.args.iter().collect::<Vec<_>>(), self.layer.name(), options)?;

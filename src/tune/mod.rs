@@ -99,9 +99,7 @@ impl LayerResult {
     /// The result: the point whose validation records have the best median (the fastest search
     /// record when there was no validation), as its record of median time.
     pub fn best(&self) -> Option<&Record> {
-        self.validated()
-            .into_iter()
-            .min_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)))
+        self.validated().into_iter().min_by(db::by_time)
     }
 
     /// Per point, the record of median time, among validation records if any.
@@ -147,10 +145,7 @@ pub fn tune_layer(
     let candidate = |point: Point, phase: &str| Candidate {
         layer: layer.name().to_string(),
         isa: options.level.name().to_string(),
-        weights: match options.weights {
-            WeightBits::Eight => "full".into(),
-            WeightBits::Seven => "7bit".into(),
-        },
+        weights: options.weights.name().into(),
         max_threads: options.max_threads,
         point,
         repeat: options.repeat,
@@ -174,7 +169,7 @@ pub fn tune_layer(
     let default = Space::new(layer, options.max_threads).default_point();
     let mut finalists = vec![default];
     let mut ranked: Vec<&Record> = records.iter().filter(|r| r.status == Status::Ok && r.verified).collect();
-    ranked.sort_by(|a, b| a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX)));
+    ranked.sort_by(db::by_time);
     for p in ranked.iter().filter_map(|r| record_point(r)) {
         if finalists.len() > FINALISTS || records.len() < 2 {
             break;
@@ -208,6 +203,19 @@ pub fn pretuned() -> Result<db::Database, DbError> {
         true => Ok(parsed),
         false => Err(parsed.errors.remove(0)),
     }
+}
+
+/// The record to apply to `layer` with weights in `weights`' range on `host`, from `records`:
+/// those of that weights range on at most `max_threads` threads, chosen by `db::select`.
+pub fn record_for<'a>(
+    records: &'a [Record],
+    layer: Layer,
+    weights: WeightBits,
+    max_threads: usize,
+    host: &db::Host,
+) -> Option<&'a Record> {
+    let fitting = records.iter().filter(|r| r.target.threads <= max_threads && r.schedule["weights"] == weights.name());
+    db::select(fitting, &workload(layer).key, host)
 }
 
 /// The point a record's schedule holds.

@@ -52,14 +52,6 @@ pub struct Benches {
     benches: HashMap<(String, IsaLevel, String, usize), LayerBench>,
 }
 
-fn weight_bits(name: &str) -> Option<WeightBits> {
-    match name {
-        "full" => Some(WeightBits::Eight),
-        "7bit" => Some(WeightBits::Seven),
-        _ => None,
-    }
-}
-
 /// The record of a candidate that could not be measured at all.
 pub fn failed_record(c: &Candidate, workload: WorkloadRef, status: Status, error: String) -> Record {
     record(
@@ -126,7 +118,7 @@ impl Benches {
             Ok(l) => l,
             Err(e) => return failed_record(c, unknown(&c.layer), Status::UnsupportedIsa, e.to_string()),
         };
-        let Some(bits) = weight_bits(&c.weights) else {
+        let Some(bits) = WeightBits::from_name(&c.weights) else {
             let error = format!("weights: expected full or 7bit, found {:?}", c.weights);
             return failed_record(c, unknown(&c.layer), Status::BuildError, error);
         };
