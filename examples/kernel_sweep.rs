@@ -4,9 +4,9 @@
 //! noisy).
 //!
 //! `cargo run --release --example kernel_sweep -- [variant] [MxNxK ...] [--defaults]`, variant
-//! one of `avx512-vnni avx-vnni avx2-widen avx2-maddubs avx512-maddubs avx2-sign` (default: all
+//! one of `avx512-vnni avx-vnni avx2-widen avx2-maddubs avx512-maddubs avx2-sign avx2-madd16` (default: all
 //! this CPU runs); `--defaults` times only `Blocking::default_for`, which is how the defaults
-//! were chosen. Sign-transfer kernels read A as i8.
+//! were chosen. Sign-transfer kernels read A as i8, `avx2-madd16` both operands as i16.
 
 use std::time::Duration;
 
@@ -14,9 +14,21 @@ use tensorlift::bench::time_against_peak;
 use tensorlift::kernels::peak::{PeakError, Probe};
 use tensorlift::kernels::{Blocking, DotMethod, GemmKernel, GemmShape, KernelVariant};
 
+/// The operands as bytes, and widened to i16 for `Madd16` kernels.
+struct Operands {
+    a: Vec<u8>,
+    b: Vec<i8>,
+    a16: Vec<i16>,
+    b16: Vec<i16>,
+}
+
 /// Median kernel seconds and median peak GOPS over `runs` alternating runs.
-fn measure(kernel: &GemmKernel, probe: &Probe, a: &[u8], b: &[i8], c: &mut [i32], runs: usize) -> (f64, f64) {
-    let timing = time_against_peak(Some(probe), 1, runs, || kernel.run(a, b, c)).expect("operands cover the shape");
+fn measure(kernel: &GemmKernel, probe: &Probe, x: &Operands, c: &mut [i32], runs: usize) -> (f64, f64) {
+    let call = || match kernel.variant.method {
+        DotMethod::Madd16 => kernel.run_i16(&x.a16, &x.b16, c),
+        _ => kernel.run(&x.a, &x.b, c),
+    };
+    let timing = time_against_peak(Some(probe), 1, runs, call).expect("operands cover the shape");
     (timing.median_s, timing.peak_gops.expect("timed against a probe"))
 }
 
@@ -42,14 +54,17 @@ fn main() -> Result<(), PeakError> {
     }
     println!("cpu: {}", tensorlift::runtime::cpu_name());
     for (m, n, k) in shapes {
-        let (na, nb, nc) = GemmShape::dense(m, n, k).footprint();
+        // Element counts are the same for every method (i16 pairs hold as many values).
+        let (na, nb, nc) = GemmShape::dense(m, n, k).footprint(DotMethod::Vnni);
         let a: Vec<u8> = (0..na).map(|i| (i * 7 % 251) as u8).collect();
         let b: Vec<i8> = (0..nb).map(|i| (i * 13 % 255) as i8).collect();
+        let (a16, b16) = (a.iter().map(|&x| i16::from(x)).collect(), b.iter().map(|&x| i16::from(x)).collect());
+        let operands = Operands { a, b, a16, b16 };
         let mut c = vec![0i32; nc];
         let ops = 2.0 * (m * n * k) as f64;
         let runs = ((0.15 / (ops / 500e9)) as usize).clamp(5, 51);
         for &variant in &variants {
-            let shape = GemmShape { a_signed: variant.method == DotMethod::SignTransfer, ..GemmShape::dense(m, n, k) };
+            let shape = GemmShape::dense_for(variant.method, m, n, k);
             let probe = Probe::for_variant(variant)?;
             println!("{} peak: {:.1} GOPS", probe.kind, probe.measure(Duration::from_millis(30), 7).gops);
             let lanes = variant.width.lanes();
@@ -69,7 +84,7 @@ fn main() -> Result<(), PeakError> {
             for blocking in blockings {
                 let Blocking { rows, vectors, unroll } = blocking;
                 let kernel = GemmKernel::new(variant, shape, blocking).map_err(PeakError::Compile)?;
-                let (t, peak) = measure(&kernel, &probe, &a, &b, &mut c, runs);
+                let (t, peak) = measure(&kernel, &probe, &operands, &mut c, runs);
                 let gops = ops / t / 1e9;
                 let mark = if blocking == Blocking::default_for(variant) { " (default)" } else { "" };
                 println!(

@@ -57,6 +57,17 @@ pub enum IntrinKind {
     /// along `n`, so one `ko` step is a dense `n × 4` panel), a row of `A` is contiguous along `k`
     /// and a row of `C` along `n`. Row and segment strides are free.
     Int8Gemm { m: i64, n: i64, k: i64, segments: i64, saturating: bool },
+    /// `C[m, n] (i32) += Σ_{ko<k/2, ki<2} i32(A[m, ko*2+ki]) * i32(B[ko, n, ki])` with
+    /// `A: i16[m, k]` (an int8 source widened once), `B: i16[k/2, n, 2]` (2 consecutive `k`
+    /// packed per output column: the weights widened once when they are prepared) and
+    /// `C: i32[m, n]`, summed in wrapping i32 arithmetic like every i32 sum: `VPMADDWD` +
+    /// `VPADDD` compute exactly this for every i16 input (their one overflowing case,
+    /// `(-32768)²·2`, wraps to the same value). `k` is even. With `segments = S > 1`:
+    /// `A: i16[m, S, k]`, `B: i16[S·k/2, n, 2]`, the reduction over segments as for `Int8Gemm`.
+    ///
+    /// Layout: as `Int8Gemm` with groups of two i16 (`B` stride 1 along `ki` and 2 along `n`;
+    /// a group is 4 bytes either way).
+    Int16Gemm { m: i64, n: i64, k: i64, segments: i64 },
     /// Implemented only by the equivalent loop nest.
     Generic,
 }
@@ -66,11 +77,23 @@ impl IntrinKind {
     /// have along each dimension of its declaration tensor; `None` where any stride is fine.
     pub fn required_strides(&self, operands: usize) -> Vec<Vec<Option<i64>>> {
         match self {
-            IntrinKind::Int8Gemm { segments, .. } => {
+            IntrinKind::Int8Gemm { segments, .. } | IntrinKind::Int16Gemm { segments, .. } => {
+                let pack = self.pack().expect("a GEMM kind");
                 let a = if *segments > 1 { vec![None, None, Some(1)] } else { vec![None, Some(1)] };
-                vec![a, vec![None, Some(4), Some(1)], vec![None, Some(1)]]
+                vec![a, vec![None, Some(pack), Some(1)], vec![None, Some(1)]]
             }
             IntrinKind::Generic => vec![Vec::new(); operands],
+        }
+    }
+}
+
+impl IntrinKind {
+    /// Consecutive `k` packed per column of `B` in a GEMM kind: 4 bytes, or 2 i16.
+    pub fn pack(&self) -> Option<i64> {
+        match self {
+            IntrinKind::Int8Gemm { .. } => Some(4),
+            IntrinKind::Int16Gemm { .. } => Some(2),
+            IntrinKind::Generic => None,
         }
     }
 }
@@ -181,8 +204,15 @@ pub fn decl_tensor_intrin(
             return Err(bad(&format!("read of {tensor}"), expected.into(), format!("`{found}`")));
         }
     }
-    if let IntrinKind::Int8Gemm { m, n, k, segments, saturating } = kind {
-        check_int8_gemm(name, output, inputs, Int8GemmSize { m, n, k, segments }, saturating)?;
+    match kind {
+        IntrinKind::Int8Gemm { m, n, k, segments, saturating } => {
+            let form = if saturating { GemmForm::Saturating } else { GemmForm::Exact8 };
+            check_gemm(name, output, inputs, Int8GemmSize { m, n, k, segments }, form)?;
+        }
+        IntrinKind::Int16Gemm { m, n, k, segments } => {
+            check_gemm(name, output, inputs, Int8GemmSize { m, n, k, segments }, GemmForm::Exact16)?;
+        }
+        IntrinKind::Generic => {}
     }
     let inputs = inputs.iter().map(|t| (*t).clone()).collect();
     Ok(TensorIntrin(Rc::new(TensorIntrinData { name: name.to_string(), kind, inputs, output: output.clone() })))
@@ -210,7 +240,7 @@ fn check_index(indices: &[Expr], axes: &HashSet<Var>) -> Result<(), String> {
     Ok(())
 }
 
-/// The sizes of an `Int8Gemm`.
+/// The sizes of an `Int8Gemm` or `Int16Gemm`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Int8GemmSize {
     pub m: i64,
@@ -226,12 +256,23 @@ impl Int8GemmSize {
     }
 }
 
-fn check_int8_gemm(
+/// The GEMM kinds' definitions: which dtypes and packing `check_gemm` expects.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum GemmForm {
+    /// `Int8Gemm`, exact: `A` u8 or i8, `B` i8 packed by 4.
+    Exact8,
+    /// `Int8Gemm`, saturating: `A` u8, `B` i8 packed by 4.
+    Saturating,
+    /// `Int16Gemm`: `A` and `B` i16, `B` packed by 2.
+    Exact16,
+}
+
+fn check_gemm(
     name: &str,
     output: &Tensor,
     inputs: &[&Tensor],
     size: Int8GemmSize,
-    saturating: bool,
+    form: GemmForm,
 ) -> Result<(), TeError> {
     let Int8GemmSize { m, n, k, segments } = size;
     let bad = |what: &str, expected: String, found: String| TeError::BadIntrinsic {
@@ -240,39 +281,66 @@ fn check_int8_gemm(
         expected,
         found,
     };
-    if m <= 0 || n <= 0 || k <= 0 || k % 4 != 0 || segments <= 0 {
+    let (kind, pack) = if form == GemmForm::Exact16 { ("Int16Gemm", 2) } else { ("Int8Gemm", 4) };
+    if m <= 0 || n <= 0 || k <= 0 || k % pack != 0 || segments <= 0 {
         return Err(bad(
-            "Int8Gemm sizes",
-            "m, n, segments > 0 and k a positive multiple of 4".into(),
+            &format!("{kind} sizes"),
+            format!("m, n, segments > 0 and k a positive multiple of {pack}"),
             format!("m={m}, n={n}, k={k}, segments={segments}"),
         ));
     }
     if inputs.len() != 2 {
-        return Err(bad("Int8Gemm inputs", "2 (A, B)".into(), inputs.len().to_string()));
+        return Err(bad(&format!("{kind} inputs"), "2 (A, B)".into(), inputs.len().to_string()));
     }
     let describe = |t: &Tensor| format!("{}{:?}", t.dtype(), t.shape());
-    // An i8 A is exact only: the saturating form is `VPMADDUBSW`'s, whose A is unsigned.
-    let a_dtype = if inputs[0].dtype() == DType::I8 && !saturating { DType::I8 } else { DType::U8 };
+    let (a_dtype, b_dtype) = match form {
+        // An i8 A is exact only: the saturating form is `VPMADDUBSW`'s, whose A is unsigned.
+        GemmForm::Exact8 if inputs[0].dtype() == DType::I8 => (DType::I8, DType::I8),
+        GemmForm::Exact8 | GemmForm::Saturating => (DType::U8, DType::I8),
+        GemmForm::Exact16 => (DType::I16, DType::I16),
+    };
     let expected = [
         ("A", inputs[0], a_dtype, size.a_shape()),
-        ("B", inputs[1], DType::I8, vec![segments * k / 4, n, 4]),
+        ("B", inputs[1], b_dtype, vec![segments * k / pack, n, pack]),
         ("C (output)", output, DType::I32, vec![m, n]),
     ];
     for (role, tensor, dtype, shape) in expected {
         if tensor.dtype() != dtype || tensor.shape() != shape.as_slice() {
-            return Err(bad(&format!("Int8Gemm operand {role}"), format!("{dtype}{shape:?}"), describe(tensor)));
+            return Err(bad(&format!("{kind} operand {role}"), format!("{dtype}{shape:?}"), describe(tensor)));
         }
     }
-    let canonical = int8_gemm_compute(inputs[0], inputs[1], size, saturating, name)
-        .expect("the Int8Gemm definition is well typed for valid sizes and operands");
+    let canonical = match form {
+        GemmForm::Exact16 => int16_gemm_compute(inputs[0], inputs[1], size, name),
+        _ => int8_gemm_compute(inputs[0], inputs[1], size, form == GemmForm::Saturating, name),
+    }
+    .expect("the GEMM definitions are well typed for valid sizes and operands");
     let body = output.body().expect("checked to be a compute");
     let canonical_body = canonical.body().expect("a compute");
     let mut vars: HashMap<Var, Var> =
         output.axes().iter().zip(canonical.axes()).map(|(a, b)| (a.var().clone(), b.var().clone())).collect();
     if !alpha_eq(body, canonical_body, &mut vars) {
-        return Err(bad("Int8Gemm body", format!("`{canonical_body}`"), format!("`{body}`")));
+        return Err(bad(&format!("{kind} body"), format!("`{canonical_body}`"), format!("`{body}`")));
     }
     Ok(())
+}
+
+/// The product `i32(A[row, (ks,) ko*pack + ki]) * i32(B[(ks*(k/pack) +) ko, col, ki])` of the
+/// GEMM kinds, over the segment axis `ks` when there is one.
+fn gemm_product(
+    a: &Tensor,
+    b: &Tensor,
+    (ks, ko): (Option<&IterVar>, &IterVar),
+    k: i64,
+    pack: i64,
+) -> impl Fn(&Expr, &Expr, Expr) -> Expr {
+    let (a, b, ks, ko) = (a.clone(), b.clone(), ks.cloned(), ko.clone());
+    move |row: &Expr, col: &Expr, ki: Expr| {
+        let (a_index, group) = match &ks {
+            Some(ks) => (vec![row.clone(), ks.to_expr(), &ko * pack + ki.clone()], ks * (k / pack) + &ko),
+            None => (vec![row.clone(), &ko * pack + ki.clone()], ko.to_expr()),
+        };
+        a.at_vec(a_index).cast(DType::I32) * b.at([&group, col, &ki]).cast(DType::I32)
+    }
 }
 
 /// The definition of `IntrinKind::Int8Gemm` over the placeholders `a` and `b` (of the shapes the
@@ -288,13 +356,7 @@ pub fn int8_gemm_compute(
     let i32 = DType::I32;
     let ks = (segments > 1).then(|| reduce_axis(segments, "ks")).transpose()?;
     let ko = reduce_axis(k / 4, "ko")?;
-    let product = |row: &Expr, col: &Expr, ki: Expr| {
-        let (a_index, group) = match &ks {
-            Some(ks) => (vec![row.clone(), ks.to_expr(), &ko * 4 + ki.clone()], ks * (k / 4) + &ko),
-            None => (vec![row.clone(), &ko * 4 + ki.clone()], ko.to_expr()),
-        };
-        a.at_vec(a_index).cast(i32) * b.at([&group, col, &ki]).cast(i32)
-    };
+    let product = gemm_product(a, b, (ks.as_ref(), &ko), k, 4);
     let axes = |inner: &IterVar| -> Vec<IterVar> { ks.iter().chain([&ko, inner]).cloned().collect() };
     if saturating {
         let kp = reduce_axis(2, "kp")?;
@@ -312,6 +374,17 @@ pub fn int8_gemm_compute(
         let reduce = axes(&ki);
         compute([m, n], |i| sum(i32, &reduce.iter().collect::<Vec<_>>(), product(&i[0], &i[1], ki.to_expr())), name)
     }
+}
+
+/// The definition of `IntrinKind::Int16Gemm` over the placeholders `a` and `b`, named `name`.
+pub fn int16_gemm_compute(a: &Tensor, b: &Tensor, size: Int8GemmSize, name: &str) -> Result<Tensor, TeError> {
+    let Int8GemmSize { m, n, k, segments } = size;
+    let ks = (segments > 1).then(|| reduce_axis(segments, "ks")).transpose()?;
+    let ko = reduce_axis(k / 2, "ko")?;
+    let ki = reduce_axis(2, "ki")?;
+    let product = gemm_product(a, b, (ks.as_ref(), &ko), k, 2);
+    let reduce: Vec<IterVar> = ks.iter().chain([&ko, &ki]).cloned().collect();
+    compute([m, n], |i| sum(DType::I32, &reduce.iter().collect::<Vec<_>>(), product(&i[0], &i[1], ki.to_expr())), name)
 }
 
 /// Equality up to renaming of bound variables: `vars` maps variables of `a` to those of `b`
@@ -397,6 +470,30 @@ mod tests {
         let saturating = int8_gemm_compute(&a, &b, size, true, "C").unwrap();
         let err = decl_tensor_intrin("g", kind(true), &saturating, &[&a, &b]).unwrap_err();
         assert_eq!(err.to_string(), "tensor intrinsic g: Int8Gemm operand A: expected u8[2, 8], found i8[2, 8]");
+    }
+
+    #[test]
+    fn the_int16_gemm_definition_is_exact_over_pairs_of_i16() {
+        let size = Int8GemmSize { m: 2, n: 16, k: 6, segments: 1 };
+        let a = placeholder([2, 6], DType::I16, "A").unwrap();
+        let b = placeholder([3, 16, 2], DType::I16, "B").unwrap();
+        let c = int16_gemm_compute(&a, &b, size, "C").unwrap();
+        assert_eq!(
+            c.body().unwrap().to_string(),
+            "sum[ko in 0..3, ki in 0..2](i32(A[i, ko*2 + ki])*i32(B[ko, j, ki]))"
+        );
+        let kind = IntrinKind::Int16Gemm { m: 2, n: 16, k: 6, segments: 1 };
+        decl_tensor_intrin("g", kind, &c, &[&a, &b]).unwrap();
+        assert_eq!(kind.required_strides(3)[1], vec![None, Some(2), Some(1)]);
+        // Byte operands belong to `Int8Gemm`; an odd k has no pairs.
+        let (a8, b8) = gemm_operands(2, 16, 8);
+        let int8 = int8_gemm_compute(&a8, &b8, Int8GemmSize { k: 8, ..size }, false, "C").unwrap();
+        let err = decl_tensor_intrin("g", IntrinKind::Int16Gemm { m: 2, n: 16, k: 8, segments: 1 }, &int8, &[&a8, &b8])
+            .unwrap_err();
+        assert_eq!(err.to_string(), "tensor intrinsic g: Int16Gemm operand A: expected i16[2, 8], found u8[2, 8]");
+        let err = decl_tensor_intrin("g", IntrinKind::Int16Gemm { m: 2, n: 16, k: 5, segments: 1 }, &c, &[&a, &b])
+            .unwrap_err();
+        assert!(err.to_string().contains("k a positive multiple of 2, found m=2, n=16, k=5"), "{err}");
     }
 
     #[test]

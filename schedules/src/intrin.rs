@@ -4,7 +4,7 @@
 //! against the intrinsic's kind when it is declared, and `Schedule::tensorize` proves a loop
 //! nest equal to it before replacing the nest by a call.
 
-use ir::intrin::{Int8GemmSize, IntrinKind, TensorIntrin, decl_tensor_intrin, int8_gemm_compute};
+use ir::intrin::{Int8GemmSize, IntrinKind, TensorIntrin, decl_tensor_intrin, int8_gemm_compute, int16_gemm_compute};
 use ir::te::placeholder_vec;
 use ir::trace::IntrinRef;
 use ir::{DType, TeError};
@@ -45,14 +45,49 @@ pub fn int8_gemm_segmented_microkernel(
     decl_tensor_intrin(&name, IntrinKind::Int8Gemm { m, n, k, segments, saturating }, &c, &[&a, &b])
 }
 
+/// The `m × n` i16 × i16 → i32 micro-kernel over `segments` reductions of `k` (even):
+/// `C[i, j] += Σ_{s, ko, ki} i32(A[i, s, ko*2 + ki]) · i32(B[s·k/2 + ko, j, ki])` with
+/// `A: i16[m, segments, k]` (`[m, k]` for one segment), `B: i16[segments·k/2, n, 2]` and
+/// `C: i32[m, n]` (`IntrinKind::Int16Gemm`): int8 operands widened once, outside the kernel
+/// (AVX2 `vpmaddwd`). Named `int16_gemm_{m}x{n}x{k}` or `int16_gemm_{m}x{n}x{segments}x{k}`.
+pub fn int16_gemm_segmented_microkernel(m: i64, n: i64, segments: i64, k: i64) -> Result<TensorIntrin, TeError> {
+    let tile = if segments == 1 { format!("{m}x{n}x{k}") } else { format!("{m}x{n}x{segments}x{k}") };
+    let size = Int8GemmSize { m, n, k, segments };
+    let a = placeholder_vec(size.a_shape(), DType::I16, "A")?;
+    let b = placeholder_vec(vec![segments * k / 2, n, 2], DType::I16, "B")?;
+    let c = int16_gemm_compute(&a, &b, size, "C")?;
+    decl_tensor_intrin(&format!("int16_gemm_{tile}"), IntrinKind::Int16Gemm { m, n, k, segments }, &c, &[&a, &b])
+}
+
+/// The micro-kernel of a GEMM whose source (A) is `a_dtype`: `int16_gemm_segmented_microkernel`
+/// for i16, else the exact `int8_gemm_segmented_microkernel`.
+pub fn gemm_segmented_microkernel(
+    m: i64,
+    n: i64,
+    segments: i64,
+    k: i64,
+    a_dtype: DType,
+) -> Result<TensorIntrin, TeError> {
+    if a_dtype == DType::I16 {
+        int16_gemm_segmented_microkernel(m, n, segments, k)
+    } else {
+        int8_gemm_segmented_microkernel(m, n, segments, k, a_dtype, false)
+    }
+}
+
 /// The declaration of this module that `r` refers to, rebuilt: the resolver for replaying traces
 /// of the x86 schedules (`ir::trace::Trace::replay`). `None` for an intrinsic declared elsewhere.
 pub fn resolve(r: &IntrinRef) -> Option<TensorIntrin> {
-    let IntrinKind::Int8Gemm { m, n, k, segments, saturating } = r.kind else { return None };
-    [DType::U8, DType::I8]
-        .into_iter()
-        .filter_map(|a| int8_gemm_segmented_microkernel(m, n, segments, k, a, saturating).ok())
-        .find(|intrin| r.matches(intrin))
+    match r.kind {
+        IntrinKind::Int8Gemm { m, n, k, segments, saturating } => [DType::U8, DType::I8]
+            .into_iter()
+            .filter_map(|a| int8_gemm_segmented_microkernel(m, n, segments, k, a, saturating).ok())
+            .find(|intrin| r.matches(intrin)),
+        IntrinKind::Int16Gemm { m, n, k, segments } => {
+            int16_gemm_segmented_microkernel(m, n, segments, k).ok().filter(|intrin| r.matches(intrin))
+        }
+        IntrinKind::Generic => None,
+    }
 }
 
 #[cfg(test)]

@@ -55,9 +55,37 @@ pub fn pack_b_vnni(b: &Tensor, nr: i64, name: &str) -> Result<Tensor, TeError> {
     compute_vec(vec![n / nr, k / 4, nr, 4], |i| b.at([&(&i[1] * 4 + &i[3]), &(&i[0] * nr + &i[2])]), name)
 }
 
-/// `C[i, j] = Σ_{ko, ki} out(A[i, ko*4 + ki]) · out(Bp[j/nr, ko, j%nr, ki])` for `A: [M, K]` and
-/// `Bp = pack_b_vnni(B, nr)`: exactly `matmul(A, B, out_dtype)`, reading `B` in the VNNI layout
-/// so that `x86::gemm_int8` can tensorize it. Reduction axes `ko` (`K/4`) and `ki` (4).
+/// `B: i8[K, N]` widened to i16 in the layout of the `Int16Gemm` micro-kernel:
+/// `Bp[jo, ko, ji, ki] = i16(B[ko*2 + ki, jo*nr + ji])`, shape `[N/nr, K/2, nr, 2]` (two
+/// consecutive `k` per column). Requirements as for `pack_b_vnni`, with `K` even.
+pub fn pack_b_i16(b: &Tensor, nr: i64, name: &str) -> Result<Tensor, TeError> {
+    let mismatch = |what: &str, expected: String, found: String| TeError::ShapeMismatch {
+        op: format!("pack_b_i16 {name}"),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    let [k, n] = b.shape() else {
+        return Err(mismatch("shape of B", "[K, N]".to_string(), format!("{:?}", b.shape())));
+    };
+    let (k, n) = (*k, *n);
+    if k % 2 != 0 {
+        return Err(mismatch("rows of B (K)", "a multiple of 2".to_string(), k.to_string()));
+    }
+    if nr <= 0 || n % nr != 0 {
+        return Err(mismatch("panel width nr", format!("a positive divisor of N = {n}"), nr.to_string()));
+    }
+    compute_vec(
+        vec![n / nr, k / 2, nr, 2],
+        |i| b.at([&(&i[1] * 2 + &i[3]), &(&i[0] * nr + &i[2])]).cast(DType::I16),
+        name,
+    )
+}
+
+/// `C[i, j] = Σ_{ko, ki} out(A[i, ko*P + ki]) · out(Bp[j/nr, ko, j%nr, ki])` for `A: [M, K]` and
+/// `Bp = pack_b_vnni(B, nr)` (`P = 4`) or `pack_b_i16(B, nr)` (`P = 2`, then `A` is i16 too for
+/// the kernel): exactly `matmul(A, B, out_dtype)`, reading `B` in the packed layout so that
+/// `x86::gemm_int8` can tensorize it. Reduction axes `ko` (`K/P`) and `ki` (`P`).
 pub fn matmul_packed(a: &Tensor, bp: &Tensor, out_dtype: DType, name: &str) -> Result<Tensor, TeError> {
     let mismatch = |what: &str, expected: String, found: String| TeError::ShapeMismatch {
         op: format!("matmul_packed {name}"),
@@ -65,20 +93,22 @@ pub fn matmul_packed(a: &Tensor, bp: &Tensor, out_dtype: DType, name: &str) -> R
         expected,
         found,
     };
-    let ([m, k], [panels, k4, nr, four]) = (a.shape(), bp.shape()) else {
+    let ([m, k], [panels, groups, nr, pack]) = (a.shape(), bp.shape()) else {
         let found = format!("{:?} and {:?}", a.shape(), bp.shape());
-        return Err(mismatch("operand shapes", "[M, K] and [N/nr, K/4, nr, 4]".to_string(), found));
+        return Err(mismatch("operand shapes", "[M, K] and [N/nr, K/P, nr, P]".to_string(), found));
     };
-    if *four != 4 || k4 * 4 != *k {
-        return Err(mismatch("shape of Bp", format!("[N/nr, {}, nr, 4]", k / 4), format!("{:?}", bp.shape())));
+    let pack = *pack;
+    if ![2, 4].contains(&pack) || groups * pack != *k {
+        let expected = format!("[N/nr, {}, nr, 4] or [N/nr, {}, nr, 2]", k / 4, k / 2);
+        return Err(mismatch("shape of Bp", expected, format!("{:?}", bp.shape())));
     }
     let (m, nr) = (*m, *nr);
-    let ko = reduce_axis(*k4, "ko")?;
-    let ki = reduce_axis(4, "ki")?;
+    let ko = reduce_axis(*groups, "ko")?;
+    let ki = reduce_axis(pack, "ki")?;
     compute(
         [m, panels * nr],
         |i| {
-            let a_ik = a.at([&i[0], &(&ko * 4 + &ki)]).cast(out_dtype);
+            let a_ik = a.at([&i[0], &(&ko * pack + &ki)]).cast(out_dtype);
             let b_kj = bp.at([&(&i[1] / nr), &ko.to_expr(), &(&i[1] % nr), &ki.to_expr()]).cast(out_dtype);
             sum(out_dtype, &[&ko, &ki], a_ik * b_kj)
         },
@@ -172,6 +202,30 @@ mod tests {
         assert!(out[1].bits_eq(&out[2]));
     }
 
+    /// Pre-widened operands: B packed in i16 pairs times an i16 A is the matmul, and the x86
+    /// schedule tensorizes it into the `Int16Gemm` micro-kernel.
+    #[test]
+    fn i16_pairs_are_a_layout_transform_and_their_packed_matmul_is_the_matmul() {
+        let a = placeholder([3, 8], DType::U8, "A").unwrap();
+        let b = placeholder([8, 32], DType::I8, "B").unwrap();
+        let a16 = compute([3, 8], |i| a.at([&i[0], &i[1]]).cast(DType::I16), "A16").unwrap();
+        let bp = pack_b_i16(&b, 16, "Bp").unwrap();
+        assert_eq!((bp.shape(), bp.dtype()), (&[2, 4, 16, 2][..], DType::I16));
+        let packed = matmul_packed(&a16, &bp, DType::I32, "C").unwrap();
+        let plain = matmul(&a, &b, DType::I32, "R").unwrap();
+        let a_arr = Array::from_i64(DType::U8, &[3, 8], &values(24, 37, 0));
+        let b_arr = Array::from_i64(DType::I8, &[8, 32], &values(256, 53, -128));
+        let out = eval_te(&[&bp, &packed, &plain], &[(&a, &a_arr), (&b, &b_arr)]).unwrap();
+        let (b_vals, packed_vals) = (b_arr.to_i64_vec(), out[0].to_i64_vec());
+        // Bp[jo, ko, ji, ki] = B[ko*2 + ki, jo*16 + ji]
+        assert_eq!(packed_vals[((4 + 3) * 16 + 5) * 2 + 1], b_vals[(3 * 2 + 1) * 32 + 16 + 5]);
+        assert!(out[1].bits_eq(&out[2]));
+        let mut s = create_schedule(&[&packed]);
+        schedule_gemm_int8(&mut s, &packed, GemmInt8Knobs { mr: 3, nr: 16, parallel: false }).unwrap();
+        let text = ir::lower::lower(&s, &[&a, &b, &packed], "f").unwrap().to_string();
+        assert!(text.contains("call int16_gemm_3x16x8("), "{text}");
+    }
+
     #[test]
     fn shapes_that_do_not_pack_are_typed_errors() {
         let b = placeholder([6, 32], DType::I8, "B").unwrap();
@@ -183,7 +237,12 @@ mod tests {
         let a = placeholder([3, 12], DType::U8, "A").unwrap();
         let bp = pack_b_vnni(&placeholder([8, 32], DType::I8, "B").unwrap(), 16, "Bp").unwrap();
         let err = matmul_packed(&a, &bp, DType::I32, "C").unwrap_err();
-        assert_eq!(err.to_string(), "matmul_packed C: shape of Bp must be [N/nr, 3, nr, 4], found [2, 2, 16, 4]");
+        assert_eq!(
+            err.to_string(),
+            "matmul_packed C: shape of Bp must be [N/nr, 3, nr, 4] or [N/nr, 6, nr, 2], found [2, 2, 16, 4]"
+        );
+        let err = pack_b_i16(&placeholder([7, 32], DType::I8, "B").unwrap(), 16, "Bp").unwrap_err();
+        assert_eq!(err.to_string(), "pack_b_i16 Bp: rows of B (K) must be a multiple of 2, found 7");
         let err = matmul_s8s8_via_u8(&a, &placeholder([12, 16], DType::I8, "B").unwrap(), 16, "C").unwrap_err();
         assert!(err.to_string().contains("operand dtypes must be i8 and i8, found u8 and i8"), "{err}");
     }

@@ -42,8 +42,9 @@ fn require_s8_weights(op: &str, weights: &Tensor) -> Result<(), QuantError> {
     if weights.dtype() == DType::I8 { Ok(()) } else { Err(dtype_error(op, "the weights", "i8", weights.dtype())) }
 }
 
-/// What is added to a source of type `src` to read it as `gemm` (u8 or i8) without changing
-/// the products' differences: 128 for i8 → u8, -128 for u8 → i8, else 0.
+/// What is added to a source of type `src` to read it as `gemm` (u8, i8 or i16) without
+/// changing the products' differences: 128 for i8 → u8, -128 for u8 → i8, else 0 (i16 holds
+/// either as it is).
 fn source_shift(src: DType, gemm: DType) -> i32 {
     match (src, gemm) {
         (DType::I8, DType::U8) => 128,
@@ -75,8 +76,9 @@ pub fn compensation(
     compensation_for_gemm(weights, src_dtype, DType::U8, src_zero_point, name)
 }
 
-/// `compensation` for a GEMM that reads the source as `gemm_dtype` (u8, or i8 for the x86
-/// sign-transfer kernels: `conv2d_int8_direct` with an i8 `GemmOperands::source`).
+/// `compensation` for a GEMM that reads the source as `gemm_dtype` (u8; i8 for the x86
+/// sign-transfer kernels, i16 for the pre-widened ones: `conv2d_int8_direct` with that
+/// `GemmOperands::source`).
 pub fn compensation_for_gemm(
     weights: &Tensor,
     src_dtype: DType,
@@ -86,10 +88,11 @@ pub fn compensation_for_gemm(
 ) -> Result<Compensation, QuantError> {
     let op = format!("compensation {name}");
     require_s8_weights(&op, weights)?;
-    for (what, dtype) in [("the source", src_dtype), ("the GEMM source", gemm_dtype)] {
-        if ![DType::U8, DType::I8].contains(&dtype) {
-            return Err(dtype_error(&op, what, "u8 or i8", dtype));
-        }
+    if ![DType::U8, DType::I8].contains(&src_dtype) {
+        return Err(dtype_error(&op, "the source", "u8 or i8", src_dtype));
+    }
+    if !GemmOperands::SOURCES.contains(&gemm_dtype) {
+        return Err(dtype_error(&op, "the GEMM source", "u8, i8 or i16", gemm_dtype));
     }
     let zp = per_tensor_zero_point(&op, src_zero_point, src_dtype)?;
     let dims = weights.shape().to_vec();
@@ -249,8 +252,12 @@ fn shifted_source(src: &Tensor, gemm: DType, name: &str) -> Result<(Tensor, Opti
         return Ok((src.clone(), None));
     }
     let shift = i64::from(source_shift(src.dtype(), gemm));
-    let shifted =
-        compute_vec(src.shape().to_vec(), |i| src.at_vec(i.to_vec()).cast(gemm) + shift, &format!("{name}.shifted"))?;
+    let read = |i: &[Expr]| src.at_vec(i.to_vec()).cast(gemm);
+    let shifted = compute_vec(
+        src.shape().to_vec(),
+        |i| if shift == 0 { read(i) } else { read(i) + shift },
+        &format!("{name}.shifted"),
+    )?;
     Ok((shifted.clone(), Some(shifted)))
 }
 
@@ -369,11 +376,17 @@ pub fn conv_row_bytes(ic: i64, kw: i64) -> i64 {
 /// The weight preparation of `conv2d_int8_direct` (run once, when the weights are packed):
 /// `weights: i8[OC, IC, KH, KW]` as the VNNI panels `[⌈OC/nr⌉, K/4, nr, 4]` of the GEMM operand
 /// `B[k, oc]`, i.e. `packed[p, ko, j, ki] = B[ko·4 + ki, p·nr + j]` as `nn::pack_b_vnni` lays it
-/// out, with `k = kh·R + kw·IC + ic`, `R = conv_row_bytes(IC, KW)` and `K = KH·R`. Entries for
-/// the `R - KW·IC` bytes that round a kernel row up, or for `oc ≥ OC`, are 0, so they add
-/// nothing to the accumulator.
-pub fn pack_conv2d_weights_vnni(weights: &Tensor, nr: i64, name: &str) -> Result<Tensor, QuantError> {
-    let op = format!("pack_conv2d_weights_vnni {name}");
+/// out, with `k = kh·R + kw·IC + ic`, `R = conv_row_bytes(IC, KW)` and `K = KH·R`; for an i16
+/// `operands.source`, widened to i16 in pairs, `[⌈OC/nr⌉, K/2, nr, 2]`
+/// (`packed[p, ko, j, ki] = B[ko·2 + ki, p·nr + j]`). Entries for the `R - KW·IC` bytes that
+/// round a kernel row up, or for `oc ≥ OC`, are 0, so they add nothing to the accumulator.
+pub fn pack_conv2d_weights(
+    weights: &Tensor,
+    nr: i64,
+    operands: GemmOperands,
+    name: &str,
+) -> Result<Tensor, QuantError> {
+    let op = format!("pack_conv2d_weights {name}");
     require_s8_weights(&op, weights)?;
     let [oc, ic, kh, kw] = *weights.shape() else {
         return Err(shape_error(&op, "the weight shape", "[OC, IC, KH, KW]", format!("{:?}", weights.shape())));
@@ -382,14 +395,15 @@ pub fn pack_conv2d_weights_vnni(weights: &Tensor, nr: i64, name: &str) -> Result
         return Err(shape_error(&op, "the panel width nr", "positive", nr.to_string()));
     }
     let row = conv_row_bytes(ic, kw);
+    let (pack, dtype) = (operands.pack(), operands.weight_dtype());
     Ok(compute_vec(
-        vec![ceil_div(oc, nr), kh * row / 4, nr, 4],
+        vec![ceil_div(oc, nr), kh * row / pack, nr, pack],
         |i| {
             let o = &i[0] * nr + &i[2];
-            let k = &i[1] * 4 + &i[3];
+            let k = &i[1] * pack + &i[3];
             let (ky, r) = (&k / row, &k % row);
             let inside = r.lt(kw * ic) & o.lt(oc);
-            select(inside, weights.at([&o, &(&r % ic), &ky, &(&r / ic)]), Expr::int(DType::I8, 0))
+            select(inside, weights.at([&o, &(&r % ic), &ky, &(&r / ic)]).cast(dtype), Expr::int(dtype, 0))
         },
         name,
     )?)
@@ -444,20 +458,34 @@ impl Layout {
 /// How the GEMM of `conv2d_int8_direct` reads its operands: the x86 kernel family's choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmOperands {
-    /// The dtype of the padded source: u8 (VNNI, the `vpmaddubsw` triple, widening), or i8, the
-    /// source shifted by -128 (AVX2 sign transfer); the compensation must be computed for it
-    /// (`compensation_for_gemm`).
+    /// The dtype of the padded source: u8 (VNNI, the `vpmaddubsw` triple, widening), i8, the
+    /// source shifted by -128 (AVX2 sign transfer), or i16, the source widened (AVX2
+    /// `vpmaddwd` on pre-widened operands: the weights are then packed as i16 pairs); the
+    /// compensation must be computed for it (`compensation_for_gemm`).
     pub source: DType,
     /// The range every packed weight lies in: declared on the packed-weights placeholder, so
     /// code generation may rely on it (e.g. the triple is exact when `255·(w0 + w1)` fits i16)
     /// and every call checks it before generated code runs. It must contain 0 (the packing's
-    /// padding).
+    /// padding). Not declared for an i16 source, whose kernels are exact on any i16.
     pub weights: (i8, i8),
 }
 
 impl GemmOperands {
     /// A u8 source and any i8 weights.
     pub const U8: GemmOperands = GemmOperands { source: DType::U8, weights: (i8::MIN, i8::MAX) };
+
+    /// The GEMM source dtypes there are kernels for.
+    pub const SOURCES: [DType; 3] = [DType::U8, DType::I8, DType::I16];
+
+    /// Consecutive `k` per column in the packed weights: 4 bytes, or 2 i16 for an i16 source.
+    pub fn pack(self) -> i64 {
+        if self.source == DType::I16 { 2 } else { 4 }
+    }
+
+    /// The packed weights' dtype: i16 for an i16 source, else i8.
+    pub fn weight_dtype(self) -> DType {
+        if self.source == DType::I16 { DType::I16 } else { DType::I8 }
+    }
 }
 
 /// The stages of `conv2d_int8_direct`, with `R = conv_row_bytes(IC, KW)`.
@@ -465,20 +493,23 @@ impl GemmOperands {
 pub struct DirectConvLayer {
     /// Placeholder `i32[OC]`: bind `compensation(weights, ..)` (as for `conv2d_nchw_int8`).
     pub compensation: Tensor,
-    /// Placeholder `i8[⌈OC/nr⌉, KH·R/4, nr, 4]`: bind `pack_conv2d_weights_vnni(weights, nr)`.
+    /// Placeholder `i8[⌈OC/nr⌉, KH·R/4, nr, 4]` (`i16[⌈OC/nr⌉, KH·R/2, nr, 2]` for an i16
+    /// source): bind `pack_conv2d_weights(weights, nr, operands)`.
     pub packed_weights: Tensor,
-    /// The source as `GemmOperands::source` when it is not already (`<name>.shifted`).
+    /// The source as `GemmOperands::source` when it is not already (`<name>.shifted`: shifted
+    /// by -128 to i8, or widened to i16).
     pub shifted: Option<Tensor>,
-    /// `u8[N, HS, RS]` (`<name>.pad`; i8 for an i8 `GemmOperands::source`): the source channels last, row by row (pixel
-    /// `x`'s `IC` channels at `x·IC`), padded by `pad` pixels with the (shifted) source zero
-    /// point; each row holds at least `WS·IC + R - KW·IC` bytes (the last pixel's kernel row
-    /// reads up to `R` bytes), rounded up to a multiple of 16 so that rows vectorize whole. A 1×1
+    /// `u8[N, HS, RS]` (`<name>.pad`; of the `GemmOperands::source` dtype): the source channels
+    /// last, row by row (pixel `x`'s `IC` channels at `x·IC`), padded by `pad` pixels with the
+    /// (shifted) source zero point; each row holds at least `WS·IC + R - KW·IC` elements (the last
+    /// pixel's kernel row reads up to `R`), rounded up to a multiple of 16 so that rows vectorize
+    /// whole. A 1×1
     /// kernel reads its source here already subsampled by the stride (`HS = OH`, `WS = OW`; the
     /// accumulator then runs at stride 1).
     pub padded: Tensor,
-    /// `i32[N, OH, OW, ⌈OC/nr⌉·nr]` (`<name>.acc`): reduction axes `ky` (`KH`), `ko` (`R/4`)
-    /// and `ki` (4). For a fixed `ky`, the `R` bytes a pixel reads are contiguous in `padded`,
-    /// and consecutive pixels of a row are `stride·IC` bytes apart: a GEMM of `mr` pixels ×
+    /// `i32[N, OH, OW, ⌈OC/nr⌉·nr]` (`<name>.acc`): reduction axes `ky` (`KH`), `ko` (`R/P`)
+    /// and `ki` (`P`, `GemmOperands::pack`). For a fixed `ky`, the `R` elements a pixel reads
+    /// are contiguous in `padded`, and consecutive pixels of a row are `stride·IC` apart: a GEMM of `mr` pixels ×
     /// `nr` channels × `R` per `ky` with no copy of the source.
     pub acc: Tensor,
     /// The requantized output, `[N, OC, OH, OW]` or `[N, OH, OW, OC]` by the layout.
@@ -490,7 +521,7 @@ pub struct DirectConvLayer {
 
 /// The int8 convolution of `conv2d_nchw_int8` (same meaning, bit for bit) with source and output
 /// (and sum input) in `layout`, defined as the direct convolution an x86 schedule tensorizes
-/// (`DirectConvLayer`): the weights come packed by `pack_conv2d_weights_vnni(weights, nr)`
+/// (`DirectConvLayer`): the weights come packed by `pack_conv2d_weights(weights, nr, operands)`
 /// (`weights` is only the shape and dtype here), the accumulator has `nr`-padded channels, the
 /// GEMM reads its operands as `operands` says. Errors also for a weight range without 0 or a
 /// source dtype other than u8 or i8.
@@ -517,8 +548,8 @@ pub fn conv2d_int8_direct(
         return Err(shape_error(&op, "the weight range", "lo ≤ 0 ≤ hi", format!("{w_lo}..={w_hi}")));
     }
     let gemm = operands.source;
-    if ![DType::U8, DType::I8].contains(&gemm) {
-        return Err(dtype_error(&op, "the GEMM source", "u8 or i8", gemm));
+    if !GemmOperands::SOURCES.contains(&gemm) {
+        return Err(dtype_error(&op, "the GEMM source", "u8, i8 or i16", gemm));
     }
     let out_dims = layout.shape([n, oc, oh, ow]);
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
@@ -553,18 +584,20 @@ pub fn conv2d_int8_direct(
         &format!("{name}.pad"),
     )?;
     let panels = ceil_div(oc, nr);
-    let packed_weights = placeholder_vec_in_range(
-        vec![panels, kh * row / 4, nr, 4],
-        DType::I8,
-        i64::from(w_lo)..=i64::from(w_hi),
-        &format!("{name}.packed_weights"),
-    )?;
-    let (ky, ko, ki) = (reduce_axis(kh, "ky")?, reduce_axis(row / 4, "ko")?, reduce_axis(4, "ki")?);
+    let pack = operands.pack();
+    let (packed_shape, packed_name) = (vec![panels, kh * row / pack, nr, pack], format!("{name}.packed_weights"));
+    // The i16 kernels are exact on every i16: no range to declare (and none to check per call).
+    let packed_weights = if gemm == DType::I16 {
+        placeholder_vec(packed_shape, DType::I16, &packed_name)?
+    } else {
+        placeholder_vec_in_range(packed_shape, DType::I8, i64::from(w_lo)..=i64::from(w_hi), &packed_name)?
+    };
+    let (ky, ko, ki) = (reduce_axis(kh, "ky")?, reduce_axis(row / pack, "ko")?, reduce_axis(pack, "ki")?);
     let acc = compute_vec(
         vec![n, oh, ow, panels * nr],
         |i| {
-            let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * ic) + &ko * 4 + &ki)]).cast(DType::I32);
-            let group = &ky * (row / 4) + &ko;
+            let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * ic) + &ko * pack + &ki)]).cast(DType::I32);
+            let group = &ky * (row / pack) + &ko;
             let b = packed_weights.at([&(&i[3] / nr), &group, &(&i[3] % nr), &ki.to_expr()]).cast(DType::I32);
             sum(DType::I32, &[&ky, &ko, &ki], a * b)
         },

@@ -3,7 +3,7 @@
 use ir::schedule::{Schedule, create_schedule};
 use ir::{ScheduleError, Tensor};
 
-use crate::intrin::int8_gemm_microkernel;
+use crate::intrin::gemm_segmented_microkernel;
 
 /// The decisions of the int8 GEMM schedule. A tuner varies these and nothing else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,8 +24,8 @@ impl Default for GemmInt8Knobs {
     }
 }
 
-/// A schedule for `c = nn::matmul_packed(A, pack_b_vnni(B, knobs.nr), i32)`; see
-/// `schedule_gemm_int8`.
+/// A schedule for `c = nn::matmul_packed(A, pack_b_vnni(B, knobs.nr), i32)` (or
+/// `pack_b_i16` with an i16 `A`); see `schedule_gemm_int8`.
 pub fn gemm_int8(c: &Tensor, knobs: GemmInt8Knobs) -> Result<Schedule, ScheduleError> {
     let mut s = create_schedule(&[c]);
     schedule_gemm_int8(&mut s, c, knobs)?;
@@ -37,7 +37,8 @@ pub fn gemm_int8(c: &Tensor, knobs: GemmInt8Knobs) -> Result<Schedule, ScheduleE
 /// loops fused into one parallel loop over the tiles): rows split by
 /// `mr`, columns by `nr`, loops ordered `i.outer, j.outer, ko, ki, i.inner, j.inner` so that the
 /// region under `ko` is exactly (all of `K`, `mr` rows, `nr` columns), which is tensorized with
-/// the exact `int8_gemm_microkernel(mr, nr, K)`. `j.inner` is vectorized (it serves the reset
+/// the exact `int8_gemm_microkernel(mr, nr, K)` (`int16_gemm_…` for operands packed in i16
+/// pairs). `j.inner` is vectorized (it serves the reset
 /// and the fallback). Rows that do not fill a tile run the fallback loops (their tail guard
 /// fails); typed errors from the primitives otherwise, e.g. a `TensorizeMismatch` if `c` is not
 /// such a matmul or `nr` differs from the packing.
@@ -55,9 +56,12 @@ pub fn schedule_gemm_int8(s: &mut Schedule, c: &Tensor, knobs: GemmInt8Knobs) ->
         let tiles = s.fuse(c, &io, &jo)?;
         s.parallel(c, &tiles)?;
     }
-    let k = reduce.first().map_or(4, |ko| ko.extent() * 4);
-    let intrin =
-        int8_gemm_microkernel(knobs.mr, knobs.nr, k, false).expect("tile sizes passed split and k is 4·extent");
+    let pack = reduce.get(1).map_or(4, |ki| ki.extent());
+    let k = reduce.first().map_or(pack, |ko| ko.extent() * pack);
+    // The A operand's dtype follows from the packing: i16 pairs pair with an i16 A.
+    let a_dtype = if pack == 2 { ir::DType::I16 } else { ir::DType::U8 };
+    let intrin = gemm_segmented_microkernel(knobs.mr, knobs.nr, 1, k, a_dtype)
+        .expect("tile sizes passed split and k is a multiple of the packing");
     s.tensorize(c, reduce.first().unwrap_or(&ii), &intrin)
 }
 

@@ -20,10 +20,10 @@ use ir::te::placeholder_vec;
 use ir::{DType, ScheduleError, Tensor};
 use thiserror::Error;
 
-use crate::intrin::int8_gemm_segmented_microkernel;
+use crate::intrin::gemm_segmented_microkernel;
 use crate::ops::{
     Compensation, Conv2dParams, DirectConvLayer, GemmOperands, Layout, compensation_for_gemm, conv_row_bytes,
-    conv2d_int8_direct, pack_conv2d_weights_vnni,
+    conv2d_int8_direct, pack_conv2d_weights,
 };
 use crate::quant::{QuantAttrs, QuantError, ZeroPoints};
 use crate::resnet18::{ConvLayer, DenseLayer, Layer, LayerQuant};
@@ -63,17 +63,30 @@ impl Conv2dInt8Knobs {
     /// or without VNNI:
     /// * with VNNI, a u8 source (`vpdpbusd` is exact on any weights);
     /// * without, a u8 source when every pair of weights keeps `255·(w0 + w1)` in i16 (7-bit
-    ///   weights in [-64, 64]): the `vpmaddubsw` triple is then exact;
-    /// * else an i8 source (shifted by -128) when no weight is -128: sign transfer;
-    /// * else a u8 source (exact widening to i16).
-    ///
-    /// The range is declared on the packed weights, so every call checks it.
+    ///   weights in [-64, 64]): the `vpmaddubsw` triple is then exact, and the range is
+    ///   declared on the packed weights, so every call checks it;
+    /// * else pre-widened i16 operands (`vpmaddwd`, exact on any weights). Sign transfer (an i8
+    ///   source) is exact too when no weight is -128, but its chain has one instruction more
+    ///   and the twelve layers ran no faster with it (BENCHMARKS.md, "Exact int8 at the AVX2
+    ///   level").
     pub fn with_weights(self, vnni: bool, (lo, hi): (i8, i8)) -> Conv2dInt8Knobs {
         let weights = (lo.min(0), hi.max(0));
         let (w_lo, w_hi) = (i64::from(weights.0), i64::from(weights.1));
-        let source =
-            if !vnni && !pair_sums_fit_i16((0, 255), (w_lo, w_hi)) && w_lo > -128 { DType::I8 } else { DType::U8 };
+        let source = if vnni || pair_sums_fit_i16((0, 255), (w_lo, w_hi)) { DType::U8 } else { DType::I16 };
         Conv2dInt8Knobs { operands: GemmOperands { source, weights }, ..self }
+    }
+
+    /// `with_weights` with the weights packed as bytes, a layout that is the same at every
+    /// level (what a library dispatching between levels at run time needs: one preparation for
+    /// all): sign transfer instead of pre-widened operands where no weight is -128, else exact
+    /// widening.
+    pub fn with_byte_weights(self, vnni: bool, range: (i8, i8)) -> Conv2dInt8Knobs {
+        let knobs = self.with_weights(vnni, range);
+        if knobs.operands.source != DType::I16 {
+            return knobs;
+        }
+        let source = if knobs.operands.weights.0 > i8::MIN { DType::I8 } else { DType::U8 };
+        Conv2dInt8Knobs { operands: GemmOperands { source, ..knobs.operands }, ..knobs }
     }
 }
 
@@ -154,7 +167,7 @@ pub struct Conv2dInt8Prepare {
 
 /// The weight preparation for `conv2d_int8` with the same `knobs.nr`, `knobs.operands.source`,
 /// source dtype and source zero point: `weights: i8[OC, IC, KH, KW]` packed by
-/// `ops::pack_conv2d_weights_vnni` and the compensation of `ops::compensation_for_gemm`, both as
+/// `ops::pack_conv2d_weights` and the compensation of `ops::compensation_for_gemm`, both as
 /// outputs of one (generically scheduled) function.
 pub fn prepare_conv2d_int8(
     weights: &Tensor,
@@ -163,7 +176,7 @@ pub fn prepare_conv2d_int8(
     knobs: Conv2dInt8Knobs,
     name: &str,
 ) -> Result<Conv2dInt8Prepare, Conv2dInt8Error> {
-    let packed_weights = pack_conv2d_weights_vnni(weights, knobs.nr, &format!("{name}.packed"))?;
+    let packed_weights = pack_conv2d_weights(weights, knobs.nr, knobs.operands, &format!("{name}.packed"))?;
     let gemm_dtype = knobs.operands.source;
     let compensation =
         compensation_for_gemm(weights, src_dtype, gemm_dtype, src_zero_point, &format!("{name}.compensation"))?;
@@ -253,7 +266,7 @@ pub fn conv2d_int8(
     // One call per tile runs every kernel row (a segment of the reduction, one padded row
     // apart), so the accumulators stay in registers across the rows.
     let kh = weights.shape()[2];
-    let intrin = int8_gemm_segmented_microkernel(knobs.mr, knobs.nr, kh, row, knobs.operands.source, false)
+    let intrin = gemm_segmented_microkernel(knobs.mr, knobs.nr, kh, row, knobs.operands.source)
         .expect("tile sizes passed split and R is a multiple of 4");
     s.tensorize(acc, if kh > 1 { &ky } else { &ko }, &intrin)?;
 
@@ -379,12 +392,16 @@ mod tests {
         // 7-bit weights prove the vpmaddubsw triple exact on a u8 source.
         assert_eq!(pick(false, (-64, 63)), (DType::U8, (-64, 63)));
         assert_eq!(pick(false, (-64, 64)), (DType::U8, (-64, 64)));
-        // Wider ones without -128: the source shifted to i8 for sign transfer.
-        assert_eq!(pick(false, (-127, 127)), (DType::I8, (-127, 127)));
-        assert_eq!(pick(false, (-65, 3)), (DType::I8, (-65, 3)));
-        // A -128 weight: a u8 source (exact widening); VNNI is exact on a u8 source anyway.
-        assert_eq!(pick(false, (-128, 5)), (DType::U8, (-128, 5)));
+        // Wider ones, -128 or not: pre-widened i16 operands.
+        assert_eq!(pick(false, (-127, 127)), (DType::I16, (-127, 127)));
+        assert_eq!(pick(false, (-65, 3)), (DType::I16, (-65, 3)));
+        assert_eq!(pick(false, (-128, 5)), (DType::I16, (-128, 5)));
+        // VNNI is exact on a u8 source.
+        assert_eq!(pick(true, (-128, 5)), (DType::U8, (-128, 5)));
         assert_eq!(pick(true, (-127, 127)), (DType::U8, (-127, 127)));
+        // Bytes at every level: sign transfer without -128, else widening.
+        let bytes = |range| knobs.with_byte_weights(false, range).operands.source;
+        assert_eq!((bytes((-127, 127)), bytes((-128, 5)), bytes((-64, 63))), (DType::I8, DType::U8, DType::U8));
         // The declared range always holds the packing's zero padding.
         assert_eq!(pick(false, (3, 9)), (DType::U8, (0, 9)));
         assert_eq!(weight_range([5, -3, 7]), (-3, 7));

@@ -58,15 +58,19 @@ fn check(build: &dyn Fn(&str) -> Conv2dInt8) {
 #[test]
 fn conv2d_int8_schedules_replay() {
     // The stem (3 channels, 7×7, stride 2), a 3×3, a 1×1 stride 2 and the last 3×3 layer, in
-    // both layouts, with and without the thread pool, u8 and i8 (sign transfer) sources.
+    // both layouts, with and without the thread pool, u8, i8 (sign transfer) and i16
+    // (pre-widened) sources.
     for (i, layer) in [0, 1, 3, 10].map(|i| &CONV_LAYERS[i]).into_iter().enumerate() {
         let layout = if i % 2 == 0 { Layout::Nhwc } else { Layout::Nchw };
         let mut knobs = default_knobs(layer);
         knobs.parallel = i != 1;
         check(&|p| conv(layer, layout, knobs, p));
-        let signed = knobs.with_weights(false, (-127, 127));
+        let signed = knobs.with_byte_weights(false, (-127, 127));
         assert_eq!(signed.operands.source, DType::I8);
         check(&|p| conv(layer, layout, signed, p));
+        let widened = knobs.with_weights(false, (-127, 127));
+        assert_eq!(widened.operands.source, DType::I16);
+        check(&|p| conv(layer, layout, widened, p));
     }
 }
 

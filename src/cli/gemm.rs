@@ -1,16 +1,21 @@
 //! `tensorlift gemm`: the tensorized u8 × i8 → i32 GEMM (`schedules::x86::gemm_int8`, B
 //! pre-packed by `nn::pack_b_vnni`'s layout), checked against a reference (`reference`) and
-//! timed against the peak probe of its kernel's method.
+//! timed against the peak probe of its kernel's method. At a level without VNNI where the
+//! `vpmaddubsw` triple is not exact on A's range, the operands are pre-widened instead: B
+//! packed as i16 pairs (`nn::pack_b_i16`) before timing, A widened to i16 by a stage of the
+//! call, and the kernel is `vpmaddwd` + `vpaddd`.
 
 use std::error::Error;
 
 use ir::DType;
+use ir::intrin::pair_sums_fit_i16;
 use ir::schedule::MAX_LANES;
-use ir::te::{placeholder, placeholder_in_range};
-use schedules::nn::{matmul_packed, pack_b_vnni};
+use ir::te::{compute, placeholder, placeholder_in_range};
+use schedules::nn::{matmul_packed, pack_b_i16, pack_b_vnni};
 use schedules::x86::{GemmInt8Knobs, gemm_int8};
 use tensorlift::bench::{pattern_values, time_against_peak};
 use tensorlift::kernels::peak::Probe;
+use tensorlift::runtime::IsaLevel;
 use tensorlift::{CompileOptions, Tensor, build};
 
 use super::common::{Format, IsaChoice, positive, thread_count};
@@ -52,15 +57,16 @@ pub struct Args {
     format: Format,
 }
 
-/// `Bp[jo, ko, ji, ki] = B[ko*4 + ki, jo*nr + ji]` (`nn::pack_b_vnni`) of the row-major
-/// `B: [k, n]`, done before timing.
-fn pack_b(b: &[i8], k: usize, n: usize, nr: usize) -> Vec<i8> {
-    let mut out = vec![0; k * n];
+/// `Bp[jo, ko, ji, ki] = B[ko*P + ki, jo*nr + ji]` of the row-major `B: [k, n]` in groups of
+/// `pack` (`nn::pack_b_vnni`: 4, `nn::pack_b_i16`: 2, each value through `elem`), done before
+/// timing.
+fn pack_b<T: Copy + Default>(b: &[i8], (k, n, nr): (usize, usize, usize), pack: usize, elem: fn(i8) -> T) -> Vec<T> {
+    let mut out = vec![T::default(); k * n];
     for jo in 0..n / nr {
-        for ko in 0..k / 4 {
+        for ko in 0..k / pack {
             for ji in 0..nr {
-                for ki in 0..4 {
-                    out[((jo * (k / 4) + ko) * nr + ji) * 4 + ki] = b[(ko * 4 + ki) * n + jo * nr + ji];
+                for ki in 0..pack {
+                    out[((jo * (k / pack) + ko) * nr + ji) * pack + ki] = elem(b[(ko * pack + ki) * n + jo * nr + ji]);
                 }
             }
         }
@@ -72,7 +78,10 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let Args { m, n, k, isa, threads, repeat, mr, nr, a_max, asm, format } = args;
     let target = isa.target();
     // Before anything else (and any output): a level this CPU lacks.
-    target.level()?;
+    let level = target.level()?;
+    let widened = level >= IsaLevel::Avx2
+        && !level.has_vnni()
+        && !a_max.is_some_and(|hi| pair_sums_fit_i16((0, hi), (i8::MIN.into(), i8::MAX.into())));
     let mr = match mr {
         Some(mr) if mr > m => return Err(format!("--mr {mr} must be at most --m {m} (the rows of one tile)").into()),
         Some(mr) => mr,
@@ -102,14 +111,22 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         None => placeholder([m, k], DType::U8, "A")?,
     };
     let b = placeholder([k, n], DType::I8, "B")?;
-    // B arrives packed (a parameter shaped like `pack_b_vnni`'s result): the layout transform
-    // is not part of the timed GEMM.
-    let packed = pack_b_vnni(&b, nr, "Bp")?;
-    let bp_shape: [i64; 4] = packed.shape().try_into().map_err(|_| "pack_b_vnni returns a rank-4 tensor")?;
-    let bp = placeholder(bp_shape, DType::I8, "Bp")?;
-    let c = matmul_packed(&a, &bp, DType::I32, "C")?;
+    // B arrives packed (a parameter shaped like the packing's result): the layout transform
+    // is not part of the timed GEMM. Widening A is.
+    let packed = if widened { pack_b_i16(&b, nr, "Bp")? } else { pack_b_vnni(&b, nr, "Bp")? };
+    let bp_shape: [i64; 4] = packed.shape().try_into().map_err(|_| "the packing returns a rank-4 tensor")?;
+    let bp = placeholder(bp_shape, packed.dtype(), "Bp")?;
+    let a16 = widened.then(|| compute([m, k], |i| a.at([&i[0], &i[1]]).cast(DType::I16), "A16")).transpose()?;
+    let c = matmul_packed(a16.as_ref().unwrap_or(&a), &bp, DType::I32, "C")?;
     let knobs = GemmInt8Knobs { mr, nr, parallel: threads != Some(1) };
-    let s = gemm_int8(&c, knobs)?;
+    let mut s = gemm_int8(&c, knobs)?;
+    if let Some(a16) = &a16 {
+        let (_, lanes) = s.split(a16, &a16.axis(1), 16)?;
+        s.vectorize(a16, &lanes)?;
+        if knobs.parallel {
+            s.parallel(a16, &a16.axis(0))?;
+        }
+    }
     let options = CompileOptions { target, threads, ..CompileOptions::default() };
     let kernel = build(&s, &[&a, &bp, &c], "gemm", &options)?;
     let compiled = &kernel.compiled;
@@ -124,7 +141,12 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         .collect();
     let b_values: Vec<i8> = pattern_values(ku * nu, 5).map(|v| v as i8).collect();
     let mut ta = Tensor::from_slice(&[m, k], &a_values)?;
-    let mut tbp = Tensor::from_slice(&bp_shape, &pack_b(&b_values, ku, nu, nr as usize))?;
+    let sizes = (ku, nu, nr as usize);
+    let mut tbp = if widened {
+        Tensor::from_slice(&bp_shape, &pack_b(&b_values, sizes, 2, i16::from))?
+    } else {
+        Tensor::from_slice(&bp_shape, &pack_b(&b_values, sizes, 4, |v| v))?
+    };
     let mut tb = Tensor::from_slice(&[k, n], &b_values)?;
     drop((a_values, b_values));
     let mut tc = Tensor::zeros(DType::I32, &[m, n]);
@@ -149,7 +171,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     match format {
         Format::Table => {
             println!(
-                "gemm {m}x{n}x{k} u8 x i8 -> i32, B pre-packed (nr {nr}), tiles {mr}x{nr}, isa {level}, {workers} thread(s)"
+                "gemm {m}x{n}x{k} u8 x i8 -> i32, B pre-packed (nr {nr}{}), tiles {mr}x{nr}, isa {level}, {workers} thread(s)",
+                if widened { ", as i16 pairs; A widened to i16 in the call" } else { "" }
             );
             let against = match reference {
                 Reference::Interpreter => "eval_te of the plain matmul",

@@ -307,7 +307,7 @@ fn compile_x86_conv(
     let prep_kernel = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
     let [src, wei, bias] = &case.inputs;
     let mut wei_t = Tensor::from_array(wei);
-    let mut packed_t = Tensor::zeros(DType::I8, prep.packed_weights.shape());
+    let mut packed_t = Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape());
     let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape());
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -336,7 +336,7 @@ fn compile_x86_dense(
     let [src, wei, bias] = &case.inputs;
     let as_arg = |a: &Array, t: &TeTensor| Tensor::from_array(&Array::from_i64(a.dtype(), t.shape(), &a.to_i64_vec()));
     let mut wei_t = as_arg(wei, &prep.args[0]);
-    let mut packed_t = Tensor::zeros(DType::I8, prep.packed_weights.shape());
+    let mut packed_t = Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape());
     let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape());
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;

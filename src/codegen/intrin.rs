@@ -78,14 +78,22 @@ fn value_bounds(buffer: &Buffer) -> Option<(i64, i64)> {
     })
 }
 
-/// The kernel shape of an `Int8Gemm` call, if the operands have the layout kernels assume:
-/// u8 or i8/i8/i32 buffers, unit stride along `k` in A, `[ldb, 4, 1]` in B, unit column stride in C,
-/// non-negative row (and segment) strides.
-fn int8_gemm_shape(m: i64, n: i64, k: i64, segments: i64, operands: &[Operand]) -> Option<GemmShape> {
+/// The kernel shape of a GEMM call (`Int8Gemm`: `pack` 4, `Int16Gemm`: 2), if the operands
+/// have the layout kernels assume: u8 or i8/i8/i32 buffers (`Int16Gemm`: i16/i16/i32), unit
+/// stride along `k` in A, `[ldb, pack, 1]` in B, unit column stride in C, non-negative row (and
+/// segment) strides.
+fn gemm_shape(kind: IntrinKind, operands: &[Operand]) -> Option<GemmShape> {
+    let (m, n, k, segments, pack) = match kind {
+        IntrinKind::Int8Gemm { m, n, k, segments, .. } => (m, n, k, segments, 4),
+        IntrinKind::Int16Gemm { m, n, k, segments } => (m, n, k, segments, 2),
+        IntrinKind::Generic => return None,
+    };
     let [a, b, c] = operands else { return None };
-    let a_signed = a.buffer.dtype() == DType::I8;
-    let dtypes = [(a, if a_signed { DType::I8 } else { DType::U8 }), (b, DType::I8), (c, DType::I32)];
-    if dtypes.iter().any(|(o, d)| o.buffer.dtype() != *d || o.origin.len() != 1) {
+    let a_dtype = a.buffer.dtype();
+    let b_dtype = if pack == 2 { DType::I16 } else { DType::I8 };
+    let a_ok = if pack == 2 { a_dtype == DType::I16 } else { [DType::U8, DType::I8].contains(&a_dtype) };
+    let dtypes = [(b, b_dtype), (c, DType::I32)];
+    if !a_ok || a.origin.len() != 1 || dtypes.iter().any(|(o, d)| o.buffer.dtype() != *d || o.origin.len() != 1) {
         return None;
     }
     let (lda, lds) = match *a.strides.as_slice() {
@@ -94,8 +102,8 @@ fn int8_gemm_shape(m: i64, n: i64, k: i64, segments: i64, operands: &[Operand]) 
         _ => return None,
     };
     match (b.strides.as_slice(), c.strides.as_slice()) {
-        (&[ldb, 4, 1], &[ldc, 1]) if lda >= 0 && lds >= 0 && ldb >= 0 && ldc >= 0 => {
-            Some(GemmShape { m, n, k, segments, lda, lds, ldb, ldc, a_signed })
+        (&[ldb, p, 1], &[ldc, 1]) if p == pack && lda >= 0 && lds >= 0 && ldb >= 0 && ldc >= 0 => {
+            Some(GemmShape { m, n, k, segments, lda, lds, ldb, ldc, a_dtype })
         }
         _ => None,
     }
@@ -125,19 +133,23 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         operands: &[Operand],
         fallback: &Stmt,
     ) -> Result<(), CompileError> {
-        let IntrinKind::Int8Gemm { m, n, k, segments, saturating } = intrin.kind else {
+        let Some(shape) = gemm_shape(intrin.kind, operands) else {
             return self.stmt(fallback);
         };
-        let Some(shape) = int8_gemm_shape(m, n, k, segments, operands) else {
-            return self.stmt(fallback);
+        let selected = match intrin.kind {
+            IntrinKind::Int8Gemm { saturating, .. } => {
+                let (a_range, b_range) = (value_bounds(&operands[0].buffer), value_bounds(&operands[1].buffer));
+                let facts = Int8GemmFacts {
+                    a_signed: shape.a_dtype == DType::I8,
+                    never_saturates: matches!((a_range, b_range), (Some(a), Some(b)) if pair_sums_fit_i16(a, b)),
+                    b_above_min: b_range.is_some_and(|(lo, _)| lo > i64::from(i8::MIN)),
+                };
+                select_int8_gemm(self.cx.level, saturating, facts)
+            }
+            // `vpmaddwd` + `vpaddd` is the declaration for every input.
+            _ => (self.cx.level >= IsaLevel::Avx2).then_some(KernelVariant::AVX2_MADD16),
         };
-        let (a_range, b_range) = (value_bounds(&operands[0].buffer), value_bounds(&operands[1].buffer));
-        let facts = Int8GemmFacts {
-            a_signed: shape.a_signed,
-            never_saturates: matches!((a_range, b_range), (Some(a), Some(b)) if pair_sums_fit_i16(a, b)),
-            b_above_min: b_range.is_some_and(|(lo, _)| lo > i64::from(i8::MIN)),
-        };
-        let Some(variant) = select_int8_gemm(self.cx.level, saturating, facts) else {
+        let Some(variant) = selected else {
             return self.stmt(fallback);
         };
         let mut pointers = Vec::with_capacity(3);

@@ -61,15 +61,16 @@ pub fn matmul(m: i64, n: i64, k: i64, levels: &[IsaLevel]) -> Result<Operator, O
 }
 
 /// The knobs of `layer` at `level` for weights in `weights`' range: the tuning record's point,
-/// else `default_knobs` (FC: one row, one thread); the kernel family by level and range
-/// (`Conv2dInt8Knobs::with_weights`).
+/// else `default_knobs` (FC: one row, one thread); the kernel family by level and range with
+/// the weights packed as bytes at every level, so that one preparation serves every level
+/// (`Conv2dInt8Knobs::with_byte_weights`).
 fn layer_knobs(layer: Layer, level: IsaLevel, weights: WeightBits, tuning: Option<&Record>) -> Conv2dInt8Knobs {
     let knobs = match (tuning.and_then(record_point), layer) {
         (Some(point), _) => point.knobs(),
         (None, Layer::Conv(c)) => default_knobs(&c),
         (None, Layer::Dense(d)) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
     };
-    knobs.with_weights(level.has_vnni(), weights.range())
+    knobs.with_byte_weights(level.has_vnni(), weights.range())
 }
 
 /// Layer `layer` of the resnet-18 table (at `position`, which seeds its quantization as

@@ -14,8 +14,9 @@
 //! panels use opmask k1 (zmm) or `vpmaskmovd` (ymm) so nothing outside the operands is read or
 //! written; a partial row block is the same code with fewer rows.
 //!
-//! With `a_signed`, A is i8 (`C += Σ i32(A)·i32(B)`, both signed): the sign-transfer kernel
-//! (`DotMethod::SignTransfer`) or the widening one.
+//! With an i8 A (`C += Σ i32(A)·i32(B)`, both signed): the sign-transfer kernel
+//! (`DotMethod::SignTransfer`) or the widening one. `DotMethod::Madd16` reads both operands
+//! as i16 (`A[i, s, 2·ko + ki]`, `B: [s·k/2 + ko, j, ki]`, two k values per group).
 //!
 //! Registers: only caller-saved ones (rax, rcx, rdx, rsi, rdi, r8–r11, vector registers, k1),
 //! so no prologue is needed; every kernel ends with `vzeroupper` (Cranelift's own code uses
@@ -24,6 +25,8 @@
 use iced_x86::Register;
 use iced_x86::code_asm::registers::{ymm::get_ymm, zmm::get_zmm};
 use iced_x86::code_asm::*;
+
+use ir::DType;
 
 use super::{DotMethod, KernelError, KernelVariant, VectorWidth};
 
@@ -40,23 +43,34 @@ pub struct GemmShape {
     pub lda: i64,
     /// Elements (bytes) between segments of A.
     pub lds: i64,
-    /// Elements (bytes) between groups of four k values in B (`ko` stride); columns are 4
-    /// bytes apart.
+    /// Elements between groups of four k values in B (`ko` stride; `Madd16`: groups of two
+    /// i16); columns are one group (4 bytes) apart.
     pub ldb: i64,
     /// Elements (i32) between rows of C; columns are adjacent.
     pub ldc: i64,
-    /// A is i8 instead of u8.
-    pub a_signed: bool,
+    /// The element type of A: u8, i8 (sign transfer, widening) or i16 (`Madd16`).
+    pub a_dtype: DType,
 }
 
 impl GemmShape {
     /// Dense operands: `A: [m, k]`, `B: [k/4, n, 4]`, `C: [m, n]`.
     pub fn dense(m: i64, n: i64, k: i64) -> GemmShape {
-        GemmShape { m, n, k, segments: 1, lda: k, lds: 0, ldb: 4 * n, ldc: n, a_signed: false }
+        GemmShape { m, n, k, segments: 1, lda: k, lds: 0, ldb: 4 * n, ldc: n, a_dtype: DType::U8 }
     }
 
-    /// Elements of A, B and C the kernel accesses, from each base pointer.
-    pub fn footprint(&self) -> (usize, usize, usize) {
+    /// Dense operands for a kernel of `method` (A u8, or i8 for sign transfer, i16 for
+    /// `Madd16`, whose `B` is `[k/2, n, 2]` i16 pairs).
+    pub fn dense_for(method: DotMethod, m: i64, n: i64, k: i64) -> GemmShape {
+        let a_dtype = match method {
+            DotMethod::SignTransfer => DType::I8,
+            DotMethod::Madd16 => DType::I16,
+            DotMethod::Vnni | DotMethod::MaddUbs | DotMethod::Widen => DType::U8,
+        };
+        GemmShape { ldb: pack_of(method) * n, a_dtype, ..GemmShape::dense(m, n, k) }
+    }
+
+    /// Elements of A, B and C a kernel of `method` accesses, from each base pointer.
+    pub fn footprint(&self, method: DotMethod) -> (usize, usize, usize) {
         if self.m <= 0 || self.n <= 0 || self.k <= 0 || self.segments <= 0 {
             return (0, 0, 0);
         }
@@ -64,18 +78,20 @@ impl GemmShape {
         let span = |outer: i64, stride: i64, inner: i64| (outer - 1).saturating_mul(stride).saturating_add(inner);
         let size = |elements: i64| usize::try_from(elements).unwrap_or(usize::MAX);
         let a = span(self.segments, self.lds, span(self.m, self.lda, self.k));
-        (size(a), size(span(self.segments * self.k / 4, self.ldb, 4 * self.n)), size(span(self.m, self.ldc, self.n)))
+        let pack = pack_of(method);
+        let b = span(self.segments * self.k / pack, self.ldb, pack * self.n);
+        (size(a), size(b), size(span(self.m, self.ldc, self.n)))
     }
 
-    fn validate(&self) -> Result<(), KernelError> {
+    fn validate(&self, method: DotMethod) -> Result<(), KernelError> {
         let bad = |what, expected: &str, found| Err(KernelError::BadShape { what, expected: expected.into(), found });
         for (what, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("segments", self.segments)] {
             if v < 0 {
                 return bad(what, "non-negative", v);
             }
         }
-        if self.k % 4 != 0 {
-            return bad("k", "a multiple of 4", self.k);
+        if self.k % pack_of(method) != 0 {
+            return bad("k", if method == DotMethod::Madd16 { "a multiple of 2" } else { "a multiple of 4" }, self.k);
         }
         if self.lda < 0 {
             return bad("lda", "non-negative", self.lda);
@@ -91,6 +107,12 @@ impl GemmShape {
         }
         Ok(())
     }
+}
+
+/// Consecutive k values of one column packed together in B: four bytes, or two i16 for
+/// `Madd16`. Either way a group is 4 bytes.
+fn pack_of(method: DotMethod) -> i64 {
+    if method == DotMethod::Madd16 { 2 } else { 4 }
 }
 
 /// Register blocking: a tile of `rows` × `vectors` accumulator registers, k loop unrolled
@@ -120,6 +142,7 @@ impl Blocking {
             (DotMethod::MaddUbs, VectorWidth::Ymm) => Blocking { rows: 5, vectors: 2, unroll: 2 },
             (DotMethod::Widen, _) => Blocking { rows: 2, vectors: 2, unroll: 4 },
             (DotMethod::SignTransfer, _) => Blocking { rows: 2, vectors: 4, unroll: 4 },
+            (DotMethod::Madd16, _) => Blocking { rows: 4, vectors: 2, unroll: 4 },
         }
     }
 
@@ -138,18 +161,20 @@ impl Blocking {
             DotMethod::Widen => 2 * tile + 2 * vectors + 2,
             // ... plus A's absolute value, the signed product operand and the i16 ones.
             DotMethod::SignTransfer => tile + vectors + 4,
+            // Accumulators, B vectors, the widened A pair, the product temporary.
+            DotMethod::Madd16 => tile + vectors + 2,
         }
     }
 }
 
 /// Assembles the kernel for `shape` (see the module doc); position independent, no relocations.
 pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocking) -> Result<Vec<u8>, KernelError> {
-    shape.validate()?;
+    shape.validate(variant.method)?;
     if !variant.runs_at_any_level() {
         return Err(KernelError::NoSuchVariant { variant });
     }
-    if !variant.method.accepts_a(shape.a_signed) {
-        return Err(KernelError::ADType { variant, a_signed: shape.a_signed });
+    if !variant.method.accepts_a(shape.a_dtype) {
+        return Err(KernelError::ADType { variant, found: shape.a_dtype });
     }
     for (what, v) in [("rows", blocking.rows), ("vectors", blocking.vectors), ("unroll", blocking.unroll)] {
         if v == 0 {
@@ -283,7 +308,7 @@ impl Gen {
             self.a.set_label(&mut top)?;
             self.block(block_rows, vectors, last_lanes)?;
             if full_blocks > 1 || tail_rows > 0 {
-                self.a.add(A_BLOCK, imm32("a row block of A", rows * s.lda)?)?;
+                self.a.add(A_BLOCK, imm32("a row block of A", rows * s.lda * s.a_dtype.bytes() as i64)?)?;
                 self.a.add(C_BLOCK, imm32("a row block of C", rows * s.ldc * 4)?)?;
             }
             if full_blocks > 1 {
@@ -346,11 +371,11 @@ impl Gen {
             }
         }
         self.a.mov(B_STEP, B_PANEL)?;
-        let steps = s.k / 4;
+        let steps = s.k / self.k_step();
         let unroll = self.blocking.unroll as i64;
         let loops = steps / unroll;
         for segment in 0..s.segments {
-            let a_offset = segment * s.lds;
+            let a_offset = segment * s.lds * s.a_dtype.bytes() as i64;
             self.a.xor(K_COUNT, K_COUNT)?;
             if loops > 0 {
                 let mut top = self.a.create_label();
@@ -358,7 +383,7 @@ impl Gen {
                 for u in 0..unroll {
                     self.step(&t, a_offset, u)?;
                 }
-                self.a.add(B_STEP, imm32("an unrolled k step of B", unroll * s.ldb)?)?;
+                self.a.add(B_STEP, imm32("an unrolled k step of B", unroll * self.ldb_bytes())?)?;
                 if loops > 1 || steps % unroll > 0 {
                     self.a.add(K_COUNT, imm32("k steps", unroll)?)?;
                 }
@@ -371,7 +396,7 @@ impl Gen {
                 self.step(&t, a_offset, u)?;
             }
             if segment + 1 < s.segments && steps % unroll > 0 {
-                self.a.add(B_STEP, imm32("the k steps of B after the loop", steps % unroll * s.ldb)?)?;
+                self.a.add(B_STEP, imm32("the k steps of B after the loop", steps % unroll * self.ldb_bytes())?)?;
             }
         }
         for i in 0..rows {
@@ -385,13 +410,24 @@ impl Gen {
         Ok(())
     }
 
-    /// One k step (4 values of k), `u` steps past `K_COUNT`/`B_STEP`, in the segment of A
+    /// k values per step: one packed group of B.
+    fn k_step(&self) -> i64 {
+        pack_of(self.variant.method)
+    }
+
+    /// Bytes between k groups of B.
+    fn ldb_bytes(&self) -> i64 {
+        self.shape.ldb * 4 / self.k_step()
+    }
+
+    /// One k step (`k_step` values of k), `u` steps past `K_COUNT`/`B_STEP`, in the segment of A
     /// `a_offset` bytes past the row block.
     fn step(&mut self, t: &Tile, a_offset: i64, u: i64) -> Result<(), KernelError> {
         let s = self.shape;
+        let ab = s.a_dtype.bytes() as i64;
         let vbytes = self.width().bytes() as i64;
         for j in 0..t.vectors {
-            let off = imm32("B", u * s.ldb + j as i64 * vbytes)?;
+            let off = imm32("B", u * self.ldb_bytes() + j as i64 * vbytes)?;
             match self.variant.method {
                 DotMethod::Widen => self.load_b_widened(t, j, B_STEP + off)?,
                 _ if t.masked(j, self.width()) => self.load_masked(t, t.b[j], B_STEP + off)?,
@@ -399,7 +435,8 @@ impl Gen {
             }
         }
         for i in 0..t.rows {
-            let a_mem = A_BLOCK + K_COUNT * 4 + imm32("A", a_offset + i as i64 * s.lda + 4 * u)?;
+            // A k step is 4 bytes of A: four u8/i8 or two i16.
+            let a_mem = A_BLOCK + K_COUNT * 4 + imm32("A", a_offset + i as i64 * s.lda * ab + 4 * u)?;
             match self.variant.method {
                 DotMethod::Vnni => {
                     self.broadcast_d(t.a, a_mem)?;
@@ -428,10 +465,18 @@ impl Gen {
                         self.a.vpaddd(ymm(t.acc[i][j]), ymm(t.acc[i][j]), ymm(t.tmp))?;
                     }
                 }
+                DotMethod::Madd16 => {
+                    // The i16 pair [a0 a1] in every dword.
+                    self.a.vpbroadcastd(ymm(t.a), dword_ptr(a_mem))?;
+                    for j in 0..t.vectors {
+                        self.a.vpmaddwd(ymm(t.tmp), ymm(t.a), ymm(t.b[j]))?;
+                        self.a.vpaddd(ymm(t.acc[i][j]), ymm(t.acc[i][j]), ymm(t.tmp))?;
+                    }
+                }
                 DotMethod::Widen => {
                     // [a0 a1 a2 a3] as words, repeated for the 4 columns of a widened half.
                     self.a.vpbroadcastd(xmm(t.a), dword_ptr(a_mem))?;
-                    if s.a_signed {
+                    if s.a_dtype == DType::I8 {
                         self.a.vpmovsxbw(ymm(t.a), xmm(t.a))?;
                     } else {
                         self.a.vpmovzxbw(ymm(t.a), xmm(t.a))?;

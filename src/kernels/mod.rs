@@ -13,6 +13,7 @@ pub mod peak;
 
 use std::fmt;
 
+use ir::DType;
 use thiserror::Error;
 
 use crate::codegen::jit::{self, JitCode};
@@ -38,16 +39,27 @@ pub enum DotMethod {
     /// `b` is -128 (`|a|·|b| ≤ 128·127`, pair sums ≤ 32512); `vpsignb` negates -128 to itself,
     /// so a -128 weight gives a wrong product — callers prove its absence (value ranges).
     SignTransfer,
+    /// Pre-widened operands: A and B as i16 (`B: i16[k/2, n, 2]`, the weights widened once when
+    /// they are prepared, the source when it is padded), `vpbroadcastd` of an A pair, then
+    /// `vpmaddwd` + `vpaddd` only: exact for every input in wrapping i32 arithmetic
+    /// (`vpmaddwd`'s one overflowing case, `(-32768)²·2`, wraps to the same value).
+    Madd16,
 }
 
 impl DotMethod {
-    /// Whether the method reads A as i8 (`a_signed`) or u8.
-    pub fn accepts_a(self, a_signed: bool) -> bool {
+    /// Whether the method reads A of this element type.
+    pub fn accepts_a(self, a_dtype: DType) -> bool {
         match self {
-            DotMethod::Vnni | DotMethod::MaddUbs => !a_signed,
-            DotMethod::SignTransfer => a_signed,
-            DotMethod::Widen => true,
+            DotMethod::Vnni | DotMethod::MaddUbs => a_dtype == DType::U8,
+            DotMethod::SignTransfer => a_dtype == DType::I8,
+            DotMethod::Widen => [DType::U8, DType::I8].contains(&a_dtype),
+            DotMethod::Madd16 => a_dtype == DType::I16,
         }
+    }
+
+    /// The element type of B: i16 pairs for `Madd16`, else i8.
+    pub fn b_dtype(self) -> DType {
+        if self == DotMethod::Madd16 { DType::I16 } else { DType::I8 }
     }
 }
 
@@ -102,14 +114,17 @@ impl KernelVariant {
     pub const AVX512_MADDUBS: KernelVariant = KernelVariant { method: DotMethod::MaddUbs, width: VectorWidth::Zmm };
     /// Exact i8 × i8 (no -128 in B) by sign transfer on ymm (AVX2; AVX-512 has no `vpsignb`).
     pub const AVX2_SIGN: KernelVariant = KernelVariant { method: DotMethod::SignTransfer, width: VectorWidth::Ymm };
+    /// Exact AVX2 on i16-pair B: `vpmaddwd` + `vpaddd` on ymm.
+    pub const AVX2_MADD16: KernelVariant = KernelVariant { method: DotMethod::Madd16, width: VectorWidth::Ymm };
 
-    pub const ALL: [KernelVariant; 6] = [
+    pub const ALL: [KernelVariant; 7] = [
         KernelVariant::AVX512_VNNI,
         KernelVariant::AVX_VNNI,
         KernelVariant::AVX2_WIDEN,
         KernelVariant::AVX2_MADDUBS,
         KernelVariant::AVX512_MADDUBS,
         KernelVariant::AVX2_SIGN,
+        KernelVariant::AVX2_MADD16,
     ];
 
     pub fn name(self) -> &'static str {
@@ -122,6 +137,8 @@ impl KernelVariant {
             (DotMethod::MaddUbs, VectorWidth::Zmm) => "avx512-maddubs",
             (DotMethod::SignTransfer, VectorWidth::Ymm) => "avx2-sign",
             (DotMethod::SignTransfer, VectorWidth::Zmm) => "avx512-sign",
+            (DotMethod::Madd16, VectorWidth::Ymm) => "avx2-madd16",
+            (DotMethod::Madd16, VectorWidth::Zmm) => "avx512-madd16",
         }
     }
 
@@ -148,10 +165,10 @@ impl KernelVariant {
                 level == IsaLevel::Avx512Vnni
             }
             (DotMethod::Vnni, VectorWidth::Ymm) => level == IsaLevel::AvxVnni,
-            (DotMethod::Widen | DotMethod::MaddUbs | DotMethod::SignTransfer, VectorWidth::Ymm) => {
+            (DotMethod::Widen | DotMethod::MaddUbs | DotMethod::SignTransfer | DotMethod::Madd16, VectorWidth::Ymm) => {
                 level >= IsaLevel::Avx2
             }
-            (DotMethod::Widen | DotMethod::SignTransfer, VectorWidth::Zmm) => false,
+            (DotMethod::Widen | DotMethod::SignTransfer | DotMethod::Madd16, VectorWidth::Zmm) => false,
         }
     }
 }
@@ -173,8 +190,8 @@ pub enum KernelError {
     TooManyRegisters { variant: KernelVariant, rows: usize, vectors: usize, needed: usize, available: usize },
     #[error("{variant} kernel: no such kernel family")]
     NoSuchVariant { variant: KernelVariant },
-    #[error("{variant} kernel: A must be {}, found {}", if *a_signed { "u8" } else { "i8" }, if *a_signed { "i8" } else { "u8" })]
-    ADType { variant: KernelVariant, a_signed: bool },
+    #[error("{variant} kernel: A of {found} is not one it reads")]
+    ADType { variant: KernelVariant, found: DType },
     #[error("int8 GEMM kernel: byte offset {offset} of {what} does not fit a 32-bit displacement")]
     OffsetTooLarge { what: &'static str, offset: i64 },
     #[error("assembler: {message}")]
@@ -206,21 +223,44 @@ impl GemmKernel {
         Ok(GemmKernel { code, variant, shape, blocking })
     }
 
-    /// `c += a · b` by the kernel; every slice must cover what the shape reaches.
+    /// `c += a · b` by a kernel with byte operands (every method but `Madd16`; A's bytes are
+    /// read as the shape's u8 or i8); every slice must cover what the shape reaches.
     pub fn run(&self, a: &[u8], b: &[i8], c: &mut [i32]) -> Result<(), RuntimeError> {
-        let (need_a, need_b, need_c) = self.shape.footprint();
+        let a_dtype = if self.shape.a_dtype == DType::I8 { DType::I8 } else { DType::U8 };
+        self.run_raw((a.as_ptr(), a.len(), a_dtype), (b.as_ptr().cast(), b.len(), DType::I8), c)
+    }
+
+    /// `c += a · b` by a `Madd16` kernel (i16 operands).
+    pub fn run_i16(&self, a: &[i16], b: &[i16], c: &mut [i32]) -> Result<(), RuntimeError> {
+        self.run_raw((a.as_ptr().cast(), a.len(), DType::I16), (b.as_ptr().cast(), b.len(), DType::I16), c)
+    }
+
+    fn run_raw(
+        &self,
+        (a, a_len, a_dtype): (*const u8, usize, DType),
+        (b, b_len, b_dtype): (*const u8, usize, DType),
+        c: &mut [i32],
+    ) -> Result<(), RuntimeError> {
         for (index, name, expected, found) in
-            [(0, "A", need_a, a.len()), (1, "B", need_b, b.len()), (2, "C", need_c, c.len())]
+            [(0, "A", self.shape.a_dtype, a_dtype), (1, "B", self.variant.method.b_dtype(), b_dtype)]
+        {
+            if found != expected {
+                return Err(RuntimeError::ArgumentDType { index, name: name.into(), expected, found });
+            }
+        }
+        let (need_a, need_b, need_c) = self.shape.footprint(self.variant.method);
+        for (index, name, expected, found) in
+            [(0, "A", need_a, a_len), (1, "B", need_b, b_len), (2, "C", need_c, c.len())]
         {
             if found < expected {
                 return Err(RuntimeError::BufferTooSmall { index, name: name.into(), expected, found });
             }
         }
-        // SAFETY: the kernel has the SysV signature `fn(*const u8, *const i8, *mut i32)`,
-        // accesses only the footprint checked above, uses only caller-saved registers, and
-        // `self` keeps its code alive.
-        let f: extern "C" fn(*const u8, *const i8, *mut i32) = unsafe { std::mem::transmute(self.code.entry()) };
-        f(a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+        // SAFETY: the kernel has the SysV signature `fn(*const A, *const B, *mut i32)` with A
+        // and B of the element types checked above, accesses only the footprint checked above,
+        // uses only caller-saved registers, and `self` keeps its code alive.
+        let f: extern "C" fn(*const u8, *const u8, *mut i32) = unsafe { std::mem::transmute(self.code.entry()) };
+        f(a, b, c.as_mut_ptr());
         Ok(())
     }
 }

@@ -44,7 +44,7 @@ impl ProbeKind {
             DotMethod::Vnni => ProbeKind::Vnni(variant.width),
             DotMethod::MaddUbs => ProbeKind::Triple(variant.width),
             DotMethod::SignTransfer => ProbeKind::SignTransfer,
-            DotMethod::Widen => ProbeKind::Madd16,
+            DotMethod::Widen | DotMethod::Madd16 => ProbeKind::Madd16,
         }
     }
 

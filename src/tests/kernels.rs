@@ -11,14 +11,20 @@ use crate::kernels::{
     Blocking, DotMethod, GemmKernel, GemmShape, KernelError, KernelVariant, VectorWidth, assemble_gemm,
 };
 use crate::runtime::IsaLevel;
+use ir::DType;
 
 /// Variants this CPU can run.
 fn runnable() -> Vec<KernelVariant> {
     KernelVariant::ALL.into_iter().filter(|v| v.min_level().is_some_and(IsaLevel::is_supported)).collect()
 }
 
+/// Runnable variants with byte operands (all but `Madd16`, tested on i16 operands below).
+fn runnable_bytes() -> Vec<KernelVariant> {
+    runnable().into_iter().filter(|v| v.method != DotMethod::Madd16).collect()
+}
+
 /// `C[i, j] += Σ A[i, seg, 4ko+ki] · B[seg·k/4 + ko, j, ki]` by the declaration (A's bytes as
-/// i8 when `s.a_signed`): exact, or with each pair of adjacent products saturated to i16 first;
+/// i8 when `s.a_dtype` is): exact, or with each pair of adjacent products saturated to i16 first;
 /// i32 sums wrap.
 fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool) {
     if s.k == 0 {
@@ -32,7 +38,7 @@ fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool)
                 for ko in 0..groups {
                     let row = i * s.lda as usize + seg * s.lds as usize;
                     let group = (seg * groups + ko) * s.ldb as usize;
-                    let av = |x: u8| if s.a_signed { i32::from(x as i8) } else { i32::from(x) };
+                    let av = |x: u8| if s.a_dtype == DType::I8 { i32::from(x as i8) } else { i32::from(x) };
                     let p = |ki: usize| av(a[row + 4 * ko + ki]) * i32::from(b[group + 4 * j + ki]);
                     let pair = |x: i32| if saturating { x.clamp(i16::MIN.into(), i16::MAX.into()) } else { x };
                     acc = acc.wrapping_add(pair(p(0) + p(1))).wrapping_add(pair(p(2) + p(3)));
@@ -47,7 +53,7 @@ fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool)
 /// between rows of C is untouched.
 fn check(variant: KernelVariant, shape: GemmShape, blocking: Blocking, a: &[u8], b: &[i8]) {
     let kernel = GemmKernel::new(variant, shape, blocking).unwrap_or_else(|e| panic!("{variant} {shape:?}: {e}"));
-    let (_, _, need_c) = shape.footprint();
+    let (_, _, need_c) = shape.footprint(variant.method);
     let mut rng = Lcg::new(need_c as u64);
     let c0: Vec<i32> = (0..need_c.max(1)).map(|_| rng.next_u32() as i32 >> 8).collect();
     let mut got = c0.clone();
@@ -62,7 +68,7 @@ fn check(variant: KernelVariant, shape: GemmShape, blocking: Blocking, a: &[u8],
 
 /// Random A and B; B without -128 for `variant`s that need it (sign transfer).
 fn random_operands(variant: KernelVariant, shape: &GemmShape, seed: u64) -> (Vec<u8>, Vec<i8>) {
-    let (na, nb, _) = shape.footprint();
+    let (na, nb, _) = shape.footprint(variant.method);
     let mut rng = Lcg::new(seed);
     let a = (0..na.max(1)).map(|_| rng.next_u32() as u8).collect();
     let b = (0..nb.max(1)).map(|_| allowed_b(variant, rng.next_u32() as i8)).collect();
@@ -74,9 +80,9 @@ fn allowed_b(variant: KernelVariant, b: i8) -> i8 {
     if variant.method == DotMethod::SignTransfer { b.max(-127) } else { b }
 }
 
-/// The A signedness each variant takes: both for widening.
-fn a_signedness(variant: KernelVariant) -> Vec<bool> {
-    [false, true].into_iter().filter(|&signed| variant.method.accepts_a(signed)).collect()
+/// The byte A types each variant takes: both for widening.
+fn a_dtypes(variant: KernelVariant) -> Vec<DType> {
+    [DType::U8, DType::I8].into_iter().filter(|&dtype| variant.method.accepts_a(dtype)).collect()
 }
 
 #[test]
@@ -90,18 +96,18 @@ fn every_kernel_matches_the_declaration_on_random_ragged_shapes() {
         GemmShape::dense(4, 8, 0),
         GemmShape::dense(0, 8, 8),
         // Padded rows of A and C, and B groups wider than the columns used.
-        GemmShape { m: 11, n: 37, k: 28, segments: 1, lda: 40, lds: 0, ldb: 4 * 50, ldc: 45, a_signed: false },
+        GemmShape { m: 11, n: 37, k: 28, segments: 1, lda: 40, lds: 0, ldb: 4 * 50, ldc: 45, a_dtype: DType::U8 },
         // Segments (a convolution's kernel rows): overlapping rows of A as a stride-2 3×3 layer
         // reads them, and the stem's 7 rows of 24 bytes (6 k steps: an unroll remainder).
-        GemmShape { m: 7, n: 37, k: 12, segments: 3, lda: 6, lds: 100, ldb: 4 * 40, ldc: 40, a_signed: false },
-        GemmShape { m: 4, n: 64, k: 24, segments: 7, lda: 6, lds: 704, ldb: 4 * 64, ldc: 64, a_signed: false },
+        GemmShape { m: 7, n: 37, k: 12, segments: 3, lda: 6, lds: 100, ldb: 4 * 40, ldc: 40, a_dtype: DType::U8 },
+        GemmShape { m: 4, n: 64, k: 24, segments: 7, lda: 6, lds: 704, ldb: 4 * 64, ldc: 64, a_dtype: DType::U8 },
     ];
-    for variant in runnable() {
+    for variant in runnable_bytes() {
         let default = Blocking::default_for(variant);
         let blockings = [default, Blocking { unroll: 3, ..default }, Blocking { rows: 1, vectors: 1, unroll: 1 }];
-        for a_signed in a_signedness(variant) {
+        for a_dtype in a_dtypes(variant) {
             for (s, shape) in shapes.iter().enumerate() {
-                let shape = GemmShape { a_signed, ..*shape };
+                let shape = GemmShape { a_dtype, ..*shape };
                 let (a, b) = random_operands(variant, &shape, s as u64 + 1);
                 for blocking in blockings {
                     check(variant, shape, blocking, &a, &b);
@@ -129,7 +135,7 @@ fn every_kernel_matches_the_declaration_on_the_boundary_grid_in_every_lane() {
         // Group 0 puts the pair in ki 0-1 and reversed in 2-3; group 1 mixes them across pairs.
         a[r * 8..r * 8 + 8].copy_from_slice(&[x, y, y, x, x, x, y, y]);
     }
-    for variant in runnable() {
+    for variant in runnable_bytes() {
         let mut b = vec![0i8; (k / 4 * n * 4) as usize];
         for j in 0..n as usize {
             let (x, y) = pairs_b.get(j % 37).copied().unwrap_or((0, 0));
@@ -138,8 +144,8 @@ fn every_kernel_matches_the_declaration_on_the_boundary_grid_in_every_lane() {
             let g1 = 4 * n as usize + 4 * j;
             b[g1..g1 + 4].copy_from_slice(&[y, x, x, y]);
         }
-        for a_signed in a_signedness(variant) {
-            check(variant, GemmShape { a_signed, ..shape }, Blocking::default_for(variant), &a, &b);
+        for a_dtype in a_dtypes(variant) {
+            check(variant, GemmShape { a_dtype, ..shape }, Blocking::default_for(variant), &a, &b);
         }
     }
 }
@@ -149,12 +155,12 @@ fn every_kernel_matches_the_declaration_on_the_boundary_grid_in_every_lane() {
 #[test]
 fn the_saturation_example_is_exact_on_exact_kernels_and_32767_on_saturating_ones() {
     let (a, b) = ([255u8, 255, 0, 0], [127i8, 127, 0, 0]);
-    for variant in runnable() {
+    for variant in runnable_bytes() {
         // The signed kernels read 255 as -1 (sign transfer's worst case is a = -128 below).
-        let (shape, expected) = match (variant.method.accepts_a(false), variant.is_exact()) {
+        let (shape, expected) = match (variant.method.accepts_a(DType::U8), variant.is_exact()) {
             (true, true) => (GemmShape::dense(1, 1, 4), 64770),
             (true, false) => (GemmShape::dense(1, 1, 4), 32767),
-            (false, _) => (GemmShape { a_signed: true, ..GemmShape::dense(1, 1, 4) }, -254),
+            (false, _) => (GemmShape { a_dtype: DType::I8, ..GemmShape::dense(1, 1, 4) }, -254),
         };
         let kernel = GemmKernel::new(variant, shape, Blocking::default_for(variant)).unwrap();
         let mut c = [0i32];
@@ -163,7 +169,7 @@ fn the_saturation_example_is_exact_on_exact_kernels_and_32767_on_saturating_ones
     }
     // Sign transfer's largest pair sum: (-128)·(-127) twice is 32512, inside i16.
     if KernelVariant::AVX2_SIGN.min_level().is_some_and(IsaLevel::is_supported) {
-        let shape = GemmShape { a_signed: true, ..GemmShape::dense(1, 1, 4) };
+        let shape = GemmShape { a_dtype: DType::I8, ..GemmShape::dense(1, 1, 4) };
         let kernel =
             GemmKernel::new(KernelVariant::AVX2_SIGN, shape, Blocking::default_for(KernelVariant::AVX2_SIGN)).unwrap();
         let mut c = [0i32];
@@ -175,10 +181,144 @@ fn the_saturation_example_is_exact_on_exact_kernels_and_32767_on_saturating_ones
     }
 }
 
+/// `C[i, j] += Σ A[i, seg, 2ko+ki] · B[seg·k/2 + ko, j, ki]` on i16 operands (the `Int16Gemm`
+/// declaration), in wrapping i32.
+fn reference_i16(s: &GemmShape, a: &[i16], b: &[i16], c: &mut [i32]) {
+    if s.k == 0 {
+        return;
+    }
+    let groups = (s.k / 2) as usize;
+    for i in 0..s.m as usize {
+        for j in 0..s.n as usize {
+            let mut acc = c[i * s.ldc as usize + j];
+            for seg in 0..s.segments as usize {
+                for ko in 0..groups {
+                    let row = i * s.lda as usize + seg * s.lds as usize;
+                    let group = (seg * groups + ko) * s.ldb as usize;
+                    let p = |ki: usize| i32::from(a[row + 2 * ko + ki]) * i32::from(b[group + 2 * j + ki]);
+                    acc = acc.wrapping_add(p(0).wrapping_add(p(1)));
+                }
+            }
+            c[i * s.ldc as usize + j] = acc;
+        }
+    }
+}
+
+fn check_i16(shape: GemmShape, blocking: Blocking, a: &[i16], b: &[i16]) {
+    let variant = KernelVariant::AVX2_MADD16;
+    let kernel = GemmKernel::new(variant, shape, blocking).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+    let (_, _, need_c) = shape.footprint(variant.method);
+    let mut rng = Lcg::new(need_c as u64);
+    let c0: Vec<i32> = (0..need_c.max(1)).map(|_| rng.next_u32() as i32 >> 8).collect();
+    let mut got = c0.clone();
+    kernel.run_i16(a, b, &mut got).unwrap();
+    let mut want = c0;
+    reference_i16(&shape, a, b, &mut want);
+    if let Some(pos) = got.iter().zip(&want).position(|(g, w)| g != w) {
+        panic!("{shape:?} {blocking:?}: C[{pos}] = {}, declaration says {}", got[pos], want[pos]);
+    }
+}
+
+/// The pre-widened kernel on every i16 (so on every widened u8/i8 pair, and on `vpmaddwd`'s one
+/// overflowing case), ragged shapes, padded strides, segments and several blockings.
+#[test]
+fn the_pre_widened_kernel_matches_the_int16_declaration_on_every_i16() {
+    if !runnable().contains(&KernelVariant::AVX2_MADD16) {
+        return;
+    }
+    let i16_shape = |m, n, k, segments, lda, lds, ldb, ldc| GemmShape {
+        m,
+        n,
+        k,
+        segments,
+        lda,
+        lds,
+        ldb,
+        ldc,
+        a_dtype: DType::I16,
+    };
+    let dense = |m, n, k| GemmShape::dense_for(DotMethod::Madd16, m, n, k);
+    let shapes = [
+        dense(1, 1, 2),
+        dense(7, 13, 6),
+        dense(6, 64, 64),
+        dense(13, 70, 36),
+        dense(19, 129, 100),
+        dense(4, 8, 0),
+        dense(0, 8, 8),
+        i16_shape(11, 37, 28, 1, 40, 0, 2 * 50, 45),
+        i16_shape(7, 37, 12, 3, 6, 100, 2 * 40, 40),
+        i16_shape(4, 64, 24, 7, 6, 704, 2 * 64, 64),
+    ];
+    let default = Blocking::default_for(KernelVariant::AVX2_MADD16);
+    let blockings = [
+        default,
+        Blocking { unroll: 3, ..default },
+        Blocking { rows: 6, vectors: 2, unroll: 2 },
+        Blocking { rows: 1, vectors: 1, unroll: 1 },
+    ];
+    for (s, shape) in shapes.into_iter().enumerate() {
+        let (na, nb, _) = shape.footprint(DotMethod::Madd16);
+        let mut rng = Lcg::new(s as u64 + 11);
+        // Every fifth value is -32768: pairs of it meet in some lanes.
+        let mut value = |i: usize| if i.is_multiple_of(5) { i16::MIN } else { rng.next_u32() as i16 };
+        let a: Vec<i16> = (0..na.max(1)).map(&mut value).collect();
+        let b: Vec<i16> = (0..nb.max(1)).map(&mut value).collect();
+        for blocking in blockings {
+            check_i16(shape, blocking, &a, &b);
+        }
+    }
+    // vpmaddwd's overflow: (-32768)²·2 = 2³¹ wraps to i32::MIN, as the declaration's i32 sum does.
+    let kernel = GemmKernel::new(KernelVariant::AVX2_MADD16, dense(1, 1, 2), default).unwrap();
+    let mut c = [0i32];
+    kernel.run_i16(&[i16::MIN, i16::MIN], &[i16::MIN, i16::MIN], &mut c).unwrap();
+    assert_eq!(c[0], i32::MIN);
+    // Byte operands are refused, naming the operand and its type.
+    let err = kernel.run(&[0, 0, 0, 0], &[0; 4], &mut c).unwrap_err();
+    assert_eq!(err.to_string(), "argument 0 (A): expected dtype i16, found u8");
+}
+
+/// The boundary grid of int8 operands, widened as the weight preparation and the padding stage
+/// widen them, in every lane and both positions of a pair.
+#[test]
+fn the_pre_widened_kernel_is_exact_on_the_widened_boundary_grid_in_every_lane() {
+    if !runnable().contains(&KernelVariant::AVX2_MADD16) {
+        return;
+    }
+    let pairs_a: Vec<(i16, i16)> =
+        GRID_A.iter().flat_map(|&x| GRID_A.iter().map(move |&y| (i16::from(x), i16::from(y)))).collect();
+    let pairs_b: Vec<(i16, i16)> =
+        GRID_B.iter().flat_map(|&x| GRID_B.iter().map(move |&y| (i16::from(x), i16::from(y)))).collect();
+    let (m, n, k) = (pairs_a.len() as i64, 37 * 16, 4);
+    let shape = GemmShape::dense_for(DotMethod::Madd16, m, n, k);
+    let mut a = vec![0i16; (m * k) as usize];
+    for (r, &(x, y)) in pairs_a.iter().enumerate() {
+        a[r * 4..r * 4 + 4].copy_from_slice(&[x, y, y, x]);
+    }
+    let mut b = vec![0i16; (k * n) as usize];
+    for j in 0..n as usize {
+        let (x, y) = pairs_b.get(j % 37).copied().unwrap_or((0, 0));
+        b[2 * j..2 * j + 2].copy_from_slice(&[x, y]);
+        let g1 = 2 * n as usize + 2 * j;
+        b[g1..g1 + 2].copy_from_slice(&[y, x]);
+    }
+    check_i16(shape, Blocking::default_for(KernelVariant::AVX2_MADD16), &a, &b);
+    // oneDNN's example, exact: {255, 255}·{127, 127} = 64770.
+    let kernel = GemmKernel::new(
+        KernelVariant::AVX2_MADD16,
+        GemmShape::dense_for(DotMethod::Madd16, 1, 1, 2),
+        Blocking::default_for(KernelVariant::AVX2_MADD16),
+    )
+    .unwrap();
+    let mut c = [0i32];
+    kernel.run_i16(&[255, 255], &[127, 127], &mut c).unwrap();
+    assert_eq!(c[0], 64770);
+}
+
 #[test]
 fn kernel_calls_check_the_footprint_and_generation_checks_registers() {
     let shape = GemmShape::dense(3, 20, 8);
-    let Some(&variant) = runnable().first() else { return };
+    let Some(&variant) = runnable_bytes().first() else { return };
     let kernel = GemmKernel::new(variant, shape, Blocking::default_for(variant)).unwrap();
     let mut c = vec![0i32; 59];
     let err = kernel.run(&[0; 24], &[0; 160], &mut c).unwrap_err();
@@ -213,7 +353,7 @@ fn has_register(ins: &iced_x86::Instruction, class: fn(Register) -> bool) -> boo
 fn kernels_encode_the_instructions_their_level_promises() {
     let shape = GemmShape::dense(13, 70, 36);
     for variant in KernelVariant::ALL {
-        let shape = GemmShape { a_signed: !variant.method.accepts_a(false), ..shape };
+        let shape = GemmShape::dense_for(variant.method, shape.m, shape.n, shape.k);
         let code = decode(&assemble_gemm(variant, &shape, Blocking::default_for(variant)).unwrap(), 0);
         let mnemonic = |m: Mnemonic| code.iter().filter(move |i| i.mnemonic() == m);
         match (variant.method, variant.width) {
@@ -231,6 +371,14 @@ fn kernels_encode_the_instructions_their_level_promises() {
             }
             (DotMethod::Widen, _) => {
                 assert!(mnemonic(Mnemonic::Vpmaddwd).count() > 0 && mnemonic(Mnemonic::Vpmaddubsw).count() == 0);
+            }
+            (DotMethod::Madd16, _) => {
+                // vpmaddwd + vpaddd only: nothing widens or shuffles inside the kernel.
+                let madds = mnemonic(Mnemonic::Vpmaddwd).count();
+                assert!(madds > 0 && madds == mnemonic(Mnemonic::Vpaddd).count(), "{variant}");
+                for other in [Mnemonic::Vpmaddubsw, Mnemonic::Vpmovzxbw, Mnemonic::Vpmovsxbw, Mnemonic::Vphaddd] {
+                    assert_eq!(mnemonic(other).count(), 0, "{variant}: {other:?}");
+                }
             }
             (DotMethod::MaddUbs, _) => assert!(mnemonic(Mnemonic::Vpmaddubsw).count() > 0, "{variant}"),
             (DotMethod::SignTransfer, _) => {
@@ -304,6 +452,7 @@ fn every_probe_repeats_its_methods_chain_into_independent_accumulators() {
     // A kernel is compared with the probe of its own method.
     assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_SIGN), ProbeKind::SignTransfer);
     assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_WIDEN), ProbeKind::Madd16);
+    assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_MADD16), ProbeKind::Madd16);
     assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_MADDUBS), ProbeKind::Triple(VectorWidth::Ymm));
     assert_eq!(ProbeKind::for_variant(KernelVariant::AVX512_VNNI), ProbeKind::Vnni(VectorWidth::Zmm));
 }

@@ -160,7 +160,7 @@ impl LayerBench {
         let wei_shape = prep.args[0].shape().to_vec();
         let mut prep_args = [
             Tensor::from_array(&Array::from_i64(DType::I8, &wei_shape, &self.wei.to_i64_vec())),
-            Tensor::zeros(DType::I8, prep.packed_weights.shape()),
+            Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape()),
             Tensor::zeros(DType::I32, prep.compensation.compensation.shape()),
         ];
         prep_func.compiled.call(&mut prep_args.iter_mut().collect::<Vec<_>>())?;

@@ -202,7 +202,7 @@ fn gemm_is_verified_at_every_level_this_cpu_has_and_forcing_another_is_an_error(
         assert!(stdout.contains(&format!("\"isa\":\"{level}\",\"threads\":1,\"verified\":true,")), "{stdout}");
         let kernel = match level {
             tensorlift::IsaLevel::Scalar => "\"kernels\":[]",
-            tensorlift::IsaLevel::Avx2 => "\"kernels\":[\"avx2-widen kernel for int8_gemm_8x32x36: ",
+            tensorlift::IsaLevel::Avx2 => "\"kernels\":[\"avx2-madd16 kernel for int16_gemm_8x32x36: ",
             tensorlift::IsaLevel::AvxVnni => "\"kernels\":[\"avx-vnni kernel for int8_gemm_8x32x36: ",
             tensorlift::IsaLevel::Avx512Vnni => "\"kernels\":[\"avx512-vnni kernel for int8_gemm_8x32x36: ",
         };
@@ -318,18 +318,18 @@ fn resnet18_prints_one_verified_json_object_per_layer() {
     let (kernel, probe) = match tensorlift::IsaLevel::detect() {
         Some(tensorlift::IsaLevel::Avx512Vnni) => ("avx512-vnni", "vpdpbusd zmm"),
         Some(tensorlift::IsaLevel::AvxVnni) => ("avx-vnni", "vpdpbusd ymm"),
-        Some(tensorlift::IsaLevel::Avx2) => ("avx2-sign", "vpsignb+vpmaddubsw+vpmaddwd+vpaddd ymm"),
+        Some(tensorlift::IsaLevel::Avx2) => ("avx2-madd16", "vpmaddwd+vpaddd ymm"),
         _ => return,
     };
     assert_eq!((&r7["kernel"], &r7["peak_probe"]), (&kernel.into(), &probe.into()), "{r7}");
 }
 
 #[test]
-fn resnet18_on_avx2_runs_sign_transfer_and_with_7bit_weights_the_proven_triple() {
+fn resnet18_on_avx2_runs_pre_widened_operands_and_with_7bit_weights_the_proven_triple() {
     if !tensorlift::IsaLevel::Avx2.is_supported() {
         return;
     }
-    for (weights, kernel, source) in [("full", "avx2-sign", "i8"), ("7bit", "avx2-maddubs", "u8")] {
+    for (weights, kernel, source) in [("full", "avx2-madd16", "i16"), ("7bit", "avx2-maddubs", "u8")] {
         let args =
             ["resnet18", "--layer", "R8", "--repeat", "1", "--isa", "avx2", "--weights", weights, "--format", "json"];
         let (ok, stdout, stderr) = tensorlift(&args);

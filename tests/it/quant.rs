@@ -779,12 +779,15 @@ fn in_layout<T: Copy>(values: &[T], [n, c, h, w]: [i64; 4], layout: Layout) -> V
 }
 
 /// The weights an x86 convolution test draws, and the kernel family they lead to where the host
-/// has AVX2 (code compiled for exactly that level, `x86_conv::Conv2dInt8Knobs::with_weights`).
+/// has AVX2 (code compiled for exactly that level, `x86_conv::Conv2dInt8Knobs::with_weights`, or
+/// `with_byte_weights` when the weights stay bytes).
 #[derive(Clone, Copy, Debug)]
 enum WeightCase {
-    /// Any i8 (-128 included): a u8 GEMM source, exact widening on AVX2.
+    /// Any i8 (-128 included): pre-widened i16 operands; as bytes, a u8 GEMM source and exact
+    /// widening.
     Full,
-    /// [-127, 127]: an i8 GEMM source (shifted by -128), sign transfer.
+    /// [-127, 127]: pre-widened i16 operands; as bytes, an i8 GEMM source (shifted by -128) and
+    /// sign transfer.
     NoMin,
     /// [-64, 63]: a u8 GEMM source whose pair sums provably fit i16, the vpmaddubsw triple.
     SevenBit,
@@ -808,13 +811,35 @@ impl WeightCase {
         w
     }
 
-    fn avx2_kernel(self) -> KernelVariant {
-        match self {
-            WeightCase::Full => KernelVariant::AVX2_WIDEN,
-            WeightCase::NoMin => KernelVariant::AVX2_SIGN,
-            WeightCase::SevenBit => KernelVariant::AVX2_MADDUBS,
+    fn avx2_kernel(self, bytes: bool) -> KernelVariant {
+        match (self, bytes) {
+            (WeightCase::Full | WeightCase::NoMin, false) => KernelVariant::AVX2_MADD16,
+            (WeightCase::Full, true) => KernelVariant::AVX2_WIDEN,
+            (WeightCase::NoMin, true) => KernelVariant::AVX2_SIGN,
+            (WeightCase::SevenBit, _) => KernelVariant::AVX2_MADDUBS,
         }
     }
+
+    /// `knobs` with the operands for the actual weights `wei_v` where the host has AVX2.
+    fn fit(self, knobs: Conv2dInt8Knobs, wei_v: &[i64], bytes: bool) -> Conv2dInt8Knobs {
+        if !IsaLevel::Avx2.is_supported() {
+            return knobs;
+        }
+        let range = weight_range(wei_v.iter().map(|&w| w as i8));
+        if bytes { knobs.with_byte_weights(false, range) } else { knobs.with_weights(false, range) }
+    }
+
+    /// The intrinsic the schedule tensorizes into for these weights.
+    fn intrinsic(self, bytes: bool) -> &'static str {
+        let widened = IsaLevel::Avx2.is_supported() && self.avx2_kernel(bytes) == KernelVariant::AVX2_MADD16;
+        if widened { "int16_gemm" } else { "int8_gemm" }
+    }
+}
+
+/// Whether a test case keeps the weights as bytes, alternated with the weight ranges (seeds
+/// step by 11) so that every range meets both.
+fn byte_weights(seed: u64) -> bool {
+    seed / 33 % 2 == 1
 }
 
 /// One convolution through the x86 direct schedule (`schedules::x86_conv`) with source, sum
@@ -836,8 +861,7 @@ fn check_x86_conv(
     let (slo, shi) = range_of(l.src_dtype);
     let src_v = values((n * ic * h * w) as usize, seed, slo, shi);
     let wei_v = weights.draw((oc * ic * k * k) as usize, seed + 1);
-    let avx2 = IsaLevel::Avx2.is_supported();
-    let knobs = if avx2 { knobs.with_weights(false, weight_range(wei_v.iter().map(|&w| w as i8))) } else { knobs };
+    let knobs = weights.fit(knobs, &wei_v, byte_weights(seed));
     let bias: Vec<f64> = values(oc as usize, seed + 2, -400, 1600).iter().map(|&b| (b as f32 * 0.37) as f64).collect();
     let (oh, ow) = ((h + 2 * conv.pad - k) / conv.stride + 1, (w + 2 * conv.pad - k) / conv.stride + 1);
     let out_dims = [n, oc, oh, ow];
@@ -862,14 +886,14 @@ fn check_x86_conv(
     let b = placeholder([oc], DType::F32, "bias").unwrap();
     let r = placeholder(out_dims, res_dtype, "residual").unwrap();
     let a = attrs(l, oc, wei.shape(), dst, &out_dims);
-    let target = if avx2 { Target::Level(IsaLevel::Avx2) } else { Target::Native };
+    let target = if IsaLevel::Avx2.is_supported() { Target::Level(IsaLevel::Avx2) } else { Target::Native };
     let options = CompileOptions { target, ..CompileOptions::default() };
     let zp = ZeroPoints::per_tensor("src", l.src_zp, l.src_dtype).unwrap();
     let prep = prepare_conv2d_int8(&wei, l.src_dtype, &zp, knobs, "prep").unwrap();
     let prep_args: Vec<&Tensor> = prep.args.iter().collect();
     let prep_kernel = tensorlift::build(&prep.schedule, &prep_args, "prep", &options).unwrap();
     let mut wei_t = RtTensor::from_array(&Array::from_i64(DType::I8, &[oc, ic, k, k], &wei_v));
-    let mut packed_t = RtTensor::zeros(DType::I8, prep.packed_weights.shape());
+    let mut packed_t = RtTensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape());
     let mut comp_t = RtTensor::zeros(DType::I32, &[oc]);
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
 
@@ -958,11 +982,12 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             // One call per tile over every kernel row (`KH` segments), run by an assembled
             // kernel wherever the host has one (AVX2 and up), not by the call's fallback loops.
             let segments = if w[1] > 1 { format!("{}x", w[1]) } else { String::new() };
-            assert!(ir.contains(&format!("call int8_gemm_{}x{}x{segments}", knobs.mr, knobs.nr)), "{ir}");
+            let (bytes, intrinsic) = (byte_weights(seed), weights.intrinsic(byte_weights(seed)));
+            assert!(ir.contains(&format!("call {intrinsic}_{}x{}x{segments}", knobs.mr, knobs.nr)), "{ir}");
             if IsaLevel::Avx2.is_supported() {
-                let assembled = format!("kernel for int8_gemm_{}x{}x{segments}", knobs.mr, knobs.nr);
+                let assembled = format!("kernel for {intrinsic}_{}x{}x{segments}", knobs.mr, knobs.nr);
                 assert!(origins.iter().any(|o| o.contains(&assembled)), "{origins:?}");
-                assert_eq!(variants, [weights.avx2_kernel()], "{weights:?}");
+                assert_eq!(variants, [weights.avx2_kernel(bytes)], "{weights:?} bytes {bytes}");
             }
             seed += 11;
         }
@@ -1002,9 +1027,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let src_v = values((m * ic) as usize, seed, slo, shi);
             let weights = [WeightCase::NoMin, WeightCase::SevenBit, WeightCase::Full][(seed / 11 % 3) as usize];
             let wei_v = weights.draw((oc * ic) as usize, seed + 1);
-            let avx2 = IsaLevel::Avx2.is_supported();
-            let knobs =
-                if avx2 { knobs.with_weights(false, weight_range(wei_v.iter().map(|&w| w as i8))) } else { knobs };
+            let knobs = weights.fit(knobs, &wei_v, byte_weights(seed));
             let bias: Vec<f64> =
                 values(oc as usize, seed + 2, -200, 800).iter().map(|&b| (b as f32 * 0.37) as f64).collect();
             let mut x = Vec::new();
@@ -1032,7 +1055,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let (interpreted, _) = eval_layer(&def, (&wei, &wei_a), &l, &[(&src, &src_a), (&b, &bias_a)], "fc");
             assert_same(&what, &interpreted, &want);
 
-            let target = if avx2 { Target::Level(IsaLevel::Avx2) } else { Target::Native };
+            let target = if IsaLevel::Avx2.is_supported() { Target::Level(IsaLevel::Avx2) } else { Target::Native };
             let options = CompileOptions { target, ..CompileOptions::default() };
             let zp = ZeroPoints::per_tensor("src", l.src_zp, src_dtype).unwrap();
             let prep = prepare_dense_int8(&wei, src_dtype, &zp, knobs, "prep").unwrap();
@@ -1040,7 +1063,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let prep_args: Vec<&Tensor> = prep.args.iter().collect();
             let prep_kernel = tensorlift::build(&prep.schedule, &prep_args, "prep", &options).unwrap();
             let mut wei_t = RtTensor::from_array(&Array::from_i64(DType::I8, &[oc, ic, 1, 1], &wei_v));
-            let mut packed_t = RtTensor::zeros(DType::I8, prep.packed_weights.shape());
+            let mut packed_t = RtTensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape());
             let mut comp_t = RtTensor::zeros(DType::I32, &[oc]);
             prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
 
@@ -1058,9 +1081,10 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             assert_same(&what, &out_t.to_array(), &want);
             let ir = ir::lower::lower(&f.schedule, &args, "fc").unwrap().to_string();
             let a_suffix = if knobs.operands.source == DType::I8 { "_s8" } else { "" };
-            assert!(ir.contains(&format!("call int8_gemm_{}x{}x40{a_suffix}(", knobs.mr, knobs.nr)), "{ir}");
-            if avx2 {
-                assert_eq!(kernel.compiled.kernel_variants(), [weights.avx2_kernel()], "{what}");
+            let intrinsic = weights.intrinsic(byte_weights(seed));
+            assert!(ir.contains(&format!("call {intrinsic}_{}x{}x40{a_suffix}(", knobs.mr, knobs.nr)), "{ir}");
+            if IsaLevel::Avx2.is_supported() {
+                assert_eq!(kernel.compiled.kernel_variants(), [weights.avx2_kernel(byte_weights(seed))], "{what}");
             }
             seed += 11;
         }
