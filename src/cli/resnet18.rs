@@ -494,8 +494,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             (None, None) => ("default", None),
         };
         let plan = match (layer, point) {
-            (Layer::Conv(_), Some(p)) => LayerPlan::X86Conv(fit(p.knobs()), layout),
-            (Layer::Dense(_), Some(p)) => LayerPlan::X86Dense(fit(p.knobs())),
+            (Layer::Conv(_), Some(p)) => LayerPlan::X86Conv(p.fit(level.has_vnni(), case.weight_range()), layout),
+            (Layer::Dense(_), Some(p)) => LayerPlan::X86Dense(p.fit(level.has_vnni(), case.weight_range())),
             (Layer::Conv(c), None) => {
                 let knobs = default_knobs(&c);
                 LayerPlan::X86Conv(

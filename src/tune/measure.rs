@@ -117,7 +117,7 @@ impl LayerBench {
             &quant.bias.iter().map(|&b| f64::from(b)).collect::<Vec<_>>(),
         );
         let range = schedules::x86_conv::weight_range(wei.to_i64_vec().into_iter().map(|w| w as i8));
-        let space = Space::new(layer, max_threads);
+        let space = Space::for_target(layer, max_threads, level, range);
         let mut bench = LayerBench {
             layer,
             level,
@@ -191,7 +191,7 @@ impl LayerBench {
         if !self.level.is_supported() {
             return Measurement::failed(Status::UnsupportedIsa, format!("this CPU lacks {}", self.level), None);
         }
-        let knobs = point.knobs().with_weights(self.level.has_vnni(), self.range);
+        let knobs = point.fit(self.level.has_vnni(), self.range);
         let options =
             CompileOptions { target: Target::Level(self.level), threads: Some(point.threads), ..Default::default() };
         let mut compiled = match self.compile(knobs, &options, false) {

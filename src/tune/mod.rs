@@ -140,7 +140,8 @@ pub fn tune_layer(
 ) -> Result<LayerResult, DbError> {
     let start = Instant::now();
     let workload = workload(layer);
-    let mut searcher = Searcher::new(Space::new(layer, options.max_threads), options.strategy, options.seed);
+    let space = Space::for_target(layer, options.max_threads, options.level, options.weights.range());
+    let mut searcher = Searcher::new(space, options.strategy, options.seed);
     let mut records = Vec::new();
     let candidate = |point: Point, phase: &str| Candidate {
         layer: layer.name().to_string(),
@@ -166,7 +167,7 @@ pub fn tune_layer(
     // Validation: the default and the fastest few points of the search, measured again in
     // rounds (one point after another, so slow phases of a shared machine hit them alike); the
     // result is the point with the best median of these.
-    let default = Space::new(layer, options.max_threads).default_point();
+    let default = space.default_point();
     let mut finalists = vec![default];
     let mut ranked: Vec<&Record> = records.iter().filter(|r| r.status == Status::Ok && r.verified).collect();
     ranked.sort_by(db::by_time);

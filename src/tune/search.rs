@@ -92,6 +92,7 @@ impl Searcher {
             lanes: Self::pick(&mut self.rng, &c.lanes),
             order: Self::pick(&mut self.rng, &c.orders),
             threads: Self::pick(&mut self.rng, &c.threads),
+            packing: Self::pick(&mut self.rng, &c.packings),
         }
     }
 
@@ -122,11 +123,12 @@ impl Searcher {
         let moves = if self.rng.random_bool(0.3) { 2 } else { 1 };
         for _ in 0..moves {
             let c = &self.choices;
-            match self.rng.random_range(0..5) {
+            match self.rng.random_range(0..6) {
                 0 => p.mr = Self::step(&mut self.rng, &c.mr, p.mr),
                 1 => p.nr = Self::step(&mut self.rng, &c.nr, p.nr),
                 2 => p.lanes = Self::step(&mut self.rng, &c.lanes, p.lanes),
                 3 => p.order = Self::step(&mut self.rng, &c.orders, p.order),
+                4 => p.packing = Self::step(&mut self.rng, &c.packings, p.packing),
                 _ => p.threads = Self::step(&mut self.rng, &c.threads, p.threads),
             }
         }

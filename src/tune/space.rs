@@ -1,11 +1,15 @@
 //! The search space of the int8 convolution and dense schedules (`x86_conv`): the template's
-//! knobs plus the layer's thread count, each with a typed range. A point either fits the layer
+//! knobs, the weights' packing (which picks the kernel family where the weights do) and the
+//! layer's thread count, each with a typed range. A point either fits the layer
 //! or is rejected with the reason before anything is compiled.
 
+use ir::intrin::pair_sums_fit_i16;
 use schedules::resnet18::Layer;
 use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, default_dense_knobs, default_knobs};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use crate::runtime::IsaLevel;
 
 /// The order of the tile loops, as records spell it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -15,8 +19,26 @@ pub enum Order {
     ChannelsOuter,
 }
 
-/// One schedule of a layer: `x86_conv` knobs (the operands follow from the weights at apply
-/// time, `Conv2dInt8Knobs::with_weights`) and threads (1: no parallel loops).
+/// How the weights are packed where they pick the kernel family (no VNNI, the `vpmaddubsw`
+/// triple not proven exact): as i16 pairs for pre-widened operands
+/// (`Conv2dInt8Knobs::with_weights`), or as bytes for sign transfer, or exact widening with a
+/// -128 weight (`with_byte_weights`). Elsewhere both give the same code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Packing {
+    I16,
+    Bytes,
+}
+
+impl Packing {
+    /// What records written before the knob existed measured.
+    fn before_the_knob() -> Packing {
+        Packing::Bytes
+    }
+}
+
+/// One schedule of a layer: `x86_conv` knobs (the operands follow from the weights and the
+/// packing at apply time, `Point::fit`) and threads (1: no parallel loops).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Point {
     /// Output pixels of a row per micro-kernel tile.
@@ -27,12 +49,15 @@ pub struct Point {
     pub lanes: i64,
     pub order: Order,
     pub threads: usize,
+    #[serde(default = "Packing::before_the_knob")]
+    pub packing: Packing,
 }
 
 /// The typed ranges of every knob.
 pub const NR: [i64; 3] = [16, 32, 64];
 pub const LANES: [i64; 3] = [8, 16, 32];
 pub const ORDERS: [Order; 2] = [Order::PixelsOuter, Order::ChannelsOuter];
+pub const PACKINGS: [Packing; 2] = [Packing::I16, Packing::Bytes];
 /// `mr` runs from 1 to this, and to the pixels of an output row.
 pub const MAX_MR: i64 = 16;
 
@@ -49,6 +74,10 @@ pub enum Rejection {
     Threads { found: usize, max: usize },
     #[error("{layer} runs on one row: expected threads = 1, found {found}")]
     DenseThreads { layer: &'static str, found: usize },
+    #[error(
+        "packing = bytes: expected i16 (the packing picks no kernel family here: VNNI, or weights the triple is exact on)"
+    )]
+    Packing,
 }
 
 /// The space of one layer on a machine with `max_threads` threads.
@@ -56,11 +85,21 @@ pub enum Rejection {
 pub struct Space {
     pub layer: Layer,
     pub max_threads: usize,
+    /// Whether the packing is a choice (it picks the kernel family: no VNNI, weights the
+    /// triple is not proven exact on); else `Packing::I16`, the default.
+    pub choose_packing: bool,
 }
 
 impl Space {
     pub fn new(layer: Layer, max_threads: usize) -> Space {
-        Space { layer, max_threads: max_threads.max(1) }
+        Space { layer, max_threads: max_threads.max(1), choose_packing: false }
+    }
+
+    /// The space for code at `level` on weights in `weights`: the packing is a choice where it
+    /// picks the kernel family.
+    pub fn for_target(layer: Layer, max_threads: usize, level: IsaLevel, (lo, hi): (i8, i8)) -> Space {
+        let triple_exact = pair_sums_fit_i16((0, 255), (i64::from(lo.min(0)), i64::from(hi.max(0))));
+        Space { choose_packing: !level.has_vnni() && !triple_exact, ..Space::new(layer, max_threads) }
     }
 
     /// Pixels of an output row (the GEMM rows one tile covers).
@@ -87,7 +126,7 @@ impl Space {
             TileOrder::PixelsOuter => Order::PixelsOuter,
             TileOrder::ChannelsOuter => Order::ChannelsOuter,
         };
-        Point { mr: knobs.mr, nr: knobs.nr, lanes: knobs.lanes, order, threads }
+        Point { mr: knobs.mr, nr: knobs.nr, lanes: knobs.lanes, order, threads, packing: Packing::I16 }
     }
 
     /// `Ok` if `p` fits the layer, else the first reason it does not.
@@ -114,6 +153,9 @@ impl Space {
         if matches!(self.layer, Layer::Dense(_)) && p.threads != 1 {
             return Err(Rejection::DenseThreads { layer: self.layer.name(), found: p.threads });
         }
+        if !self.choose_packing && p.packing != Packing::I16 {
+            return Err(Rejection::Packing);
+        }
         Ok(())
     }
 
@@ -128,13 +170,21 @@ impl Space {
             Layer::Conv(_) => (1..=self.max_threads).collect(),
             Layer::Dense(_) => vec![1],
         };
-        Choices { mr: (1..=self.max_mr()).collect(), nr, lanes: LANES.to_vec(), orders: ORDERS.to_vec(), threads }
+        let packings = if self.choose_packing { PACKINGS.to_vec() } else { vec![Packing::I16] };
+        Choices {
+            mr: (1..=self.max_mr()).collect(),
+            nr,
+            lanes: LANES.to_vec(),
+            orders: ORDERS.to_vec(),
+            threads,
+            packings,
+        }
     }
 
     /// The number of points in the space.
     pub fn size(&self) -> usize {
         let c = self.choices();
-        c.mr.len() * c.nr.len() * c.lanes.len() * c.orders.len() * c.threads.len()
+        c.mr.len() * c.nr.len() * c.lanes.len() * c.orders.len() * c.threads.len() * c.packings.len()
     }
 }
 
@@ -146,10 +196,21 @@ pub struct Choices {
     pub lanes: Vec<i64>,
     pub orders: Vec<Order>,
     pub threads: Vec<usize>,
+    pub packings: Vec<Packing>,
 }
 
 impl Point {
-    /// The template's knobs for this point (operands: u8, until `with_weights`).
+    /// The knobs for this point with the operands for code at a level with or without `vnni`
+    /// on weights in `range` (`Conv2dInt8Knobs::with_weights` or `with_byte_weights`, by the
+    /// packing).
+    pub fn fit(&self, vnni: bool, range: (i8, i8)) -> Conv2dInt8Knobs {
+        match self.packing {
+            Packing::I16 => self.knobs().with_weights(vnni, range),
+            Packing::Bytes => self.knobs().with_byte_weights(vnni, range),
+        }
+    }
+
+    /// The template's knobs for this point (operands: u8, until `fit` or `with_weights`).
     pub fn knobs(&self) -> Conv2dInt8Knobs {
         let order = match self.order {
             Order::PixelsOuter => TileOrder::PixelsOuter,
@@ -191,6 +252,17 @@ mod tests {
             fc.check(&Point { threads: 2, ..fc.default_point() }),
             Err(Rejection::DenseThreads { layer: "FC", found: 2 })
         );
+        assert_eq!(r2.check(&Point { packing: Packing::Bytes, ..p }), Err(Rejection::Packing));
+        // Without VNNI, full-range weights make the packing a choice; 7-bit ones (the triple) do not.
+        let layer = resnet18::layer("R2").unwrap();
+        let avx2 = Space::for_target(layer, 2, IsaLevel::Avx2, (-127, 127));
+        assert_eq!(avx2.check(&Point { packing: Packing::Bytes, ..p }), Ok(()));
+        assert_eq!(avx2.size(), 2 * r2.size());
+        assert!(!Space::for_target(layer, 2, IsaLevel::Avx2, (-64, 63)).choose_packing);
+        assert!(!Space::for_target(layer, 2, IsaLevel::Avx512Vnni, (-127, 127)).choose_packing);
+        // Records from before the knob measured bytes.
+        let old = r#"{"mr":4,"nr":64,"lanes":16,"order":"pixels_outer","threads":1}"#;
+        assert_eq!(serde_json::from_str::<Point>(old).unwrap().packing, Packing::Bytes);
         assert_eq!(r2.check(&Point { nr: 64, ..p }).map_err(|e| e.to_string()), Ok(()));
         assert_eq!(
             r2.check(&Point { nr: 48, ..p }).unwrap_err().to_string(),
