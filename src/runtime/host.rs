@@ -2,12 +2,10 @@
 //! parallel loops run on. None of these can panic: a panic cannot unwind through JIT frames.
 
 use std::alloc::{Layout, alloc, dealloc};
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-
-use rayon::ThreadPool;
-use rayon::iter::{IntoParallelIterator, ParallelIterator};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::codegen::HostFn;
 use crate::error::RuntimeError;
@@ -28,23 +26,209 @@ pub fn address(f: HostFn) -> *const u8 {
     }
 }
 
-/// Runs `body(closure, i)` for every `i in 0..n` on the current rayon pool (callers enter the
-/// function's pool with `install`). After an iteration fails, the remaining ones are skipped.
-extern "C" fn parallel_for(body: extern "C" fn(*const u8, i64) -> i32, closure: *const u8, n: i64) -> i32 {
-    let status = AtomicI32::new(0);
-    // The closure block outlives this call and is only read, so sharing its address is sound.
-    let closure = closure as usize;
-    (0..n).into_par_iter().for_each(|i| {
-        if status.load(Ordering::Relaxed) == 0 {
-            #[cfg(test)]
-            record_worker();
-            let s = body(closure as *const u8, i);
-            if s != 0 {
-                let _ = status.compare_exchange(0, s, Ordering::Relaxed, Ordering::Relaxed);
+/// Runs `body(closure, i)` for every `i in 0..n` on the pool of the call that runs it
+/// (`with_pool`), serially where there is none (one thread, or a loop nested in a parallel
+/// one). After an iteration fails, the remaining ones are skipped.
+extern "C" fn parallel_for(body: Body, closure: *const u8, n: i64) -> i32 {
+    let pool = CURRENT.with(Cell::get);
+    // SAFETY: `CURRENT` is non-null only inside `with_pool`, whose pool outlives the call.
+    match unsafe { pool.as_ref() } {
+        Some(pool) => pool.run(body, closure, n, false),
+        None => run_serially(body, closure, n),
+    }
+}
+
+/// A loop body as generated code emits it: `body(closure, index)`, non-zero on failure.
+type Body = extern "C" fn(*const u8, i64) -> i32;
+
+fn run_serially(body: Body, closure: *const u8, n: i64) -> i32 {
+    (0..n).map(|i| body(closure, i)).find(|&s| s != 0).unwrap_or(0)
+}
+
+thread_local! {
+    /// The pool parallel loops of the running call use (null: none).
+    static CURRENT: Cell<*const Pool> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Runs `f` with `pool` as the pool of the parallel loops it runs on this thread.
+pub fn with_pool<R>(pool: &Pool, f: impl FnOnce() -> R) -> R {
+    struct Restore(*const Pool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CURRENT.with(|c| c.replace(pool)));
+    f()
+}
+
+/// Spins (`pause`) before a waiting thread sleeps: about 100 µs. A layer runs several parallel
+/// loops in a row, and waking a sleeping thread costs tens of µs each time (on a KVM guest the
+/// wake-ups made two-thread layers 1.1–2.1× slower than these spinning ones,
+/// `examples/export_vs_jit`, whose library runtime pools the same way).
+const SPINS: usize = 4096;
+
+/// The threads parallel loops run on: the calling thread and `threads - 1` workers, one loop
+/// at a time (a loop that finds the pool busy runs serially). Workers take iterations in
+/// chunks of about an eighth of a thread's share from a shared counter, and spin between loops
+/// before they sleep; so does the caller waiting for them. The same scheme as the exported
+/// libraries' runtime (`export/runtime.c`).
+pub struct Pool {
+    threads: usize,
+    busy: Mutex<()>,
+    shared: Arc<Shared>,
+}
+
+/// The current loop, published by bumping `generation` (release) after its fields are set.
+struct Shared {
+    workers: usize,
+    generation: AtomicU64,
+    /// Workers still inside the current loop.
+    running: AtomicUsize,
+    body: AtomicUsize,
+    closure: AtomicUsize,
+    n: AtomicI64,
+    next: AtomicI64,
+    status: AtomicI32,
+    /// Each thread runs at most one iteration (`Pool::broadcast`).
+    once: AtomicBool,
+    lock: Mutex<()>,
+    wake: Condvar,
+    idle: Condvar,
+}
+
+impl Shared {
+    /// Runs iterations of the current loop until none are left or one failed.
+    fn drain(&self) {
+        let body = self.body.load(Ordering::Relaxed);
+        // SAFETY: `body` was stored from a `Body` by `Pool::run` before the loop was published.
+        let body: Body = unsafe { std::mem::transmute::<usize, Body>(body) };
+        let closure = self.closure.load(Ordering::Relaxed) as *const u8;
+        let n = self.n.load(Ordering::Relaxed);
+        let once = self.once.load(Ordering::Relaxed);
+        let chunk = if once { 1 } else { (n / (8 * (self.workers as i64 + 1))).max(1) };
+        while self.status.load(Ordering::Relaxed) == 0 {
+            let first = self.next.fetch_add(chunk, Ordering::Relaxed);
+            if first >= n {
+                return;
+            }
+            for i in first..(first + chunk).min(n) {
+                #[cfg(test)]
+                record_worker();
+                let s = body(closure, i);
+                if s != 0 {
+                    let _ = self.status.compare_exchange(0, s, Ordering::Relaxed, Ordering::Relaxed);
+                    return;
+                }
+            }
+            if once {
+                return;
             }
         }
-    });
-    status.into_inner()
+    }
+
+    fn worker(&self) {
+        let mut seen = 0;
+        loop {
+            let published = || self.generation.load(Ordering::Acquire) != seen;
+            if !(0..SPINS).any(|_| published() || spin()) {
+                let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                while !published() {
+                    guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+            seen = self.generation.load(Ordering::Acquire);
+            self.drain();
+            if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                self.idle.notify_one();
+            }
+        }
+    }
+}
+
+/// One `pause`; false, so that `any` goes on spinning.
+fn spin() -> bool {
+    std::hint::spin_loop();
+    false
+}
+
+impl Pool {
+    fn new(threads: usize) -> Result<Pool, RuntimeError> {
+        let workers = threads.max(1) - 1;
+        let shared = Arc::new(Shared {
+            workers,
+            generation: AtomicU64::new(0),
+            running: AtomicUsize::new(0),
+            body: AtomicUsize::new(0),
+            closure: AtomicUsize::new(0),
+            n: AtomicI64::new(0),
+            next: AtomicI64::new(0),
+            status: AtomicI32::new(0),
+            once: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            idle: Condvar::new(),
+        });
+        for i in 0..workers {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("tensorlift-{threads}-{i}"))
+                .spawn(move || shared.worker())
+                .map_err(|e| RuntimeError::ThreadPool { threads, message: e.to_string() })?;
+        }
+        Ok(Pool { threads, busy: Mutex::new(()), shared })
+    }
+
+    /// Runs the loop `body(closure, i)`, `i in 0..n`, on every thread of the pool (`once`: at
+    /// most one iteration per thread); its status.
+    fn run(&self, body: Body, closure: *const u8, n: i64, once: bool) -> i32 {
+        let shared = &self.shared;
+        let busy = if n > 1 && shared.workers > 0 { self.busy.try_lock().ok() } else { None };
+        let Some(_busy) = busy else { return run_serially(body, closure, n) };
+        {
+            let _guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+            shared.body.store(body as usize, Ordering::Relaxed);
+            shared.closure.store(closure as usize, Ordering::Relaxed);
+            shared.n.store(n, Ordering::Relaxed);
+            shared.next.store(0, Ordering::Relaxed);
+            shared.status.store(0, Ordering::Relaxed);
+            shared.once.store(once, Ordering::Relaxed);
+            shared.running.store(shared.workers, Ordering::Relaxed);
+            shared.generation.fetch_add(1, Ordering::Release);
+            shared.wake.notify_all();
+        }
+        shared.drain();
+        let done = || shared.running.load(Ordering::Acquire) == 0;
+        if !(0..SPINS).any(|_| done() || spin()) {
+            let mut guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+            while !done() {
+                guard = shared.idle.wait(guard).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        shared.status.load(Ordering::Relaxed)
+    }
+
+    /// `f(i)` once on each of the pool's threads, all at once (`i` numbers them); the results
+    /// in that order. What the peak probe runs to measure every core together.
+    pub fn broadcast<T: Send>(&self, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+        let results: Vec<Mutex<Option<T>>> = (0..self.threads).map(|_| Mutex::new(None)).collect();
+        let task = |i: i64| {
+            let value = f(i as usize);
+            *results[i as usize].lock().unwrap_or_else(|e| e.into_inner()) = Some(value);
+        };
+        extern "C" fn trampoline<F: Fn(i64)>(closure: *const u8, i: i64) -> i32 {
+            // SAFETY: `closure` is the `&F` `broadcast` passed, alive until `run` returns.
+            let f = unsafe { &*closure.cast::<F>() };
+            f(i);
+            0
+        }
+        fn body_of<F: Fn(i64)>(_: &F) -> Body {
+            trampoline::<F>
+        }
+        self.run(body_of(&task), std::ptr::from_ref(&task).cast::<u8>(), self.threads as i64, true);
+        results.into_iter().filter_map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner())).collect()
+    }
 }
 
 extern "C" fn alloc_scratch(bytes: i64) -> *mut u8 {
@@ -80,18 +264,13 @@ extern "C" fn f64_to_bf16(x: f64) -> u32 {
 }
 
 /// The pool with `threads` threads, shared by every function compiled for that count.
-pub fn pool(threads: usize) -> Result<Arc<ThreadPool>, RuntimeError> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<ThreadPool>>>> = OnceLock::new();
+pub fn pool(threads: usize) -> Result<Arc<Pool>, RuntimeError> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<Pool>>>> = OnceLock::new();
     let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     if let Some(pool) = pools.get(&threads) {
         return Ok(pool.clone());
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(move |i| format!("tensorlift-{threads}-{i}"))
-        .build()
-        .map_err(|e| RuntimeError::ThreadPool { threads, message: e.to_string() })?;
-    let pool = Arc::new(pool);
+    let pool = Arc::new(Pool::new(threads)?);
     pools.insert(threads, pool.clone());
     Ok(pool)
 }
@@ -114,4 +293,48 @@ fn record_worker() {
 #[cfg(test)]
 pub(crate) fn workers_seen(prefix: &str) -> usize {
     WORKERS.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|s| s.starts_with(prefix)).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_runs_once_on_every_thread_of_the_pool() {
+        let pool = Pool::new(3).unwrap();
+        for _ in 0..20 {
+            let names = pool.broadcast(|i| (i, std::thread::current().id()));
+            assert_eq!(names.iter().map(|n| n.0).collect::<Vec<_>>(), [0, 1, 2]);
+            let mut ids: Vec<_> = names.iter().map(|n| format!("{:?}", n.1)).collect();
+            ids.sort();
+            ids.dedup();
+            assert_eq!(ids.len(), 3, "each thread ran one iteration");
+        }
+    }
+
+    extern "C" fn count(closure: *const u8, i: i64) -> i32 {
+        // SAFETY: the tests pass a `&AtomicI64`.
+        let counter = unsafe { &*closure.cast::<AtomicI64>() };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if i == 700 { 7 } else { 0 }
+    }
+
+    #[test]
+    fn loops_run_every_iteration_and_stop_at_a_failure() {
+        let pool = Pool::new(2).unwrap();
+        let counter = AtomicI64::new(0);
+        let closure = std::ptr::from_ref(&counter).cast::<u8>();
+        assert_eq!(pool.run(count, closure, 500, false), 0);
+        assert_eq!(counter.load(Ordering::Relaxed), 500);
+        counter.store(0, Ordering::Relaxed);
+        // Iteration 700 fails: its status comes back, and the loop stops well before the end.
+        assert_eq!(pool.run(count, closure, 100_000, false), 7);
+        assert!(counter.load(Ordering::Relaxed) < 100_000, "{}", counter.load(Ordering::Relaxed));
+        // Without a pool (no `with_pool`), and for a loop nested in a busy pool: serially.
+        counter.store(0, Ordering::Relaxed);
+        assert_eq!(parallel_for(count, closure, 10), 0);
+        let _busy = pool.busy.lock().unwrap();
+        assert_eq!(with_pool(&pool, || parallel_for(count, closure, 10)), 0);
+        assert_eq!(counter.load(Ordering::Relaxed), 20);
+    }
 }

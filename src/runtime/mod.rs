@@ -13,7 +13,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use ir::DType;
-use rayon::ThreadPool;
 
 pub use cpu::{CpuId, cpu_id, cpu_name};
 pub use target::{ISA_ENV, IsaLevel, OptLevel, Target, has_feature};
@@ -83,7 +82,7 @@ pub struct CompiledFunc {
     compile_time: Duration,
     /// Threads for parallel loops, and the pool once first needed (`None`: no parallel loop).
     threads: Option<usize>,
-    pool: OnceLock<Arc<ThreadPool>>,
+    pool: OnceLock<Arc<host::Pool>>,
 }
 
 /// JIT-compiles `func`, which must be in the final loop-IR form.
@@ -228,7 +227,7 @@ impl CompiledFunc {
                         self.pool.get_or_init(|| pool)
                     }
                 };
-                pool.install(|| entry(args as *const *mut u8))
+                host::with_pool(pool, || entry(args as *const *mut u8))
             }
         };
         match status as i64 {

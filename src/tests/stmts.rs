@@ -64,7 +64,8 @@ fn parallel_loops_match_interp_on_one_and_several_threads() {
         assert!(compiled.clif_text().contains("parallel_rows__par1"), "{}", compiled.clif_text());
         assert_eq!(compiled.threads(), Some(threads));
         if threads == 3 {
-            // Iterations really run on more than one worker (retried: stealing takes a moment).
+            // Iterations really run on more than one worker (retried: a sleeping worker takes a
+            // moment to wake).
             let mut tensors: Vec<Tensor> = args.iter().map(Tensor::from_array).collect();
             for _ in 0..200 {
                 if crate::runtime::host::workers_seen("tensorlift-3-") >= 2 {
