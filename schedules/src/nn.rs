@@ -36,31 +36,21 @@ pub fn matmul(a: &Tensor, b: &Tensor, out_dtype: DType, name: &str) -> Result<Te
 /// Requires `K % 4 == 0` and `N % nr == 0` (no padding: pad `B` yourself or pick an `nr` that
 /// divides `N`), and a rank-2 `B`; a typed error otherwise.
 pub fn pack_b_vnni(b: &Tensor, nr: i64, name: &str) -> Result<Tensor, TeError> {
-    let mismatch = |what: &str, expected: String, found: String| TeError::ShapeMismatch {
-        op: format!("pack_b_vnni {name}"),
-        what: what.to_string(),
-        expected,
-        found,
-    };
-    let [k, n] = b.shape() else {
-        return Err(mismatch("shape of B", "[K, N]".to_string(), format!("{:?}", b.shape())));
-    };
-    let (k, n) = (*k, *n);
-    if k % 4 != 0 {
-        return Err(mismatch("rows of B (K)", "a multiple of 4".to_string(), k.to_string()));
-    }
-    if nr <= 0 || n % nr != 0 {
-        return Err(mismatch("panel width nr", format!("a positive divisor of N = {n}"), nr.to_string()));
-    }
-    compute_vec(vec![n / nr, k / 4, nr, 4], |i| b.at([&(&i[1] * 4 + &i[3]), &(&i[0] * nr + &i[2])]), name)
+    pack_b(b, nr, (4, None), &format!("pack_b_vnni {name}"), name)
 }
 
 /// `B: i8[K, N]` widened to i16 in the layout of the `Int16Gemm` micro-kernel:
 /// `Bp[jo, ko, ji, ki] = i16(B[ko*2 + ki, jo*nr + ji])`, shape `[N/nr, K/2, nr, 2]` (two
 /// consecutive `k` per column). Requirements as for `pack_b_vnni`, with `K` even.
 pub fn pack_b_i16(b: &Tensor, nr: i64, name: &str) -> Result<Tensor, TeError> {
+    pack_b(b, nr, (2, Some(DType::I16)), &format!("pack_b_i16 {name}"), name)
+}
+
+/// `Bp[jo, ko, ji, ki] = B[ko*pack + ki, jo*nr + ji]` (cast to `dtype` if given), errors named
+/// after `op`.
+fn pack_b(b: &Tensor, nr: i64, (pack, dtype): (i64, Option<DType>), op: &str, name: &str) -> Result<Tensor, TeError> {
     let mismatch = |what: &str, expected: String, found: String| TeError::ShapeMismatch {
-        op: format!("pack_b_i16 {name}"),
+        op: op.to_string(),
         what: what.to_string(),
         expected,
         found,
@@ -69,15 +59,18 @@ pub fn pack_b_i16(b: &Tensor, nr: i64, name: &str) -> Result<Tensor, TeError> {
         return Err(mismatch("shape of B", "[K, N]".to_string(), format!("{:?}", b.shape())));
     };
     let (k, n) = (*k, *n);
-    if k % 2 != 0 {
-        return Err(mismatch("rows of B (K)", "a multiple of 2".to_string(), k.to_string()));
+    if k % pack != 0 {
+        return Err(mismatch("rows of B (K)", format!("a multiple of {pack}"), k.to_string()));
     }
     if nr <= 0 || n % nr != 0 {
         return Err(mismatch("panel width nr", format!("a positive divisor of N = {n}"), nr.to_string()));
     }
     compute_vec(
-        vec![n / nr, k / 2, nr, 2],
-        |i| b.at([&(&i[1] * 2 + &i[3]), &(&i[0] * nr + &i[2])]).cast(DType::I16),
+        vec![n / nr, k / pack, nr, pack],
+        |i| {
+            let value = b.at([&(&i[1] * pack + &i[3]), &(&i[0] * nr + &i[2])]);
+            dtype.map_or(value.clone(), |d| value.cast(d))
+        },
         name,
     )
 }

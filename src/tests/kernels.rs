@@ -27,10 +27,24 @@ fn runnable_bytes() -> Vec<KernelVariant> {
 /// i8 when `s.a_dtype` is): exact, or with each pair of adjacent products saturated to i16 first;
 /// i32 sums wrap.
 fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool) {
+    let av = |x: u8| if s.a_dtype == DType::I8 { i32::from(x as i8) } else { i32::from(x) };
+    let pair = |x: i32| if saturating { x.clamp(i16::MIN.into(), i16::MAX.into()) } else { x };
+    reference_packed(s, 4, (|i| av(a[i]), |i| i32::from(b[i])), pair, c);
+}
+
+/// The GEMM of the kernels' layout with `pack` consecutive k per group of B, pair sums through
+/// `pair` (the saturation, or none), in wrapping i32.
+fn reference_packed(
+    s: &GemmShape,
+    pack: usize,
+    (a, b): (impl Fn(usize) -> i32, impl Fn(usize) -> i32),
+    pair: impl Fn(i32) -> i32,
+    c: &mut [i32],
+) {
     if s.k == 0 {
         return;
     }
-    let groups = (s.k / 4) as usize;
+    let groups = s.k as usize / pack;
     for i in 0..s.m as usize {
         for j in 0..s.n as usize {
             let mut acc = c[i * s.ldc as usize + j];
@@ -38,10 +52,10 @@ fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool)
                 for ko in 0..groups {
                     let row = i * s.lda as usize + seg * s.lds as usize;
                     let group = (seg * groups + ko) * s.ldb as usize;
-                    let av = |x: u8| if s.a_dtype == DType::I8 { i32::from(x as i8) } else { i32::from(x) };
-                    let p = |ki: usize| av(a[row + 4 * ko + ki]) * i32::from(b[group + 4 * j + ki]);
-                    let pair = |x: i32| if saturating { x.clamp(i16::MIN.into(), i16::MAX.into()) } else { x };
-                    acc = acc.wrapping_add(pair(p(0) + p(1))).wrapping_add(pair(p(2) + p(3)));
+                    let p = |ki: usize| a(row + pack * ko + ki) * b(group + pack * j + ki);
+                    for kp in (0..pack).step_by(2) {
+                        acc = acc.wrapping_add(pair(p(kp).wrapping_add(p(kp + 1))));
+                    }
                 }
             }
             c[i * s.ldc as usize + j] = acc;
@@ -184,24 +198,7 @@ fn the_saturation_example_is_exact_on_exact_kernels_and_32767_on_saturating_ones
 /// `C[i, j] += Σ A[i, seg, 2ko+ki] · B[seg·k/2 + ko, j, ki]` on i16 operands (the `Int16Gemm`
 /// declaration), in wrapping i32.
 fn reference_i16(s: &GemmShape, a: &[i16], b: &[i16], c: &mut [i32]) {
-    if s.k == 0 {
-        return;
-    }
-    let groups = (s.k / 2) as usize;
-    for i in 0..s.m as usize {
-        for j in 0..s.n as usize {
-            let mut acc = c[i * s.ldc as usize + j];
-            for seg in 0..s.segments as usize {
-                for ko in 0..groups {
-                    let row = i * s.lda as usize + seg * s.lds as usize;
-                    let group = (seg * groups + ko) * s.ldb as usize;
-                    let p = |ki: usize| i32::from(a[row + 2 * ko + ki]) * i32::from(b[group + 2 * j + ki]);
-                    acc = acc.wrapping_add(p(0).wrapping_add(p(1)));
-                }
-            }
-            c[i * s.ldc as usize + j] = acc;
-        }
-    }
+    reference_packed(s, 2, (|i| i32::from(a[i]), |i| i32::from(b[i])), |x| x, c);
 }
 
 fn check_i16(shape: GemmShape, blocking: Blocking, a: &[i16], b: &[i16]) {
