@@ -57,10 +57,11 @@ impl Searcher {
         for _ in 0..ATTEMPTS {
             let p = match self.strategy {
                 Strategy::Random => self.random_point(),
+                // From the first measurement on (the default, usually a good start): its
+                // neighbourhood first, then the winners'.
                 Strategy::Evolutionary => match self.parent() {
-                    // A few random points first, so the tournament has a choice.
-                    Some(parent) if self.measured.len() >= 4 => self.mutate(parent),
-                    _ => self.random_point(),
+                    Some(parent) => self.mutate(parent),
+                    None => self.random_point(),
                 },
             };
             if self.space.check(&p).is_ok() && self.seen.insert(p) {
