@@ -61,8 +61,8 @@ fn run_layer(
     let prep_args: Vec<&Tensor> = prep.args.iter().collect();
     let prep_kernel = build(&prep.schedule, &prep_args, "prep", options)?;
     let mut wei_t = RtTensor::from_array(&wei_a);
-    let mut packed_t = RtTensor::zeros(DType::I8, prep.packed_weights.shape());
-    let mut comp_t = RtTensor::zeros(DType::I32, &[l.oc]);
+    let mut packed_t = RtTensor::zeros(DType::I8, prep.packed_weights.shape())?;
+    let mut comp_t = RtTensor::zeros(DType::I32, &[l.oc])?;
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
 
     // The scheduled per-call function.
@@ -77,7 +77,7 @@ fn run_layer(
     let mut src_t = RtTensor::from_array(&src_a);
     let mut bias_t = RtTensor::from_array(&bias_a);
     let mut params: Vec<RtTensor> = f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
-    let mut out_t = RtTensor::zeros(DType::U8, &out_dims);
+    let mut out_t = RtTensor::zeros(DType::U8, &out_dims)?;
     let mut call = |out: &mut RtTensor| {
         let mut call: Vec<&mut RtTensor> = vec![&mut src_t, &mut packed_t, &mut comp_t, &mut bias_t];
         call.extend(params.iter_mut());
@@ -102,10 +102,10 @@ fn run_layer(
     let ref_prep = compensation(&wei, DType::U8, &zp, "ref_prep")?;
     let ref_prep_kernel =
         build(&default_schedule(&[&ref_prep.compensation]), &[&wei, &ref_prep.compensation], "ref_prep", options)?;
-    let mut ref_comp_t = RtTensor::zeros(DType::I32, &[l.oc]);
+    let mut ref_comp_t = RtTensor::zeros(DType::I32, &[l.oc])?;
     ref_prep_kernel.compiled.call(&mut [&mut wei_t, &mut ref_comp_t])?;
     let mut ref_params: Vec<RtTensor> = reference.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
-    let mut want = RtTensor::zeros(DType::U8, &out_dims);
+    let mut want = RtTensor::zeros(DType::U8, &out_dims)?;
     let mut ref_call: Vec<&mut RtTensor> = vec![&mut src_t, &mut wei_t, &mut ref_comp_t, &mut bias_t];
     ref_call.extend(ref_params.iter_mut());
     ref_call.push(&mut want);

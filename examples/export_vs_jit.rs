@@ -39,17 +39,17 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Inputs as the tests draw them: u8 source, s8 weights in [-127, 127], small f32 vectors.
-fn input(a: &ArgSpec, seed: u64) -> Tensor {
+fn input(a: &ArgSpec, seed: u64) -> Result<Tensor, tensorlift::RuntimeError> {
     let n = a.shape.iter().product::<i64>() as usize;
-    match a.dtype {
-        _ if a.output => Tensor::zeros(a.dtype, &a.shape),
+    Ok(match a.dtype {
+        _ if a.output => Tensor::zeros(a.dtype, &a.shape)?,
         DType::U8 => Tensor::from_array(&Array::from_i64(DType::U8, &a.shape, &uniform(n, seed, 0, 255))),
         DType::I8 => Tensor::from_array(&Array::from_i64(DType::I8, &a.shape, &uniform(n, seed, -127, 127))),
         _ => {
             let v: Vec<f64> = uniform(n, seed, 1, 1000).iter().map(|&x| x as f64 * 2e-6).collect();
             Tensor::from_array(&Array::from_f64(DType::F32, &a.shape, &v))
         }
-    }
+    })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -91,8 +91,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (prep_spec, run_spec) = (loaded.args(&pair[0].name)?.to_vec(), loaded.args(&name)?.to_vec());
         let dir = out.join(&name);
         std::fs::create_dir_all(&dir)?;
-        let prep: Vec<Tensor> = prep_spec.iter().enumerate().map(|(i, a)| input(a, 7 + i as u64)).collect();
-        let run: Vec<Tensor> = run_spec.iter().enumerate().map(|(i, a)| input(a, 100 + i as u64)).collect();
+        let prep: Vec<Tensor> =
+            prep_spec.iter().enumerate().map(|(i, a)| input(a, 7 + i as u64)).collect::<Result<_, _>>()?;
+        let run: Vec<Tensor> =
+            run_spec.iter().enumerate().map(|(i, a)| input(a, 100 + i as u64)).collect::<Result<_, _>>()?;
         for (prefix, tensors) in [("prep", &prep), ("run", &run)] {
             for (i, t) in tensors.iter().enumerate() {
                 std::fs::write(dir.join(format!("{prefix}{i}.bin")), t.as_bytes())?;

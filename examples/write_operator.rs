@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Run it on deterministic data and compare with the reference interpreter, bit for bit.
     let (a_data, b_data) = (pattern(DType::U8, &[m, k], 1), pattern(DType::I8, &[k, n], 2));
     let (mut ta, mut tb) = (Tensor::from_array(&a_data), Tensor::from_array(&b_data));
-    let mut tc = Tensor::zeros(DType::I32, &[m, n]);
+    let mut tc = Tensor::zeros(DType::I32, &[m, n])?;
     kernel.compiled.call(&mut [&mut ta, &mut tb, &mut tc])?;
     let expected = eval_te(&[&c], &[(&a, &a_data), (&b, &b_data)])?.remove(0);
     if !tc.to_array().bits_eq(&expected) {

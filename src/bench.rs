@@ -83,7 +83,7 @@ pub fn time_and_check(
     repeat: usize,
 ) -> Result<(Timing, bool), RuntimeError> {
     let mut tensors: Vec<Tensor> = inputs.iter().map(|a| Tensor::from_array(a)).collect();
-    tensors.push(Tensor::zeros(expected.dtype(), expected.shape()));
+    tensors.push(Tensor::zeros(expected.dtype(), expected.shape())?);
     let mut args: Vec<&mut Tensor> = tensors.iter_mut().collect();
     let timing = time(repeat, || func.call(&mut args))?;
     Ok((timing, tensors.last().is_some_and(|out| out.to_array().bits_eq(expected))))

@@ -149,7 +149,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     };
     let mut tb = Tensor::from_slice(&[k, n], &b_values)?;
     drop((a_values, b_values));
-    let mut tc = Tensor::zeros(DType::I32, &[m, n]);
+    let mut tc = Tensor::zeros(DType::I32, &[m, n])?;
     compiled.call(&mut [&mut ta, &mut tbp, &mut tc])?;
     let reference = Reference::for_size(m, n, k);
     let verified = tc.as_bytes() == reference.matmul(&a, &b, &mut ta, &mut tb)?.as_bytes();

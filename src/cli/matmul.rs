@@ -64,7 +64,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         println!("{}", kernel.lowered);
     }
     let (mut ta, mut tb) = (pattern_tensor(DType::U8, &[m, k], 3), pattern_tensor(DType::I8, &[k, n], 5));
-    let mut tc = Tensor::zeros(DType::I32, &[m, n]);
+    let mut tc = Tensor::zeros(DType::I32, &[m, n])?;
     kernel.compiled.call(&mut [&mut ta, &mut tb, &mut tc])?;
     let reference = Reference::for_size(m, n, k);
     let verified = tc.as_bytes() == reference.matmul(&a, &b, &mut ta, &mut tb)?.as_bytes();

@@ -60,7 +60,7 @@ impl Reference {
             Reference::GenericJit => {
                 let options = CompileOptions { target: Target::Level(IsaLevel::Scalar), ..CompileOptions::default() };
                 let kernel = build(&default_schedule(&[&plain]), &[a, b, &plain], "reference", &options)?;
-                let mut out = Tensor::zeros(DType::I32, plain.shape());
+                let mut out = Tensor::zeros(DType::I32, plain.shape())?;
                 kernel.compiled.call(&mut [&mut *ta, &mut *tb, &mut out])?;
                 Ok(out)
             }

@@ -269,13 +269,13 @@ fn compile_generic(case: &LayerCase, options: &CompileOptions) -> Result<Compile
         build(&default_schedule(&[&case.prep.compensation]), &[&case.wei, &case.prep.compensation], "prep", options)?;
     let [src, wei, bias] = &case.inputs;
     let mut wei_t = Tensor::from_array(wei);
-    let mut comp_t = Tensor::zeros(DType::I32, case.def.compensation.shape());
+    let mut comp_t = Tensor::zeros(DType::I32, case.def.compensation.shape())?;
     prep.compiled.call(&mut [&mut wei_t, &mut comp_t])?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     let kernel = build(&default_schedule(&[&case.def.output]), &case.args(), case.name, options)?;
     let mut tensors = vec![Tensor::from_array(src), wei_t, comp_t, Tensor::from_array(bias)];
     tensors.extend(case.def.params.iter().map(|p| Tensor::from_array(&p.values)));
-    tensors.push(Tensor::zeros(DType::U8, case.def.output.shape()));
+    tensors.push(Tensor::zeros(DType::U8, case.def.output.shape())?);
     Ok(CompiledLayer { prepare_ms, kernel, tensors })
 }
 
@@ -287,7 +287,7 @@ fn convert_array(a: &Array, from: Layout, to: Layout, options: &CompileOptions) 
     let src = placeholder_vec(a.shape().to_vec(), a.dtype(), "src")?;
     let out = convert_layout(&src, from, to, "converted")?;
     let kernel = build(&default_schedule(&[&out]), &[&src, &out], "convert_layout", options)?;
-    let mut tensors = [Tensor::from_array(a), Tensor::zeros(out.dtype(), out.shape())];
+    let mut tensors = [Tensor::from_array(a), Tensor::zeros(out.dtype(), out.shape())?];
     kernel.compiled.call(&mut tensors.iter_mut().collect::<Vec<_>>())?;
     Ok(tensors[1].to_array())
 }
@@ -307,8 +307,8 @@ fn compile_x86_conv(
     let prep_kernel = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
     let [src, wei, bias] = &case.inputs;
     let mut wei_t = Tensor::from_array(wei);
-    let mut packed_t = Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape());
-    let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape());
+    let mut packed_t = Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape())?;
+    let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape())?;
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     let src_dims: [i64; 4] = case.src.shape().try_into().expect("a convolution source is 4-D");
@@ -318,7 +318,7 @@ fn compile_x86_conv(
     let src = convert_array(src, Layout::Nchw, layout, options)?;
     let mut tensors = vec![Tensor::from_array(&src), packed_t, comp_t, Tensor::from_array(bias)];
     tensors.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
-    tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape()));
+    tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape())?);
     Ok(CompiledLayer { prepare_ms, kernel, tensors })
 }
 
@@ -336,15 +336,15 @@ fn compile_x86_dense(
     let [src, wei, bias] = &case.inputs;
     let as_arg = |a: &Array, t: &TeTensor| Tensor::from_array(&Array::from_i64(a.dtype(), t.shape(), &a.to_i64_vec()));
     let mut wei_t = as_arg(wei, &prep.args[0]);
-    let mut packed_t = Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape());
-    let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape());
+    let mut packed_t = Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape())?;
+    let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape())?;
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     let layer = schedules::x86_conv::dense_int8(&case.src, &case.wei, Some(&case.bias), &case.attrs, knobs, case.name)?;
     let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
     let mut tensors = vec![as_arg(src, &layer.args[0]), packed_t, comp_t, Tensor::from_array(bias)];
     tensors.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
-    tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape()));
+    tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape())?);
     Ok(CompiledLayer { prepare_ms, kernel, tensors })
 }
 

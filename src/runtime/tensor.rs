@@ -97,13 +97,10 @@ impl Tensor {
         Tensor { lines, bytes, dtype, shape: shape.to_vec() }
     }
 
-    /// A tensor of zeros. Panics if `dtype` is a vector or a dimension is negative (use
-    /// `from_le_bytes` to get those reported as errors).
-    pub fn zeros(dtype: DType, shape: &[i64]) -> Tensor {
-        match element_count(dtype, shape) {
-            Ok(len) => Tensor::alloc(dtype, shape, len),
-            Err(e) => panic!("Tensor::zeros: {e}"),
-        }
+    /// A tensor of zeros. Errors if `dtype` is a vector or the shape has a negative dimension
+    /// or does not fit in memory.
+    pub fn zeros(dtype: DType, shape: &[i64]) -> Result<Tensor, RuntimeError> {
+        Ok(Tensor::alloc(dtype, shape, element_count(dtype, shape)?))
     }
 
     /// A tensor holding exactly these little-endian bytes (bool bytes are normalized to 0/1).

@@ -28,21 +28,21 @@ fn assert_error(result: Result<(), RuntimeError>, expected: RuntimeError, messag
 fn call_checks_count_dtype_and_shape_before_running() {
     let f = compile(&add_func(), &CompileOptions::default()).unwrap();
     assert_eq!(f.threads(), None);
-    let mut a = Tensor::zeros(DType::I32, &[64, 32]);
-    let mut b = Tensor::zeros(DType::I32, &[48, 32]);
-    let mut c = Tensor::zeros(DType::I32, &[48, 32]);
+    let mut a = Tensor::zeros(DType::I32, &[64, 32]).unwrap();
+    let mut b = Tensor::zeros(DType::I32, &[48, 32]).unwrap();
+    let mut c = Tensor::zeros(DType::I32, &[48, 32]).unwrap();
     assert_error(
         f.call(&mut [&mut a, &mut b]),
         RuntimeError::ArgumentCount { expected: 3, found: 2 },
         "argument count: expected 3, found 2",
     );
-    let mut wrong_dtype = Tensor::zeros(DType::F32, &[48, 32]);
+    let mut wrong_dtype = Tensor::zeros(DType::F32, &[48, 32]).unwrap();
     assert_error(
         f.call(&mut [&mut a, &mut b, &mut wrong_dtype]),
         RuntimeError::ArgumentDType { index: 2, name: "C".into(), expected: DType::I32, found: DType::F32 },
         "argument 2 (C): expected dtype i32, found f32",
     );
-    let mut transposed = Tensor::zeros(DType::I32, &[32, 48]);
+    let mut transposed = Tensor::zeros(DType::I32, &[32, 48]).unwrap();
     assert_error(
         f.call(&mut [&mut a, &mut transposed, &mut c]),
         RuntimeError::ArgumentShape { index: 1, name: "B".into(), expected: vec![48, 32], found: vec![32, 48] },
@@ -82,7 +82,7 @@ fn call_args_checks_slice_length_and_writability() {
     assert!(c[1536..].iter().all(|&x| x == 0));
     // A read-only tensor works for an input.
     let b_tensor = Tensor::from_slice(&[48, 32], &b).unwrap();
-    let mut out = Tensor::zeros(DType::I32, &[48, 32]);
+    let mut out = Tensor::zeros(DType::I32, &[48, 32]).unwrap();
     f.call_args(&mut [Arg::from_slice(&a), Arg::tensor_ref(&b_tensor), Arg::tensor(&mut out)]).unwrap();
     assert_eq!(out.to_vec::<i32>().unwrap(), c[..1536].to_vec());
 }
@@ -98,6 +98,11 @@ fn tensor_construction_errors_and_round_trips() {
     let err = Tensor::from_le_bytes(DType::I32.with_lanes(4), &[1], &[0; 16]).unwrap_err();
     assert_eq!(err, RuntimeError::VectorDType { found: DType::I32.with_lanes(4) });
     assert!(err.to_string().contains("expected a scalar dtype, found i32x4"), "{err}");
+    // Zeros are checked the same way, never a panic.
+    assert_eq!(Tensor::zeros(DType::I32, &[-1, 2]).unwrap_err(), RuntimeError::BadShape { shape: vec![-1, 2] });
+    let vector = DType::I32.with_lanes(4);
+    assert_eq!(Tensor::zeros(vector, &[1]).unwrap_err(), RuntimeError::VectorDType { found: vector });
+    assert!(matches!(Tensor::zeros(DType::I64, &[i64::MAX, 4]), Err(RuntimeError::BadShape { .. })));
 
     let t = Tensor::from_slice(&[3], &[half::f16::from_f32(1.5), half::f16::NAN, half::f16::from_f32(-0.0)]).unwrap();
     let err = t.to_vec::<f32>().unwrap_err();
@@ -113,12 +118,12 @@ fn tensor_construction_errors_and_round_trips() {
     assert_eq!(raw.to_vec::<bool>().unwrap(), vec![false, true]);
     assert_eq!(raw.as_bytes(), &[0, 1]);
 
-    let empty = Tensor::zeros(DType::F64, &[0, 5]);
+    let empty = Tensor::zeros(DType::F64, &[0, 5]).unwrap();
     assert!(empty.is_empty() && empty.as_bytes().is_empty());
     assert_eq!(empty.len(), 0);
     assert_eq!(empty.shape(), &[0, 5]);
     // Data is 64-byte aligned.
-    assert_eq!(Tensor::zeros(DType::U8, &[3]).as_bytes().as_ptr() as usize % 64, 0);
+    assert_eq!(Tensor::zeros(DType::U8, &[3]).unwrap().as_bytes().as_ptr() as usize % 64, 0);
 }
 
 #[test]
@@ -172,12 +177,12 @@ fn declared_value_ranges_are_checked_for_every_integer_width_before_running() {
         let mut values = vec![lo; 16];
         values[15] = hi;
         let mut x = Tensor::from_array(&Array::from_i64(dtype, &[16], &values));
-        let mut out = Tensor::zeros(dtype, &[16]);
+        let mut out = Tensor::zeros(dtype, &[16]).unwrap();
         f.call(&mut [&mut x, &mut out]).unwrap();
         assert_eq!(out.to_array().to_i64_vec(), values, "{dtype}");
         values[9] = bad;
         let mut x = Tensor::from_array(&Array::from_i64(dtype, &[16], &values));
-        let mut out = Tensor::zeros(dtype, &[16]);
+        let mut out = Tensor::zeros(dtype, &[16]).unwrap();
         assert_error(
             f.call(&mut [&mut x, &mut out]),
             RuntimeError::ValueOutOfRange { index: 0, name: "x".into(), position: 9, value: bad.into(), lo, hi },

@@ -140,7 +140,7 @@ fn failed_scratch_allocation_is_a_typed_error() {
     );
     let func = Func { name: "huge".into(), params: vec![out], body };
     let compiled = compile(&func, &CompileOptions::default()).unwrap();
-    let mut t = Tensor::zeros(DType::U8, &[1]);
+    let mut t = Tensor::zeros(DType::U8, &[1]).unwrap();
     let err = compiled.call(&mut [&mut t]).unwrap_err();
     assert_eq!(err, RuntimeError::OutOfMemory);
     assert!(err.to_string().contains("out of memory"), "{err}");

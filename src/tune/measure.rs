@@ -160,8 +160,8 @@ impl LayerBench {
         let wei_shape = prep.args[0].shape().to_vec();
         let mut prep_args = [
             Tensor::from_array(&Array::from_i64(DType::I8, &wei_shape, &self.wei.to_i64_vec())),
-            Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape()),
-            Tensor::zeros(DType::I32, prep.compensation.compensation.shape()),
+            Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape())?,
+            Tensor::zeros(DType::I32, prep.compensation.compensation.shape())?,
         ];
         prep_func.compiled.call(&mut prep_args.iter_mut().collect::<Vec<_>>())?;
         let src_shape = layer.args[0].shape().to_vec();
@@ -172,7 +172,7 @@ impl LayerBench {
             Tensor::from_array(&self.bias),
         ];
         args.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
-        args.push(Tensor::zeros(DType::U8, layer.layer.output.shape()));
+        args.push(Tensor::zeros(DType::U8, layer.layer.output.shape())?);
         Ok(Compiled { func: func.compiled, args, compile_ms, trace })
     }
 

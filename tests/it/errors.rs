@@ -285,7 +285,7 @@ fn huge_split_factors_lower_and_run() {
         let kernel = tensorlift::build(&s, &[&a, &c], "f", &tensorlift::CompileOptions::default()).unwrap();
         let mut ta =
             tensorlift::Tensor::from_array(&ir::interp::Array::from_i64(DType::I32, &[7], &[1, 2, 3, 4, 5, 6, 7]));
-        let mut tc = tensorlift::Tensor::zeros(DType::I32, &[7]);
+        let mut tc = tensorlift::Tensor::zeros(DType::I32, &[7]).unwrap();
         kernel.compiled.call(&mut [&mut ta, &mut tc]).unwrap();
         assert_eq!(tc.to_array().to_i64_vec(), vec![3, 6, 9, 12, 15, 18, 21], "factor {factor}");
     }

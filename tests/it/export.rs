@@ -34,7 +34,7 @@ fn jit_matmul(op: &Operator) -> Array {
     let compiled = tensorlift::compile(func, &CompileOptions::default()).expect("JIT compile");
     let (a, b) = operands();
     let (mut ta, mut tb) = (Tensor::from_array(&a), Tensor::from_array(&b));
-    let mut tc = Tensor::zeros(DType::I32, &[M, N]);
+    let mut tc = Tensor::zeros(DType::I32, &[M, N]).unwrap();
     compiled.call(&mut [&mut ta, &mut tb, &mut tc]).expect("JIT call");
     tc.to_array()
 }
@@ -225,15 +225,15 @@ fn rust_loader_calls_the_library_and_reports_its_errors() {
 
     let (a, b) = operands();
     let (mut ta, mut tb) = (Tensor::from_array(&a), Tensor::from_array(&b));
-    let mut tc = Tensor::zeros(DType::I32, &[M, N]);
+    let mut tc = Tensor::zeros(DType::I32, &[M, N]).unwrap();
     lib.call("matmul", &mut [&mut ta, &mut tb, &mut tc]).expect("call");
     assert!(tc.to_array().bits_eq(&jit_matmul(&matmul_op())));
 
     // Wrong dtype and shape through the typed API, a wrong count and a NULL through raw DLTensors.
-    let mut wrong = Tensor::zeros(DType::I32, &[M, K]);
+    let mut wrong = Tensor::zeros(DType::I32, &[M, K]).unwrap();
     let err = lib.call("matmul", &mut [&mut wrong, &mut tb, &mut tc]).unwrap_err();
     assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::Dtype), .. }), "{err}");
-    let mut short = Tensor::zeros(DType::U8, &[M, K - 4]);
+    let mut short = Tensor::zeros(DType::U8, &[M, K - 4]).unwrap();
     let err = lib.call("matmul", &mut [&mut short, &mut tb, &mut tc]).unwrap_err();
     assert!(err.to_string().contains("expected shape [50, 36], found [50, 32]"), "{err}");
     let err = lib.call("matmul", &mut [&mut ta, &mut tb]).unwrap_err();
@@ -341,7 +341,7 @@ fn half_conversions_in_the_library_match_the_jit_on_every_f16_and_bf16() {
             Tensor::from_le_bytes(DType::F16, &[65536], &bits).unwrap(),
             Tensor::from_le_bytes(DType::BF16, &[65536], &bits).unwrap(),
         ];
-        ts.extend([DType::F32, DType::F32, DType::F16, DType::BF16].map(|d| Tensor::zeros(d, &[65536])));
+        ts.extend([DType::F32, DType::F32, DType::F16, DType::BF16].map(|d| Tensor::zeros(d, &[65536]).unwrap()));
         call(&mut ts.iter_mut().collect::<Vec<_>>());
         ts.iter().skip(2).map(|t| t.as_bytes().to_vec()).collect::<Vec<_>>()
     };
@@ -434,7 +434,8 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
             }
         }
     };
-    let input = |a: &ArgSpec, seed: u64| if a.output { Tensor::zeros(a.dtype, &a.shape) } else { fill(a, seed) };
+    let input =
+        |a: &ArgSpec, seed: u64| if a.output { Tensor::zeros(a.dtype, &a.shape).unwrap() } else { fill(a, seed) };
     let prep_inputs: Vec<Tensor> = prep_spec.iter().enumerate().map(|(i, a)| input(a, 7 + i as u64)).collect();
     let run_inputs: Vec<Tensor> = run_spec.iter().enumerate().map(|(i, a)| input(a, 100 + i as u64)).collect();
     for (prefix, tensors) in [("prep", &prep_inputs), ("run", &run_inputs)] {
@@ -576,7 +577,7 @@ fn a_gather_out_of_bounds_in_the_library_is_an_error_naming_the_tensor() {
     let lib = export(&[Operator::portable("gather", &func, &levels)], &options, &out_dir("gather")).expect("export");
     let loaded = LoadedLibrary::open(&lib.shared).expect("load");
     let mut ta = Tensor::from_slice(&[4], &[10i32, 20, 30, 40]).unwrap();
-    let mut tp = Tensor::zeros(DType::I32, &[6]);
+    let mut tp = Tensor::zeros(DType::I32, &[6]).unwrap();
     let mut good = Tensor::from_slice(&[6], &[3i64, 0, 1, 2, 3, 0]).unwrap();
     loaded.call("gather", &mut [&mut ta, &mut good, &mut tp]).unwrap();
     assert_eq!(tp.to_vec::<i32>().unwrap(), [80, 20, 40, 60, 80, 20]);

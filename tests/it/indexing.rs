@@ -153,8 +153,11 @@ fn check_case(
     let interpreted =
         ir::interp::loop_eval::run_func(&kernel.lowered, &mut interp_args).map(|_| interp_args.pop().unwrap());
 
-    let mut tensors =
-        vec![RtTensor::from_array(&a_arr), RtTensor::from_array(&idx_arr), RtTensor::zeros(DType::I32, &[m, n])];
+    let mut tensors = vec![
+        RtTensor::from_array(&a_arr),
+        RtTensor::from_array(&idx_arr),
+        RtTensor::zeros(DType::I32, &[m, n]).unwrap(),
+    ];
     let mut refs: Vec<&mut RtTensor> = tensors.iter_mut().collect();
     let jitted = kernel.compiled.call(&mut refs).map(|_| tensors.pop().unwrap().to_array());
 

@@ -40,7 +40,7 @@ fn jit(f: MathFn, input: &[f32], vectorized: bool) -> Vec<f32> {
     }
     let kernel = build(&s, &[&a, &b], "f", &CompileOptions::default()).expect("the math expansions compile");
     let mut ta = RtTensor::from_slice(&[input.len() as i64], input).unwrap();
-    let mut tb = RtTensor::zeros(DType::F32, &[input.len() as i64]);
+    let mut tb = RtTensor::zeros(DType::F32, &[input.len() as i64]).unwrap();
     kernel.compiled.call(&mut [&mut ta, &mut tb]).unwrap();
     tb.to_vec::<f32>().unwrap()
 }
@@ -255,7 +255,7 @@ fn agree(what: &str, input: &Array, out: DType, f: impl Fn(Expr) -> Expr) {
         }
         let kernel = build(&s, &[&a, &b], "f", &CompileOptions::default()).unwrap();
         let mut ta = RtTensor::from_array(input);
-        let mut tb = RtTensor::zeros(out, &[n]);
+        let mut tb = RtTensor::zeros(out, &[n]).unwrap();
         kernel.compiled.call(&mut [&mut ta, &mut tb]).unwrap();
         let got = tb.to_array();
         assert!(got.bits_eq(&want), "{what} (vectorized: {vectorized}): {:?}", got.first_difference(&want));

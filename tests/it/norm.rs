@@ -33,7 +33,7 @@ fn run_jit(schedule: &Schedule, inputs: &[(&Tensor, &Array)], output: &Tensor) -
     args.push(output);
     let kernel = build(schedule, &args, "f", &CompileOptions::default()).expect("the schedule builds");
     let mut tensors: Vec<RtTensor> = inputs.iter().map(|(_, a)| RtTensor::from_array(a)).collect();
-    tensors.push(RtTensor::zeros(output.dtype(), output.shape()));
+    tensors.push(RtTensor::zeros(output.dtype(), output.shape()).unwrap());
     let mut refs: Vec<&mut RtTensor> = tensors.iter_mut().collect();
     kernel.compiled.call(&mut refs).unwrap();
     tensors.pop().unwrap().to_array()

@@ -322,7 +322,7 @@ fn conv2d_generic_schedules_jit_compile_and_match_the_definition() {
             tensorlift::build(&default_schedule(&[&prep.compensation]), &[&wei, &prep.compensation], "prep", &options)
                 .unwrap();
         let mut wei_t = RtTensor::from_array(&Array::from_i64(DType::I8, &[17, 17, 3, 3], &wei_v));
-        let mut comp_t = RtTensor::zeros(DType::I32, &[17]);
+        let mut comp_t = RtTensor::zeros(DType::I32, &[17]).unwrap();
         prep_kernel.compiled.call(&mut [&mut wei_t, &mut comp_t]).unwrap();
         // The per-call function.
         let mut args: Vec<&Tensor> = vec![&src, &wei, &layer.compensation, &b];
@@ -336,7 +336,7 @@ fn conv2d_generic_schedules_jit_compile_and_match_the_definition() {
         let mut bias_t = RtTensor::from_array(&Array::from_f64(DType::F32, &[17], &bias));
         let mut res_t = with_sum.then(|| RtTensor::from_array(&Array::from_i64(res_dtype, &out_dims, &residual)));
         let mut params: Vec<RtTensor> = layer.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
-        let mut out_t = RtTensor::zeros(dst, &out_dims);
+        let mut out_t = RtTensor::zeros(dst, &out_dims).unwrap();
         let mut call: Vec<&mut RtTensor> = vec![&mut src_t, &mut wei_t, &mut comp_t, &mut bias_t];
         call.extend(res_t.as_mut());
         call.extend(params.iter_mut());
@@ -893,8 +893,8 @@ fn check_x86_conv(
     let prep_args: Vec<&Tensor> = prep.args.iter().collect();
     let prep_kernel = tensorlift::build(&prep.schedule, &prep_args, "prep", &options).unwrap();
     let mut wei_t = RtTensor::from_array(&Array::from_i64(DType::I8, &[oc, ic, k, k], &wei_v));
-    let mut packed_t = RtTensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape());
-    let mut comp_t = RtTensor::zeros(DType::I32, &[oc]);
+    let mut packed_t = RtTensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape()).unwrap();
+    let mut comp_t = RtTensor::zeros(DType::I32, &[oc]).unwrap();
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
 
     let f = conv2d_int8(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, layout, knobs, "conv").unwrap();
@@ -906,7 +906,7 @@ fn check_x86_conv(
     let residual = in_layout(&residual, [n, oc, oh, ow], layout);
     let mut res_t = with_sum.then(|| RtTensor::from_array(&Array::from_i64(res_dtype, &out_dims, &residual)));
     let mut params: Vec<RtTensor> = f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
-    let mut out_t = RtTensor::zeros(l.dst_dtype, &out_dims);
+    let mut out_t = RtTensor::zeros(l.dst_dtype, &out_dims).unwrap();
     let mut call: Vec<&mut RtTensor> = vec![&mut src_t, &mut packed_t, &mut comp_t, &mut bias_t];
     call.extend(res_t.as_mut());
     call.extend(params.iter_mut());
@@ -1063,8 +1063,8 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let prep_args: Vec<&Tensor> = prep.args.iter().collect();
             let prep_kernel = tensorlift::build(&prep.schedule, &prep_args, "prep", &options).unwrap();
             let mut wei_t = RtTensor::from_array(&Array::from_i64(DType::I8, &[oc, ic, 1, 1], &wei_v));
-            let mut packed_t = RtTensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape());
-            let mut comp_t = RtTensor::zeros(DType::I32, &[oc]);
+            let mut packed_t = RtTensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape()).unwrap();
+            let mut comp_t = RtTensor::zeros(DType::I32, &[oc]).unwrap();
             prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
 
             let f = schedules::x86_conv::dense_int8(&src, &wei, Some(&b), &a, knobs, "fc").unwrap();
@@ -1073,7 +1073,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let mut src_t = RtTensor::from_array(&Array::from_i64(src_dtype, &[1, 1, m, ic], &src_v));
             let mut bias_t = RtTensor::from_array(&bias_a);
             let mut params: Vec<RtTensor> = f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)).collect();
-            let mut out_t = RtTensor::zeros(DType::U8, &[1, 1, m, oc]);
+            let mut out_t = RtTensor::zeros(DType::U8, &[1, 1, m, oc]).unwrap();
             let mut call: Vec<&mut RtTensor> = vec![&mut src_t, &mut packed_t, &mut comp_t, &mut bias_t];
             call.extend(params.iter_mut());
             call.push(&mut out_t);
@@ -1167,7 +1167,7 @@ fn requantization_follows_onednns_formula_to_the_bit() {
         tensorlift::build(&default_schedule(&[&layer.output]), &args, "fc", &CompileOptions::default()).unwrap();
     let mut inputs: Vec<RtTensor> = [&src_a, &wei_a, &comp, &bias_a].into_iter().map(RtTensor::from_array).collect();
     inputs.extend(layer.params.iter().map(|p| RtTensor::from_array(&p.values)));
-    inputs.push(RtTensor::zeros(DType::F32, &out_dims));
+    inputs.push(RtTensor::zeros(DType::F32, &out_dims).unwrap());
     let mut call: Vec<&mut RtTensor> = inputs.iter_mut().collect();
     kernel.compiled.call(&mut call).unwrap();
     assert_same("JIT vs oneDNN's formula", &inputs.pop().unwrap().to_array(), &formula);

@@ -141,7 +141,8 @@ fn check_gemm(saturating: bool) -> Func {
         let kernel = build(&schedule, &[&a, &b, &c], "gemm", &options).expect("builds");
         for [ad, bd] in &inputs {
             let expected = ir::interp::te_eval::eval_te(&[&c], &[(&a, ad), (&b, bd)]).unwrap().remove(0);
-            let mut args = [RtTensor::from_array(ad), RtTensor::from_array(bd), RtTensor::zeros(DType::I32, &[6, 24])];
+            let mut args =
+                [RtTensor::from_array(ad), RtTensor::from_array(bd), RtTensor::zeros(DType::I32, &[6, 24]).unwrap()];
             let [ta, tb, tc] = &mut args;
             kernel.compiled.call(&mut [ta, tb, tc]).unwrap();
             let got = tc.to_array();
