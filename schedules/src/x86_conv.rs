@@ -2,13 +2,15 @@
 //! whose reduction is tensorized into an int8 micro-kernel, with typed knobs and a default per
 //! resnet-18 layer. Which kernel family code generation picks follows from the ISA level and
 //! `Conv2dInt8Knobs::operands` (the GEMM source's dtype and the weights' proven range, set by
-//! `Conv2dInt8Knobs::with_weights`): VNNI, the `vpmaddubsw` triple proven exact, sign transfer on
-//! an i8 source, or exact widening.
+//! `Conv2dInt8Knobs::with_weights`): VNNI, the `vpmaddubsw` triple proven exact, pre-widened
+//! i16 operands (`vpmaddwd`), or with the weights kept as bytes (`with_byte_weights`) sign
+//! transfer on an i8 source or exact widening.
 //!
 //! Two compiled functions make a layer. The weight preparation (`prepare_conv2d_int8`, run once)
-//! packs the weights into VNNI panels and computes the compensation; the per-call function
-//! (`conv2d_int8`, NCHW or NHWC) pads the source channels last and, per tile of `mr` pixels
-//! of an output row × `nr` output channels, calls `int8_gemm_{mr}x{nr}x{KH}x{R}` on the
+//! packs the weights into VNNI panels (or i16 pairs) and computes the compensation; the
+//! per-call function (`conv2d_int8`, NCHW or NHWC) pads the source channels last and, per tile
+//! of `mr` pixels of an output row × `nr` output channels, calls `int8_gemm_{mr}x{nr}x{KH}x{R}`
+//! (`int16_gemm_…` on pre-widened operands) on the
 //! source rows in place, one reduction segment per kernel row (no im2col copy: consecutive
 //! pixels of a row are `stride·IC` bytes apart, the `R = conv_row_bytes(IC, KW)` bytes a pixel
 //! reads of one row are contiguous, the kernel rows one padded row apart), then requantizes into the output layout. The int8 dense layer runs on the same path as a 1×1
@@ -155,7 +157,8 @@ pub struct Conv2dInt8 {
 /// The weight preparation of a convolution layer, run once per set of weights.
 #[derive(Clone, Debug)]
 pub struct Conv2dInt8Prepare {
-    /// `i8[⌈OC/nr⌉, KH·R/4, nr, 4]`: bind to `Conv2dInt8::layer.packed_weights`.
+    /// `i8[⌈OC/nr⌉, KH·R/4, nr, 4]` (`i16[⌈OC/nr⌉, KH·R/2, nr, 2]` for an i16 GEMM source):
+    /// bind to `Conv2dInt8::layer.packed_weights`.
     pub packed_weights: Tensor,
     /// `compensation.compensation` (`i32[OC]`): bind to `Conv2dInt8::layer.compensation`.
     pub compensation: Compensation,
