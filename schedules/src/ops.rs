@@ -463,10 +463,11 @@ pub struct GemmOperands {
     /// `vpmaddwd` on pre-widened operands: the weights are then packed as i16 pairs); the
     /// compensation must be computed for it (`compensation_for_gemm`).
     pub source: DType,
-    /// The range every packed weight lies in: declared on the packed-weights placeholder, so
-    /// code generation may rely on it (e.g. the triple is exact when `255·(w0 + w1)` fits i16)
-    /// and every call checks it before generated code runs. It must contain 0 (the packing's
-    /// padding). Not declared for an i16 source, whose kernels are exact on any i16.
+    /// The range the packed weights are declared to lie in, so that code generation may rely
+    /// on it (e.g. the triple is exact when `255·(w0 + w1)` fits i16) and every call checks it
+    /// before generated code runs (a range covering all of i8 is not scanned). It must contain
+    /// 0 (the packing's padding). Not declared for an i16 source, whose kernels are exact on any
+    /// i16.
     pub weights: (i8, i8),
 }
 

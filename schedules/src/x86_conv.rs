@@ -71,10 +71,18 @@ impl Conv2dInt8Knobs {
     ///   source) is exact too when no weight is -128, but its chain has one instruction more
     ///   and the twelve layers ran no faster with it (BENCHMARKS.md, "Exact int8 at the AVX2
     ///   level").
+    ///
+    /// The declared range is the weights' only where a kernel relies on it (the triple, sign
+    /// transfer); elsewhere it is all of i8, which calls do not scan (FC's 512 KiB of weights
+    /// were scanned on every call for nothing).
     pub fn with_weights(self, vnni: bool, (lo, hi): (i8, i8)) -> Conv2dInt8Knobs {
-        let weights = (lo.min(0), hi.max(0));
-        let (w_lo, w_hi) = (i64::from(weights.0), i64::from(weights.1));
-        let source = if vnni || pair_sums_fit_i16((0, 255), (w_lo, w_hi)) { DType::U8 } else { DType::I16 };
+        let proven = (lo.min(0), hi.max(0));
+        let triple = pair_sums_fit_i16((0, 255), (i64::from(proven.0), i64::from(proven.1)));
+        let (source, weights) = match (vnni, triple) {
+            (false, true) => (DType::U8, proven),
+            (true, _) => (DType::U8, ANY_WEIGHT),
+            (false, false) => (DType::I16, ANY_WEIGHT),
+        };
         Conv2dInt8Knobs { operands: GemmOperands { source, weights }, ..self }
     }
 
@@ -87,10 +95,18 @@ impl Conv2dInt8Knobs {
         if knobs.operands.source != DType::I16 {
             return knobs;
         }
-        let source = if knobs.operands.weights.0 > i8::MIN { DType::I8 } else { DType::U8 };
-        Conv2dInt8Knobs { operands: GemmOperands { source, ..knobs.operands }, ..knobs }
+        let proven = (range.0.min(0), range.1.max(0));
+        let operands = if proven.0 > i8::MIN {
+            GemmOperands { source: DType::I8, weights: proven }
+        } else {
+            GemmOperands { source: DType::U8, weights: ANY_WEIGHT }
+        };
+        Conv2dInt8Knobs { operands, ..knobs }
     }
 }
+
+/// The declared weight range where no kernel relies on one.
+const ANY_WEIGHT: (i8, i8) = (i8::MIN, i8::MAX);
 
 /// The smallest and largest of `weights` (`(0, 0)` when there are none).
 pub fn weight_range(weights: impl IntoIterator<Item = i8>) -> (i8, i8) {
@@ -395,16 +411,21 @@ mod tests {
         // 7-bit weights prove the vpmaddubsw triple exact on a u8 source.
         assert_eq!(pick(false, (-64, 63)), (DType::U8, (-64, 63)));
         assert_eq!(pick(false, (-64, 64)), (DType::U8, (-64, 64)));
-        // Wider ones, -128 or not: pre-widened i16 operands.
-        assert_eq!(pick(false, (-127, 127)), (DType::I16, (-127, 127)));
-        assert_eq!(pick(false, (-65, 3)), (DType::I16, (-65, 3)));
-        assert_eq!(pick(false, (-128, 5)), (DType::I16, (-128, 5)));
-        // VNNI is exact on a u8 source.
-        assert_eq!(pick(true, (-128, 5)), (DType::U8, (-128, 5)));
-        assert_eq!(pick(true, (-127, 127)), (DType::U8, (-127, 127)));
-        // Bytes at every level: sign transfer without -128, else widening.
-        let bytes = |range| knobs.with_byte_weights(false, range).operands.source;
-        assert_eq!((bytes((-127, 127)), bytes((-128, 5)), bytes((-64, 63))), (DType::I8, DType::U8, DType::U8));
+        // Wider ones, -128 or not: pre-widened i16 operands, which rely on no range.
+        assert_eq!(pick(false, (-127, 127)), (DType::I16, (-128, 127)));
+        assert_eq!(pick(false, (-65, 3)), (DType::I16, (-128, 127)));
+        assert_eq!(pick(false, (-128, 5)), (DType::I16, (-128, 127)));
+        // VNNI is exact on a u8 source and any weights.
+        assert_eq!(pick(true, (-128, 5)), (DType::U8, (-128, 127)));
+        assert_eq!(pick(true, (-64, 63)), (DType::U8, (-128, 127)));
+        // Bytes at every level: sign transfer without -128 (relying on that), else widening.
+        let bytes = |range| {
+            let o = knobs.with_byte_weights(false, range).operands;
+            (o.source, o.weights)
+        };
+        assert_eq!(bytes((-127, 127)), (DType::I8, (-127, 127)));
+        assert_eq!(bytes((-128, 5)), (DType::U8, (-128, 127)));
+        assert_eq!(bytes((-64, 63)), (DType::U8, (-64, 63)));
         // The declared range always holds the packing's zero padding.
         assert_eq!(pick(false, (3, 9)), (DType::U8, (0, 9)));
         assert_eq!(weight_range([5, -3, 7]), (-3, 7));

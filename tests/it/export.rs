@@ -472,21 +472,39 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
     let from_rust = layer_output(&|op, ts| loaded.call(op, ts).expect("library call"));
     assert!(from_rust == expected, "library (selected {}) from Rust differs from the JIT", loaded.selected_isa());
 
-    // A weight outside the declared [-127, 127] (-128, first, in the vector body, or last, in
-    // the scalar tail of the range check) is the library's typed error, not a wrong result.
+    // Without VNNI the byte weights run sign transfer, which relies on no weight being -128: a
+    // -128 (first, in the vector body, or last, in the scalar tail of the range check) is the
+    // library's typed error, not a wrong result. With VNNI any weight is exact: the call runs
+    // and equals the JIT of that level on the same weights.
+    let selected = levels.iter().copied().find(|l| l.name() == loaded.selected_isa()).expect("a compiled level");
     let mut prep = prep_inputs.clone();
     loaded.call("r8_prepare", &mut prep.iter_mut().collect::<Vec<_>>()).unwrap();
     let packed = prep[1].as_bytes().to_vec();
+    let jit_r8 = tensorlift::compile(
+        &ops[1].funcs[&selected],
+        &CompileOptions { target: Target::Level(selected), ..CompileOptions::default() },
+    )
+    .expect("JIT");
     for position in [0, 200, packed.len() - 1] {
         let mut bad = packed.clone();
         bad[position] = 0x80;
         let mut args = run_inputs.clone();
         args[1] = Tensor::from_le_bytes(DType::I8, &run_spec[1].shape, &bad).unwrap();
         args[2] = prep[2].clone();
-        let err = loaded.call("r8", &mut args.iter_mut().collect::<Vec<_>>()).unwrap_err();
-        assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::ValueRange), .. }), "{err}");
-        let needle = format!("element {position} is -128, expected a value in the declared range -127..=127");
-        assert!(err.to_string().contains(&needle), "{err}");
+        let result = loaded.call("r8", &mut args.iter_mut().collect::<Vec<_>>());
+        if selected.has_vnni() {
+            result.expect("any weight is exact on VNNI");
+            let mut jit_args = run_inputs.clone();
+            jit_args[1] = args[1].clone();
+            jit_args[2] = prep[2].clone();
+            jit_r8.call(&mut jit_args.iter_mut().collect::<Vec<_>>()).expect("JIT call");
+            assert!(jit_args.last().unwrap().as_bytes() == args.last().unwrap().as_bytes(), "-128 at {position}");
+        } else {
+            let err = result.unwrap_err();
+            assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::ValueRange), .. }), "{err}");
+            let needle = format!("element {position} is -128, expected a value in the declared range -127..=127");
+            assert!(err.to_string().contains(&needle), "{err}");
+        }
     }
 
     let source = dir.join("call_r8.c");
@@ -515,6 +533,24 @@ fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
             assert!(out == expected, "C at {level} on {threads} threads differs from the JIT");
         }
     }
+    // A -128 weight from C at every level: refused where the code relies on its absence (sign
+    // transfer, below VNNI), computed where it does not.
+    let weights = std::fs::read(dir.join("prep0.bin")).unwrap();
+    let mut bad = weights.clone();
+    bad[0] = 0x80;
+    std::fs::write(dir.join("prep0.bin"), &bad).unwrap();
+    for level in &levels {
+        let (ok, _, stderr) = run(Command::new(&exe).arg(&dir).env("TENSORLIFT_ISA", level.name()));
+        if level.has_vnni() {
+            assert!(ok, "{level}: {stderr}");
+        } else {
+            assert!(
+                !ok && stderr.contains("is -128, expected a value in the declared range -127..=127"),
+                "{level}: {stderr}"
+            );
+        }
+    }
+    std::fs::write(dir.join("prep0.bin"), &weights).unwrap();
     // Callers on several threads at once: one gets the pool, the others run their loops inline.
     std::thread::scope(|s| {
         let calls: Vec<_> =
