@@ -85,8 +85,12 @@ pub struct LayerBench {
     /// Packed weights and compensation per panel width and operands: the weight preparation
     /// (tens of ms for R11's 2.4 MB under its generic schedule) depends on nothing else, and
     /// candidates share it.
-    prepared: RefCell<HashMap<(i64, DType, (i8, i8)), [Tensor; 2]>>,
+    prepared: RefCell<HashMap<PreparationKey, [Tensor; 2]>>,
 }
+
+/// What a weight preparation depends on: the panel width and the operands (source dtype,
+/// declared weight range).
+type PreparationKey = (i64, DType, (i8, i8));
 
 /// A layer compiled with its weights prepared: call it with `args` (the output last).
 struct Compiled {
