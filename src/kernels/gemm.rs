@@ -223,6 +223,10 @@ struct Tile {
     last_lanes: usize,
     /// `acc[i][j]` (Widen: `acc[i][2j + h]`, the partial sums of column half `h`).
     acc: Vec<Vec<V>>,
+    /// More accumulator sets for a VNNI tile with few accumulators (`Gen::accumulator_sets`):
+    /// k step `u` goes to set `u mod (1 + extra.len())`, set 0 being `acc`; they are added into
+    /// `acc` before C is stored.
+    extra: Vec<Vec<Vec<V>>>,
     /// B vectors of the current k step (Widen: two widened halves per vector).
     b: Vec<V>,
     a: V,
@@ -322,6 +326,24 @@ impl Gen {
         Ok(())
     }
 
+    /// Independent accumulator chains a `vpdpbusd` tile needs to cover the instruction's latency
+    /// at its throughput (about 5 cycles × 2 per cycle on the hosts measured).
+    const VNNI_CHAINS: usize = 8;
+
+    /// Accumulator sets for a tile: 1, except a VNNI tile of fewer than `VNNI_CHAINS`
+    /// accumulators, whose `vpdpbusd` chains would wait on their own latency (a one-row GEMV
+    /// with one zmm of columns ran at a third of the speed of four), which takes as many as fit
+    /// the registers.
+    fn accumulator_sets(&self, rows: usize, vectors: usize, masked: bool) -> usize {
+        let tile = rows * vectors;
+        if self.variant.method != DotMethod::Vnni || tile >= Self::VNNI_CHAINS {
+            return 1;
+        }
+        let base = Blocking::registers(self.variant, rows, vectors, masked);
+        let room = self.width().registers().saturating_sub(base) / tile;
+        Self::VNNI_CHAINS.div_ceil(tile).min(room + 1).max(1)
+    }
+
     fn allocate(&self, rows: usize, vectors: usize, last_lanes: usize) -> Result<Tile, KernelError> {
         let variant = self.variant;
         let masked = last_lanes < self.width().lanes();
@@ -346,7 +368,9 @@ impl Gen {
         let ones = if uses_ones { take(1)[0] } else { a };
         let abs = if variant.method == DotMethod::SignTransfer { take(1)[0] } else { a };
         let mask = if masked && self.width() == VectorWidth::Ymm { take(1)[0] } else { a };
-        Ok(Tile { rows, vectors, last_lanes, acc, b, a, abs, tmp, ones, mask })
+        let sets = self.accumulator_sets(rows, vectors, masked);
+        let extra = (1..sets).map(|_| (0..rows).map(|_| take(vectors)).collect()).collect();
+        Ok(Tile { rows, vectors, last_lanes, acc, extra, b, a, abs, tmp, ones, mask })
     }
 
     /// One row block: load or zero the accumulators, the k loop, add/store C.
@@ -368,11 +392,16 @@ impl Gen {
                     }
                     _ => self.load_c(&t, t.acc[i][j], i, j)?,
                 }
+                for set in &t.extra {
+                    self.zero(set[i][j])?;
+                }
             }
         }
         self.a.mov(B_STEP, B_PANEL)?;
         let steps = s.k / self.k_step();
-        let unroll = self.blocking.unroll as i64;
+        // Every accumulator set gets steps of each unrolled iteration.
+        let sets = t.extra.len() + 1;
+        let unroll = self.blocking.unroll.next_multiple_of(sets) as i64;
         let loops = steps / unroll;
         for segment in 0..s.segments {
             let a_offset = segment * s.lds * s.a_dtype.bytes() as i64;
@@ -403,6 +432,9 @@ impl Gen {
             for j in 0..vectors {
                 if self.variant.method == DotMethod::Widen {
                     self.reduce_widened(&t, i, j)?;
+                }
+                for set in &t.extra {
+                    self.vpaddd(t.acc[i][j], t.acc[i][j], set[i][j])?;
                 }
                 self.store_c(&t, t.acc[i][j * if self.variant.method == DotMethod::Widen { 2 } else { 1 }], i, j)?;
             }
@@ -440,8 +472,10 @@ impl Gen {
             match self.variant.method {
                 DotMethod::Vnni => {
                     self.broadcast_d(t.a, a_mem)?;
+                    let set = u as usize % (t.extra.len() + 1);
                     for j in 0..t.vectors {
-                        self.vpdpbusd(t.acc[i][j], t.a, t.b[j])?;
+                        let acc = if set == 0 { t.acc[i][j] } else { t.extra[set - 1][i][j] };
+                        self.vpdpbusd(acc, t.a, t.b[j])?;
                     }
                 }
                 DotMethod::MaddUbs => {

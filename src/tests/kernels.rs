@@ -400,6 +400,27 @@ fn kernels_encode_the_instructions_their_level_promises() {
     }
 }
 
+/// A VNNI tile of one accumulator (a one-row GEMV panel) spreads its k steps over eight
+/// accumulator chains, which the random-shape tests above check for the sums.
+#[test]
+fn a_small_vnni_tile_runs_eight_accumulator_chains() {
+    let one = Blocking { rows: 1, vectors: 1, unroll: 4 };
+    let code = decode(&assemble_gemm(KernelVariant::AVX512_VNNI, &GemmShape::dense(1, 16, 256), one).unwrap(), 0);
+    let mut chains: Vec<Register> =
+        code.iter().filter(|i| i.mnemonic() == Mnemonic::Vpdpbusd).map(|i| i.op0_register()).collect();
+    chains.sort_by_key(|r| *r as u32);
+    chains.dedup();
+    assert_eq!(chains.len(), 8);
+    // A tile of eight or more accumulators keeps one set.
+    let big = Blocking { rows: 2, vectors: 4, unroll: 4 };
+    let code = decode(&assemble_gemm(KernelVariant::AVX512_VNNI, &GemmShape::dense(2, 64, 256), big).unwrap(), 0);
+    let mut chains: Vec<Register> =
+        code.iter().filter(|i| i.mnemonic() == Mnemonic::Vpdpbusd).map(|i| i.op0_register()).collect();
+    chains.sort_by_key(|r| *r as u32);
+    chains.dedup();
+    assert_eq!(chains.len(), 8);
+}
+
 #[test]
 fn the_peak_probe_runs_twelve_independent_vpdpbusd_per_iteration() {
     for (width, vex) in [(VectorWidth::Zmm, false), (VectorWidth::Ymm, true), (VectorWidth::Ymm, false)] {
