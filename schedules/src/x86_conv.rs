@@ -119,18 +119,29 @@ pub fn weight_range(weights: impl IntoIterator<Item = i8>) -> (i8, i8) {
         .unwrap_or((0, 0))
 }
 
-/// Layers with fewer int8 operations run on one thread by default: the 1×1 layers of
-/// resnet-18 (12.8 M operations, about 40 µs on one thread here) ran slower on two threads than
-/// on one (`tensorlift resnet18 --threads 2`, BENCHMARKS.md).
+/// Layers with fewer int8 operations run on one thread by default where the level has VNNI:
+/// there the 1×1 layers of resnet-18 (12.8 M operations, 30–60 µs on one thread) ran at
+/// 0.82–0.96× on two threads (`tensorlift measure`, AVX512-VNNI Xeon, BENCHMARKS.md).
 pub const MIN_PARALLEL_OPS: u64 = 50_000_000;
+
+/// `MIN_PARALLEL_OPS` below VNNI, where the same layers take 4–5× longer: there two threads ran
+/// them 1.34–1.43× faster (same measurement, `--isa avx2`).
+pub const MIN_PARALLEL_OPS_BELOW_VNNI: u64 = 10_000_000;
 
 /// The default knobs of a resnet-18 layer: the register tile `mr × nr` (`nr` in 64, 32, 16
 /// dividing `OC`, at most 24 zmm accumulators `mr · nr/16`, `mr ≥ 4`) of largest area whose `mr`
 /// divides the `OW` pixels of an output row, so that no tile runs the call's fallback loops;
 /// ties go to the wider `nr`. Without such a tile, the widest `nr` with the most rows, at most
 /// `OW`. Channel panels go outermost when the packed weights outweigh the padded source; the
-/// loops are parallel from `MIN_PARALLEL_OPS` operations on.
+/// loops are parallel from `MIN_PARALLEL_OPS` operations on (the rule of a VNNI level;
+/// `default_knobs_at` for a given level).
 pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
+    default_knobs_at(layer, true)
+}
+
+/// `default_knobs` for code at a level with or without VNNI: parallel from `MIN_PARALLEL_OPS`
+/// operations on, or `MIN_PARALLEL_OPS_BELOW_VNNI` without VNNI.
+pub fn default_knobs_at(layer: &ConvLayer, vnni: bool) -> Conv2dInt8Knobs {
     let pixels = layer.ow();
     let widths: Vec<i64> = [64, 32, 16].into_iter().filter(|nr| layer.oc % nr == 0).collect();
     let widths = if widths.is_empty() { vec![16] } else { widths };
@@ -145,7 +156,7 @@ pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
         if layer.k == 1 { layer.oh() * layer.ow() } else { (layer.h + 2 * layer.pad) * (layer.w + 2 * layer.pad) }
             * layer.ic;
     let order = if weight_bytes > source_bytes { TileOrder::ChannelsOuter } else { TileOrder::PixelsOuter };
-    let parallel = layer.ops() >= MIN_PARALLEL_OPS;
+    let parallel = layer.ops() >= if vnni { MIN_PARALLEL_OPS } else { MIN_PARALLEL_OPS_BELOW_VNNI };
     Conv2dInt8Knobs { mr, nr, lanes: 16, order, parallel, operands: GemmOperands::U8 }
 }
 
@@ -436,6 +447,15 @@ mod tests {
         assert_eq!(weight_range([5, -3, 7]), (-3, 7));
         assert_eq!(weight_range([]), (0, 0));
         assert_eq!(knobs.operands, GemmOperands::U8);
+    }
+
+    #[test]
+    fn the_thread_pool_serves_smaller_layers_below_vnni() {
+        // R4 (a 1×1 stride-2 layer, 12.8 M operations) and R1 (236 M).
+        let (r4, r1) = (&CONV_LAYERS[3], &CONV_LAYERS[0]);
+        assert!(!default_knobs_at(r4, true).parallel && default_knobs_at(r4, false).parallel);
+        assert!(default_knobs_at(r1, true).parallel && default_knobs_at(r1, false).parallel);
+        assert_eq!(default_knobs(r4), default_knobs_at(r4, true));
     }
 
     #[test]

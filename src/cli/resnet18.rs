@@ -19,7 +19,7 @@ use schedules::ops::{
 use schedules::quant::{QuantAttrs, QuantError};
 use schedules::resnet18::{self, Layer};
 use schedules::x86_conv::{
-    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
+    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs_at, prepare_conv2d_int8,
     prepare_dense_int8, weight_range,
 };
 use tensorlift::bench::{time_against_peak, uniform};
@@ -497,7 +497,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             (Layer::Conv(_), Some(p)) => LayerPlan::X86Conv(p.fit(level.has_vnni(), case.weight_range()), layout),
             (Layer::Dense(_), Some(p)) => LayerPlan::X86Dense(p.fit(level.has_vnni(), case.weight_range())),
             (Layer::Conv(c), None) => {
-                let knobs = default_knobs(&c);
+                let knobs = default_knobs_at(&c, level.has_vnni());
                 LayerPlan::X86Conv(
                     fit(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }),
                     layout,

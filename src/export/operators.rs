@@ -5,7 +5,7 @@ use schedules::nn::{matmul_packed, pack_b_vnni};
 use schedules::quant::QuantError;
 use schedules::resnet18::{self, Layer, WeightBits};
 use schedules::x86::{GemmInt8Knobs, schedule_gemm_int8};
-use schedules::x86_conv::{Conv2dInt8Error, Conv2dInt8Knobs, default_dense_knobs, default_knobs, table_layer};
+use schedules::x86_conv::{Conv2dInt8Error, Conv2dInt8Knobs, default_dense_knobs, default_knobs_at, table_layer};
 use thiserror::Error;
 
 use super::Operator;
@@ -61,13 +61,13 @@ pub fn matmul(m: i64, n: i64, k: i64, levels: &[IsaLevel]) -> Result<Operator, O
 }
 
 /// The knobs of `layer` at `level` for weights in `weights`' range: the tuning record's point,
-/// else `default_knobs` (FC: one row, one thread); the kernel family by level and range with
+/// else `default_knobs_at` the level (FC: one row, one thread); the kernel family by level and range with
 /// the weights packed as bytes at every level, so that one preparation serves every level
 /// (`Conv2dInt8Knobs::with_byte_weights`).
 fn layer_knobs(layer: Layer, level: IsaLevel, weights: WeightBits, tuning: Option<&Record>) -> Conv2dInt8Knobs {
     let knobs = match (tuning.and_then(record_point), layer) {
         (Some(point), _) => point.knobs(),
-        (None, Layer::Conv(c)) => default_knobs(&c),
+        (None, Layer::Conv(c)) => default_knobs_at(&c, level.has_vnni()),
         (None, Layer::Dense(d)) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
     };
     knobs.with_byte_weights(level.has_vnni(), weights.range())

@@ -5,7 +5,7 @@
 
 use ir::intrin::pair_sums_fit_i16;
 use schedules::resnet18::Layer;
-use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, default_dense_knobs, default_knobs};
+use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, default_dense_knobs, default_knobs_at};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -88,18 +88,25 @@ pub struct Space {
     /// Whether the packing is a choice (it picks the kernel family: no VNNI, weights the
     /// triple is not proven exact on); else `Packing::I16`, the default.
     pub choose_packing: bool,
+    /// Whether the code is for a level with VNNI (the default point's threads follow it,
+    /// `x86_conv::default_knobs_at`).
+    pub vnni: bool,
 }
 
 impl Space {
     pub fn new(layer: Layer, max_threads: usize) -> Space {
-        Space { layer, max_threads: max_threads.max(1), choose_packing: false }
+        Space { layer, max_threads: max_threads.max(1), choose_packing: false, vnni: true }
     }
 
     /// The space for code at `level` on weights in `weights`: the packing is a choice where it
     /// picks the kernel family.
     pub fn for_target(layer: Layer, max_threads: usize, level: IsaLevel, (lo, hi): (i8, i8)) -> Space {
         let triple_exact = pair_sums_fit_i16((0, 255), (i64::from(lo.min(0)), i64::from(hi.max(0))));
-        Space { choose_packing: !level.has_vnni() && !triple_exact, ..Space::new(layer, max_threads) }
+        Space {
+            choose_packing: !level.has_vnni() && !triple_exact,
+            vnni: level.has_vnni(),
+            ..Space::new(layer, max_threads)
+        }
     }
 
     /// Pixels of an output row (the GEMM rows one tile covers).
@@ -118,7 +125,7 @@ impl Space {
     /// candidate so tuned is never worse than default; its threads: all when parallel.
     pub fn default_point(&self) -> Point {
         let knobs = match self.layer {
-            Layer::Conv(c) => default_knobs(&c),
+            Layer::Conv(c) => default_knobs_at(&c, self.vnni),
             Layer::Dense(d) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
         };
         let threads = if knobs.parallel { self.max_threads } else { 1 };
