@@ -404,21 +404,17 @@ fn kernels_encode_the_instructions_their_level_promises() {
 /// accumulator chains, which the random-shape tests above check for the sums.
 #[test]
 fn a_small_vnni_tile_runs_eight_accumulator_chains() {
-    let one = Blocking { rows: 1, vectors: 1, unroll: 4 };
-    let code = decode(&assemble_gemm(KernelVariant::AVX512_VNNI, &GemmShape::dense(1, 16, 256), one).unwrap(), 0);
-    let mut chains: Vec<Register> =
-        code.iter().filter(|i| i.mnemonic() == Mnemonic::Vpdpbusd).map(|i| i.op0_register()).collect();
-    chains.sort_by_key(|r| *r as u32);
-    chains.dedup();
-    assert_eq!(chains.len(), 8);
+    let chains = |shape: GemmShape, blocking: Blocking| {
+        let code = decode(&assemble_gemm(KernelVariant::AVX512_VNNI, &shape, blocking).unwrap(), 0);
+        let mut registers: Vec<Register> =
+            code.iter().filter(|i| i.mnemonic() == Mnemonic::Vpdpbusd).map(|i| i.op0_register()).collect();
+        registers.sort_by_key(|r| *r as u32);
+        registers.dedup();
+        registers.len()
+    };
+    assert_eq!(chains(GemmShape::dense(1, 16, 256), Blocking { rows: 1, vectors: 1, unroll: 4 }), 8);
     // A tile of eight or more accumulators keeps one set.
-    let big = Blocking { rows: 2, vectors: 4, unroll: 4 };
-    let code = decode(&assemble_gemm(KernelVariant::AVX512_VNNI, &GemmShape::dense(2, 64, 256), big).unwrap(), 0);
-    let mut chains: Vec<Register> =
-        code.iter().filter(|i| i.mnemonic() == Mnemonic::Vpdpbusd).map(|i| i.op0_register()).collect();
-    chains.sort_by_key(|r| *r as u32);
-    chains.dedup();
-    assert_eq!(chains.len(), 8);
+    assert_eq!(chains(GemmShape::dense(2, 64, 256), Blocking { rows: 2, vectors: 4, unroll: 4 }), 8);
 }
 
 #[test]
