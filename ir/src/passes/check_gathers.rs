@@ -1,9 +1,9 @@
 //! Run-time bounds checks for reads whose index depends on data (gathers).
 
-use crate::analysis::interval::{Interval, Scope, bounds_of};
+use crate::analysis::interval::{Scope, bounds_of};
 use crate::expr::{BinOp, Expr, ExprKind};
 use crate::mutator::{Mutator, for_each_stmt, walk_stmt};
-use crate::passes::facts::{FactMutator, mutate_if_with_facts};
+use crate::passes::facts::{FactMutator, mutate_for_with_facts, mutate_if_with_facts};
 use crate::stmt::{Buffer, Func, Stmt, StmtKind};
 
 /// Inserts a `BoundsCheck` before every statement that evaluates a gather: a `Load` one of whose
@@ -153,15 +153,7 @@ impl FactMutator for CheckGathers {
 impl Mutator for CheckGathers {
     fn mutate_stmt(&mut self, stmt: &Stmt) -> Stmt {
         match stmt.kind() {
-            StmtKind::For { var, extent, kind, body } => {
-                self.scope.push(var, Interval::of_extent(*extent));
-                let new_body = self.mutate_stmt(body);
-                self.scope.pop(var);
-                if new_body.same_node(body) {
-                    return stmt.clone();
-                }
-                Stmt::for_loop(var.clone(), *extent, *kind, new_body)
-            }
+            StmtKind::For { .. } => mutate_for_with_facts(self, stmt),
             StmtKind::Let { var, value, body } => {
                 let checks = self.checks(&[value]);
                 self.scope.push(var, bounds_of(value, &self.scope));

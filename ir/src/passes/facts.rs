@@ -1,6 +1,7 @@
-//! Walking an `if` with its condition known: shared by the passes that track interval facts.
+//! Walking a `for` with its range known and an `if` with its condition known: shared by the
+//! passes that track interval facts.
 
-use crate::analysis::interval::Scope;
+use crate::analysis::interval::{Interval, Scope};
 use crate::expr::Expr;
 use crate::mutator::Mutator;
 use crate::stmt::{Stmt, StmtKind};
@@ -8,6 +9,21 @@ use crate::stmt::{Stmt, StmtKind};
 /// A mutator that keeps interval facts about the statement it is in.
 pub(crate) trait FactMutator: Mutator {
     fn scope(&mut self) -> &mut Scope;
+}
+
+/// Rebuilds `for var in 0..extent { body }` (a `For` statement), mutating the body with `var`'s
+/// range in scope. Returns `stmt` itself when nothing changed.
+pub(crate) fn mutate_for_with_facts<M: FactMutator>(m: &mut M, stmt: &Stmt) -> Stmt {
+    let StmtKind::For { var, extent, kind, body } = stmt.kind() else {
+        panic!("mutate_for_with_facts of a statement that is not a for loop");
+    };
+    m.scope().push(var, Interval::of_extent(*extent));
+    let new_body = m.mutate_stmt(body);
+    m.scope().pop(var);
+    if new_body.same_node(body) {
+        return stmt.clone();
+    }
+    Stmt::for_loop(var.clone(), *extent, *kind, new_body)
 }
 
 /// Rebuilds `if cond { then_case } else { else_case }` (an `If` statement) with the already

@@ -1,9 +1,9 @@
 //! Memory safety by construction: every access the compiler cannot prove in bounds is clamped.
 
-use crate::analysis::interval::{Interval, Scope, bounds_of};
+use crate::analysis::interval::{Scope, bounds_of};
 use crate::expr::{Expr, ExprKind};
 use crate::mutator::{Mutator, walk_expr, walk_stmt};
-use crate::passes::facts::{FactMutator, mutate_if_with_facts};
+use crate::passes::facts::{FactMutator, mutate_for_with_facts, mutate_if_with_facts};
 use crate::passes::lanewise;
 use crate::stmt::{Buffer, Func, Stmt, StmtKind};
 
@@ -97,15 +97,7 @@ impl Mutator for Guard {
 
     fn mutate_stmt(&mut self, stmt: &Stmt) -> Stmt {
         match stmt.kind() {
-            StmtKind::For { var, extent, kind, body } => {
-                self.scope.push(var, Interval::of_extent(*extent));
-                let new_body = self.mutate_stmt(body);
-                self.scope.pop(var);
-                if new_body.same_node(body) {
-                    return stmt.clone();
-                }
-                Stmt::for_loop(var.clone(), *extent, *kind, new_body)
-            }
+            StmtKind::For { .. } => mutate_for_with_facts(self, stmt),
             StmtKind::Let { var, value, body } => {
                 let new_value = self.mutate_expr(value);
                 let interval = bounds_of(&new_value, &self.scope);

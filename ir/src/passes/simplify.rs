@@ -1,7 +1,7 @@
 //! Simplification: constant folding, exact identities, linear index normalization, and removal of
 //! control flow that interval analysis decides.
 
-use crate::passes::facts::{FactMutator, mutate_if_with_facts};
+use crate::passes::facts::{FactMutator, mutate_for_with_facts, mutate_if_with_facts};
 use std::collections::HashMap;
 
 use crate::analysis::interval::{Interval, Scope, bounds_of, negate, prove};
@@ -131,20 +131,14 @@ impl Mutator for Simplifier {
 
     fn mutate_stmt(&mut self, stmt: &Stmt) -> Stmt {
         match stmt.kind() {
-            StmtKind::For { var, extent, kind, body } => {
+            StmtKind::For { var, extent, body, .. } => {
                 if *extent <= 0 {
                     return Stmt::no_op();
                 }
                 if *extent == 1 {
                     return self.with_subst(var, Expr::index(0), body);
                 }
-                self.scope.push(var, Interval::of_extent(*extent));
-                let new_body = self.mutate_stmt(body);
-                self.scope.pop(var);
-                if new_body.same_node(body) {
-                    return stmt.clone();
-                }
-                Stmt::for_loop(var.clone(), *extent, *kind, new_body)
+                mutate_for_with_facts(self, stmt)
             }
             StmtKind::Let { var, value, body } => {
                 let new_value = self.mutate_expr(value);
