@@ -68,21 +68,35 @@ pub enum IntrinKind {
     /// Layout: as `Int8Gemm` with groups of two i16 (`B` stride 1 along `ki` and 2 along `n`;
     /// a group is 4 bytes either way).
     Int16Gemm { m: i64, n: i64, k: i64, segments: i64 },
+    /// An element-wise map over an `m × n` block, `out[p, c] = f(…)`: the declaration's body
+    /// `f` has no reduction and reads each input at `[p, c]` (an `[m, n]` input) or at `[c]` (an
+    /// `[n]` input: per-column parameters such as per-channel scales). What `f` computes is
+    /// free; code generation compiles the declaration's body itself into a vector kernel where
+    /// every operation in it has an exact vector form at the level, and runs the loop nest
+    /// elsewhere.
+    ///
+    /// Layout: every operand is contiguous along `c`; row strides are free.
+    Map { m: i64, n: i64 },
     /// Implemented only by the equivalent loop nest.
     Generic,
 }
 
 impl IntrinKind {
-    /// The flat element stride each operand (inputs in declaration order, then the output) must
-    /// have along each dimension of its declaration tensor; `None` where any stride is fine.
-    pub fn required_strides(&self, operands: usize) -> Vec<Vec<Option<i64>>> {
+    /// The flat element stride each operand (inputs in declaration order, then the output, of
+    /// the ranks `ranks`) must have along each dimension of its declaration tensor; `None` where
+    /// any stride is fine.
+    pub fn required_strides(&self, ranks: &[usize]) -> Vec<Vec<Option<i64>>> {
         match self {
             IntrinKind::Int8Gemm { segments, .. } | IntrinKind::Int16Gemm { segments, .. } => {
                 let pack = self.pack().expect("a GEMM kind");
                 let a = if *segments > 1 { vec![None, None, Some(1)] } else { vec![None, Some(1)] };
                 vec![a, vec![None, Some(pack), Some(1)], vec![None, Some(1)]]
             }
-            IntrinKind::Generic => vec![Vec::new(); operands],
+            // `[m, n]` or `[n]` operands: unit stride along `c`, whatever the rows'.
+            IntrinKind::Map { .. } => {
+                ranks.iter().map(|&rank| (0..rank).map(|d| (d + 1 == rank).then_some(1)).collect()).collect()
+            }
+            IntrinKind::Generic => vec![Vec::new(); ranks.len()],
         }
     }
 }
@@ -93,7 +107,7 @@ impl IntrinKind {
         match self {
             IntrinKind::Int8Gemm { .. } => Some(4),
             IntrinKind::Int16Gemm { .. } => Some(2),
-            IntrinKind::Generic => None,
+            IntrinKind::Map { .. } | IntrinKind::Generic => None,
         }
     }
 }
@@ -212,10 +226,47 @@ pub fn decl_tensor_intrin(
         IntrinKind::Int16Gemm { m, n, k, segments } => {
             check_gemm(name, output, inputs, Int8GemmSize { m, n, k, segments }, GemmForm::Exact16)?;
         }
+        IntrinKind::Map { m, n } => check_map(name, output, (m, n), &reads)?,
         IntrinKind::Generic => {}
     }
     let inputs = inputs.iter().map(|t| (*t).clone()).collect();
     Ok(TensorIntrin(Rc::new(TensorIntrinData { name: name.to_string(), kind, inputs, output: output.clone() })))
+}
+
+/// `IntrinKind::Map`: an `[m, n]` output without reduction whose every read is `x[p, c]` of an
+/// `[m, n]` input or `x[c]` of an `[n]` input, `p, c` being the output's axes.
+fn check_map(name: &str, output: &Tensor, (m, n): (i64, i64), reads: &[(Tensor, Vec<Expr>)]) -> Result<(), TeError> {
+    let bad = |what: &str, expected: String, found: String| TeError::BadIntrinsic {
+        intrin: name.to_string(),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    if output.shape() != [m, n] || !output.reduce_axes().is_empty() {
+        let found = format!("{:?} with {} reduction axes", output.shape(), output.reduce_axes().len());
+        return Err(bad("Map output", format!("[{m}, {n}] without reduction"), found));
+    }
+    let (p, c) = (output.axes()[0].to_expr(), output.axes()[1].to_expr());
+    // `index` equals the axis itself (as an affine form: `0*64 + j` is `j`).
+    let is_var = |index: &Expr, axis: &Expr| {
+        let form = Linear::of(index);
+        let terms: Vec<_> = form.terms.iter().filter(|(_, c)| *c != 0).collect();
+        form.constant == 0
+            && matches!(terms.as_slice(), [(t, 1)] if t.as_var().is_some() && t.as_var() == axis.as_var())
+    };
+    for (tensor, index) in reads {
+        let row = tensor.shape() == [m, n] && index.len() == 2 && is_var(&index[0], &p) && is_var(&index[1], &c);
+        let column = tensor.shape() == [n] && index.len() == 1 && is_var(&index[0], &c);
+        if !row && !column {
+            let found = format!(
+                "{tensor}{:?} read at [{}]",
+                tensor.shape(),
+                index.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+            );
+            return Err(bad("Map read", format!("x[{p}, {c}] of x: [{m}, {n}] or x[{c}] of x: [{n}]"), found));
+        }
+    }
+    Ok(())
 }
 
 /// `Ok` if every index is affine in `axes` and each dimension has an axis used by no other
@@ -484,7 +535,7 @@ mod tests {
         );
         let kind = IntrinKind::Int16Gemm { m: 2, n: 16, k: 6, segments: 1 };
         decl_tensor_intrin("g", kind, &c, &[&a, &b]).unwrap();
-        assert_eq!(kind.required_strides(3)[1], vec![None, Some(2), Some(1)]);
+        assert_eq!(kind.required_strides(&[2, 3, 2])[1], vec![None, Some(2), Some(1)]);
         // Byte operands belong to `Int8Gemm`; an odd k has no pairs.
         let (a8, b8) = gemm_operands(2, 16, 8);
         let int8 = int8_gemm_compute(&a8, &b8, Int8GemmSize { k: 8, ..size }, false, "C").unwrap();
@@ -494,6 +545,31 @@ mod tests {
         let err = decl_tensor_intrin("g", IntrinKind::Int16Gemm { m: 2, n: 16, k: 5, segments: 1 }, &c, &[&a, &b])
             .unwrap_err();
         assert!(err.to_string().contains("k a positive multiple of 2, found m=2, n=16, k=5"), "{err}");
+    }
+
+    #[test]
+    fn a_map_reads_its_inputs_at_the_point_or_the_column() {
+        let x = placeholder([3, 8], DType::I32, "x").unwrap();
+        let scale = placeholder([8], DType::F32, "scale").unwrap();
+        let kind = IntrinKind::Map { m: 3, n: 8 };
+        let y = compute([3, 8], |i| x.at([&i[0], &i[1]]).cast(DType::F32) * scale.at([&i[1]]), "y").unwrap();
+        decl_tensor_intrin("requantize", kind, &y, &[&x, &scale]).unwrap();
+        assert_eq!(kind.required_strides(&[2, 1, 2]), vec![vec![None, Some(1)], vec![Some(1)], vec![None, Some(1)]]);
+        // A per-row parameter is not a column operand.
+        let per_row = placeholder([3], DType::F32, "per_row").unwrap();
+        let z = compute([3, 8], |i| x.at([&i[0], &i[1]]).cast(DType::F32) * per_row.at([&i[0]]), "z").unwrap();
+        let err = decl_tensor_intrin("requantize", kind, &z, &[&x, &per_row]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tensor intrinsic requantize: Map read: expected x[i, j] of x: [3, 8] or x[j] of x: [8], found per_row[3] read at [i]"
+        );
+        // Neither a reduction nor another block size.
+        let k = reduce_axis(8, "k").unwrap();
+        let total = compute([3, 8], |i| sum(DType::I32, &[&k], x.at([&i[0], &k.to_expr()])), "t").unwrap();
+        let err = decl_tensor_intrin("t", kind, &total, &[&x]).unwrap_err();
+        assert!(err.to_string().contains("Map output: expected [3, 8] without reduction"), "{err}");
+        let err = decl_tensor_intrin("y", IntrinKind::Map { m: 3, n: 16 }, &y, &[&x, &scale]).unwrap_err();
+        assert!(err.to_string().contains("Map output: expected [3, 16] without reduction, found [3, 8]"), "{err}");
     }
 
     #[test]

@@ -435,7 +435,8 @@ fn check_mapping(
         inverse[a] = q;
     }
     let operand_count = intrin.inputs.len() + 1;
-    let required = intrin.kind.required_strides(operand_count);
+    let ranks: Vec<usize> = intrin.operand_tensors().iter().map(|t| t.shape().len()).collect();
+    let required = intrin.kind.required_strides(&ranks);
     let mut operands = Vec::new();
     for operand in 0..operand_count {
         let of_operand: Vec<&Access> = accesses.iter().filter(|a| a.operand == operand).collect();

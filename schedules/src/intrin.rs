@@ -76,7 +76,9 @@ pub fn gemm_segmented_microkernel(
 }
 
 /// The declaration of this module that `r` refers to, rebuilt: the resolver for replaying traces
-/// of the x86 schedules (`ir::trace::Trace::replay`). `None` for an intrinsic declared elsewhere.
+/// of the x86 schedules (`ir::trace::Trace::replay`). `None` for an intrinsic declared elsewhere,
+/// such as a layer's requantization (`ops::DirectConvLayer::requantize_row`, which a fresh
+/// definition of the layer carries).
 pub fn resolve(r: &IntrinRef) -> Option<TensorIntrin> {
     match r.kind {
         IntrinKind::Int8Gemm { m, n, k, segments, saturating } => [DType::U8, DType::I8]
@@ -86,7 +88,7 @@ pub fn resolve(r: &IntrinRef) -> Option<TensorIntrin> {
         IntrinKind::Int16Gemm { m, n, k, segments } => {
             int16_gemm_segmented_microkernel(m, n, segments, k).ok().filter(|intrin| r.matches(intrin))
         }
-        IntrinKind::Generic => None,
+        IntrinKind::Map { .. } | IntrinKind::Generic => None,
     }
 }
 

@@ -9,6 +9,7 @@
 //! the weights are packed, and the per-call operators read its result through a placeholder.
 
 use ir::expr::{max as index_max, min as index_min, select};
+use ir::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin};
 use ir::te::{Tensor, compute_vec, max, placeholder_vec, placeholder_vec_in_range, reduce_axis, sum};
 use ir::{DType, Expr};
 
@@ -243,6 +244,42 @@ fn requantize_layer(
         name,
     )?;
     Ok(Requantized { compensation, output, params: params.0 })
+}
+
+/// The requantization of `requantize_layer` over an `[m, n]` block of accumulators (`n` output
+/// channels, contiguous in every operand) as an `IntrinKind::Map` declaration named
+/// `requantize_{m}x{n}`: inputs `acc: i32[m, n]`, the compensation `[n]`, the bias `[n]` and
+/// the sum input `[m, n]` where the layer has them, then the parameters, in that order. Built
+/// by the same code as the layer's output, so that it is the same computation by construction.
+#[allow(clippy::too_many_arguments)]
+fn requantize_map(
+    (m, n): (i64, i64),
+    weights_dims: &[i64],
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    quant: (f32, (f32, i32)),
+    attrs: &QuantAttrs,
+) -> Result<TensorIntrin, QuantError> {
+    let acc = placeholder_vec(vec![m, n], DType::I32, "acc")?;
+    let bias = bias.map(|b| placeholder_vec(vec![n], b.dtype(), "bias")).transpose()?;
+    let sum = sum_input.map(|r| placeholder_vec(vec![m, n], r.dtype(), "sum")).transpose()?;
+    let read_acc = |i: &[Expr]| acc.at([&i[0], &i[1]]);
+    let Requantized { compensation, output, params } = requantize_layer(
+        vec![m, n],
+        read_acc,
+        1,
+        weights_dims,
+        bias.as_ref(),
+        sum.as_ref(),
+        quant,
+        attrs,
+        "requantize",
+    )?;
+    let mut inputs = vec![&acc, &compensation];
+    inputs.extend(bias.as_ref());
+    inputs.extend(sum.as_ref());
+    inputs.extend(params.iter().map(|p| &p.tensor));
+    Ok(decl_tensor_intrin(&format!("requantize_{m}x{n}"), IntrinKind::Map { m, n }, &output, &inputs)?)
 }
 
 /// `src` as `gemm` (u8 or i8): itself, or `gemm(src) + source_shift` (wrapping, i.e. the top bit
@@ -518,6 +555,9 @@ pub struct DirectConvLayer {
     /// The requantization multipliers `src_scale · wei_scale[oc]` in f32 (a parameter when the
     /// weight scale mask is 1).
     pub params: Vec<Param>,
+    /// The requantization of one output row of `OW` pixels × `OC` channels (`requantize_map`):
+    /// what an NHWC schedule tensorizes the output's pixel loop with.
+    pub requantize_row: TensorIntrin,
 }
 
 /// The int8 convolution of `conv2d_nchw_int8` (same meaning, bit for bit) with source and output
@@ -619,7 +659,8 @@ pub fn conv2d_int8_direct(
         attrs,
         name,
     )?;
-    Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params })
+    let requantize_row = requantize_map((ow, oc), weights.shape(), bias, sum_input, (src_scale, dst_q), attrs)?;
+    Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params, requantize_row })
 }
 
 /// The int8 dense layer `out[m, oc] = requant(Σ_ic src[m, ic] · weights[oc, ic])` for

@@ -48,7 +48,9 @@ pub struct Conv2dInt8Knobs {
     /// Output channels per micro-kernel tile and weight panel; the weights must be prepared with
     /// the same `nr`. A multiple of 16 fills zmm registers.
     pub nr: i64,
-    /// Lanes of the vectorized epilogue.
+    /// Lanes of the vectorized epilogue of an NCHW output. An NHWC output is tensorized with
+    /// the layer's requantization (`DirectConvLayer::requantize_row`), which code generation
+    /// runs as a map kernel of the level's vector width.
     pub lanes: i64,
     /// The order of the tile loops.
     pub order: TileOrder,
@@ -224,8 +226,10 @@ pub fn prepare_conv2d_int8(
 /// * `acc`: tiles of `mr` pixels of a row × `nr` channels in `knobs.order`, fused into one
 ///   parallel loop; per tile, one `int8_gemm_{mr}x{nr}x{KH}x{R}` call over the `KH` kernel
 ///   rows (`int8_gemm_{mr}x{nr}x{R}` for a 1×1 kernel; the compiler resets the tile before it);
-/// * the output: channels split by `lanes` and vectorized (the accumulator, compensation,
-///   scales and bias are contiguous in them), rows on the thread pool.
+/// * the output: in NHWC, each row of `OW` pixels × `OC` channels tensorized with the layer's
+///   requantization (`DirectConvLayer::requantize_row`, a `Map`: a zmm or ymm kernel compiled
+///   from it); in NCHW, channels split by `lanes` and vectorized (the accumulator,
+///   compensation, scales and bias are contiguous in them); rows on the thread pool.
 ///
 /// Errors: the definition's typed `QuantError`s, and a `ScheduleError` for knobs the primitives
 /// reject (non-positive tile sizes, `lanes` above `ir::schedule::MAX_LANES`).
@@ -302,13 +306,17 @@ pub fn conv2d_int8(
 
     let out = &layer.output;
     let axes = [0, 1, 2, 3].map(|d| out.axis(d));
-    let (ob, oc, oy, ox) = match layout {
-        Layout::Nchw => (&axes[0], &axes[1], &axes[2], &axes[3]),
-        Layout::Nhwc => (&axes[0], &axes[3], &axes[1], &axes[2]),
-    };
-    let (channels, lanes) = s.split(out, oc, knobs.lanes)?;
-    s.reorder(out, &[ob, oy, ox, &channels, &lanes])?;
-    s.vectorize(out, &lanes)?;
+    match layout {
+        // A row's pixels × channels are one block, contiguous along the channels in the
+        // accumulator, the parameters and the output: the map kernel of the level.
+        Layout::Nhwc => s.tensorize(out, &axes[2], &layer.requantize_row)?,
+        Layout::Nchw => {
+            let (channels, lanes) = s.split(out, &axes[1], knobs.lanes)?;
+            s.reorder(out, &[&axes[0], &axes[2], &axes[3], &channels, &lanes])?;
+            s.vectorize(out, &lanes)?;
+        }
+    }
+    let oy = if layout == Layout::Nhwc { &axes[1] } else { &axes[2] };
     if knobs.parallel {
         s.parallel(out, oy)?;
     }

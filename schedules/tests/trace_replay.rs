@@ -1,9 +1,11 @@
 //! The x86 int8 schedules as traces: each replays onto a fresh definition of its workload (with
-//! the intrinsics rebuilt by `intrin::resolve`) to the same lowered IR, also through JSON.
+//! the GEMM intrinsics rebuilt by `intrin::resolve`, the requantization taken from the fresh
+//! definition) to the same lowered IR, also through JSON.
 
+use ir::intrin::TensorIntrin;
 use ir::schedule::{Schedule, create_schedule};
 use ir::te::{placeholder, placeholder_vec};
-use ir::trace::Trace;
+use ir::trace::{IntrinRef, Trace};
 use ir::workload::workload_key;
 use ir::{DType, Tensor};
 use tensorlift_schedules::intrin::resolve;
@@ -21,10 +23,19 @@ fn lower(s: &Schedule, args: &[Tensor]) -> String {
 
 /// Replays `trace` (after a JSON round trip) onto `outputs` and lowers it with `args`.
 fn replay(trace: &Trace, outputs: &[&Tensor], args: &[Tensor]) -> String {
+    replay_with(trace, outputs, args, &resolve)
+}
+
+fn replay_with(
+    trace: &Trace,
+    outputs: &[&Tensor],
+    args: &[Tensor],
+    resolver: &dyn Fn(&IntrinRef) -> Option<TensorIntrin>,
+) -> String {
     let json = serde_json::to_string(trace).unwrap();
     let parsed: Trace = serde_json::from_str(&json).unwrap();
     assert_eq!(&parsed, trace);
-    let s = parsed.replay(outputs, &resolve).unwrap();
+    let s = parsed.replay(outputs, resolver).unwrap();
     assert_eq!(&s.trace(), trace);
     lower(&s, args)
 }
@@ -47,11 +58,19 @@ fn check(build: &dyn Fn(&str) -> Conv2dInt8) {
     let first = build("");
     let trace = first.schedule.trace();
     assert!(trace.steps.iter().any(|s| s.primitive() == "tensorize"));
+    // The GEMM micro-kernels from `resolve`, the layer's requantization from its definition.
+    let resolver = |layer: &Conv2dInt8| {
+        let requantize = layer.layer.requantize_row.clone();
+        move |r: &IntrinRef| resolve(r).or_else(|| r.matches(&requantize).then(|| requantize.clone()))
+    };
     let fresh = build("");
-    assert_eq!(replay(&trace, &[&fresh.layer.output], &fresh.args), lower(&first.schedule, &first.args));
+    assert_eq!(
+        replay_with(&trace, &[&fresh.layer.output], &fresh.args, &resolver(&fresh)),
+        lower(&first.schedule, &first.args)
+    );
     let renamed = build("other_");
     assert_eq!(workload_key(&[&renamed.layer.output]), workload_key(&[&first.layer.output]));
-    let s = trace.replay(&[&renamed.layer.output], &resolve).unwrap();
+    let s = trace.replay(&[&renamed.layer.output], &resolver(&renamed)).unwrap();
     lower(&s, &renamed.args);
 }
 

@@ -15,14 +15,24 @@ use ir::{Buffer, DType, Stmt};
 use super::func::{BufLoc, FnTx, ModuleCtx, module_error};
 use super::{DefinedFunction, KERNEL_ALIGN};
 use crate::error::CompileError;
-use crate::kernels::{Blocking, GemmShape, KernelError, KernelVariant, assemble_gemm};
+use crate::kernels::{
+    Blocking, GemmShape, KernelError, KernelVariant, MapShape, VectorWidth, assemble_gemm, assemble_map,
+};
 use crate::runtime::IsaLevel;
 
 /// A kernel as defined in the module: what makes two calls share it.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub(crate) struct KernelKey {
-    variant: KernelVariant,
-    shape: GemmShape,
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub(crate) enum KernelKey {
+    Gemm {
+        variant: KernelVariant,
+        shape: GemmShape,
+    },
+    /// `declaration` is the structural key of the `Map` declaration (`workload::intrin_key`).
+    Map {
+        width: VectorWidth,
+        declaration: String,
+        shape: MapShape,
+    },
 }
 
 /// What the operands' value ranges prove about an `Int8Gemm` call.
@@ -86,7 +96,7 @@ fn gemm_shape(kind: IntrinKind, operands: &[Operand]) -> Option<GemmShape> {
     let (m, n, k, segments, pack) = match kind {
         IntrinKind::Int8Gemm { m, n, k, segments, .. } => (m, n, k, segments, 4),
         IntrinKind::Int16Gemm { m, n, k, segments } => (m, n, k, segments, 2),
-        IntrinKind::Generic => return None,
+        IntrinKind::Map { .. } | IntrinKind::Generic => return None,
     };
     let [a, b, c] = operands else { return None };
     let a_dtype = a.buffer.dtype();
@@ -133,6 +143,9 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         operands: &[Operand],
         fallback: &Stmt,
     ) -> Result<(), CompileError> {
+        if let IntrinKind::Map { .. } = intrin.kind {
+            return self.call_map(intrin, operands, fallback);
+        }
         let Some(shape) = gemm_shape(intrin.kind, operands) else {
             return self.stmt(fallback);
         };
@@ -163,8 +176,13 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         let Some(kernel) = self.cx.int8_gemm_kernel(variant, shape, &intrin.name)? else {
             return self.stmt(fallback);
         };
-        let mut args: Vec<Value> = Vec::with_capacity(3);
-        for (base, operand) in pointers {
+        self.call_kernel(kernel, &pointers)
+    }
+
+    /// Calls `kernel` with the address of each operand's origin.
+    fn call_kernel(&mut self, kernel: FuncId, pointers: &[(Value, &Operand)]) -> Result<(), CompileError> {
+        let mut args: Vec<Value> = Vec::with_capacity(pointers.len());
+        for &(base, operand) in pointers {
             let origin = self.expr(&operand.origin[0])?.as_scalar();
             let bytes = operand.buffer.dtype().bytes() as i64;
             let offset = if bytes == 1 { origin } else { self.b.ins().imul_imm_s(origin, bytes) };
@@ -174,9 +192,75 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         self.b.ins().call(fref, &args);
         Ok(())
     }
+
+    /// A `Map` call: the kernel compiled from the declaration at the level's vector width (zmm
+    /// with AVX-512, else ymm), or the loop nest where the body or the operands have no kernel.
+    fn call_map(&mut self, intrin: &TensorIntrin, operands: &[Operand], fallback: &Stmt) -> Result<(), CompileError> {
+        let IntrinKind::Map { m, n } = intrin.kind else { unreachable!("call_intrin checked the kind") };
+        let width = match self.cx.level {
+            IsaLevel::Avx512Vnni => VectorWidth::Zmm,
+            IsaLevel::AvxVnni | IsaLevel::Avx2 => VectorWidth::Ymm,
+            IsaLevel::Scalar => return self.stmt(fallback),
+        };
+        let mut pointers = Vec::with_capacity(operands.len());
+        let mut row_strides = Vec::with_capacity(operands.len());
+        for (operand, tensor) in operands.iter().zip(intrin.operand_tensors()) {
+            let row_stride = match *operand.strides.as_slice() {
+                [row, 1] if row >= 0 => row,
+                [1] => 0,
+                _ => return self.stmt(fallback),
+            };
+            if operand.origin.len() != 1 || operand.buffer.dtype() != tensor.dtype() {
+                return self.stmt(fallback);
+            }
+            match self.buffers.get(&operand.buffer.id()).cloned() {
+                Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
+                _ => return self.stmt(fallback),
+            }
+            row_strides.push(row_stride);
+        }
+        let shape = MapShape { m, n, row_strides };
+        let Some(kernel) = self.cx.map_kernel(width, intrin, shape)? else {
+            return self.stmt(fallback);
+        };
+        self.call_kernel(kernel, &pointers)
+    }
 }
 
 impl<M: Module> ModuleCtx<'_, M> {
+    /// The module's kernel for the `Map` declaration `intrin` at `width`, defined on first use;
+    /// `None` when its body or operands have no vector form (`KernelError::Unsupported`) or an
+    /// offset does not fit.
+    fn map_kernel(
+        &mut self,
+        width: VectorWidth,
+        intrin: &TensorIntrin,
+        shape: MapShape,
+    ) -> Result<Option<FuncId>, CompileError> {
+        let key = KernelKey::Map { width, declaration: ir::workload::intrin_key(intrin), shape: shape.clone() };
+        if let Some(&id) = self.kernels.get(&key) {
+            return Ok(Some(id));
+        }
+        let bytes = match assemble_map(width, intrin, &shape) {
+            Ok(bytes) => bytes,
+            Err(KernelError::Unsupported { .. } | KernelError::OffsetTooLarge { .. }) => return Ok(None),
+            Err(other) => return Err(other.into()),
+        };
+        let wide = if width == VectorWidth::Zmm { "zmm" } else { "ymm" };
+        let name = format!("{}__{}__{wide}__{}", self.name, intrin.name, self.kernels.len());
+        let mut sig = Signature::new(self.module.target_config().default_call_conv);
+        sig.params.extend(intrin.operand_tensors().iter().map(|_| AbiParam::new(types::I64)));
+        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
+        self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
+        let origin = format!(
+            "{wide} map kernel for {}: {}x{}, row strides {:?}",
+            intrin.name, shape.m, shape.n, shape.row_strides
+        );
+        self.functions.push(DefinedFunction { name, id, origin, kernel: None, size: bytes.len() });
+        self.kernels.insert(key, id);
+        Ok(Some(id))
+    }
+
     /// The module's kernel for `variant` and `shape`, defined on first use; `None` when the
     /// generator cannot build it (offsets beyond 32 bits), which leaves the call to its fallback.
     fn int8_gemm_kernel(
@@ -185,7 +269,7 @@ impl<M: Module> ModuleCtx<'_, M> {
         shape: GemmShape,
         intrin: &str,
     ) -> Result<Option<FuncId>, CompileError> {
-        let key = KernelKey { variant, shape };
+        let key = KernelKey::Gemm { variant, shape };
         if let Some(&id) = self.kernels.get(&key) {
             return Ok(Some(id));
         }

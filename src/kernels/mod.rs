@@ -2,13 +2,15 @@
 //! registers, `vpdpbusd` on 256/512 bits, opmasks.
 //!
 //! `gemm` generates int8 GEMM kernels `fn(a: *const u8, b: *const i8, c: *mut i32)` (SysV)
-//! for one `Int8Gemm` shape with compile-time strides; `peak` measures the `vpdpbusd`
+//! for one `Int8Gemm` shape with compile-time strides; `map` compiles the body of an
+//! element-wise `Map` declaration (a requantization) to zmm or ymm code; `peak` measures the `vpdpbusd`
 //! throughput they are judged against; `disasm` prints machine code in Intel syntax. The bytes
 //! are position independent and carry no relocations, so `Module::define_function_bytes` puts
 //! the same kernel into the JIT or an object file.
 
 pub mod disasm;
 pub mod gemm;
+pub mod map;
 pub mod peak;
 
 use std::fmt;
@@ -22,6 +24,7 @@ use crate::runtime::{IsaLevel, OptLevel, Target, build_isa};
 
 pub use disasm::disassemble;
 pub use gemm::{Blocking, GemmShape, assemble_gemm};
+pub use map::{MapShape, assemble_map};
 
 /// How a kernel sums the four int8 products of one i32 lane.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -194,6 +197,9 @@ pub enum KernelError {
     ADType { variant: KernelVariant, found: DType },
     #[error("int8 GEMM kernel: byte offset {offset} of {what} does not fit a 32-bit displacement")]
     OffsetTooLarge { what: &'static str, offset: i64 },
+    /// A map kernel meets what it has no exact vector form for (the call runs its loop nest).
+    #[error("map kernel: no vector form for {what}")]
+    Unsupported { what: String },
     #[error("assembler: {message}")]
     Assembler { message: String },
 }

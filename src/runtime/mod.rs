@@ -85,12 +85,28 @@ pub struct CompiledFunc {
     pool: OnceLock<Arc<host::Pool>>,
 }
 
+/// Set to `1` to append every compiled function to `/tmp/perf-<pid>.map`, the file through
+/// which `perf report` names JIT code.
+pub const PERF_MAP_ENV: &str = "TENSORLIFT_PERF_MAP";
+
+/// Best effort: a profiling aid must not fail a compile.
+fn write_perf_map(code: &[MachineCode]) {
+    use std::io::Write;
+    let path = format!("/tmp/perf-{}.map", std::process::id());
+    let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) else { return };
+    let lines: String = code.iter().map(|c| format!("{:x} {:x} {}\n", c.address, c.bytes.len(), c.name)).collect();
+    let _ = file.write_all(lines.as_bytes());
+}
+
 /// JIT-compiles `func`, which must be in the final loop-IR form.
 pub fn compile(func: &ir::Func, options: &CompileOptions) -> Result<CompiledFunc, CompileError> {
     let start = Instant::now();
     let (isa, level) = target::build_isa(options.target, options.opt_level)?;
     let (code, translation) = jit::compile(func, isa, level, host::address)?;
     let machine_code = code.machine_code(&translation);
+    if std::env::var_os(PERF_MAP_ENV).is_some_and(|v| v == "1") {
+        write_perf_map(&machine_code);
+    }
     let params = func
         .params
         .iter()

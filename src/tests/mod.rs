@@ -5,6 +5,7 @@ mod arith;
 mod errors;
 mod intrinsics;
 mod kernels;
+mod maps;
 mod stmts;
 mod vectors;
 

@@ -122,9 +122,16 @@ impl Searcher {
     fn mutate(&mut self, parent: Point) -> Point {
         let mut p = parent;
         let moves = if self.rng.random_bool(0.3) { 2 } else { 1 };
+        // Only knobs with a choice move (a layer may fix some: threads of FC, lanes).
+        let c = &self.choices;
+        let sizes = [c.mr.len(), c.nr.len(), c.lanes.len(), c.orders.len(), c.packings.len(), c.threads.len()];
+        let movable: Vec<usize> = (0..sizes.len()).filter(|&k| sizes[k] > 1).collect();
+        if movable.is_empty() {
+            return p;
+        }
         for _ in 0..moves {
             let c = &self.choices;
-            match self.rng.random_range(0..6) {
+            match movable[self.rng.random_range(0..movable.len())] {
                 0 => p.mr = Self::step(&mut self.rng, &c.mr, p.mr),
                 1 => p.nr = Self::step(&mut self.rng, &c.nr, p.nr),
                 2 => p.lanes = Self::step(&mut self.rng, &c.lanes, p.lanes),

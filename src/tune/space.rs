@@ -45,7 +45,7 @@ pub struct Point {
     pub mr: i64,
     /// Output channels per tile and weight panel.
     pub nr: i64,
-    /// Lanes of the vectorized epilogue.
+    /// Lanes of the vectorized epilogue of an NCHW output (`Conv2dInt8Knobs::lanes`).
     pub lanes: i64,
     pub order: Order,
     pub threads: usize,
@@ -181,7 +181,10 @@ impl Space {
         Choices {
             mr: (1..=self.max_mr()).collect(),
             nr,
-            lanes: LANES.to_vec(),
+            // The tuned layers are NHWC, whose output the level's map kernel requantizes: the
+            // lanes (which vectorize an NCHW output) change nothing there, so only the
+            // default's is tried.
+            lanes: vec![self.default_point().lanes],
             orders: ORDERS.to_vec(),
             threads,
             packings,
@@ -244,7 +247,7 @@ mod tests {
         for layer in resnet18::layers() {
             let space = Space::new(layer, 2);
             assert_eq!(space.check(&space.default_point()), Ok(()), "{}", layer.name());
-            assert!(space.size() >= 18, "{}: {}", layer.name(), space.size());
+            assert!(space.size() >= 6, "{}: {}", layer.name(), space.size());
         }
         let r2 = Space::new(resnet18::layer("R2").unwrap(), 2);
         let p = r2.default_point();

@@ -1,0 +1,581 @@
+//! Element-wise map kernels (`IntrinKind::Map`): the declaration's body compiled, node by node,
+//! to zmm or ymm code, for what Cranelift's 128-bit vectors make slow (a requantization is
+//! about a dozen vector operations per 16 outputs on zmm, four times as many on xmm).
+//!
+//! A kernel computes `out[p, c] = f(…)` for `p < m`, `c < n` under the SysV signature
+//! `fn(in_0, …, in_last, out)`: one pointer per operand (at most six), each at the operand's
+//! origin; `[m, n]` operands advance by their row stride per row, `[n]` operands do not. The
+//! columns run in vectors of 16 (zmm) or 8 (ymm) lanes; a zmm kernel finishes a row's partial
+//! vector under opmask k2 (masked-off lanes are never accessed), a ymm kernel needs `n` to be a
+//! multiple of 8.
+//!
+//! Each node becomes instructions that give the IR's result for every input (`ir::expr`):
+//! * i32 `+ - *`: `vpaddd`, `vpsubd`, `vpmulld` (wrapping); f32 `+ - * /`: `vaddps`, `vsubps`,
+//!   `vmulps`, `vdivps` (IEEE, round to nearest even: the MXCSR default, never changed by
+//!   this process);
+//! * `f32(x)` of i32: `vcvtdq2ps` (round to nearest even); of a u8 or i8 input: `vpmovzxbd` or
+//!   `vpmovsxbd` from memory first (exact);
+//! * `round(x)`: `vrndscaleps`/`vroundps` with immediate 0 (nearest, ties to even; NaN, ±0 and
+//!   ±∞ unchanged);
+//! * `c ? t : f` with `c` a float comparison: `vcmpps` with the ordered predicate (false on
+//!   NaN, as the IR's comparisons; `!=` unordered: true on NaN), then a blend;
+//! * the store of an f32 value as u8 or i8 (`Cast` and `SaturatingCast` agree on float → int:
+//!   toward zero, saturated, NaN → 0): NaN lanes zeroed (i8 only: `vmaxps` below already turns
+//!   NaN into the lower bound 0 of u8), then `vmaxps` with the lower bound as second operand
+//!   (returned for NaN), `vminps` with the upper, `vcvttps2dq` (exact on the clamped integral
+//!   or truncated value), and a narrowing store (`vpmovdb`; ymm: `vpackssdw` +
+//!   `vpackuswb`/`vpacksswb`, which cannot saturate on values already in range).
+//!
+//! Any other node, dtype or operand layout is `KernelError::Unsupported`, and the call runs its
+//! loop nest. Registers: only caller-saved ones (rax, rcx, rdx, rsi, rdi, r8–r11, vector
+//! registers, k2, k3); the kernel ends with `vzeroupper`.
+
+use std::collections::HashMap;
+
+use iced_x86::Register;
+use iced_x86::code_asm::registers::{xmm::get_xmm, ymm::get_ymm, zmm::get_zmm};
+use iced_x86::code_asm::*;
+use ir::expr::{BinOp, CmpOp, Expr, ExprKind};
+use ir::intrin::{IntrinKind, TensorIntrin};
+use ir::{DType, Tensor};
+
+use super::{KernelError, VectorWidth};
+
+/// The problem of one map kernel: the block and each operand's row stride.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct MapShape {
+    pub m: i64,
+    pub n: i64,
+    /// Per operand (the inputs in call order, then the output): elements between rows, 0 for an
+    /// `[n]` operand.
+    pub row_strides: Vec<i64>,
+}
+
+/// Argument registers of the SysV calling convention, in order.
+const ARGS: [AsmRegister64; 6] = [rdi, rsi, rdx, rcx, r8, r9];
+/// The column of the current vector.
+const COLUMN: AsmRegister64 = rax;
+const ROW_COUNT: AsmRegister64 = r10;
+
+/// Assembles the kernel of `decl` (an `IntrinKind::Map` declaration) at `width`.
+pub fn assemble_map(width: VectorWidth, decl: &TensorIntrin, shape: &MapShape) -> Result<Vec<u8>, KernelError> {
+    let unsupported = |what: String| Err(KernelError::Unsupported { what });
+    let IntrinKind::Map { m, n } = decl.kind else {
+        return unsupported(format!("{} is not a Map declaration", decl.name));
+    };
+    let operands = decl.operand_tensors();
+    if (m, n) != (shape.m, shape.n) || shape.row_strides.len() != operands.len() {
+        return unsupported(format!("a shape for {}x{} with {} operands", m, n, operands.len()));
+    }
+    if operands.len() > ARGS.len() {
+        return unsupported(format!("{} operands (at most {} are passed in registers)", operands.len(), ARGS.len()));
+    }
+    let lanes = width.lanes() as i64;
+    if width == VectorWidth::Ymm && n % lanes != 0 {
+        return unsupported(format!("{n} columns on ymm (a multiple of {lanes})"));
+    }
+    let mut g = Gen::new(width, decl)?;
+    g.kernel(shape)?;
+    Ok(g.a.assemble(0)?)
+}
+
+/// The type of a vector value: 32-bit lanes of integers or floats.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Lane {
+    I32,
+    F32,
+}
+
+fn lane_of(dtype: DType) -> Option<Lane> {
+    match dtype {
+        d if d == DType::I32 => Some(Lane::I32),
+        d if d == DType::F32 => Some(Lane::F32),
+        _ => None,
+    }
+}
+
+/// A node's identity within the declaration's body (shared subtrees are evaluated once).
+fn node(e: &Expr) -> usize {
+    std::ptr::from_ref(e.kind()) as usize
+}
+
+/// The float → int store of a u8 or i8 output: the value it converts.
+fn narrowing_store(root: &Expr, out: DType) -> Option<&Expr> {
+    match root.kind() {
+        ExprKind::Cast(x) | ExprKind::SaturatingCast(x)
+            if root.dtype() == out && (out == DType::U8 || out == DType::I8) && x.dtype() == DType::F32 =>
+        {
+            Some(x)
+        }
+        _ => None,
+    }
+}
+
+struct Gen<'d> {
+    a: CodeAssembler,
+    width: VectorWidth,
+    decl: &'d TensorIntrin,
+    /// f32 or i32 constants by bits, in registers loaded once.
+    constants: HashMap<u32, usize>,
+    /// Registers not holding a constant or a live value.
+    free: Vec<usize>,
+    /// Live values of the current vector: node → (register, uses left).
+    live: HashMap<usize, (usize, usize)>,
+    /// Uses of each node by its parents in the body.
+    uses: HashMap<usize, usize>,
+    /// Whether the current vector is the masked partial one (zmm only).
+    masked: bool,
+}
+
+impl<'d> Gen<'d> {
+    fn new(width: VectorWidth, decl: &'d TensorIntrin) -> Result<Gen<'d>, KernelError> {
+        let mut g = Gen {
+            a: CodeAssembler::new(64)?,
+            width,
+            decl,
+            constants: HashMap::new(),
+            free: (0..width.registers()).rev().collect(),
+            live: HashMap::new(),
+            uses: HashMap::new(),
+            masked: false,
+        };
+        let body = decl.output.body().expect("a Map declaration is a compute");
+        g.count_uses(body);
+        Ok(g)
+    }
+
+    fn count_uses(&mut self, e: &Expr) {
+        let count = self.uses.entry(node(e)).or_insert(0);
+        *count += 1;
+        if *count > 1 {
+            return;
+        }
+        match e.kind() {
+            ExprKind::Binary(_, x, y) | ExprKind::Cmp(_, x, y) => {
+                self.count_uses(x);
+                self.count_uses(y);
+            }
+            ExprKind::Cast(x) | ExprKind::SaturatingCast(x) | ExprKind::Round(x) => self.count_uses(x),
+            ExprKind::Select(c, t, f) => {
+                self.count_uses(c);
+                self.count_uses(t);
+                self.count_uses(f);
+            }
+            _ => {}
+        }
+    }
+
+    fn unsupported<T>(&self, what: impl Into<String>) -> Result<T, KernelError> {
+        Err(KernelError::Unsupported { what: what.into() })
+    }
+
+    fn allocate(&mut self) -> Result<usize, KernelError> {
+        match self.free.pop() {
+            Some(r) => Ok(r),
+            None => self.unsupported(format!("a body needing more than {} vector registers", self.width.registers())),
+        }
+    }
+
+    /// A register holding `bits` in every lane, loaded before the loops.
+    fn constant(&mut self, bits: u32) -> Result<usize, KernelError> {
+        if let Some(&r) = self.constants.get(&bits) {
+            return Ok(r);
+        }
+        // Constants take the highest registers, loaded once; temporaries the lowest.
+        let r = self.free.iter().copied().max().ok_or(KernelError::Unsupported {
+            what: format!("a body needing more than {} vector registers", self.width.registers()),
+        })?;
+        self.free.retain(|&f| f != r);
+        self.a.mov(r11d, bits)?;
+        match self.width {
+            VectorWidth::Zmm => self.a.vpbroadcastd(zmm(r), r11d)?,
+            VectorWidth::Ymm => {
+                self.a.vmovd(xmm(r), r11d)?;
+                self.a.vpbroadcastd(ymm(r), xmm(r))?;
+            }
+        }
+        self.constants.insert(bits, r);
+        Ok(r)
+    }
+
+    /// Loads every constant of the body (and of the narrowing store) before the loops.
+    fn load_constants(&mut self, e: &Expr) -> Result<(), KernelError> {
+        match e.kind() {
+            ExprKind::Int(v) if e.dtype() == DType::I32 => {
+                self.constant(*v as i32 as u32)?;
+            }
+            ExprKind::Float(v) if e.dtype() == DType::F32 => {
+                self.constant((*v as f32).to_bits())?;
+            }
+            ExprKind::Binary(_, x, y) | ExprKind::Cmp(_, x, y) => {
+                self.load_constants(x)?;
+                self.load_constants(y)?;
+            }
+            ExprKind::Cast(x) | ExprKind::SaturatingCast(x) | ExprKind::Round(x) => self.load_constants(x)?,
+            ExprKind::Select(c, t, f) => {
+                self.load_constants(c)?;
+                self.load_constants(t)?;
+                self.load_constants(f)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn kernel(&mut self, shape: &MapShape) -> Result<(), KernelError> {
+        let body = self.decl.output.body().expect("a Map declaration is a compute").clone();
+        let out = self.decl.output.dtype();
+        self.load_constants(&body)?;
+        if let Some(bound) = narrowing_store(&body, out).map(|_| out) {
+            let (lo, hi) = if bound == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
+            self.constant(lo.to_bits())?;
+            self.constant(hi.to_bits())?;
+            self.constant(0.0f32.to_bits())?;
+        }
+        let lanes = self.width.lanes() as i64;
+        let (full, tail) = (shape.n / lanes * lanes, shape.n % lanes);
+        if tail > 0 {
+            self.a.mov(r11d, (1u32 << tail) - 1)?;
+            self.a.kmovw(k2, r11d)?;
+        }
+        let mut row_top = self.a.create_label();
+        if shape.m > 1 {
+            self.a.mov(ROW_COUNT, shape.m)?;
+        }
+        self.a.set_label(&mut row_top)?;
+        self.a.xor(eax, eax)?;
+        if full > 0 {
+            let mut column_top = self.a.create_label();
+            self.a.set_label(&mut column_top)?;
+            self.masked = false;
+            self.vector(&body)?;
+            self.a.add(COLUMN, lanes as i32)?;
+            self.a.cmp(
+                COLUMN,
+                i32::try_from(full).map_err(|_| KernelError::OffsetTooLarge { what: "n", offset: full })?,
+            )?;
+            self.a.jb(column_top)?;
+        }
+        if tail > 0 {
+            self.masked = true;
+            self.vector(&body)?;
+        }
+        if shape.m > 1 {
+            for (arg, tensor) in self.decl.operand_tensors().into_iter().enumerate() {
+                let step = shape.row_strides[arg] * tensor.dtype().bytes() as i64;
+                if step != 0 {
+                    let step =
+                        i32::try_from(step).map_err(|_| KernelError::OffsetTooLarge { what: "a row", offset: step })?;
+                    self.a.add(ARGS[arg], step)?;
+                }
+            }
+            self.a.dec(ROW_COUNT)?;
+            self.a.jnz(row_top)?;
+        }
+        self.a.vzeroupper()?;
+        self.a.ret()?;
+        Ok(())
+    }
+
+    /// One vector of outputs at column `COLUMN` of the current row.
+    fn vector(&mut self, body: &Expr) -> Result<(), KernelError> {
+        self.live.clear();
+        let out = self.decl.output.dtype();
+        let arg = self.decl.inputs.len();
+        if let Some(x) = narrowing_store(body, out) {
+            let v = self.value(x)?;
+            let clamped = self.allocate()?;
+            let (lo, hi) = if out == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
+            let (lo, hi, zero) = (self.constant(lo.to_bits())?, self.constant(hi.to_bits())?, self.constant(0)?);
+            let mut source = v;
+            if out == DType::I8 {
+                // NaN → +0 first: `vmaxps` below would give the lower bound, -128.
+                self.ordered_only(clamped, v, zero)?;
+                source = clamped;
+            }
+            match self.width {
+                VectorWidth::Zmm => {
+                    self.a.vmaxps(zmm(clamped), zmm(source), zmm(lo))?;
+                    self.a.vminps(zmm(clamped), zmm(clamped), zmm(hi))?;
+                    self.a.vcvttps2dq(zmm(clamped), zmm(clamped))?;
+                    let mem = xmmword_ptr(ARGS[arg] + COLUMN);
+                    if self.masked {
+                        self.a.vpmovdb(mem.k2(), zmm(clamped))?;
+                    } else {
+                        self.a.vpmovdb(mem, zmm(clamped))?;
+                    }
+                }
+                VectorWidth::Ymm => {
+                    let high = self.allocate()?;
+                    self.a.vmaxps(ymm(clamped), ymm(source), ymm(lo))?;
+                    self.a.vminps(ymm(clamped), ymm(clamped), ymm(hi))?;
+                    self.a.vcvttps2dq(ymm(clamped), ymm(clamped))?;
+                    self.a.vextracti128(xmm(high), ymm(clamped), 1)?;
+                    self.a.vpackssdw(xmm(clamped), xmm(clamped), xmm(high))?;
+                    if out == DType::U8 {
+                        self.a.vpackuswb(xmm(clamped), xmm(clamped), xmm(clamped))?;
+                    } else {
+                        self.a.vpacksswb(xmm(clamped), xmm(clamped), xmm(clamped))?;
+                    }
+                    self.a.vmovq(qword_ptr(ARGS[arg] + COLUMN), xmm(clamped))?;
+                    self.free.push(high);
+                }
+            }
+            self.free.push(clamped);
+            self.release(x);
+            return Ok(());
+        }
+        if lane_of(out).is_none() || body.dtype() != out {
+            return self.unsupported(format!("a store of {} as {out}", body.dtype()));
+        }
+        let v = self.value(body)?;
+        match (self.width, self.masked) {
+            (VectorWidth::Zmm, false) => self.a.vmovdqu32(zmmword_ptr(ARGS[arg] + COLUMN * 4), zmm(v))?,
+            (VectorWidth::Zmm, true) => self.a.vmovdqu32(zmmword_ptr(ARGS[arg] + COLUMN * 4).k2(), zmm(v))?,
+            (VectorWidth::Ymm, _) => self.a.vmovdqu(ymmword_ptr(ARGS[arg] + COLUMN * 4), ymm(v))?,
+        }
+        self.release(body);
+        Ok(())
+    }
+
+    /// `dst = v` with NaN lanes replaced by +0 (`zero` holds +0).
+    fn ordered_only(&mut self, dst: usize, v: usize, zero: usize) -> Result<(), KernelError> {
+        const ORD_Q: i32 = 7;
+        match self.width {
+            VectorWidth::Zmm => {
+                self.a.vcmpps(k3, zmm(v), zmm(v), ORD_Q)?;
+                self.a.vblendmps(zmm(dst).k3(), zmm(zero), zmm(v))?;
+            }
+            VectorWidth::Ymm => {
+                self.a.vcmpps(ymm(dst), ymm(v), ymm(v), ORD_Q)?;
+                self.a.vandps(ymm(dst), ymm(dst), ymm(v))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One use of `e` done: its register is free after the last.
+    fn release(&mut self, e: &Expr) {
+        let key = node(e);
+        if let Some((reg, left)) = self.live.get_mut(&key) {
+            *left -= 1;
+            if *left == 0 {
+                let reg = *reg;
+                self.live.remove(&key);
+                self.free.push(reg);
+            }
+        }
+    }
+
+    /// The register holding `e` for the current vector (evaluated on first use).
+    fn value(&mut self, e: &Expr) -> Result<usize, KernelError> {
+        if let Some(&(reg, _)) = self.live.get(&node(e)) {
+            return Ok(reg);
+        }
+        if let Some(reg) = self.constant_register(e) {
+            return Ok(reg);
+        }
+        let reg = self.evaluate(e)?;
+        self.live.insert(node(e), (reg, self.uses[&node(e)]));
+        Ok(reg)
+    }
+
+    fn constant_register(&self, e: &Expr) -> Option<usize> {
+        let bits = match e.kind() {
+            ExprKind::Int(v) if e.dtype() == DType::I32 => *v as i32 as u32,
+            ExprKind::Float(v) if e.dtype() == DType::F32 => (*v as f32).to_bits(),
+            _ => return None,
+        };
+        self.constants.get(&bits).copied()
+    }
+
+    /// Emits `e` into a fresh register; its operands are released.
+    fn evaluate(&mut self, e: &Expr) -> Result<usize, KernelError> {
+        let Some(lane) = lane_of(e.dtype()) else {
+            return self.unsupported(format!("`{e}` of {}", e.dtype()));
+        };
+        match e.kind() {
+            ExprKind::TensorRead(t, _) => {
+                let arg = self.input(t)?;
+                if lane_of(t.dtype()).is_none() {
+                    return self.unsupported(format!("a read of {} {t} outside a conversion", t.dtype()));
+                }
+                let dst = self.allocate()?;
+                self.load(dst, ARGS[arg] + COLUMN * 4)?;
+                Ok(dst)
+            }
+            ExprKind::Binary(op, x, y) => {
+                let (vx, vy) = (self.value(x)?, self.value(y)?);
+                let dst = self.allocate()?;
+                self.binary(lane, *op, dst, vx, vy, e)?;
+                self.release(x);
+                self.release(y);
+                Ok(dst)
+            }
+            ExprKind::Cast(x) => self.convert(lane, x, e),
+            ExprKind::Round(x) if lane == Lane::F32 => {
+                let vx = self.value(x)?;
+                let dst = self.allocate()?;
+                match self.width {
+                    VectorWidth::Zmm => self.a.vrndscaleps(zmm(dst), zmm(vx), 0)?,
+                    VectorWidth::Ymm => self.a.vroundps(ymm(dst), ymm(vx), 0)?,
+                }
+                self.release(x);
+                Ok(dst)
+            }
+            ExprKind::Select(c, t, f) => self.select(c, t, f),
+            _ => self.unsupported(format!("`{e}`")),
+        }
+    }
+
+    /// The argument position of the declaration input `t`.
+    fn input(&self, t: &Tensor) -> Result<usize, KernelError> {
+        match self.decl.inputs.iter().position(|i| i.id() == t.id()) {
+            Some(arg) => Ok(arg),
+            None => self.unsupported(format!("a read of {t}, which is not an input")),
+        }
+    }
+
+    fn load(&mut self, dst: usize, mem: AsmMemoryOperand) -> Result<(), KernelError> {
+        match (self.width, self.masked) {
+            (VectorWidth::Zmm, false) => self.a.vmovdqu32(zmm(dst), zmmword_ptr(mem))?,
+            (VectorWidth::Zmm, true) => self.a.vmovdqu32(zmm(dst).k2().z(), zmmword_ptr(mem))?,
+            (VectorWidth::Ymm, _) => self.a.vmovdqu(ymm(dst), ymmword_ptr(mem))?,
+        }
+        Ok(())
+    }
+
+    fn binary(&mut self, lane: Lane, op: BinOp, dst: usize, x: usize, y: usize, e: &Expr) -> Result<(), KernelError> {
+        let (d, x, y) = (dst, x, y);
+        match (self.width, lane, op) {
+            (VectorWidth::Zmm, Lane::I32, BinOp::Add) => self.a.vpaddd(zmm(d), zmm(x), zmm(y))?,
+            (VectorWidth::Zmm, Lane::I32, BinOp::Sub) => self.a.vpsubd(zmm(d), zmm(x), zmm(y))?,
+            (VectorWidth::Zmm, Lane::I32, BinOp::Mul) => self.a.vpmulld(zmm(d), zmm(x), zmm(y))?,
+            (VectorWidth::Zmm, Lane::F32, BinOp::Add) => self.a.vaddps(zmm(d), zmm(x), zmm(y))?,
+            (VectorWidth::Zmm, Lane::F32, BinOp::Sub) => self.a.vsubps(zmm(d), zmm(x), zmm(y))?,
+            (VectorWidth::Zmm, Lane::F32, BinOp::Mul) => self.a.vmulps(zmm(d), zmm(x), zmm(y))?,
+            (VectorWidth::Zmm, Lane::F32, BinOp::Div) => self.a.vdivps(zmm(d), zmm(x), zmm(y))?,
+            (VectorWidth::Ymm, Lane::I32, BinOp::Add) => self.a.vpaddd(ymm(d), ymm(x), ymm(y))?,
+            (VectorWidth::Ymm, Lane::I32, BinOp::Sub) => self.a.vpsubd(ymm(d), ymm(x), ymm(y))?,
+            (VectorWidth::Ymm, Lane::I32, BinOp::Mul) => self.a.vpmulld(ymm(d), ymm(x), ymm(y))?,
+            (VectorWidth::Ymm, Lane::F32, BinOp::Add) => self.a.vaddps(ymm(d), ymm(x), ymm(y))?,
+            (VectorWidth::Ymm, Lane::F32, BinOp::Sub) => self.a.vsubps(ymm(d), ymm(x), ymm(y))?,
+            (VectorWidth::Ymm, Lane::F32, BinOp::Mul) => self.a.vmulps(ymm(d), ymm(x), ymm(y))?,
+            (VectorWidth::Ymm, Lane::F32, BinOp::Div) => self.a.vdivps(ymm(d), ymm(x), ymm(y))?,
+            _ => return self.unsupported(format!("`{e}`")),
+        }
+        Ok(())
+    }
+
+    /// `Cast` to i32 or f32: of i32 to f32, or of a u8/i8 input widened from memory.
+    fn convert(&mut self, lane: Lane, x: &Expr, e: &Expr) -> Result<usize, KernelError> {
+        if let ExprKind::TensorRead(t, _) = x.kind()
+            && (t.dtype() == DType::U8 || t.dtype() == DType::I8)
+        {
+            let arg = self.input(t)?;
+            let dst = self.allocate()?;
+            let mem = ARGS[arg] + COLUMN;
+            let signed = t.dtype() == DType::I8;
+            match (self.width, self.masked, signed) {
+                (VectorWidth::Zmm, false, false) => self.a.vpmovzxbd(zmm(dst), xmmword_ptr(mem))?,
+                (VectorWidth::Zmm, false, true) => self.a.vpmovsxbd(zmm(dst), xmmword_ptr(mem))?,
+                (VectorWidth::Zmm, true, false) => self.a.vpmovzxbd(zmm(dst).k2().z(), xmmword_ptr(mem))?,
+                (VectorWidth::Zmm, true, true) => self.a.vpmovsxbd(zmm(dst).k2().z(), xmmword_ptr(mem))?,
+                (VectorWidth::Ymm, _, false) => self.a.vpmovzxbd(ymm(dst), qword_ptr(mem))?,
+                (VectorWidth::Ymm, _, true) => self.a.vpmovsxbd(ymm(dst), qword_ptr(mem))?,
+            }
+            if lane == Lane::F32 {
+                self.cvtdq2ps(dst, dst)?;
+            }
+            // The read node itself is not live: it has no vector of its own.
+            return Ok(dst);
+        }
+        match (lane_of(x.dtype()), lane) {
+            (Some(Lane::I32), Lane::F32) => {
+                let vx = self.value(x)?;
+                let dst = self.allocate()?;
+                self.cvtdq2ps(dst, vx)?;
+                self.release(x);
+                Ok(dst)
+            }
+            (Some(from), to) if from == to => {
+                let vx = self.value(x)?;
+                let dst = self.allocate()?;
+                self.copy(dst, vx)?;
+                self.release(x);
+                Ok(dst)
+            }
+            _ => self.unsupported(format!("`{e}`")),
+        }
+    }
+
+    fn cvtdq2ps(&mut self, dst: usize, x: usize) -> Result<(), KernelError> {
+        match self.width {
+            VectorWidth::Zmm => self.a.vcvtdq2ps(zmm(dst), zmm(x))?,
+            VectorWidth::Ymm => self.a.vcvtdq2ps(ymm(dst), ymm(x))?,
+        }
+        Ok(())
+    }
+
+    fn copy(&mut self, dst: usize, x: usize) -> Result<(), KernelError> {
+        match self.width {
+            VectorWidth::Zmm => self.a.vmovaps(zmm(dst), zmm(x))?,
+            VectorWidth::Ymm => self.a.vmovaps(ymm(dst), ymm(x))?,
+        }
+        Ok(())
+    }
+
+    /// `c ? t : f` for a comparison `c` of two f32 values.
+    fn select(&mut self, c: &Expr, t: &Expr, f: &Expr) -> Result<usize, KernelError> {
+        let ExprKind::Cmp(op, x, y) = c.kind() else {
+            return self.unsupported(format!("a select on `{c}`"));
+        };
+        if x.dtype() != DType::F32 || lane_of(t.dtype()).is_none() {
+            return self.unsupported(format!("a select on `{c}`"));
+        }
+        // Ordered predicates (false when either side is NaN); `!=` is true on NaN.
+        const EQ_OQ: i32 = 0x00;
+        const NEQ_UQ: i32 = 0x04;
+        const LT_OQ: i32 = 0x11;
+        const LE_OQ: i32 = 0x12;
+        let (a, b, predicate) = match op {
+            CmpOp::Eq => (x, y, EQ_OQ),
+            CmpOp::Ne => (x, y, NEQ_UQ),
+            CmpOp::Lt => (x, y, LT_OQ),
+            CmpOp::Le => (x, y, LE_OQ),
+            CmpOp::Gt => (y, x, LT_OQ),
+            CmpOp::Ge => (y, x, LE_OQ),
+        };
+        let (va, vb) = (self.value(a)?, self.value(b)?);
+        let (vt, vf) = (self.value(t)?, self.value(f)?);
+        let dst = self.allocate()?;
+        match self.width {
+            VectorWidth::Zmm => {
+                self.a.vcmpps(k3, zmm(va), zmm(vb), predicate)?;
+                self.a.vblendmps(zmm(dst).k3(), zmm(vf), zmm(vt))?;
+            }
+            VectorWidth::Ymm => {
+                self.a.vcmpps(ymm(dst), ymm(va), ymm(vb), predicate)?;
+                self.a.vblendvps(ymm(dst), ymm(vf), ymm(vt), ymm(dst))?;
+            }
+        }
+        for e in [a, b, t, f] {
+            self.release(e);
+        }
+        Ok(dst)
+    }
+}
+
+// Register numbers come from `Gen::allocate` and `Gen::constant`, below the width's register
+// count, so these lookups cannot fail.
+fn zmm(r: usize) -> AsmRegisterZmm {
+    get_zmm(Register::ZMM0 + r as u32).expect("allocated zmm register")
+}
+
+fn ymm(r: usize) -> AsmRegisterYmm {
+    get_ymm(Register::YMM0 + r as u32).expect("allocated ymm register")
+}
+
+fn xmm(r: usize) -> AsmRegisterXmm {
+    get_xmm(Register::XMM0 + r as u32).expect("allocated xmm register")
+}
