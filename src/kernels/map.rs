@@ -24,7 +24,11 @@
 //!   NaN into the lower bound 0 of u8), then `vmaxps` with the lower bound as second operand
 //!   (returned for NaN), `vminps` with the upper, `vcvttps2dq` (exact on the clamped integral
 //!   or truncated value), and a narrowing store (`vpmovdb`; ymm: `vpackssdw` +
-//!   `vpackuswb`/`vpacksswb`, which cannot saturate on values already in range).
+//!   `vpackuswb`/`vpacksswb`, which cannot saturate on values already in range);
+//! * that store of `round(x / s + zp)` with constants `s` and `zp` (a requantization): the
+//!   quotient by one FMA with the reciprocal of `s` wherever that provably rounds to the same
+//!   integer, the division itself in the rare vectors where it may not (`ScaledRounding`):
+//!   `vdivps` alone retired one zmm vector per ~10 cycles, the requantization's bottleneck.
 //!
 //! Any other node, dtype or operand layout is `KernelError::Unsupported`, and the call runs its
 //! loop nest. Registers: only caller-saved ones (rax, rcx, rdx, rsi, rdi, r8–r11, vector
@@ -108,6 +112,51 @@ fn narrowing_store(root: &Expr, out: DType) -> Option<&Expr> {
             Some(x)
         }
         _ => None,
+    }
+}
+
+/// `round(x / s + zp)` (`zp` 0 when the body has no addition) in f32, with constants `s` and
+/// `zp` for which the reciprocal `y = 1/s` (rounded to f32, `|y - 1/s| ≤ (2^-24 + 2^-53)·|1/s|`)
+/// decides the rounding exactly wherever `t = RN(x·y + zp)` (one FMA) lies farther than
+/// `0.5 - 2^-10` from the half-integers around `k = round(t)`: then `round(x / s + zp) = k`.
+///
+/// Why: with `q = x / s` (real) and `v = RN(RN(q) + zp)` the value the body rounds,
+/// `|x·y - q| ≤ 2^-24·(1 + 2^-29)·|q|` and `|RN(q) - q| ≤ 2^-24·|q|`, and each of `t` and `v`
+/// is one more rounding (`≤ 2^-24` relative). Where `|t| ≤ 2^10` (and `|zp| ≤ 2^9`, so
+/// `|q| < 2^10.6`), `|t - v| < 2^-12.3 + 2^-14 + 2^-13.3 < 2^-11`; so `|t - k| < 0.5 - 2^-10`
+/// gives `|v - k| < 0.5`, and `v` rounds to `k` (no tie). Where `|t| > 2^10` (finite), `v` is
+/// within a relative `2^-20` of `t`: both lie beyond every integer destination's range on the
+/// same side, and the store saturates them alike — and the check still runs (it fails only
+/// for a fraction near one half, or NaN and ±∞, which take the exact path).
+struct ScaledRounding<'e> {
+    x: &'e Expr,
+    s: f32,
+    y: f32,
+    zp: f32,
+}
+
+impl<'e> ScaledRounding<'e> {
+    fn of(e: &'e Expr) -> Option<ScaledRounding<'e>> {
+        let f32_const = |e: &Expr| match e.kind() {
+            ExprKind::Float(v) if e.dtype() == DType::F32 => Some(*v as f32),
+            _ => None,
+        };
+        let ExprKind::Round(inner) = e.kind() else { return None };
+        let (quotient, zp) = match inner.kind() {
+            ExprKind::Binary(BinOp::Add, q, zp) => (q, f32_const(zp)?),
+            _ => (inner, 0.0),
+        };
+        let ExprKind::Binary(BinOp::Div, x, s) = quotient.kind() else { return None };
+        let s = f32_const(s)?;
+        let y = (1.0 / f64::from(s)) as f32;
+        let exact_types = [e, inner, quotient, x].iter().all(|n| n.dtype() == DType::F32);
+        (exact_types && s.is_normal() && y.is_normal() && zp.is_finite() && zp.abs() <= 512.0)
+            .then_some(ScaledRounding { x, s, y, zp })
+    }
+
+    /// `[y, s, zp, |·| mask, margin]`, as f32 bits in the kernel's constant registers.
+    fn constants(&self) -> [f32; 5] {
+        [self.y, self.s, self.zp, f32::from_bits(0x7fff_ffff), 0.5 - 1.0 / 1024.0]
     }
 }
 
@@ -226,17 +275,24 @@ impl<'d> Gen<'d> {
         let body = self.decl.output.body().expect("a Map declaration is a compute").clone();
         let out = self.decl.output.dtype();
         self.load_constants(&body)?;
-        if let Some(bound) = narrowing_store(&body, out).map(|_| out) {
-            let (lo, hi) = if bound == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
+        if let Some(x) = narrowing_store(&body, out) {
+            let (lo, hi) = if out == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
             self.constant(lo.to_bits())?;
             self.constant(hi.to_bits())?;
             self.constant(0.0f32.to_bits())?;
+            if let Some(r) = ScaledRounding::of(x) {
+                for c in r.constants() {
+                    self.constant(c.to_bits())?;
+                }
+            }
         }
         let lanes = self.width.lanes() as i64;
         let (full, tail) = (shape.n / lanes * lanes, shape.n % lanes);
         if tail > 0 {
             self.a.mov(r11d, (1u32 << tail) - 1)?;
             self.a.kmovw(k2, r11d)?;
+            // The lanes past the block, which a check over every lane must ignore.
+            self.a.knotw(k4, k2)?;
         }
         let mut row_top = self.a.create_label();
         if shape.m > 1 {
@@ -283,7 +339,16 @@ impl<'d> Gen<'d> {
         let out = self.decl.output.dtype();
         let arg = self.decl.inputs.len();
         if let Some(x) = narrowing_store(body, out) {
-            let v = self.value(x)?;
+            // The value to convert, a register to free after, and whether the conversion rounds
+            // to nearest (the reciprocal path leaves `round` to it; clamping to integral bounds
+            // first commutes with rounding) or truncates.
+            let (v, owned, rounds) = match ScaledRounding::of(x) {
+                Some(r) => {
+                    let t = self.scaled_by_reciprocal(&r)?;
+                    (t, Some(t), true)
+                }
+                None => (self.value(x)?, None, false),
+            };
             let clamped = self.allocate()?;
             let (lo, hi) = if out == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
             let (lo, hi, zero) = (self.constant(lo.to_bits())?, self.constant(hi.to_bits())?, self.constant(0)?);
@@ -297,7 +362,11 @@ impl<'d> Gen<'d> {
                 VectorWidth::Zmm => {
                     self.a.vmaxps(zmm(clamped), zmm(source), zmm(lo))?;
                     self.a.vminps(zmm(clamped), zmm(clamped), zmm(hi))?;
-                    self.a.vcvttps2dq(zmm(clamped), zmm(clamped))?;
+                    if rounds {
+                        self.a.vcvtps2dq(zmm(clamped), zmm(clamped))?;
+                    } else {
+                        self.a.vcvttps2dq(zmm(clamped), zmm(clamped))?;
+                    }
                     let mem = xmmword_ptr(ARGS[arg] + COLUMN);
                     if self.masked {
                         self.a.vpmovdb(mem.k2(), zmm(clamped))?;
@@ -309,7 +378,11 @@ impl<'d> Gen<'d> {
                     let high = self.allocate()?;
                     self.a.vmaxps(ymm(clamped), ymm(source), ymm(lo))?;
                     self.a.vminps(ymm(clamped), ymm(clamped), ymm(hi))?;
-                    self.a.vcvttps2dq(ymm(clamped), ymm(clamped))?;
+                    if rounds {
+                        self.a.vcvtps2dq(ymm(clamped), ymm(clamped))?;
+                    } else {
+                        self.a.vcvttps2dq(ymm(clamped), ymm(clamped))?;
+                    }
                     self.a.vextracti128(xmm(high), ymm(clamped), 1)?;
                     self.a.vpackssdw(xmm(clamped), xmm(clamped), xmm(high))?;
                     if out == DType::U8 {
@@ -322,6 +395,7 @@ impl<'d> Gen<'d> {
                 }
             }
             self.free.push(clamped);
+            self.free.extend(owned);
             self.release(x);
             return Ok(());
         }
@@ -336,6 +410,55 @@ impl<'d> Gen<'d> {
         }
         self.release(body);
         Ok(())
+    }
+
+    /// `x / s + zp` into a fresh register, to be rounded to nearest even by the store's
+    /// conversion (`ScaledRounding`): `t = x·(1/s) + zp` in one FMA, kept when every lane lies
+    /// farther than `0.5 - 2^-10` from the half-integers around its rounding; else the vector is
+    /// recomputed by the body's own operations (`vdivps`, `vaddps`).
+    fn scaled_by_reciprocal(&mut self, r: &ScaledRounding<'_>) -> Result<usize, KernelError> {
+        let vx = self.value(r.x)?;
+        let [y, s, zp, abs, margin] = r.constants().map(|c| self.constant(c.to_bits()));
+        let (y, s, zp, abs, margin) = (y?, s?, zp?, abs?, margin?);
+        let (t, d) = (self.allocate()?, self.allocate()?);
+        let mut done = self.a.create_label();
+        const LT_OQ: i32 = 0x11;
+        match self.width {
+            VectorWidth::Zmm => {
+                self.a.vmovaps(zmm(t), zmm(vx))?;
+                self.a.vfmadd213ps(zmm(t), zmm(y), zmm(zp))?;
+                // `t - round(t)`, exact.
+                self.a.vreduceps(zmm(d), zmm(t), 0)?;
+                self.a.vandps(zmm(d), zmm(d), zmm(abs))?;
+                self.a.vcmpps(k3, zmm(d), zmm(margin), LT_OQ)?;
+                if self.masked {
+                    self.a.kortestw(k3, k4)?;
+                } else {
+                    self.a.kortestw(k3, k3)?;
+                }
+                // CF: every lane passed.
+                self.a.jb(done)?;
+                self.a.vdivps(zmm(t), zmm(vx), zmm(s))?;
+                self.a.vaddps(zmm(t), zmm(t), zmm(zp))?;
+            }
+            VectorWidth::Ymm => {
+                self.a.vmovaps(ymm(t), ymm(vx))?;
+                self.a.vfmadd213ps(ymm(t), ymm(y), ymm(zp))?;
+                self.a.vroundps(ymm(d), ymm(t), 0)?;
+                self.a.vsubps(ymm(d), ymm(t), ymm(d))?;
+                self.a.vandps(ymm(d), ymm(d), ymm(abs))?;
+                self.a.vcmpps(ymm(d), ymm(d), ymm(margin), LT_OQ)?;
+                self.a.vmovmskps(r11d, ymm(d))?;
+                self.a.cmp(r11d, 0xff)?;
+                self.a.je(done)?;
+                self.a.vdivps(ymm(t), ymm(vx), ymm(s))?;
+                self.a.vaddps(ymm(t), ymm(t), ymm(zp))?;
+            }
+        }
+        self.a.set_label(&mut done)?;
+        self.free.push(d);
+        self.release(r.x);
+        Ok(t)
     }
 
     /// `dst = v` with NaN lanes replaced by +0 (`zero` holds +0).

@@ -13,13 +13,16 @@ use ir::{DType, Expr};
 use super::{check_with, float_samples, int_samples};
 use crate::runtime::{CompileOptions, CompiledFunc, IsaLevel, Target};
 
+/// Builds a map's body from its inputs' reads.
+type Body = std::rc::Rc<dyn Fn(&[Expr]) -> Expr>;
+
 /// An `[m, n]` map over inputs that are `[m, n]` (row operands, the stage's `[m, n + 3]` so
 /// that rows are not dense) or `[n]` (column operands), in `dtypes` order.
 struct MapCase {
     name: &'static str,
     /// (dtype, true for a row operand).
     inputs: Vec<(DType, bool)>,
-    body: fn(&[Expr]) -> Expr,
+    body: Body,
 }
 
 fn f32c(v: f32) -> Expr {
@@ -53,7 +56,7 @@ impl MapCase {
                 ir::te::placeholder_vec(shape, d, &format!("x{k}")).unwrap()
             })
             .collect();
-        let body = self.body;
+        let body = &self.body;
         let stage = compute([m, n], |i| body(&reads(&stage_inputs, &rows, i)), "out").unwrap();
         let decl = compute([m, n], |i| body(&reads(&decl_inputs, &rows, i)), "y").unwrap();
         let refs: Vec<&TeTensor> = decl_inputs.iter().collect();
@@ -107,8 +110,12 @@ impl MapCase {
     fn check(&self, m: i64, n: i64, level: IsaLevel) -> bool {
         let func = self.func(m, n);
         let args = self.args(&func);
+        self.check_args(&func, &args, level)
+    }
+
+    fn check_args(&self, func: &ir::Func, args: &[Array], level: IsaLevel) -> bool {
         let options = CompileOptions { target: Target::Level(level), ..CompileOptions::default() };
-        let f: CompiledFunc = check_with(&func, &args, &options);
+        let f: CompiledFunc = check_with(func, args, &options);
         f.machine_code().iter().any(|c| c.origin.contains("map kernel"))
     }
 }
@@ -120,39 +127,41 @@ fn cases() -> Vec<MapCase> {
         MapCase {
             name: "requantize_u8",
             inputs: vec![(i32, true), (i32, false), (f32, false), (f32, false)],
-            body: |x| {
+            body: std::rc::Rc::new(|x: &[Expr]| {
                 let real = (&x[0] - &x[1]).cast(DType::F32) * x[2].clone() + x[3].clone();
                 (real / f32c(0.273_553_1) + f32c(128.0)).round().saturating_cast(DType::U8)
-            },
+            }),
         },
         // Relu (`x > 0 ? x : +0`), an i8 destination through `Cast`, a negative zero point.
         MapCase {
             name: "relu_i8",
             inputs: vec![(f32, true), (f32, false)],
-            body: |x| {
+            body: std::rc::Rc::new(|x: &[Expr]| {
                 let v = x[0].clone() * x[1].clone();
                 let relu = select(f32c(0.0).lt(&v), v, f32c(0.0));
                 (relu / f32c(0.05) + f32c(-3.0)).round().cast(DType::I8)
-            },
+            }),
         },
         // A u8 and an i8 input widened on load, an f32 result.
         MapCase {
             name: "sum_f32",
             inputs: vec![(DType::U8, true), (DType::I8, false), (f32, false)],
-            body: |x| x[0].cast(DType::F32) * x[2].clone() + x[1].cast(DType::F32) - f32c(1.5),
+            body: std::rc::Rc::new(|x: &[Expr]| {
+                x[0].cast(DType::F32) * x[2].clone() + x[1].cast(DType::F32) - f32c(1.5)
+            }),
         },
         // Wrapping i32 arithmetic and every comparison of a select.
         MapCase {
             name: "int_select",
             inputs: vec![(i32, true), (i32, false), (f32, true), (f32, false)],
-            body: |x| {
+            body: std::rc::Rc::new(|x: &[Expr]| {
                 let v = &x[0] * Expr::int(DType::I32, 3) - x[1].clone() + Expr::int(DType::I32, 7);
                 let (a, b) = (&x[2], &x[3]);
                 let pick = |c: Expr, t: Expr, f: Expr| select(c, t, f);
                 let ge = pick(a.ge(b), v.clone(), x[1].clone());
                 let ne = pick(a.ne(b), ge, x[0].clone());
                 pick(a.gt(b), ne.clone(), pick(a.le(b), ne, Expr::int(DType::I32, -5)))
-            },
+            }),
         },
     ]
 }
@@ -182,9 +191,79 @@ fn bodies_without_a_vector_form_run_the_loop_nest() {
     let case = MapCase {
         name: "float_min",
         inputs: vec![(DType::F32, true), (DType::F32, false)],
-        body: |x| ir::expr::min(x[0].clone(), x[1].clone()),
+        body: std::rc::Rc::new(|x: &[Expr]| ir::expr::min(x[0].clone(), x[1].clone())),
     };
     for level in IsaLevel::ALL.into_iter().filter(|l| l.is_supported()) {
         assert!(!case.check(2, 32, level), "{level}");
     }
+}
+
+/// `round(x / s + zp)` stored as `dst` over one `[1, n]` row of f32 `x`.
+fn scaled_rounding(s: f32, zp: Option<f32>, dst: DType) -> MapCase {
+    MapCase {
+        name: "scaled_rounding",
+        inputs: vec![(DType::F32, true)],
+        body: std::rc::Rc::new(move |x: &[Expr]| {
+            let q = x[0].clone() / f32c(s);
+            let shifted = match zp {
+                Some(zp) => q + f32c(zp),
+                None => q,
+            };
+            shifted.round().saturating_cast(dst)
+        }),
+    }
+}
+
+/// Every `x` whose quotient `x / s + zp` lies at or next to a half-integer or an integer of
+/// `[-200, 400)`: the f32 nearest to it and its neighbours up to 3 ulps away.
+fn values_next_to_ties(s: f32, zp: f32) -> Vec<f64> {
+    let mut out = Vec::new();
+    for k in -400..800 {
+        let target = f64::from(k) / 2.0;
+        let x = ((target - f64::from(zp)) * f64::from(s)) as f32;
+        for d in -3i32..=3 {
+            out.push(f64::from(f32::from_bits(x.to_bits().wrapping_add_signed(d))));
+        }
+    }
+    out.extend([0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e-40, 3e38, -3e38, 1e30]);
+    // Whole vectors at every width: ymm kernels need them.
+    out.resize(out.len().next_multiple_of(16), 1.0);
+    out
+}
+
+#[test]
+fn requantization_by_the_reciprocal_is_exact_next_to_every_tie() {
+    let levels: Vec<IsaLevel> =
+        [IsaLevel::Avx512Vnni, IsaLevel::Avx2].into_iter().filter(|l| l.is_supported()).collect();
+    // Scales with inexact reciprocals (0.2735531 is R4's), a power of two (an exact one, so
+    // `t` is the body's value and ties are real), zero points of both signs and none.
+    for (s, zp) in [
+        (0.273_553_1, Some(128.0)),
+        (0.1, Some(-3.0)),
+        (0.5, Some(0.0)),
+        (3.0, None),
+        (1e-3, Some(100.0)),
+        (7.77, Some(-128.0)),
+    ] {
+        for dst in [DType::U8, DType::I8] {
+            let case = scaled_rounding(s, zp, dst);
+            let x = values_next_to_ties(s, zp.unwrap_or(0.0));
+            let n = x.len() as i64;
+            let func = case.func(1, n);
+            let args = vec![
+                Array::from_f64(DType::F32, &[1, n + 3], &x.iter().copied().chain([0.0; 3]).collect::<Vec<_>>()),
+                Array::zeros(dst, &[1, n]),
+            ];
+            for &level in &levels {
+                assert!(case.check_args(&func, &args, level), "{s} {zp:?} {dst} at {level}: no map kernel");
+                let code = crate::kernels::disassemble(compile_at(&func, level).machine_code());
+                assert!(code.contains("vfmadd213ps") && code.contains("vdivps"), "{s}: no reciprocal path\n{code}");
+            }
+        }
+    }
+}
+
+fn compile_at(func: &ir::Func, level: IsaLevel) -> CompiledFunc {
+    crate::runtime::compile(func, &CompileOptions { target: Target::Level(level), ..CompileOptions::default() })
+        .unwrap()
 }
