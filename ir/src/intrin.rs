@@ -112,6 +112,15 @@ impl IntrinKind {
     }
 }
 
+/// The value a resetting call (`StmtKind::Call::reset`) of `intrin` sets its output to: the
+/// identity of the declaration's reduction, when that is a constant.
+pub fn reset_value(intrin: &TensorIntrin) -> Option<Expr> {
+    let body = intrin.output.body()?;
+    let ExprKind::Reduce(r) = body.kind() else { return None };
+    let identity = r.reducer.identity(body.dtype());
+    matches!(identity.kind(), ExprKind::Int(_) | ExprKind::Float(_)).then_some(identity)
+}
+
 /// Whether `a0·b0 + a1·b1` stays in i16 for every `a` in `[a_lo, a_hi]` and `b` in
 /// `[b_lo, b_hi]`: then the saturating pair sum of `VPMADDUBSW` equals the exact one, and the
 /// saturating `Int8Gemm` declaration computes the exact one on such operands.
@@ -131,7 +140,8 @@ pub struct TensorIntrinData {
     pub inputs: Vec<Tensor>,
     /// A compute over `inputs`: the semantics. A reduction means the call updates its output:
     /// every output element folds the reduction's values into its current value (the reset is
-    /// the ordinary init statement the compiler emits before the call).
+    /// the ordinary init statement the compiler emits before the call, or the call's own where
+    /// it covers the whole reduction: `StmtKind::Call::reset`).
     pub output: Tensor,
 }
 

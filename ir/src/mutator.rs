@@ -133,7 +133,7 @@ pub fn walk_stmt<M: Mutator + ?Sized>(m: &mut M, stmt: &Stmt) -> Stmt {
             }
             Stmt::allocate(buffer.clone(), new_body)
         }
-        StmtKind::Call { intrin, operands, fallback } => {
+        StmtKind::Call { intrin, operands, reset, fallback } => {
             let origins: Vec<Vec<Expr>> =
                 operands.iter().map(|op| op.origin.iter().map(|i| m.mutate_expr(i)).collect()).collect();
             let new_fallback = m.mutate_stmt(fallback);
@@ -147,7 +147,7 @@ pub fn walk_stmt<M: Mutator + ?Sized>(m: &mut M, stmt: &Stmt) -> Stmt {
                 .zip(origins)
                 .map(|(op, origin)| Operand { buffer: op.buffer.clone(), origin, strides: op.strides.clone() })
                 .collect();
-            Stmt::call(intrin.clone(), operands, new_fallback)
+            Stmt::call(intrin.clone(), operands, *reset, new_fallback)
         }
         StmtKind::BoundsCheck { cond, buffer } => {
             let new_cond = m.mutate_expr(cond);

@@ -255,9 +255,9 @@ impl Printer {
                 self.expr(cond);
                 let _ = writeln!(self.out, " else out_of_bounds({})", buffer.name());
             }
-            StmtKind::Call { intrin, operands, .. } => {
+            StmtKind::Call { intrin, operands, reset, .. } => {
                 self.line_start();
-                let _ = write!(self.out, "call {}(", intrin.name);
+                let _ = write!(self.out, "call {}{}(", if *reset { "reset " } else { "" }, intrin.name);
                 for (i, op) in operands.iter().enumerate() {
                     if i > 0 {
                         self.out.push_str(", ");

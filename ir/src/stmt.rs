@@ -226,7 +226,7 @@ pub enum StmtKind {
     /// evaluates the declaration at every point of the output's shape: a declaration whose body
     /// is a reduction updates each output element, folding the reduction's values into the
     /// element's current value in row-major order of the reduce axes (the reset is an ordinary
-    /// store before the call); any other declaration overwrites the element. Every region element
+    /// store before the call, or the call's own with `reset`); any other declaration overwrites the element. Every region element
     /// must lie inside its buffer (`guard_accesses` ensures it).
     ///
     /// `fallback` is a loop nest that computes exactly the same (`Schedule::tensorize` proves
@@ -234,9 +234,17 @@ pub enum StmtKind {
     /// exists. The reference interpreter executes the declaration, never the fallback, so tests
     /// can compare the two. The printer shows the call, not the fallback (print the fallback
     /// statement itself to see it).
+    ///
+    /// With `reset` (declarations whose body is a reduction with a constant identity), the call
+    /// first sets its output region to the reduction's identity, then updates it: the
+    /// compiler's init statement is part of the call. `build_loop_nests` emits this where the
+    /// init nest covers exactly the call's output region, so that a kernel can start from the
+    /// identity instead of reading the output; the fallback then holds the init nest before
+    /// the update loops.
     Call {
         intrin: TensorIntrin,
         operands: Vec<Operand>,
+        reset: bool,
         fallback: Stmt,
     },
     /// A run-time check of reads whose index depends on data (`passes::check_gathers` inserts
@@ -306,8 +314,8 @@ impl Stmt {
         Stmt::new(StmtKind::Allocate { buffer, body })
     }
 
-    pub fn call(intrin: TensorIntrin, operands: Vec<Operand>, fallback: Stmt) -> Stmt {
-        Stmt::new(StmtKind::Call { intrin, operands, fallback })
+    pub fn call(intrin: TensorIntrin, operands: Vec<Operand>, reset: bool, fallback: Stmt) -> Stmt {
+        Stmt::new(StmtKind::Call { intrin, operands, reset, fallback })
     }
 
     pub fn bounds_check(cond: Expr, buffer: &Buffer) -> Stmt {

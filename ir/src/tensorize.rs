@@ -652,8 +652,11 @@ mod tests {
         let a_arr = Array::from_i64(DType::U8, a.shape(), a_vals);
         let b_arr = Array::from_i64(DType::I8, bp.shape(), b_vals);
         let want = eval_te(&[c], &[(a, &a_arr), (bp, &b_arr)]).unwrap().remove(0);
+        // C starts with garbage: a resetting call must not fold it in.
+        let garbage =
+            Array::from_i64(DType::I32, c.shape(), &pseudo_random(c.shape().iter().product(), 99, -9999, 9999));
         for func in [f.clone(), fallbacks_only(f)] {
-            let mut args = vec![a_arr.clone(), b_arr.clone(), Array::zeros(DType::I32, c.shape())];
+            let mut args = vec![a_arr.clone(), b_arr.clone(), garbage.clone()];
             run_func(&func, &mut args).unwrap();
             assert!(args[2].bits_eq(&want), "{:?}\n{func}", args[2].first_difference(&want));
         }
@@ -670,7 +673,9 @@ mod tests {
         s.tensorize(&c, &leaves[2], &gemm_intrin(4, 16, 16, false)).unwrap();
         let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
         assert_eq!(count_calls(&f), 1, "{f}");
-        assert!(f.to_string().contains("call gemm(A[i.outer*64] strides [16, 1], Bp[j.outer*256] strides [64, 4, 1], C[i.outer*128 + j.outer*16] strides [32, 1])"), "{f}");
+        // The region holds the whole reduction: the call resets its tile, no init nest precedes it.
+        assert!(f.to_string().contains("call reset gemm(A[i.outer*64] strides [16, 1], Bp[j.outer*256] strides [64, 4, 1], C[i.outer*128 + j.outer*16] strides [32, 1])"), "{f}");
+        assert!(!f.to_string().contains("= 0i32"), "{f}");
         run_checked(
             &f,
             (&p.a, &p.bp, &c),
@@ -701,7 +706,8 @@ mod tests {
         s.tensorize(&c, &leaves[2], &gemm_intrin(4, 16, 8, false)).unwrap();
         let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
         let text = f.to_string();
-        assert!(text.contains("    if i.outer < 2 {\n      call gemm(A[i.outer*32] strides [8, 1], Bp[0] strides [64, 4, 1], C[i.outer*64] strides [16, 1])\n    } else {\n      for ko in 0..2 {"), "{text}");
+        // The tail's fallback resets the tile itself, then updates it.
+        assert!(text.contains("    if i.outer < 2 {\n      call reset gemm(A[i.outer*32] strides [8, 1], Bp[0] strides [64, 4, 1], C[i.outer*64] strides [16, 1])\n    } else {\n      for i.inner in 0..4 {"), "{text}");
         run_checked(&f, (&p.a, &p.bp, &c), &pseudo_random(80, 5, 0, 255), &pseudo_random(128, 6, -128, 127));
     }
 

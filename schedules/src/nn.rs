@@ -216,7 +216,7 @@ mod tests {
         let mut s = create_schedule(&[&packed]);
         schedule_gemm_int8(&mut s, &packed, GemmInt8Knobs { mr: 3, nr: 16, parallel: false }).unwrap();
         let text = ir::lower::lower(&s, &[&a, &b, &packed], "f").unwrap().to_string();
-        assert!(text.contains("call int16_gemm_3x16x8("), "{text}");
+        assert!(text.contains("call reset int16_gemm_3x16x8("), "{text}");
     }
 
     #[test]
@@ -265,7 +265,7 @@ mod tests {
         let mut s = create_schedule(&[&mm.output]);
         schedule_gemm_int8(&mut s, &mm.product, GemmInt8Knobs { mr: 1, nr: 16, parallel: false }).unwrap();
         let f = ir::lower::lower(&s, &[&a, &b, &mm.output], "s8s8").unwrap();
-        assert!(f.to_string().contains("call int8_gemm_1x16x4("), "{f}");
+        assert!(f.to_string().contains("call reset int8_gemm_1x16x4("), "{f}");
         let mut args = vec![a_arr, b_arr, Array::zeros(DType::I32, &[1, 16])];
         run_func(&f, &mut args).unwrap();
         assert!(args[2].bits_eq(&out[1]));

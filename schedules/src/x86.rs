@@ -107,16 +107,12 @@ mod tests {
 ";
 
     #[test]
-    fn a_tensorized_gemm_lowers_to_a_reset_and_one_call_per_tile() {
+    fn a_tensorized_gemm_lowers_to_one_resetting_call_per_tile() {
         let knobs = GemmInt8Knobs { mr: 4, nr: 16, parallel: true };
         let expected = format!(
             "func gemm(A: u8[8, 8], B: i8[8, 32], C: i32[8, 32]) {{
 {PACK}  parallel i.outer.j.outer.fused in 0..4 {{
-    for i.inner in 0..4 {{
-      let i.1 = i.outer.j.outer.fused/2*4 + i.inner
-      C[ramp(i.1*32 + i.outer.j.outer.fused%2*16, 1, 16)] = broadcast(0i32, 16)
-    }}
-    call int8_gemm_4x16x8(A[i.outer.j.outer.fused/2*32] strides [8, 1], Bp[i.outer.j.outer.fused%2*128] strides [64, 4, 1], C[i.outer.j.outer.fused/2*128 + i.outer.j.outer.fused%2*16] strides [32, 1])
+    call reset int8_gemm_4x16x8(A[i.outer.j.outer.fused/2*32] strides [8, 1], Bp[i.outer.j.outer.fused%2*128] strides [64, 4, 1], C[i.outer.j.outer.fused/2*128 + i.outer.j.outer.fused%2*16] strides [32, 1])
   }}
 }}
 "
@@ -131,15 +127,15 @@ mod tests {
             "func gemm(A: u8[6, 8], B: i8[8, 32], C: i32[6, 32]) {{
 {PACK}  for i.outer in 0..2 {{
     for j.outer in 0..2 {{
-      for i.inner in 0..4 {{
-        let i.1 = i.outer*4 + i.inner
-        if i.1 < 6 {{
-          C[ramp(i.1*32 + j.outer*16, 1, 16)] = broadcast(0i32, 16)
-        }}
-      }}
       if i.outer < 1 {{
-        call int8_gemm_4x16x8(A[i.outer*32] strides [8, 1], Bp[j.outer*128] strides [64, 4, 1], C[i.outer*128 + j.outer*16] strides [32, 1])
+        call reset int8_gemm_4x16x8(A[i.outer*32] strides [8, 1], Bp[j.outer*128] strides [64, 4, 1], C[i.outer*128 + j.outer*16] strides [32, 1])
       }} else {{
+        for i.inner in 0..4 {{
+          let i.1 = i.outer*4 + i.inner
+          if i.1 < 6 {{
+            C[ramp(i.1*32 + j.outer*16, 1, 16)] = broadcast(0i32, 16)
+          }}
+        }}
         for ko in 0..2 {{
           for ki in 0..4 {{
             for i.inner.1 in 0..4 {{

@@ -225,7 +225,8 @@ pub fn prepare_conv2d_int8(
 ///   run on the thread pool;
 /// * `acc`: tiles of `mr` pixels of a row × `nr` channels in `knobs.order`, fused into one
 ///   parallel loop; per tile, one `int8_gemm_{mr}x{nr}x{KH}x{R}` call over the `KH` kernel
-///   rows (`int8_gemm_{mr}x{nr}x{R}` for a 1×1 kernel; the compiler resets the tile before it);
+///   rows (`int8_gemm_{mr}x{nr}x{R}` for a 1×1 kernel), which covers the whole reduction and so
+///   resets the tile itself (`call reset`: the kernel starts from zero instead of reading it);
 /// * the output: in NHWC, each row of `OW` pixels × `OC` channels tensorized with the layer's
 ///   requantization (`DirectConvLayer::requantize_row`, a `Map`: a zmm or ymm kernel compiled
 ///   from it); in NCHW, channels split by `lanes` and vectorized (the accumulator,

@@ -92,7 +92,7 @@ fn value_bounds(buffer: &Buffer) -> Option<(i64, i64)> {
 /// have the layout kernels assume: u8 or i8/i8/i32 buffers (`Int16Gemm`: i16/i16/i32), unit
 /// stride along `k` in A, `[ldb, pack, 1]` in B, unit column stride in C, non-negative row (and
 /// segment) strides.
-fn gemm_shape(kind: IntrinKind, operands: &[Operand]) -> Option<GemmShape> {
+fn gemm_shape(kind: IntrinKind, operands: &[Operand], reset: bool) -> Option<GemmShape> {
     let (m, n, k, segments, pack) = match kind {
         IntrinKind::Int8Gemm { m, n, k, segments, .. } => (m, n, k, segments, 4),
         IntrinKind::Int16Gemm { m, n, k, segments } => (m, n, k, segments, 2),
@@ -113,7 +113,7 @@ fn gemm_shape(kind: IntrinKind, operands: &[Operand]) -> Option<GemmShape> {
     };
     match (b.strides.as_slice(), c.strides.as_slice()) {
         (&[ldb, p, 1], &[ldc, 1]) if p == pack && lda >= 0 && lds >= 0 && ldb >= 0 && ldc >= 0 => {
-            Some(GemmShape { m, n, k, segments, lda, lds, ldb, ldc, a_dtype })
+            Some(GemmShape { m, n, k, segments, lda, lds, ldb, ldc, a_dtype, reset })
         }
         _ => None,
     }
@@ -141,12 +141,13 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         &mut self,
         intrin: &TensorIntrin,
         operands: &[Operand],
+        reset: bool,
         fallback: &Stmt,
     ) -> Result<(), CompileError> {
         if let IntrinKind::Map { .. } = intrin.kind {
             return self.call_map(intrin, operands, fallback);
         }
-        let Some(shape) = gemm_shape(intrin.kind, operands) else {
+        let Some(shape) = gemm_shape(intrin.kind, operands, reset) else {
             return self.stmt(fallback);
         };
         let selected = match intrin.kind {

@@ -50,12 +50,15 @@ pub struct GemmShape {
     pub ldc: i64,
     /// The element type of A: u8, i8 (sign transfer, widening) or i16 (`Madd16`).
     pub a_dtype: DType,
+    /// `C = a·b` instead of `C += a·b`: the accumulators start at zero, C is only written (a
+    /// resetting call, `StmtKind::Call::reset`).
+    pub reset: bool,
 }
 
 impl GemmShape {
     /// Dense operands: `A: [m, k]`, `B: [k/4, n, 4]`, `C: [m, n]`.
     pub fn dense(m: i64, n: i64, k: i64) -> GemmShape {
-        GemmShape { m, n, k, segments: 1, lda: k, lds: 0, ldb: 4 * n, ldc: n, a_dtype: DType::U8 }
+        GemmShape { m, n, k, segments: 1, lda: k, lds: 0, ldb: 4 * n, ldc: n, a_dtype: DType::U8, reset: false }
     }
 
     /// Dense operands for a kernel of `method` (A u8, or i8 for sign transfer, i16 for
@@ -71,12 +74,16 @@ impl GemmShape {
 
     /// Elements of A, B and C a kernel of `method` accesses, from each base pointer.
     pub fn footprint(&self, method: DotMethod) -> (usize, usize, usize) {
-        if self.m <= 0 || self.n <= 0 || self.k <= 0 || self.segments <= 0 {
-            return (0, 0, 0);
-        }
         // Saturating: an absurd shape asks for more memory than any slice has.
         let span = |outer: i64, stride: i64, inner: i64| (outer - 1).saturating_mul(stride).saturating_add(inner);
         let size = |elements: i64| usize::try_from(elements).unwrap_or(usize::MAX);
+        if self.m <= 0 || self.n <= 0 {
+            return (0, 0, 0);
+        }
+        if self.k <= 0 || self.segments <= 0 {
+            // No reduction: only a reset writes C (zeros).
+            return (0, 0, if self.reset { size(span(self.m, self.ldc, self.n)) } else { 0 });
+        }
         let a = span(self.segments, self.lds, span(self.m, self.lda, self.k));
         let pack = pack_of(method);
         let b = span(self.segments * self.k / pack, self.ldb, pack * self.n);
@@ -256,7 +263,8 @@ impl Gen {
         let s = self.shape;
         let lanes = self.width().lanes() as i64;
         let panel_cols = self.blocking.vectors as i64 * lanes;
-        if s.m > 0 && s.n > 0 && s.k > 0 && s.segments > 0 {
+        // A reset over an empty reduction still writes C (zeros).
+        if s.m > 0 && s.n > 0 && ((s.k > 0 && s.segments > 0) || s.reset) {
             let full_panels = s.n / panel_cols;
             let tail_cols = s.n % panel_cols;
             if full_panels > 0 {
@@ -390,6 +398,7 @@ impl Gen {
                         self.zero(t.acc[i][2 * j])?;
                         self.zero(t.acc[i][2 * j + 1])?;
                     }
+                    _ if s.reset => self.zero(t.acc[i][j])?,
                     _ => self.load_c(&t, t.acc[i][j], i, j)?,
                 }
                 for set in &t.extra {
@@ -548,8 +557,10 @@ impl Gen {
         // c4..c7; hadd gives [c0 c1 c4 c5 | c2 c3 c6 c7], and qword order 0,2,1,3 fixes it.
         self.a.vphaddd(ymm(lo), ymm(lo), ymm(hi))?;
         self.a.vpermq(ymm(lo), ymm(lo), 0xD8)?;
-        self.load_c(t, t.tmp, i, j)?;
-        self.a.vpaddd(ymm(lo), ymm(lo), ymm(t.tmp))?;
+        if !self.shape.reset {
+            self.load_c(t, t.tmp, i, j)?;
+            self.a.vpaddd(ymm(lo), ymm(lo), ymm(t.tmp))?;
+        }
         Ok(())
     }
 

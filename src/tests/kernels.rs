@@ -23,7 +23,7 @@ fn runnable_bytes() -> Vec<KernelVariant> {
     runnable().into_iter().filter(|v| v.method != DotMethod::Madd16).collect()
 }
 
-/// `C[i, j] += Σ A[i, seg, 4ko+ki] · B[seg·k/4 + ko, j, ki]` by the declaration (A's bytes as
+/// `C[i, j] += Σ A[i, seg, 4ko+ki] · B[seg·k/4 + ko, j, ki]` (`=` for a resetting shape) by the declaration (A's bytes as
 /// i8 when `s.a_dtype` is): exact, or with each pair of adjacent products saturated to i16 first;
 /// i32 sums wrap.
 fn reference(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32], saturating: bool) {
@@ -41,6 +41,11 @@ fn reference_packed(
     pair: impl Fn(i32) -> i32,
     c: &mut [i32],
 ) {
+    if s.reset {
+        for i in 0..s.m as usize {
+            c[i * s.ldc as usize..][..s.n as usize].fill(0);
+        }
+    }
     if s.k == 0 {
         return;
     }
@@ -110,21 +115,24 @@ fn every_kernel_matches_the_declaration_on_random_ragged_shapes() {
         GemmShape::dense(4, 8, 0),
         GemmShape::dense(0, 8, 8),
         // Padded rows of A and C, and B groups wider than the columns used.
-        GemmShape { m: 11, n: 37, k: 28, segments: 1, lda: 40, lds: 0, ldb: 4 * 50, ldc: 45, a_dtype: DType::U8 },
+        GemmShape { lda: 40, ldb: 4 * 50, ldc: 45, ..GemmShape::dense(11, 37, 28) },
         // Segments (a convolution's kernel rows): overlapping rows of A as a stride-2 3×3 layer
         // reads them, and the stem's 7 rows of 24 bytes (6 k steps: an unroll remainder).
-        GemmShape { m: 7, n: 37, k: 12, segments: 3, lda: 6, lds: 100, ldb: 4 * 40, ldc: 40, a_dtype: DType::U8 },
-        GemmShape { m: 4, n: 64, k: 24, segments: 7, lda: 6, lds: 704, ldb: 4 * 64, ldc: 64, a_dtype: DType::U8 },
+        GemmShape { segments: 3, lda: 6, lds: 100, ldb: 4 * 40, ldc: 40, ..GemmShape::dense(7, 37, 12) },
+        GemmShape { segments: 7, lda: 6, lds: 704, ldb: 4 * 64, ldc: 64, ..GemmShape::dense(4, 64, 24) },
     ];
     for variant in runnable_bytes() {
         let default = Blocking::default_for(variant);
         let blockings = [default, Blocking { unroll: 3, ..default }, Blocking { rows: 1, vectors: 1, unroll: 1 }];
         for a_dtype in a_dtypes(variant) {
             for (s, shape) in shapes.iter().enumerate() {
-                let shape = GemmShape { a_dtype, ..*shape };
-                let (a, b) = random_operands(variant, &shape, s as u64 + 1);
-                for blocking in blockings {
-                    check(variant, shape, blocking, &a, &b);
+                // Accumulating into C, and resetting it (C's old values must not leak in).
+                for reset in [false, true] {
+                    let shape = GemmShape { a_dtype, reset, ..*shape };
+                    let (a, b) = random_operands(variant, &shape, s as u64 + 1);
+                    for blocking in blockings {
+                        check(variant, shape, blocking, &a, &b);
+                    }
                 }
             }
         }
@@ -233,6 +241,7 @@ fn the_pre_widened_kernel_matches_the_int16_declaration_on_every_i16() {
         ldb,
         ldc,
         a_dtype: DType::I16,
+        reset: false,
     };
     let dense = |m, n, k| GemmShape::dense_for(DotMethod::Madd16, m, n, k);
     let shapes = [
@@ -263,6 +272,7 @@ fn the_pre_widened_kernel_matches_the_int16_declaration_on_every_i16() {
         let b: Vec<i16> = (0..nb.max(1)).map(&mut value).collect();
         for blocking in blockings {
             check_i16(shape, blocking, &a, &b);
+            check_i16(GemmShape { reset: true, ..shape }, blocking, &a, &b);
         }
     }
     // vpmaddwd's overflow: (-32768)²·2 = 2³¹ wraps to i32::MIN, as the declaration's i32 sum does.

@@ -983,7 +983,7 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             // kernel wherever the host has one (AVX2 and up), not by the call's fallback loops.
             let segments = if w[1] > 1 { format!("{}x", w[1]) } else { String::new() };
             let (bytes, intrinsic) = (byte_weights(seed), weights.intrinsic(byte_weights(seed)));
-            assert!(ir.contains(&format!("call {intrinsic}_{}x{}x{segments}", knobs.mr, knobs.nr)), "{ir}");
+            assert!(ir.contains(&format!("call reset {intrinsic}_{}x{}x{segments}", knobs.mr, knobs.nr)), "{ir}");
             if IsaLevel::Avx2.is_supported() {
                 let assembled = format!("kernel for {intrinsic}_{}x{}x{segments}", knobs.mr, knobs.nr);
                 assert!(origins.iter().any(|o| o.contains(&assembled)), "{origins:?}");
@@ -1082,7 +1082,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let ir = ir::lower::lower(&f.schedule, &args, "fc").unwrap().to_string();
             let a_suffix = if knobs.operands.source == DType::I8 { "_s8" } else { "" };
             let intrinsic = weights.intrinsic(byte_weights(seed));
-            assert!(ir.contains(&format!("call {intrinsic}_{}x{}x40{a_suffix}(", knobs.mr, knobs.nr)), "{ir}");
+            assert!(ir.contains(&format!("call reset {intrinsic}_{}x{}x40{a_suffix}(", knobs.mr, knobs.nr)), "{ir}");
             if IsaLevel::Avx2.is_supported() {
                 assert_eq!(kernel.compiled.kernel_variants(), [weights.avx2_kernel(byte_weights(seed))], "{what}");
             }

@@ -21,6 +21,7 @@
 //! against it before anything runs (`InterpError::ValueRange`).
 
 use crate::dtype::DType;
+use crate::expr::ExprKind;
 use crate::interp::compile::{Compiler, ExprFn, Fault, Frame, Memory, Slot, malformed};
 use crate::interp::te_eval::CompiledIntrin;
 use crate::interp::{Access, Array, InterpError, Scalar, check_array};
@@ -246,8 +247,21 @@ fn compile_stmt(c: &mut Compiler, stmt: &Stmt) -> Result<StmtFn, InterpError> {
                 result
             })
         }
-        StmtKind::Call { intrin, operands, .. } => {
+        StmtKind::Call { intrin, operands, reset, .. } => {
             let tensors = intrin.operand_tensors();
+            let reset_to = match (reset, crate::intrin::reset_value(intrin)) {
+                (false, _) => None,
+                (true, Some(identity)) => Some(match identity.kind() {
+                    ExprKind::Float(v) => Scalar::Float(*v),
+                    ExprKind::Int(v) => Scalar::Int(*v),
+                    _ => unreachable!("reset_value gives constants"),
+                }),
+                (true, None) => {
+                    return Err(malformed(format!(
+                        "call of {intrin} resets, but its declaration does not reduce to a constant identity"
+                    )));
+                }
+            };
             if operands.len() != tensors.len() {
                 return Err(malformed(format!(
                     "call of {intrin} has {} operands, expected {} (inputs, then the output)",
@@ -299,6 +313,9 @@ fn compile_stmt(c: &mut Compiler, stmt: &Stmt) -> Result<StmtFn, InterpError> {
                 )?;
                 let positions = output.positions(f, Access::Write)?;
                 let mut out = output.gather(f, &positions);
+                if let Some(identity) = reset_to {
+                    (0..positions.len()).for_each(|p| out.set(p, identity));
+                }
                 declaration.apply(arrays, &mut out)?;
                 let buffer = &mut f.buffers[output.slot];
                 for (p, &i) in positions.iter().enumerate() {

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::expr::{Expr, ExprKind, Var};
-use crate::intrin::TensorIntrin;
+use crate::intrin::{TensorIntrin, reset_value};
 use crate::lower::infer_bounds::{Region, root_extents, root_values};
 use crate::mutator::{Mutator, substitute_map, walk_expr};
 use crate::schedule::{Attach, Schedule, Stage};
@@ -27,7 +27,9 @@ use crate::te::{IterVar, Tensor, TensorId};
 /// tail guards, `if <every guard holds with each loop of the region at its last iteration> {
 /// call } else { fallback }` (leaf values are sums of loops with positive coefficients, so the
 /// last iteration is the largest). For a reduction, the init nest covers the data-parallel loops
-/// of the region too and is placed before the call, which only updates.
+/// of the region too and is placed before the call, which only updates — unless the region
+/// starts where the init nest does, or inside loops of extent 1 from there: then the call resets its output itself (`reset`, the init
+/// nest moving into its fallback), so that a kernel need not read it.
 pub fn build_loop_nests(
     schedule: &Schedule,
     bodies: &HashMap<Stage, Expr>,
@@ -121,6 +123,9 @@ struct RegionCall {
     operands: Vec<Operand>,
     /// The tail guards of the region at its last point, if there are any.
     condition: Option<Expr>,
+    /// The init nest of a reduction when it covers exactly the call's output region: the call
+    /// resets (`StmtKind::Call::reset`) and its fallback runs this nest first.
+    reset: Option<Stmt>,
 }
 
 impl Ctx<'_> {
@@ -236,7 +241,7 @@ impl Ctx<'_> {
                 .filter(|parent| last.keys().any(|v| leaf_values[*parent].uses_var(v)))
                 .map(|parent| below(&substitute_map(&leaf_values[parent], &last), extents[parent]))
                 .reduce(|a, b| a & b);
-            RegionCall { depth, intrin: intrin.clone(), operands, condition }
+            RegionCall { depth, intrin: intrin.clone(), operands, condition, reset: None }
         });
         let root_vars: HashMap<Var, Expr> = roots.iter().map(|(a, v)| (a.var().clone(), v.clone())).collect();
         let value = self.to_loads(&self.bodies[&stage], &root_vars);
@@ -296,6 +301,14 @@ impl Ctx<'_> {
         let init_index: Vec<Expr> = local_index.iter().map(|i| substitute_map(i, &fresh)).collect();
         let init_store = Stmt::store(buffer, init_index, reduce.reducer.identity(value.dtype()));
         let init = self.wrap(&init_loops, init_items, init_store);
+        // A call whose region starts where the init nest does (or inside loops that run once)
+        // resets its output itself.
+        let once = |depth: usize| loops[p as usize..p as usize + depth].iter().all(|l| l.extent == 1);
+        if let Some(call) = region_call.as_mut().filter(|c| once(c.depth) && reset_value(&c.intrin).is_some()) {
+            call.reset = Some(init);
+            let update = self.wrap_region(&loops[p as usize..], update_items, update_store, Some(call));
+            return self.wrap(&loops[..p as usize], common, update);
+        }
         let update = self.wrap_region(&loops[p as usize..], update_items, update_store, region_call.as_ref());
         self.wrap(&loops[..p as usize], common, Stmt::seq(vec![init, update]))
     }
@@ -313,8 +326,12 @@ impl Ctx<'_> {
         let depth = call.depth as isize;
         let (inner, outer): (Vec<Placed>, Vec<Placed>) = items.into_iter().partition(|p| p.depth >= depth);
         let inner = inner.into_iter().map(|p| Placed { depth: p.depth - depth, ..p }).collect();
-        let fallback = self.wrap(&loops[call.depth..], inner, innermost);
-        let stmt = Stmt::call(call.intrin.clone(), call.operands.clone(), fallback.clone());
+        let loops_inside = self.wrap(&loops[call.depth..], inner, innermost);
+        let fallback = match &call.reset {
+            Some(init) => Stmt::seq(vec![init.clone(), loops_inside]),
+            None => loops_inside,
+        };
+        let stmt = Stmt::call(call.intrin.clone(), call.operands.clone(), call.reset.is_some(), fallback.clone());
         let stmt = match &call.condition {
             Some(cond) => Stmt::new(StmtKind::If { cond: cond.clone(), then_case: stmt, else_case: Some(fallback) }),
             None => stmt,

@@ -127,7 +127,7 @@ impl Mutator for Guard {
             StmtKind::Seq(_) | StmtKind::Allocate { .. } | StmtKind::BoundsCheck { .. } => walk_stmt(self, stmt),
             StmtKind::Call { .. } => {
                 let walked = walk_stmt(self, stmt);
-                let StmtKind::Call { intrin, operands, fallback } = walked.kind() else {
+                let StmtKind::Call { intrin, operands, fallback, .. } = walked.kind() else {
                     unreachable!("guard_accesses: a call rebuilds as a call")
                 };
                 let mut conditions = Vec::new();

@@ -131,7 +131,7 @@ mod tests {
             Operand { buffer: input, origin: vec![from], strides: vec![1] },
             Operand { buffer: out, origin: vec![to], strides: vec![1] },
         ];
-        let body = Stmt::for_loop(v, 4, kind, Stmt::call(intrin, operands, fallback));
+        let body = Stmt::for_loop(v, 4, kind, Stmt::call(intrin, operands, false, fallback));
         Func { name: "copies".into(), params, body }
     }
 
@@ -197,11 +197,11 @@ mod tests {
         let params = vec![Buffer::new("In", DType::I32, vec![4, 4]), Buffer::new("Out", DType::I8, vec![16])];
         let f = copy_calls(ForKind::Serial, |v| v.clone() * 4, params);
         let StmtKind::For { body, .. } = f.body.kind() else { unreachable!() };
-        let StmtKind::Call { intrin, operands, fallback } = body.kind() else { unreachable!() };
+        let StmtKind::Call { intrin, operands, fallback, .. } = body.kind() else { unreachable!() };
         let mut wrong = operands.clone();
         wrong[0].strides = vec![4, 1];
         wrong.push(operands[0].clone());
-        let bad = Func { body: Stmt::call(intrin.clone(), wrong, fallback.clone()), ..f.clone() };
+        let bad = Func { body: Stmt::call(intrin.clone(), wrong, false, fallback.clone()), ..f.clone() };
         let errors: Vec<String> = verify(&bad, VerifyLevel::Final).unwrap_err().iter().map(|e| e.to_string()).collect();
         let headline = "in `call copy4(In[v*4] strides [4, 1], Out[v*4] strides [1], In[v*4] strides [1])`";
         for expected in [

@@ -184,8 +184,18 @@ impl Verifier {
                 self.stmt(body);
                 leave(&mut self.buffers, buffer);
             }
-            StmtKind::Call { intrin, operands, fallback } => {
+            StmtKind::Call { intrin, operands, reset, fallback } => {
                 let tensors = intrin.operand_tensors();
+                if *reset && crate::intrin::reset_value(intrin).is_none() {
+                    let stmt = self.stmt_line.clone();
+                    self.report(VerifyError::Call {
+                        intrin: intrin.name.clone(),
+                        what: "a reset".into(),
+                        expected: "a declaration that reduces, with a constant identity".into(),
+                        found: format!("`{}`", intrin.output.body().map(|b| b.to_string()).unwrap_or_default()),
+                        stmt,
+                    });
+                }
                 let call_error = |what: String, expected: String, found: String, v: &mut Verifier| {
                     let stmt = v.stmt_line.clone();
                     v.report(VerifyError::Call { intrin: intrin.name.clone(), what, expected, found, stmt });
