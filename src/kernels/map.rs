@@ -464,14 +464,25 @@ impl<'d> Gen<'d> {
     /// `dst = v` with NaN lanes replaced by +0 (`zero` holds +0).
     fn ordered_only(&mut self, dst: usize, v: usize, zero: usize) -> Result<(), KernelError> {
         const ORD_Q: i32 = 7;
+        self.compare_select(dst, (v, v, ORD_Q), v, zero)
+    }
+
+    /// `dst = a <predicate> b ? t : f`, lane by lane (`vcmpps` immediate predicates).
+    fn compare_select(
+        &mut self,
+        dst: usize,
+        (a, b, predicate): (usize, usize, i32),
+        t: usize,
+        f: usize,
+    ) -> Result<(), KernelError> {
         match self.width {
             VectorWidth::Zmm => {
-                self.a.vcmpps(k3, zmm(v), zmm(v), ORD_Q)?;
-                self.a.vblendmps(zmm(dst).k3(), zmm(zero), zmm(v))?;
+                self.a.vcmpps(k3, zmm(a), zmm(b), predicate)?;
+                self.a.vblendmps(zmm(dst).k3(), zmm(f), zmm(t))?;
             }
             VectorWidth::Ymm => {
-                self.a.vcmpps(ymm(dst), ymm(v), ymm(v), ORD_Q)?;
-                self.a.vandps(ymm(dst), ymm(dst), ymm(v))?;
+                self.a.vcmpps(ymm(dst), ymm(a), ymm(b), predicate)?;
+                self.a.vblendvps(ymm(dst), ymm(f), ymm(t), ymm(dst))?;
             }
         }
         Ok(())
@@ -672,16 +683,7 @@ impl<'d> Gen<'d> {
         let (va, vb) = (self.value(a)?, self.value(b)?);
         let (vt, vf) = (self.value(t)?, self.value(f)?);
         let dst = self.allocate()?;
-        match self.width {
-            VectorWidth::Zmm => {
-                self.a.vcmpps(k3, zmm(va), zmm(vb), predicate)?;
-                self.a.vblendmps(zmm(dst).k3(), zmm(vf), zmm(vt))?;
-            }
-            VectorWidth::Ymm => {
-                self.a.vcmpps(ymm(dst), ymm(va), ymm(vb), predicate)?;
-                self.a.vblendvps(ymm(dst), ymm(vf), ymm(vt), ymm(dst))?;
-            }
-        }
+        self.compare_select(dst, (va, vb, predicate), vt, vf)?;
         for e in [a, b, t, f] {
             self.release(e);
         }
