@@ -45,6 +45,10 @@ pub enum RuntimeError {
         "argument {index} ({name}): element {position} is {value}, expected a value in the declared range {lo}..={hi}"
     )]
     ValueOutOfRange { index: usize, name: String, position: usize, value: i128, lo: i64, hi: i64 },
+    #[error("checked tensor: element {position} is {value}, expected a value in {lo}..={hi}")]
+    CheckedValue { position: usize, value: i128, lo: i64, hi: i64 },
+    #[error("checked tensor: expected an integer dtype, found {found}")]
+    CheckedDType { found: DType },
     #[error("tensor data: shape {shape:?} has {expected} elements, found {found}")]
     DataLength { shape: Vec<i64>, expected: usize, found: usize },
     #[error("tensor shape {shape:?}: dimensions must be non-negative and the size must fit in memory")]

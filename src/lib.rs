@@ -25,7 +25,9 @@ pub use build::{BuildError, Kernel, build};
 pub use error::{CompileError, RuntimeError};
 /// `tensorlift-ir`: dtypes, expressions, tensor expressions, schedules, lowering, interpreters.
 pub use ir;
-pub use runtime::{Arg, CompileOptions, CompiledFunc, Element, IsaLevel, OptLevel, Target, Tensor, compile};
+pub use runtime::{
+    Arg, CheckedTensor, CompileOptions, CompiledFunc, Element, IsaLevel, OptLevel, Target, Tensor, compile,
+};
 /// `tensorlift-schedules`: operator definitions, generic and x86 schedules, the resnet-18 table.
 pub use schedules;
 

@@ -71,11 +71,13 @@ impl Conv2dInt8Knobs {
     ///   declared on the packed weights, so every call checks it;
     /// * else pre-widened i16 operands (`vpmaddwd`, exact on any weights). Sign transfer (an i8
     ///   source) is exact too when no weight is -128, but its chain has one instruction more
-    ///   and the twelve layers ran no faster with it (BENCHMARKS.md, "Exact int8 at the AVX2
-    ///   level").
+    ///   and most convolutions ran 3–6% faster pre-widened (R9 and R11 2% slower); the dense
+    ///   layer, which streams its weights once per call, ran faster on bytes (BENCHMARKS.md,
+    ///   "Exact int8 at the AVX2 level"), which the tuner picks there (`with_byte_weights`).
     ///
     /// The declared range is the weights' only where a kernel relies on it (the triple, sign
-    /// transfer); elsewhere it is all of i8, which calls do not scan (FC's 512 KiB of weights
+    /// transfer: a call scans it unless the weights are a `CheckedTensor`, checked once when
+    /// bound); elsewhere it is all of i8, which calls do not scan (FC's 512 KiB of weights
     /// were scanned on every call for nothing).
     pub fn with_weights(self, vnni: bool, (lo, hi): (i8, i8)) -> Conv2dInt8Knobs {
         let proven = (lo.min(0), hi.max(0));

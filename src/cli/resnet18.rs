@@ -25,6 +25,7 @@ use schedules::x86_conv::{
 use tensorlift::bench::{time_against_peak, uniform};
 use tensorlift::kernels::KernelVariant;
 use tensorlift::kernels::peak::{Probe, ProbeKind};
+use tensorlift::runtime::BoundArgs;
 use tensorlift::{BuildError, CompileOptions, IsaLevel, RuntimeError, Tensor, build};
 
 use super::common::{Format, IsaChoice, WeightsChoice, positive, thread_count};
@@ -242,22 +243,28 @@ impl LayerPlan {
     }
 }
 
-/// A compiled layer with its arguments bound (weights prepared).
+/// A compiled layer with its arguments bound (weights prepared, and checked once where the
+/// kernels rely on their range: `CompiledFunc::bind`).
 struct CompiledLayer {
     /// Compiling and running the weight preparation.
     prepare_ms: f64,
     kernel: tensorlift::Kernel,
     /// The per-call function's arguments; the output is last.
-    tensors: Vec<Tensor>,
+    args: BoundArgs,
 }
 
 impl CompiledLayer {
+    fn new(prepare_ms: f64, kernel: tensorlift::Kernel, tensors: Vec<Tensor>) -> Result<CompiledLayer, RuntimeError> {
+        let args = kernel.compiled.bind(tensors)?;
+        Ok(CompiledLayer { prepare_ms, kernel, args })
+    }
+
     fn call(&mut self) -> Result<(), RuntimeError> {
-        self.kernel.compiled.call(&mut self.tensors.iter_mut().collect::<Vec<_>>())
+        self.args.call(&self.kernel.compiled)
     }
 
     fn output(&self) -> Array {
-        self.tensors.last().map_or_else(|| Array::zeros(DType::U8, &[0]), Tensor::to_array)
+        self.args.last().map_or_else(|| Array::zeros(DType::U8, &[0]), Tensor::to_array)
     }
 }
 
@@ -276,7 +283,7 @@ fn compile_generic(case: &LayerCase, options: &CompileOptions) -> Result<Compile
     let mut tensors = vec![Tensor::from_array(src), wei_t, comp_t, Tensor::from_array(bias)];
     tensors.extend(case.def.params.iter().map(|p| Tensor::from_array(&p.values)));
     tensors.push(Tensor::zeros(DType::U8, case.def.output.shape())?);
-    Ok(CompiledLayer { prepare_ms, kernel, tensors })
+    Ok(CompiledLayer::new(prepare_ms, kernel, tensors)?)
 }
 
 /// `a` (in layout `from`) in layout `to`, by the generic schedule of `ops::convert_layout`.
@@ -319,7 +326,7 @@ fn compile_x86_conv(
     let mut tensors = vec![Tensor::from_array(&src), packed_t, comp_t, Tensor::from_array(bias)];
     tensors.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
     tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape())?);
-    Ok(CompiledLayer { prepare_ms, kernel, tensors })
+    Ok(CompiledLayer::new(prepare_ms, kernel, tensors)?)
 }
 
 /// `x86_conv::dense_int8` with `knobs`, its weights packed by `x86_conv::prepare_dense_int8`; the
@@ -345,7 +352,7 @@ fn compile_x86_dense(
     let mut tensors = vec![as_arg(src, &layer.args[0]), packed_t, comp_t, Tensor::from_array(bias)];
     tensors.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
     tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape())?);
-    Ok(CompiledLayer { prepare_ms, kernel, tensors })
+    Ok(CompiledLayer::new(prepare_ms, kernel, tensors)?)
 }
 
 fn run_layer(

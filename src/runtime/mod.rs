@@ -17,7 +17,7 @@ use ir::DType;
 pub use cpu::{CpuId, cpu_id, cpu_name};
 pub use target::{ISA_ENV, IsaLevel, OptLevel, Target, has_feature};
 pub(crate) use target::{build_isa, build_object_isa};
-pub use tensor::{Arg, Element, Tensor};
+pub use tensor::{Arg, CheckedTensor, Element, Tensor};
 
 use crate::codegen::jit::{self, JitCode};
 use crate::codegen::{STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OK, STATUS_OUT_OF_MEMORY};
@@ -69,6 +69,44 @@ struct Param {
     value_range: Option<(i64, i64)>,
 }
 
+/// Arguments bound for repeated calls (`CompiledFunc::bind`).
+pub struct BoundArgs {
+    args: Vec<Bound>,
+}
+
+enum Bound {
+    Plain(Tensor),
+    Checked(CheckedTensor),
+}
+
+impl BoundArgs {
+    /// Calls `func` on these arguments (every check but the bound ranges' scans runs).
+    pub fn call(&mut self, func: &CompiledFunc) -> Result<(), RuntimeError> {
+        let mut args: Vec<Arg<'_>> = self
+            .args
+            .iter_mut()
+            .map(|b| match b {
+                Bound::Plain(t) => Arg::tensor(t),
+                Bound::Checked(c) => Arg::checked(c),
+            })
+            .collect();
+        func.call_args(&mut args)
+    }
+
+    /// Argument `index`.
+    pub fn get(&self, index: usize) -> Option<&Tensor> {
+        self.args.get(index).map(|b| match b {
+            Bound::Plain(t) => t,
+            Bound::Checked(c) => c.tensor(),
+        })
+    }
+
+    /// The last argument (a function's output, by convention).
+    pub fn last(&self) -> Option<&Tensor> {
+        self.get(self.args.len().checked_sub(1)?)
+    }
+}
+
 /// A compiled function, callable from any thread.
 pub struct CompiledFunc {
     code: JitCode,
@@ -83,6 +121,17 @@ pub struct CompiledFunc {
     /// Threads for parallel loops, and the pool once first needed (`None`: no parallel loop).
     threads: Option<usize>,
     pool: OnceLock<Arc<host::Pool>>,
+}
+
+impl Param {
+    /// The declared range calls check this argument against; `None` when there is none or it
+    /// covers the whole dtype (which promises nothing, so nothing is scanned).
+    fn scanned_range(&self) -> Option<(i64, i64)> {
+        let whole = |(lo, hi): (i64, i64)| {
+            self.dtype.scalar.int_range().is_some_and(|(min, max)| i128::from(lo) <= min && max <= i128::from(hi))
+        };
+        self.value_range.filter(|&r| !whole(r))
+    }
 }
 
 /// Set to `1` to append every compiled function to `/tmp/perf-<pid>.map`, the file through
@@ -140,7 +189,7 @@ pub fn compile(func: &ir::Func, options: &CompileOptions) -> Result<CompiledFunc
 }
 
 /// The first element of `bytes` (little-endian elements of integer `dtype`) outside `lo..=hi`.
-fn first_outside(dtype: DType, bytes: &[u8], lo: i64, hi: i64) -> Option<(usize, i128)> {
+pub(crate) fn first_outside(dtype: DType, bytes: &[u8], lo: i64, hi: i64) -> Option<(usize, i128)> {
     let (lo, hi) = (i128::from(lo), i128::from(hi));
     let size = dtype.bytes();
     let signed = dtype.scalar.int_range().is_some_and(|(min, _)| min < 0);
@@ -173,6 +222,26 @@ fn first_outside(dtype: DType, bytes: &[u8], lo: i64, hi: i64) -> Option<(usize,
 impl CompiledFunc {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The declared range every call checks argument `index` against (scanning it), if any:
+    /// an input given as `Arg::checked` with a `CheckedTensor` of this range is not scanned.
+    pub fn scanned_range(&self, index: usize) -> Option<(i64, i64)> {
+        self.params.get(index)?.scanned_range()
+    }
+
+    /// `tensors` (one per parameter) bound for repeated calls: every input whose declared range
+    /// calls would scan is checked now, once (`CheckedTensor`), and not again per call.
+    pub fn bind(&self, tensors: Vec<Tensor>) -> Result<BoundArgs, RuntimeError> {
+        let args = tensors
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| match self.params.get(i).filter(|p| !p.stored).and_then(Param::scanned_range) {
+                Some(range) => CheckedTensor::new(t, range).map(Bound::Checked),
+                None => Ok(Bound::Plain(t)),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(BoundArgs { args })
     }
 
     /// Runs the function on tensors, one per parameter, checked for dtype and shape.
@@ -210,11 +279,9 @@ impl CompiledFunc {
             if p.stored && !arg.writable {
                 return Err(RuntimeError::ReadOnlyArgument { index, name: name() });
             }
-            // A range that covers the whole dtype promises nothing: no scan.
-            let whole = |(lo, hi): (i64, i64)| {
-                p.dtype.scalar.int_range().is_some_and(|(min, max)| i128::from(lo) <= min && max <= i128::from(hi))
-            };
-            if let Some((lo, hi)) = p.value_range.filter(|&r| !whole(r)) {
+            // A `CheckedTensor` inside the declared range was scanned when it was made.
+            let checked = |(lo, hi): (i64, i64)| arg.checked.is_some_and(|(c_lo, c_hi)| lo <= c_lo && c_hi <= hi);
+            if let Some((lo, hi)) = p.scanned_range().filter(|&r| !checked(r)) {
                 // Code generation may have relied on the range (e.g. to use `vpmaddubsw` for
                 // exact sums), so data outside it must never reach generated code.
                 // SAFETY: the argument holds at least `p.len` elements of `p.dtype` (checked above).

@@ -199,6 +199,8 @@ pub struct Arg<'a> {
     /// Tensors are checked by shape, slices only by length.
     pub(crate) shape: Option<&'a [i64]>,
     pub(crate) writable: bool,
+    /// A range every element was checked to lie in (`CheckedTensor`).
+    pub(crate) checked: Option<(i64, i64)>,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -211,6 +213,7 @@ impl<'a> Arg<'a> {
             dtype: DType::scalar(T::SCALAR),
             shape: None,
             writable: false,
+            checked: None,
             _borrow: PhantomData,
         }
     }
@@ -222,13 +225,22 @@ impl<'a> Arg<'a> {
             dtype: DType::scalar(T::SCALAR),
             shape: None,
             writable: true,
+            checked: None,
             _borrow: PhantomData,
         }
     }
 
     pub fn tensor(t: &'a mut Tensor) -> Arg<'a> {
         let ptr = t.data_ptr();
-        Arg { ptr, len: t.len(), dtype: t.dtype, shape: Some(&t.shape), writable: true, _borrow: PhantomData }
+        Arg {
+            ptr,
+            len: t.len(),
+            dtype: t.dtype,
+            shape: Some(&t.shape),
+            writable: true,
+            checked: None,
+            _borrow: PhantomData,
+        }
     }
 
     /// A read-only tensor; rejected for parameters the function writes.
@@ -239,7 +251,50 @@ impl<'a> Arg<'a> {
             dtype: t.dtype,
             shape: Some(&t.shape),
             writable: false,
+            checked: None,
             _borrow: PhantomData,
         }
+    }
+
+    /// A read-only tensor checked once (`CheckedTensor`): no scan of a parameter's declared
+    /// range that contains the checked one.
+    pub fn checked(t: &'a CheckedTensor) -> Arg<'a> {
+        Arg { checked: Some(t.range), ..Arg::tensor_ref(&t.tensor) }
+    }
+}
+
+/// A tensor whose elements were checked once to lie in `range`. A compiled function whose
+/// parameter declares a range (`placeholder_in_range`, the packed weights a kernel relies on)
+/// scans that argument before every call; given as `Arg::checked`, this one is not scanned
+/// again when the declared range contains `range`. It lends its data only immutably, so the
+/// check holds for its whole life: what weights prepared once and called many times want.
+#[derive(Clone, Debug)]
+pub struct CheckedTensor {
+    tensor: Tensor,
+    range: (i64, i64),
+}
+
+impl CheckedTensor {
+    /// Checks every element of `tensor` (of an integer dtype) against `lo..=hi`.
+    pub fn new(tensor: Tensor, (lo, hi): (i64, i64)) -> Result<CheckedTensor, RuntimeError> {
+        if !tensor.dtype.is_int() {
+            return Err(RuntimeError::CheckedDType { found: tensor.dtype });
+        }
+        if let Some((position, value)) = super::first_outside(tensor.dtype, tensor.as_bytes(), lo, hi) {
+            return Err(RuntimeError::CheckedValue { position, value, lo, hi });
+        }
+        Ok(CheckedTensor { tensor, range: (lo, hi) })
+    }
+
+    pub fn tensor(&self) -> &Tensor {
+        &self.tensor
+    }
+
+    pub fn range(&self) -> (i64, i64) {
+        self.range
+    }
+
+    pub fn into_tensor(self) -> Tensor {
+        self.tensor
     }
 }

@@ -4,7 +4,7 @@ use ir::{DType, Expr, ForKind, Func, Stmt, Var};
 
 use super::*;
 use crate::error::RuntimeError;
-use crate::runtime::Arg;
+use crate::runtime::{Arg, CheckedTensor};
 
 /// `C[i] = A[i] + B[i]` with A: i32[64, 32], B: i32[48, 32], C: i32[48, 32].
 fn add_func() -> Func {
@@ -190,4 +190,45 @@ fn declared_value_ranges_are_checked_for_every_integer_width_before_running() {
         );
         assert_eq!(out.to_array().to_i64_vec(), vec![0; 16], "{dtype}: nothing ran");
     }
+}
+
+#[test]
+fn checked_tensors_are_scanned_once_and_only_inside_the_declared_range() {
+    let f = compile(&ranged_copy(DType::I8, -64, 63), &CompileOptions::default()).unwrap();
+    let values: Vec<i64> = (0..16).map(|i| i * 8 - 64).map(|v| v.min(63)).collect();
+    let x = Tensor::from_array(&Array::from_i64(DType::I8, &[16], &values));
+    // Checked when made: a value outside is the typed error, so is a float tensor.
+    assert_error(
+        CheckedTensor::new(x.clone(), (-64, 50)).map(|_| ()),
+        RuntimeError::CheckedValue { position: 15, value: 56, lo: -64, hi: 50 },
+        "checked tensor: element 15 is 56, expected a value in -64..=50",
+    );
+    assert_error(
+        CheckedTensor::new(Tensor::zeros(DType::F32, &[4]).unwrap(), (0, 1)).map(|_| ()),
+        RuntimeError::CheckedDType { found: DType::F32 },
+        "checked tensor: expected an integer dtype, found f32",
+    );
+    // Inside the declared range: the call runs on it without a scan.
+    let checked = CheckedTensor::new(x, (-64, 63)).unwrap();
+    let mut out = Tensor::zeros(DType::I8, &[16]).unwrap();
+    f.call_args(&mut [Arg::checked(&checked), Arg::tensor(&mut out)]).unwrap();
+    assert_eq!(out.to_array().to_i64_vec(), values);
+    // A wider checked range proves nothing about the declared one: scanned as any argument.
+    let wide =
+        CheckedTensor::new(Tensor::from_array(&Array::from_i64(DType::I8, &[16], &[100; 16])), (-128, 127)).unwrap();
+    assert_error(
+        f.call_args(&mut [Arg::checked(&wide), Arg::tensor(&mut out)]),
+        RuntimeError::ValueOutOfRange { index: 0, name: "x".into(), position: 0, value: 100, lo: -64, hi: 63 },
+        "argument 0 (x): element 0 is 100, expected a value in the declared range -64..=63",
+    );
+    // `bind` checks the ranged inputs once and keeps the output writable.
+    assert_eq!((f.scanned_range(0), f.scanned_range(1)), (Some((-64, 63)), None));
+    let mut bound = f.bind(vec![checked.into_tensor(), Tensor::zeros(DType::I8, &[16]).unwrap()]).unwrap();
+    bound.call(&f).unwrap();
+    assert_eq!(bound.last().unwrap().to_array().to_i64_vec(), values);
+    let bad = Tensor::from_array(&Array::from_i64(DType::I8, &[16], &[-65; 16]));
+    assert!(matches!(
+        f.bind(vec![bad, Tensor::zeros(DType::I8, &[16]).unwrap()]),
+        Err(RuntimeError::CheckedValue { position: 0, value: -65, .. })
+    ));
 }

@@ -17,6 +17,7 @@ use super::db::{Status, WorkloadRef};
 use super::space::{Point, Space};
 use crate::bench::time_against_peak;
 use crate::kernels::peak::{Probe, ProbeKind};
+use crate::runtime::BoundArgs;
 use crate::{BuildError, CompileOptions, CompiledFunc, IsaLevel, RuntimeError, Target, Tensor, build};
 
 /// Errors setting up a layer for measurement (a point's own failures are `Measurement`s).
@@ -95,7 +96,8 @@ type PreparationKey = (i64, DType, (i8, i8));
 /// A layer compiled with its weights prepared: call it with `args` (the output last).
 struct Compiled {
     func: CompiledFunc,
-    args: Vec<Tensor>,
+    /// Bound once: the prepared weights a kernel relies on are checked here, not per call.
+    args: BoundArgs,
     compile_ms: f64,
     trace: serde_json::Value,
 }
@@ -153,8 +155,7 @@ impl LayerBench {
         let options =
             CompileOptions { target: Target::Level(IsaLevel::Scalar), threads: Some(1), ..Default::default() };
         let mut compiled = self.compile(knobs, &options, true)?;
-        let mut args: Vec<&mut Tensor> = compiled.args.iter_mut().collect();
-        compiled.func.call(&mut args)?;
+        compiled.args.call(&compiled.func)?;
         Ok(compiled.args.last().map(Tensor::to_array).expect("the output is the last argument"))
     }
 
@@ -194,6 +195,7 @@ impl LayerBench {
         ];
         args.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
         args.push(Tensor::zeros(DType::U8, layer.layer.output.shape())?);
+        let args = func.compiled.bind(args)?;
         Ok(Compiled { func: func.compiled, args, compile_ms, trace })
     }
 
@@ -222,12 +224,12 @@ impl LayerBench {
         let compile_ms = Some(compiled.compile_ms);
         let trace = Some(compiled.trace.clone());
         let func = &compiled.func;
-        let mut args: Vec<&mut Tensor> = compiled.args.iter_mut().collect();
+        let args = &mut compiled.args;
         let start = Instant::now();
-        if let Err(e) = func.call(&mut args) {
+        if let Err(e) = args.call(func) {
             return Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) };
         }
-        let output = args.last().map(|t| t.to_array()).expect("the output is the last argument");
+        let output = args.last().map(Tensor::to_array).expect("the output is the last argument");
         if !output.bits_eq(&self.reference) {
             let error = "output differs from the generic schedule's".to_string();
             return Measurement { trace, ..Measurement::failed(Status::Mismatch, error, compile_ms) };
@@ -239,7 +241,7 @@ impl LayerBench {
         };
         let probe = Probe::for_function(func);
         let threads = func.threads().unwrap_or(1);
-        match time_against_peak(probe.as_ref(), threads, repeat, || func.call(&mut args)) {
+        match time_against_peak(probe.as_ref(), threads, repeat, || args.call(func)) {
             Ok(timing) => Measurement {
                 status: Status::Ok,
                 median_ns: Some(timing.median_s * 1e9),
