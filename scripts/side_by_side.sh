@@ -2,7 +2,7 @@
 # tensorlift and onnxruntime on the resnet-18 int8 layers, interleaved: per round and layer,
 # `tensorlift resnet18 --layer L` then onnxruntime's node on the same layer, so that both see
 # the same state of a shared, drifting machine. Then scripts/side_by_side.py summarizes.
-#   scripts/side_by_side.sh OUT_PREFIX ISA WEIGHTS THREADS [ROUNDS]
+#   [LAYERS="R2 FC"] scripts/side_by_side.sh OUT_PREFIX ISA WEIGHTS THREADS [ROUNDS]
 #   e.g. scripts/side_by_side.sh /tmp/vnni1 avx512-vnni full 1
 #        scripts/side_by_side.sh /tmp/avx2_7bit avx2 7bit 1   # onnxruntime via scripts/ort_avx2.sh
 # ISA avx2 runs onnxruntime under scripts/avx2_only.c (its AVX2 kernels); any other ISA runs it
@@ -16,7 +16,7 @@ py=${PYTHON:-/tmp/anchors-venv/bin/python}
 bits=8; [ "$weights" = 7bit ] && bits=7
 : > "$out.ours.jsonl"; : > "$out.ort.txt"
 for round in $(seq "$rounds"); do
-  for layer in R1 R2 R3 R4 R5 R6 R7 R8 R9 R10 R11 FC; do
+  for layer in ${LAYERS:-R1 R2 R3 R4 R5 R6 R7 R8 R9 R10 R11 FC}; do
     "$bin" resnet18 --layer "$layer" --threads "$threads" --repeat 30 --isa "$isa" --weights "$weights" \
       --format json >> "$out.ours.jsonl"
     if [ "$isa" = avx2 ]; then
