@@ -358,15 +358,9 @@ impl<'d> Gen<'d> {
                 self.ordered_only(clamped, v, zero)?;
                 source = clamped;
             }
+            self.clamp_to_int(clamped, source, (lo, hi), rounds)?;
             match self.width {
                 VectorWidth::Zmm => {
-                    self.a.vmaxps(zmm(clamped), zmm(source), zmm(lo))?;
-                    self.a.vminps(zmm(clamped), zmm(clamped), zmm(hi))?;
-                    if rounds {
-                        self.a.vcvtps2dq(zmm(clamped), zmm(clamped))?;
-                    } else {
-                        self.a.vcvttps2dq(zmm(clamped), zmm(clamped))?;
-                    }
                     let mem = xmmword_ptr(ARGS[arg] + COLUMN);
                     if self.masked {
                         self.a.vpmovdb(mem.k2(), zmm(clamped))?;
@@ -376,13 +370,6 @@ impl<'d> Gen<'d> {
                 }
                 VectorWidth::Ymm => {
                     let high = self.allocate()?;
-                    self.a.vmaxps(ymm(clamped), ymm(source), ymm(lo))?;
-                    self.a.vminps(ymm(clamped), ymm(clamped), ymm(hi))?;
-                    if rounds {
-                        self.a.vcvtps2dq(ymm(clamped), ymm(clamped))?;
-                    } else {
-                        self.a.vcvttps2dq(ymm(clamped), ymm(clamped))?;
-                    }
                     self.a.vextracti128(xmm(high), ymm(clamped), 1)?;
                     self.a.vpackssdw(xmm(clamped), xmm(clamped), xmm(high))?;
                     if out == DType::U8 {
@@ -459,6 +446,38 @@ impl<'d> Gen<'d> {
         self.free.push(d);
         self.release(r.x);
         Ok(t)
+    }
+
+    /// `dst` = `src` clamped to `[lo, hi]` (registers holding the bounds; a NaN gives `lo`) as
+    /// i32, rounded to nearest even or truncated.
+    fn clamp_to_int(
+        &mut self,
+        dst: usize,
+        src: usize,
+        (lo, hi): (usize, usize),
+        rounds: bool,
+    ) -> Result<(), KernelError> {
+        match self.width {
+            VectorWidth::Zmm => {
+                self.a.vmaxps(zmm(dst), zmm(src), zmm(lo))?;
+                self.a.vminps(zmm(dst), zmm(dst), zmm(hi))?;
+                if rounds {
+                    self.a.vcvtps2dq(zmm(dst), zmm(dst))?;
+                } else {
+                    self.a.vcvttps2dq(zmm(dst), zmm(dst))?;
+                }
+            }
+            VectorWidth::Ymm => {
+                self.a.vmaxps(ymm(dst), ymm(src), ymm(lo))?;
+                self.a.vminps(ymm(dst), ymm(dst), ymm(hi))?;
+                if rounds {
+                    self.a.vcvtps2dq(ymm(dst), ymm(dst))?;
+                } else {
+                    self.a.vcvttps2dq(ymm(dst), ymm(dst))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `dst = v` with NaN lanes replaced by +0 (`zero` holds +0).
