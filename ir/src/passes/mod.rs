@@ -212,5 +212,16 @@ mod tests {
         ] {
             assert!(errors.iter().any(|e| e.contains(expected) && e.contains(headline)), "{expected}: {errors:#?}");
         }
+        // Only a reduction has an identity to reset its output to.
+        let reset = Stmt::call(intrin.clone(), operands.clone(), true, fallback.clone());
+        let bad = Func { body: Stmt::for_loop(Var::index("v"), 4, ForKind::Serial, reset), ..f.clone() };
+        let errors: Vec<String> = verify(&bad, VerifyLevel::Final).unwrap_err().iter().map(|e| e.to_string()).collect();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e
+                    .contains("call of copy4: a reset must be a declaration that reduces, with a constant identity")),
+            "{errors:#?}"
+        );
     }
 }
