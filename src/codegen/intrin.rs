@@ -3,8 +3,10 @@
 //! call's loop-nest fallback otherwise (always correct, since `tensorize` proved it equal).
 //!
 //! Kernels are defined once per module and shape with `define_function_bytes`, so the same
-//! bytes serve the JIT and object export, and are called as `fn(a, b, c)` with the operands'
-//! origin addresses.
+//! bytes serve the JIT and object export, and are called with the operands' origin addresses:
+//! `fn(a, b, c)` for a GEMM, one pointer per operand for a `Map` (whose kernel is compiled
+//! from the declaration's body, `kernels::map`). A resetting call (`Call::reset`) selects a
+//! GEMM kernel that starts from zero.
 
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value, types};
 use cranelift_module::{FuncId, Linkage, Module};
