@@ -334,15 +334,12 @@ pub fn conv2d_int8(
 
 /// The default knobs of a dense layer with `rows` source rows run as `dense_int8`: those of a
 /// 1×1 convolution whose output row is the `rows` pixels (`default_knobs`; one row takes
-/// `mr = 1`, an `OC` that no panel width divides takes `nr = 16` with the last panel padded),
-/// with 8 epilogue lanes where 16 do not divide `OC`.
+/// `mr = 1`, an `OC` that no panel width divides takes `nr = 16` with the last panel padded).
+/// Its NHWC output is requantized by the map kernel, which masks a partial vector (FC's 1000
+/// channels), so the lanes play no part.
 pub fn default_dense_knobs(layer: &DenseLayer, rows: i64) -> Conv2dInt8Knobs {
     let (ic, oc) = (layer.in_features, layer.out_features);
-    let knobs = default_knobs(&ConvLayer { name: layer.name, ic, oc, h: 1, w: rows, k: 1, stride: 1, pad: 0 });
-    // Epilogue vectors that divide the channels, so that none runs the scalar tail (FC's 1000
-    // channels: 8 lanes ran 1.07× (AVX2) to 1.19× (VNNI) faster than 16, BENCHMARKS.md).
-    let lanes = [knobs.lanes, 8].into_iter().find(|l| oc % l == 0).unwrap_or(knobs.lanes);
-    Conv2dInt8Knobs { lanes, ..knobs }
+    default_knobs(&ConvLayer { name: layer.name, ic, oc, h: 1, w: rows, k: 1, stride: 1, pad: 0 })
 }
 
 /// The placeholder of the same dtype, name and bytes as `t: [A, B]` with the shape `dims(A, B)`.
