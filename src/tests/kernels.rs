@@ -72,13 +72,20 @@ fn reference_packed(
 /// between rows of C is untouched.
 fn check(variant: KernelVariant, shape: GemmShape, blocking: Blocking, a: &[u8], b: &[i8]) {
     let kernel = GemmKernel::new(variant, shape, blocking).unwrap_or_else(|e| panic!("{variant} {shape:?}: {e}"));
+    compare_c(&kernel, |c| kernel.run(a, b, c).unwrap(), |c| reference(&shape, a, b, c, !variant.is_exact()));
+}
+
+/// Runs `kernel` (by `run`) and the declaration (by `reference`) on the same random C, which
+/// covers the kernel's footprint, and asserts they agree everywhere, padding included.
+fn compare_c(kernel: &GemmKernel, run: impl FnOnce(&mut [i32]), reference: impl FnOnce(&mut [i32])) {
+    let (shape, blocking, variant) = (kernel.shape, kernel.blocking, kernel.variant);
     let (_, _, need_c) = shape.footprint(variant.method);
     let mut rng = Lcg::new(need_c as u64);
     let c0: Vec<i32> = (0..need_c.max(1)).map(|_| rng.next_u32() as i32 >> 8).collect();
     let mut got = c0.clone();
-    kernel.run(a, b, &mut got).unwrap();
+    run(&mut got);
     let mut want = c0;
-    reference(&shape, a, b, &mut want, !variant.is_exact());
+    reference(&mut want);
     if let Some(pos) = got.iter().zip(&want).position(|(g, w)| g != w) {
         let (i, j) = (pos / shape.ldc.max(1) as usize, pos % shape.ldc.max(1) as usize);
         panic!("{variant} {shape:?} {blocking:?}: C[{i}, {j}] = {}, declaration says {}", got[pos], want[pos]);
@@ -210,18 +217,9 @@ fn reference_i16(s: &GemmShape, a: &[i16], b: &[i16], c: &mut [i32]) {
 }
 
 fn check_i16(shape: GemmShape, blocking: Blocking, a: &[i16], b: &[i16]) {
-    let variant = KernelVariant::AVX2_MADD16;
-    let kernel = GemmKernel::new(variant, shape, blocking).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
-    let (_, _, need_c) = shape.footprint(variant.method);
-    let mut rng = Lcg::new(need_c as u64);
-    let c0: Vec<i32> = (0..need_c.max(1)).map(|_| rng.next_u32() as i32 >> 8).collect();
-    let mut got = c0.clone();
-    kernel.run_i16(a, b, &mut got).unwrap();
-    let mut want = c0;
-    reference_i16(&shape, a, b, &mut want);
-    if let Some(pos) = got.iter().zip(&want).position(|(g, w)| g != w) {
-        panic!("{shape:?} {blocking:?}: C[{pos}] = {}, declaration says {}", got[pos], want[pos]);
-    }
+    let kernel =
+        GemmKernel::new(KernelVariant::AVX2_MADD16, shape, blocking).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+    compare_c(&kernel, |c| kernel.run_i16(a, b, c).unwrap(), |c| reference_i16(&shape, a, b, c));
 }
 
 /// The pre-widened kernel on every i16 (so on every widened u8/i8 pair, and on `vpmaddwd`'s one
