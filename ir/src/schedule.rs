@@ -777,7 +777,8 @@ impl Schedule {
             };
             return Err(error(m));
         };
-        crate::tensorize::plan(self, stage, axis, intrin, body).map(|_| ()).map_err(error)
+        let regions = crate::lower::infer_bounds::infer_bounds(self, &bodies);
+        crate::tensorize::plan(self, &regions, stage, axis, intrin, body).map(|_| ()).map_err(error)
     }
 
     /// Runs a primitive; if any stage is tensorized and the result breaks its proof, restores

@@ -19,9 +19,12 @@
 //! * for float outputs, the reduction loops appear in the declaration's order.
 //!
 //! Integer reductions are exact, associative and commutative, so any order of the loops is
-//! accepted for them. Operand tensors must be placeholders or stages computed at the root (their
-//! buffers are the whole tensor, so strides are known while scheduling), and the stage itself
-//! must be computed at the root with no stage computed inside the region.
+//! accepted for them. The stage may be computed at the root or at a loop of a consumer
+//! (`compute_at`); operand tensors must be placeholders, stages computed at the root, or stages
+//! computed at a loop of this stage outside the region. Indices and strides are those of the
+//! buffers as lowered: a stage computed at a loop holds only its region (`infer_bounds`), from
+//! the region's first index, so the proof takes the regions and no stage may be computed inside
+//! the region.
 
 use std::collections::{HashMap, HashSet};
 
@@ -29,6 +32,7 @@ use crate::analysis::linear::Linear;
 use crate::error::MismatchPart;
 use crate::expr::{Expr, ExprKind, Var};
 use crate::intrin::TensorIntrin;
+use crate::lower::infer_bounds::{Region, root_extents, root_values};
 use crate::mutator::substitute_map;
 use crate::passes::simplify::simplify_expr;
 use crate::schedule::{Attach, Relation, Schedule, Stage};
@@ -55,7 +59,8 @@ fn mismatch(
 pub(crate) struct PlannedOperand {
     /// The tensor whose buffer holds the region.
     pub tensor: Tensor,
-    /// One index per tensor dimension, in the stage's leaf variables outside the region.
+    /// One index per dimension of the tensor's buffer (from its region's first index for a stage
+    /// computed at a loop), in the loop variables outside the region.
     pub origin: Vec<Expr>,
     /// Flat element strides, one per dimension of the declaration tensor.
     pub strides: Vec<i64>,
@@ -66,6 +71,8 @@ struct Access {
     /// Declaration input position, or the input count for the output.
     operand: usize,
     tensor: Tensor,
+    /// The shape of the buffer holding the tensor.
+    shape: Vec<i64>,
     /// The stage's access with root axes in leaf loops, simplified (for messages).
     stage_access: Expr,
     decl_access: Expr,
@@ -82,9 +89,11 @@ struct Access {
 
 /// Proves that the leaves of `stage` from `axis` inward compute `intrin`'s declaration on the
 /// stage's (inlined) `body`; returns the operands of the call, inputs in declaration order, then
-/// the output. `axis` must be a leaf of the stage.
+/// the output, indexed in their buffers. `axis` must be a leaf of the stage; `regions` are those
+/// of `infer_bounds` (every non-inlined stage).
 pub(crate) fn plan(
     schedule: &Schedule,
+    regions: &HashMap<Stage, Region>,
     stage: Stage,
     axis: &IterVar,
     intrin: &TensorIntrin,
@@ -98,12 +107,9 @@ pub(crate) fn plan(
     let decl_axes: Vec<IterVar> = decl.axes().iter().cloned().chain(decl.reduce_axes()).collect();
     let names = |axes: &[IterVar]| axes.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
 
-    if data.attach != Attach::Root {
-        let found = match &data.attach {
-            Attach::At { stage: at, axis } => format!("compute_at {}.{axis}", schedule.stage_data(*at).name()),
-            _ => "compute_inline".to_string(),
-        };
-        return Err(mismatch(MismatchPart::Placement, format!("stage {}", data.name()), "computed at the root", found));
+    if data.attach == Attach::Inline {
+        let what = format!("stage {}", data.name());
+        return Err(mismatch(MismatchPart::Placement, what, "computed at the root or at a loop", "compute_inline"));
     }
     for &other in schedule.order() {
         if let Attach::At { stage: at, axis: at_axis } = &schedule.stage_data(other).attach
@@ -178,25 +184,27 @@ pub(crate) fn plan(
     let mut pairing = Pairing { intrin, tensor_of: vec![None; intrin.inputs.len()], reads: Vec::new() };
     pairing.walk(source, decl_source)?;
     for tensor in pairing.tensor_of.iter().flatten() {
-        let placed = schedule.stage_of(tensor).is_ok_and(|s| schedule.stage_data(s).attach == Attach::Root);
-        if !placed {
-            let expected = "a placeholder or a stage computed at the root";
-            return Err(mismatch(
-                MismatchPart::Placement,
-                format!("operand {tensor}"),
-                expected,
-                "a stage computed elsewhere",
-            ));
-        }
+        // A stage computed at a loop of another stage exists only inside that stage's loops.
+        let found = match schedule.stage_of(tensor).map(|s| &schedule.stage_data(s).attach) {
+            Ok(Attach::Root) => continue,
+            Ok(Attach::At { stage: at, .. }) if *at == stage => continue,
+            Ok(Attach::At { stage: at, axis }) => format!("compute_at {}.{axis}", schedule.stage_data(*at).name()),
+            Ok(Attach::Inline) => "compute_inline".to_string(),
+            Err(_) => "a tensor outside the schedule".to_string(),
+        };
+        let expected =
+            format!("a placeholder, a stage computed at the root or one computed at a loop of {}", data.name());
+        return Err(mismatch(MismatchPart::Placement, format!("operand {tensor}"), expected, found));
     }
 
-    let extents = schedule.known_extents(stage);
-    let leaf_values = data.pass_up_values(&extents);
+    let storage = Storage { schedule, regions };
+    let own = &regions[&stage];
+    let extents = data.pass_down_extents(&root_extents(data, own));
     let roots: HashMap<Var, Expr> =
-        data.axes.iter().chain(&data.reduce_axes).map(|a| (a.var().clone(), leaf_values[a].clone())).collect();
+        root_values(data, own, &extents).into_iter().map(|(a, v)| (a.var().clone(), v)).collect();
     let ranges: Vec<(Var, i64)> = data.leaves.iter().map(|l| (l.var().clone(), extents[l])).collect();
     let decl_position: HashMap<Var, usize> = decl_axes.iter().enumerate().map(|(i, a)| (a.var().clone(), i)).collect();
-    let ctx = AccessCtx { region, roots: &roots, ranges: &ranges, decl_position: &decl_position, axis };
+    let ctx = AccessCtx { region, roots: &roots, ranges: &ranges, decl_position: &decl_position, axis, storage };
     let mut accesses = Vec::new();
     for (operand, tensor, stage_idx, decl_idx) in pairing.reads {
         accesses.push(ctx.access(operand, tensor, &stage_idx, &intrin.inputs[operand], &decl_idx)?);
@@ -333,6 +341,30 @@ struct AccessCtx<'a> {
     ranges: &'a [(Var, i64)],
     decl_position: &'a HashMap<Var, usize>,
     axis: &'a IterVar,
+    storage: Storage<'a>,
+}
+
+/// Where tensors are stored as lowered.
+struct Storage<'a> {
+    schedule: &'a Schedule,
+    regions: &'a HashMap<Stage, Region>,
+}
+
+impl Storage<'_> {
+    /// The shape of the buffer holding `tensor` and, for a stage computed at a loop (whose
+    /// buffer holds its region), the global index of the buffer's first element.
+    fn of(&self, tensor: &Tensor) -> (Vec<i64>, Option<Vec<Expr>>) {
+        let at_loop = self.schedule.stage_of(tensor).ok().filter(|&s| {
+            matches!(self.schedule.stage_data(s).attach, Attach::At { .. }) && self.regions.contains_key(&s)
+        });
+        match at_loop {
+            Some(s) => {
+                let dims = &self.regions[&s].dims;
+                (dims.iter().map(|(_, e)| *e).collect(), Some(dims.iter().map(|(m, _)| m.clone()).collect()))
+            }
+            None => (tensor.shape().to_vec(), None),
+        }
+    }
 }
 
 impl AccessCtx<'_> {
@@ -348,11 +380,15 @@ impl AccessCtx<'_> {
         decl_tensor: &Tensor,
         decl_idx: &[Expr],
     ) -> Result<Access, Mismatch> {
-        let idx: Vec<Expr> = idx.iter().map(|i| self.simplify(&substitute_map(i, self.roots))).collect();
+        let (shape, first) = self.storage.of(&tensor);
+        let mut idx: Vec<Expr> = idx.iter().map(|i| self.simplify(&substitute_map(i, self.roots))).collect();
         let stage_access = tensor.at_vec(idx.clone());
+        if let Some(first) = first {
+            idx = idx.iter().zip(first).map(|(i, f)| self.simplify(&(i.clone() - f))).collect();
+        }
         let decl_access = decl_tensor.at_vec(decl_idx.to_vec());
         let position: HashMap<&Var, usize> = self.region.iter().enumerate().map(|(q, l)| (l.var(), q)).collect();
-        let strides = row_major_strides(tensor.shape());
+        let strides = row_major_strides(&shape);
         let mut coeffs = vec![0i64; self.region.len()];
         for (index, stride) in idx.iter().zip(&strides) {
             for (term, coeff) in Linear::of(index).terms {
@@ -398,7 +434,7 @@ impl AccessCtx<'_> {
                     .expect("every declaration dimension has an axis of its own")
             })
             .collect();
-        Ok(Access { operand, tensor, stage_access, decl_access, coeffs, origin, decl_coeffs, decl_consts, pins })
+        Ok(Access { operand, tensor, shape, stage_access, decl_access, coeffs, origin, decl_coeffs, decl_consts, pins })
     }
 }
 
@@ -456,7 +492,7 @@ fn check_mapping(
             strides.push(c / a);
         }
         let flat_origin = |access: &Access| {
-            let tensor_strides = row_major_strides(access.tensor.shape());
+            let tensor_strides = row_major_strides(&access.shape);
             let point: Expr =
                 access.origin.iter().zip(&tensor_strides).fold(Expr::index(0), |acc, (o, s)| acc + o.clone() * *s);
             let shift: i64 = access.decl_consts.iter().zip(&strides).map(|(b, s)| b * s).sum();
@@ -728,6 +764,61 @@ mod tests {
     }
 
     #[test]
+    fn operands_computed_at_a_loop_outside_the_region_are_read_in_their_region_buffers() {
+        let p = Packed::new(8, 16, 8, 16);
+        let c = p.exact();
+        let (mut s, leaves) = tiled(&c, 4, 16);
+        s.tensorize(&c, &leaves[2], &gemm_intrin(4, 16, 8, false)).unwrap();
+        let cached = s.cache_read(&p.a, &[&c]).unwrap();
+        // Four rows of A per i.outer, copied inside it: the call reads the copy from its start.
+        s.compute_at(&cached, &c, &leaves[1]).unwrap();
+        let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
+        assert!(f.to_string().contains("call reset gemm(A.local[0] strides [8, 1]"), "{f}");
+        run_checked(&f, (&p.a, &p.bp, &c), &pseudo_random(64, 15, 0, 255), &pseudo_random(128, 16, -128, 127));
+    }
+
+    /// `D[i, j] = C[i, j] * 3` over `rows` rows, the GEMM `C` tensorized (4 × 16 tiles) and
+    /// computed at `D`'s split of `i` by 4; returns the lowered function's text after checking
+    /// it (and its fallbacks) against the definition.
+    fn gemm_computed_at_its_consumer(rows: i64) -> String {
+        let p = Packed::new(rows, 32, 8, 16);
+        let c = p.exact();
+        let d = compute([rows, 32], |i| c.at([&i[0], &i[1]]) * Expr::int(DType::I32, 3), "D").unwrap();
+        let mut s = create_schedule(&[&d]);
+        let (rows_outer, _) = s.split(&d, &d.axis(0), 4).unwrap();
+        let (io, jo, ii, ji) = s.tile(&c, &c.axis(0), &c.axis(1), 4, 16).unwrap();
+        let [ko, ki] = [0, 1].map(|r| c.reduce_axes()[r].clone());
+        s.reorder(&c, &[&io, &jo, &ko, &ki, &ii, &ji]).unwrap();
+        s.compute_at(&c, &d, &rows_outer).unwrap();
+        s.tensorize(&c, &ko, &gemm_intrin(4, 16, 8, false)).unwrap();
+        let f = lower(&s, &[&p.a, &p.bp, &d], "gemm_then_scale").unwrap();
+        let a = Array::from_i64(DType::U8, p.a.shape(), &pseudo_random(rows * 8, 17, 0, 255));
+        let b = Array::from_i64(DType::I8, p.bp.shape(), &pseudo_random(2 * 2 * 16 * 4, 18, -128, 127));
+        let want = eval_te(&[&d], &[(&p.a, &a), (&p.bp, &b)]).unwrap().remove(0);
+        for func in [f.clone(), fallbacks_only(&f)] {
+            let mut args = vec![a.clone(), b.clone(), Array::zeros(DType::I32, &[rows, 32])];
+            run_func(&func, &mut args).unwrap();
+            assert!(args[2].bits_eq(&want), "{:?}\n{func}", args[2].first_difference(&want));
+        }
+        f.to_string()
+    }
+
+    #[test]
+    fn a_tensorized_stage_computed_at_a_loop_calls_into_its_region_buffer() {
+        let text = gemm_computed_at_its_consumer(8);
+        // C holds 4 rows: the call writes its tile at the column panel, whatever i.outer is.
+        assert!(text.contains("C[j.outer*16] strides [32, 1])"), "{text}");
+        assert!(!text.contains("if "), "{text}");
+    }
+
+    #[test]
+    fn a_region_sticking_out_of_the_tensor_runs_the_fallback() {
+        // Rows 8..12 of the last region: 10 and 11 are outside C.
+        let text = gemm_computed_at_its_consumer(10);
+        assert!(text.contains("} else {"), "{text}");
+    }
+
+    #[test]
     fn element_wise_intrinsics_overwrite_and_guard_their_tails() {
         // add8: Z[i] = X[i] + Y[i] on 8 i16 lanes; the stage adds two 2-D tensors row by row.
         let (x, y) = (placeholder([8], DType::I16, "X").unwrap(), placeholder([8], DType::I16, "Y").unwrap());
@@ -896,12 +987,6 @@ mod tests {
         );
         // The rejected primitive left the schedule as it was.
         assert_eq!(lower(&s, &[&p.a, &p.bp, &c], "f").unwrap().to_string(), before);
-        let err = s.compute_at(&cached, &c, &leaves[1]).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("placement (operand A.local): expected a placeholder or a stage computed at the root"),
-            "{err}"
-        );
         let (mut fresh, leaves) = tiled(&c, 4, 16);
         let cached = fresh.cache_read(&p.a, &[&c]).unwrap();
         fresh.compute_at(&cached, &c, &leaves[3]).unwrap();

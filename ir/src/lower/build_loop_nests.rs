@@ -24,9 +24,10 @@ use crate::te::{IterVar, Tensor, TensorId};
 ///
 /// A tensorized stage (`Schedule::tensorize` at leaf `a`) gets, in place of the loops from `a`
 /// inward, `call intrin(operands)` whose fallback is exactly those loops; when the region holds
-/// tail guards, `if <every guard holds with each loop of the region at its last iteration> {
-/// call } else { fallback }` (leaf values are sums of loops with positive coefficients, so the
-/// last iteration is the largest). For a reduction, the init nest covers the data-parallel loops
+/// tail guards (or guards to the tensor's domain, for a stage computed at a loop), `if <every
+/// guard holds with each loop of the region at its last (and first) iteration> { call } else {
+/// fallback }` (leaf values are sums of loops with positive coefficients, so the last iteration
+/// is the largest). For a reduction, the init nest covers the data-parallel loops
 /// of the region too and is placed before the call, which only updates — unless the region
 /// starts where the init nest does, or inside loops of extent 1 from there: then the call resets its output itself (`reset`, the init
 /// nest moving into its fallback), so that a kernel need not read it.
@@ -217,13 +218,18 @@ impl Ctx<'_> {
         let loops: Vec<Loop> =
             data.leaves.iter().map(|l| Loop { var: loop_var(l), extent: extents[l], kind: data.for_kind(l) }).collect();
         let mut region_call = data.tensorize.as_ref().map(|(axis, intrin)| {
-            let planned = crate::tensorize::plan(self.schedule, stage, axis, intrin, &self.bodies[&stage])
-                .unwrap_or_else(|m| {
-                    let (stage, part, what) = (data.name(), m.part, &m.what);
-                    panic!(
-                        "build_loop_nests: tensorize of {stage} was proven by the schedule, now {part} ({what}) differs"
-                    )
-                });
+            let planned = crate::tensorize::plan(
+                self.schedule,
+                self.regions,
+                stage,
+                axis,
+                intrin,
+                &self.bodies[&stage],
+            )
+            .unwrap_or_else(|m| {
+                let (stage, part, what) = (data.name(), m.part, &m.what);
+                panic!("build_loop_nests: tensorize of {stage} was proven by the schedule, now {part} ({what}) differs")
+            });
             let operands = planned
                 .into_iter()
                 .map(|p| Operand {
@@ -235,12 +241,29 @@ impl Ctx<'_> {
             let depth = data.leaves.iter().position(|l| l == axis).expect("tensorize axis is a leaf");
             let last: HashMap<Var, Expr> =
                 data.leaves[depth..].iter().map(|l| (loop_var(l), Expr::index(extents[l] - 1))).collect();
-            let condition = data
+            let in_region = |e: &Expr| last.keys().any(|v| e.uses_var(v));
+            let tails = data
                 .guarded_axes(&extents)
+                .into_iter()
+                .filter(|parent| in_region(&leaf_values[parent]))
+                .map(|parent| below(&substitute_map(&leaf_values[&parent], &last), extents[&parent]));
+            // A stage computed at a loop whose region may stick out of the tensor (guarded
+            // above): the region's first and last point inside the tensor's domain.
+            let first: HashMap<Var, Expr> = last.keys().map(|v| (v.clone(), Expr::index(0))).collect();
+            let domain = data
+                .axes
                 .iter()
-                .filter(|parent| last.keys().any(|v| leaf_values[*parent].uses_var(v)))
-                .map(|parent| below(&substitute_map(&leaf_values[parent], &last), extents[parent]))
-                .reduce(|a, b| a & b);
+                .zip(&region.dims)
+                .filter(|(axis, (min, extent))| {
+                    matches!(data.attach, Attach::At { .. })
+                        && !min.as_int().is_some_and(|m| m >= 0 && m + extent <= axis.extent())
+                        && in_region(&roots[*axis])
+                })
+                .flat_map(|(axis, _)| {
+                    let lowest = substitute_map(&roots[axis], &first).ge(Expr::index(0));
+                    [lowest, below(&substitute_map(&roots[axis], &last), axis.extent())]
+                });
+            let condition = tails.chain(domain).reduce(|a, b| a & b);
             RegionCall { depth, intrin: intrin.clone(), operands, condition, reset: None }
         });
         let root_vars: HashMap<Var, Expr> = roots.iter().map(|(a, v)| (a.var().clone(), v.clone())).collect();
