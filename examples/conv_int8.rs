@@ -5,7 +5,7 @@
 //! against the generic schedule of `ops::conv2d_nchw_int8` (u8 source, i8 weights in
 //! [-127, 127], per-channel scales, relu, u8 output).
 //!
-//! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --order pixels|channels --print-ir]`
+//! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --order pixels|channels --accumulate whole|per-row --print-ir]`
 
 use std::time::Instant;
 
@@ -16,7 +16,9 @@ use schedules::generic::default_schedule;
 use schedules::ops::{Conv2dParams, Layout, compensation, conv2d_nchw_int8};
 use schedules::quant::{PostOp, QuantAttrs, Scales, TensorQuant, ZeroPoints};
 use schedules::resnet18::{ConvLayer, Layer, layer};
-use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, conv2d_int8, default_knobs, prepare_conv2d_int8, weight_range};
+use schedules::x86_conv::{
+    Accumulate, Conv2dInt8Knobs, TileOrder, conv2d_int8, default_knobs, prepare_conv2d_int8, weight_range,
+};
 use tensorlift::bench::{time_against_peak, uniform};
 use tensorlift::kernels::peak::Probe;
 use tensorlift::{CompileOptions, Tensor as RtTensor, build};
@@ -156,6 +158,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 _ => defaults.order,
             },
             parallel: threads != Some(1),
+            accumulate: match flag("--accumulate").as_deref() {
+                Some("whole") => Accumulate::Whole,
+                Some("per-row") => Accumulate::PerRow,
+                _ => defaults.accumulate,
+            },
             ..defaults
         };
         run_layer(&l, knobs, repeat, &options)?;

@@ -555,6 +555,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                         LayerPlan::X86Conv(k, _) | LayerPlan::X86Dense(k) => serde_json::json!({
                             "mr": k.mr, "nr": k.nr, "lanes": k.lanes, "order": format!("{:?}", k.order), "parallel": k.parallel,
                             "gemm_source": k.operands.source.to_string(), "weight_range": [k.operands.weights.0, k.operands.weights.1],
+                            "accumulate": format!("{:?}", k.accumulate),
                         }),
                     },
                     "kernel": kernel_names(&report.kernels),

@@ -163,8 +163,8 @@ fn report(r: &LayerResult, format: Format) {
                 r.trials(),
                 r.elapsed.as_secs_f64(),
                 point.map_or(String::new(), |p| format!(
-                    "mr {} nr {} lanes {} {:?} {} thread(s) {:?} weights",
-                    p.mr, p.nr, p.lanes, p.order, p.threads, p.packing
+                    "mr {} nr {} lanes {} {:?} {} thread(s) {:?} weights {:?}",
+                    p.mr, p.nr, p.lanes, p.order, p.threads, p.packing, p.accumulation
                 )),
             );
         }

@@ -31,10 +31,12 @@ pub const STATUS_OUT_OF_MEMORY: i64 = 1;
 /// checked buffer in `ir::passes::checked_buffers` of the function, which names it.
 pub const STATUS_INDEX_OUT_OF_BOUNDS: i64 = 2;
 
-/// Largest `Allocate` placed in a stack slot; bigger ones go to the heap.
-const MAX_STACK_BUFFER: i64 = 4096;
+/// Largest `Allocate` placed in a stack slot; bigger ones go to the heap. Large enough for a
+/// row of a convolution's accumulators (R1: 112 pixels × 64 channels × 4 bytes), allocated
+/// once per row where a heap allocation per row would cost more than the row's requantization.
+const MAX_STACK_BUFFER: i64 = 32 * 1024;
 /// Stack bytes one generated function may use for scratch buffers in total.
-const STACK_BUDGET: i64 = 16 * 1024;
+const STACK_BUDGET: i64 = 64 * 1024;
 
 /// State shared by every Cranelift function generated for one `ir::Func`.
 pub(crate) struct ModuleCtx<'m, M: Module> {

@@ -81,7 +81,8 @@ fn parallel_loops_match_interp_on_one_and_several_threads() {
 
 #[test]
 fn small_scratch_buffers_live_on_the_stack_and_large_ones_on_the_heap() {
-    let n = 4096;
+    // 64 KiB: past the largest stack buffer.
+    let n = 16384;
     let a = Buffer::new("a", DType::I32, vec![n]);
     let out = Buffer::new("out", DType::I32, vec![n]);
     let small = Buffer::new("small", DType::I32, vec![64]);

@@ -94,6 +94,7 @@ impl Searcher {
             order: Self::pick(&mut self.rng, &c.orders),
             threads: Self::pick(&mut self.rng, &c.threads),
             packing: Self::pick(&mut self.rng, &c.packings),
+            accumulation: Self::pick(&mut self.rng, &c.accumulations),
         }
     }
 
@@ -124,7 +125,15 @@ impl Searcher {
         let moves = if self.rng.random_bool(0.3) { 2 } else { 1 };
         // Only knobs with a choice move (a layer may fix some: threads of FC, lanes).
         let c = &self.choices;
-        let sizes = [c.mr.len(), c.nr.len(), c.lanes.len(), c.orders.len(), c.packings.len(), c.threads.len()];
+        let sizes = [
+            c.mr.len(),
+            c.nr.len(),
+            c.lanes.len(),
+            c.orders.len(),
+            c.packings.len(),
+            c.accumulations.len(),
+            c.threads.len(),
+        ];
         let movable: Vec<usize> = (0..sizes.len()).filter(|&k| sizes[k] > 1).collect();
         if movable.is_empty() {
             return p;
@@ -137,6 +146,7 @@ impl Searcher {
                 2 => p.lanes = Self::step(&mut self.rng, &c.lanes, p.lanes),
                 3 => p.order = Self::step(&mut self.rng, &c.orders, p.order),
                 4 => p.packing = Self::step(&mut self.rng, &c.packings, p.packing),
+                5 => p.accumulation = Self::step(&mut self.rng, &c.accumulations, p.accumulation),
                 _ => p.threads = Self::step(&mut self.rng, &c.threads, p.threads),
             }
         }

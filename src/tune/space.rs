@@ -5,7 +5,7 @@
 
 use ir::intrin::pair_sums_fit_i16;
 use schedules::resnet18::Layer;
-use schedules::x86_conv::{Conv2dInt8Knobs, TileOrder, default_dense_knobs, default_knobs_at};
+use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, TileOrder, default_dense_knobs, default_knobs_at};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -37,6 +37,28 @@ impl Packing {
     }
 }
 
+/// Where the accumulators are computed (`x86_conv::Accumulate`), as records spell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Accumulation {
+    Whole,
+    PerRow,
+}
+
+impl Accumulation {
+    /// What records written before the knob existed measured.
+    fn before_the_knob() -> Accumulation {
+        Accumulation::Whole
+    }
+
+    fn of(a: Accumulate) -> Accumulation {
+        match a {
+            Accumulate::Whole => Accumulation::Whole,
+            Accumulate::PerRow => Accumulation::PerRow,
+        }
+    }
+}
+
 /// One schedule of a layer: `x86_conv` knobs (the operands follow from the weights and the
 /// packing at apply time, `Point::fit`) and threads (1: no parallel loops).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -51,6 +73,8 @@ pub struct Point {
     pub threads: usize,
     #[serde(default = "Packing::before_the_knob")]
     pub packing: Packing,
+    #[serde(default = "Accumulation::before_the_knob")]
+    pub accumulation: Accumulation,
 }
 
 /// The typed ranges of every knob.
@@ -58,6 +82,7 @@ pub const NR: [i64; 3] = [16, 32, 64];
 pub const LANES: [i64; 3] = [8, 16, 32];
 pub const ORDERS: [Order; 2] = [Order::PixelsOuter, Order::ChannelsOuter];
 pub const PACKINGS: [Packing; 2] = [Packing::I16, Packing::Bytes];
+pub const ACCUMULATIONS: [Accumulation; 2] = [Accumulation::Whole, Accumulation::PerRow];
 /// `mr` runs from 1 to this, and to the pixels of an output row.
 pub const MAX_MR: i64 = 16;
 
@@ -78,6 +103,8 @@ pub enum Rejection {
         "packing = bytes: expected i16 (the packing picks no kernel family here: VNNI, or weights the triple is exact on)"
     )]
     Packing,
+    #[error("accumulation = per_row: expected whole ({layer} computes one row)")]
+    DenseAccumulation { layer: &'static str },
 }
 
 /// The space of one layer on a machine with `max_threads` threads.
@@ -133,7 +160,15 @@ impl Space {
             TileOrder::PixelsOuter => Order::PixelsOuter,
             TileOrder::ChannelsOuter => Order::ChannelsOuter,
         };
-        Point { mr: knobs.mr, nr: knobs.nr, lanes: knobs.lanes, order, threads, packing: Packing::I16 }
+        Point {
+            mr: knobs.mr,
+            nr: knobs.nr,
+            lanes: knobs.lanes,
+            order,
+            threads,
+            packing: Packing::I16,
+            accumulation: Accumulation::of(knobs.accumulate),
+        }
     }
 
     /// `Ok` if `p` fits the layer, else the first reason it does not.
@@ -163,6 +198,9 @@ impl Space {
         if !self.choose_packing && p.packing != Packing::I16 {
             return Err(Rejection::Packing);
         }
+        if matches!(self.layer, Layer::Dense(_)) && p.accumulation != Accumulation::Whole {
+            return Err(Rejection::DenseAccumulation { layer: self.layer.name() });
+        }
         Ok(())
     }
 
@@ -178,6 +216,10 @@ impl Space {
             Layer::Dense(_) => vec![1],
         };
         let packings = if self.choose_packing { PACKINGS.to_vec() } else { vec![Packing::I16] };
+        let accumulations = match self.layer {
+            Layer::Conv(_) => ACCUMULATIONS.to_vec(),
+            Layer::Dense(_) => vec![Accumulation::Whole],
+        };
         Choices {
             mr: (1..=self.max_mr()).collect(),
             nr,
@@ -188,13 +230,20 @@ impl Space {
             orders: ORDERS.to_vec(),
             threads,
             packings,
+            accumulations,
         }
     }
 
     /// The number of points in the space.
     pub fn size(&self) -> usize {
         let c = self.choices();
-        c.mr.len() * c.nr.len() * c.lanes.len() * c.orders.len() * c.threads.len() * c.packings.len()
+        c.mr.len()
+            * c.nr.len()
+            * c.lanes.len()
+            * c.orders.len()
+            * c.threads.len()
+            * c.packings.len()
+            * c.accumulations.len()
     }
 }
 
@@ -207,6 +256,7 @@ pub struct Choices {
     pub orders: Vec<Order>,
     pub threads: Vec<usize>,
     pub packings: Vec<Packing>,
+    pub accumulations: Vec<Accumulation>,
 }
 
 impl Point {
@@ -233,6 +283,10 @@ impl Point {
             order,
             parallel: self.threads > 1,
             operands: schedules::ops::GemmOperands::U8,
+            accumulate: match self.accumulation {
+                Accumulation::Whole => Accumulate::Whole,
+                Accumulation::PerRow => Accumulate::PerRow,
+            },
         }
     }
 }
@@ -270,9 +324,18 @@ mod tests {
         assert_eq!(avx2.size(), 2 * r2.size());
         assert!(!Space::for_target(layer, 2, IsaLevel::Avx2, (-64, 63)).choose_packing);
         assert!(!Space::for_target(layer, 2, IsaLevel::Avx512Vnni, (-127, 127)).choose_packing);
-        // Records from before the knob measured bytes.
+        // Records from before the knobs measured bytes, all accumulators at once.
         let old = r#"{"mr":4,"nr":64,"lanes":16,"order":"pixels_outer","threads":1}"#;
-        assert_eq!(serde_json::from_str::<Point>(old).unwrap().packing, Packing::Bytes);
+        let old = serde_json::from_str::<Point>(old).unwrap();
+        assert_eq!((old.packing, old.accumulation), (Packing::Bytes, Accumulation::Whole));
+        // A row at a time is a choice of the convolutions; the dense layer has one row.
+        assert_eq!(r2.choices().accumulations, ACCUMULATIONS);
+        assert_eq!(
+            fc.check(&Point { accumulation: Accumulation::PerRow, ..fc.default_point() }),
+            Err(Rejection::DenseAccumulation { layer: "FC" })
+        );
+        let knobs = Point { accumulation: Accumulation::PerRow, ..p }.knobs();
+        assert_eq!(knobs.accumulate, Accumulate::PerRow);
         assert_eq!(r2.check(&Point { nr: 64, ..p }).map_err(|e| e.to_string()), Ok(()));
         assert_eq!(
             r2.check(&Point { nr: 48, ..p }).unwrap_err().to_string(),

@@ -17,7 +17,7 @@ use schedules::quant::{
 };
 use schedules::resnet18::{CONV_LAYERS, DenseLayer};
 use schedules::x86_conv::{
-    Conv2dInt8Knobs, TileOrder, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
+    Accumulate, Conv2dInt8Knobs, TileOrder, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
     prepare_dense_int8, weight_range,
 };
 use tensorlift::bench::uniform as values;
@@ -926,6 +926,8 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
         order: TileOrder::PixelsOuter,
         parallel: true,
         operands: GemmOperands::U8,
+        // OC 17 is not a multiple of nr: computed whole.
+        accumulate: Accumulate::PerRow,
     };
     let cases: [([i64; 4], [i64; 2], Conv2dParams, Conv2dInt8Knobs); 6] = [
         // ic = oc = 17: kernel rows of 51 → 52 bytes, OC not a multiple of nr; stride 2 over an
@@ -937,10 +939,10 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
         ([1, 32, 13, 13], [32, 1], Conv2dParams { stride: 2, pad: 0 }, default_knobs(&CONV_LAYERS[3])),
         // The stem: 7 × 7 stride 2 with 3 input channels (21 bytes per kernel row, read as 24).
         ([1, 3, 23, 21], [16, 7], Conv2dParams { stride: 2, pad: 3 }, default_knobs(&CONV_LAYERS[0])),
-        // Batch 2, mr not dividing OW; channel panels outermost.
+        // Batch 2, mr not dividing OW; channel panels outermost; a row at a time.
         (
             [2, 8, 6, 5],
-            [24, 3],
+            [32, 3],
             Conv2dParams { stride: 1, pad: 1 },
             Conv2dInt8Knobs {
                 mr: 3,
@@ -949,6 +951,7 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
                 order: TileOrder::ChannelsOuter,
                 parallel: false,
                 operands: GemmOperands::U8,
+                accumulate: Accumulate::PerRow,
             },
         ),
         (
@@ -962,6 +965,7 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
                 order: TileOrder::ChannelsOuter,
                 parallel: false,
                 operands: GemmOperands::U8,
+                accumulate: Accumulate::Whole,
             },
         ),
     ];
@@ -984,6 +988,12 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             let segments = if w[1] > 1 { format!("{}x", w[1]) } else { String::new() };
             let (bytes, intrinsic) = (byte_weights(seed), weights.intrinsic(byte_weights(seed)));
             assert!(ir.contains(&format!("call reset {intrinsic}_{}x{}x{segments}", knobs.mr, knobs.nr)), "{ir}");
+            // A row of accumulators is computed inside the output's row loop where asked and
+            // the panels divide the channels.
+            let ow = (src[3] + 2 * conv.pad - w[1]) / conv.stride + 1;
+            let row = format!("allocate conv.acc: i32[1, 1, {ow}, {}]", w[0]);
+            let per_row = knobs.accumulate == Accumulate::PerRow && w[0] % knobs.nr == 0;
+            assert_eq!(ir.contains(&row), per_row, "{knobs:?} {row}\n{ir}");
             if IsaLevel::Avx2.is_supported() {
                 let assembled = format!("kernel for {intrinsic}_{}x{}x{segments}", knobs.mr, knobs.nr);
                 assert!(origins.iter().any(|o| o.contains(&assembled)), "{origins:?}");
@@ -1018,6 +1028,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
                 order: TileOrder::PixelsOuter,
                 parallel: true,
                 operands: GemmOperands::U8,
+                accumulate: Accumulate::PerRow,
             },
         ),
     ] {
