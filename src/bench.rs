@@ -1,7 +1,7 @@
 //! Deterministic data and timing shared by the CLI, the examples and the tests: the same inputs
 //! and the same measurement everywhere, so figures from one are comparable with another's.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ir::DType;
 use ir::interp::Array;
@@ -103,7 +103,19 @@ pub fn time_against_peak<E: From<RuntimeError>>(
     let Some(probe) = probe else { return time(repeat, call) };
     let start = Instant::now();
     call()?;
-    let iterations = probe.calibrate(start.elapsed());
+    time_against_peak_after(probe, threads, repeat, start.elapsed(), call)
+}
+
+/// `time_against_peak` after a warm-up call the caller made, which took `warm_up` (the tuner's
+/// verification call): a slow candidate costs one call less.
+pub fn time_against_peak_after<E: From<RuntimeError>>(
+    probe: &Probe,
+    threads: usize,
+    repeat: usize,
+    warm_up: Duration,
+    mut call: impl FnMut() -> Result<(), E>,
+) -> Result<Timing, E> {
+    let iterations = probe.calibrate(warm_up);
     let (mut times, mut peaks) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
         peaks.push(if threads > 1 {

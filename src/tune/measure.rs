@@ -15,7 +15,7 @@ use thiserror::Error;
 
 use super::db::{Status, WorkloadRef};
 use super::space::{Point, Space};
-use crate::bench::time_against_peak;
+use crate::bench::{time, time_against_peak_after};
 use crate::kernels::peak::{Probe, ProbeKind};
 use crate::runtime::BoundArgs;
 use crate::{BuildError, CompileOptions, CompiledFunc, IsaLevel, RuntimeError, Target, Tensor, build};
@@ -229,19 +229,25 @@ impl LayerBench {
         if let Err(e) = args.call(func) {
             return Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) };
         }
+        let warm_up = start.elapsed();
         let output = args.last().map(Tensor::to_array).expect("the output is the last argument");
         if !output.bits_eq(&self.reference) {
             let error = "output differs from the generic schedule's".to_string();
             return Measurement { trace, ..Measurement::failed(Status::Mismatch, error, compile_ms) };
         }
-        let call = start.elapsed().as_secs_f64();
+        let call = warm_up.as_secs_f64();
         let repeat = match budget {
             Some(b) if call > 0.0 => repeat.min(((b.as_secs_f64() / call) as usize).max(2)),
             _ => repeat,
         };
         let probe = Probe::for_function(func);
         let threads = func.threads().unwrap_or(1);
-        match time_against_peak(probe.as_ref(), threads, repeat, || args.call(func)) {
+        // The verification call warmed the function up.
+        let timing = match &probe {
+            Some(probe) => time_against_peak_after(probe, threads, repeat, warm_up, || args.call(func)),
+            None => time(repeat, || args.call(func)),
+        };
+        match timing {
             Ok(timing) => Measurement {
                 status: Status::Ok,
                 median_ns: Some(timing.median_s * 1e9),
