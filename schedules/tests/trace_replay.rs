@@ -14,7 +14,7 @@ use tensorlift_schedules::ops::{Conv2dParams, Layout, conv2d_nchw_int8, dense_in
 use tensorlift_schedules::resnet18::{self, CONV_LAYERS, ConvLayer, FC, Layer};
 use tensorlift_schedules::x86::{GemmInt8Knobs, schedule_gemm_int8};
 use tensorlift_schedules::x86_conv::{
-    Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, dense_int8,
+    Accumulate, Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, dense_int8,
 };
 
 fn lower(s: &Schedule, args: &[Tensor]) -> String {
@@ -78,10 +78,12 @@ fn check(build: &dyn Fn(&str) -> Conv2dInt8) {
 fn conv2d_int8_schedules_replay() {
     // The stem (3 channels, 7×7, stride 2), a 3×3, a 1×1 stride 2 and the last 3×3 layer, in
     // both layouts, with and without the thread pool, u8, i8 (sign transfer) and i16
-    // (pre-widened) sources.
+    // (pre-widened) sources; a row of accumulators at a time (the first three layers'
+    // defaults) or all of them (R11's).
     for (i, layer) in [0, 1, 3, 10].map(|i| &CONV_LAYERS[i]).into_iter().enumerate() {
         let layout = if i % 2 == 0 { Layout::Nhwc } else { Layout::Nchw };
         let mut knobs = default_knobs(layer);
+        assert_eq!(knobs.accumulate == Accumulate::PerRow, i < 3, "{}", layer.name);
         knobs.parallel = i != 1;
         check(&|p| conv(layer, layout, knobs, p));
         let signed = knobs.with_byte_weights(false, (-127, 127));

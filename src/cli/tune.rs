@@ -58,7 +58,7 @@ struct Resnet18Args {
     #[arg(long, default_value_t = 10, value_parser = positive::<usize>)]
     repeat: usize,
     /// In the search (not the validation), time the timed calls of a candidate may take, in
-    /// milliseconds: fewer than --repeat for slow layers, at least 2. 0: always --repeat.
+    /// milliseconds: fewer than --repeat for slow layers, at least 1. 0: always --repeat.
     #[arg(long, default_value_t = 6.0)]
     search_budget_ms: f64,
     #[arg(long, default_value_t = 1)]

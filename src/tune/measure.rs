@@ -205,7 +205,8 @@ impl LayerBench {
     }
 
     /// Compiles, verifies and times `point` (`repeat` timed calls, or with a `budget`, as many as
-    /// fit in it as the verification call's time says, at least 2). Never panics on a bad point:
+    /// fit in it as the verification call's time says, at least 1: the validation times the
+    /// fastest again with `repeat` calls). Never panics on a bad point:
     /// a point the space rejects is `BuildError` with the reason.
     pub fn measure(&self, point: &Point, repeat: usize, budget: Option<Duration>) -> Measurement {
         if let Err(reason) = self.space.check(point) {
@@ -237,7 +238,7 @@ impl LayerBench {
         }
         let call = warm_up.as_secs_f64();
         let repeat = match budget {
-            Some(b) if call > 0.0 => repeat.min(((b.as_secs_f64() / call) as usize).max(2)),
+            Some(b) if call > 0.0 => repeat.min(((b.as_secs_f64() / call) as usize).max(1)),
             _ => repeat,
         };
         let probe = Probe::for_function(func);

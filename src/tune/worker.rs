@@ -34,7 +34,7 @@ pub struct Candidate {
     pub point: Point,
     pub repeat: usize,
     /// Time for the timed calls, in milliseconds: fewer than `repeat` when they would take
-    /// longer (at least 2). The search uses a budget; validation does not.
+    /// longer (at least 1). The search uses a budget; validation does not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_ms: Option<f64>,
     /// `search`, or `validation` for the re-measurements that pick the result.
