@@ -64,7 +64,27 @@ pub fn build_loop_nests(
             }
         }
     }
-    let ctx = Ctx { schedule, bodies, regions, buffers, attached };
+    // A root axis that is also a leaf names both the loop (local index) and the global index
+    // the body reads; where its region does not start at 0, the loop gets a fresh variable.
+    // Region minima (`infer_bounds`) name a consumer's loops by their leaf variables, so they
+    // are renamed too: in the loop nest, the axis's own name is the global index.
+    let mut local_loops: HashMap<Var, Expr> = HashMap::new();
+    for &stage in schedule.order().iter().filter(|s| bodies.contains_key(s)) {
+        let data = schedule.stage_data(stage);
+        for (axis, (min, _)) in data.axes.iter().zip(&regions[&stage].dims) {
+            if data.leaves.contains(axis) && min.as_int() != Some(0) {
+                local_loops.insert(axis.var().clone(), Var::index(format!("{}.local", axis.name())).to_expr());
+            }
+        }
+    }
+    let regions: HashMap<Stage, Region> = regions
+        .iter()
+        .map(|(&stage, region)| {
+            let dims = region.dims.iter().map(|(min, extent)| (substitute_map(min, &local_loops), *extent)).collect();
+            (stage, Region { dims })
+        })
+        .collect();
+    let ctx = Ctx { schedule, bodies, regions: &regions, buffers, attached, local_loops };
     let nests: Vec<Stmt> = schedule
         .order()
         .iter()
@@ -93,6 +113,8 @@ struct Ctx<'a> {
     buffers: HashMap<TensorId, Buffer>,
     /// For each consumer, the stages computed inside its loops and the loop they are at.
     attached: HashMap<Stage, Vec<(IterVar, Stage)>>,
+    /// The fresh loop variable of each root axis that is a leaf whose region does not start at 0.
+    local_loops: HashMap<Var, Expr>,
 }
 
 /// Something placed inside a loop nest, right inside loop number `depth` (-1: outside all).
@@ -135,16 +157,9 @@ impl Ctx<'_> {
         let data = self.schedule.stage_data(stage);
         let region = &self.regions[&stage];
         let extents = data.pass_down_extents(&root_extents(data, region));
-        // A root axis that is also a leaf names both the loop (local index) and the global index
-        // the body reads; when they differ, the loop gets a fresh variable.
-        let mut loop_vars: HashMap<Var, Expr> = HashMap::new();
-        for (axis, (min, _)) in data.axes.iter().zip(&region.dims) {
-            if data.leaves.contains(axis) && min.as_int() != Some(0) {
-                loop_vars.insert(axis.var().clone(), Var::index(format!("{}.local", axis.name())).to_expr());
-            }
-        }
+        let loop_vars = &self.local_loops;
         let rename = |values: HashMap<IterVar, Expr>| -> HashMap<IterVar, Expr> {
-            values.into_iter().map(|(a, v)| (a, substitute_map(&v, &loop_vars))).collect()
+            values.into_iter().map(|(a, v)| (a, substitute_map(&v, loop_vars))).collect()
         };
         let roots = rename(root_values(data, region, &extents));
         let leaf_values = rename(data.pass_up_values(&extents));
@@ -234,7 +249,7 @@ impl Ctx<'_> {
                 .into_iter()
                 .map(|p| Operand {
                     buffer: self.buffers[&p.tensor.id()].clone(),
-                    origin: p.origin.iter().map(|o| substitute_map(o, &loop_vars)).collect(),
+                    origin: p.origin.iter().map(|o| substitute_map(o, loop_vars)).collect(),
                     strides: p.strides,
                 })
                 .collect();
@@ -433,5 +448,36 @@ impl Mutator for ToLoads<'_, '_> {
             _ => indices.clone(),
         };
         Expr::load(buffer, indices)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::expr::Expr;
+    use crate::interp::{Array, eval_te, run_func};
+    use crate::lower::lower;
+    use crate::schedule::create_schedule;
+    use crate::te::{compute, placeholder};
+
+    #[test]
+    fn a_chain_of_stages_computed_at_root_axis_loops_reads_each_region_from_its_start() {
+        // C computes B a row at a time, B computes A a row at a time: B's row loop is its root
+        // axis, whose region starts at C's row, so it runs over a local index while A's region
+        // starts at B's global row.
+        let x = placeholder([6, 5], DType::I32, "X").unwrap();
+        let a = compute([6, 5], |i| x.at([&i[0], &i[1]]) * Expr::int(DType::I32, 2), "A").unwrap();
+        let b = compute([6, 5], |i| a.at([&i[0], &i[1]]) + Expr::int(DType::I32, 1), "B").unwrap();
+        let c = compute([6, 5], |i| b.at([&i[0], &i[1]]) * Expr::int(DType::I32, 3), "C").unwrap();
+        let mut s = create_schedule(&[&c]);
+        s.compute_at(&b, &c, &c.axis(0)).unwrap();
+        s.compute_at(&a, &b, &b.axis(0)).unwrap();
+        let f = lower(&s, &[&x, &c], "chain").unwrap();
+        assert!(f.to_string().contains("A[j] = X[i*5 + j]*2i32"), "{f}");
+        let xs = Array::from_i64(DType::I32, &[6, 5], &(0..30).map(|v| v * 7 - 40).collect::<Vec<_>>());
+        let want = eval_te(&[&c], &[(&x, &xs)]).unwrap().remove(0);
+        let mut args = vec![xs, Array::zeros(DType::I32, &[6, 5])];
+        run_func(&f, &mut args).unwrap();
+        assert!(args[1].bits_eq(&want), "{:?}\n{f}", args[1].first_difference(&want));
     }
 }
