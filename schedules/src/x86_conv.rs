@@ -52,6 +52,11 @@ pub enum Accumulate {
     /// (all of them when `nr > OC`) would fall back to loops, where the whole buffer is padded
     /// to full panels.
     PerRow,
+    /// `PerRow`, and the padded source rows that a row of accumulators reads copied inside it
+    /// (at the accumulators' row loop) rather than all of them first: one parallel loop
+    /// instead of two, and the rows in L1, for `KH / stride` copies of each source row instead
+    /// of one. With channel panels outermost, the rows are copied again for each panel.
+    PerRowWithSource,
 }
 
 /// The decisions of the int8 convolution schedule. A tuner varies these and nothing else.
@@ -177,8 +182,14 @@ pub fn default_knobs_at(layer: &ConvLayer, vnni: bool) -> Conv2dInt8Knobs {
     let order = if weight_bytes > source_bytes { TileOrder::ChannelsOuter } else { TileOrder::PixelsOuter };
     let parallel = layer.ops() >= if vnni { MIN_PARALLEL_OPS } else { MIN_PARALLEL_OPS_BELOW_VNNI };
     // A row at a time where the source dominates: the weights stream once per row (R11's
-    // 1.2 MB for each of its 7 rows ran 1.3× slower).
-    let accumulate = if order == TileOrder::PixelsOuter { Accumulate::PerRow } else { Accumulate::Whole };
+    // 1.2 MB for each of its 7 rows ran 1.3× slower). The source rows with it, but for the
+    // stem, whose 7 kernel rows make each source row copied 3.5 times (8% slower at one
+    // thread; a 3×3 layer at two threads: 1.1–1.3× faster, R4 1.7×).
+    let accumulate = match order {
+        TileOrder::PixelsOuter if layer.k <= 3 => Accumulate::PerRowWithSource,
+        TileOrder::PixelsOuter => Accumulate::PerRow,
+        TileOrder::ChannelsOuter => Accumulate::Whole,
+    };
     Conv2dInt8Knobs { mr, nr, lanes: 16, order, parallel, operands: GemmOperands::U8, accumulate }
 }
 
@@ -295,7 +306,10 @@ pub fn conv2d_int8(
             s.unroll(pad, &channel)?;
         }
     }
-    if knobs.parallel {
+    let oc = weights.shape()[0];
+    let per_row = knobs.accumulate != Accumulate::Whole && oc % knobs.nr == 0;
+    let source_per_row = per_row && knobs.accumulate == Accumulate::PerRowWithSource;
+    if knobs.parallel && !source_per_row {
         s.parallel(pad, &pad.axis(1))?;
     }
 
@@ -312,8 +326,6 @@ pub fn conv2d_int8(
     order.extend([&ky, &ko, &ki, &xi, &oi]);
     s.reorder(acc, &order)?;
     s.vectorize(acc, &oi)?;
-    let oc = weights.shape()[0];
-    let per_row = knobs.accumulate == Accumulate::PerRow && oc % knobs.nr == 0;
     if knobs.parallel && !per_row {
         let outer = s.fuse(acc, tiles[0], tiles[1])?;
         let outer = s.fuse(acc, &outer, tiles[2])?;
@@ -342,6 +354,9 @@ pub fn conv2d_int8(
     let oy = if layout == Layout::Nhwc { &axes[1] } else { &axes[2] };
     if per_row {
         s.compute_at(acc, out, oy)?;
+    }
+    if source_per_row {
+        s.compute_at(pad, acc, &y)?;
     }
     if knobs.parallel {
         s.parallel(out, oy)?;

@@ -78,12 +78,14 @@ fn check(build: &dyn Fn(&str) -> Conv2dInt8) {
 fn conv2d_int8_schedules_replay() {
     // The stem (3 channels, 7×7, stride 2), a 3×3, a 1×1 stride 2 and the last 3×3 layer, in
     // both layouts, with and without the thread pool, u8, i8 (sign transfer) and i16
-    // (pre-widened) sources; a row of accumulators at a time (the first three layers'
-    // defaults) or all of them (R11's).
+    // (pre-widened) sources; the defaults compute a row of accumulators at a time (R1), with
+    // the source rows they read (R2, R4), or all of them (R11).
     for (i, layer) in [0, 1, 3, 10].map(|i| &CONV_LAYERS[i]).into_iter().enumerate() {
         let layout = if i % 2 == 0 { Layout::Nhwc } else { Layout::Nchw };
         let mut knobs = default_knobs(layer);
-        assert_eq!(knobs.accumulate == Accumulate::PerRow, i < 3, "{}", layer.name);
+        let expected =
+            [Accumulate::PerRow, Accumulate::PerRowWithSource, Accumulate::PerRowWithSource, Accumulate::Whole];
+        assert_eq!(knobs.accumulate, expected[i], "{}", layer.name);
         knobs.parallel = i != 1;
         check(&|p| conv(layer, layout, knobs, p));
         let signed = knobs.with_byte_weights(false, (-127, 127));

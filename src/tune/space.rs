@@ -43,6 +43,7 @@ impl Packing {
 pub enum Accumulation {
     Whole,
     PerRow,
+    PerRowWithSource,
 }
 
 impl Accumulation {
@@ -55,6 +56,7 @@ impl Accumulation {
         match a {
             Accumulate::Whole => Accumulation::Whole,
             Accumulate::PerRow => Accumulation::PerRow,
+            Accumulate::PerRowWithSource => Accumulation::PerRowWithSource,
         }
     }
 }
@@ -82,7 +84,8 @@ pub const NR: [i64; 3] = [16, 32, 64];
 pub const LANES: [i64; 3] = [8, 16, 32];
 pub const ORDERS: [Order; 2] = [Order::PixelsOuter, Order::ChannelsOuter];
 pub const PACKINGS: [Packing; 2] = [Packing::I16, Packing::Bytes];
-pub const ACCUMULATIONS: [Accumulation; 2] = [Accumulation::Whole, Accumulation::PerRow];
+pub const ACCUMULATIONS: [Accumulation; 3] =
+    [Accumulation::Whole, Accumulation::PerRow, Accumulation::PerRowWithSource];
 /// `mr` runs from 1 to this, and to the pixels of an output row.
 pub const MAX_MR: i64 = 16;
 
@@ -103,8 +106,8 @@ pub enum Rejection {
         "packing = bytes: expected i16 (the packing picks no kernel family here: VNNI, or weights the triple is exact on)"
     )]
     Packing,
-    #[error("accumulation = per_row: expected whole ({layer} computes one row)")]
-    DenseAccumulation { layer: &'static str },
+    #[error("accumulation = {found:?}: expected whole ({layer} computes one row)")]
+    DenseAccumulation { layer: &'static str, found: Accumulation },
 }
 
 /// The space of one layer on a machine with `max_threads` threads.
@@ -199,7 +202,7 @@ impl Space {
             return Err(Rejection::Packing);
         }
         if matches!(self.layer, Layer::Dense(_)) && p.accumulation != Accumulation::Whole {
-            return Err(Rejection::DenseAccumulation { layer: self.layer.name() });
+            return Err(Rejection::DenseAccumulation { layer: self.layer.name(), found: p.accumulation });
         }
         Ok(())
     }
@@ -286,6 +289,7 @@ impl Point {
             accumulate: match self.accumulation {
                 Accumulation::Whole => Accumulate::Whole,
                 Accumulation::PerRow => Accumulate::PerRow,
+                Accumulation::PerRowWithSource => Accumulate::PerRowWithSource,
             },
         }
     }
@@ -332,7 +336,7 @@ mod tests {
         assert_eq!(r2.choices().accumulations, ACCUMULATIONS);
         assert_eq!(
             fc.check(&Point { accumulation: Accumulation::PerRow, ..fc.default_point() }),
-            Err(Rejection::DenseAccumulation { layer: "FC" })
+            Err(Rejection::DenseAccumulation { layer: "FC", found: Accumulation::PerRow })
         );
         let knobs = Point { accumulation: Accumulation::PerRow, ..p }.knobs();
         assert_eq!(knobs.accumulate, Accumulate::PerRow);

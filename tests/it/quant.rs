@@ -992,8 +992,13 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             // the panels divide the channels.
             let ow = (src[3] + 2 * conv.pad - w[1]) / conv.stride + 1;
             let row = format!("allocate conv.acc: i32[1, 1, {ow}, {}]", w[0]);
-            let per_row = knobs.accumulate == Accumulate::PerRow && w[0] % knobs.nr == 0;
+            let per_row = knobs.accumulate != Accumulate::Whole && w[0] % knobs.nr == 0;
             assert_eq!(ir.contains(&row), per_row, "{knobs:?} {row}\n{ir}");
+            // With its source rows copied inside it, after its buffer is allocated.
+            let with_source = per_row && knobs.accumulate == Accumulate::PerRowWithSource;
+            let copied_inside =
+                matches!((ir.find("allocate conv.pad"), ir.find(&row)), (Some(pad), Some(acc)) if pad > acc);
+            assert_eq!(copied_inside, with_source, "{knobs:?}\n{ir}");
             if IsaLevel::Avx2.is_supported() {
                 let assembled = format!("kernel for {intrinsic}_{}x{}x{segments}", knobs.mr, knobs.nr);
                 assert!(origins.iter().any(|o| o.contains(&assembled)), "{origins:?}");
