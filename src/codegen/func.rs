@@ -437,10 +437,18 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             .ok_or_else(|| self.unsupported(format!("buffer {} is too large", buffer.name())))?;
         // At least 16 bytes: a clamped access to an empty buffer still reads element 0.
         let size = bytes.max(16);
-        if size <= MAX_STACK_BUFFER && self.stack_bytes + size <= STACK_BUDGET {
-            self.stack_bytes += size;
-            let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size as u32, 4));
-            let ptr = self.b.ins().stack_addr(types::I64, slot, 0);
+        // 64-byte aligned, as heap scratch and tensors are: the stack pointer is only 16-byte
+        // aligned, so the slot has room to round its address up. (A row of accumulators off a
+        // cache line makes every zmm load and store of the kernels split two lines.)
+        let align = crate::runtime::host::ALIGN as i64;
+        let slot_size = size + align - 16;
+        if size <= MAX_STACK_BUFFER && self.stack_bytes + slot_size <= STACK_BUDGET {
+            self.stack_bytes += slot_size;
+            let slot =
+                self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, slot_size as u32, 4));
+            let base = self.b.ins().stack_addr(types::I64, slot, 0);
+            let rounded = self.b.ins().iadd_imm_s(base, align - 1);
+            let ptr = self.b.ins().band_imm_s(rounded, -align);
             self.buffers.insert(buffer.id(), BufLoc::Memory(ptr));
             self.stmt(body)?;
             self.buffers.remove(&buffer.id());
