@@ -531,22 +531,19 @@ impl<'d> Gen<'d> {
     fn below_to_int(&mut self, dst: usize, src: usize, hi: usize, rounds: bool) -> Result<(), KernelError> {
         // `vminps` returns its second operand where either is NaN.
         match self.width {
-            VectorWidth::Zmm => {
-                self.a.vminps(zmm(dst), zmm(hi), zmm(src))?;
-                if rounds {
-                    self.a.vcvtps2dq(zmm(dst), zmm(dst))?;
-                } else {
-                    self.a.vcvttps2dq(zmm(dst), zmm(dst))?;
-                }
-            }
-            VectorWidth::Ymm => {
-                self.a.vminps(ymm(dst), ymm(hi), ymm(src))?;
-                if rounds {
-                    self.a.vcvtps2dq(ymm(dst), ymm(dst))?;
-                } else {
-                    self.a.vcvttps2dq(ymm(dst), ymm(dst))?;
-                }
-            }
+            VectorWidth::Zmm => self.a.vminps(zmm(dst), zmm(hi), zmm(src))?,
+            VectorWidth::Ymm => self.a.vminps(ymm(dst), ymm(hi), ymm(src))?,
+        }
+        self.convert_in_place(dst, rounds)
+    }
+
+    /// `dst` converted from f32 to i32 in place, rounded to nearest even or truncated.
+    fn convert_in_place(&mut self, dst: usize, rounds: bool) -> Result<(), KernelError> {
+        match (self.width, rounds) {
+            (VectorWidth::Zmm, true) => self.a.vcvtps2dq(zmm(dst), zmm(dst))?,
+            (VectorWidth::Zmm, false) => self.a.vcvttps2dq(zmm(dst), zmm(dst))?,
+            (VectorWidth::Ymm, true) => self.a.vcvtps2dq(ymm(dst), ymm(dst))?,
+            (VectorWidth::Ymm, false) => self.a.vcvttps2dq(ymm(dst), ymm(dst))?,
         }
         Ok(())
     }
@@ -613,23 +610,13 @@ impl<'d> Gen<'d> {
             VectorWidth::Zmm => {
                 self.a.vmaxps(zmm(dst), zmm(src), zmm(lo))?;
                 self.a.vminps(zmm(dst), zmm(dst), zmm(hi))?;
-                if rounds {
-                    self.a.vcvtps2dq(zmm(dst), zmm(dst))?;
-                } else {
-                    self.a.vcvttps2dq(zmm(dst), zmm(dst))?;
-                }
             }
             VectorWidth::Ymm => {
                 self.a.vmaxps(ymm(dst), ymm(src), ymm(lo))?;
                 self.a.vminps(ymm(dst), ymm(dst), ymm(hi))?;
-                if rounds {
-                    self.a.vcvtps2dq(ymm(dst), ymm(dst))?;
-                } else {
-                    self.a.vcvttps2dq(ymm(dst), ymm(dst))?;
-                }
             }
         }
-        Ok(())
+        self.convert_in_place(dst, rounds)
     }
 
     /// `dst = v` with NaN lanes replaced by +0 (`zero` holds +0).
