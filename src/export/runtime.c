@@ -124,7 +124,8 @@ typedef int32_t (*tl_body)(const void *closure, int64_t index);
  * a loop that finds it busy (another caller, or a loop nested in one) runs on its own thread.
  * Between loops, workers spin for about 100 µs before they sleep, and so does the caller
  * waiting for them: a layer runs several parallel loops in a row, and waking a sleeping thread
- * costs tens of µs each time. */
+ * costs tens of µs each time. A worker woken on the caller's CPU moves off it
+ * (`tl_avoid_caller`), as the JIT's pool does. */
 enum { TL_SPINS = 4096 };
 static struct {
     pthread_mutex_t lock;
@@ -132,6 +133,7 @@ static struct {
     int workers;
     atomic_uint_fast64_t generation; /* a new loop was published (release) */
     atomic_int running;              /* workers still inside the current loop */
+    atomic_int caller_cpu;           /* the CPU the caller published the loop from (-1: unknown) */
     tl_body body;
     const void *closure;
     int64_t n;
@@ -163,9 +165,21 @@ static void tl_drain(tl_body body, const void *closure, int64_t n) {
     }
 }
 
+/* A worker woken onto the caller's CPU would share it with the caller (and spin on it between
+ * loops): it moves off it, restricting itself to the CPUs it started with but the caller's. */
+static void tl_avoid_caller(const cpu_set_t *allowed) {
+    int caller = atomic_load_explicit(&tl_pool.caller_cpu, memory_order_relaxed);
+    if (caller < 0 || caller >= CPU_SETSIZE || sched_getcpu() != caller || !CPU_ISSET(caller, allowed)) return;
+    cpu_set_t set = *allowed;
+    CPU_CLR(caller, &set);
+    if (CPU_COUNT(&set) > 0) sched_setaffinity(0, sizeof set, &set);
+}
+
 static void *tl_worker(void *arg) {
     (void)arg;
     uint64_t seen = 0;
+    cpu_set_t allowed;
+    int placed = sched_getaffinity(0, sizeof allowed, &allowed) == 0;
     for (;;) {
         for (int spin = 0; spin < TL_SPINS && atomic_load_explicit(&tl_pool.generation, memory_order_acquire) == seen;
              spin++)
@@ -176,6 +190,7 @@ static void *tl_worker(void *arg) {
             pthread_mutex_unlock(&tl_pool.lock);
         }
         seen = atomic_load_explicit(&tl_pool.generation, memory_order_acquire);
+        if (placed) tl_avoid_caller(&allowed);
         tl_drain(tl_pool.body, tl_pool.closure, tl_pool.n);
         if (atomic_fetch_sub(&tl_pool.running, 1) == 1) {
             pthread_mutex_lock(&tl_pool.lock);
@@ -225,6 +240,7 @@ TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int
     atomic_store(&tl_pool.next, 0);
     atomic_store(&tl_pool.status, 0);
     atomic_store(&tl_pool.running, tl_pool.workers);
+    atomic_store_explicit(&tl_pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
     atomic_fetch_add_explicit(&tl_pool.generation, 1, memory_order_release);
     pthread_cond_broadcast(&tl_pool.wake);
     pthread_mutex_unlock(&tl_pool.lock);

@@ -71,8 +71,8 @@ const SPINS: usize = 4096;
 /// The threads parallel loops run on: the calling thread and `threads - 1` workers, one loop
 /// at a time (a loop that finds the pool busy runs serially). Workers take iterations in
 /// chunks of about an eighth of a thread's share from a shared counter, and spin between loops
-/// before they sleep; so does the caller waiting for them. The same scheme as the exported
-/// libraries' runtime (`export/runtime.c`).
+/// before they sleep; so does the caller waiting for them. A worker that wakes on the caller's
+/// CPU moves off it. The same scheme as the exported libraries' runtime (`export/runtime.c`).
 pub struct Pool {
     threads: usize,
     busy: Mutex<()>,
@@ -82,6 +82,8 @@ pub struct Pool {
 /// The current loop, published by bumping `generation` (release) after its fields are set.
 struct Shared {
     workers: usize,
+    /// The CPU the caller of the current loop ran on when it published the loop (-1: unknown).
+    caller_cpu: AtomicI32,
     generation: AtomicU64,
     /// Workers still inside the current loop.
     running: AtomicUsize,
@@ -129,6 +131,7 @@ impl Shared {
 
     fn worker(&self) {
         let mut seen = 0;
+        let placement = placement::Allowed::of_this_thread();
         loop {
             let published = || self.generation.load(Ordering::Acquire) != seen;
             if !(0..SPINS).any(|_| published() || spin()) {
@@ -138,11 +141,79 @@ impl Shared {
                 }
             }
             seen = self.generation.load(Ordering::Acquire);
+            // A worker woken onto the caller's CPU would share it with the caller (and spin on
+            // it between loops): move off it. Seen on the 2-vCPU guest after another process
+            // ran between calls: two-thread layers 2.3–4× slower than the same layers alone.
+            let caller = self.caller_cpu.load(Ordering::Relaxed);
+            if let Some(allowed) = &placement
+                && caller >= 0
+                && placement::current_cpu() == caller
+            {
+                allowed.avoid(caller);
+            }
             self.drain();
             if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
                 let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
                 self.idle.notify_one();
             }
+        }
+    }
+}
+
+/// Which CPU a thread runs on, and moving a worker off one (Linux; elsewhere nothing moves).
+mod placement {
+    /// The CPU the calling thread runs on (-1: unknown).
+    pub fn current_cpu() -> i32 {
+        #[cfg(target_os = "linux")]
+        // SAFETY: `sched_getcpu` has no preconditions.
+        return unsafe { libc::sched_getcpu() };
+        #[cfg(not(target_os = "linux"))]
+        return -1;
+    }
+
+    /// The CPUs a thread may run on, as it started.
+    pub struct Allowed {
+        #[cfg(target_os = "linux")]
+        pub(super) set: libc::cpu_set_t,
+    }
+
+    impl Allowed {
+        pub fn of_this_thread() -> Option<Allowed> {
+            #[cfg(target_os = "linux")]
+            {
+                // SAFETY: an all-zero `cpu_set_t` is a valid empty set, which
+                // `sched_getaffinity` fills for the calling thread (pid 0).
+                let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                let size = std::mem::size_of::<libc::cpu_set_t>();
+                let ok = unsafe { libc::sched_getaffinity(0, size, &mut set) } == 0;
+                ok.then_some(Allowed { set })
+            }
+            #[cfg(not(target_os = "linux"))]
+            None
+        }
+
+        /// Restricts the calling thread to these CPUs but `cpu`, if that leaves any: the
+        /// scheduler moves it at once. A later call for another CPU lifts this one.
+        pub fn avoid(&self, cpu: i32) {
+            #[cfg(target_os = "linux")]
+            {
+                let (mut set, size) = (self.set, std::mem::size_of::<libc::cpu_set_t>());
+                let Ok(cpu) = usize::try_from(cpu) else { return };
+                // SAFETY: `set` is a valid set; `cpu` is below the set's capacity when
+                // `CPU_ISSET` (bounds-checked by libc's macros) holds; `sched_setaffinity`
+                // applies to the calling thread (pid 0).
+                unsafe {
+                    if cpu >= 8 * size || !libc::CPU_ISSET(cpu, &set) {
+                        return;
+                    }
+                    libc::CPU_CLR(cpu, &mut set);
+                    if libc::CPU_COUNT(&set) > 0 {
+                        libc::sched_setaffinity(0, size, &set);
+                    }
+                }
+            }
+            #[cfg(not(target_os = "linux"))]
+            let _ = cpu;
         }
     }
 }
@@ -158,6 +229,7 @@ impl Pool {
         let workers = threads.max(1) - 1;
         let shared = Arc::new(Shared {
             workers,
+            caller_cpu: AtomicI32::new(-1),
             generation: AtomicU64::new(0),
             running: AtomicUsize::new(0),
             body: AtomicUsize::new(0),
@@ -194,6 +266,7 @@ impl Pool {
             shared.next.store(0, Ordering::Relaxed);
             shared.status.store(0, Ordering::Relaxed);
             shared.once.store(once, Ordering::Relaxed);
+            shared.caller_cpu.store(placement::current_cpu(), Ordering::Relaxed);
             shared.running.store(shared.workers, Ordering::Relaxed);
             shared.generation.fetch_add(1, Ordering::Release);
             shared.wake.notify_all();
@@ -374,5 +447,28 @@ mod tests {
         let _busy = pool.busy.lock().unwrap();
         assert_eq!(with_pool(&pool, || parallel_for(count, closure, 10)), 0);
         assert_eq!(counter.load(Ordering::Relaxed), 20);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_thread_that_avoids_its_cpu_leaves_it_when_it_may_run_elsewhere() {
+        let moved = std::thread::spawn(|| {
+            let allowed = placement::Allowed::of_this_thread().expect("affinity is readable on Linux");
+            // SAFETY: `allowed.set` is a valid set.
+            let cpus = unsafe { libc::CPU_COUNT(&allowed.set) };
+            let before = placement::current_cpu();
+            allowed.avoid(before);
+            let after = placement::current_cpu();
+            (cpus, before, after)
+        })
+        .join()
+        .unwrap();
+        let (cpus, before, after) = moved;
+        assert!(before >= 0, "sched_getcpu works");
+        if cpus > 1 {
+            assert_ne!(before, after, "{cpus} CPUs allowed");
+        } else {
+            assert_eq!(before, after, "one CPU: nowhere to go");
+        }
     }
 }
