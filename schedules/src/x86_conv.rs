@@ -181,10 +181,10 @@ pub fn default_knobs_at(layer: &ConvLayer, vnni: bool) -> Conv2dInt8Knobs {
             * layer.ic;
     let order = if weight_bytes > source_bytes { TileOrder::ChannelsOuter } else { TileOrder::PixelsOuter };
     let parallel = layer.ops() >= if vnni { MIN_PARALLEL_OPS } else { MIN_PARALLEL_OPS_BELOW_VNNI };
-    // A row at a time where the source dominates: the weights stream once per row (R11's
-    // 1.2 MB for each of its 7 rows ran 1.3× slower). The source rows with it, but for the
-    // stem, whose 7 kernel rows make each source row copied 3.5 times (8% slower at one
-    // thread; a 3×3 layer at two threads: 1.1–1.3× faster, R4 1.7×).
+    // A row at a time where the source dominates: where the weights do, they would stream
+    // once per row (R11: 1.2 MB for each of its 7 rows). The source rows with it (one parallel
+    // loop instead of two), but for the stem, whose 7 kernel rows at stride 2 would copy each
+    // source row 3.5 times.
     let accumulate = match order {
         TileOrder::PixelsOuter if layer.k <= 3 => Accumulate::PerRowWithSource,
         TileOrder::PixelsOuter => Accumulate::PerRow,
