@@ -65,6 +65,11 @@ pub struct Timing {
 /// Runs `call` once to warm up, then `repeat` times (at least once): the median seconds.
 pub fn time<E>(repeat: usize, mut call: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
     call()?;
+    timed(repeat, call)
+}
+
+/// `repeat` timed calls (at least one), no warm-up: the median seconds.
+fn timed<E>(repeat: usize, mut call: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
     let mut times = Vec::with_capacity(repeat.max(1));
     for _ in 0..repeat.max(1) {
         let start = Instant::now();
@@ -100,7 +105,6 @@ pub fn time_against_peak<E: From<RuntimeError>>(
     repeat: usize,
     mut call: impl FnMut() -> Result<(), E>,
 ) -> Result<Timing, E> {
-    let Some(probe) = probe else { return time(repeat, call) };
     let start = Instant::now();
     call()?;
     time_against_peak_after(probe, threads, repeat, start.elapsed(), call)
@@ -109,12 +113,13 @@ pub fn time_against_peak<E: From<RuntimeError>>(
 /// `time_against_peak` after a warm-up call the caller made, which took `warm_up` (the tuner's
 /// verification call): a slow candidate costs one call less.
 pub fn time_against_peak_after<E: From<RuntimeError>>(
-    probe: &Probe,
+    probe: Option<&Probe>,
     threads: usize,
     repeat: usize,
     warm_up: Duration,
     mut call: impl FnMut() -> Result<(), E>,
 ) -> Result<Timing, E> {
+    let Some(probe) = probe else { return timed(repeat, call) };
     let iterations = probe.calibrate(warm_up);
     let (mut times, mut peaks) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {

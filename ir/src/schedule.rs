@@ -729,15 +729,17 @@ impl Schedule {
     /// declaration's access through a constant-stride view, with the strides the intrinsic's
     /// kind requires. Lowering emits the call with the original loops as its fallback (under
     /// `if <tail guards hold everywhere in the region> { call } else { loops }` when a split
-    /// inside does not divide its extent); a reduction's reset stays an ordinary loop nest
-    /// before the call. The first difference found is a `ScheduleError::TensorizeMismatch`.
+    /// inside does not divide its extent, or the region of a stage computed at a loop may leave
+    /// the tensor); a reduction's reset is an ordinary loop nest before the call, or the call's
+    /// own (`StmtKind::Call::reset`) where the region holds the whole reduction. The first
+    /// difference found is a `ScheduleError::TensorizeMismatch`.
     ///
     /// Tensorizing a stage again replaces its previous request.
     pub fn tensorize(&mut self, tensor: &Tensor, axis: &IterVar, intrin: &TensorIntrin) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("tensorize", tensor)?;
         self.leaf_position("tensorize", stage, axis)?;
         let previous = self.data_mut(stage).tensorize.replace((axis.clone(), intrin.clone()));
-        let checked = self.check_tensorized(stage);
+        let checked = self.check_tensorized(&[stage]);
         if checked.is_err() {
             self.data_mut(stage).tensorize = previous;
             return checked;
@@ -751,8 +753,23 @@ impl Schedule {
         Ok(())
     }
 
-    /// Re-proves the tensorize request of `stage`, if any, on the current schedule.
-    fn check_tensorized(&self, stage: Stage) -> Result<(), ScheduleError> {
+    /// Re-proves the tensorize requests of `stages` (those that have one) on the current
+    /// schedule, the first failure first.
+    fn check_tensorized(&self, stages: &[Stage]) -> Result<(), ScheduleError> {
+        if stages.iter().all(|&s| self.stage_data(s).tensorize.is_none()) {
+            return Ok(());
+        }
+        let bodies = crate::lower::inline_stages::inline_stages(self);
+        let regions = crate::lower::infer_bounds::infer_bounds(self, &bodies);
+        stages.iter().try_for_each(|&stage| self.check_tensorized_with(stage, &bodies, &regions))
+    }
+
+    fn check_tensorized_with(
+        &self,
+        stage: Stage,
+        bodies: &HashMap<Stage, Expr>,
+        regions: &HashMap<Stage, crate::lower::infer_bounds::Region>,
+    ) -> Result<(), ScheduleError> {
         let data = self.stage_data(stage);
         let Some((axis, intrin)) = &data.tensorize else { return Ok(()) };
         self.leaf_position("tensorize", stage, axis)?;
@@ -767,18 +784,16 @@ impl Schedule {
                 found: m.found,
             }))
         };
-        let bodies = crate::lower::inline_stages::inline_stages(self);
         let Some(body) = bodies.get(&stage) else {
             let m = crate::tensorize::Mismatch {
                 part: MismatchPart::Placement,
                 what: format!("stage {}", data.name()),
-                expected: "computed at the root".to_string(),
+                expected: "computed at the root or at a loop".to_string(),
                 found: "compute_inline".to_string(),
             };
             return Err(error(m));
         };
-        let regions = crate::lower::infer_bounds::infer_bounds(self, &bodies);
-        crate::tensorize::plan(self, &regions, stage, axis, intrin, body).map(|_| ()).map_err(error)
+        crate::tensorize::plan(self, regions, stage, axis, intrin, body).map(|_| ()).map_err(error)
     }
 
     /// Runs a primitive; if any stage is tensorized and the result breaks its proof, restores
@@ -792,7 +807,7 @@ impl Schedule {
         }
         let before = self.clone();
         let result = primitive(self).and_then(|value| {
-            self.order.iter().try_for_each(|&stage| self.check_tensorized(stage))?;
+            self.check_tensorized(&self.order)?;
             Ok(value)
         });
         if result.is_err() {

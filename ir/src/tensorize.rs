@@ -359,8 +359,8 @@ impl Storage<'_> {
         });
         match at_loop {
             Some(s) => {
-                let dims = &self.regions[&s].dims;
-                (dims.iter().map(|(_, e)| *e).collect(), Some(dims.iter().map(|(m, _)| m.clone()).collect()))
+                let region = &self.regions[&s];
+                (region.extents(), Some(region.dims.iter().map(|(min, _)| min.clone()).collect()))
             }
             None => (tensor.shape().to_vec(), None),
         }

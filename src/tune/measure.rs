@@ -15,7 +15,7 @@ use thiserror::Error;
 
 use super::db::{Status, WorkloadRef};
 use super::space::{Point, Space};
-use crate::bench::{time, time_against_peak_after};
+use crate::bench::time_against_peak_after;
 use crate::kernels::peak::{Probe, ProbeKind};
 use crate::runtime::BoundArgs;
 use crate::{BuildError, CompileOptions, CompiledFunc, IsaLevel, RuntimeError, Target, Tensor, build};
@@ -244,11 +244,7 @@ impl LayerBench {
         let probe = Probe::for_function(func);
         let threads = func.threads().unwrap_or(1);
         // The verification call warmed the function up.
-        let timing = match &probe {
-            Some(probe) => time_against_peak_after(probe, threads, repeat, warm_up, || args.call(func)),
-            None => time(repeat, || args.call(func)),
-        };
-        match timing {
+        match time_against_peak_after(probe.as_ref(), threads, repeat, warm_up, || args.call(func)) {
             Ok(timing) => Measurement {
                 status: Status::Ok,
                 median_ns: Some(timing.median_s * 1e9),

@@ -27,10 +27,10 @@ use crate::te::{IterVar, Tensor, TensorId};
 /// tail guards (or guards to the tensor's domain, for a stage computed at a loop), `if <every
 /// guard holds with each loop of the region at its last (and first) iteration> { call } else {
 /// fallback }` (leaf values are sums of loops with positive coefficients, so the last iteration
-/// is the largest). For a reduction, the init nest covers the data-parallel loops
-/// of the region too and is placed before the call, which only updates — unless the region
-/// starts where the init nest does, or inside loops of extent 1 from there: then the call resets its output itself (`reset`, the init
-/// nest moving into its fallback), so that a kernel need not read it.
+/// is the largest). For a reduction, the init nest covers the data-parallel loops of the region
+/// too and is placed before the call, which only updates — unless the region starts where the
+/// init nest does, or inside loops of extent 1 from there: then the call resets its output
+/// itself (`reset`, the init nest moving into its fallback), so that a kernel need not read it.
 pub fn build_loop_nests(
     schedule: &Schedule,
     bodies: &HashMap<Stage, Expr>,
@@ -52,7 +52,7 @@ pub fn build_loop_nests(
         match &data.attach {
             Attach::At { stage: consumer, axis } => {
                 attached.entry(*consumer).or_default().push((axis.clone(), stage));
-                let shape = regions[&stage].dims.iter().map(|(_, e)| *e).collect();
+                let shape = regions[&stage].extents();
                 buffers.insert(tensor.id(), Buffer::new(tensor.name(), tensor.dtype(), shape));
             }
             Attach::Root | Attach::Inline => {

@@ -17,6 +17,11 @@ impl Region {
     fn full(shape: &[i64]) -> Region {
         Region { dims: shape.iter().map(|&e| (Expr::index(0), e)).collect() }
     }
+
+    /// The shape of the buffer holding the region (of a stage computed at a loop).
+    pub fn extents(&self) -> Vec<i64> {
+        self.dims.iter().map(|(_, e)| *e).collect()
+    }
 }
 
 /// The region of every non-inlined compute stage.
