@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use schedules::resnet18::{self, Layer};
+use tensorlift::IsaLevel;
 use tensorlift::tune::db::{self, Record, Status};
 use tensorlift::tune::search::Strategy;
 use tensorlift::tune::worker::{self, Worker};
@@ -78,10 +79,6 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     }
 }
 
-fn gops(r: Option<&Record>) -> Option<f64> {
-    r.filter(|r| r.status == Status::Ok).and_then(|r| r.gops)
-}
-
 fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
     let level = args.isa.target().level()?;
     let layers: Vec<Layer> = match &args.layer {
@@ -111,6 +108,9 @@ fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
             tensorlift::runtime::cpu_name(),
             args.trials
         );
+        println!(
+            "GOPS: each measurement scaled by the probe beside it against the layer's fastest run of that probe (the machine's slow phases corrected)"
+        );
     }
     let mut worker = Worker::new(std::env::current_exe()?, vec!["measure".into()]);
     let mut results = Vec::new();
@@ -131,7 +131,7 @@ fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
             bar.set_message(format!("{rate:.1} trials/s, best {best:.1} GOPS{pct}"));
         })?;
         bar.finish_and_clear();
-        report(&result, args.format);
+        report(&result, level, args.format);
         results.push(result);
     }
     if let Some(path) = &args.plot {
@@ -141,8 +141,9 @@ fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn report(r: &LayerResult, format: Format) {
-    let (default, best) = (r.default_record(), r.best());
+fn report(r: &LayerResult, level: IsaLevel, format: Format) {
+    let (default, best, phases) = (r.default_record(), r.best(), r.phases());
+    let gops = |r: Option<&Record>| r.filter(|r| r.status == Status::Ok).and_then(|r| phases.gops(r));
     let (dg, bg) = (gops(default), gops(best));
     let speedup = match (dg, bg) {
         (Some(d), Some(b)) => Some(b / d),
@@ -163,8 +164,17 @@ fn report(r: &LayerResult, format: Format) {
                 r.trials(),
                 r.elapsed.as_secs_f64(),
                 point.map_or(String::new(), |p| format!(
-                    "mr {} nr {} lanes {} {:?} {} thread(s) {:?} weights {:?}",
-                    p.mr, p.nr, p.lanes, p.order, p.threads, p.packing, p.accumulation
+                    "mr {} nr {} lanes {} {:?} {} thread(s){} accumulate {:?}",
+                    p.mr,
+                    p.nr,
+                    p.lanes,
+                    p.order,
+                    p.threads,
+                    match level.has_vnni() {
+                        true => String::new(),
+                        false => format!(" {:?} weights", p.packing),
+                    },
+                    p.accumulation
                 )),
             );
         }

@@ -214,11 +214,24 @@ pub fn by_time(a: &&Record, b: &&Record) -> std::cmp::Ordering {
     a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX))
 }
 
+/// A time of `r` (seconds, or any unit shared by the records compared): `None` sorts last.
+pub type TimeOf<'t> = &'t dyn Fn(&Record) -> Option<f64>;
+
+/// The measured time of `r`, in nanoseconds.
+pub fn measured(r: &Record) -> Option<f64> {
+    r.median_ns
+}
+
 /// One record per schedule (knobs, weights) and target (ISA level, CPU model, threads): the
 /// one with the median time. A single measurement of a multi-threaded layer of 0.1 ms varies by
 /// ±40% here, so the fastest record of many would mostly be the luckiest; when any record is a
 /// validation record (finalists measured again, in rounds), only those count.
 pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>) -> Vec<&'a Record> {
+    representatives_by(records, &measured)
+}
+
+/// `representatives` with the median taken by `time`.
+pub fn representatives_by<'a>(records: impl Iterator<Item = &'a Record>, time: TimeOf) -> Vec<&'a Record> {
     let records: Vec<&Record> = records.collect();
     let validated = records.iter().any(|r| is_validation(r));
     let key = |r: &Record| {
@@ -240,7 +253,7 @@ pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>) -> Vec<&'a
     groups
         .into_iter()
         .map(|mut g| {
-            g.sort_by(by_time);
+            g.sort_by(|a, b| time(a).unwrap_or(f64::MAX).total_cmp(&time(b).unwrap_or(f64::MAX)));
             g[(g.len() - 1) / 2]
         })
         .collect()

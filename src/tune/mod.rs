@@ -88,24 +88,90 @@ pub struct LayerResult {
     pub elapsed: Duration,
 }
 
+/// Times corrected for the phases of a shared machine. Each record's probe ran beside the
+/// candidate on its threads, so when the machine slows down (another tenant, the hypervisor)
+/// both slow down together: the corrected time is the median time × the record's probe ÷ the
+/// fastest run of the same probe on as many threads among the records, the time the candidate
+/// would have taken with the machine to itself. Seen on the 2-vCPU Zen 4: for seconds at a
+/// time, the two-thread probe and every two-thread candidate ran at one thread's speed (most
+/// of a layer's records, at times, so the median probe would be the slow state).
+#[derive(Clone, Debug, Default)]
+pub struct Phases {
+    /// (the probe and its threads, its highest GOPS).
+    fastest: Vec<(ProbeKey, f64)>,
+}
+
+/// A probe (which method) on a number of threads.
+type ProbeKey = (Option<String>, usize);
+
+fn probe_key(r: &Record) -> ProbeKey {
+    (r.peak_probe.clone(), r.target.threads)
+}
+
+impl Phases {
+    pub fn of<'a>(records: impl IntoIterator<Item = &'a Record>) -> Phases {
+        let mut fastest: Vec<(ProbeKey, f64)> = Vec::new();
+        for r in records {
+            let Some(probe) = r.peak_gops.filter(|p| *p > 0.0) else { continue };
+            let key = probe_key(r);
+            match fastest.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, fastest)) => *fastest = fastest.max(probe),
+                None => fastest.push((key, probe)),
+            }
+        }
+        Phases { fastest }
+    }
+
+    /// `r`'s median time in seconds, corrected; uncorrected when it has no probe.
+    pub fn seconds(&self, r: &Record) -> Option<f64> {
+        let seconds = r.median_ns? * 1e-9;
+        let key = probe_key(r);
+        let fastest = self.fastest.iter().find(|(k, _)| *k == key).map(|(_, p)| *p);
+        Some(match (r.peak_gops, fastest) {
+            (Some(probe), Some(fastest)) if probe > 0.0 => seconds * probe / fastest,
+            _ => seconds,
+        })
+    }
+
+    /// Records by corrected time, fastest first; records without a time last.
+    pub fn by_time(&self, a: &&Record, b: &&Record) -> std::cmp::Ordering {
+        self.seconds(a).unwrap_or(f64::MAX).total_cmp(&self.seconds(b).unwrap_or(f64::MAX))
+    }
+
+    /// `r`'s GOPS, corrected likewise.
+    pub fn gops(&self, r: &Record) -> Option<f64> {
+        let gops = r.gops?;
+        Some(gops * r.median_ns? * 1e-9 / self.seconds(r)?)
+    }
+}
+
 impl LayerResult {
-    /// The default point's validation record of median time (its first record when there was
-    /// no validation).
+    /// The probes of the layer's records (`Phases`).
+    pub fn phases(&self) -> Phases {
+        Phases::of(&self.records)
+    }
+
+    /// The default point's validation record of median corrected time (its first record when
+    /// there was no validation).
     pub fn default_record(&self) -> Option<&Record> {
         let default = record_point(self.records.first()?)?;
         self.validated().into_iter().find(|r| record_point(r) == Some(default)).or_else(|| self.records.first())
     }
 
-    /// The result: the point whose validation records have the best median (the fastest search
-    /// record when there was no validation), as its record of median time.
+    /// The result: the point whose validation records have the best median corrected time
+    /// (`Phases`; the fastest search record when there was no validation), as its record of
+    /// median time.
     pub fn best(&self) -> Option<&Record> {
-        self.validated().into_iter().min_by(db::by_time)
+        let phases = self.phases();
+        self.validated().into_iter().min_by(|a, b| phases.by_time(a, b))
     }
 
-    /// Per point, the record of median time, among validation records if any.
+    /// Per point, the record of median corrected time, among validation records if any.
     fn validated(&self) -> Vec<&Record> {
-        db::representatives(
+        let phases = self.phases();
+        db::representatives_by(
             self.records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()),
+            &|r| phases.seconds(r),
         )
     }
 
@@ -114,13 +180,15 @@ impl LayerResult {
         self.records.iter().filter(|r| !db::is_validation(r)).count()
     }
 
-    /// Best GOPS after each trial (0 until one succeeded): the tuning curve.
+    /// Best corrected GOPS (`Phases`) after each trial (0 until one succeeded): the tuning
+    /// curve.
     pub fn curve(&self) -> Vec<f64> {
+        let phases = self.phases();
         let mut best: f64 = 0.0;
         self.records[..self.trials()]
             .iter()
             .map(|r| {
-                best = best.max(r.gops.filter(|_| r.status == Status::Ok && r.verified).unwrap_or(0.0));
+                best = best.max(phases.gops(r).filter(|_| r.status == Status::Ok && r.verified).unwrap_or(0.0));
                 best
             })
             .collect()
@@ -156,21 +224,22 @@ pub fn tune_layer(
     while records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b) {
         let Some(point) = searcher.propose() else { break };
         let record = worker.measure(&candidate(point, "search"), workload.clone());
-        let seconds = record.median_ns.filter(|_| record.status == Status::Ok && record.verified).map(|ns| ns * 1e-9);
-        searcher.report(point, seconds);
         if let Some(path) = db {
             db::append(path, std::slice::from_ref(&record))?;
         }
         progress(&record);
         records.push(record);
+        let (record, phases) = (&records[records.len() - 1], Phases::of(&records));
+        searcher.report(point, phases.seconds(record).filter(|_| record.status == Status::Ok && record.verified));
     }
     // Validation: the default and the fastest few points of the search, measured again in
     // rounds (one point after another, so slow phases of a shared machine hit them alike); the
     // result is the point with the best median of these.
     let default = space.default_point();
     let mut finalists = vec![default];
+    let phases = Phases::of(&records);
     let mut ranked: Vec<&Record> = records.iter().filter(|r| r.status == Status::Ok && r.verified).collect();
-    ranked.sort_by(db::by_time);
+    ranked.sort_by(|a, b| phases.by_time(a, b));
     for p in ranked.iter().filter_map(|r| record_point(r)) {
         if finalists.len() > FINALISTS || records.len() < 2 {
             break;
@@ -222,4 +291,67 @@ pub fn record_for<'a>(
 /// The point a record's schedule holds.
 pub fn record_point(record: &Record) -> Option<Point> {
     serde_json::from_value(record.schedule.get("knobs")?.clone()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A measurement of R5 at `mr`, on `threads`, in `phase`, beside a probe of `probe` GOPS.
+    fn record(mr: i64, threads: usize, phase: &str, micros: f64, probe: f64) -> Record {
+        serde_json::from_value(serde_json::json!({
+            "version": db::RECORD_VERSION,
+            "workload": {"key": "k", "op": "conv2d_int8", "summary": "R5"},
+            "target": {"isa": "avx512-vnni", "cpu": {"vendor": "AuthenticAMD", "family": 25, "model": 17, "name": "zen4"},
+                       "features": [], "threads": threads},
+            "schedule": {"knobs": {"mr": mr, "nr": 64, "lanes": 16, "order": "pixels_outer", "threads": threads,
+                                   "packing": "i16", "accumulation": "whole"}, "phase": phase},
+            "status": "ok", "median_ns": micros * 1e3, "gops": 231.2e-3 / micros * 1e3, "compile_ms": 1.0,
+            "verified": true, "measured_at": "2026-11-25T00:00:00Z", "peak_gops": probe, "peak_probe": "vpdpbusd zmm",
+        }))
+        .expect("a valid record")
+    }
+
+    #[test]
+    fn a_candidate_validated_in_a_slow_phase_wins_by_its_probe_corrected_time() {
+        // The default (mr 4) and a candidate (mr 7) 7% faster, validated in three rounds; the
+        // two-thread probe ran at half speed in most of the layer's records (so its median is
+        // the slow state), in two rounds of the candidate and one of the default. By raw
+        // medians the default would win; corrected, the candidate does.
+        let (full, half) = (940.0, 470.0);
+        let mut records = vec![record(4, 2, "search", 300.0, full), record(7, 2, "search", 280.0, full)];
+        records.extend((8..11).map(|mr| record(mr, 2, "search", 700.0, half)));
+        for (default, candidate) in
+            [((300.0, full), (560.0, half)), ((600.0, half), (560.0, half)), ((300.0, full), (280.0, full))]
+        {
+            records.push(record(4, 2, "validation", default.0, default.1));
+            records.push(record(7, 2, "validation", candidate.0, candidate.1));
+        }
+        // A one-thread record is corrected against one-thread probes only, and a record of
+        // another probe (another method: a slower chain) against that probe only.
+        records.push(record(5, 1, "search", 450.0, 470.0));
+        let mut other_method = record(6, 2, "search", 500.0, 250.0);
+        other_method.peak_probe = Some("vpmaddwd+vpaddd ymm".into());
+        records.push(other_method);
+        let result = LayerResult {
+            layer: schedules::resnet18::layer("R5").expect("R5 is in the table"),
+            workload: WorkloadRef { key: "k".into(), op: "conv2d_int8".into(), summary: "R5".into() },
+            records,
+            elapsed: Duration::ZERO,
+        };
+        let phases = result.phases();
+        let point = |r: Option<&Record>| r.and_then(record_point).map(|p| p.mr);
+        assert_eq!(point(result.best()), Some(7));
+        assert_eq!(point(result.default_record()), Some(4));
+        let best = result.best().expect("a best record");
+        assert!((phases.seconds(best).unwrap() - 280e-6).abs() < 1e-12);
+        let default = result.default_record().expect("a default record");
+        let speedup = phases.gops(best).unwrap() / phases.gops(default).unwrap();
+        assert!((speedup - 300.0 / 280.0).abs() < 1e-9, "speedup {speedup}");
+        for (r, micros) in result.records[11..].iter().zip([450.0, 500.0]) {
+            assert!((phases.seconds(r).unwrap() - micros * 1e-6).abs() < 1e-12);
+        }
+        // By measured time alone the default would have been chosen.
+        assert_eq!(point(db::representatives(result.records[5..11].iter()).into_iter().min_by(db::by_time)), Some(4));
+    }
 }
