@@ -697,7 +697,13 @@ impl<'d> Gen<'d> {
                 Ok(dst)
             }
             ExprKind::Binary(op, x, y) => {
-                let (vx, vy) = (self.value(x)?, self.value(y)?);
+                let vx = self.value(x)?;
+                // A read used only here is the instruction's memory operand: one instruction
+                // fewer per input and vector (the requantization reads three per vector).
+                let vy = match self.folded_read(y, lane)? {
+                    Some(mem) => Operand::Memory(mem),
+                    None => Operand::Register(self.value(y)?),
+                };
                 let dst = self.allocate()?;
                 self.binary(lane, *op, dst, vx, vy, e)?;
                 self.release(x);
@@ -737,8 +743,61 @@ impl<'d> Gen<'d> {
         Ok(())
     }
 
-    fn binary(&mut self, lane: Lane, op: BinOp, dst: usize, x: usize, y: usize, e: &Expr) -> Result<(), KernelError> {
-        let (d, x, y) = (dst, x, y);
+    /// The memory operand of `y` when it is a full-vector read of an input of `lane`'s type
+    /// used nowhere else (a masked vector loads it under k2 instead).
+    fn folded_read(&self, y: &Expr, lane: Lane) -> Result<Option<AsmMemoryOperand>, KernelError> {
+        let ExprKind::TensorRead(t, _) = y.kind() else { return Ok(None) };
+        if self.masked || lane_of(t.dtype()) != Some(lane) || self.uses[&node(y)] != 1 {
+            return Ok(None);
+        }
+        Ok(Some(ARGS[self.input(t)?] + COLUMN * 4 + self.offset * 4))
+    }
+
+    fn binary(&mut self, lane: Lane, op: BinOp, dst: usize, x: usize, y: Operand, e: &Expr) -> Result<(), KernelError> {
+        match y {
+            Operand::Register(y) => self.binary_registers(lane, op, dst, x, y, e),
+            Operand::Memory(mem) => self.binary_memory(lane, op, dst, x, mem, e),
+        }
+    }
+
+    fn binary_memory(
+        &mut self,
+        lane: Lane,
+        op: BinOp,
+        d: usize,
+        x: usize,
+        m: AsmMemoryOperand,
+        e: &Expr,
+    ) -> Result<(), KernelError> {
+        match (self.width, lane, op) {
+            (VectorWidth::Zmm, Lane::I32, BinOp::Add) => self.a.vpaddd(zmm(d), zmm(x), zmmword_ptr(m))?,
+            (VectorWidth::Zmm, Lane::I32, BinOp::Sub) => self.a.vpsubd(zmm(d), zmm(x), zmmword_ptr(m))?,
+            (VectorWidth::Zmm, Lane::I32, BinOp::Mul) => self.a.vpmulld(zmm(d), zmm(x), zmmword_ptr(m))?,
+            (VectorWidth::Zmm, Lane::F32, BinOp::Add) => self.a.vaddps(zmm(d), zmm(x), zmmword_ptr(m))?,
+            (VectorWidth::Zmm, Lane::F32, BinOp::Sub) => self.a.vsubps(zmm(d), zmm(x), zmmword_ptr(m))?,
+            (VectorWidth::Zmm, Lane::F32, BinOp::Mul) => self.a.vmulps(zmm(d), zmm(x), zmmword_ptr(m))?,
+            (VectorWidth::Zmm, Lane::F32, BinOp::Div) => self.a.vdivps(zmm(d), zmm(x), zmmword_ptr(m))?,
+            (VectorWidth::Ymm, Lane::I32, BinOp::Add) => self.a.vpaddd(ymm(d), ymm(x), ymmword_ptr(m))?,
+            (VectorWidth::Ymm, Lane::I32, BinOp::Sub) => self.a.vpsubd(ymm(d), ymm(x), ymmword_ptr(m))?,
+            (VectorWidth::Ymm, Lane::I32, BinOp::Mul) => self.a.vpmulld(ymm(d), ymm(x), ymmword_ptr(m))?,
+            (VectorWidth::Ymm, Lane::F32, BinOp::Add) => self.a.vaddps(ymm(d), ymm(x), ymmword_ptr(m))?,
+            (VectorWidth::Ymm, Lane::F32, BinOp::Sub) => self.a.vsubps(ymm(d), ymm(x), ymmword_ptr(m))?,
+            (VectorWidth::Ymm, Lane::F32, BinOp::Mul) => self.a.vmulps(ymm(d), ymm(x), ymmword_ptr(m))?,
+            (VectorWidth::Ymm, Lane::F32, BinOp::Div) => self.a.vdivps(ymm(d), ymm(x), ymmword_ptr(m))?,
+            _ => return self.unsupported(format!("`{e}`")),
+        }
+        Ok(())
+    }
+
+    fn binary_registers(
+        &mut self,
+        lane: Lane,
+        op: BinOp,
+        d: usize,
+        x: usize,
+        y: usize,
+        e: &Expr,
+    ) -> Result<(), KernelError> {
         match (self.width, lane, op) {
             (VectorWidth::Zmm, Lane::I32, BinOp::Add) => self.a.vpaddd(zmm(d), zmm(x), zmm(y))?,
             (VectorWidth::Zmm, Lane::I32, BinOp::Sub) => self.a.vpsubd(zmm(d), zmm(x), zmm(y))?,
@@ -851,6 +910,13 @@ impl<'d> Gen<'d> {
 
 // Register numbers come from `Gen::allocate` and `Gen::constant`, below the width's register
 // count, so these lookups cannot fail.
+/// A binary instruction's second operand.
+#[derive(Clone, Copy)]
+enum Operand {
+    Register(usize),
+    Memory(AsmMemoryOperand),
+}
+
 fn zmm(r: usize) -> AsmRegisterZmm {
     get_zmm(Register::ZMM0 + r as u32).expect("allocated zmm register")
 }
