@@ -262,21 +262,22 @@ pub fn representatives_by<'a>(records: impl Iterator<Item = &'a Record>, time: T
 /// The record to apply for `workload` on `host`: same workload key, status ok, verified, every
 /// feature it needs present on the host, a level the host compiles for; per schedule, the
 /// median of its (validation) records (`representatives`); among those, prefer the same CPU
-/// model (vendor, family, model), then the same ISA level, then the fastest. `None`: use the
-/// default schedule.
+/// model (vendor, family, model), then the same ISA level, then the same vendor and family (a
+/// Zen 4 of another model takes the records of the measured Zen 4 rather than an Intel CPU's,
+/// whose 1×1 layers chose one thread where the Zen 4's chose two), then the fastest. `None`:
+/// use the default schedule.
 pub fn select<'a>(records: impl IntoIterator<Item = &'a Record>, workload: &str, host: &Host) -> Option<&'a Record> {
-    let same_cpu = |r: &Record| {
-        host.cpu.as_ref().is_some_and(|c| {
-            r.target.cpu.vendor == c.vendor && r.target.cpu.family == c.family && r.target.cpu.model == c.model
-        })
+    let same_family = |r: &Record| {
+        host.cpu.as_ref().is_some_and(|c| r.target.cpu.vendor == c.vendor && r.target.cpu.family == c.family)
     };
+    let same_cpu = |r: &Record| same_family(r) && host.cpu.as_ref().is_some_and(|c| r.target.cpu.model == c.model);
     let usable = records
         .into_iter()
         .filter(|r| r.workload.key == workload && r.status == Status::Ok && r.verified && r.median_ns.is_some())
         .filter(|r| r.target.features.iter().all(|f| (host.has_feature)(f)))
         .filter(|r| IsaLevel::from_name(&r.target.isa).is_ok_and(|l| l <= host.level));
     representatives(usable).into_iter().min_by(|a, b| {
-        let rank = |r: &Record| (!same_cpu(r), r.target.isa != host.level.name());
+        let rank = |r: &Record| (!same_cpu(r), r.target.isa != host.level.name(), !same_family(r));
         rank(a).cmp(&rank(b)).then(by_time(a, b))
     })
 }
@@ -383,6 +384,13 @@ mod tests {
         assert_eq!(select(&all, "w", &host), Some(&same_model));
         assert_eq!(select(&all[..3], "w", &host), Some(&same_model_scalar));
         assert_eq!(select(&all[..2], "w", &host), Some(&other_model));
+        // Among other models at the level, the same vendor and family beats a faster record.
+        let mut intel = record("w", IsaLevel::Avx2, 167, 15.0);
+        (intel.target.cpu.vendor, intel.target.cpu.family) = ("GenuineIntel".into(), 6);
+        assert_eq!(select([&intel, &other_model], "w", &host), Some(&other_model));
+        assert_eq!(select([&intel, &all[2]], "w", &host), Some(&all[2]));
+        let zen4_scalar = record("w", IsaLevel::Scalar, 17, 20.0);
+        assert_eq!(select([&zen4_scalar, &intel], "w", &host), Some(&intel));
         // Other workloads, failed or unverified measurements never serve.
         assert_eq!(select(&all, "other", &host), None);
         let failed = Record { status: Status::Timeout, median_ns: None, ..same_model.clone() };
