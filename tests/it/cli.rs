@@ -198,11 +198,13 @@ fn gemm_is_verified_at_every_level_this_cpu_has_and_forcing_another_is_an_error(
             continue;
         }
         assert!(ok, "{level}: {stderr}");
-        assert!(stdout.starts_with("{\"m\":20,\"n\":64,\"k\":36,\"mr\":8,\"nr\":32,"), "{stdout}");
+        // The exact AVX2 GEMM's i16 panels default to half the columns: the same bytes.
+        let nr = if level == tensorlift::IsaLevel::Avx2 { 16 } else { 32 };
+        assert!(stdout.starts_with(&format!("{{\"m\":20,\"n\":64,\"k\":36,\"mr\":8,\"nr\":{nr},")), "{stdout}");
         assert!(stdout.contains(&format!("\"isa\":\"{level}\",\"threads\":1,\"verified\":true,")), "{stdout}");
         let kernel = match level {
             tensorlift::IsaLevel::Scalar => "\"kernels\":[]",
-            tensorlift::IsaLevel::Avx2 => "\"kernels\":[\"avx2-madd16 kernel for int16_gemm_8x32x36: ",
+            tensorlift::IsaLevel::Avx2 => "\"kernels\":[\"avx2-madd16 kernel for int16_gemm_8x16x36: ",
             tensorlift::IsaLevel::AvxVnni => "\"kernels\":[\"avx-vnni kernel for int8_gemm_8x32x36: ",
             tensorlift::IsaLevel::Avx512Vnni => "\"kernels\":[\"avx512-vnni kernel for int8_gemm_8x32x36: ",
         };
