@@ -143,29 +143,42 @@ pub fn weight_range(weights: impl IntoIterator<Item = i8>) -> (i8, i8) {
         .unwrap_or((0, 0))
 }
 
-/// Layers with fewer int8 operations run on one thread by default where the level has VNNI:
-/// there the 1×1 layers of resnet-18 (12.8 M operations, 30–60 µs on one thread) ran at
+/// How fast one core multiplies int8 at the level code is compiled for: where a layer starts
+/// to pay for a second thread follows from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoreRate {
+    /// A full-width zmm `vpdpbusd` per cycle or more (AVX-512 VNNI on 512-bit units, as on
+    /// the Intel Xeon: about 950 GOPS per core).
+    FullZmmVnni,
+    /// Half of that or less: AVX-512 VNNI on 256-bit units (Zen 4: about 465 GOPS per core),
+    /// VNNI on ymm, or no VNNI.
+    Slower,
+}
+
+/// Layers with fewer int8 operations run on one thread by default at `CoreRate::FullZmmVnni`:
+/// there the 1×1 layers of resnet-18 (12.8 M operations, 14–27 µs on one thread) ran at
 /// 0.82–0.96× on two threads (`tensorlift measure`, AVX512-VNNI Xeon, BENCHMARKS.md).
 pub const MIN_PARALLEL_OPS: u64 = 50_000_000;
 
-/// `MIN_PARALLEL_OPS` below VNNI, where the same layers take 4–5× longer: there two threads ran
-/// them 1.34–1.43× faster (same measurement, `--isa avx2`).
-pub const MIN_PARALLEL_OPS_BELOW_VNNI: u64 = 10_000_000;
+/// `MIN_PARALLEL_OPS` at `CoreRate::Slower`, where the same layers take 2–5× longer: there two
+/// threads ran them 1.34–1.43× faster (the Xeon at `--isa avx2`) and 1.69–1.96× (the Zen 4 at
+/// `avx512-vnni`, tuned; BENCHMARKS.md).
+pub const MIN_PARALLEL_OPS_SLOWER_CORES: u64 = 10_000_000;
 
 /// The default knobs of a resnet-18 layer: the register tile `mr × nr` (`nr` in 64, 32, 16
 /// dividing `OC`, at most 24 zmm accumulators `mr · nr/16`, `mr ≥ 4`) of largest area whose `mr`
 /// divides the `OW` pixels of an output row, so that no tile runs the call's fallback loops;
 /// ties go to the wider `nr`. Without such a tile, the widest `nr` with the most rows, at most
 /// `OW`. Channel panels go outermost when the packed weights outweigh the padded source; the
-/// loops are parallel from `MIN_PARALLEL_OPS` operations on (the rule of a VNNI level;
-/// `default_knobs_at` for a given level).
+/// loops are parallel from `MIN_PARALLEL_OPS` operations on (the rule of full-rate cores;
+/// `default_knobs_at` for others).
 pub fn default_knobs(layer: &ConvLayer) -> Conv2dInt8Knobs {
-    default_knobs_at(layer, true)
+    default_knobs_at(layer, CoreRate::FullZmmVnni)
 }
 
-/// `default_knobs` for code at a level with or without VNNI: parallel from `MIN_PARALLEL_OPS`
-/// operations on, or `MIN_PARALLEL_OPS_BELOW_VNNI` without VNNI.
-pub fn default_knobs_at(layer: &ConvLayer, vnni: bool) -> Conv2dInt8Knobs {
+/// `default_knobs` for cores of `rate`: parallel from `MIN_PARALLEL_OPS` operations on, or
+/// `MIN_PARALLEL_OPS_SLOWER_CORES` on slower cores.
+pub fn default_knobs_at(layer: &ConvLayer, rate: CoreRate) -> Conv2dInt8Knobs {
     let pixels = layer.ow();
     let widths: Vec<i64> = [64, 32, 16].into_iter().filter(|nr| layer.oc % nr == 0).collect();
     let widths = if widths.is_empty() { vec![16] } else { widths };
@@ -180,7 +193,11 @@ pub fn default_knobs_at(layer: &ConvLayer, vnni: bool) -> Conv2dInt8Knobs {
         if layer.k == 1 { layer.oh() * layer.ow() } else { (layer.h + 2 * layer.pad) * (layer.w + 2 * layer.pad) }
             * layer.ic;
     let order = if weight_bytes > source_bytes { TileOrder::ChannelsOuter } else { TileOrder::PixelsOuter };
-    let parallel = layer.ops() >= if vnni { MIN_PARALLEL_OPS } else { MIN_PARALLEL_OPS_BELOW_VNNI };
+    let parallel = layer.ops()
+        >= match rate {
+            CoreRate::FullZmmVnni => MIN_PARALLEL_OPS,
+            CoreRate::Slower => MIN_PARALLEL_OPS_SLOWER_CORES,
+        };
     // A row at a time where the source dominates: where the weights do, they would stream
     // once per row (R11: 1.2 MB for each of its 7 rows). The source rows with it (one parallel
     // loop instead of two), but for the stem, whose 7 kernel rows at stride 2 would copy each
@@ -496,12 +513,13 @@ mod tests {
     }
 
     #[test]
-    fn the_thread_pool_serves_smaller_layers_below_vnni() {
+    fn the_thread_pool_serves_smaller_layers_on_slower_cores() {
         // R4 (a 1×1 stride-2 layer, 12.8 M operations) and R1 (236 M).
         let (r4, r1) = (&CONV_LAYERS[3], &CONV_LAYERS[0]);
-        assert!(!default_knobs_at(r4, true).parallel && default_knobs_at(r4, false).parallel);
-        assert!(default_knobs_at(r1, true).parallel && default_knobs_at(r1, false).parallel);
-        assert_eq!(default_knobs(r4), default_knobs_at(r4, true));
+        let (full, slower) = (CoreRate::FullZmmVnni, CoreRate::Slower);
+        assert!(!default_knobs_at(r4, full).parallel && default_knobs_at(r4, slower).parallel);
+        assert!(default_knobs_at(r1, full).parallel && default_knobs_at(r1, slower).parallel);
+        assert_eq!(default_knobs(r4), default_knobs_at(r4, full));
     }
 
     #[test]

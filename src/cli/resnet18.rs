@@ -504,7 +504,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             (Layer::Conv(_), Some(p)) => LayerPlan::X86Conv(p.fit(level.has_vnni(), case.weight_range()), layout),
             (Layer::Dense(_), Some(p)) => LayerPlan::X86Dense(p.fit(level.has_vnni(), case.weight_range())),
             (Layer::Conv(c), None) => {
-                let knobs = default_knobs_at(&c, level.has_vnni());
+                let knobs = default_knobs_at(&c, tensorlift::kernels::peak::core_rate(level));
                 LayerPlan::X86Conv(
                     fit(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }),
                     layout,

@@ -5,7 +5,9 @@ use schedules::nn::{matmul_packed, pack_b_vnni};
 use schedules::quant::QuantError;
 use schedules::resnet18::{self, Layer, WeightBits};
 use schedules::x86::{GemmInt8Knobs, schedule_gemm_int8};
-use schedules::x86_conv::{Conv2dInt8Error, Conv2dInt8Knobs, default_dense_knobs, default_knobs_at, table_layer};
+use schedules::x86_conv::{
+    Conv2dInt8Error, Conv2dInt8Knobs, CoreRate, default_dense_knobs, default_knobs_at, table_layer,
+};
 use thiserror::Error;
 
 use super::Operator;
@@ -67,7 +69,10 @@ pub fn matmul(m: i64, n: i64, k: i64, levels: &[IsaLevel]) -> Result<Operator, O
 fn layer_knobs(layer: Layer, level: IsaLevel, weights: WeightBits, tuning: Option<&Record>) -> Conv2dInt8Knobs {
     let knobs = match (tuning.and_then(record_point), layer) {
         (Some(point), _) => point.knobs(),
-        (None, Layer::Conv(c)) => default_knobs_at(&c, level.has_vnni()),
+        // The library loads on CPUs not known here: `avx512-vnni` as on 512-bit units.
+        (None, Layer::Conv(c)) => {
+            default_knobs_at(&c, if level == IsaLevel::Avx512Vnni { CoreRate::FullZmmVnni } else { CoreRate::Slower })
+        }
         (None, Layer::Dense(d)) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
     };
     knobs.with_byte_weights(level.has_vnni(), weights.range())

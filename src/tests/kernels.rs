@@ -491,6 +491,22 @@ fn every_supported_probe_measures_a_rate() {
     }
 }
 
+/// Cores are full rate only at `avx512-vnni` with 512-bit units; the measured figures of both
+/// kinds of host classify as measured.
+#[test]
+fn the_core_rate_is_full_only_for_zmm_vnni_on_512_bit_units() {
+    use crate::kernels::peak::{core_rate, full_width_zmm};
+    use schedules::x86_conv::CoreRate;
+    assert!(full_width_zmm(942.0, 517.0), "the Intel Xeon");
+    assert!(!full_width_zmm(465.0, 464.0), "the Zen 4");
+    for level in [IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::AvxVnni] {
+        assert_eq!(core_rate(level), CoreRate::Slower, "{level}");
+    }
+    if !IsaLevel::Avx512Vnni.is_supported() {
+        assert_eq!(core_rate(IsaLevel::Avx512Vnni), CoreRate::Slower);
+    }
+}
+
 #[test]
 fn kernel_selection_is_exact_for_what_the_ranges_prove() {
     use crate::codegen::intrin::{Int8GemmFacts, select_int8_gemm};

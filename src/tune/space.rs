@@ -5,7 +5,7 @@
 
 use ir::intrin::pair_sums_fit_i16;
 use schedules::resnet18::Layer;
-use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, TileOrder, default_dense_knobs, default_knobs_at};
+use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, CoreRate, TileOrder, default_dense_knobs, default_knobs_at};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -118,14 +118,14 @@ pub struct Space {
     /// Whether the packing is a choice (it picks the kernel family: no VNNI, weights the
     /// triple is not proven exact on); else `Packing::I16`, the default.
     pub choose_packing: bool,
-    /// Whether the code is for a level with VNNI (the default point's threads follow it,
+    /// How fast a core multiplies int8 at the level (the default point's threads follow it,
     /// `x86_conv::default_knobs_at`).
-    pub vnni: bool,
+    pub rate: CoreRate,
 }
 
 impl Space {
     pub fn new(layer: Layer, max_threads: usize) -> Space {
-        Space { layer, max_threads: max_threads.max(1), choose_packing: false, vnni: true }
+        Space { layer, max_threads: max_threads.max(1), choose_packing: false, rate: CoreRate::FullZmmVnni }
     }
 
     /// The space for code at `level` on weights in `weights`: the packing is a choice where it
@@ -134,7 +134,7 @@ impl Space {
         let triple_exact = pair_sums_fit_i16((0, 255), (i64::from(lo.min(0)), i64::from(hi.max(0))));
         Space {
             choose_packing: !level.has_vnni() && !triple_exact,
-            vnni: level.has_vnni(),
+            rate: crate::kernels::peak::core_rate(level),
             ..Space::new(layer, max_threads)
         }
     }
@@ -155,7 +155,7 @@ impl Space {
     /// candidate so tuned is never worse than default; its threads: all when parallel.
     pub fn default_point(&self) -> Point {
         let knobs = match self.layer {
-            Layer::Conv(c) => default_knobs_at(&c, self.vnni),
+            Layer::Conv(c) => default_knobs_at(&c, self.rate),
             Layer::Dense(d) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
         };
         let threads = if knobs.parallel { self.max_threads } else { 1 };
