@@ -753,67 +753,32 @@ impl<'d> Gen<'d> {
         Ok(Some(ARGS[self.input(t)?] + COLUMN * 4 + self.offset * 4))
     }
 
-    fn binary(&mut self, lane: Lane, op: BinOp, dst: usize, x: usize, y: Operand, e: &Expr) -> Result<(), KernelError> {
+    fn binary(&mut self, lane: Lane, op: BinOp, d: usize, x: usize, y: Operand, e: &Expr) -> Result<(), KernelError> {
+        // One instruction per (width, lane, op); `$zy`/`$yy` are the second operand at zmm/ymm.
+        macro_rules! emit {
+            ($zy:expr, $yy:expr) => {
+                match (self.width, lane, op) {
+                    (VectorWidth::Zmm, Lane::I32, BinOp::Add) => self.a.vpaddd(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::I32, BinOp::Sub) => self.a.vpsubd(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::I32, BinOp::Mul) => self.a.vpmulld(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::F32, BinOp::Add) => self.a.vaddps(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::F32, BinOp::Sub) => self.a.vsubps(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::F32, BinOp::Mul) => self.a.vmulps(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::F32, BinOp::Div) => self.a.vdivps(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Ymm, Lane::I32, BinOp::Add) => self.a.vpaddd(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::I32, BinOp::Sub) => self.a.vpsubd(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::I32, BinOp::Mul) => self.a.vpmulld(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::F32, BinOp::Add) => self.a.vaddps(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::F32, BinOp::Sub) => self.a.vsubps(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::F32, BinOp::Mul) => self.a.vmulps(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::F32, BinOp::Div) => self.a.vdivps(ymm(d), ymm(x), $yy)?,
+                    _ => return self.unsupported(format!("`{e}`")),
+                }
+            };
+        }
         match y {
-            Operand::Register(y) => self.binary_registers(lane, op, dst, x, y, e),
-            Operand::Memory(mem) => self.binary_memory(lane, op, dst, x, mem, e),
-        }
-    }
-
-    fn binary_memory(
-        &mut self,
-        lane: Lane,
-        op: BinOp,
-        d: usize,
-        x: usize,
-        m: AsmMemoryOperand,
-        e: &Expr,
-    ) -> Result<(), KernelError> {
-        match (self.width, lane, op) {
-            (VectorWidth::Zmm, Lane::I32, BinOp::Add) => self.a.vpaddd(zmm(d), zmm(x), zmmword_ptr(m))?,
-            (VectorWidth::Zmm, Lane::I32, BinOp::Sub) => self.a.vpsubd(zmm(d), zmm(x), zmmword_ptr(m))?,
-            (VectorWidth::Zmm, Lane::I32, BinOp::Mul) => self.a.vpmulld(zmm(d), zmm(x), zmmword_ptr(m))?,
-            (VectorWidth::Zmm, Lane::F32, BinOp::Add) => self.a.vaddps(zmm(d), zmm(x), zmmword_ptr(m))?,
-            (VectorWidth::Zmm, Lane::F32, BinOp::Sub) => self.a.vsubps(zmm(d), zmm(x), zmmword_ptr(m))?,
-            (VectorWidth::Zmm, Lane::F32, BinOp::Mul) => self.a.vmulps(zmm(d), zmm(x), zmmword_ptr(m))?,
-            (VectorWidth::Zmm, Lane::F32, BinOp::Div) => self.a.vdivps(zmm(d), zmm(x), zmmword_ptr(m))?,
-            (VectorWidth::Ymm, Lane::I32, BinOp::Add) => self.a.vpaddd(ymm(d), ymm(x), ymmword_ptr(m))?,
-            (VectorWidth::Ymm, Lane::I32, BinOp::Sub) => self.a.vpsubd(ymm(d), ymm(x), ymmword_ptr(m))?,
-            (VectorWidth::Ymm, Lane::I32, BinOp::Mul) => self.a.vpmulld(ymm(d), ymm(x), ymmword_ptr(m))?,
-            (VectorWidth::Ymm, Lane::F32, BinOp::Add) => self.a.vaddps(ymm(d), ymm(x), ymmword_ptr(m))?,
-            (VectorWidth::Ymm, Lane::F32, BinOp::Sub) => self.a.vsubps(ymm(d), ymm(x), ymmword_ptr(m))?,
-            (VectorWidth::Ymm, Lane::F32, BinOp::Mul) => self.a.vmulps(ymm(d), ymm(x), ymmword_ptr(m))?,
-            (VectorWidth::Ymm, Lane::F32, BinOp::Div) => self.a.vdivps(ymm(d), ymm(x), ymmword_ptr(m))?,
-            _ => return self.unsupported(format!("`{e}`")),
-        }
-        Ok(())
-    }
-
-    fn binary_registers(
-        &mut self,
-        lane: Lane,
-        op: BinOp,
-        d: usize,
-        x: usize,
-        y: usize,
-        e: &Expr,
-    ) -> Result<(), KernelError> {
-        match (self.width, lane, op) {
-            (VectorWidth::Zmm, Lane::I32, BinOp::Add) => self.a.vpaddd(zmm(d), zmm(x), zmm(y))?,
-            (VectorWidth::Zmm, Lane::I32, BinOp::Sub) => self.a.vpsubd(zmm(d), zmm(x), zmm(y))?,
-            (VectorWidth::Zmm, Lane::I32, BinOp::Mul) => self.a.vpmulld(zmm(d), zmm(x), zmm(y))?,
-            (VectorWidth::Zmm, Lane::F32, BinOp::Add) => self.a.vaddps(zmm(d), zmm(x), zmm(y))?,
-            (VectorWidth::Zmm, Lane::F32, BinOp::Sub) => self.a.vsubps(zmm(d), zmm(x), zmm(y))?,
-            (VectorWidth::Zmm, Lane::F32, BinOp::Mul) => self.a.vmulps(zmm(d), zmm(x), zmm(y))?,
-            (VectorWidth::Zmm, Lane::F32, BinOp::Div) => self.a.vdivps(zmm(d), zmm(x), zmm(y))?,
-            (VectorWidth::Ymm, Lane::I32, BinOp::Add) => self.a.vpaddd(ymm(d), ymm(x), ymm(y))?,
-            (VectorWidth::Ymm, Lane::I32, BinOp::Sub) => self.a.vpsubd(ymm(d), ymm(x), ymm(y))?,
-            (VectorWidth::Ymm, Lane::I32, BinOp::Mul) => self.a.vpmulld(ymm(d), ymm(x), ymm(y))?,
-            (VectorWidth::Ymm, Lane::F32, BinOp::Add) => self.a.vaddps(ymm(d), ymm(x), ymm(y))?,
-            (VectorWidth::Ymm, Lane::F32, BinOp::Sub) => self.a.vsubps(ymm(d), ymm(x), ymm(y))?,
-            (VectorWidth::Ymm, Lane::F32, BinOp::Mul) => self.a.vmulps(ymm(d), ymm(x), ymm(y))?,
-            (VectorWidth::Ymm, Lane::F32, BinOp::Div) => self.a.vdivps(ymm(d), ymm(x), ymm(y))?,
-            _ => return self.unsupported(format!("`{e}`")),
+            Operand::Register(y) => emit!(zmm(y), ymm(y)),
+            Operand::Memory(m) => emit!(zmmword_ptr(m), ymmword_ptr(m)),
         }
         Ok(())
     }
