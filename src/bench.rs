@@ -95,8 +95,8 @@ pub fn time_and_check(
 }
 
 /// Runs `call` once to calibrate, then `repeat` times (at least once), each timed call preceded
-/// by a run of the peak probe of the same length on each of the `threads` threads of the pool
-/// the call uses: the machine is shared, and the ratio of medians taken side by side is what is
+/// by a run of the peak probe of the same length (at most `MAX_PROBE_RUN`) on each of the
+/// `threads` threads of the pool the call uses: the machine is shared, and the ratio of medians taken side by side is what is
 /// comparable across runs. (On one thread the probe runs on the calling thread, where the call
 /// runs too.) Without a probe this is `time`.
 pub fn time_against_peak<E: From<RuntimeError>>(
@@ -110,6 +110,11 @@ pub fn time_against_peak<E: From<RuntimeError>>(
     time_against_peak_after(probe, threads, repeat, start.elapsed(), call)
 }
 
+/// The longest probe run beside a timed call: a rate needs no longer, and the tuner's slow
+/// candidates (tiles that leave part of each row to the fallback loops, 15 ms a call for R11)
+/// spent as long again in the probe: on the Zen 4, R11's tuning measured 19–24 points per second.
+pub const MAX_PROBE_RUN: Duration = Duration::from_millis(1);
+
 /// `time_against_peak` after a warm-up call the caller made, which took `warm_up` (the tuner's
 /// verification call): a slow candidate costs one call less.
 pub fn time_against_peak_after<E: From<RuntimeError>>(
@@ -120,7 +125,7 @@ pub fn time_against_peak_after<E: From<RuntimeError>>(
     mut call: impl FnMut() -> Result<(), E>,
 ) -> Result<Timing, E> {
     let Some(probe) = probe else { return timed(repeat, call) };
-    let iterations = probe.calibrate(warm_up);
+    let iterations = probe.calibrate(warm_up.min(MAX_PROBE_RUN));
     let (mut times, mut peaks) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
         peaks.push(if threads > 1 {
