@@ -120,6 +120,25 @@ impl Searcher {
         }
     }
 
+    /// `mr` moved to the nearest value above or below it that divides the row (70%), or
+    /// anywhere: a step by one mostly lands on a tile that leaves part of each row to the
+    /// fallback loops.
+    fn step_mr(rng: &mut StdRng, c: &Choices, mr: i64) -> i64 {
+        let below = c.mr_dividing_rows.iter().rev().find(|&&m| m < mr);
+        let above = c.mr_dividing_rows.iter().find(|&&m| m > mr);
+        match (rng.random_bool(0.7), below, above) {
+            (true, Some(&b), Some(&a)) => {
+                if rng.random_bool(0.5) {
+                    a
+                } else {
+                    b
+                }
+            }
+            (true, Some(&m), None) | (true, None, Some(&m)) => m,
+            _ => Self::pick(rng, &c.mr),
+        }
+    }
+
     fn mutate(&mut self, parent: Point) -> Point {
         let mut p = parent;
         let moves = if self.rng.random_bool(0.3) { 2 } else { 1 };
@@ -141,7 +160,7 @@ impl Searcher {
         for _ in 0..moves {
             let c = &self.choices;
             match movable[self.rng.random_range(0..movable.len())] {
-                0 => p.mr = Self::step(&mut self.rng, &c.mr, p.mr),
+                0 => p.mr = Self::step_mr(&mut self.rng, c, p.mr),
                 1 => p.nr = Self::step(&mut self.rng, &c.nr, p.nr),
                 2 => p.lanes = Self::step(&mut self.rng, &c.lanes, p.lanes),
                 3 => p.order = Self::step(&mut self.rng, &c.orders, p.order),
@@ -200,6 +219,24 @@ mod tests {
     fn run_space(space: Space, trials: usize) -> Vec<Point> {
         let mut s = Searcher::new(space, Strategy::Evolutionary, 1);
         std::iter::from_fn(|| s.propose().inspect(|&p| s.report(p, Some(synthetic_cost(&p))))).take(trials).collect()
+    }
+
+    #[test]
+    fn mr_steps_to_the_neighbouring_tiles_that_divide_the_row() {
+        // R2's rows hold 56 pixels: 1, 2, 4, 7, 8, 14 divide them (of 1..=16).
+        let c = Space::new(resnet18::layer("R2").unwrap(), 1).choices();
+        assert_eq!(c.mr_dividing_rows, [1, 2, 4, 7, 8, 14]);
+        let mut rng = StdRng::seed_from_u64(5);
+        let steps: Vec<i64> = (0..1000).map(|_| Searcher::step_mr(&mut rng, &c, 4)).collect();
+        let neighbours = steps.iter().filter(|&&m| m == 2 || m == 7).count();
+        // 70% to a neighbour, plus the random jumps that land on one.
+        assert!((700..=800).contains(&neighbours), "{neighbours}");
+        assert!(steps.iter().all(|m| c.mr.contains(m)));
+        // From the largest divisor the step goes down; R11's 7-pixel rows leave 1 and 7.
+        let r11 = Space::new(resnet18::layer("R11").unwrap(), 1).choices();
+        assert_eq!(r11.mr_dividing_rows, [1, 7]);
+        let down = (0..100).filter(|_| Searcher::step_mr(&mut rng, &r11, 7) == 1).count();
+        assert!(down >= 70, "{down}");
     }
 
     #[test]

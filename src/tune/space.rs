@@ -223,8 +223,10 @@ impl Space {
             Layer::Conv(_) => ACCUMULATIONS.to_vec(),
             Layer::Dense(_) => vec![Accumulation::Whole],
         };
+        let mr: Vec<i64> = (1..=self.max_mr()).collect();
         Choices {
-            mr: (1..=self.max_mr()).collect(),
+            mr_dividing_rows: mr.iter().copied().filter(|m| self.row_pixels() % m == 0).collect(),
+            mr,
             nr,
             // The tuned layers are NHWC, whose output the level's map kernel requantizes: the
             // lanes (which vectorize an NCHW output) change nothing there, so only the
@@ -254,6 +256,9 @@ impl Space {
 #[derive(Clone, Debug)]
 pub struct Choices {
     pub mr: Vec<i64>,
+    /// The `mr` that divide an output row's pixels: any other leaves the row's last pixels to
+    /// the call's fallback loops (R11, 7 pixels a row: 15 ms a call against 0.5).
+    pub mr_dividing_rows: Vec<i64>,
     pub nr: Vec<i64>,
     pub lanes: Vec<i64>,
     pub orders: Vec<Order>,
