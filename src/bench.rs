@@ -96,8 +96,8 @@ pub fn time_and_check(
 
 /// Runs `call` once to calibrate, then `repeat` times (at least once), each timed call preceded
 /// by a run of the peak probe of the same length (at most `MAX_PROBE_RUN`) on each of the
-/// `threads` threads of the pool the call uses: the machine is shared, and the ratio of medians taken side by side is what is
-/// comparable across runs. (On one thread the probe runs on the calling thread, where the call
+/// `threads` threads of the pool the call uses: the machine is shared, and the ratio of medians
+/// taken side by side is what is comparable across runs. (On one thread the probe runs on the calling thread, where the call
 /// runs too.) Without a probe this is `time`.
 pub fn time_against_peak<E: From<RuntimeError>>(
     probe: Option<&Probe>,

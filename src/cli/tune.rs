@@ -170,10 +170,7 @@ fn report(r: &LayerResult, level: IsaLevel, format: Format) {
                     p.lanes,
                     p.order,
                     p.threads,
-                    match level.has_vnni() {
-                        true => String::new(),
-                        false => format!(" {:?} weights", p.packing),
-                    },
+                    if level.has_vnni() { String::new() } else { format!(" {:?} weights", p.packing) },
                     p.accumulation
                 )),
             );

@@ -873,8 +873,6 @@ impl<'d> Gen<'d> {
     }
 }
 
-// Register numbers come from `Gen::allocate` and `Gen::constant`, below the width's register
-// count, so these lookups cannot fail.
 /// A binary instruction's second operand.
 #[derive(Clone, Copy)]
 enum Operand {
@@ -882,6 +880,8 @@ enum Operand {
     Memory(AsmMemoryOperand),
 }
 
+// Register numbers come from `Gen::allocate` and `Gen::constant`, below the width's register
+// count, so these lookups cannot fail.
 fn zmm(r: usize) -> AsmRegisterZmm {
     get_zmm(Register::ZMM0 + r as u32).expect("allocated zmm register")
 }

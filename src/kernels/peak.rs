@@ -286,6 +286,7 @@ impl Probe {
         }
     }
 }
+
 /// The `CoreRate` of this CPU's cores for code at `level`, which the default schedules' threads
 /// follow: full where the level is `avx512-vnni` and the cores run zmm `vpdpbusd` at their full
 /// width (`full_width_zmm`), else slower. The probes run once per process (11 ms on the Zen 4).

@@ -209,17 +209,22 @@ pub fn is_validation(r: &Record) -> bool {
     r.schedule.get("phase").and_then(|p| p.as_str()) == Some("validation")
 }
 
-/// Records by time, fastest first; records without a time last.
-pub fn by_time(a: &&Record, b: &&Record) -> std::cmp::Ordering {
-    a.median_ns.unwrap_or(f64::MAX).total_cmp(&b.median_ns.unwrap_or(f64::MAX))
-}
-
 /// A time of `r` (seconds, or any unit shared by the records compared): `None` sorts last.
 pub type TimeOf<'t> = &'t dyn Fn(&Record) -> Option<f64>;
 
 /// The measured time of `r`, in nanoseconds.
 pub fn measured(r: &Record) -> Option<f64> {
     r.median_ns
+}
+
+/// Records by `time`, fastest first; records without one last.
+pub fn by(time: TimeOf, a: &Record, b: &Record) -> std::cmp::Ordering {
+    time(a).unwrap_or(f64::MAX).total_cmp(&time(b).unwrap_or(f64::MAX))
+}
+
+/// Records by measured time, fastest first; records without a time last.
+pub fn by_time(a: &&Record, b: &&Record) -> std::cmp::Ordering {
+    by(&measured, a, b)
 }
 
 /// One record per schedule (knobs, weights) and target (ISA level, CPU model, threads): the
@@ -253,7 +258,7 @@ pub fn representatives_by<'a>(records: impl Iterator<Item = &'a Record>, time: T
     groups
         .into_iter()
         .map(|mut g| {
-            g.sort_by(|a, b| time(a).unwrap_or(f64::MAX).total_cmp(&time(b).unwrap_or(f64::MAX)));
+            g.sort_by(|a, b| by(time, a, b));
             g[(g.len() - 1) / 2]
         })
         .collect()

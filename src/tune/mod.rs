@@ -135,7 +135,7 @@ impl Phases {
 
     /// Records by corrected time, fastest first; records without a time last.
     pub fn by_time(&self, a: &&Record, b: &&Record) -> std::cmp::Ordering {
-        self.seconds(a).unwrap_or(f64::MAX).total_cmp(&self.seconds(b).unwrap_or(f64::MAX))
+        db::by(&|r| self.seconds(r), a, b)
     }
 
     /// `r`'s GOPS, corrected likewise.
@@ -155,7 +155,8 @@ impl LayerResult {
     /// there was no validation).
     pub fn default_record(&self) -> Option<&Record> {
         let default = record_point(self.records.first()?)?;
-        self.validated().into_iter().find(|r| record_point(r) == Some(default)).or_else(|| self.records.first())
+        let validated = self.validated(&self.phases());
+        validated.into_iter().find(|r| record_point(r) == Some(default)).or_else(|| self.records.first())
     }
 
     /// The result: the point whose validation records have the best median corrected time
@@ -163,12 +164,11 @@ impl LayerResult {
     /// median time.
     pub fn best(&self) -> Option<&Record> {
         let phases = self.phases();
-        self.validated().into_iter().min_by(|a, b| phases.by_time(a, b))
+        self.validated(&phases).into_iter().min_by(|a, b| phases.by_time(a, b))
     }
 
     /// Per point, the record of median corrected time, among validation records if any.
-    fn validated(&self) -> Vec<&Record> {
-        let phases = self.phases();
+    fn validated(&self, phases: &Phases) -> Vec<&Record> {
         db::representatives_by(
             self.records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()),
             &|r| phases.seconds(r),
