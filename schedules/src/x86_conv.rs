@@ -92,8 +92,8 @@ impl Conv2dInt8Knobs {
     /// * else pre-widened i16 operands (`vpmaddwd`, exact on any weights). Sign transfer (an i8
     ///   source) is exact too when no weight is -128, but its chain has one instruction more
     ///   and most convolutions ran 3–6% faster pre-widened (R9 and R11 2% slower); the dense
-    ///   layer, which streams its weights once per call, ran faster on bytes (BENCHMARKS.md,
-    ///   "Exact int8 at the AVX2 level"), which the tuner picks there (`with_byte_weights`).
+    ///   layer, which streams its weights once per call, ran faster on bytes (the Xeon's
+    ///   "Exact int8 at the AVX2 level", `git show 2c3ae31:BENCHMARKS.md`), which the tuner picks there (`with_byte_weights`).
     ///
     /// The declared range is the weights' only where a kernel relies on it (the triple, sign
     /// transfer: a call scans it unless the weights are a `CheckedTensor`, checked once when
@@ -157,12 +157,13 @@ pub enum CoreRate {
 
 /// Layers with fewer int8 operations run on one thread by default at `CoreRate::FullZmmVnni`:
 /// there the 1×1 layers of resnet-18 (12.8 M operations, 14–27 µs on one thread) ran at
-/// 0.82–0.96× on two threads (`tensorlift measure`, AVX512-VNNI Xeon, BENCHMARKS.md).
+/// 0.82–0.96× on two threads (`tensorlift measure`, AVX512-VNNI Xeon, `git show
+/// 2c3ae31:BENCHMARKS.md`).
 pub const MIN_PARALLEL_OPS: u64 = 50_000_000;
 
 /// `MIN_PARALLEL_OPS` at `CoreRate::Slower`, where the same layers take 2–5× longer: there two
-/// threads ran them 1.34–1.43× faster (the Xeon at `--isa avx2`) and 1.69–1.96× (the Zen 4 at
-/// `avx512-vnni`, tuned; BENCHMARKS.md).
+/// threads ran them 1.34–1.43× faster (the Xeon at `--isa avx2`, ibid.) and 1.69–1.96× (the
+/// Zen 4 at `avx512-vnni`, tuned, 2026-11-25).
 pub const MIN_PARALLEL_OPS_SLOWER_CORES: u64 = 10_000_000;
 
 /// The default knobs of a resnet-18 layer: the register tile `mr × nr` (`nr` in 64, 32, 16
