@@ -212,31 +212,105 @@ pub fn is_validation(r: &Record) -> bool {
 /// A time of `r` (seconds, or any unit shared by the records compared): `None` sorts last.
 pub type TimeOf<'t> = &'t dyn Fn(&Record) -> Option<f64>;
 
-/// The measured time of `r`, in nanoseconds.
-pub fn measured(r: &Record) -> Option<f64> {
-    r.median_ns
+/// Times corrected for the phases of a shared machine. Each record's probe ran beside the
+/// candidate on its threads, so when the machine slows down (another tenant, the hypervisor)
+/// both slow down together: the corrected time is the median time × the record's probe ÷ the
+/// fastest run of the same probe on as many threads of the same CPU model among the records,
+/// the time the candidate would have taken with the machine to itself. Seen on the 2-vCPU
+/// Zen 4: for seconds at a time, the two-thread probe and every two-thread candidate ran at
+/// one thread's speed (most of a layer's records, at times, so the median probe would be the
+/// slow state; a whole validation phase once, whose records then lost in `best_per_workload`
+/// to a slower schedule measured in a fast phase). Tuning, the query and `best_per_workload`
+/// all compare records by it.
+#[derive(Clone, Debug, Default)]
+pub struct Phases {
+    /// (the CPU, the probe and its threads, its highest GOPS).
+    fastest: Vec<(ProbeKey, f64)>,
 }
+
+/// A probe (which method) on a number of threads of one CPU model.
+type ProbeKey = ((String, u32, u32), Option<String>, usize);
+
+fn probe_key(r: &Record) -> ProbeKey {
+    let cpu = &r.target.cpu;
+    ((cpu.vendor.clone(), cpu.family, cpu.model), r.peak_probe.clone(), r.target.threads)
+}
+
+impl Phases {
+    pub fn of<'a>(records: impl IntoIterator<Item = &'a Record>) -> Phases {
+        let mut fastest: Vec<(ProbeKey, f64)> = Vec::new();
+        for r in records {
+            let Some(probe) = r.peak_gops.filter(|p| *p > 0.0) else { continue };
+            let key = probe_key(r);
+            match fastest.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, fastest)) => *fastest = fastest.max(probe),
+                None => fastest.push((key, probe)),
+            }
+        }
+        Phases { fastest }
+    }
+
+    /// Whether `r` was measured with the machine near its fastest: its probe ran at `QUIET` of
+    /// the fastest run of the same probe or more (a record without a probe counts). Its measured
+    /// time needs little correction, so it compares as measured with records of other targets:
+    /// a database keeps measured times, and the query weighs one-thread records against
+    /// two-thread ones by them.
+    pub fn quiet(&self, r: &Record) -> bool {
+        let key = probe_key(r);
+        let fastest = self.fastest.iter().find(|(k, _)| *k == key).map(|(_, p)| *p);
+        match (r.peak_gops, fastest) {
+            (Some(probe), Some(fastest)) => probe >= QUIET * fastest,
+            _ => true,
+        }
+    }
+
+    /// `representatives` of the `quiet` records, by corrected time.
+    pub fn quiet_representatives<'a>(&self, records: impl Iterator<Item = &'a Record>) -> Vec<&'a Record> {
+        self.representatives(records.filter(|r| self.quiet(r)))
+    }
+
+    /// `r`'s median time in seconds, corrected; uncorrected when it has no probe.
+    pub fn seconds(&self, r: &Record) -> Option<f64> {
+        let seconds = r.median_ns? * 1e-9;
+        let key = probe_key(r);
+        let fastest = self.fastest.iter().find(|(k, _)| *k == key).map(|(_, p)| *p);
+        Some(match (r.peak_gops, fastest) {
+            (Some(probe), Some(fastest)) if probe > 0.0 => seconds * probe / fastest,
+            _ => seconds,
+        })
+    }
+
+    /// Records by corrected time, fastest first; records without a time last.
+    pub fn by_time(&self, a: &&Record, b: &&Record) -> std::cmp::Ordering {
+        by(&|r| self.seconds(r), a, b)
+    }
+
+    /// `representatives` by corrected time.
+    pub fn representatives<'a>(&self, records: impl Iterator<Item = &'a Record>) -> Vec<&'a Record> {
+        representatives(records, &|r| self.seconds(r))
+    }
+
+    /// `r`'s GOPS, corrected likewise.
+    pub fn gops(&self, r: &Record) -> Option<f64> {
+        let gops = r.gops?;
+        Some(gops * r.median_ns? * 1e-9 / self.seconds(r)?)
+    }
+}
+
+/// The share of the fastest probe from which a record is `Phases::quiet`: a slow phase of the
+/// 2-vCPU Zen 4 halves the two-thread probe; a quiet one varies by a few per cent.
+pub const QUIET: f64 = 0.9;
 
 /// Records by `time`, fastest first; records without one last.
 pub fn by(time: TimeOf, a: &Record, b: &Record) -> std::cmp::Ordering {
     time(a).unwrap_or(f64::MAX).total_cmp(&time(b).unwrap_or(f64::MAX))
 }
 
-/// Records by measured time, fastest first; records without a time last.
-pub fn by_time(a: &&Record, b: &&Record) -> std::cmp::Ordering {
-    by(&measured, a, b)
-}
-
 /// One record per schedule (knobs, weights) and target (ISA level, CPU model, threads): the
-/// one with the median time. A single measurement of a multi-threaded layer of 0.1 ms varies by
-/// ±40% here, so the fastest record of many would mostly be the luckiest; when any record is a
-/// validation record (finalists measured again, in rounds), only those count.
-pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>) -> Vec<&'a Record> {
-    representatives_by(records, &measured)
-}
-
-/// `representatives` with the median taken by `time`.
-pub fn representatives_by<'a>(records: impl Iterator<Item = &'a Record>, time: TimeOf) -> Vec<&'a Record> {
+/// one with the median `time`. A single measurement of a multi-threaded layer of 0.1 ms varies
+/// by ±40% here, so the fastest record of many would mostly be the luckiest; when any record is
+/// a validation record (finalists measured again, in rounds), only those count.
+pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>, time: TimeOf) -> Vec<&'a Record> {
     let records: Vec<&Record> = records.collect();
     let validated = records.iter().any(|r| is_validation(r));
     let key = |r: &Record| {
@@ -266,10 +340,12 @@ pub fn representatives_by<'a>(records: impl Iterator<Item = &'a Record>, time: T
 
 /// The record to apply for `workload` on `host`: same workload key, status ok, verified, every
 /// feature it needs present on the host, a level the host compiles for; per schedule, the
-/// median of its (validation) records (`representatives`); among those, prefer the same CPU
+/// median of its quiet (validation) records by corrected time (`Phases::quiet_representatives`:
+/// a record measured in a slow phase keeps its slow time); among those, prefer the same CPU
 /// model (vendor, family, model), then the same ISA level, then the same vendor and family (a
 /// Zen 4 of another model takes the records of the measured Zen 4 rather than an Intel CPU's,
-/// whose 1×1 layers chose one thread where the Zen 4's chose two), then the fastest. `None`:
+/// whose 1×1 layers chose one thread where the Zen 4's chose two), then the fastest by
+/// corrected time. `None`:
 /// use the default schedule.
 pub fn select<'a>(records: impl IntoIterator<Item = &'a Record>, workload: &str, host: &Host) -> Option<&'a Record> {
     let same_family = |r: &Record| {
@@ -281,15 +357,20 @@ pub fn select<'a>(records: impl IntoIterator<Item = &'a Record>, workload: &str,
         .filter(|r| r.workload.key == workload && r.status == Status::Ok && r.verified && r.median_ns.is_some())
         .filter(|r| r.target.features.iter().all(|f| (host.has_feature)(f)))
         .filter(|r| IsaLevel::from_name(&r.target.isa).is_ok_and(|l| l <= host.level));
-    representatives(usable).into_iter().min_by(|a, b| {
+    let usable: Vec<&Record> = usable.collect();
+    let phases = Phases::of(usable.iter().copied());
+    phases.quiet_representatives(usable.into_iter()).into_iter().min_by(|a, b| {
         let rank = |r: &Record| (!same_cpu(r), r.target.isa != host.level.name(), !same_family(r));
-        rank(a).cmp(&rank(b)).then(by_time(a, b))
+        rank(a).cmp(&rank(b)).then(phases.by_time(a, b))
     })
 }
 
 /// Per workload and target (ISA level, CPU vendor, family and model, weights range of the
-/// schedule, threads), the fastest schedule's representative record (`representatives`), in
-/// first-seen order: what a pre-tuned database keeps.
+/// schedule, threads), the fastest schedule's representative record by corrected time
+/// (`Phases::quiet_representatives` of that target's records: a schedule measured mostly in a
+/// slow phase is judged by its quiet records, and its representative is one of them, whose
+/// time the query compares with other targets'), in first-seen order: what a pre-tuned
+/// database keeps.
 pub fn best_per_workload(records: &[Record]) -> Vec<Record> {
     let target = |r: &Record| {
         (
@@ -311,8 +392,10 @@ pub fn best_per_workload(records: &[Record]) -> Vec<Record> {
             continue;
         }
         seen.push(target(r));
-        let same = ok.iter().copied().filter(|o| target(o) == target(r));
-        if let Some(b) = representatives(same).into_iter().min_by(by_time) {
+        let same: Vec<&Record> = ok.iter().copied().filter(|o| target(o) == target(r)).collect();
+        let phases = Phases::of(same.iter().copied());
+        let quiet = phases.quiet_representatives(same.into_iter());
+        if let Some(b) = quiet.into_iter().min_by(|a, b| phases.by_time(a, b)) {
             best.push(b.clone());
         }
     }
@@ -404,6 +487,51 @@ mod tests {
         // A host forced down to scalar does not take avx2 records.
         let scalar_host = Host { level: IsaLevel::Scalar, ..zen3() };
         assert_eq!(select(&all, "w", &scalar_host), Some(&same_model_scalar));
+    }
+
+    #[test]
+    fn the_query_and_the_pretuned_best_judge_schedules_by_their_quiet_records() {
+        let host = zen3();
+        let measured = |mr: i64, threads: usize, median_ns: f64, probe: f64| {
+            let mut r = Record {
+                schedule: serde_json::json!({"knobs": {"mr": mr}, "phase": "validation"}),
+                peak_gops: Some(probe),
+                peak_probe: Some("vpmaddwd+vpaddd ymm".into()),
+                ..record("w", IsaLevel::Avx2, 1, median_ns)
+            };
+            r.target.threads = threads;
+            r
+        };
+        // Two threads: mr 4 was measured twice in a slow phase (its probe at half speed) and
+        // once in a quiet one; mr 8 three times in quiet ones. By measured medians mr 8 would
+        // win (685 against 448 ns), and mr 4's representative would be a slow record, which
+        // the query would weigh against the one-thread record (500 ns) as 685 ns.
+        let records: Vec<Record> = [
+            (4, 2, 690.0, 190.0),
+            (8, 2, 448.0, 375.0),
+            (4, 2, 685.0, 191.0),
+            (8, 2, 450.0, 380.0),
+            (4, 2, 350.0, 381.0),
+            (8, 2, 455.0, 379.0),
+            (2, 1, 500.0, 190.0),
+        ]
+        .into_iter()
+        .map(|(mr, threads, ns, probe)| measured(mr, threads, ns, probe))
+        .collect();
+        let chosen = |r: &Record| (r.schedule["knobs"]["mr"].as_i64(), r.median_ns);
+        assert_eq!(select(&records, "w", &host).map(chosen), Some((Some(4), Some(350.0))));
+        let best = best_per_workload(&records);
+        assert_eq!(best.iter().map(chosen).collect::<Vec<_>>(), [(Some(4), Some(350.0)), (Some(2), Some(500.0))]);
+        // Slow records are corrected by the fastest run of their probe on as many threads of
+        // the same CPU: another CPU's faster run does not count.
+        let mut xeon = measured(2, 2, 100.0, 760.0);
+        (xeon.target.cpu.vendor, xeon.target.cpu.family, xeon.target.cpu.model) = ("GenuineIntel".into(), 6, 167);
+        let phases = Phases::of(records.iter().chain([&xeon]));
+        let seconds = |r: &Record| phases.seconds(r).expect("a time");
+        for (r, expected) in [(&records[0], 690e-9 * 190.0 / 381.0), (&records[4], 350e-9), (&xeon, 100e-9)] {
+            assert!((seconds(r) - expected).abs() < 1e-15, "{} against {expected}", seconds(r));
+        }
+        assert!(!phases.quiet(&records[0]) && phases.quiet(&records[1]) && phases.quiet(&xeon));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use ir::DType;
 use schedules::ops::{Conv2dParams, conv2d_nchw_int8, dense_int8};
 use schedules::resnet18::{Layer, WeightBits, quantization};
 
-use db::{DbError, Record, Status, WorkloadRef};
+use db::{DbError, Phases, Record, Status, WorkloadRef};
 use search::{Searcher, Strategy};
 use space::{Point, Space};
 use worker::{Candidate, Worker};
@@ -88,63 +88,6 @@ pub struct LayerResult {
     pub elapsed: Duration,
 }
 
-/// Times corrected for the phases of a shared machine. Each record's probe ran beside the
-/// candidate on its threads, so when the machine slows down (another tenant, the hypervisor)
-/// both slow down together: the corrected time is the median time × the record's probe ÷ the
-/// fastest run of the same probe on as many threads among the records, the time the candidate
-/// would have taken with the machine to itself. Seen on the 2-vCPU Zen 4: for seconds at a
-/// time, the two-thread probe and every two-thread candidate ran at one thread's speed (most
-/// of a layer's records, at times, so the median probe would be the slow state).
-#[derive(Clone, Debug, Default)]
-pub struct Phases {
-    /// (the probe and its threads, its highest GOPS).
-    fastest: Vec<(ProbeKey, f64)>,
-}
-
-/// A probe (which method) on a number of threads.
-type ProbeKey = (Option<String>, usize);
-
-fn probe_key(r: &Record) -> ProbeKey {
-    (r.peak_probe.clone(), r.target.threads)
-}
-
-impl Phases {
-    pub fn of<'a>(records: impl IntoIterator<Item = &'a Record>) -> Phases {
-        let mut fastest: Vec<(ProbeKey, f64)> = Vec::new();
-        for r in records {
-            let Some(probe) = r.peak_gops.filter(|p| *p > 0.0) else { continue };
-            let key = probe_key(r);
-            match fastest.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, fastest)) => *fastest = fastest.max(probe),
-                None => fastest.push((key, probe)),
-            }
-        }
-        Phases { fastest }
-    }
-
-    /// `r`'s median time in seconds, corrected; uncorrected when it has no probe.
-    pub fn seconds(&self, r: &Record) -> Option<f64> {
-        let seconds = r.median_ns? * 1e-9;
-        let key = probe_key(r);
-        let fastest = self.fastest.iter().find(|(k, _)| *k == key).map(|(_, p)| *p);
-        Some(match (r.peak_gops, fastest) {
-            (Some(probe), Some(fastest)) if probe > 0.0 => seconds * probe / fastest,
-            _ => seconds,
-        })
-    }
-
-    /// Records by corrected time, fastest first; records without a time last.
-    pub fn by_time(&self, a: &&Record, b: &&Record) -> std::cmp::Ordering {
-        db::by(&|r| self.seconds(r), a, b)
-    }
-
-    /// `r`'s GOPS, corrected likewise.
-    pub fn gops(&self, r: &Record) -> Option<f64> {
-        let gops = r.gops?;
-        Some(gops * r.median_ns? * 1e-9 / self.seconds(r)?)
-    }
-}
-
 impl LayerResult {
     /// The probes of the layer's records (`Phases`).
     pub fn phases(&self) -> Phases {
@@ -169,9 +112,8 @@ impl LayerResult {
 
     /// Per point, the record of median corrected time, among validation records if any.
     fn validated(&self, phases: &Phases) -> Vec<&Record> {
-        db::representatives_by(
+        phases.representatives(
             self.records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()),
-            &|r| phases.seconds(r),
         )
     }
 
@@ -352,6 +294,8 @@ mod tests {
             assert!((phases.seconds(r).unwrap() - micros * 1e-6).abs() < 1e-12);
         }
         // By measured time alone the default would have been chosen.
-        assert_eq!(point(db::representatives(result.records[5..11].iter()).into_iter().min_by(db::by_time)), Some(4));
+        let measured = |r: &Record| r.median_ns;
+        let by_measured = db::representatives(result.records[5..11].iter(), &measured);
+        assert_eq!(point(by_measured.into_iter().min_by(|a, b| db::by(&measured, a, b))), Some(4));
     }
 }
