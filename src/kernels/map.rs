@@ -33,7 +33,8 @@
 //! * that store of `round(x / s + zp)` with constants `s` and `zp` (a requantization): the
 //!   quotient by one FMA with the reciprocal of `s` wherever that provably rounds to the same
 //!   integer, the division itself in the rare vectors where it may not (`ScaledRounding`):
-//!   `vdivps` alone retired one zmm vector per ~10 cycles, the requantization's bottleneck.
+//!   `vdivps` alone retired one zmm vector per ~10 cycles, the requantization's bottleneck. A
+//!   zmm group of four vectors takes one check for all four (`Gen::scaled_group`).
 //!
 //! Any other node, dtype or operand layout is `KernelError::Unsupported`, and the call runs its
 //! loop nest. Registers: only caller-saved ones (rax, rcx, rdx, rsi, rdi, r8–r11, vector
@@ -420,17 +421,27 @@ impl<'d> Gen<'d> {
     /// range (`saturated_by_packing`: only from above, the packing of `group` saturating the
     /// rest) and converted, NaN as 0.
     fn converted(&mut self, x: &Expr, saturated_by_packing: bool) -> Result<usize, KernelError> {
-        let out = self.decl.output.dtype();
-        // The value to convert, a register to free after, and whether the conversion rounds
-        // to nearest (the reciprocal path leaves `round` to it; clamping to integral bounds
-        // first commutes with rounding) or truncates.
-        let (v, owned, rounds) = match ScaledRounding::of(x) {
+        let clamped = match ScaledRounding::of(x) {
             Some(r) => {
                 let t = self.scaled_by_reciprocal(&r)?;
-                (t, Some(t), true)
+                let clamped = self.clamped(t, true, saturated_by_packing)?;
+                self.free.push(t);
+                clamped
             }
-            None => (self.value(x)?, None, false),
+            None => {
+                let v = self.value(x)?;
+                self.clamped(v, false, saturated_by_packing)?
+            }
         };
+        self.release(x);
+        Ok(clamped)
+    }
+
+    /// `v` clamped and converted as `converted` says, into a fresh register; `rounds`: to
+    /// nearest (the reciprocal path leaves `round` to the conversion; clamping to integral
+    /// bounds first commutes with rounding), else truncated.
+    fn clamped(&mut self, v: usize, rounds: bool, saturated_by_packing: bool) -> Result<usize, KernelError> {
+        let out = self.decl.output.dtype();
         let clamped = self.allocate()?;
         let (lo, hi) = if out == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
         let (lo, hi, zero) = (self.constant(lo.to_bits())?, self.constant(hi.to_bits())?, self.constant(0)?);
@@ -446,8 +457,6 @@ impl<'d> Gen<'d> {
         } else {
             self.clamp_to_int(clamped, source, (lo, hi), rounds)?;
         }
-        self.free.extend(owned);
-        self.release(x);
         Ok(clamped)
     }
 
@@ -461,10 +470,20 @@ impl<'d> Gen<'d> {
         let out = self.decl.output.dtype();
         let lanes = self.width.lanes() as i32;
         let mut held = Vec::new();
-        for g in 0..GROUP as i32 {
-            self.offset = g * lanes;
-            self.live.clear();
-            held.push(self.converted(x, true)?);
+        match (ScaledRounding::of(x), self.width) {
+            (Some(r), VectorWidth::Zmm) => {
+                for t in self.scaled_group(&r)? {
+                    held.push(self.clamped(t, true, true)?);
+                    self.free.push(t);
+                }
+            }
+            _ => {
+                for g in 0..GROUP as i32 {
+                    self.offset = g * lanes;
+                    self.live.clear();
+                    held.push(self.converted(x, true)?);
+                }
+            }
         }
         self.offset = 0;
         let arg = self.decl.inputs.len();
@@ -595,6 +614,57 @@ impl<'d> Gen<'d> {
         self.free.push(d);
         self.release(r.x);
         Ok(t)
+    }
+
+    /// `scaled_by_reciprocal` for the `GROUP` zmm vectors of a group, into fresh registers, with
+    /// one check for all of them: `vrangeps` keeps the largest `|t - round(t)|` of the four
+    /// (a NaN stays NaN and fails), so the check costs 3 instructions per group more than the
+    /// reduction instead of 2 per vector, and where any lane of the group fails, the division
+    /// recomputes the whole group (`x` evaluated again: its registers are freed meanwhile).
+    fn scaled_group(&mut self, r: &ScaledRounding<'_>) -> Result<Vec<usize>, KernelError> {
+        let lanes = self.width.lanes() as i32;
+        let [y, s, zp, _, margin] = r.constants().map(|c| self.constant(c.to_bits()));
+        let (y, s, zp, margin) = (y?, s?, zp?, margin?);
+        const MAX_ABS_SIGN_CLEARED: i32 = 0b1011;
+        const LT_OQ: i32 = 0x11;
+        let (mut scaled, mut worst) = (Vec::new(), None);
+        for g in 0..GROUP as i32 {
+            self.offset = g * lanes;
+            self.live.clear();
+            let vx = self.value(r.x)?;
+            let t = self.allocate()?;
+            self.a.vmovaps(zmm(t), zmm(vx))?;
+            self.a.vfmadd213ps(zmm(t), zmm(y), zmm(zp))?;
+            self.release(r.x);
+            let d = self.allocate()?;
+            // `t - round(t)`, exact.
+            self.a.vreduceps(zmm(d), zmm(t), 0)?;
+            match worst {
+                None => worst = Some(d),
+                Some(w) => {
+                    self.a.vrangeps(zmm(w), zmm(w), zmm(d), MAX_ABS_SIGN_CLEARED)?;
+                    self.free.push(d);
+                }
+            }
+            scaled.push(t);
+        }
+        let worst = worst.expect("a group has vectors");
+        let mut done = self.a.create_label();
+        self.a.vcmpps(k3, zmm(worst), zmm(margin), LT_OQ)?;
+        self.a.kortestw(k3, k3)?;
+        // CF: every lane passed.
+        self.a.jb(done)?;
+        self.free.push(worst);
+        for (g, &t) in scaled.iter().enumerate() {
+            self.offset = g as i32 * lanes;
+            self.live.clear();
+            let vx = self.value(r.x)?;
+            self.a.vdivps(zmm(t), zmm(vx), zmm(s))?;
+            self.a.vaddps(zmm(t), zmm(t), zmm(zp))?;
+            self.release(r.x);
+        }
+        self.a.set_label(&mut done)?;
+        Ok(scaled)
     }
 
     /// `dst` = `src` clamped to `[lo, hi]` (registers holding the bounds; a NaN gives `lo`) as
