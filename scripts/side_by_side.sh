@@ -5,7 +5,7 @@
 #   [LAYERS="R2 FC"] scripts/side_by_side.sh OUT_PREFIX ISA WEIGHTS THREADS [ROUNDS]
 #   e.g. scripts/side_by_side.sh /tmp/vnni1 avx512-vnni full 1
 #        scripts/side_by_side.sh /tmp/avx2_7bit avx2 7bit 1   # onnxruntime via scripts/ort_avx2.sh
-# ISA avx2 runs onnxruntime under scripts/avx2_only.c (its AVX2 kernels); any other ISA runs it
+# ISA avx2 runs onnxruntime through scripts/ort_avx2.sh (its AVX2 kernels); any other ISA runs it
 # as it is (VNNI on a VNNI host). Needs a release build and the anchors venv (PYTHON, default
 # /tmp/anchors-venv/bin/python).
 set -eu
