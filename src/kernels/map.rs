@@ -618,9 +618,10 @@ impl<'d> Gen<'d> {
 
     /// `scaled_by_reciprocal` for the `GROUP` zmm vectors of a group, into fresh registers, with
     /// one check for all of them: `vrangeps` keeps the largest `|t - round(t)|` of the four
-    /// (a NaN stays NaN and fails), so the check costs 3 instructions per group more than the
-    /// reduction instead of 2 per vector, and where any lane of the group fails, the division
-    /// recomputes the whole group (`x` evaluated again: its registers are freed meanwhile).
+    /// (a NaN stays NaN and fails), so a group takes three `vrangeps`, one compare and one
+    /// branch instead of an `and`, a compare and a branch per vector; where any lane of the
+    /// group fails, the division recomputes the whole group (`x` evaluated again: its registers
+    /// are freed meanwhile).
     fn scaled_group(&mut self, r: &ScaledRounding<'_>) -> Result<Vec<usize>, KernelError> {
         let lanes = self.width.lanes() as i32;
         let [y, s, zp, _, margin] = r.constants().map(|c| self.constant(c.to_bits()));
