@@ -100,6 +100,11 @@ impl Record {
     pub fn pct_peak(&self) -> Option<f64> {
         Some(100.0 * self.gops? / self.peak_gops?)
     }
+
+    /// Whether the measurement counts: it ran, matched the reference and has a time.
+    pub fn ok(&self) -> bool {
+        self.status == Status::Ok && self.verified && self.median_ns.is_some()
+    }
 }
 
 /// Errors from reading and writing databases.
@@ -356,7 +361,7 @@ pub fn select<'a>(records: impl IntoIterator<Item = &'a Record>, workload: &str,
     let same_cpu = |r: &Record| same_family(r) && host.cpu.as_ref().is_some_and(|c| r.target.cpu.model == c.model);
     let usable = records
         .into_iter()
-        .filter(|r| r.workload.key == workload && r.status == Status::Ok && r.verified && r.median_ns.is_some())
+        .filter(|r| r.workload.key == workload && r.ok())
         .filter(|r| r.target.features.iter().all(|f| (host.has_feature)(f)))
         .filter(|r| IsaLevel::from_name(&r.target.isa).is_ok_and(|l| l <= host.level));
     let usable: Vec<&Record> = usable.collect();
@@ -385,8 +390,7 @@ pub fn best_per_workload(records: &[Record]) -> Vec<Record> {
             r.target.threads,
         )
     };
-    let ok: Vec<&Record> =
-        records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()).collect();
+    let ok: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
     let mut best: Vec<Record> = Vec::new();
     let mut seen = Vec::new();
     for r in &ok {

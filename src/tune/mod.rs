@@ -19,7 +19,7 @@ use ir::DType;
 use schedules::ops::{Conv2dParams, conv2d_nchw_int8, dense_int8};
 use schedules::resnet18::{Layer, WeightBits, quantization};
 
-use db::{DbError, Phases, Record, Status, WorkloadRef};
+use db::{DbError, Phases, Record, WorkloadRef};
 use search::{Searcher, Strategy};
 use space::{Point, Space};
 use worker::{Candidate, Worker};
@@ -112,9 +112,7 @@ impl LayerResult {
 
     /// Per point, the record of median corrected time, among validation records if any.
     fn validated(&self, phases: &Phases) -> Vec<&Record> {
-        phases.representatives(
-            self.records.iter().filter(|r| r.status == Status::Ok && r.verified && r.median_ns.is_some()),
-        )
+        phases.representatives(self.records.iter().filter(|r| r.ok()))
     }
 
     /// Trials of the search (validation measurements are not trials).
@@ -130,7 +128,7 @@ impl LayerResult {
         self.records[..self.trials()]
             .iter()
             .map(|r| {
-                best = best.max(phases.gops(r).filter(|_| r.status == Status::Ok && r.verified).unwrap_or(0.0));
+                best = best.max(phases.gops(r).filter(|_| r.ok()).unwrap_or(0.0));
                 best
             })
             .collect()
@@ -172,7 +170,7 @@ pub fn tune_layer(
         progress(&record);
         records.push(record);
         let (record, phases) = (&records[records.len() - 1], Phases::of(&records));
-        searcher.report(point, phases.seconds(record).filter(|_| record.status == Status::Ok && record.verified));
+        searcher.report(point, phases.seconds(record).filter(|_| record.ok()));
     }
     // Validation: the default and the fastest few points of the search, measured again in
     // rounds (one point after another, so slow phases of a shared machine hit them alike); the
@@ -180,7 +178,7 @@ pub fn tune_layer(
     let default = space.default_point();
     let mut finalists = vec![default];
     let phases = Phases::of(&records);
-    let mut ranked: Vec<&Record> = records.iter().filter(|r| r.status == Status::Ok && r.verified).collect();
+    let mut ranked: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
     ranked.sort_by(|a, b| phases.by_time(a, b));
     for p in ranked.iter().filter_map(|r| record_point(r)) {
         if finalists.len() > FINALISTS || records.len() < 2 {
