@@ -20,7 +20,7 @@ use schedules::x86_conv::{
     Accumulate, Conv2dInt8Knobs, TileOrder, conv2d_int8, default_knobs, prepare_conv2d_int8, weight_range,
 };
 use tensorlift::bench::{time_against_peak, uniform};
-use tensorlift::kernels::peak::Probe;
+use tensorlift::runtime::peak::Probe;
 use tensorlift::{CompileOptions, Tensor as RtTensor, build};
 
 /// The layer's quantization attributes: u8 source (zero point 3), per-channel weight scales,

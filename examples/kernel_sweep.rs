@@ -11,8 +11,9 @@
 use std::time::Duration;
 
 use tensorlift::bench::time_against_peak;
-use tensorlift::kernels::peak::{PeakError, Probe};
-use tensorlift::kernels::{Blocking, DotMethod, GemmKernel, GemmShape, KernelVariant};
+use tensorlift::kernels::{Blocking, DotMethod, GemmShape, KernelVariant};
+use tensorlift::runtime::GemmKernel;
+use tensorlift::runtime::peak::{PeakError, Probe};
 
 /// The operands as bytes, and widened to i16 for `Madd16` kernels.
 struct Operands {

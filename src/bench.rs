@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use ir::DType;
 use ir::interp::Array;
 
-use crate::kernels::peak::Probe;
+use crate::runtime::peak::Probe;
 use crate::{CompiledFunc, RuntimeError, Tensor};
 
 /// The `i`-th value of the pattern with `seed`: a cheap hash of the position whose low bits

@@ -1,4 +1,6 @@
-//! Errors at the boundaries of the code generator and the runtime, one enum per boundary.
+//! Ground floor: the errors at the boundaries of the assemblers, the code generator and the
+//! runtime, one enum per boundary. They name only ground-floor facts (`isa`), so every layer
+//! above can return them.
 //!
 //! Messages say what was expected and what was found. Compiler bugs are not errors: they are
 //! assertions, or Cranelift verifier failures reported as `CompileError::Cranelift`.
@@ -7,8 +9,7 @@ use thiserror::Error;
 
 use ir::DType;
 
-use crate::kernels::KernelError;
-use crate::runtime::IsaLevel;
+use crate::isa::{IsaLevel, KernelVariant};
 
 /// Errors from `runtime::compile`.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -25,6 +26,34 @@ pub enum CompileError {
     Cranelift { func: String, message: String },
     #[error(transparent)]
     Kernel(#[from] KernelError),
+}
+
+/// Why a kernel could not be assembled (`kernels`).
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum KernelError {
+    #[error("int8 GEMM kernel: {what} must be {expected}, found {found}")]
+    BadShape { what: &'static str, expected: String, found: i64 },
+    #[error(
+        "{variant} kernel: {rows}x{vectors} register block needs {needed} vector registers, expected at most {available}"
+    )]
+    TooManyRegisters { variant: KernelVariant, rows: usize, vectors: usize, needed: usize, available: usize },
+    #[error("{variant} kernel: no such kernel family")]
+    NoSuchVariant { variant: KernelVariant },
+    #[error("{variant} kernel: A of {found} is not one it reads")]
+    ADType { variant: KernelVariant, found: DType },
+    #[error("int8 GEMM kernel: byte offset {offset} of {what} does not fit a 32-bit displacement")]
+    OffsetTooLarge { what: &'static str, offset: i64 },
+    /// A map kernel meets what it has no exact vector form for (the call runs its loop nest).
+    #[error("map kernel: no vector form for {what}")]
+    Unsupported { what: String },
+    #[error("assembler: {message}")]
+    Assembler { message: String },
+}
+
+impl From<iced_x86::IcedError> for KernelError {
+    fn from(e: iced_x86::IcedError) -> Self {
+        KernelError::Assembler { message: e.to_string() }
+    }
 }
 
 /// Errors from building tensors and calling compiled functions. Every argument check runs

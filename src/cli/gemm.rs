@@ -14,8 +14,8 @@ use ir::te::{compute, placeholder, placeholder_in_range};
 use schedules::nn::{matmul_packed, pack_b_i16, pack_b_vnni};
 use schedules::x86::{GemmInt8Knobs, gemm_int8};
 use tensorlift::bench::{pattern_values, time_against_peak};
-use tensorlift::kernels::peak::Probe;
 use tensorlift::runtime::IsaLevel;
+use tensorlift::runtime::peak::Probe;
 use tensorlift::{CompileOptions, Tensor, build};
 
 use super::common::{Format, IsaChoice, positive, thread_count};

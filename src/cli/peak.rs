@@ -5,7 +5,8 @@ use std::error::Error;
 use std::time::Duration;
 
 use tensorlift::IsaLevel;
-use tensorlift::kernels::peak::{PeakError, Probe, ProbeKind};
+use tensorlift::kernels::peak::ProbeKind;
+use tensorlift::runtime::peak::{PeakError, Probe};
 
 use super::common::Format;
 

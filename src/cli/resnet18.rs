@@ -24,8 +24,9 @@ use schedules::x86_conv::{
 };
 use tensorlift::bench::{time_against_peak, uniform};
 use tensorlift::kernels::KernelVariant;
-use tensorlift::kernels::peak::{Probe, ProbeKind};
+use tensorlift::kernels::peak::ProbeKind;
 use tensorlift::runtime::BoundArgs;
+use tensorlift::runtime::peak::Probe;
 use tensorlift::{BuildError, CompileOptions, IsaLevel, RuntimeError, Tensor, build};
 
 use super::common::{Format, IsaChoice, WeightsChoice, positive, thread_count};
@@ -504,7 +505,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             (Layer::Conv(_), Some(p)) => LayerPlan::X86Conv(p.fit(level.has_vnni(), case.weight_range()), layout),
             (Layer::Dense(_), Some(p)) => LayerPlan::X86Dense(p.fit(level.has_vnni(), case.weight_range())),
             (Layer::Conv(c), None) => {
-                let knobs = default_knobs_at(&c, tensorlift::kernels::peak::core_rate(level));
+                let knobs = default_knobs_at(&c, tensorlift::build::core_rate(level));
                 LayerPlan::X86Conv(
                     fit(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }),
                     layout,

@@ -11,8 +11,8 @@ use cranelift_module::Module;
 use ir::{DType, ScalarType};
 
 use super::func::FnTx;
-use super::host::HostFn;
 use super::types::{Val, is_pieces, lane_type, piece_type};
+use crate::abi::HostFn;
 
 /// True if every value of `from` is a value of `to` (so saturation never clamps).
 fn range_contains(to: ScalarType, from: ScalarType) -> bool {

@@ -17,19 +17,12 @@ use ir::{Buffer, ForKind, Stmt, StmtKind, Var};
 use super::DefinedFunction;
 use super::analysis::{self, Promotion};
 use super::cse::{ExprCache, loop_invariants};
-use super::host::HostFn;
+use super::host;
 use super::intrin::KernelKey;
 use super::types::{Val, lane_type, piece_type};
+use crate::abi::{ALIGN, HostFn, STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OK, STATUS_OUT_OF_MEMORY};
 use crate::error::CompileError;
-use crate::runtime::IsaLevel;
-
-/// Status a generated function returns: 0 on success.
-pub const STATUS_OK: i64 = 0;
-/// Status when a scratch allocation failed.
-pub const STATUS_OUT_OF_MEMORY: i64 = 1;
-/// Status of a failed `BoundsCheck` (a gather out of bounds): this plus the position of the
-/// checked buffer in `ir::passes::checked_buffers` of the function, which names it.
-pub const STATUS_INDEX_OUT_OF_BOUNDS: i64 = 2;
+use crate::isa::IsaLevel;
 
 /// Largest `Allocate` placed in a stack slot; bigger ones go to the heap. Large enough for a
 /// row of a convolution's accumulators (R1: 112 pixels × 64 channels × 4 bytes), allocated
@@ -65,7 +58,7 @@ impl<'m, M: Module> ModuleCtx<'m, M> {
         let mut host = HashMap::new();
         for f in HostFn::ALL {
             let id = module
-                .declare_function(f.symbol(), Linkage::Import, &f.signature(call_conv))
+                .declare_function(f.symbol(), Linkage::Import, &host::signature(f, call_conv))
                 .map_err(|e| module_error(&func.name, e))?;
             host.insert(f, id);
         }
@@ -440,7 +433,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         // 64-byte aligned, as heap scratch and tensors are: the stack pointer is only 16-byte
         // aligned, so the slot has room to round its address up. (A row of accumulators off a
         // cache line makes every zmm load and store of the kernels split two lines.)
-        let align = crate::runtime::host::ALIGN as i64;
+        let align = ALIGN as i64;
         let slot_size = size + align - 16;
         if size <= MAX_STACK_BUFFER && self.stack_bytes + slot_size <= STACK_BUDGET {
             self.stack_bytes += slot_size;

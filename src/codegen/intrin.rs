@@ -16,11 +16,9 @@ use ir::{Buffer, DType, Stmt};
 
 use super::func::{BufLoc, FnTx, ModuleCtx, module_error};
 use super::{DefinedFunction, KERNEL_ALIGN};
-use crate::error::CompileError;
-use crate::kernels::{
-    Blocking, GemmShape, KernelError, KernelVariant, MapShape, VectorWidth, assemble_gemm, assemble_map,
-};
-use crate::runtime::IsaLevel;
+use crate::error::{CompileError, KernelError};
+use crate::isa::{IsaLevel, KernelVariant, VectorWidth};
+use crate::kernels::{Blocking, GemmShape, MapShape, assemble_gemm, assemble_map};
 
 /// A kernel as defined in the module: what makes two calls share it.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]

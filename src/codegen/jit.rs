@@ -5,10 +5,11 @@ use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module, default_libcall_names};
 
-use super::{HostFn, Translation, translate};
+use super::{Translation, translate};
+use crate::abi::HostFn;
+use crate::disasm::MachineCode;
 use crate::error::CompileError;
-use crate::kernels::disasm::MachineCode;
-use crate::runtime::IsaLevel;
+use crate::isa::IsaLevel;
 
 /// Finalized machine code of one function (and what it calls). Dropping it releases the code
 /// memory.

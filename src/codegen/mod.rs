@@ -1,13 +1,12 @@
 //! Translation of the final loop IR to Cranelift IR.
 //!
 //! One translator, generic over `cranelift_module::Module`, serves the JIT (`jit`) and any
-//! other module backend such as object export. A function `f` becomes:
-//! * the entry `fn f(args: *const *mut u8) -> i32`, where `args[k]` is the data pointer of
-//!   parameter `k`; it returns 0, or `STATUS_OUT_OF_MEMORY` when a scratch allocation failed, or
-//!   `STATUS_INDEX_OUT_OF_BOUNDS + n` when the `BoundsCheck` of a gather from the `n`th buffer of
-//!   `ir::passes::checked_buffers` failed;
+//! other module backend such as object export; `backend` makes the Cranelift ISA of a `Target`.
+//! A function `f` becomes:
+//! * the entry `fn f(args: *const *mut u8) -> i32` of the ABI (`abi`: argument pointers in,
+//!   a status out);
 //! * one local function `f__parN(closure: *const u8, index: i64) -> i32` per parallel loop,
-//!   run through the imported `tensorlift_parallel_for` (see `HostFn` for every import);
+//!   run through the imported `tensorlift_parallel_for` (see `abi::HostFn` for every import);
 //! * one local hand-assembled kernel per distinct tensor-intrinsic shape that has one at the
 //!   target's `IsaLevel` (`intrin`).
 //!
@@ -21,6 +20,7 @@
 //! register-blocked accumulator tiles end up in registers.
 
 mod analysis;
+pub(crate) mod backend;
 mod cast;
 mod cse;
 mod expr;
@@ -34,11 +34,10 @@ mod vector;
 
 use cranelift_module::{FuncId, Linkage, Module};
 
-pub use func::{STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OK, STATUS_OUT_OF_MEMORY};
-pub use host::HostFn;
+pub(crate) use backend::{build_isa, build_object_isa};
 
 use crate::error::CompileError;
-use crate::runtime::IsaLevel;
+use crate::isa::{IsaLevel, KernelVariant};
 
 /// Alignment of hand-assembled kernels: a cache line, so loop heads never straddle two.
 pub const KERNEL_ALIGN: u64 = 64;
@@ -51,7 +50,7 @@ pub struct DefinedFunction {
     /// "cranelift", or what a hand-assembled kernel computes and how.
     pub origin: String,
     /// The kernel family of a hand-assembled kernel.
-    pub kernel: Option<crate::kernels::KernelVariant>,
+    pub kernel: Option<KernelVariant>,
     /// Bytes of machine code (Cranelift's code buffer, constants included).
     pub size: usize,
 }

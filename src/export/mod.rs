@@ -30,9 +30,10 @@ use cranelift_object::{ObjectBuilder, ObjectModule};
 use ir::DType;
 use thiserror::Error;
 
-use crate::codegen::translate;
+use crate::codegen::{build_object_isa, translate};
 use crate::error::CompileError;
-use crate::runtime::{IsaLevel, OptLevel, build_object_isa};
+use crate::isa::IsaLevel;
+use crate::target::OptLevel;
 
 pub use load::{LoadError, LoadedLibrary};
 

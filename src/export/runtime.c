@@ -1,6 +1,6 @@
 /* The runtime of an exported tensorlift library, compiled into every library.
  *
- * It provides what generated code imports (`codegen::HostFn`: the parallel-for, scratch memory,
+ * It provides what generated code imports (`abi::HostFn`: the parallel-for, scratch memory,
  * half-precision conversions), CPU-level detection, the per-thread last error, and
  * `tl_call`, which checks DLPack arguments before any generated code runs. Every symbol here is
  * hidden: the library exports only the `<NAME>_`-prefixed functions its generated part defines.

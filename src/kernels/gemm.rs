@@ -28,7 +28,8 @@ use iced_x86::code_asm::*;
 
 use ir::DType;
 
-use super::{DotMethod, KernelError, KernelVariant, VectorWidth};
+use crate::error::KernelError;
+use crate::isa::{DotMethod, KernelVariant, VectorWidth};
 
 /// One kernel's problem: sizes and strides, all compile-time constants.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

@@ -49,7 +49,8 @@ use ir::expr::{BinOp, CmpOp, Expr, ExprKind};
 use ir::intrin::{IntrinKind, TensorIntrin};
 use ir::{DType, Tensor};
 
-use super::{KernelError, VectorWidth};
+use crate::error::KernelError;
+use crate::isa::VectorWidth;
 
 /// The problem of one map kernel: the block and each operand's row stride.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]

@@ -1,4 +1,4 @@
-//! Runtime functions called by generated code (`codegen::HostFn`), and the thread pools
+//! Runtime functions called by generated code (`abi::HostFn`), and the thread pools
 //! parallel loops run on. None of these can panic: a panic cannot unwind through JIT frames.
 
 use std::alloc::{Layout, alloc, dealloc};
@@ -7,11 +7,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-use crate::codegen::HostFn;
+use crate::abi::{ALIGN, HostFn};
 use crate::error::RuntimeError;
-
-/// Alignment of scratch buffers and tensors: one cache line, and enough for any vector load.
-pub const ALIGN: usize = 64;
 
 /// The address generated code calls for `f`.
 pub fn address(f: HostFn) -> *const u8 {

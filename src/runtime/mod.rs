@@ -2,11 +2,16 @@
 //!
 //! `compile` JIT-compiles a final loop-IR function; `CompiledFunc::call` checks every argument
 //! against the function's parameters before generated code runs, which together with
-//! `guard_accesses` (every access is clamped in bounds) makes calls memory safe.
+//! `guard_accesses` (every access is clamped in bounds) makes calls memory safe. Whatever else
+//! loads and runs hand-assembled bytes lives here too, above the assemblers (`kernels`): one
+//! GEMM kernel on its own (`GemmKernel`) and the throughput probes (`peak`).
+//!
+//! The target vocabulary `CompileOptions` and `CompiledFunc` name (`isa`, `target`) is
+//! re-exported, so `runtime::IsaLevel` and `runtime::cpu_name` keep working.
 
-mod cpu;
 pub(crate) mod host;
-mod target;
+mod kernel;
+pub mod peak;
 mod tensor;
 
 use std::sync::{Arc, OnceLock};
@@ -14,15 +19,17 @@ use std::time::{Duration, Instant};
 
 use ir::DType;
 
-pub use cpu::{CpuId, cpu_id, cpu_name};
-pub use target::{ISA_ENV, IsaLevel, OptLevel, Target, has_feature};
-pub(crate) use target::{build_isa, build_object_isa};
+pub use crate::isa::{CpuId, IsaLevel, cpu_id, cpu_name, has_feature};
+pub use crate::target::{ISA_ENV, OptLevel, Target};
+pub use kernel::GemmKernel;
 pub use tensor::{Arg, CheckedTensor, Element, Tensor};
 
+use crate::abi::{STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OK, STATUS_OUT_OF_MEMORY};
+use crate::codegen::build_isa;
 use crate::codegen::jit::{self, JitCode};
-use crate::codegen::{STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OK, STATUS_OUT_OF_MEMORY};
+use crate::disasm::{self, MachineCode};
 use crate::error::{CompileError, RuntimeError};
-use crate::kernels::disasm::{self, MachineCode};
+use crate::isa::KernelVariant;
 
 /// How to compile a function.
 #[derive(Clone, Debug)]
@@ -150,7 +157,7 @@ fn write_perf_map(code: &[MachineCode]) {
 /// JIT-compiles `func`, which must be in the final loop-IR form.
 pub fn compile(func: &ir::Func, options: &CompileOptions) -> Result<CompiledFunc, CompileError> {
     let start = Instant::now();
-    let (isa, level) = target::build_isa(options.target, options.opt_level)?;
+    let (isa, level) = build_isa(options.target, options.opt_level)?;
     let (code, translation) = jit::compile(func, isa, level, host::address)?;
     let machine_code = code.machine_code(&translation);
     if std::env::var_os(PERF_MAP_ENV).is_some_and(|v| v == "1") {
@@ -296,7 +303,7 @@ impl CompiledFunc {
     }
 
     fn run(&self, pointers: &[*mut u8]) -> Result<(), RuntimeError> {
-        // SAFETY: the entry has this signature (`codegen` module doc), the arguments were
+        // SAFETY: the entry has this signature (`abi` module doc), the arguments were
         // checked against the parameters, and the code stays alive while `self` is borrowed.
         let entry: extern "C" fn(*const *mut u8) -> i32 = unsafe { std::mem::transmute(self.code.entry()) };
         let args = pointers.as_ptr() as usize;
@@ -348,7 +355,7 @@ impl CompiledFunc {
     }
 
     /// The hand-assembled kernel families the function calls, in definition order, each once.
-    pub fn kernel_variants(&self) -> Vec<crate::kernels::KernelVariant> {
+    pub fn kernel_variants(&self) -> Vec<KernelVariant> {
         let mut variants = Vec::new();
         for v in self.machine_code.iter().filter_map(|c| c.kernel) {
             if !variants.contains(&v) {

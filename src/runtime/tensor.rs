@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use ir::interp::Array;
 use ir::{DType, ScalarType};
 
-use super::host::ALIGN;
+use crate::abi::ALIGN;
 use crate::error::RuntimeError;
 
 mod sealed {

@@ -16,8 +16,8 @@ use schedules::x86::{GemmInt8Knobs, gemm_int8};
 
 use crate::bench::pattern_value;
 use crate::codegen::jit;
+use crate::disasm::{MachineCode, decode};
 use crate::error::{CompileError, RuntimeError};
-use crate::kernels::disasm::{MachineCode, decode};
 use crate::runtime::{CompileOptions, CompiledFunc, IsaLevel, Target, Tensor, compile};
 
 const GRID_A: [i64; 6] = [0, 1, 127, 128, 254, 255];
@@ -183,7 +183,7 @@ fn avx_vnni_level_runs_tensorized_gemm_with_vex_vpdpbusd_ymm_kernels() {
         assert!(matches!(err, CompileError::UnsupportedTarget { requested: IsaLevel::AvxVnni, .. }), "{err}");
         assert!(err.to_string().starts_with("target avx-vnni is not supported by this CPU"), "{err}");
         let mut builder = isa::lookup(target_lexicon::Triple::host()).unwrap();
-        for flag in level.cranelift_flags() {
+        for flag in crate::codegen::backend::cranelift_flags(level) {
             builder.enable(flag).unwrap();
         }
         let isa = builder.finish(settings::Flags::new(settings::builder())).unwrap();

@@ -5,12 +5,13 @@
 use iced_x86::{EncodingKind, Mnemonic, OpKind, Register};
 
 use crate::bench::Lcg;
-use crate::kernels::disasm::decode;
-use crate::kernels::peak::{PeakError, Probe, ProbeKind, assemble, assemble_probe};
-use crate::kernels::{
-    Blocking, DotMethod, GemmKernel, GemmShape, KernelError, KernelVariant, VectorWidth, assemble_gemm,
-};
-use crate::runtime::IsaLevel;
+use crate::disasm::decode;
+use crate::error::KernelError;
+use crate::isa::{DotMethod, IsaLevel, KernelVariant, VectorWidth};
+use crate::kernels::peak::{ProbeKind, assemble, assemble_probe};
+use crate::kernels::{Blocking, GemmShape, assemble_gemm};
+use crate::runtime::GemmKernel;
+use crate::runtime::peak::{PeakError, Probe};
 use ir::DType;
 
 /// Variants this CPU can run.
@@ -495,7 +496,8 @@ fn every_supported_probe_measures_a_rate() {
 /// kinds of host classify as measured.
 #[test]
 fn the_core_rate_is_full_only_for_zmm_vnni_on_512_bit_units() {
-    use crate::kernels::peak::{core_rate, full_width_zmm};
+    use crate::build::core_rate;
+    use crate::runtime::peak::full_width_zmm;
     use schedules::x86_conv::CoreRate;
     assert!(full_width_zmm(942.0, 517.0), "the Intel Xeon");
     assert!(!full_width_zmm(465.0, 464.0), "the Zen 4");

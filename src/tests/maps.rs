@@ -177,7 +177,7 @@ fn map_kernels_equal_the_interpreter_at_every_level() {
                 let ran = case.check(m, n, level);
                 if ran && case.name != "int_select" && case.name != "sum_f32" {
                     let lanes = if level == IsaLevel::Avx512Vnni { 16 } else { 8 };
-                    let code = crate::kernels::disassemble(compile_at(&case.func(m, n), level).machine_code());
+                    let code = crate::disasm::disassemble(compile_at(&case.func(m, n), level).machine_code());
                     let grouped = code.contains("vpermd");
                     assert_eq!(grouped, n >= 4 * lanes, "{} {m}x{n} at {level}\n{code}", case.name);
                 }
@@ -263,7 +263,7 @@ fn requantization_by_the_reciprocal_is_exact_next_to_every_tie() {
             ];
             for &level in &levels {
                 assert!(case.check_args(&func, &args, level), "{s} {zp:?} {dst} at {level}: no map kernel");
-                let code = crate::kernels::disassemble(compile_at(&func, level).machine_code());
+                let code = crate::disasm::disassemble(compile_at(&func, level).machine_code());
                 assert!(code.contains("vfmadd213ps") && code.contains("vdivps"), "{s}: no reciprocal path\n{code}");
                 // zmm groups of four vectors take one check (`vrangeps`), the rest one each.
                 let checks = (code.contains("vrangeps"), code.contains("vandps"));

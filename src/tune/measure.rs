@@ -16,8 +16,9 @@ use thiserror::Error;
 use super::db::{Status, WorkloadRef};
 use super::space::{Point, Space};
 use crate::bench::time_against_peak_after;
-use crate::kernels::peak::{Probe, ProbeKind};
+use crate::kernels::peak::ProbeKind;
 use crate::runtime::BoundArgs;
+use crate::runtime::peak::Probe;
 use crate::{BuildError, CompileOptions, CompiledFunc, IsaLevel, RuntimeError, Target, Tensor, build};
 
 /// Errors setting up a layer for measurement (a point's own failures are `Measurement`s).

@@ -134,7 +134,7 @@ impl Space {
         let triple_exact = pair_sums_fit_i16((0, 255), (i64::from(lo.min(0)), i64::from(hi.max(0))));
         Space {
             choose_packing: !level.has_vnni() && !triple_exact,
-            rate: crate::kernels::peak::core_rate(level),
+            rate: crate::build::core_rate(level),
             ..Space::new(layer, max_threads)
         }
     }

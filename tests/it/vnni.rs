@@ -12,7 +12,7 @@ use ir::schedule::{Schedule, create_schedule};
 use ir::te::{Tensor, compute, placeholder, reduce_axis, sum};
 use ir::{Buffer, DType, Expr, ForKind, Func, Stmt, Var};
 use tensorlift::codegen::jit;
-use tensorlift::kernels::disasm::decode;
+use tensorlift::disasm::decode;
 use tensorlift::{CompileOptions, IsaLevel, Target, Tensor as RtTensor, build, compile};
 
 const A_GRID: [i64; 6] = [0, 1, 127, 128, 254, 255];

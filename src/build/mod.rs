@@ -1,12 +1,18 @@
-//! The compile driver: schedule → loop IR (`ir::lower`) → machine code (`runtime::compile`).
+//! The compile driver: schedule → loop IR (`ir::lower`) → machine code (`runtime::compile`);
+//! and, where schedules meet the host, the `CoreRate` the default schedules follow
+//! (`core_rate`).
 //!
 //! `TENSORLIFT_DUMP_IR=1` prints the IR to stderr after every lowering pass that changed it.
+
+mod core_rate;
 
 use std::time::{Duration, Instant};
 
 use ir::schedule::Schedule;
 use ir::{Func, LowerError, Tensor};
 use thiserror::Error;
+
+pub use core_rate::core_rate;
 
 use crate::error::CompileError;
 use crate::runtime::{CompileOptions, CompiledFunc, compile};

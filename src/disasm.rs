@@ -1,10 +1,13 @@
-//! Disassembly of machine code in Intel syntax (iced-x86), for `--asm` and
-//! `CompiledFunc::disassembly`.
+//! Ground floor: disassembly of machine code in Intel syntax (iced-x86), for `--asm`,
+//! `CompiledFunc::disassembly` and the tests that check encodings. It reads bytes, whoever
+//! produced them (Cranelift or `kernels`), so it stands below both.
 
 use std::collections::HashMap;
 use std::fmt::Write;
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Formatter, Instruction, IntelFormatter};
+
+use crate::isa::KernelVariant;
 
 /// The machine code of one function as it sits in memory.
 #[derive(Clone, Debug)]
@@ -13,7 +16,7 @@ pub struct MachineCode {
     /// Who produced it: "cranelift", or a kernel description.
     pub origin: String,
     /// The family of a hand-assembled kernel.
-    pub kernel: Option<super::KernelVariant>,
+    pub kernel: Option<KernelVariant>,
     pub address: u64,
     pub bytes: Vec<u8>,
 }

@@ -1,0 +1,15 @@
+//! The host's `CoreRate` for the default convolution schedules (`schedules::x86_conv`): the one
+//! place a measured fact about the cores (`runtime::peak`) becomes a schedule's input, so that
+//! neither the probes nor the runtime know schedule types.
+
+use schedules::x86_conv::CoreRate;
+
+use crate::isa::IsaLevel;
+use crate::runtime::peak::zmm_vnni_runs_full_width;
+
+/// The `CoreRate` of this CPU's cores for code at `level`, which the default schedules' threads
+/// follow: full where the level is `avx512-vnni` and the cores run zmm `vpdpbusd` at their full
+/// width, else slower. Only `avx512-vnni` runs the probes (once per process).
+pub fn core_rate(level: IsaLevel) -> CoreRate {
+    if level == IsaLevel::Avx512Vnni && zmm_vnni_runs_full_width() { CoreRate::FullZmmVnni } else { CoreRate::Slower }
+}
