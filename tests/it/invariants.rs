@@ -1,7 +1,13 @@
 //! Architecture invariants from README.md, checked mechanically.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use proc_macro2::Ident;
+use syn::punctuated::Punctuated;
+use syn::visit::{self, Visit};
+use syn::{Block, Expr, Item, ItemMod, ItemUse, Token, UseTree, Visibility};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -83,11 +89,11 @@ fn every_pass_file_exports_one_function_named_after_it() {
 }
 
 /// The layering of the root crate's top-level modules: each module, and the modules it may
-/// name (`crate::<module>`, or a `super::` path that reaches the crate root). Arrows point down:
-/// the ground floor (`isa`, `abi`, `disasm`, `error`, `target`) ← `kernels` (assemblers) ←
-/// `codegen` ← `runtime` ← `build`, `bench` ← `tune`, `export`. `src/lib.rs` (the root's
-/// re-exports), the binary (`src/main.rs`, `src/cli/`) and the unit tests (`src/tests/`) sit
-/// above everything and are not checked.
+/// name (`crate::<module>`, a `super::` path that reaches the crate root, or a re-export of
+/// `src/lib.rs` such as `crate::IsaLevel`). Arrows point down: the ground floor (`isa`, `abi`,
+/// `disasm`, `error`, `target`) ← `kernels` (assemblers) ← `codegen` ← `runtime` ← `build`,
+/// `bench` ← `tune`, `export`. `src/lib.rs` (the root's re-exports), the binary (`src/main.rs`,
+/// `src/cli/`) and the unit tests (`src/tests/`) sit above everything and are not checked.
 const LAYERS: &[(&str, &[&str])] = &[
     ("isa", &[]),
     ("abi", &[]),
@@ -108,252 +114,96 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ("export", "tune"), // removed by the knobs branch
 ];
 
-/// A token of Rust source, comments, strings and character literals dropped.
-#[derive(Clone, PartialEq, Debug)]
-enum Tok {
-    Ident(String),
-    /// `::`
-    PathSep,
-    Open,
-    Close,
-    Comma,
-    Semi,
-    Other,
-}
-
-/// The tokens of `text` that matter to paths, each with its line (1-based).
-fn tokens(text: &str) -> Vec<(Tok, usize)> {
-    let c: Vec<char> = text.chars().collect();
-    let (mut out, mut i, mut line) = (Vec::new(), 0, 1);
-    let at = |i: usize| c.get(i).copied().unwrap_or('\0');
-    // Skips a quoted literal from its opening quote at `i` (escapes honoured); returns the index
-    // after the closing quote, counting lines.
-    let quoted = |mut i: usize, quote: char, line: &mut usize| {
-        i += 1;
-        while i < c.len() && c[i] != quote {
-            if c[i] == '\\' {
-                i += 1;
-            }
-            if at(i) == '\n' {
-                *line += 1;
-            }
-            i += 1;
+/// Every leaf of a `use` tree: the path it imports (a glob's ends at its module) and the name it
+/// binds (none for a glob).
+fn use_leaves(tree: &UseTree, prefix: &mut Vec<Ident>, out: &mut Vec<(Vec<Ident>, Option<Ident>)>) {
+    let with = |prefix: &[Ident], name: &Ident| [prefix, std::slice::from_ref(name)].concat();
+    match tree {
+        UseTree::Path(p) => {
+            prefix.push(p.ident.clone());
+            use_leaves(&p.tree, prefix, out);
+            prefix.pop();
         }
-        i + 1
-    };
-    while i < c.len() {
-        let ch = c[i];
-        if ch.is_whitespace() {
-            line += usize::from(ch == '\n');
-            i += 1;
-        } else if ch == '/' && at(i + 1) == '/' {
-            while i < c.len() && c[i] != '\n' {
-                i += 1;
-            }
-        } else if ch == '/' && at(i + 1) == '*' {
-            let mut depth = 0;
-            loop {
-                if at(i) == '/' && at(i + 1) == '*' {
-                    depth += 1;
-                    i += 2;
-                } else if at(i) == '*' && at(i + 1) == '/' {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else if i >= c.len() {
-                    break;
-                } else {
-                    line += usize::from(c[i] == '\n');
-                    i += 1;
-                }
-            }
-        } else if ch == '"' {
-            i = quoted(i, '"', &mut line);
-        } else if ch == '\'' {
-            if at(i + 1) == '\\' || at(i + 2) == '\'' {
-                i = quoted(i, '\'', &mut line);
-            } else {
-                // A lifetime or label: skip its name.
-                i += 1;
-                while at(i).is_alphanumeric() || at(i) == '_' {
-                    i += 1;
-                }
-            }
-        } else if ch.is_alphabetic() || ch == '_' {
-            let start = i;
-            while at(i).is_alphanumeric() || at(i) == '_' {
-                i += 1;
-            }
-            let word: String = c[start..i].iter().collect();
-            let raw = matches!(word.as_str(), "r" | "br" | "cr");
-            if matches!(word.as_str(), "b" | "c") && at(i) == '"' {
-                i = quoted(i, '"', &mut line);
-            } else if word == "b" && at(i) == '\'' {
-                i = quoted(i, '\'', &mut line);
-            } else if raw && at(i) == '#' && at(i + 1) != '"' && at(i + 1) != '#' {
-                // `r#ident`, a raw identifier.
-                let start = i + 1;
-                i = start;
-                while at(i).is_alphanumeric() || at(i) == '_' {
-                    i += 1;
-                }
-                out.push((Tok::Ident(c[start..i].iter().collect()), line));
-            } else if raw && (at(i) == '"' || at(i) == '#') {
-                // A raw string, `r#"..."#`: it ends at a quote followed by as many `#`.
-                let mut hashes = 0;
-                while at(i) == '#' {
-                    hashes += 1;
-                    i += 1;
-                }
-                i += 1;
-                while i < c.len() && !(c[i] == '"' && (1..=hashes).all(|k| at(i + k) == '#')) {
-                    line += usize::from(c[i] == '\n');
-                    i += 1;
-                }
-                i += 1 + hashes;
-            } else {
-                out.push((Tok::Ident(word), line));
-            }
-        } else if ch.is_ascii_digit() {
-            while at(i).is_alphanumeric() || at(i) == '_' {
-                i += 1;
-            }
-        } else {
-            let tok = match ch {
-                ':' if at(i + 1) == ':' => {
-                    i += 1;
-                    Tok::PathSep
-                }
-                '{' => Tok::Open,
-                '}' => Tok::Close,
-                ',' => Tok::Comma,
-                ';' => Tok::Semi,
-                _ => Tok::Other,
-            };
-            out.push((tok, line));
-            i += 1;
-        }
-    }
-    out
-}
-
-/// The names a path continues with at `k`: one identifier, or the first identifier of each
-/// item of a `{...}` group (`self` left out).
-fn names_at(toks: &[(Tok, usize)], k: usize) -> Vec<(String, usize)> {
-    match toks.get(k) {
-        Some((Tok::Ident(name), line)) => vec![(name.clone(), *line)],
-        Some((Tok::Open, _)) => {
-            let (mut names, mut depth, mut item_start) = (Vec::new(), 0, true);
-            for (tok, line) in &toks[k..] {
-                match tok {
-                    Tok::Open => depth += 1,
-                    Tok::Close => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    Tok::Comma if depth == 1 => item_start = true,
-                    Tok::Ident(name) if depth == 1 && item_start => {
-                        if name != "self" {
-                            names.push((name.clone(), *line));
-                        }
-                        item_start = false;
-                    }
-                    _ if depth == 1 => item_start = false,
-                    _ => {}
-                }
-            }
-            names
-        }
-        _ => Vec::new(),
+        UseTree::Name(n) => out.push((with(prefix, &n.ident), Some(n.ident.clone()))),
+        UseTree::Rename(r) => out.push((with(prefix, &r.ident), Some(r.rename.clone()))),
+        UseTree::Glob(_) => out.push((prefix.clone(), None)),
+        UseTree::Group(g) => g.items.iter().for_each(|t| use_leaves(t, prefix, out)),
     }
 }
 
-/// The crate-root names a file refers to, with their lines: what follows `crate::` and what
-/// follows a chain of `super::` that climbs to the root from the file's module, `depth` levels
-/// below the root (inline `mod name { ... }` blocks add a level).
-fn root_references(text: &str, depth: usize) -> Vec<(String, usize)> {
-    let toks = tokens(text);
-    let ident = |k: usize, s: &str| matches!(toks.get(k), Some((Tok::Ident(w), _)) if w == s);
-    let sep = |k: usize| matches!(toks.get(k), Some((Tok::PathSep, _)));
-    let (mut out, mut braces, mut inline_mods, mut mod_pending) = (Vec::new(), 0usize, Vec::new(), false);
-    for k in 0..toks.len() {
-        let path_start = k == 0 || !sep(k - 1);
-        match &toks[k].0 {
-            Tok::Ident(w) if w == "mod" && matches!(toks.get(k + 2), Some((Tok::Open, _))) => mod_pending = true,
-            Tok::Open => {
-                braces += 1;
-                if std::mem::take(&mut mod_pending) {
-                    inline_mods.push(braces);
-                }
-            }
-            Tok::Close => {
-                if inline_mods.last() == Some(&braces) {
-                    inline_mods.pop();
-                }
-                braces = braces.saturating_sub(1);
-            }
-            Tok::Ident(w) if w == "crate" && path_start && sep(k + 1) => out.extend(names_at(&toks, k + 2)),
-            Tok::Ident(w) if w == "super" && path_start => {
-                let mut j = k;
-                while ident(j, "super") && sep(j + 1) {
-                    j += 2;
-                }
-                if (j - k) / 2 >= depth + inline_mods.len() {
-                    out.extend(names_at(&toks, j));
-                }
-            }
-            _ => {}
+/// Collects the names right below the crate root that paths reach: `crate::<name>`, or
+/// `super::` climbing `depth` levels (the module's depth below the root, inline `mod` blocks
+/// included) to `<name>`.
+struct RootReferences {
+    depth: usize,
+    names: Vec<Ident>,
+}
+
+impl RootReferences {
+    fn path(&mut self, segments: &[Ident]) {
+        let supers = segments.iter().take_while(|s| *s == "super").count();
+        let below_root = match segments.first() {
+            Some(first) if first == "crate" => 1,
+            _ if supers > 0 && supers >= self.depth => supers,
+            _ => return,
+        };
+        // `pub(crate)` and `pub(super)` name the root itself, no module below it.
+        self.names.extend(segments.get(below_root).cloned());
+    }
+}
+
+impl<'ast> Visit<'ast> for RootReferences {
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        if path.leading_colon.is_none() {
+            self.path(&path.segments.iter().map(|s| s.ident.clone()).collect::<Vec<_>>());
+        }
+        visit::visit_path(self, path);
+    }
+
+    fn visit_item_use(&mut self, item: &'ast ItemUse) {
+        let mut leaves = Vec::new();
+        use_leaves(&item.tree, &mut Vec::new(), &mut leaves);
+        leaves.iter().for_each(|(path, _)| self.path(path));
+    }
+
+    fn visit_item_mod(&mut self, item: &'ast ItemMod) {
+        self.depth += 1;
+        visit::visit_item_mod(self, item);
+        self.depth -= 1;
+    }
+
+    /// The macro's own path, and its body if it parses as expressions (`format!`, `vec!`,
+    /// `assert_eq!`...) or statements; other bodies (`macro_rules!` rules) are skipped.
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        self.visit_path(&mac.path);
+        if let Ok(exprs) = mac.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated) {
+            exprs.iter().for_each(|e| self.visit_expr(e));
+        } else if let Ok(stmts) = mac.parse_body_with(Block::parse_within) {
+            stmts.iter().for_each(|s| self.visit_stmt(s));
         }
     }
-    out
+}
+
+/// The names right below the crate root that a file, `depth` levels below it, refers to.
+fn root_references(file: &syn::File, depth: usize) -> Vec<Ident> {
+    let mut refs = RootReferences { depth, names: Vec::new() };
+    refs.visit_file(file);
+    refs.names
 }
 
 /// The top-level modules `src/lib.rs` declares (but the unit tests), and its root re-exports:
 /// name → the module it comes from (`None` for an external crate re-exported whole).
-fn crate_root(lib: &str) -> (Vec<String>, std::collections::HashMap<String, Option<String>>) {
-    let toks = tokens(lib);
-    let mut modules = Vec::new();
-    let mut reexports = std::collections::HashMap::new();
-    let mut depth = 0;
-    let ident = |k: usize| match toks.get(k) {
-        Some((Tok::Ident(w), _)) => Some(w.as_str()),
-        _ => None,
-    };
-    for k in 0..toks.len() {
-        match &toks[k].0 {
-            Tok::Open => depth += 1,
-            Tok::Close => depth -= 1,
-            Tok::Ident(w) if w == "mod" && depth == 0 && matches!(toks.get(k + 2), Some((Tok::Semi, _))) => {
-                modules.extend(ident(k + 1).filter(|&m| m != "tests").map(String::from));
-            }
-            Tok::Ident(w) if w == "use" && depth == 0 && ident(k.wrapping_sub(1)) == Some("pub") => {
-                let Some(source) = ident(k + 1) else { continue };
-                let end = (k..toks.len()).find(|&j| toks[j].0 == Tok::Semi).unwrap_or(toks.len());
-                if !sep(&toks, k + 2) {
-                    reexports.insert(source.to_string(), None);
-                    continue;
-                }
-                let mut leaves: Vec<String> = Vec::new();
-                let mut rename = false;
-                for j in k + 2..end {
-                    let Some(name) = ident(j) else { continue };
-                    if sep(&toks, j + 1) {
-                        continue;
-                    }
-                    if name == "as" {
-                        rename = true;
-                    } else if std::mem::take(&mut rename) {
-                        *leaves.last_mut().unwrap() = name.to_string();
-                    } else {
-                        leaves.push(name.to_string());
-                    }
-                }
-                for leaf in leaves {
-                    reexports.insert(leaf, Some(source.to_string()));
+fn crate_root(lib: &str) -> (Vec<String>, HashMap<String, Option<String>>) {
+    let (mut modules, mut reexports) = (Vec::new(), HashMap::new());
+    for item in syn::parse_file(lib).expect("src/lib.rs parses").items {
+        match item {
+            Item::Mod(m) if m.content.is_none() && m.ident != "tests" => modules.push(m.ident.to_string()),
+            Item::Use(u) if matches!(u.vis, Visibility::Public(_)) => {
+                let mut leaves = Vec::new();
+                use_leaves(&u.tree, &mut Vec::new(), &mut leaves);
+                for (path, name) in leaves {
+                    let source = (path.len() > 1).then(|| path[0].to_string());
+                    reexports.extend(name.map(|n| (n.to_string(), source)));
                 }
             }
             _ => {}
@@ -362,16 +212,17 @@ fn crate_root(lib: &str) -> (Vec<String>, std::collections::HashMap<String, Opti
     (modules, reexports)
 }
 
-fn sep(toks: &[(Tok, usize)], k: usize) -> bool {
-    matches!(toks.get(k), Some((Tok::PathSep, _)))
-}
-
 /// The top-level module of a file under `src/`, and how deep its module sits below the root.
 fn module_of(relative: &Path) -> (String, usize) {
     let parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     let top = parts[0].trim_end_matches(".rs").to_string();
     let depth = if parts.last().is_some_and(|p| p == "mod.rs") { parts.len() - 1 } else { parts.len() };
     (top, depth)
+}
+
+/// Parses a file of `src/`, panicking with its path if it does not parse.
+fn parse(relative: &Path, text: &str) -> syn::File {
+    syn::parse_file(text).unwrap_or_else(|e| panic!("src/{} does not parse: {e}", relative.display()))
 }
 
 /// Every import in `files` (path relative to `src/`, text) that the layering does not allow, as
@@ -386,27 +237,20 @@ fn layering_violations(lib: &str, files: &[(PathBuf, String)]) -> Vec<String> {
     let mut violations = Vec::new();
     for (relative, text) in files {
         let (from, depth) = module_of(relative);
-        for (name, line) in root_references(text, depth) {
-            let to = if modules.contains(&name) {
-                name.clone()
-            } else {
-                match reexports.get(&name) {
-                    Some(Some(module)) => module.clone(),
-                    Some(None) => continue,
-                    None => {
-                        violations.push(format!(
-                            "src/{}:{line}: `{name}` at the crate root is neither a module nor a re-export of lib.rs",
-                            relative.display()
-                        ));
-                        continue;
-                    }
+        for ident in root_references(&parse(relative, text), depth) {
+            let (name, at) = (ident.to_string(), format!("src/{}:{}", relative.display(), ident.span().start().line));
+            let to = match reexports.get(&name) {
+                _ if modules.contains(&name) => &name,
+                Some(Some(module)) => module,
+                Some(None) => continue,
+                None => {
+                    violations.push(format!("{at}: `{name}` at the crate root is neither a module nor a re-export"));
+                    continue;
                 }
             };
-            if !allowed(&from, &to) {
-                violations.push(format!(
-                    "src/{}:{line}: {from} → {to} (`{name}`) is not allowed by LAYERS in tests/it/invariants.rs",
-                    relative.display()
-                ));
+            if !allowed(&from, to) {
+                let why = "is not allowed by LAYERS in tests/it/invariants.rs";
+                violations.push(format!("{at}: {from} → {to} (`{name}`) {why}"));
             }
         }
     }
@@ -439,7 +283,7 @@ fn modules_import_only_the_layers_below_them() {
         })
         .collect();
     assert!(files.len() > 40, "found only {} files under src/", files.len());
-    let references: usize = files.iter().map(|(r, t)| root_references(t, module_of(r).1).len()).sum();
+    let references: usize = files.iter().map(|(r, t)| root_references(&parse(r, t), module_of(r).1).len()).sum();
     assert!(references > 50, "found only {references} references to the crate root: the scan is broken");
     let violations = layering_violations(&lib, &files);
     assert!(violations.is_empty(), "imports against the layering:\n{}", violations.join("\n"));
@@ -454,11 +298,15 @@ fn the_layering_check_catches_upward_imports() {
         file("codegen/func.rs", "fn f() { let s = \"crate::tune\"; crate::T::new(); }\n// crate::tune\n"),
         file(
             "codegen/mod.rs",
-            "mod inner {\n    use super::super::tune;\n    use super::sibling;\n}\nuse crate::ir::Func;\n",
+            "mod inner {\n    use super::super::tune;\n    use super::sibling;\n}\nuse crate::ir::Func;\npub(crate) fn h() {}\n",
         ),
         file(
             "runtime/mod.rs",
             "use crate::{compile, codegen::jit};\nfn g<'a>(c: char) -> bool { c == '{' }\nuse crate::tune::x;\n",
+        ),
+        file(
+            "runtime/jit.rs",
+            "fn f() {\n    crate::tune::log!(\"{}\", 1);\n    let v = vec![super::super::tune::X];\n    format!(\"crate::tune\");\n}\n",
         ),
     ];
     let violations = layering_violations(lib, &files);
@@ -467,6 +315,8 @@ fn the_layering_check_catches_upward_imports() {
         "src/codegen/func.rs:1: codegen → runtime (`T`)",
         "src/codegen/mod.rs:2: codegen → tune (`tune`)",
         "src/runtime/mod.rs:3: runtime → tune (`tune`)",
+        "src/runtime/jit.rs:2: runtime → tune (`tune`)",
+        "src/runtime/jit.rs:3: runtime → tune (`tune`)",
     ];
     assert_eq!(violations.len(), expected.len(), "{violations:#?}");
     for (v, e) in violations.iter().zip(expected) {
