@@ -1,0 +1,153 @@
+//! The int8 convolution as the direct convolution x86 schedules tensorize
+//! (`conv2d_int8_direct`): a padded channels-last source read in place, packed weights, an
+//! accumulator with panel-padded channels, in NCHW or NHWC.
+
+use ir::expr::{max as index_max, min as index_min, select};
+use ir::intrin::TensorIntrin;
+use ir::te::{Tensor, compute_vec, placeholder_vec, placeholder_vec_in_range, reduce_axis, sum};
+use ir::{DType, Expr};
+
+use super::checks::{ceil_div, dtype_error, shape_error};
+use super::conv::{Conv2dParams, ConvGeometry, conv_geometry};
+use super::gemm_operands::{GemmOperands, shifted_source, source_shift};
+use super::layer::{Requantized, check_layer_attrs, requantize_layer, requantize_map};
+use super::layout::Layout;
+use super::packing::conv_row_bytes;
+use crate::quant::{Param, QuantAttrs, QuantError};
+
+/// The stages of `conv2d_int8_direct`, with `R = conv_row_bytes(IC, KW)`.
+#[derive(Clone, Debug)]
+pub struct DirectConvLayer {
+    /// Placeholder `i32[OC]`: bind `compensation(weights, ..)` (as for `conv2d_nchw_int8`).
+    pub compensation: Tensor,
+    /// Placeholder `i8[⌈OC/nr⌉, KH·R/4, nr, 4]` (`i16[⌈OC/nr⌉, KH·R/2, nr, 2]` for an i16
+    /// source): bind `pack_conv2d_weights(weights, nr, operands)`.
+    pub packed_weights: Tensor,
+    /// The source as `GemmOperands::source` when it is not already (`<name>.shifted`: shifted
+    /// by -128 to i8, or widened to i16).
+    pub shifted: Option<Tensor>,
+    /// `u8[N, HS, RS]` (`<name>.pad`; of the `GemmOperands::source` dtype): the source channels
+    /// last, row by row (pixel `x`'s `IC` channels at `x·IC`), padded by `pad` pixels with the
+    /// (shifted) source zero point; each row holds at least `WS·IC + R - KW·IC` elements (the last
+    /// pixel's kernel row reads up to `R`), rounded up to a multiple of 16 so that rows vectorize
+    /// whole. A 1×1
+    /// kernel reads its source here already subsampled by the stride (`HS = OH`, `WS = OW`; the
+    /// accumulator then runs at stride 1).
+    pub padded: Tensor,
+    /// `i32[N, OH, OW, ⌈OC/nr⌉·nr]` (`<name>.acc`): reduction axes `ky` (`KH`), `ko` (`R/P`)
+    /// and `ki` (`P`, `GemmOperands::pack`). For a fixed `ky`, the `R` elements a pixel reads
+    /// are contiguous in `padded`, and consecutive pixels of a row are `stride·IC` apart: a GEMM of `mr` pixels ×
+    /// `nr` channels × `R` per `ky` with no copy of the source.
+    pub acc: Tensor,
+    /// The requantized output, `[N, OC, OH, OW]` or `[N, OH, OW, OC]` by the layout.
+    pub output: Tensor,
+    /// The requantization multipliers `src_scale · wei_scale[oc]` in f32 (a parameter when the
+    /// weight scale mask is 1).
+    pub params: Vec<Param>,
+    /// The requantization of one output row of `OW` pixels × `OC` channels (`requantize_map`):
+    /// what an NHWC schedule tensorizes the output's pixel loop with.
+    pub requantize_row: TensorIntrin,
+}
+
+/// The int8 convolution of `conv2d_nchw_int8` (same meaning, bit for bit) with source and output
+/// (and sum input) in `layout`, defined as the direct convolution an x86 schedule tensorizes
+/// (`DirectConvLayer`): the weights come packed by `pack_conv2d_weights(weights, nr, operands)`
+/// (`weights` is only the shape and dtype here), the accumulator has `nr`-padded channels, the
+/// GEMM reads its operands as `operands` says. Errors also for a weight range without 0 or a
+/// source dtype other than u8 or i8.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_int8_direct(
+    src: &Tensor,
+    weights: &Tensor,
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    conv: Conv2dParams,
+    attrs: &QuantAttrs,
+    layout: Layout,
+    nr: i64,
+    operands: GemmOperands,
+    name: &str,
+) -> Result<DirectConvLayer, QuantError> {
+    let op = format!("conv2d_int8_direct {name}");
+    let ConvGeometry { n, ic, h, w, oc, kh, kw, oh, ow } = conv_geometry(&op, src, layout, weights, conv)?;
+    if nr < 1 {
+        return Err(shape_error(&op, "the panel width nr", "positive", nr.to_string()));
+    }
+    let (w_lo, w_hi) = operands.weights;
+    if !(w_lo <= 0 && 0 <= w_hi) {
+        return Err(shape_error(&op, "the weight range", "lo ≤ 0 ≤ hi", format!("{w_lo}..={w_hi}")));
+    }
+    let gemm = operands.source;
+    if !GemmOperands::SOURCES.contains(&gemm) {
+        return Err(dtype_error(&op, "the GEMM source", "u8, i8 or i16", gemm));
+    }
+    let out_dims = layout.shape([n, oc, oh, ow]);
+    let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
+    let (source, shifted) = shifted_source(src, gemm, name)?;
+    let pad_value = Expr::int(gemm, (src_zp + source_shift(src.dtype(), gemm)) as i64);
+    let (p, row) = (conv.pad, conv_row_bytes(ic, kw));
+    // A 1×1 kernel subsamples while padding and then runs at stride 1.
+    let (step, s) = if kh == 1 && kw == 1 { (conv.stride, 1) } else { (1, conv.stride) };
+    let (hs, ws) = if step > 1 { (oh, ow) } else { (h + 2 * p, w + 2 * p) };
+    let row_width = ceil_div(ws * ic + row - kw * ic, 16) * 16;
+    let padded = compute_vec(
+        vec![n, hs, row_width],
+        |i| {
+            let y = &i[1] * step - p;
+            // Reads are clamped into the source, so that they need no guard when vectorized
+            // (the select discards them outside).
+            let clamp = |v: Expr, size: i64| index_min(index_max(v, Expr::index(0)), size - 1);
+            let (inside_row, x, c) = if step == 1 {
+                // The pixels of a row in the source are contiguous too: one offset `t`, whose
+                // clamp `partition_loops` removes in the interior of the row.
+                let t = &i[2] - p * ic;
+                let ct = clamp(t.clone(), w * ic);
+                (t.clone().ge(0) & t.lt(w * ic), &ct / ic, &ct % ic)
+            } else {
+                let x = &i[2] / ic * step - p;
+                let inside = x.clone().ge(0) & x.clone().lt(w) & i[2].clone().lt(ws * ic);
+                (inside, clamp(x, w), &i[2] % ic)
+            };
+            let inside = y.clone().ge(0) & y.clone().lt(h) & inside_row;
+            select(inside, source.at_vec(layout.index(&i[0], &c, &clamp(y, h), &x).to_vec()), pad_value)
+        },
+        &format!("{name}.pad"),
+    )?;
+    let panels = ceil_div(oc, nr);
+    let pack = operands.pack();
+    let (packed_shape, packed_name) = (vec![panels, kh * row / pack, nr, pack], format!("{name}.packed_weights"));
+    // The i16 kernels are exact on every i16: no range to declare (and none to check per call).
+    let packed_weights = if gemm == DType::I16 {
+        placeholder_vec(packed_shape, DType::I16, &packed_name)?
+    } else {
+        placeholder_vec_in_range(packed_shape, DType::I8, i64::from(w_lo)..=i64::from(w_hi), &packed_name)?
+    };
+    let (ky, ko, ki) = (reduce_axis(kh, "ky")?, reduce_axis(row / pack, "ko")?, reduce_axis(pack, "ki")?);
+    let acc = compute_vec(
+        vec![n, oh, ow, panels * nr],
+        |i| {
+            let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * ic) + &ko * pack + &ki)]).cast(DType::I32);
+            let group = &ky * (row / pack) + &ko;
+            let b = packed_weights.at([&(&i[3] / nr), &group, &(&i[3] % nr), &ki.to_expr()]).cast(DType::I32);
+            sum(DType::I32, &[&ky, &ko, &ki], a * b)
+        },
+        &format!("{name}.acc"),
+    )?;
+    let channel_axis = if layout == Layout::Nchw { 1 } else { 3 };
+    let Requantized { compensation, output, params } = requantize_layer(
+        out_dims.to_vec(),
+        |i| {
+            let [b, o, y, x] = layout.nchw_of(i);
+            acc.at([b, y, x, o])
+        },
+        channel_axis,
+        weights.shape(),
+        bias,
+        sum_input,
+        (src_scale, dst_q),
+        attrs,
+        name,
+    )?;
+    let requantize_row = requantize_map((ow, oc), weights.shape(), bias, sum_input, (src_scale, dst_q), attrs)?;
+    Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params, requantize_row })
+}

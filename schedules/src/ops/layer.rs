@@ -1,0 +1,158 @@
+//! What the int8 convolutions and the dense layer share: the stages of the reference ones
+//! (`QuantizedLayer`), the checks of their attributes, and the requantization of the
+//! accumulator, as a stage and as the `Map` declaration an x86 schedule tensorizes it with.
+
+use ir::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin};
+use ir::te::{Tensor, compute_vec, placeholder_vec};
+use ir::{DType, Expr};
+
+use super::checks::{dtype_error, require_int8_src, require_s8_weights, shape_error};
+use crate::quant::{
+    DST_TYPES, Param, Params, QuantAttrs, QuantError, Scales, activation_quant, check_post_ops, finish, is_dst_type,
+};
+
+/// The stages of an int8 convolution or dense layer.
+#[derive(Clone, Debug)]
+pub struct QuantizedLayer {
+    /// Placeholder `i32[OC]`: bind the `compensation` computed when the weights were prepared.
+    pub compensation: Tensor,
+    /// `u8(src) + 128` for an i8 source (`<name>.shifted`).
+    pub shifted: Option<Tensor>,
+    /// The source padded with its (shifted) zero point (`<name>.pad`), when `pad > 0`.
+    pub padded: Option<Tensor>,
+    /// The exact i32 accumulator of u8 × i8 products (`<name>.acc`).
+    pub acc: Tensor,
+    /// The requantized output.
+    pub output: Tensor,
+    /// The requantization multipliers `src_scale · wei_scale[oc]` in f32 (a parameter when the
+    /// weight scale mask is 1).
+    pub params: Vec<Param>,
+}
+
+/// A per-tensor (scale, zero point).
+type PerTensor = (f32, i32);
+
+/// Checks the attributes shared by convolution and dense; returns the per-tensor source and
+/// destination (scale, zero point).
+pub(super) fn check_layer_attrs(
+    op: &str,
+    src: &Tensor,
+    weights: &Tensor,
+    bias: Option<&Tensor>,
+    out_dims: &[i64],
+    sum_input: Option<&Tensor>,
+    attrs: &QuantAttrs,
+) -> Result<(PerTensor, PerTensor), QuantError> {
+    require_int8_src(op, src)?;
+    require_s8_weights(op, weights)?;
+    if !is_dst_type(attrs.dst_dtype) {
+        return Err(dtype_error(op, "the destination", DST_TYPES, attrs.dst_dtype));
+    }
+    let src_q = activation_quant(op, "src", &attrs.src, src.shape(), src.dtype())?;
+    let dst_q = activation_quant(op, "dst", &attrs.dst, out_dims, attrs.dst_dtype)?;
+    if attrs.wei_scales.mask > 1 {
+        return Err(QuantError::UnsupportedMask {
+            op: op.to_string(),
+            arg: "weights scales".to_string(),
+            expected: "0 (per tensor) or 1 (per output channel)".to_string(),
+            found: attrs.wei_scales.mask,
+        });
+    }
+    attrs.wei_scales.check("weights scales", weights.shape())?;
+    let oc = weights.shape()[0];
+    if let Some(b) = bias {
+        if b.dtype() != DType::F32 {
+            return Err(dtype_error(op, "the bias", "f32", b.dtype()));
+        }
+        if b.shape() != [oc] {
+            return Err(shape_error(op, "the shape of the bias", format!("[{oc}]"), format!("{:?}", b.shape())));
+        }
+    }
+    check_post_ops(op, &attrs.post_ops, sum_input, out_dims)?;
+    Ok((src_q, dst_q))
+}
+
+/// The requantized output of a layer and what it reads besides the accumulator.
+pub(super) struct Requantized {
+    /// Placeholder `i32[OC]` (`<name>.compensation`): bind the `compensation` computed when the
+    /// weights were prepared.
+    pub(super) compensation: Tensor,
+    pub(super) output: Tensor,
+    pub(super) params: Vec<Param>,
+}
+
+/// `x = f32(acc − comp[oc]) · M[oc] + bias[oc]`, then post-ops and the destination (see `quant`),
+/// over an output of shape `dims` whose element at `i` has the accumulator `read_acc(i)` and its
+/// output channel at `i[channel_axis]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn requantize_layer(
+    dims: Vec<i64>,
+    read_acc: impl Fn(&[Expr]) -> Expr,
+    channel_axis: usize,
+    weights_dims: &[i64],
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    (src_scale, dst_q): (f32, (f32, i32)),
+    attrs: &QuantAttrs,
+    name: &str,
+) -> Result<Requantized, QuantError> {
+    let compensation = placeholder_vec(vec![weights_dims[0]], DType::I32, &format!("{name}.compensation"))?;
+    let mut params = Params::default();
+    let w = &attrs.wei_scales;
+    let output = compute_vec(
+        dims,
+        |i| {
+            let oc = &i[channel_axis];
+            let mut oc_index = vec![oc.clone()];
+            oc_index.extend(weights_dims[1..].iter().map(|_| Expr::index(0)));
+            // The products src_scale · wei_scale[oc] in f32, formed here once rather than per
+            // element (the same IEEE products either way).
+            let products = Scales { values: w.values.iter().map(|&v| src_scale * v).collect(), mask: w.mask };
+            let multiplier = params.scale(&products, weights_dims, &oc_index, &format!("{name}.multiplier"));
+            let centered = (read_acc(i) - compensation.at([oc])).cast(DType::F32);
+            let mut x = centered * multiplier;
+            if let Some(b) = bias {
+                x = x + b.at([oc]);
+            }
+            finish(x, &attrs.post_ops, sum_input, i, dst_q, attrs.dst_dtype)
+        },
+        name,
+    )?;
+    Ok(Requantized { compensation, output, params: params.0 })
+}
+
+/// The requantization of `requantize_layer` over an `[m, n]` block of accumulators (`n` output
+/// channels, contiguous in every operand) as an `IntrinKind::Map` declaration named
+/// `requantize_{m}x{n}`: inputs `acc: i32[m, n]`, the compensation `[n]`, the bias `[n]` and
+/// the sum input `[m, n]` where the layer has them, then the parameters, in that order. Built
+/// by the same code as the layer's output, so that it is the same computation by construction.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn requantize_map(
+    (m, n): (i64, i64),
+    weights_dims: &[i64],
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    quant: (f32, (f32, i32)),
+    attrs: &QuantAttrs,
+) -> Result<TensorIntrin, QuantError> {
+    let acc = placeholder_vec(vec![m, n], DType::I32, "acc")?;
+    let bias = bias.map(|b| placeholder_vec(vec![n], b.dtype(), "bias")).transpose()?;
+    let sum = sum_input.map(|r| placeholder_vec(vec![m, n], r.dtype(), "sum")).transpose()?;
+    let read_acc = |i: &[Expr]| acc.at([&i[0], &i[1]]);
+    let Requantized { compensation, output, params } = requantize_layer(
+        vec![m, n],
+        read_acc,
+        1,
+        weights_dims,
+        bias.as_ref(),
+        sum.as_ref(),
+        quant,
+        attrs,
+        "requantize",
+    )?;
+    let mut inputs = vec![&acc, &compensation];
+    inputs.extend(bias.as_ref());
+    inputs.extend(sum.as_ref());
+    inputs.extend(params.iter().map(|p| &p.tensor));
+    Ok(decl_tensor_intrin(&format!("requantize_{m}x{n}"), IntrinKind::Map { m, n }, &output, &inputs)?)
+}

@@ -1,0 +1,48 @@
+//! Quantized (int8) operators and layout transforms as tensor expressions, following the model
+//! of `quant` (oneDNN's). The default schedule (`generic::default_schedule`) of each is the
+//! reference; target schedules must compute the same values bit for bit.
+//!
+//! Activations are NCHW at the API (batch `N` is any positive size; resnet-18 uses 1); the
+//! direct convolution that x86 schedules tensorize (`conv2d_int8_direct`) also takes and gives
+//! NHWC (`Layout`), and `convert_layout` moves between the two. A weight
+//! preparation function (`compensation`) is separate from the per-call graph: it runs once when
+//! the weights are packed, and the per-call operators read its result through a placeholder.
+//!
+//! Files, one concept each:
+//! * `conv`: `conv2d_nchw_int8`, the reference convolution, and the geometry every convolution
+//!   checks;
+//! * `direct_conv`: `conv2d_int8_direct`, the convolution as x86 schedules tensorize it;
+//! * `dense`: `dense_int8`;
+//! * `layer`: what they share: `QuantizedLayer`, the attribute checks, the requantization (as a
+//!   stage and as a `Map` declaration);
+//! * `gemm_operands`: `GemmOperands`, how the GEMM reads its operands, and the source shift to
+//!   its dtype;
+//! * `compensation`: the weight preparation of the source zero point;
+//! * `packing`: weights in the layouts the VNNI kernels read;
+//! * `layout`: `Layout` and the activation layout transforms;
+//! * `pool`: max and global average pooling;
+//! * `elementwise`: ReLU and the residual add;
+//! * `checks`: the argument checks and typed errors they all share.
+
+mod checks;
+mod compensation;
+mod conv;
+mod dense;
+mod direct_conv;
+mod elementwise;
+mod gemm_operands;
+mod layer;
+mod layout;
+mod packing;
+mod pool;
+
+pub use compensation::{Compensation, compensation, compensation_for_gemm};
+pub use conv::{Conv2dParams, conv2d_nchw_int8};
+pub use dense::dense_int8;
+pub use direct_conv::{DirectConvLayer, conv2d_int8_direct};
+pub use elementwise::{add_int8, relu_int8};
+pub use gemm_operands::GemmOperands;
+pub use layer::QuantizedLayer;
+pub use layout::{Layout, convert_layout, nchw_to_nchwc, nchwc_to_nchw};
+pub use packing::{conv_row_bytes, oihw_to_vnni_blocked, pack_conv2d_weights};
+pub use pool::{global_avg_pool, max_pool2d};

@@ -1,0 +1,141 @@
+//! The loop nest of a map kernel: rows, then per row the groups of a narrowing store, the full
+//! vectors and the masked partial one; and one vector's evaluation and store.
+
+use iced_x86::code_asm::*;
+use ir::DType;
+use ir::expr::Expr;
+
+use super::narrowing::{GROUP, narrowing_store};
+use super::nodes::lane_of;
+use super::registers::{ARGS, COLUMN, ROW_COUNT, xmm, ymm, zmm};
+use super::scaled_rounding::ScaledRounding;
+use super::{Gen, MapShape};
+use crate::error::KernelError;
+use crate::isa::VectorWidth;
+
+impl<'d> Gen<'d> {
+    pub(super) fn kernel(&mut self, shape: &MapShape) -> Result<(), KernelError> {
+        let body = self.decl.output.body().expect("a Map declaration is a compute").clone();
+        let out = self.decl.output.dtype();
+        self.load_constants(&body)?;
+        if let Some(x) = narrowing_store(&body, out) {
+            let (lo, hi) = if out == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
+            self.constant(lo.to_bits())?;
+            self.constant(hi.to_bits())?;
+            self.constant(0.0f32.to_bits())?;
+            if let Some(r) = ScaledRounding::of(x) {
+                for c in r.constants() {
+                    self.constant(c.to_bits())?;
+                }
+            }
+        }
+        let lanes = self.width.lanes() as i64;
+        let (full, tail) = (shape.n / lanes * lanes, shape.n % lanes);
+        let narrowed = narrowing_store(&body, out);
+        let groups = match narrowed {
+            Some(_) if self.grouped => shape.n / (GROUP * lanes) * (GROUP * lanes),
+            _ => 0,
+        };
+        let permutation = if groups > 0 { Some(self.permutation()?) } else { None };
+        if tail > 0 {
+            self.a.mov(r11d, (1u32 << tail) - 1)?;
+            self.a.kmovw(k2, r11d)?;
+            // The lanes past the block, which a check over every lane must ignore.
+            self.a.knotw(k4, k2)?;
+        }
+        let mut row_top = self.a.create_label();
+        if shape.m > 1 {
+            self.a.mov(ROW_COUNT, shape.m)?;
+        }
+        self.a.set_label(&mut row_top)?;
+        self.a.xor(eax, eax)?;
+        if let (Some(x), Some(permutation)) = (narrowed, permutation) {
+            let mut group_top = self.a.create_label();
+            self.a.set_label(&mut group_top)?;
+            self.masked = false;
+            self.group(x, permutation)?;
+            self.a.add(COLUMN, (GROUP * lanes) as i32)?;
+            self.a.cmp(
+                COLUMN,
+                i32::try_from(groups).map_err(|_| KernelError::OffsetTooLarge { what: "n", offset: groups })?,
+            )?;
+            self.a.jb(group_top)?;
+        }
+        if full > groups {
+            let mut column_top = self.a.create_label();
+            self.a.set_label(&mut column_top)?;
+            self.masked = false;
+            self.vector(&body)?;
+            self.a.add(COLUMN, lanes as i32)?;
+            self.a.cmp(
+                COLUMN,
+                i32::try_from(full).map_err(|_| KernelError::OffsetTooLarge { what: "n", offset: full })?,
+            )?;
+            self.a.jb(column_top)?;
+        }
+        if tail > 0 {
+            self.masked = true;
+            self.vector(&body)?;
+        }
+        if shape.m > 1 {
+            for (arg, tensor) in self.decl.operand_tensors().into_iter().enumerate() {
+                let step = shape.row_strides[arg] * tensor.dtype().bytes() as i64;
+                if step != 0 {
+                    let step =
+                        i32::try_from(step).map_err(|_| KernelError::OffsetTooLarge { what: "a row", offset: step })?;
+                    self.a.add(ARGS[arg], step)?;
+                }
+            }
+            self.a.dec(ROW_COUNT)?;
+            self.a.jnz(row_top)?;
+        }
+        self.a.vzeroupper()?;
+        self.a.ret()?;
+        Ok(())
+    }
+
+    /// One vector of outputs at column `COLUMN` of the current row.
+    fn vector(&mut self, body: &Expr) -> Result<(), KernelError> {
+        self.live.clear();
+        let out = self.decl.output.dtype();
+        let arg = self.decl.inputs.len();
+        if let Some(x) = narrowing_store(body, out) {
+            let clamped = self.converted(x, false)?;
+            match self.width {
+                VectorWidth::Zmm => {
+                    let mem = xmmword_ptr(ARGS[arg] + COLUMN);
+                    if self.masked {
+                        self.a.vpmovdb(mem.k2(), zmm(clamped))?;
+                    } else {
+                        self.a.vpmovdb(mem, zmm(clamped))?;
+                    }
+                }
+                VectorWidth::Ymm => {
+                    let high = self.allocate()?;
+                    self.a.vextracti128(xmm(high), ymm(clamped), 1)?;
+                    self.a.vpackssdw(xmm(clamped), xmm(clamped), xmm(high))?;
+                    if out == DType::U8 {
+                        self.a.vpackuswb(xmm(clamped), xmm(clamped), xmm(clamped))?;
+                    } else {
+                        self.a.vpacksswb(xmm(clamped), xmm(clamped), xmm(clamped))?;
+                    }
+                    self.a.vmovq(qword_ptr(ARGS[arg] + COLUMN), xmm(clamped))?;
+                    self.free.push(high);
+                }
+            }
+            self.free.push(clamped);
+            return Ok(());
+        }
+        if lane_of(out).is_none() || body.dtype() != out {
+            return self.unsupported(format!("a store of {} as {out}", body.dtype()));
+        }
+        let v = self.value(body)?;
+        match (self.width, self.masked) {
+            (VectorWidth::Zmm, false) => self.a.vmovdqu32(zmmword_ptr(ARGS[arg] + COLUMN * 4), zmm(v))?,
+            (VectorWidth::Zmm, true) => self.a.vmovdqu32(zmmword_ptr(ARGS[arg] + COLUMN * 4).k2(), zmm(v))?,
+            (VectorWidth::Ymm, _) => self.a.vmovdqu(ymmword_ptr(ARGS[arg] + COLUMN * 4), ymm(v))?,
+        }
+        self.release(body);
+        Ok(())
+    }
+}

@@ -1,0 +1,145 @@
+//! Element-wise map kernels (`IntrinKind::Map`): the declaration's body compiled, node by node,
+//! to zmm or ymm code, for what Cranelift's 128-bit vectors make slow (a requantization is
+//! about a dozen vector operations per 16 outputs on zmm, four times as many on xmm).
+//!
+//! A kernel computes `out[p, c] = f(…)` for `p < m`, `c < n` under the SysV signature
+//! `fn(in_0, …, in_last, out)`: one pointer per operand (at most six), each at the operand's
+//! origin; `[m, n]` operands advance by their row stride per row, `[n]` operands do not. The
+//! columns run in vectors of 16 (zmm) or 8 (ymm) lanes; a zmm kernel finishes a row's partial
+//! vector under opmask k2 (masked-off lanes are never accessed), a ymm kernel needs `n` to be a
+//! multiple of 8.
+//!
+//! Each node becomes instructions that give the IR's result for every input (`ir::expr`):
+//! * i32 `+ - *`: `vpaddd`, `vpsubd`, `vpmulld` (wrapping); f32 `+ - * /`: `vaddps`, `vsubps`,
+//!   `vmulps`, `vdivps` (IEEE, round to nearest even: the MXCSR default, never changed by
+//!   this process);
+//! * `f32(x)` of i32: `vcvtdq2ps` (round to nearest even); of a u8 or i8 input: `vpmovzxbd` or
+//!   `vpmovsxbd` from memory first (exact);
+//! * `round(x)`: `vrndscaleps`/`vroundps` with immediate 0 (nearest, ties to even; NaN, ±0 and
+//!   ±∞ unchanged);
+//! * `c ? t : f` with `c` a float comparison: `vcmpps` with the ordered predicate (false on
+//!   NaN, as the IR's comparisons; `!=` unordered: true on NaN), then a blend;
+//! * the store of an f32 value as u8 or i8 (`Cast` and `SaturatingCast` agree on float → int:
+//!   toward zero, saturated, NaN → 0): NaN lanes zeroed (i8 only: `vmaxps` below already turns
+//!   NaN into the lower bound 0 of u8), then `vmaxps` with the lower bound as second operand
+//!   (returned for NaN), `vminps` with the upper, `vcvttps2dq` (exact on the clamped integral
+//!   or truncated value), and a narrowing store (`vpmovdb`; ymm: `vpackssdw` +
+//!   `vpackuswb`/`vpacksswb`, which cannot saturate on values already in range). Where a row
+//!   holds four vectors or more, they go four at a time: `vminps` with the upper bound only,
+//!   the conversion, then the packs, whose saturation is the clamp from below (a NaN or a
+//!   value below `i32::MIN` converts to `0x80000000`, the lowest byte after the packs), and
+//!   `vpermd` to undo their interleaving by 128-bit lanes: three fewer instructions per
+//!   vector;
+//! * that store of `round(x / s + zp)` with constants `s` and `zp` (a requantization): the
+//!   quotient by one FMA with the reciprocal of `s` wherever that provably rounds to the same
+//!   integer, the division itself in the rare vectors where it may not (`ScaledRounding`):
+//!   `vdivps` has a small fraction of an FMA's throughput, and would otherwise bound the
+//!   requantization. A zmm group of four vectors takes one check for all four
+//!   (`Gen::scaled_group`).
+//!
+//! Any other node, dtype or operand layout is `KernelError::Unsupported`, and the call runs its
+//! loop nest. Registers: only caller-saved ones (rax, rcx, rdx, rsi, rdi, r8–r11, vector
+//! registers, k2–k4); the kernel ends with `vzeroupper`.
+//!
+//! Files: `loops` (the loop nest and one vector's store), `nodes` (the code of each node
+//! family), `narrowing` (the store of f32 as u8 or i8), `scaled_rounding` (the requantization's
+//! rounding by the reciprocal, and its proof), `registers` (general and vector registers,
+//! constants, live values).
+
+mod loops;
+mod narrowing;
+mod nodes;
+mod registers;
+mod scaled_rounding;
+
+use std::collections::HashMap;
+
+use iced_x86::code_asm::CodeAssembler;
+use ir::intrin::{IntrinKind, TensorIntrin};
+
+use crate::error::KernelError;
+use crate::isa::VectorWidth;
+use registers::ARGS;
+
+/// The problem of one map kernel: the block and each operand's row stride.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct MapShape {
+    pub m: i64,
+    pub n: i64,
+    /// Per operand (the inputs in call order, then the output): elements between rows, 0 for an
+    /// `[n]` operand.
+    pub row_strides: Vec<i64>,
+}
+
+/// Assembles the kernel of `decl` (an `IntrinKind::Map` declaration) at `width`.
+pub fn assemble_map(width: VectorWidth, decl: &TensorIntrin, shape: &MapShape) -> Result<Vec<u8>, KernelError> {
+    let unsupported = |what: String| Err(KernelError::Unsupported { what });
+    let IntrinKind::Map { m, n } = decl.kind else {
+        return unsupported(format!("{} is not a Map declaration", decl.name));
+    };
+    let operands = decl.operand_tensors();
+    if (m, n) != (shape.m, shape.n) || shape.row_strides.len() != operands.len() {
+        return unsupported(format!("a shape for {}x{} with {} operands", m, n, operands.len()));
+    }
+    if operands.len() > ARGS.len() {
+        return unsupported(format!("{} operands (at most {} are passed in registers)", operands.len(), ARGS.len()));
+    }
+    let lanes = width.lanes() as i64;
+    if width == VectorWidth::Ymm && n % lanes != 0 {
+        return unsupported(format!("{n} columns on ymm (a multiple of {lanes})"));
+    }
+    // Groups of four vectors need four more registers across the body; a body that does not
+    // fit with them runs vector by vector.
+    let assemble = |grouped: bool| -> Result<Vec<u8>, KernelError> {
+        let mut g = Gen::new(width, decl, grouped)?;
+        g.kernel(shape)?;
+        Ok(g.a.assemble(0)?)
+    };
+    assemble(true).or_else(|_| assemble(false))
+}
+
+/// The code generator of one kernel: its assembler, and the state of the vector registers
+/// (`registers`) as it goes through the loops (`loops`).
+struct Gen<'d> {
+    a: CodeAssembler,
+    width: VectorWidth,
+    decl: &'d TensorIntrin,
+    /// f32 or i32 constants by bits, in registers loaded once.
+    constants: HashMap<u32, usize>,
+    /// Registers not holding a constant or a live value.
+    free: Vec<usize>,
+    /// Live values of the current vector: node → (register, uses left).
+    live: HashMap<usize, (usize, usize)>,
+    /// Uses of each node by its parents in the body.
+    uses: HashMap<usize, usize>,
+    /// Whether the current vector is the masked partial one (zmm only).
+    masked: bool,
+    /// Whether a narrowing store runs in groups of `GROUP` vectors, saturated by packing.
+    grouped: bool,
+    /// Elements from `COLUMN` to the current vector (within a group).
+    offset: i32,
+}
+
+impl<'d> Gen<'d> {
+    fn new(width: VectorWidth, decl: &'d TensorIntrin, grouped: bool) -> Result<Gen<'d>, KernelError> {
+        let mut g = Gen {
+            a: CodeAssembler::new(64)?,
+            width,
+            decl,
+            constants: HashMap::new(),
+            free: (0..width.registers()).rev().collect(),
+            live: HashMap::new(),
+            uses: HashMap::new(),
+            masked: false,
+            grouped,
+            offset: 0,
+        };
+        let body = decl.output.body().expect("a Map declaration is a compute");
+        g.count_uses(body);
+        Ok(g)
+    }
+
+    fn unsupported<T>(&self, what: impl Into<String>) -> Result<T, KernelError> {
+        Err(KernelError::Unsupported { what: what.into() })
+    }
+}

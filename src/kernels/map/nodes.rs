@@ -1,0 +1,248 @@
+//! The code of the body's nodes, family by family: reads (as memory operands where used once),
+//! i32 and f32 arithmetic, conversions and widening reads, `round`, and selects on f32
+//! comparisons. Any other node is `KernelError::Unsupported`.
+
+use iced_x86::code_asm::*;
+use ir::expr::{BinOp, CmpOp, Expr, ExprKind};
+use ir::{DType, Tensor};
+
+use super::Gen;
+use super::registers::{ARGS, COLUMN, node, ymm, zmm};
+use crate::error::KernelError;
+use crate::isa::VectorWidth;
+
+/// The type of a vector value: 32-bit lanes of integers or floats.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Lane {
+    I32,
+    F32,
+}
+
+pub(super) fn lane_of(dtype: DType) -> Option<Lane> {
+    match dtype {
+        d if d == DType::I32 => Some(Lane::I32),
+        d if d == DType::F32 => Some(Lane::F32),
+        _ => None,
+    }
+}
+
+impl<'d> Gen<'d> {
+    /// Emits `e` into a fresh register; its operands are released.
+    pub(super) fn evaluate(&mut self, e: &Expr) -> Result<usize, KernelError> {
+        let Some(lane) = lane_of(e.dtype()) else {
+            return self.unsupported(format!("`{e}` of {}", e.dtype()));
+        };
+        match e.kind() {
+            ExprKind::TensorRead(t, _) => {
+                let arg = self.input(t)?;
+                if lane_of(t.dtype()).is_none() {
+                    return self.unsupported(format!("a read of {} {t} outside a conversion", t.dtype()));
+                }
+                let dst = self.allocate()?;
+                self.load(dst, ARGS[arg] + COLUMN * 4 + self.offset * 4)?;
+                Ok(dst)
+            }
+            ExprKind::Binary(op, x, y) => {
+                let vx = self.value(x)?;
+                // A read used only here is the instruction's memory operand: one instruction
+                // fewer per input and vector (the requantization reads three per vector).
+                let vy = match self.folded_read(y, lane)? {
+                    Some(mem) => Operand::Memory(mem),
+                    None => Operand::Register(self.value(y)?),
+                };
+                let dst = self.allocate()?;
+                self.binary(lane, *op, dst, vx, vy, e)?;
+                self.release(x);
+                self.release(y);
+                Ok(dst)
+            }
+            ExprKind::Cast(x) => self.convert(lane, x, e),
+            ExprKind::Round(x) if lane == Lane::F32 => {
+                let vx = self.value(x)?;
+                let dst = self.allocate()?;
+                match self.width {
+                    VectorWidth::Zmm => self.a.vrndscaleps(zmm(dst), zmm(vx), 0)?,
+                    VectorWidth::Ymm => self.a.vroundps(ymm(dst), ymm(vx), 0)?,
+                }
+                self.release(x);
+                Ok(dst)
+            }
+            ExprKind::Select(c, t, f) => self.select(c, t, f),
+            _ => self.unsupported(format!("`{e}`")),
+        }
+    }
+
+    /// The argument position of the declaration input `t`.
+    fn input(&self, t: &Tensor) -> Result<usize, KernelError> {
+        match self.decl.inputs.iter().position(|i| i.id() == t.id()) {
+            Some(arg) => Ok(arg),
+            None => self.unsupported(format!("a read of {t}, which is not an input")),
+        }
+    }
+
+    fn load(&mut self, dst: usize, mem: AsmMemoryOperand) -> Result<(), KernelError> {
+        match (self.width, self.masked) {
+            (VectorWidth::Zmm, false) => self.a.vmovdqu32(zmm(dst), zmmword_ptr(mem))?,
+            (VectorWidth::Zmm, true) => self.a.vmovdqu32(zmm(dst).k2().z(), zmmword_ptr(mem))?,
+            (VectorWidth::Ymm, _) => self.a.vmovdqu(ymm(dst), ymmword_ptr(mem))?,
+        }
+        Ok(())
+    }
+
+    /// The memory operand of `y` when it is a full-vector read of an input of `lane`'s type
+    /// used nowhere else (a masked vector loads it under k2 instead).
+    fn folded_read(&self, y: &Expr, lane: Lane) -> Result<Option<AsmMemoryOperand>, KernelError> {
+        let ExprKind::TensorRead(t, _) = y.kind() else { return Ok(None) };
+        if self.masked || lane_of(t.dtype()) != Some(lane) || self.uses[&node(y)] != 1 {
+            return Ok(None);
+        }
+        Ok(Some(ARGS[self.input(t)?] + COLUMN * 4 + self.offset * 4))
+    }
+
+    fn binary(&mut self, lane: Lane, op: BinOp, d: usize, x: usize, y: Operand, e: &Expr) -> Result<(), KernelError> {
+        // One instruction per (width, lane, op); `$zy`/`$yy` are the second operand at zmm/ymm.
+        macro_rules! emit {
+            ($zy:expr, $yy:expr) => {
+                match (self.width, lane, op) {
+                    (VectorWidth::Zmm, Lane::I32, BinOp::Add) => self.a.vpaddd(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::I32, BinOp::Sub) => self.a.vpsubd(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::I32, BinOp::Mul) => self.a.vpmulld(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::F32, BinOp::Add) => self.a.vaddps(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::F32, BinOp::Sub) => self.a.vsubps(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::F32, BinOp::Mul) => self.a.vmulps(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::F32, BinOp::Div) => self.a.vdivps(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Ymm, Lane::I32, BinOp::Add) => self.a.vpaddd(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::I32, BinOp::Sub) => self.a.vpsubd(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::I32, BinOp::Mul) => self.a.vpmulld(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::F32, BinOp::Add) => self.a.vaddps(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::F32, BinOp::Sub) => self.a.vsubps(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::F32, BinOp::Mul) => self.a.vmulps(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::F32, BinOp::Div) => self.a.vdivps(ymm(d), ymm(x), $yy)?,
+                    _ => return self.unsupported(format!("`{e}`")),
+                }
+            };
+        }
+        match y {
+            Operand::Register(y) => emit!(zmm(y), ymm(y)),
+            Operand::Memory(m) => emit!(zmmword_ptr(m), ymmword_ptr(m)),
+        }
+        Ok(())
+    }
+
+    /// `Cast` to i32 or f32: of i32 to f32, or of a u8/i8 input widened from memory.
+    fn convert(&mut self, lane: Lane, x: &Expr, e: &Expr) -> Result<usize, KernelError> {
+        if let ExprKind::TensorRead(t, _) = x.kind()
+            && (t.dtype() == DType::U8 || t.dtype() == DType::I8)
+        {
+            let arg = self.input(t)?;
+            let dst = self.allocate()?;
+            let mem = ARGS[arg] + COLUMN + self.offset;
+            let signed = t.dtype() == DType::I8;
+            match (self.width, self.masked, signed) {
+                (VectorWidth::Zmm, false, false) => self.a.vpmovzxbd(zmm(dst), xmmword_ptr(mem))?,
+                (VectorWidth::Zmm, false, true) => self.a.vpmovsxbd(zmm(dst), xmmword_ptr(mem))?,
+                (VectorWidth::Zmm, true, false) => self.a.vpmovzxbd(zmm(dst).k2().z(), xmmword_ptr(mem))?,
+                (VectorWidth::Zmm, true, true) => self.a.vpmovsxbd(zmm(dst).k2().z(), xmmword_ptr(mem))?,
+                (VectorWidth::Ymm, _, false) => self.a.vpmovzxbd(ymm(dst), qword_ptr(mem))?,
+                (VectorWidth::Ymm, _, true) => self.a.vpmovsxbd(ymm(dst), qword_ptr(mem))?,
+            }
+            if lane == Lane::F32 {
+                self.cvtdq2ps(dst, dst)?;
+            }
+            // The read node itself is not live: it has no vector of its own.
+            return Ok(dst);
+        }
+        match (lane_of(x.dtype()), lane) {
+            (Some(Lane::I32), Lane::F32) => {
+                let vx = self.value(x)?;
+                let dst = self.allocate()?;
+                self.cvtdq2ps(dst, vx)?;
+                self.release(x);
+                Ok(dst)
+            }
+            (Some(from), to) if from == to => {
+                let vx = self.value(x)?;
+                let dst = self.allocate()?;
+                self.copy(dst, vx)?;
+                self.release(x);
+                Ok(dst)
+            }
+            _ => self.unsupported(format!("`{e}`")),
+        }
+    }
+
+    fn cvtdq2ps(&mut self, dst: usize, x: usize) -> Result<(), KernelError> {
+        match self.width {
+            VectorWidth::Zmm => self.a.vcvtdq2ps(zmm(dst), zmm(x))?,
+            VectorWidth::Ymm => self.a.vcvtdq2ps(ymm(dst), ymm(x))?,
+        }
+        Ok(())
+    }
+
+    fn copy(&mut self, dst: usize, x: usize) -> Result<(), KernelError> {
+        match self.width {
+            VectorWidth::Zmm => self.a.vmovaps(zmm(dst), zmm(x))?,
+            VectorWidth::Ymm => self.a.vmovaps(ymm(dst), ymm(x))?,
+        }
+        Ok(())
+    }
+
+    /// `c ? t : f` for a comparison `c` of two f32 values.
+    fn select(&mut self, c: &Expr, t: &Expr, f: &Expr) -> Result<usize, KernelError> {
+        let ExprKind::Cmp(op, x, y) = c.kind() else {
+            return self.unsupported(format!("a select on `{c}`"));
+        };
+        if x.dtype() != DType::F32 || lane_of(t.dtype()).is_none() {
+            return self.unsupported(format!("a select on `{c}`"));
+        }
+        // Ordered predicates (false when either side is NaN); `!=` is true on NaN.
+        const EQ_OQ: i32 = 0x00;
+        const NEQ_UQ: i32 = 0x04;
+        const LT_OQ: i32 = 0x11;
+        const LE_OQ: i32 = 0x12;
+        let (a, b, predicate) = match op {
+            CmpOp::Eq => (x, y, EQ_OQ),
+            CmpOp::Ne => (x, y, NEQ_UQ),
+            CmpOp::Lt => (x, y, LT_OQ),
+            CmpOp::Le => (x, y, LE_OQ),
+            CmpOp::Gt => (y, x, LT_OQ),
+            CmpOp::Ge => (y, x, LE_OQ),
+        };
+        let (va, vb) = (self.value(a)?, self.value(b)?);
+        let (vt, vf) = (self.value(t)?, self.value(f)?);
+        let dst = self.allocate()?;
+        self.compare_select(dst, (va, vb, predicate), vt, vf)?;
+        for e in [a, b, t, f] {
+            self.release(e);
+        }
+        Ok(dst)
+    }
+
+    /// `dst = a <predicate> b ? t : f`, lane by lane (`vcmpps` immediate predicates).
+    pub(super) fn compare_select(
+        &mut self,
+        dst: usize,
+        (a, b, predicate): (usize, usize, i32),
+        t: usize,
+        f: usize,
+    ) -> Result<(), KernelError> {
+        match self.width {
+            VectorWidth::Zmm => {
+                self.a.vcmpps(k3, zmm(a), zmm(b), predicate)?;
+                self.a.vblendmps(zmm(dst).k3(), zmm(f), zmm(t))?;
+            }
+            VectorWidth::Ymm => {
+                self.a.vcmpps(ymm(dst), ymm(a), ymm(b), predicate)?;
+                self.a.vblendvps(ymm(dst), ymm(f), ymm(t), ymm(dst))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A binary instruction's second operand.
+#[derive(Clone, Copy)]
+enum Operand {
+    Register(usize),
+    Memory(AsmMemoryOperand),
+}
