@@ -480,6 +480,13 @@ fn check_mapping(
         let what = format!("operand {}", first.tensor);
         let mut strides = Vec::new();
         for (d, &pin) in first.pins.iter().enumerate() {
+            // A loop of one iteration never advances: its dimension takes the stride the kind
+            // requires, whatever the stage's index would step by.
+            let fixed = required.get(operand).and_then(|req| req.get(d).copied().flatten());
+            if let Some(r) = fixed.filter(|_| extents[&ctx.region[inverse[pin]]] == 1) {
+                strides.push(r);
+                continue;
+            }
             let (c, a) = (first.coeffs[inverse[pin]], first.decl_coeffs[d][pin]);
             if c % a != 0 {
                 let leaf = &ctx.region[inverse[pin]];
@@ -501,7 +508,7 @@ fn check_mapping(
         for access in &of_operand {
             for (q, leaf) in ctx.region.iter().enumerate() {
                 let expected: i64 = (0..strides.len()).map(|d| access.decl_coeffs[d][sigma[q]] * strides[d]).sum();
-                if access.coeffs[q] != expected {
+                if access.coeffs[q] != expected && extents[leaf] != 1 {
                     let axis = &decl_axes[sigma[q]];
                     let expected =
                         format!("`{}` to advance {expected} elements per {leaf} (as {axis})", access.decl_access);
@@ -718,6 +725,19 @@ mod tests {
             &pseudo_random(12 * 16, 1, 0, 255),
             &pseudo_random(2 * 4 * 16 * 4, 2, -128, 127),
         );
+    }
+
+    #[test]
+    fn loops_of_one_iteration_take_the_required_stride() {
+        // One-column panels: `j/1` is the panel and `j%1` is 0, so the tile's column loop steps
+        // through panels (16 elements) in the stage, yet never steps in a 1-column tile.
+        let p = Packed::new(3, 2, 16, 1);
+        let c = p.exact();
+        let (mut s, leaves) = tiled(&c, 1, 1);
+        s.tensorize(&c, &leaves[2], &gemm_intrin(1, 1, 16, false)).unwrap();
+        let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
+        assert!(f.to_string().contains("Bp[j.outer*16] strides [4, 4, 1]"), "{f}");
+        run_checked(&f, (&p.a, &p.bp, &c), &pseudo_random(48, 21, 0, 255), &pseudo_random(32, 22, -128, 127));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Operator definitions as tensor expressions.
 
+use ir::expr::select;
 use ir::te::{Tensor, compute, compute_vec, reduce_axis, sum};
 use ir::{DType, Expr, TeError};
 
@@ -30,24 +31,29 @@ pub fn matmul(a: &Tensor, b: &Tensor, out_dtype: DType, name: &str) -> Result<Te
 }
 
 /// `B: i8[K, N]` in the VNNI layout of the `Int8Gemm` micro-kernel:
-/// `Bp[jo, ko, ji, ki] = B[ko*4 + ki, jo*nr + ji]`, shape `[N/nr, K/4, nr, 4]`, so one `ko` step of
-/// an `nr`-column panel is `4·nr` consecutive bytes (four consecutive `k` per column).
+/// `Bp[jo, ko, ji, ki] = B[ko*4 + ki, jo*nr + ji]`, shape `[⌈N/nr⌉, ⌈K/4⌉, nr, 4]`, so one `ko`
+/// step of an `nr`-column panel is `4·nr` consecutive bytes (four consecutive `k` per column).
 ///
-/// Requires `K % 4 == 0` and `N % nr == 0` (no padding: pad `B` yourself or pick an `nr` that
-/// divides `N`), and a rank-2 `B`; a typed error otherwise.
+/// Any `K` and `N`: where `B` has no element (rows `K..` of the last group, columns `N..` of the
+/// last panel) `Bp` holds zeros, which add nothing to a product. When `4` divides `K` and `nr`
+/// divides `N` the packing is a plain copy. Errors for `nr < 1` or a `B` not of rank 2.
 pub fn pack_b_vnni(b: &Tensor, nr: i64, name: &str) -> Result<Tensor, TeError> {
     pack_b(b, nr, (4, None), &format!("pack_b_vnni {name}"), name)
 }
 
 /// `B: i8[K, N]` widened to i16 in the layout of the `Int16Gemm` micro-kernel:
-/// `Bp[jo, ko, ji, ki] = i16(B[ko*2 + ki, jo*nr + ji])`, shape `[N/nr, K/2, nr, 2]` (two
-/// consecutive `k` per column). Requirements as for `pack_b_vnni`, with `K` even.
+/// `Bp[jo, ko, ji, ki] = i16(B[ko*2 + ki, jo*nr + ji])`, shape `[⌈N/nr⌉, ⌈K/2⌉, nr, 2]` (two
+/// consecutive `k` per column), zero-padded as `pack_b_vnni`.
 pub fn pack_b_i16(b: &Tensor, nr: i64, name: &str) -> Result<Tensor, TeError> {
     pack_b(b, nr, (2, Some(DType::I16)), &format!("pack_b_i16 {name}"), name)
 }
 
-/// `Bp[jo, ko, ji, ki] = B[ko*pack + ki, jo*nr + ji]` (cast to `dtype` if given), errors named
-/// after `op`.
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+/// `Bp[jo, ko, ji, ki] = B[ko*pack + ki, jo*nr + ji]` (cast to `dtype` if given), zero outside
+/// `B`, errors named after `op`.
 fn pack_b(b: &Tensor, nr: i64, (pack, dtype): (i64, Option<DType>), op: &str, name: &str) -> Result<Tensor, TeError> {
     let mismatch = |what: &str, expected: String, found: String| TeError::ShapeMismatch {
         op: op.to_string(),
@@ -59,27 +65,67 @@ fn pack_b(b: &Tensor, nr: i64, (pack, dtype): (i64, Option<DType>), op: &str, na
         return Err(mismatch("shape of B", "[K, N]".to_string(), format!("{:?}", b.shape())));
     };
     let (k, n) = (*k, *n);
-    if k % pack != 0 {
-        return Err(mismatch("rows of B (K)", format!("a multiple of {pack}"), k.to_string()));
+    if nr <= 0 {
+        return Err(mismatch("panel width nr", "at least 1".to_string(), nr.to_string()));
     }
-    if nr <= 0 || n % nr != 0 {
-        return Err(mismatch("panel width nr", format!("a positive divisor of N = {n}"), nr.to_string()));
-    }
+    let padded = k % pack != 0 || n % nr != 0;
+    let out_dtype = dtype.unwrap_or(b.dtype());
     compute_vec(
-        vec![n / nr, k / pack, nr, pack],
+        vec![ceil_div(n, nr), ceil_div(k, pack), nr, pack],
         |i| {
-            let value = b.at([&(&i[1] * pack + &i[3]), &(&i[0] * nr + &i[2])]);
-            dtype.map_or(value.clone(), |d| value.cast(d))
+            let (row, col) = (&i[1] * pack + &i[3], &i[0] * nr + &i[2]);
+            let value = b.at([&row, &col]);
+            let value = dtype.map_or(value.clone(), |d| value.cast(d));
+            if padded { select(row.lt(k) & col.lt(n), value, Expr::int(out_dtype, 0)) } else { value }
         },
         name,
     )
 }
 
-/// `C[i, j] = Σ_{ko, ki} out(A[i, ko*P + ki]) · out(Bp[j/nr, ko, j%nr, ki])` for `A: [M, K]` and
+/// The `A` operand of `matmul_packed` for `B` packed in groups of `pack` rows (`pack_b_vnni`: 4,
+/// `pack_b_i16`: 2) with elements of `dtype`: `None` when `A: [M, K]` is that already (`dtype`
+/// and `pack` divides `K`) and is read in place; else the stage (`name`)
+/// `A'[i, k] = dtype(A[i, k])` for `k < K`, `0` for `K ≤ k < ⌈K/pack⌉·pack`, the copy that pads
+/// the reduction to whole groups (its zeros meet the packing's zero rows) and widens.
+pub fn gemm_source(a: &Tensor, pack: i64, dtype: DType, name: &str) -> Result<Option<Tensor>, TeError> {
+    let [m, k] = a.shape() else {
+        return Err(TeError::ShapeMismatch {
+            op: format!("gemm_source {name}"),
+            what: "shape of A".to_string(),
+            expected: "[M, K]".to_string(),
+            found: format!("{:?}", a.shape()),
+        });
+    };
+    let (m, k) = (*m, *k);
+    if pack <= 0 {
+        return Err(TeError::ShapeMismatch {
+            op: format!("gemm_source {name}"),
+            what: "packing".to_string(),
+            expected: "at least 1".to_string(),
+            found: pack.to_string(),
+        });
+    }
+    if k % pack == 0 && a.dtype() == dtype {
+        return Ok(None);
+    }
+    let source = compute(
+        [m, ceil_div(k, pack) * pack],
+        |i| {
+            let value = a.at([&i[0], &i[1]]).cast(dtype);
+            if k % pack == 0 { value } else { select(i[1].lt(k), value, Expr::int(dtype, 0)) }
+        },
+        name,
+    )?;
+    Ok(Some(source))
+}
+
+/// `C[i, j] = Σ_{ko, ki} out(A[i, ko*P + ki]) · out(Bp[j/nr, ko, j%nr, ki])` for `A: [M, K']`,
 /// `Bp = pack_b_vnni(B, nr)` (`P = 4`) or `pack_b_i16(B, nr)` (`P = 2`, then `A` is i16 too for
-/// the kernel): exactly `matmul(A, B, out_dtype)`, reading `B` in the packed layout so that
-/// `x86::gemm_int8` can tensorize it. Reduction axes `ko` (`K/P`) and `ki` (`P`).
-pub fn matmul_packed(a: &Tensor, bp: &Tensor, out_dtype: DType, name: &str) -> Result<Tensor, TeError> {
+/// the kernel) of shape `[⌈N/nr⌉, K'/P, nr, P]`, and `C: [M, n]` with `n` the columns of `B`:
+/// exactly `matmul(A, B, out_dtype)` (with `A` from `gemm_source` where `K` needed padding:
+/// the padding multiplies zeros), reading `B` in the packed layout so that `x86::gemm_int8` can
+/// tensorize it. Reduction axes `ko` (`K'/P`) and `ki` (`P`).
+pub fn matmul_packed(a: &Tensor, bp: &Tensor, n: i64, out_dtype: DType, name: &str) -> Result<Tensor, TeError> {
     let mismatch = |what: &str, expected: String, found: String| TeError::ShapeMismatch {
         op: format!("matmul_packed {name}"),
         what: what.to_string(),
@@ -96,10 +142,15 @@ pub fn matmul_packed(a: &Tensor, bp: &Tensor, out_dtype: DType, name: &str) -> R
         return Err(mismatch("shape of Bp", expected, format!("{:?}", bp.shape())));
     }
     let (m, nr) = (*m, *nr);
+    // Every panel holds at least one of the `n` columns.
+    if n <= (panels - 1) * nr || n > panels * nr {
+        let expected = format!("{}..={} (every panel of Bp holding some)", (panels - 1) * nr + 1, panels * nr);
+        return Err(mismatch("columns n", expected, n.to_string()));
+    }
     let ko = reduce_axis(*groups, "ko")?;
     let ki = reduce_axis(pack, "ki")?;
     compute(
-        [m, panels * nr],
+        [m, n],
         |i| {
             let a_ik = a.at([&i[0], &(&ko * pack + &ki)]).cast(out_dtype);
             let b_kj = bp.at([&(&i[1] / nr), &ko.to_expr(), &(&i[1] % nr), &ki.to_expr()]).cast(out_dtype);
@@ -112,7 +163,7 @@ pub fn matmul_packed(a: &Tensor, bp: &Tensor, out_dtype: DType, name: &str) -> R
 /// The stages of `matmul_s8s8_via_u8`.
 #[derive(Clone, Debug)]
 pub struct S8S8Matmul {
-    /// `A + 128` as u8 (`<name>.a_u8`).
+    /// `A + 128` as u8 (`<name>.a_u8`), zero-padded along K to a multiple of 4.
     pub shifted_a: Tensor,
     /// `pack_b_vnni(B, nr)` (`<name>.b_vnni`).
     pub packed_b: Tensor,
@@ -127,7 +178,8 @@ pub struct S8S8Matmul {
 /// The s8 × s8 → i32 matmul of `A: i8[M, K]` and `B: i8[K, N]` computed with a u8 × s8 kernel, as
 /// oneDNN does: `Σ_k a·b = Σ_k (a + 128)·b - 128·Σ_k b`. The shift is exact (`a + 128` is in
 /// `0..=255`) and the identity holds exactly in wrapping i32, so `output` equals
-/// `matmul(A, B, i32)` for every input. Requirements as for `pack_b_vnni`.
+/// `matmul(A, B, i32)` for every input, of any shape (padded as `pack_b_vnni` and `gemm_source`
+/// pad).
 ///
 /// With an exact u8 × s8 kernel this is exact; with the saturating `VPMADDUBSW` sequence the
 /// shifted activations reach 255 and pair sums saturate: `{127, 127, 0, 0}·{127, 127, 0, 0}`
@@ -151,9 +203,17 @@ pub fn matmul_s8s8_via_u8(a: &Tensor, b: &Tensor, nr: i64, name: &str) -> Result
         return Err(mismatch("rows of B (the reduction extent of A)", k.to_string(), b.shape()[0].to_string()));
     }
     let n = b.shape()[1];
-    // i8 → u8 keeps the bits (x + 256 for negative x); adding 128 then wraps to x + 128.
-    let shifted_a = compute([m, k], |i| a.at([&i[0], &i[1]]).cast(DType::U8) + 128, &format!("{name}.a_u8"))?;
-    let product = matmul_packed(&shifted_a, &packed_b, DType::I32, &format!("{name}.u8s8"))?;
+    // i8 → u8 keeps the bits (x + 256 for negative x); adding 128 then wraps to x + 128. Zero
+    // past K, where the packing's rows are zero.
+    let shifted_a = compute(
+        [m, ceil_div(k, 4) * 4],
+        |i| {
+            let shifted = a.at([&i[0], &i[1]]).cast(DType::U8) + 128;
+            if k % 4 == 0 { shifted } else { select(i[1].lt(k), shifted, Expr::int(DType::U8, 0)) }
+        },
+        &format!("{name}.a_u8"),
+    )?;
+    let product = matmul_packed(&shifted_a, &packed_b, n, DType::I32, &format!("{name}.u8s8"))?;
     let r = reduce_axis(k, "k")?;
     let compensation = compute(
         [n],
@@ -184,7 +244,7 @@ mod tests {
         let b = placeholder([8, 32], DType::I8, "B").unwrap();
         let bp = pack_b_vnni(&b, 16, "Bp").unwrap();
         assert_eq!(bp.shape(), &[2, 2, 16, 4]);
-        let packed = matmul_packed(&a, &bp, DType::I32, "C").unwrap();
+        let packed = matmul_packed(&a, &bp, 32, DType::I32, "C").unwrap();
         let plain = matmul(&a, &b, DType::I32, "R").unwrap();
         let a_arr = Array::from_i64(DType::U8, &[3, 8], &values(24, 37, 0));
         let b_arr = Array::from_i64(DType::I8, &[8, 32], &values(256, 53, -128));
@@ -204,7 +264,7 @@ mod tests {
         let a16 = compute([3, 8], |i| a.at([&i[0], &i[1]]).cast(DType::I16), "A16").unwrap();
         let bp = pack_b_i16(&b, 16, "Bp").unwrap();
         assert_eq!((bp.shape(), bp.dtype()), (&[2, 4, 16, 2][..], DType::I16));
-        let packed = matmul_packed(&a16, &bp, DType::I32, "C").unwrap();
+        let packed = matmul_packed(&a16, &bp, 32, DType::I32, "C").unwrap();
         let plain = matmul(&a, &b, DType::I32, "R").unwrap();
         let a_arr = Array::from_i64(DType::U8, &[3, 8], &values(24, 37, 0));
         let b_arr = Array::from_i64(DType::I8, &[8, 32], &values(256, 53, -128));
@@ -220,22 +280,54 @@ mod tests {
     }
 
     #[test]
+    fn packing_pads_k_and_n_with_zeros_and_the_padded_product_is_the_matmul() {
+        // K = 6 (two zero rows in the last group), N = 20 (12 zero columns in the last panel).
+        let (m, k, n) = (3, 6, 20);
+        let a = placeholder([m, k], DType::U8, "A").unwrap();
+        let b = placeholder([k, n], DType::I8, "B").unwrap();
+        let (bp, bp16) = (pack_b_vnni(&b, 16, "Bp").unwrap(), pack_b_i16(&b, 16, "Bp16").unwrap());
+        assert_eq!((bp.shape(), bp16.shape()), (&[2, 2, 16, 4][..], &[2, 3, 16, 2][..]));
+        let a4 = gemm_source(&a, 4, DType::U8, "A4").unwrap().expect("K = 6 needs padding");
+        let a16 = gemm_source(&a, 2, DType::I16, "A16").unwrap().expect("i16 needs widening");
+        assert_eq!((a4.shape(), a16.shape()), (&[3, 8][..], &[3, 6][..]));
+        let c = matmul_packed(&a4, &bp, n, DType::I32, "C").unwrap();
+        let c16 = matmul_packed(&a16, &bp16, n, DType::I32, "C16").unwrap();
+        let plain = matmul(&a, &b, DType::I32, "R").unwrap();
+        let a_arr = Array::from_i64(DType::U8, &[m, k], &values(m * k, 37, 0));
+        let b_arr = Array::from_i64(DType::I8, &[k, n], &values(k * n, 53, -128));
+        let out = eval_te(&[&bp, &a4, &c, &c16, &plain], &[(&a, &a_arr), (&b, &b_arr)]).unwrap();
+        let (b_vals, packed) = (b_arr.to_i64_vec(), out[0].to_i64_vec());
+        let at = |jo: usize, ko: usize, ji: usize, ki: usize| packed[((jo * 2 + ko) * 16 + ji) * 4 + ki];
+        assert_eq!(at(1, 1, 3, 1), b_vals[5 * 20 + 19]);
+        assert_eq!((at(1, 1, 3, 2), at(1, 0, 4, 0), at(0, 1, 0, 3)), (0, 0, 0));
+        assert_eq!(out[1].to_i64_vec()[6..8], [0, 0]);
+        assert!(out[2].bits_eq(&out[4]) && out[3].bits_eq(&out[4]));
+        // A u8 A with whole groups is read in place.
+        let whole = placeholder([m, 8], DType::U8, "W").unwrap();
+        assert!(gemm_source(&whole, 4, DType::U8, "W4").unwrap().is_none());
+    }
+
+    #[test]
     fn shapes_that_do_not_pack_are_typed_errors() {
         let b = placeholder([6, 32], DType::I8, "B").unwrap();
-        let err = pack_b_vnni(&b, 16, "Bp").unwrap_err();
-        assert_eq!(err.to_string(), "pack_b_vnni Bp: rows of B (K) must be a multiple of 4, found 6");
-        let b = placeholder([8, 24], DType::I8, "B").unwrap();
-        let err = pack_b_vnni(&b, 16, "Bp").unwrap_err();
-        assert_eq!(err.to_string(), "pack_b_vnni Bp: panel width nr must be a positive divisor of N = 24, found 16");
+        let err = pack_b_vnni(&b, 0, "Bp").unwrap_err();
+        assert_eq!(err.to_string(), "pack_b_vnni Bp: panel width nr must be at least 1, found 0");
+        let err = pack_b_i16(&placeholder([6], DType::I8, "B").unwrap(), 16, "Bp").unwrap_err();
+        assert_eq!(err.to_string(), "pack_b_i16 Bp: shape of B must be [K, N], found [6]");
         let a = placeholder([3, 12], DType::U8, "A").unwrap();
         let bp = pack_b_vnni(&placeholder([8, 32], DType::I8, "B").unwrap(), 16, "Bp").unwrap();
-        let err = matmul_packed(&a, &bp, DType::I32, "C").unwrap_err();
+        let err = matmul_packed(&a, &bp, 32, DType::I32, "C").unwrap_err();
         assert_eq!(
             err.to_string(),
             "matmul_packed C: shape of Bp must be [N/nr, 3, nr, 4] or [N/nr, 6, nr, 2], found [2, 2, 16, 4]"
         );
-        let err = pack_b_i16(&placeholder([7, 32], DType::I8, "B").unwrap(), 16, "Bp").unwrap_err();
-        assert_eq!(err.to_string(), "pack_b_i16 Bp: rows of B (K) must be a multiple of 2, found 7");
+        let a = placeholder([3, 8], DType::U8, "A").unwrap();
+        for n in [16, 33] {
+            let err = matmul_packed(&a, &bp, n, DType::I32, "C").unwrap_err();
+            let expected =
+                format!("matmul_packed C: columns n must be 17..=32 (every panel of Bp holding some), found {n}");
+            assert_eq!(err.to_string(), expected);
+        }
         let err = matmul_s8s8_via_u8(&a, &placeholder([12, 16], DType::I8, "B").unwrap(), 16, "C").unwrap_err();
         assert!(err.to_string().contains("operand dtypes must be i8 and i8, found u8 and i8"), "{err}");
     }

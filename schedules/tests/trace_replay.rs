@@ -113,7 +113,7 @@ fn dense_int8_schedules_replay() {
 fn gemm(m: i64, n: i64) -> (Vec<Tensor>, Tensor) {
     let a = placeholder([m, 64], DType::U8, "A").unwrap();
     let b = placeholder([64, n], DType::I8, "B").unwrap();
-    let c = matmul_packed(&a, &pack_b_vnni(&b, 32, "Bp").unwrap(), DType::I32, "C").unwrap();
+    let c = matmul_packed(&a, &pack_b_vnni(&b, 32, "Bp").unwrap(), n, DType::I32, "C").unwrap();
     (vec![a, b, c.clone()], c)
 }
 
@@ -129,7 +129,7 @@ fn gemm_int8_schedules_replay() {
         // trace's int8_gemm_{mr}x32x64, which tensorize rejects, naming the step.
         let a = placeholder([18, 128], DType::U8, "A").unwrap();
         let b = placeholder([128, 96], DType::I8, "B").unwrap();
-        let other = matmul_packed(&a, &pack_b_vnni(&b, 32, "Bp").unwrap(), DType::I32, "C").unwrap();
+        let other = matmul_packed(&a, &pack_b_vnni(&b, 32, "Bp").unwrap(), 96, DType::I32, "C").unwrap();
         let err = s.trace().replay(&[&other], &resolve).unwrap_err();
         let last = s.trace().steps.len() - 1;
         assert_eq!((err.step, err.primitive), (last, "tensorize"), "{err}");

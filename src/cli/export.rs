@@ -17,7 +17,8 @@ pub struct Args {
 #[derive(Subcommand)]
 enum ExportCommand {
     /// `matmul`: a tensorized u8 × i8 → i32 matmul on plain `A: u8[M,K]`, `B: i8[K,N]`,
-    /// `C: i32[M,N]` (B is packed inside the call). K a multiple of 4, N of 16.
+    /// `C: i32[M,N]` of any sizes of at least 1 (B is packed inside the call, zero-padded to
+    /// whole panels; A is copied with zeros where K is not a multiple of 4).
     Matmul {
         #[arg(long)]
         m: i64,

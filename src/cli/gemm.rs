@@ -3,16 +3,17 @@
 //! timed against the peak probe of its kernel's method. At a level without VNNI where the
 //! `vpmaddubsw` triple is not exact on A's range, the operands are pre-widened instead: B
 //! packed as i16 pairs (`nn::pack_b_i16`) before timing, A widened to i16 by a stage of the
-//! call, and the kernel is `vpmaddwd` + `vpaddd`.
+//! call, and the kernel is `vpmaddwd` + `vpaddd`. Any M, N, K: the packing pads B with zero
+//! rows and columns, the call pads A along K where needed (`nn::gemm_source`), and tiles are
+//! capped at C (`schedules::x86::schedule_gemm_int8`).
 
 use std::error::Error;
 
 use ir::DType;
 use ir::intrin::pair_sums_fit_i16;
-use ir::schedule::MAX_LANES;
-use ir::te::{compute, placeholder, placeholder_in_range};
-use schedules::nn::{matmul_packed, pack_b_i16, pack_b_vnni};
-use schedules::x86::{GemmInt8Knobs, gemm_int8};
+use ir::te::{placeholder, placeholder_in_range};
+use schedules::nn::{gemm_source, matmul_packed, pack_b_i16, pack_b_vnni};
+use schedules::x86::{GemmInt8Knobs, MAX_NR, gemm_int8, schedule_gemm_source};
 use tensorlift::bench::{pattern_values, time_against_peak};
 use tensorlift::runtime::IsaLevel;
 use tensorlift::runtime::peak::Probe;
@@ -39,16 +40,23 @@ pub struct Args {
     threads: Option<usize>,
     #[arg(long, default_value_t = 20, value_parser = positive::<usize>, allow_negative_numbers = true)]
     repeat: usize,
-    /// Rows of the micro-kernel tile, at most M (default: 8).
+    /// Rows of the call's tile; a value above M is capped at M, and the output says so
+    /// (default: 8 where it divides M, else its largest divisor in 4..=8, else its smallest in
+    /// 9..=64, else 8; M itself below 4). Rows that do not fill a tile run loops instead of the
+    /// kernel.
     #[arg(long, value_parser = positive::<i64>, allow_negative_numbers = true)]
     mr: Option<i64>,
-    /// Columns of the micro-kernel tile and packing panel, a divisor of N of at most 256
-    /// (default: 32 if it divides N, else 16; for the exact AVX2 GEMM, whose B is i16 pairs,
-    /// 16 first: a panel of the same bytes).
+    /// Columns of the call's tile and of B's packing panels, at most 256; a value above N is
+    /// capped at N, and the output says so (default: 32 where it divides N, else 16 where it
+    /// does (16 first for the exact AVX2 GEMM, whose B is i16 pairs: a panel of the same
+    /// bytes), else N up to 256, else its largest divisor in 16..=256, else 16). The last
+    /// panel is padded with zero columns; columns that do not fill a tile run loops instead of
+    /// the kernel.
     #[arg(long, value_parser = positive::<i64>, allow_negative_numbers = true)]
     nr: Option<i64>,
     /// Declare A's values to lie in 0..=A_MAX (checked on every call); at most 127 lets the
-    /// exact GEMM use `vpmaddubsw` on AVX2.
+    /// exact GEMM use `vpmaddubsw` on AVX2 where A is read in place (K a multiple of 4; the
+    /// call's zero-padded copy of A has no declared range).
     #[arg(long, value_parser = clap::value_parser!(i64).range(0..=255), allow_negative_numbers = true)]
     a_max: Option<i64>,
     /// Print the disassembly of every function the call runs, kernels included.
@@ -59,15 +67,19 @@ pub struct Args {
 }
 
 /// `Bp[jo, ko, ji, ki] = B[ko*P + ki, jo*nr + ji]` of the row-major `B: [k, n]` in groups of
-/// `pack` (`nn::pack_b_vnni`: 4, `nn::pack_b_i16`: 2, each value through `elem`), done before
-/// timing.
+/// `pack` (`nn::pack_b_vnni`: 4, `nn::pack_b_i16`: 2, each value through `elem`), zero past
+/// `B`'s rows and columns, shape `[⌈n/nr⌉, ⌈k/pack⌉, nr, pack]`; done before timing.
 fn pack_b<T: Copy + Default>(b: &[i8], (k, n, nr): (usize, usize, usize), pack: usize, elem: fn(i8) -> T) -> Vec<T> {
-    let mut out = vec![T::default(); k * n];
-    for jo in 0..n / nr {
-        for ko in 0..k / pack {
+    let (panels, groups) = (n.div_ceil(nr), k.div_ceil(pack));
+    let mut out = vec![T::default(); panels * groups * nr * pack];
+    for jo in 0..panels {
+        for ko in 0..groups {
             for ji in 0..nr {
                 for ki in 0..pack {
-                    out[((jo * (k / pack) + ko) * nr + ji) * pack + ki] = elem(b[(ko * pack + ki) * n + jo * nr + ji]);
+                    let (row, col) = (ko * pack + ki, jo * nr + ji);
+                    if row < k && col < n {
+                        out[((jo * groups + ko) * nr + ji) * pack + ki] = elem(b[row * n + col]);
+                    }
                 }
             }
         }
@@ -83,32 +95,44 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let widened = level >= IsaLevel::Avx2
         && !level.has_vnni()
         && !a_max.is_some_and(|hi| pair_sums_fit_i16((0, hi), (i8::MIN.into(), i8::MAX.into())));
-    let mr = match mr {
-        Some(mr) if mr > m => return Err(format!("--mr {mr} must be at most --m {m} (the rows of one tile)").into()),
-        Some(mr) => mr,
-        None => GemmInt8Knobs::default().mr,
-    };
-    let nr = match nr {
-        Some(nr) if nr > MAX_LANES => {
-            return Err(format!("--nr {nr} must be at most {MAX_LANES} (a row of a tile is one vector of nr lanes)").into());
-        }
-        Some(nr) if n % nr != 0 => return Err(format!("--nr {nr} must divide --n {n} (B is packed in panels of nr columns)").into()),
-        Some(nr) => nr,
-        // A K × 32 panel of i16 pairs is 32 KiB at K = 512, all of a Zen 4's L1: 512³ ran at
-        // 83–88% of its probe with it, 89–92% with 16, alternating runs (BENCHMARKS.md).
-        None if widened && n % 16 == 0 => 16,
-        None if n % 32 == 0 => 32,
-        None if n % 16 == 0 => 16,
-        None => return Err(format!("--nr defaults to 32 or 16, whichever divides --n, and neither divides --n {n}: give --nr, a divisor of --n (B is packed in panels of nr columns)").into()),
-    };
-    if k % 4 != 0 {
-        return Err(format!("--k {k} must be a multiple of 4 (B is packed in groups of 4 rows)").into());
+    let defaults = GemmInt8Knobs::for_shape(m, n, widened);
+    if let Some(nr) = nr.filter(|&nr| nr > MAX_NR) {
+        return Err(format!("--nr {nr} must be at most {MAX_NR} (a row of a tile is one vector of nr lanes)").into());
     }
-    // A twice (its bytes, then the tensor), B four times (its bytes, packed, both tensors), C
-    // and the reference's C.
+    // Tiles larger than C are capped at it (`schedule_gemm_int8` does so too); say so.
+    let mut adjusted = Vec::new();
+    let mut cap = |flag: &str, value: i64, (dim, size): (&str, i64)| {
+        if value > size {
+            adjusted.push(format!("--{flag} {value} capped at {dim} = {size}"));
+            size
+        } else {
+            value
+        }
+    };
+    let mr = mr.map_or(defaults.mr, |mr| cap("mr", mr, ("M", m)));
+    let nr = nr.map_or(defaults.nr, |nr| cap("nr", nr, ("N", n)));
+    let pack: i64 = if widened { 2 } else { 4 };
+    let command = format!("gemm --m {m} --n {n} --k {k}");
+    // Sizes rounded up to whole groups and panels (overflowing for sizes near 2^63).
+    let round_up = |v: i64, to: i64, buffer| {
+        (v as u64)
+            .checked_next_multiple_of(to as u64)
+            .and_then(|v| i64::try_from(v).ok())
+            .ok_or_else(|| memory::MemoryError::Overflow { command: command.clone(), buffer })
+    };
+    let (kp, np) = (round_up(k, pack, "A")?, round_up(n, nr, "B")?);
+    // A twice (its bytes, then the tensor) and the call's copy (widened, or padded along K),
+    // B twice and packed twice (all within its padded shape), C and the reference's C.
+    let a_copy = if widened { 2 } else { u64::from(kp != k) };
+    let packed_bytes = if widened { 2 } else { 1 };
     memory::check(
-        &format!("gemm --m {m} --n {n} --k {k}"),
-        &[("A", &[m, k], 2), ("B", &[k, n], 4), ("C", &[m, n], 4), ("the reference's C", &[m, n], 4)],
+        &command,
+        &[
+            ("A", &[m, kp], 2 + a_copy),
+            ("B", &[kp, np], 2 + 2 * packed_bytes),
+            ("C", &[m, n], 4),
+            ("the reference's C", &[m, n], 4),
+        ],
     )?;
     let a = match a_max {
         Some(hi) => placeholder_in_range([m, k], DType::U8, 0..=hi, "A")?,
@@ -116,20 +140,16 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     };
     let b = placeholder([k, n], DType::I8, "B")?;
     // B arrives packed (a parameter shaped like the packing's result): the layout transform
-    // is not part of the timed GEMM. Widening A is.
+    // is not part of the timed GEMM. Widening A (and padding it along K) is.
     let packed = if widened { pack_b_i16(&b, nr, "Bp")? } else { pack_b_vnni(&b, nr, "Bp")? };
     let bp_shape: [i64; 4] = packed.shape().try_into().map_err(|_| "the packing returns a rank-4 tensor")?;
     let bp = placeholder(bp_shape, packed.dtype(), "Bp")?;
-    let a16 = widened.then(|| compute([m, k], |i| a.at([&i[0], &i[1]]).cast(DType::I16), "A16")).transpose()?;
-    let c = matmul_packed(a16.as_ref().unwrap_or(&a), &bp, DType::I32, "C")?;
+    let source = gemm_source(&a, pack, if widened { DType::I16 } else { DType::U8 }, "A'")?;
+    let c = matmul_packed(source.as_ref().unwrap_or(&a), &bp, n, DType::I32, "C")?;
     let knobs = GemmInt8Knobs { mr, nr, parallel: threads != Some(1) };
     let mut s = gemm_int8(&c, knobs)?;
-    if let Some(a16) = &a16 {
-        let (_, lanes) = s.split(a16, &a16.axis(1), 16)?;
-        s.vectorize(a16, &lanes)?;
-        if knobs.parallel {
-            s.parallel(a16, &a16.axis(0))?;
-        }
+    if let Some(source) = &source {
+        schedule_gemm_source(&mut s, source, knobs.parallel)?;
     }
     let options = CompileOptions { target, threads, ..CompileOptions::default() };
     let kernel = build(&s, &[&a, &bp, &c], "gemm", &options)?;
@@ -178,6 +198,9 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                 "gemm {m}x{n}x{k} u8 x i8 -> i32, B pre-packed (nr {nr}{}), tiles {mr}x{nr}, isa {level}, {workers} thread(s)",
                 if widened { ", as i16 pairs; A widened to i16 in the call" } else { "" }
             );
+            if !adjusted.is_empty() {
+                println!("adjusted      {}", adjusted.join(", "));
+            }
             let against = match reference {
                 Reference::Interpreter => "eval_te of the plain matmul",
                 Reference::GenericJit => "the generic schedule of the plain matmul, compiled",
@@ -201,9 +224,11 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             let opt = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.3}"));
             let json = |s: &str| serde_json::Value::from(s).to_string();
             let kernels: Vec<String> = kernels.iter().map(|k| json(k)).collect();
+            let adjusted: Vec<String> = adjusted.iter().map(|a| json(a)).collect();
             // Written out (not `serde_json::json!`) for the fixed decimals of each field.
             println!(
-                "{{\"m\":{m},\"n\":{n},\"k\":{k},\"mr\":{mr},\"nr\":{nr},\"isa\":\"{level}\",\"threads\":{workers},\"verified\":{verified},\"compile_ms\":{compile_ms:.3},\"run_median_ms\":{:.4},\"runs\":{},\"gops\":{gops:.3},\"peak_gops\":{},\"peak_probe\":{},\"percent_of_peak\":{},\"kernels\":[{}],\"reference\":\"{}\"}}",
+                "{{\"m\":{m},\"n\":{n},\"k\":{k},\"mr\":{mr},\"nr\":{nr},\"adjusted\":[{}],\"isa\":\"{level}\",\"threads\":{workers},\"verified\":{verified},\"compile_ms\":{compile_ms:.3},\"run_median_ms\":{:.4},\"runs\":{},\"gops\":{gops:.3},\"peak_gops\":{},\"peak_probe\":{},\"percent_of_peak\":{},\"kernels\":[{}],\"reference\":\"{}\"}}",
+                adjusted.join(","),
                 run * 1e3,
                 timing.runs,
                 opt(peak),

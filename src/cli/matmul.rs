@@ -1,5 +1,6 @@
-//! `tensorlift matmul`: an u8 × i8 → i32 matmul under the naive or the tiled schedule,
-//! compiled, checked against a reference (`reference`) and timed.
+//! `tensorlift matmul`: an u8 × i8 → i32 matmul of any M, N, K under the naive or the tiled
+//! schedule (tiles that stick out of C are guarded), compiled, checked against a reference
+//! (`reference`) and timed.
 
 use std::error::Error;
 

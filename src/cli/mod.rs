@@ -29,10 +29,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Compile an u8 × i8 → i32 matmul, check it against a reference (the interpreter for small
-    /// sizes, else the generic schedule compiled) and time it.
+    /// Compile an u8 × i8 → i32 matmul of any M, N, K, check it against a reference (the
+    /// interpreter for small sizes, else the generic schedule compiled) and time it.
     Matmul(matmul::Args),
-    /// Compile a tensorized u8 × i8 → i32 GEMM (B pre-packed in the VNNI layout), check it
+    /// Compile a tensorized u8 × i8 → i32 GEMM of any M, N, K (B pre-packed in the VNNI layout,
+    /// zero-padded to whole groups and panels; A padded in the call where K needs it), check it
     /// against a reference (the interpreter for small sizes, else the generic schedule
     /// compiled) and time it against the peak probe of the kernel's method measured in the same
     /// run.

@@ -1,10 +1,10 @@
 //! Ready-made operators for `export` (what `tensorlift export` builds).
 
 use ir::{DType, LowerError, ScheduleError, TeError};
-use schedules::nn::{matmul_packed, pack_b_vnni};
+use schedules::nn::{gemm_source, matmul_packed, pack_b_vnni};
 use schedules::quant::QuantError;
 use schedules::resnet18::{self, Layer, WeightBits};
-use schedules::x86::{GemmInt8Knobs, schedule_gemm_int8};
+use schedules::x86::{GemmInt8Knobs, schedule_gemm_int8, schedule_gemm_source};
 use schedules::x86_conv::{
     Conv2dInt8Error, Conv2dInt8Knobs, CoreRate, default_dense_knobs, default_knobs_at, table_layer,
 };
@@ -32,32 +32,32 @@ pub enum OperatorError {
     Conv(#[from] Conv2dInt8Error),
 }
 
-/// `matmul`: `C: i32[M, N] = A: u8[M, K] · B: i8[K, N]`, exact, with plain row-major operands.
-/// Inside one call `B` is packed into VNNI panels of `nr` columns (32, or 16 when 32 does not
-/// divide `N`), then `schedules::x86` tensorizes the product into the best micro-kernel of the
-/// level (`vpdpbusd`, or exact widening on AVX2, or the loop nest). Needs `K` a multiple of 4 and
-/// `N` a multiple of 16.
+/// `matmul`: `C: i32[M, N] = A: u8[M, K] · B: i8[K, N]`, exact, with plain row-major operands
+/// of any positive sizes. Inside one call `B` is packed into VNNI panels of `nr` columns, the
+/// last padded with zero columns, and zero rows up to a multiple of 4 (`nn::pack_b_vnni`); where
+/// `K` is not a multiple of 4, `A` is copied with zero columns up to one (`nn::gemm_source`);
+/// then `schedules::x86` tensorizes the product into the best micro-kernel of the level
+/// (`vpdpbusd`, or exact widening on AVX2, or the loop nest). Tiles are
+/// `GemmInt8Knobs::for_shape`'s, which divide `C` wherever a divisor allows (a tile sticking
+/// out of `C` runs loops instead of the kernel), so the shapes that `8 × 32` divides keep it.
 pub fn matmul(m: i64, n: i64, k: i64, levels: &[IsaLevel]) -> Result<Operator, OperatorError> {
     for (what, v) in [("M", m), ("N", n), ("K", k)] {
         if v <= 0 {
             return Err(OperatorError::Size { what, expected: "a positive size", found: v });
         }
     }
-    if k % 4 != 0 {
-        return Err(OperatorError::Size { what: "K", expected: "a multiple of 4", found: k });
-    }
-    let nr = [32, 16].into_iter().find(|nr| n % nr == 0).ok_or(OperatorError::Size {
-        what: "N",
-        expected: "a multiple of 16",
-        found: n,
-    })?;
+    let knobs = GemmInt8Knobs::for_shape(m, n, false);
     let a = ir::te::placeholder([m, k], DType::U8, "A")?;
     let b = ir::te::placeholder([k, n], DType::I8, "B")?;
-    let packed = pack_b_vnni(&b, nr, "Bp")?;
-    let c = matmul_packed(&a, &packed, DType::I32, "C")?;
+    let packed = pack_b_vnni(&b, knobs.nr, "Bp")?;
+    let source = gemm_source(&a, 4, DType::U8, "A4")?;
+    let c = matmul_packed(source.as_ref().unwrap_or(&a), &packed, n, DType::I32, "C")?;
     let mut s = ir::schedule::create_schedule(&[&c]);
     s.parallel(&packed, &packed.axis(0))?;
-    schedule_gemm_int8(&mut s, &c, GemmInt8Knobs { nr, ..GemmInt8Knobs::default() })?;
+    if let Some(source) = &source {
+        schedule_gemm_source(&mut s, source, true)?;
+    }
+    schedule_gemm_int8(&mut s, &c, knobs)?;
     let func = ir::lower::lower(&s, &[&a, &b, &c], "matmul")?;
     Ok(Operator::portable("matmul", &func, levels))
 }

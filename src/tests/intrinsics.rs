@@ -57,7 +57,7 @@ fn gemm(m: i64, n: i64, k: i64, knobs: GemmInt8Knobs, a_range: Option<(i64, i64)
     let c = if saturating {
         saturating_matmul_packed(&a, &bp, knobs.nr)
     } else {
-        matmul_packed(&a, &bp, DType::I32, "C").unwrap()
+        matmul_packed(&a, &bp, n, DType::I32, "C").unwrap()
     };
     let s = if saturating {
         let mut s = create_schedule(&[&c]);

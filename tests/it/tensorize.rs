@@ -21,7 +21,7 @@ fn calls(f: &Func) -> usize {
 fn check_gemm(a: &Tensor, m: i64, n: i64, k: i64, knobs: GemmInt8Knobs, seed: u64) -> Func {
     let b = placeholder([k, n], DType::I8, "B").unwrap();
     let bp = pack_b_vnni(&b, knobs.nr, "Bp").unwrap();
-    let c = matmul_packed(a, &bp, DType::I32, "C").unwrap();
+    let c = matmul_packed(a, &bp, n, DType::I32, "C").unwrap();
     let f = ir::lower::lower(&gemm_int8(&c, knobs).unwrap(), &[a, &b, &c], "gemm").unwrap();
     let hi = a.value_range().map_or(255, |(_, hi)| hi);
     let a_arr = Array::from_i64(DType::U8, &[m, k], &uniform((m * k) as usize, seed, 0, hi));
@@ -98,7 +98,7 @@ fn a_mismatch_names_the_part_with_expected_and_found_in_ir_syntax() {
     let a = placeholder([8, 16], DType::U8, "A").unwrap();
     let b = placeholder([16, 64], DType::I8, "B").unwrap();
     let bp = pack_b_vnni(&b, 16, "Bp").unwrap();
-    let c = matmul_packed(&a, &bp, DType::I32, "C").unwrap();
+    let c = matmul_packed(&a, &bp, 64, DType::I32, "C").unwrap();
     let err = gemm_int8(&c, GemmInt8Knobs { mr: 4, nr: 32, parallel: true }).unwrap_err();
     assert!(matches!(&err, ScheduleError::TensorizeMismatch(m) if m.part == MismatchPart::NonAffine));
     assert_eq!(
