@@ -5,7 +5,9 @@
 //! with checked arguments; `build` drives a schedule through lowering and compilation;
 //! `kernels` holds the hand-assembled micro-kernels tensor intrinsics call; `export` writes
 //! compiled operators as a self-contained shared library with a C header; `bench` the
-//! deterministic data and timing the CLI, examples and tests share.
+//! deterministic data and timing the CLI, examples and tests share; `tune` searches the x86
+//! schedules' knobs, each measurement a tuning `record`, which `tensorlift resnet18` and the
+//! export apply.
 //!
 //! The two crates below are re-exported, so that a crate depending on `tensorlift` alone can
 //! write `tensorlift::ir::...` (the IR, tensor expressions, schedules, interpreters) and
@@ -18,6 +20,7 @@ pub mod codegen;
 pub mod error;
 pub mod export;
 pub mod kernels;
+pub mod record;
 pub mod runtime;
 pub mod tune;
 
