@@ -5,7 +5,9 @@
 
 use ir::DType;
 use ir::intrin::pair_sums_fit_i16;
+use ir::schedule::MAX_LANES;
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 use crate::ops::{GemmOperands, conv_row_bytes};
 use crate::resnet18::{ConvLayer, DenseLayer, Layer};
@@ -80,18 +82,21 @@ impl Packing {
 /// other weights or another level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Conv2dInt8Knobs {
-    /// Output pixels of one row per micro-kernel tile (rows of the GEMM).
+    /// Output pixels of one row per micro-kernel tile (rows of the GEMM). At least 1; above the
+    /// `OW` pixels of an output row it is clamped to `OW` (a taller tile holds no more pixels).
     pub mr: i64,
     /// Output channels per micro-kernel tile and weight panel; the weights must be prepared with
-    /// the same `nr`. A multiple of 16 fills zmm registers.
+    /// the same `nr`. A multiple of 16 fills zmm registers. In `1..=ir::schedule::MAX_LANES`
+    /// (a tile's channels are one vector loop); above `OC`, the one panel is padded.
     pub nr: i64,
-    /// Lanes of the vectorized epilogue of an NCHW output. An NHWC output is tensorized with
-    /// the layer's requantization (`DirectConvLayer::requantize_row`), which code generation
-    /// runs as a map kernel of the level's vector width, so they play no part there.
+    /// Lanes of the vectorized epilogue of an NCHW output, in `1..=ir::schedule::MAX_LANES`;
+    /// above `OC` they are capped to `OC`. An NHWC output is tensorized with the layer's
+    /// requantization (`DirectConvLayer::requantize_row`), which code generation runs as a map
+    /// kernel of the level's vector width, so they play no part there.
     pub lanes: i64,
     /// The order of the tile loops.
     pub order: TileOrder,
-    /// Threads the layer runs on: with more than one, the outer loops of every
+    /// Threads the layer runs on (at least 1): with more than one, the outer loops of every
     /// stage run on the thread pool, which the caller sizes to this (`CompileOptions::threads`).
     pub threads: usize,
     /// How the weights are packed where that picks the kernel family.
@@ -102,10 +107,35 @@ pub struct Conv2dInt8Knobs {
     pub accumulation: Accumulate,
 }
 
+/// A knob outside the range the schedule accepts.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("{knob} = {found}: expected {expected}")]
+pub struct KnobError {
+    pub knob: &'static str,
+    pub found: i64,
+    pub expected: String,
+}
+
 impl Conv2dInt8Knobs {
     /// Whether the stages' outer loops run on the thread pool.
     pub fn parallel(&self) -> bool {
         self.threads > 1
+    }
+
+    /// `Ok` if the schedule accepts these knobs (any geometry then compiles with them), else
+    /// the first knob outside its range.
+    pub fn check(&self) -> Result<(), KnobError> {
+        let lanes = format!("1..={MAX_LANES}");
+        let ranges = [
+            ("mr", self.mr, 1, i64::MAX, "at least 1".to_string()),
+            ("nr", self.nr, 1, MAX_LANES, lanes.clone()),
+            ("lanes", self.lanes, 1, MAX_LANES, lanes),
+            ("threads", i64::try_from(self.threads).unwrap_or(i64::MAX), 1, i64::MAX, "at least 1".to_string()),
+        ];
+        match ranges.into_iter().find(|(_, v, lo, hi, _)| !(lo..=hi).contains(&v)) {
+            Some((knob, found, _, _, expected)) => Err(KnobError { knob, found, expected }),
+            None => Ok(()),
+        }
     }
 
     /// The GEMM operands these knobs give for code at a level with or without `vnni` on
@@ -297,12 +327,18 @@ mod tests {
         for (l, (mr, nr)) in CONV_LAYERS.iter().zip(tiles) {
             assert!(mr * nr / 16 <= 24 && l.oc % nr == 0, "{}: {mr} x {nr}", l.name);
             assert_eq!(l.ow() % mr, 0, "{}: {mr}", l.name);
+            assert_eq!(knobs(l).check(), Ok(()), "{}", l.name);
         }
     }
 
     #[test]
-    fn records_spell_the_knobs_in_snake_case() {
+    fn knobs_outside_the_schedules_ranges_are_named_and_records_spell_them_in_snake_case() {
         let knobs = default_conv_knobs(&CONV_LAYERS[1], CoreRate::FullZmmVnni, 2);
+        let err = |k: Conv2dInt8Knobs| k.check().unwrap_err().to_string();
+        assert_eq!(err(Conv2dInt8Knobs { mr: 0, ..knobs }), "mr = 0: expected at least 1");
+        assert_eq!(err(Conv2dInt8Knobs { nr: 257, ..knobs }), "nr = 257: expected 1..=256");
+        assert_eq!(err(Conv2dInt8Knobs { lanes: 512, ..knobs }), "lanes = 512: expected 1..=256");
+        assert_eq!(err(Conv2dInt8Knobs { threads: 0, ..knobs }), "threads = 0: expected at least 1");
         let json = r#"{"mr":4,"nr":64,"lanes":16,"order":"pixels_outer","threads":2,"packing":"i16","accumulation":"per_row_with_source"}"#;
         assert_eq!(serde_json::to_string(&knobs).unwrap(), json);
         assert_eq!(serde_json::from_str::<Conv2dInt8Knobs>(json).unwrap(), knobs);

@@ -8,7 +8,7 @@ use ir::te::placeholder_vec;
 use ir::{DType, ScheduleError, Tensor};
 use thiserror::Error;
 
-use super::knobs::{Accumulate, Conv2dInt8Knobs, TileOrder};
+use super::knobs::{Accumulate, Conv2dInt8Knobs, KnobError, TileOrder};
 use crate::intrin::gemm_segmented_microkernel;
 use crate::ops::{
     Compensation, Conv2dParams, DirectConvLayer, GemmOperands, Layout, compensation_for_gemm, conv_row_bytes,
@@ -23,6 +23,8 @@ pub enum Conv2dInt8Error {
     Quant(#[from] QuantError),
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
+    #[error(transparent)]
+    Knob(#[from] KnobError),
 }
 
 /// The per-call function of a convolution layer.
@@ -54,7 +56,7 @@ pub struct Conv2dInt8Prepare {
 /// The weight preparation for `conv2d_int8` with the same `knobs.nr`, `operands`, source dtype
 /// and source zero point: `weights: i8[OC, IC, KH, KW]` packed by `ops::pack_conv2d_weights`
 /// and the compensation of `ops::compensation_for_gemm`, both as outputs of one (generically
-/// scheduled) function.
+/// scheduled) function. Errors as `conv2d_int8` for knobs outside their ranges.
 pub fn prepare_conv2d_int8(
     weights: &Tensor,
     src_dtype: DType,
@@ -63,6 +65,7 @@ pub fn prepare_conv2d_int8(
     operands: GemmOperands,
     name: &str,
 ) -> Result<Conv2dInt8Prepare, Conv2dInt8Error> {
+    knobs.check()?;
     let packed_weights = pack_conv2d_weights(weights, knobs.nr, operands, &format!("{name}.packed"))?;
     let gemm_dtype = operands.source;
     let compensation =
@@ -89,8 +92,16 @@ pub fn prepare_conv2d_int8(
 ///   from it); in NCHW, channels split by `lanes` and vectorized (the accumulator,
 ///   compensation, scales and bias are contiguous in them); rows on the thread pool.
 ///
-/// Errors: the definition's typed `QuantError`s, and a `ScheduleError` for knobs the primitives
-/// reject (non-positive tile sizes, `lanes` above `ir::schedule::MAX_LANES`).
+/// Every geometry compiles with any knobs in the ranges `Conv2dInt8Knobs::check` accepts. The
+/// schedule changes two of them where they exceed the layer, as their documentation says: an
+/// `mr` above the `OW` pixels of an output row is clamped to `OW` (the tile and its
+/// micro-kernel are then `OW` rows), and `lanes` above `OC` are capped to `OC` (an NCHW output
+/// only). `Accumulate::PerRow` and `PerRowWithSource` compute all accumulators at once where
+/// `nr` does not divide `OC`.
+///
+/// Errors: the definition's typed `QuantError`s, and `Conv2dInt8Error::Knob` for knobs outside
+/// their ranges (`mr` and `threads` below 1, `nr` or `lanes` outside
+/// `1..=ir::schedule::MAX_LANES`) in either layout.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_int8(
     src: &Tensor,
@@ -104,6 +115,7 @@ pub fn conv2d_int8(
     operands: GemmOperands,
     name: &str,
 ) -> Result<Conv2dInt8, Conv2dInt8Error> {
+    knobs.check()?;
     let layer = conv2d_int8_direct(src, weights, bias, sum_input, conv, attrs, layout, knobs.nr, operands, name)?;
     let mut s = create_schedule(&[&layer.output]);
     if let Some(shifted) = &layer.shifted {
@@ -142,7 +154,9 @@ pub fn conv2d_int8(
 
     let acc = &layer.acc;
     let [b, y, x, o] = [0, 1, 2, 3].map(|d| acc.axis(d));
-    let mr = knobs.mr;
+    // A tile of at most the row's pixels: `split` caps its factor to the extent, and the
+    // micro-kernel must be declared for the tile the split makes.
+    let mr = knobs.mr.min(acc.shape()[2]);
     let (xo, xi) = s.split(acc, &x, mr)?;
     let (oo, oi) = s.split(acc, &o, knobs.nr)?;
     let [ky, ko, ki] = [0, 1, 2].map(|d| acc.reduce_axes()[d].clone());
@@ -232,7 +246,7 @@ pub fn prepare_dense_int8(
 /// be a multiple of `nr`: the packing pads the last panel with zero weights and the
 /// requantization reads only the first `OC` columns. No sum input (a sum post-op is the typed
 /// error of a missing sum input). `src` and `weights` that are not 2-D are the typed shape
-/// error of the convolution.
+/// error of the convolution. An `mr` above `M` is clamped to `M`.
 pub fn dense_int8(
     src: &Tensor,
     weights: &Tensor,
