@@ -17,7 +17,8 @@ use schedules::ops::{Conv2dParams, Layout, compensation, conv2d_nchw_int8};
 use schedules::quant::{PostOp, QuantAttrs, Scales, TensorQuant, ZeroPoints};
 use schedules::resnet18::{ConvLayer, Layer, layer};
 use schedules::x86_conv::{
-    Accumulate, Conv2dInt8Knobs, TileOrder, conv2d_int8, default_knobs, prepare_conv2d_int8, weight_range,
+    Accumulate, Conv2dInt8Knobs, CoreRate, TileOrder, conv2d_int8, default_conv_knobs, prepare_conv2d_int8,
+    weight_range,
 };
 use tensorlift::bench::{time_against_peak, uniform};
 use tensorlift::runtime::peak::Probe;
@@ -52,24 +53,24 @@ fn run_layer(
     let bias = placeholder([l.oc], DType::F32, "bias")?;
     let src_a = Array::from_i64(DType::U8, &src_dims, &uniform(src_dims.iter().product::<i64>() as usize, 1, 0, 255));
     let wei_a = Array::from_i64(DType::I8, &wdims, &uniform(wdims.iter().product::<i64>() as usize, 2, -127, 127));
-    let knobs = knobs
-        .with_weights(options.target.level()?.has_vnni(), weight_range(wei_a.to_i64_vec().iter().map(|&w| w as i8)));
+    let operands =
+        knobs.operands(options.target.level()?.has_vnni(), weight_range(wei_a.to_i64_vec().iter().map(|&w| w as i8)));
     let bias_v: Vec<f64> = uniform(l.oc as usize, 3, 0, 600).iter().map(|&b| b as f64 * 0.01).collect();
     let bias_a = Array::from_f64(DType::F32, &[l.oc], &bias_v);
 
     // Weight preparation, once.
     let zp = ZeroPoints::per_tensor("src", 3, DType::U8)?;
-    let prep = prepare_conv2d_int8(&wei, DType::U8, &zp, knobs, "prep")?;
+    let prep = prepare_conv2d_int8(&wei, DType::U8, &zp, knobs, operands, "prep")?;
     let prep_args: Vec<&Tensor> = prep.args.iter().collect();
     let prep_kernel = build(&prep.schedule, &prep_args, "prep", options)?;
     let mut wei_t = RtTensor::from_array(&wei_a);
-    let mut packed_t = RtTensor::zeros(DType::I8, prep.packed_weights.shape())?;
+    let mut packed_t = RtTensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape())?;
     let mut comp_t = RtTensor::zeros(DType::I32, &[l.oc])?;
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
 
     // The scheduled per-call function.
     let start = Instant::now();
-    let f = conv2d_int8(&src, &wei, Some(&bias), None, conv, &a, Layout::Nchw, knobs, l.name)?;
+    let f = conv2d_int8(&src, &wei, Some(&bias), None, conv, &a, Layout::Nchw, knobs, operands, l.name)?;
     let args: Vec<&Tensor> = f.args.iter().collect();
     let kernel = build(&f.schedule, &args, l.name, options)?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -100,7 +101,7 @@ fn run_layer(
     ref_args.extend(reference.params.iter().map(|p| &p.tensor));
     ref_args.push(&reference.output);
     let ref_kernel = build(&default_schedule(&[&reference.output]), &ref_args, "ref", options)?;
-    // Its own compensation: the x86 one is for the GEMM's source dtype (`knobs.operands`).
+    // Its own compensation: the x86 one is for the GEMM's source dtype (`operands`).
     let ref_prep = compensation(&wei, DType::U8, &zp, "ref_prep")?;
     let ref_prep_kernel =
         build(&default_schedule(&[&ref_prep.compensation]), &[&wei, &ref_prep.compensation], "ref_prep", options)?;
@@ -141,13 +142,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let number = |name: &str| flag(name).and_then(|v| v.parse::<i64>().ok());
     let layers = flag("--layers").unwrap_or_else(|| "R2,R5".to_string());
     let repeat = number("--repeat").unwrap_or(20) as usize;
-    let threads = number("--threads").map(|t| t as usize);
-    let options = CompileOptions { threads, ..CompileOptions::default() };
+    let threads =
+        number("--threads").map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |t| t as usize);
     for name in layers.split(',') {
         let Some(Layer::Conv(l)) = layer(name) else {
             return Err(format!("{name}: not a convolution layer (R1..R11)").into());
         };
-        let defaults = default_knobs(&l);
+        let defaults = default_conv_knobs(&l, CoreRate::FullZmmVnni, threads);
         let knobs = Conv2dInt8Knobs {
             mr: number("--mr").unwrap_or(defaults.mr),
             nr: number("--nr").unwrap_or(defaults.nr),
@@ -157,15 +158,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some("channels") => TileOrder::ChannelsOuter,
                 _ => defaults.order,
             },
-            parallel: threads != Some(1),
-            accumulate: match flag("--accumulate").as_deref() {
+            threads,
+            accumulation: match flag("--accumulate").as_deref() {
                 Some("whole") => Accumulate::Whole,
                 Some("per-row") => Accumulate::PerRow,
                 Some("per-row-with-source") => Accumulate::PerRowWithSource,
-                _ => defaults.accumulate,
+                _ => defaults.accumulation,
             },
             ..defaults
         };
+        let options = CompileOptions { threads: Some(knobs.threads), ..CompileOptions::default() };
         run_layer(&l, knobs, repeat, &options)?;
     }
     Ok(())

@@ -5,7 +5,8 @@
 //! with checked arguments; `build` drives a schedule through lowering and compilation;
 //! `kernels` assembles the micro-kernels tensor intrinsics call; `export` writes compiled
 //! operators as a self-contained shared library with a C header; `bench` the deterministic data
-//! and timing the CLI, examples and tests share; `tune` searches schedule knobs.
+//! and timing the CLI, examples and tests share; `tune` searches schedule knobs, each
+//! measurement a tuning `record`, which `tensorlift resnet18` and the export apply.
 //!
 //! They stand on a ground floor that imports nothing above it: `isa` (ISA levels, CPU features
 //! and identity, kernel families), `abi` (the contract of generated functions), `disasm`,
@@ -27,6 +28,7 @@ pub mod error;
 pub mod export;
 pub mod isa;
 pub mod kernels;
+pub mod record;
 pub mod runtime;
 pub mod target;
 pub mod tune;

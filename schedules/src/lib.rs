@@ -4,7 +4,8 @@
 //!
 //! Definitions are target-neutral tensor expressions. Every operator has a `generic` schedule
 //! (the default loop order, the reference for correctness); target schedules take typed knobs.
-//! This crate depends on `ir` only: no codegen, no timing.
+//! This crate depends on `ir` (and `serde`, in which tuning records store the knobs) only: no
+//! codegen, no timing.
 
 pub mod cpu;
 pub mod generic;

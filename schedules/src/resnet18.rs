@@ -98,12 +98,15 @@ impl Layer {
 }
 
 /// The range the table's s8 weights are drawn from (`layers.py`'s symmetric quantization, or
-/// `TL_WEIGHT_BITS=7` for what onnxruntime's quantizer gives with `reduce_range`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `TL_WEIGHT_BITS=7` for what onnxruntime's quantizer gives with `reduce_range`). Serialized
+/// by its `name`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum WeightBits {
     /// [-127, 127].
+    #[serde(rename = "full")]
     Eight,
     /// [-64, 63]: every u8 × s8 pair sum fits i16, so `vpmaddubsw` is exact on them.
+    #[serde(rename = "7bit")]
     Seven,
 }
 

@@ -10,11 +10,13 @@ use ir::workload::workload_key;
 use ir::{DType, Tensor};
 use tensorlift_schedules::intrin::resolve;
 use tensorlift_schedules::nn::{matmul_packed, pack_b_vnni};
+use tensorlift_schedules::ops::GemmOperands;
 use tensorlift_schedules::ops::{Conv2dParams, Layout, conv2d_nchw_int8, dense_int8 as ops_dense_int8};
 use tensorlift_schedules::resnet18::{self, CONV_LAYERS, ConvLayer, FC, Layer};
 use tensorlift_schedules::x86::{GemmInt8Knobs, schedule_gemm_int8};
 use tensorlift_schedules::x86_conv::{
-    Accumulate, Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs, dense_int8,
+    Accumulate, Conv2dInt8, Conv2dInt8Knobs, CoreRate, Packing, conv2d_int8, default_conv_knobs, default_dense_knobs,
+    dense_int8,
 };
 
 fn lower(s: &Schedule, args: &[Tensor]) -> String {
@@ -41,15 +43,26 @@ fn replay_with(
 }
 
 /// `conv2d_int8` of `layer` with the resnet-18 quantization, names prefixed by `prefix`.
-fn conv(layer: &ConvLayer, layout: Layout, knobs: Conv2dInt8Knobs, prefix: &str) -> Conv2dInt8 {
+fn conv(layer: &ConvLayer, layout: Layout, knobs: Conv2dInt8Knobs, operands: GemmOperands, prefix: &str) -> Conv2dInt8 {
     let q = resnet18::quantization(Layer::Conv(*layer), 1).unwrap();
     let dims = layout.shape([1, layer.ic, layer.h, layer.w]);
     let src = placeholder(dims, DType::U8, &format!("{prefix}src")).unwrap();
     let wei = placeholder([layer.oc, layer.ic, layer.k, layer.k], DType::I8, &format!("{prefix}wei")).unwrap();
     let bias = placeholder([layer.oc], DType::F32, &format!("{prefix}bias")).unwrap();
     let conv = Conv2dParams { stride: layer.stride, pad: layer.pad };
-    conv2d_int8(&src, &wei, Some(&bias), None, conv, &q.attrs, layout, knobs, &format!("{prefix}{}", layer.name))
-        .unwrap()
+    conv2d_int8(
+        &src,
+        &wei,
+        Some(&bias),
+        None,
+        conv,
+        &q.attrs,
+        layout,
+        knobs,
+        operands,
+        &format!("{prefix}{}", layer.name),
+    )
+    .unwrap()
 }
 
 /// The schedule's trace replays onto a fresh, identically named definition to the same IR, and
@@ -82,18 +95,18 @@ fn conv2d_int8_schedules_replay() {
     // the source rows they read (R2, R4), or all of them (R11).
     for (i, layer) in [0, 1, 3, 10].map(|i| &CONV_LAYERS[i]).into_iter().enumerate() {
         let layout = if i % 2 == 0 { Layout::Nhwc } else { Layout::Nchw };
-        let mut knobs = default_knobs(layer);
+        let mut knobs = default_conv_knobs(layer, CoreRate::FullZmmVnni, 2);
         let expected =
             [Accumulate::PerRow, Accumulate::PerRowWithSource, Accumulate::PerRowWithSource, Accumulate::Whole];
-        assert_eq!(knobs.accumulate, expected[i], "{}", layer.name);
-        knobs.parallel = i != 1;
-        check(&|p| conv(layer, layout, knobs, p));
-        let signed = knobs.with_byte_weights(false, (-127, 127));
-        assert_eq!(signed.operands.source, DType::I8);
-        check(&|p| conv(layer, layout, signed, p));
-        let widened = knobs.with_weights(false, (-127, 127));
-        assert_eq!(widened.operands.source, DType::I16);
-        check(&|p| conv(layer, layout, widened, p));
+        assert_eq!(knobs.accumulation, expected[i], "{}", layer.name);
+        knobs.threads = if i == 1 { 1 } else { 2 };
+        check(&|p| conv(layer, layout, knobs, GemmOperands::U8, p));
+        let signed = Conv2dInt8Knobs { packing: Packing::Bytes, ..knobs }.operands(false, (-127, 127));
+        assert_eq!(signed.source, DType::I8);
+        check(&|p| conv(layer, layout, knobs, signed, p));
+        let widened = knobs.operands(false, (-127, 127));
+        assert_eq!(widened.source, DType::I16);
+        check(&|p| conv(layer, layout, knobs, widened, p));
     }
 }
 
@@ -105,7 +118,7 @@ fn dense_int8_schedules_replay() {
         let src = placeholder([1, FC.in_features], DType::U8, &format!("{p}src")).unwrap();
         let wei = placeholder([FC.out_features, FC.in_features], DType::I8, &format!("{p}wei")).unwrap();
         let bias = placeholder([FC.out_features], DType::F32, &format!("{p}bias")).unwrap();
-        dense_int8(&src, &wei, Some(&bias), &q.attrs, knobs, &format!("{p}fc")).unwrap()
+        dense_int8(&src, &wei, Some(&bias), &q.attrs, knobs, GemmOperands::U8, &format!("{p}fc")).unwrap()
     });
 }
 

@@ -77,10 +77,10 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let levels = levels(&common)?;
             let bits = weights.bits();
             let records = match &db {
-                Some(path) => tensorlift::tune::db::Database::load(path)?.records,
+                Some(path) => tensorlift::record::Database::load(path)?.records,
                 None => Vec::new(),
             };
-            let host = tensorlift::tune::db::Host::this(IsaLevel::detect().unwrap_or(IsaLevel::Scalar));
+            let host = tensorlift::record::Host::this(IsaLevel::detect().unwrap_or(IsaLevel::Scalar));
             // The library's pool is sized where it runs: any thread count serves.
             let tuning = |layer| tensorlift::tune::record_for(&records, layer, bits, usize::MAX, &host).cloned();
             (operators::resnet18(&levels, bits, tuning)?, common, "resnet18")

@@ -6,9 +6,11 @@
 //! (`--isa`, `--format`, positive numbers) and `memory` (sizes the machine cannot hold).
 
 mod common;
+mod db;
 mod export;
 mod gemm;
 mod matmul;
+mod measure;
 mod memory;
 mod peak;
 mod reference;
@@ -53,10 +55,10 @@ enum Command {
     Tune(tune::Args),
     /// Measure candidate schedules given as JSON lines on stdin: one record per line on stdout
     /// (the tuner's worker; any engine can fan it out to machines with the target CPU).
-    Measure(tune::MeasureArgs),
+    Measure(measure::Args),
     /// Tuning databases: `db merge A B ... --out C`, `db best A B ... --out C` (the fastest
     /// validated record per workload and target, as `tuning/pretuned.jsonl` is made).
-    Db(tune::DbArgs),
+    Db(db::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -77,7 +79,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
         Command::Peak(args) => peak::run(args),
         Command::Export(args) => export::run(args),
         Command::Tune(args) => tune::run(args),
-        Command::Measure(args) => tune::measure(args),
-        Command::Db(args) => tune::db(args),
+        Command::Measure(args) => measure::run(args),
+        Command::Db(args) => db::run(args),
     }
 }

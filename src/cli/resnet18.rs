@@ -14,19 +14,21 @@ use ir::interp::te_eval::eval_te;
 use ir::te::{Tensor as TeTensor, placeholder, placeholder_vec};
 use schedules::generic::default_schedule;
 use schedules::ops::{
-    Compensation, Conv2dParams, Layout, QuantizedLayer, compensation, conv2d_nchw_int8, convert_layout, dense_int8,
+    Compensation, Conv2dParams, GemmOperands, Layout, QuantizedLayer, compensation, conv2d_nchw_int8, convert_layout,
+    dense_int8,
 };
 use schedules::quant::{QuantAttrs, QuantError};
 use schedules::resnet18::{self, Layer};
 use schedules::x86_conv::{
-    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_dense_knobs, default_knobs_at, prepare_conv2d_int8,
-    prepare_dense_int8, weight_range,
+    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_knobs, prepare_conv2d_int8, prepare_dense_int8, weight_range,
 };
 use tensorlift::bench::{time_against_peak, uniform};
 use tensorlift::kernels::KernelVariant;
 use tensorlift::kernels::peak::ProbeKind;
+use tensorlift::record::{Database, Host, Record, pretuned};
 use tensorlift::runtime::BoundArgs;
 use tensorlift::runtime::peak::Probe;
+use tensorlift::tune::record_for;
 use tensorlift::{BuildError, CompileOptions, IsaLevel, RuntimeError, Tensor, build};
 
 use super::common::{Format, IsaChoice, WeightsChoice, positive, thread_count};
@@ -215,31 +217,33 @@ impl LayerReport {
     }
 }
 
-/// How a layer is scheduled and what its result is checked against.
+/// How a layer is scheduled (its knobs and the GEMM operands they give here) and what its
+/// result is checked against.
 #[derive(Clone, Copy)]
 enum LayerPlan {
-    /// Convolutions: `schedules::x86_conv::conv2d_int8` in the layout (direct convolution tensorized into the VNNI micro-kernel), checked against the generic
-    /// schedule of `ops::conv2d_nchw_int8` JIT-compiled (whose equality with the interpreter
+    /// Convolutions: `schedules::x86_conv::conv2d_int8` in the layout (direct convolution
+    /// tensorized into the int8 micro-kernel), checked against the generic schedule of
+    /// `ops::conv2d_nchw_int8` JIT-compiled (whose equality with the interpreter
     /// `tests/it/quant.rs` checks).
-    X86Conv(Conv2dInt8Knobs, Layout),
+    X86Conv(Conv2dInt8Knobs, GemmOperands, Layout),
     /// The dense layer: `schedules::x86_conv::dense_int8` (a 1×1 convolution over a row of pixels
     /// on the same tensorized path), checked against the tensor-expression interpreter of
     /// `ops::dense_int8`.
-    X86Dense(Conv2dInt8Knobs),
+    X86Dense(Conv2dInt8Knobs, GemmOperands),
 }
 
 impl LayerPlan {
     fn schedule(self) -> &'static str {
         match self {
             LayerPlan::X86Conv(..) => "x86_conv",
-            LayerPlan::X86Dense(_) => "x86_dense",
+            LayerPlan::X86Dense(..) => "x86_dense",
         }
     }
 
     fn reference(self) -> &'static str {
         match self {
             LayerPlan::X86Conv(..) => "generic-jit",
-            LayerPlan::X86Dense(_) => "eval_te",
+            LayerPlan::X86Dense(..) => "eval_te",
         }
     }
 }
@@ -300,18 +304,18 @@ fn convert_array(a: &Array, from: Layout, to: Layout, options: &CompileOptions) 
     Ok(tensors[1].to_array())
 }
 
-/// `x86_conv::conv2d_int8` in `layout` with `knobs`, its weights packed by
+/// `x86_conv::conv2d_int8` in `layout` with `knobs` on `operands`, its weights packed by
 /// `x86_conv::prepare_conv2d_int8`; the output is kept in `layout` (`CompiledLayer::output`).
 fn compile_x86_conv(
     case: &LayerCase,
     conv: Conv2dParams,
-    knobs: Conv2dInt8Knobs,
+    (knobs, operands): (Conv2dInt8Knobs, GemmOperands),
     layout: Layout,
     options: &CompileOptions,
 ) -> Result<CompiledLayer, Resnet18Error> {
     let start = Instant::now();
-    let prep =
-        prepare_conv2d_int8(&case.wei, DType::U8, &case.attrs.src.zero_points, knobs, &format!("{}.prep", case.name))?;
+    let zero_point = &case.attrs.src.zero_points;
+    let prep = prepare_conv2d_int8(&case.wei, DType::U8, zero_point, knobs, operands, &format!("{}.prep", case.name))?;
     let prep_kernel = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
     let [src, wei, bias] = &case.inputs;
     let mut wei_t = Tensor::from_array(wei);
@@ -321,7 +325,8 @@ fn compile_x86_conv(
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     let src_dims: [i64; 4] = case.src.shape().try_into().expect("a convolution source is 4-D");
     let src_te = placeholder(layout.shape(src_dims), case.src.dtype(), case.src.name())?;
-    let layer = conv2d_int8(&src_te, &case.wei, Some(&case.bias), None, conv, &case.attrs, layout, knobs, case.name)?;
+    let layer =
+        conv2d_int8(&src_te, &case.wei, Some(&case.bias), None, conv, &case.attrs, layout, knobs, operands, case.name)?;
     let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
     let src = convert_array(src, Layout::Nchw, layout, options)?;
     let mut tensors = vec![Tensor::from_array(&src), packed_t, comp_t, Tensor::from_array(bias)];
@@ -330,16 +335,17 @@ fn compile_x86_conv(
     Ok(CompiledLayer::new(prepare_ms, kernel, tensors)?)
 }
 
-/// `x86_conv::dense_int8` with `knobs`, its weights packed by `x86_conv::prepare_dense_int8`; the
-/// dense arrays are bound as the 4-D arrays of the same bytes that these functions take.
+/// `x86_conv::dense_int8` with `knobs` on `operands`, its weights packed by
+/// `x86_conv::prepare_dense_int8`; the dense arrays are bound as the 4-D arrays of the same bytes
+/// that these functions take.
 fn compile_x86_dense(
     case: &LayerCase,
-    knobs: Conv2dInt8Knobs,
+    (knobs, operands): (Conv2dInt8Knobs, GemmOperands),
     options: &CompileOptions,
 ) -> Result<CompiledLayer, Resnet18Error> {
     let start = Instant::now();
     let zero_point = &case.attrs.src.zero_points;
-    let prep = prepare_dense_int8(&case.wei, DType::U8, zero_point, knobs, &format!("{}.prep", case.name))?;
+    let prep = prepare_dense_int8(&case.wei, DType::U8, zero_point, knobs, operands, &format!("{}.prep", case.name))?;
     let prep_kernel = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
     let [src, wei, bias] = &case.inputs;
     let as_arg = |a: &Array, t: &TeTensor| Tensor::from_array(&Array::from_i64(a.dtype(), t.shape(), &a.to_i64_vec()));
@@ -348,7 +354,15 @@ fn compile_x86_dense(
     let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape())?;
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
-    let layer = schedules::x86_conv::dense_int8(&case.src, &case.wei, Some(&case.bias), &case.attrs, knobs, case.name)?;
+    let layer = schedules::x86_conv::dense_int8(
+        &case.src,
+        &case.wei,
+        Some(&case.bias),
+        &case.attrs,
+        knobs,
+        operands,
+        case.name,
+    )?;
     let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
     let mut tensors = vec![as_arg(src, &layer.args[0]), packed_t, comp_t, Tensor::from_array(bias)];
     tensors.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
@@ -366,15 +380,17 @@ fn run_layer(
     let name = case.name;
     progress.set_message(format!("{name}: prepare weights, compile"));
     let mut compiled = match (plan, case.conv) {
-        (LayerPlan::X86Conv(knobs, layout), Some(conv)) => compile_x86_conv(case, conv, knobs, layout, options)?,
-        (LayerPlan::X86Dense(knobs), None) => compile_x86_dense(case, knobs, options)?,
+        (LayerPlan::X86Conv(knobs, operands, layout), Some(conv)) => {
+            compile_x86_conv(case, conv, (knobs, operands), layout, options)?
+        }
+        (LayerPlan::X86Dense(knobs, operands), None) => compile_x86_dense(case, (knobs, operands), options)?,
         _ => compile_generic(case, options)?,
     };
     compiled.call()?;
     // `x86_dense` writes `[1, 1, M, OC]`: the same bytes as the definition's `[M, OC]`.
     let output = match plan {
-        LayerPlan::X86Conv(_, layout) => convert_array(&compiled.output(), layout, Layout::Nchw, options)?,
-        LayerPlan::X86Dense(_) => compiled.output(),
+        LayerPlan::X86Conv(_, _, layout) => convert_array(&compiled.output(), layout, Layout::Nchw, options)?,
+        LayerPlan::X86Dense(..) => compiled.output(),
     };
     let output = Array::from_i64(output.dtype(), case.def.output.shape(), &output.to_i64_vec());
 
@@ -385,7 +401,7 @@ fn run_layer(
             reference.call()?;
             reference.output()
         }
-        LayerPlan::X86Dense(_) => case.reference()?,
+        LayerPlan::X86Dense(..) => case.reference()?,
     };
     let verified = output.bits_eq(&expected);
     let values = output.to_i64_vec();
@@ -413,6 +429,15 @@ fn run_layer(
     })
 }
 
+/// The knobs as records spell them, with the GEMM operands they gave here: `gemm_source` (u8,
+/// i8 or i16) and `weight_range`, the range declared on the packed weights.
+fn knobs_json(knobs: Conv2dInt8Knobs, operands: GemmOperands) -> serde_json::Value {
+    let mut json = serde_json::to_value(knobs).expect("knobs serialize");
+    json["gemm_source"] = operands.source.to_string().into();
+    json["weight_range"] = serde_json::json!([operands.weights.0, operands.weights.1]);
+    json
+}
+
 pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let Args { layer, threads, isa, repeat, layout, weights, format, db, no_db } = args;
     let (target, layout) = (isa.target(), layout.layout());
@@ -429,7 +454,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let tuned = match (&db, no_db) {
         (_, true) => Vec::new(),
         (Some(path), _) => {
-            let loaded = tensorlift::tune::db::Database::load(path)?;
+            let loaded = Database::load(path)?;
             for e in &loaded.errors {
                 eprintln!("{}: skipped: {e}", path.display());
             }
@@ -437,9 +462,9 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         }
         (None, _) => Vec::new(),
     };
-    let pretuned = if no_db { Vec::new() } else { tensorlift::tune::pretuned()?.records };
+    let pretuned = if no_db { Vec::new() } else { pretuned()?.records };
     let max_threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let host = tensorlift::tune::db::Host::this(level);
+    let host = Host::this(level);
     let progress = ProgressBar::new(layers.len() as u64);
     progress.set_style(
         ProgressStyle::with_template("{bar:24} {pos}/{len} layers  {elapsed}  {msg}").map_err(|e| e.to_string())?,
@@ -489,42 +514,25 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         // whether it runs alone (`--layer`) or in the table.
         let position = resnet18::layers().iter().position(|l| l.name() == layer.name()).unwrap_or(i);
         let case = LayerCase::new(layer, 1000 * (position as u64 + 1), weights.bits().range())?;
+        // The knobs of the best usable record for the layer: this run's database, else the
+        // pre-tuned one, else the defaults for this level's cores and the threads available.
+        let usable = |records: &[Record]| {
+            record_for(records, layer, weights.bits(), max_threads, &host).map(|r| r.schedule.knobs)
+        };
+        let (tuning, knobs) = match (usable(&tuned), usable(&pretuned)) {
+            (Some(k), _) => ("tuned", k),
+            (None, Some(k)) => ("pretuned", k),
+            (None, None) => ("default", default_knobs(layer, tensorlift::build::core_rate(level), max_threads)),
+        };
         // The kernel family follows from the level and the prepared weights' proven range.
-        let fit = |knobs: Conv2dInt8Knobs| knobs.with_weights(level.has_vnni(), case.weight_range());
-        // The best usable record for the layer: this run's database, else the pre-tuned one.
-        let usable = |records: &[tensorlift::tune::db::Record]| {
-            tensorlift::tune::record_for(records, layer, weights.bits(), max_threads, &host)
-                .and_then(tensorlift::tune::record_point)
+        let operands = knobs.operands(level.has_vnni(), case.weight_range());
+        let plan = match layer {
+            Layer::Conv(_) => LayerPlan::X86Conv(knobs, operands, layout),
+            Layer::Dense(_) => LayerPlan::X86Dense(knobs, operands),
         };
-        let (tuning, point) = match (usable(&tuned), usable(&pretuned)) {
-            (Some(p), _) => ("tuned", Some(p)),
-            (None, Some(p)) => ("pretuned", Some(p)),
-            (None, None) => ("default", None),
-        };
-        let plan = match (layer, point) {
-            (Layer::Conv(_), Some(p)) => LayerPlan::X86Conv(p.fit(level.has_vnni(), case.weight_range()), layout),
-            (Layer::Dense(_), Some(p)) => LayerPlan::X86Dense(p.fit(level.has_vnni(), case.weight_range())),
-            (Layer::Conv(c), None) => {
-                let knobs = default_knobs_at(&c, tensorlift::build::core_rate(level));
-                LayerPlan::X86Conv(
-                    fit(Conv2dInt8Knobs { parallel: knobs.parallel && threads != Some(1), ..knobs }),
-                    layout,
-                )
-            }
-            // One thread: FC's 63 tiles of 1 × 16 × 512 take ~0.2 µs each, less than handing
-            // them to the pool (measured 0.011 ms on one thread, 0.044 ms on two).
-            (Layer::Dense(d), None) => {
-                LayerPlan::X86Dense(fit(Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) }))
-            }
-        };
-        let layer_options = match point {
-            Some(p) => CompileOptions { threads: Some(p.threads), ..options.clone() },
-            None => options.clone(),
-        };
+        let layer_options = CompileOptions { threads: Some(knobs.threads), ..options.clone() };
         let report = run_layer(&case, plan, &layer_options, repeat, &progress)?;
-        let schedule = match plan {
-            LayerPlan::X86Conv(k, _) | LayerPlan::X86Dense(k) => format!("{} {}x{}", plan.schedule(), k.mr, k.nr),
-        };
+        let schedule = format!("{} {}x{}", plan.schedule(), knobs.mr, knobs.nr);
         progress.suspend(|| match format {
             Format::Table => {
                 let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| format!("{v:.prec$}"));
@@ -552,20 +560,14 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                     "layer": report.layer,
                     "verified": report.verified,
                     "schedule": plan.schedule(),
-                    "knobs": match plan {
-                        LayerPlan::X86Conv(k, _) | LayerPlan::X86Dense(k) => serde_json::json!({
-                            "mr": k.mr, "nr": k.nr, "lanes": k.lanes, "order": format!("{:?}", k.order), "parallel": k.parallel,
-                            "gemm_source": k.operands.source.to_string(), "weight_range": [k.operands.weights.0, k.operands.weights.1],
-                            "accumulate": format!("{:?}", k.accumulate),
-                        }),
-                    },
+                    "knobs": knobs_json(knobs, operands),
                     "kernel": kernel_names(&report.kernels),
                     "weights": weights.bits().name(),
                     "reference": plan.reference(),
                     "layout": match plan {
-                        LayerPlan::X86Conv(_, Layout::Nchw) => "nchw",
-                        LayerPlan::X86Conv(_, Layout::Nhwc) => "nhwc",
-                        LayerPlan::X86Dense(_) => "nc",
+                        LayerPlan::X86Conv(_, _, Layout::Nchw) => "nchw",
+                        LayerPlan::X86Conv(_, _, Layout::Nhwc) => "nhwc",
+                        LayerPlan::X86Dense(..) => "nc",
                     },
                     "prepare_ms": report.prepare_ms,
                     "compile_ms": report.compile_ms,

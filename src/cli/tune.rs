@@ -1,4 +1,5 @@
-//! `tensorlift tune resnet18`, `tensorlift measure`, `tensorlift db merge`.
+//! `tensorlift tune resnet18`: search each layer's schedules, measured in a worker process
+//! (`tensorlift measure`), and report default and tuned speed per layer.
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -8,10 +9,10 @@ use clap::{Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use schedules::resnet18::{self, Layer};
 use tensorlift::IsaLevel;
-use tensorlift::tune::db::{self, Record, Status};
+use tensorlift::record::{Record, Status};
 use tensorlift::tune::search::Strategy;
-use tensorlift::tune::worker::{self, Worker};
-use tensorlift::tune::{LayerResult, TuneOptions, plot, record_point, tune_layer};
+use tensorlift::tune::worker::Worker;
+use tensorlift::tune::{LayerResult, TuneOptions, plot, tune_layer};
 
 use super::common::{Format, IsaChoice, WeightsChoice, positive};
 
@@ -149,7 +150,7 @@ fn report(r: &LayerResult, level: IsaLevel, format: Format) {
         (Some(d), Some(b)) => Some(b / d),
         _ => None,
     };
-    let point = best.and_then(record_point);
+    let point = best.map(|b| b.schedule.knobs);
     let failed = r.records.iter().filter(|r| r.status != Status::Ok).count();
     match format {
         Format::Table => {
@@ -164,7 +165,7 @@ fn report(r: &LayerResult, level: IsaLevel, format: Format) {
                 r.trials(),
                 r.elapsed.as_secs_f64(),
                 point.map_or(String::new(), |p| format!(
-                    "mr {} nr {} lanes {} {:?} {} thread(s){} accumulate {:?}",
+                    "mr {} nr {} lanes {} {:?} {} thread(s){} accumulation {:?}",
                     p.mr,
                     p.nr,
                     p.lanes,
@@ -190,75 +191,6 @@ fn report(r: &LayerResult, level: IsaLevel, format: Format) {
                 "curve": r.curve(),
             });
             println!("{json}");
-        }
-    }
-}
-
-/// `tensorlift measure`: candidates as JSON lines on stdin, one record per line on stdout.
-#[derive(clap::Args)]
-pub struct MeasureArgs {
-    /// Also append every record to this database.
-    #[arg(long)]
-    db: Option<PathBuf>,
-}
-
-pub fn measure(args: MeasureArgs) -> Result<(), Box<dyn Error>> {
-    worker::serve(std::io::stdin().lock(), std::io::stdout().lock(), |record| match &args.db {
-        Some(path) => db::append(path, std::slice::from_ref(record)).map_err(std::io::Error::other),
-        None => Ok(()),
-    })?;
-    Ok(())
-}
-
-#[derive(clap::Args)]
-pub struct DbArgs {
-    #[command(subcommand)]
-    what: DbCommand,
-}
-
-#[derive(Subcommand)]
-enum DbCommand {
-    /// Merge databases into one (records deduplicated; malformed lines reported and skipped).
-    Merge {
-        inputs: Vec<PathBuf>,
-        #[arg(long)]
-        out: PathBuf,
-    },
-    /// Keep the fastest verified record per workload and target (ISA level, CPU model,
-    /// weights): how `tuning/pretuned.jsonl` is made.
-    Best {
-        inputs: Vec<PathBuf>,
-        #[arg(long)]
-        out: PathBuf,
-    },
-}
-
-pub fn db(args: DbArgs) -> Result<(), Box<dyn Error>> {
-    match args.what {
-        DbCommand::Merge { inputs, out } => {
-            let paths: Vec<&std::path::Path> = inputs.iter().map(PathBuf::as_path).collect();
-            let (count, errors) = db::merge(&paths, &out)?;
-            for e in &errors {
-                eprintln!("skipped: {e}");
-            }
-            println!("{count} records from {} database(s) in {}", inputs.len(), out.display());
-            Ok(())
-        }
-        DbCommand::Best { inputs, out } => {
-            let mut records = Vec::new();
-            for path in &inputs {
-                let loaded = db::Database::load(path)?;
-                for e in &loaded.errors {
-                    eprintln!("skipped: {e}");
-                }
-                records.extend(loaded.records);
-            }
-            let best = db::best_per_workload(&records);
-            let text: String =
-                best.iter().map(|r| serde_json::to_string(r).expect("records serialize") + "\n").collect();
-            std::fs::write(&out, text)?;
-            println!("{} best records of {} in {}", best.len(), records.len(), out.display());
-            Ok(())
         }
     }
 }

@@ -2,18 +2,16 @@
 
 use ir::{DType, LowerError, ScheduleError, TeError};
 use schedules::nn::{gemm_source, matmul_packed, pack_b_vnni};
+use schedules::ops::GemmOperands;
 use schedules::quant::QuantError;
 use schedules::resnet18::{self, Layer, WeightBits};
 use schedules::x86::{GemmInt8Knobs, schedule_gemm_int8, schedule_gemm_source};
-use schedules::x86_conv::{
-    Conv2dInt8Error, Conv2dInt8Knobs, CoreRate, default_dense_knobs, default_knobs_at, table_layer,
-};
+use schedules::x86_conv::{Conv2dInt8Error, Conv2dInt8Knobs, CoreRate, Packing, default_knobs, table_layer};
 use thiserror::Error;
 
 use super::Operator;
+use crate::record::Record;
 use crate::runtime::IsaLevel;
-use crate::tune::db::Record;
-use crate::tune::record_point;
 
 /// Errors from defining an operator for export.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -62,20 +60,26 @@ pub fn matmul(m: i64, n: i64, k: i64, levels: &[IsaLevel]) -> Result<Operator, O
     Ok(Operator::portable("matmul", &func, levels))
 }
 
-/// The knobs of `layer` at `level` for weights in `weights`' range: the tuning record's point,
-/// else `default_knobs_at` the level (FC: one row, one thread); the kernel family by level and range with
-/// the weights packed as bytes at every level, so that one preparation serves every level
-/// (`Conv2dInt8Knobs::with_byte_weights`).
-fn layer_knobs(layer: Layer, level: IsaLevel, weights: WeightBits, tuning: Option<&Record>) -> Conv2dInt8Knobs {
-    let knobs = match (tuning.and_then(record_point), layer) {
-        (Some(point), _) => point.knobs(),
-        // The library loads on CPUs not known here: `avx512-vnni` as on 512-bit units.
-        (None, Layer::Conv(c)) => {
-            default_knobs_at(&c, if level == IsaLevel::Avx512Vnni { CoreRate::FullZmmVnni } else { CoreRate::Slower })
-        }
-        (None, Layer::Dense(d)) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
-    };
-    knobs.with_byte_weights(level.has_vnni(), weights.range())
+/// The threads a library's layer runs on: its pool is sized where the library loads
+/// (`TENSORLIFT_NUM_THREADS`, else every CPU), so a layer's knobs only say whether its loops
+/// run on the pool (`Conv2dInt8Knobs::threads` above 1) or not.
+const LIBRARY_THREADS: usize = usize::MAX;
+
+/// The knobs of `layer` at `level` for weights in `weights`' range, and the GEMM operands they
+/// give: the tuning record's knobs, else `default_knobs` for the level (the library loads on
+/// CPUs not known here: `avx512-vnni` as on 512-bit units); the kernel family by level and
+/// range with the weights packed as bytes at every level (`Packing::Bytes`), so that one
+/// preparation serves every level.
+fn layer_knobs(
+    layer: Layer,
+    level: IsaLevel,
+    weights: WeightBits,
+    tuning: Option<&Record>,
+) -> (Conv2dInt8Knobs, GemmOperands) {
+    let rate = if level == IsaLevel::Avx512Vnni { CoreRate::FullZmmVnni } else { CoreRate::Slower };
+    let knobs = tuning.map_or_else(|| default_knobs(layer, rate, LIBRARY_THREADS), |r| r.schedule.knobs);
+    let knobs = Conv2dInt8Knobs { packing: Packing::Bytes, ..knobs };
+    (knobs, knobs.operands(level.has_vnni(), weights.range()))
 }
 
 /// Layer `layer` of the resnet-18 table (at `position`, which seeds its quantization as
@@ -88,7 +92,7 @@ fn layer_knobs(layer: Layer, level: IsaLevel, weights: WeightBits, tuning: Optio
 /// The weights must lie in `weights`' range (checked on every call of the layer, as the code
 /// of some levels relies on it). A prepared set of weights is valid for the level that
 /// prepared it, i.e. on the machine (and `TENSORLIFT_ISA`) that runs the layer. With a
-/// `tuning` record (`tune::db`), both take its knobs and carry it into the manifest.
+/// `tuning` record (`record::Record`), both take its knobs and carry it into the manifest.
 pub fn resnet18_layer(
     layer: Layer,
     position: usize,
@@ -99,7 +103,8 @@ pub fn resnet18_layer(
     let quant = resnet18::quantization(layer, 1000 * (position as u64 + 1))?;
     let name = layer.name().to_ascii_lowercase();
     let lower = |level, prepare: bool| -> Result<ir::Func, OperatorError> {
-        let (prep, run) = table_layer(layer, &quant, layer_knobs(layer, level, weights, tuning), &name)?;
+        let (knobs, operands) = layer_knobs(layer, level, weights, tuning);
+        let (prep, run) = table_layer(layer, &quant, knobs, operands, &name)?;
         Ok(if prepare {
             ir::lower::lower(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), &format!("{name}_prepare"))?
         } else {

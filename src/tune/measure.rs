@@ -8,15 +8,17 @@ use std::time::{Duration, Instant};
 
 use ir::DType;
 use ir::interp::array::Array;
+use ir::trace::Trace;
 use schedules::generic::default_schedule;
+use schedules::ops::GemmOperands;
 use schedules::resnet18::{Layer, LayerQuant, WeightBits, quantization, uniform};
 use schedules::x86_conv::{Conv2dInt8Knobs, table_layer};
 use thiserror::Error;
 
-use super::db::{Status, WorkloadRef};
-use super::space::{Point, Space};
+use super::space::Space;
 use crate::bench::time_against_peak_after;
 use crate::kernels::peak::ProbeKind;
+use crate::record::{Status, WorkloadRef};
 use crate::runtime::BoundArgs;
 use crate::runtime::peak::Probe;
 use crate::{BuildError, CompileOptions, CompiledFunc, IsaLevel, RuntimeError, Target, Tensor, build};
@@ -48,8 +50,8 @@ pub struct Measurement {
     pub compile_ms: Option<f64>,
     pub verified: bool,
     pub error: Option<String>,
-    /// The schedule's trace (`ir::trace::Trace`), when it was built.
-    pub trace: Option<serde_json::Value>,
+    /// The schedule's trace, when it was built.
+    pub trace: Option<Trace>,
 }
 
 impl Measurement {
@@ -85,7 +87,7 @@ pub struct LayerBench {
     /// The output of the layer's definition under the generic schedule.
     reference: Array,
     /// Packed weights and compensation per panel width and operands: the weight preparation
-    /// (tens of ms for R11's 2.4 MB under its generic schedule) depends on nothing else, and
+    /// (slow for R11's 2.4 MB under its generic schedule) depends on nothing else, and
     /// candidates share it.
     prepared: RefCell<HashMap<PreparationKey, [Tensor; 2]>>,
 }
@@ -100,7 +102,7 @@ struct Compiled {
     /// Bound once: the prepared weights a kernel relies on are checked here, not per call.
     args: BoundArgs,
     compile_ms: f64,
-    trace: serde_json::Value,
+    trace: Trace,
 }
 
 impl LayerBench {
@@ -152,24 +154,31 @@ impl LayerBench {
     /// The definition under the generic schedule (no tensorization), on one thread: what every
     /// point's output must equal.
     fn generic_reference(&self) -> Result<Array, SetupError> {
-        let knobs = self.space.default_point().knobs().with_weights(false, self.range);
+        let knobs = self.space.default_knobs();
+        let operands = knobs.operands(false, self.range);
         let options =
             CompileOptions { target: Target::Level(IsaLevel::Scalar), threads: Some(1), ..Default::default() };
-        let mut compiled = self.compile(knobs, &options, true)?;
+        let mut compiled = self.compile(knobs, operands, &options, true)?;
         compiled.args.call(&compiled.func)?;
         Ok(compiled.args.last().map(Tensor::to_array).expect("the output is the last argument"))
     }
 
-    /// Prepares the weights and compiles the layer with `knobs` (or, with `generic`, the
-    /// generic schedule of the same definition).
-    fn compile(&self, knobs: Conv2dInt8Knobs, options: &CompileOptions, generic: bool) -> Result<Compiled, SetupError> {
+    /// Prepares the weights and compiles the layer with `knobs` on `operands` (or, with
+    /// `generic`, the generic schedule of the same definition).
+    fn compile(
+        &self,
+        knobs: Conv2dInt8Knobs,
+        operands: GemmOperands,
+        options: &CompileOptions,
+        generic: bool,
+    ) -> Result<Compiled, SetupError> {
         let start = Instant::now();
-        let (prep, layer) = table_layer(self.layer, &self.quant, knobs, self.layer.name())?;
+        let (prep, layer) = table_layer(self.layer, &self.quant, knobs, operands, self.layer.name())?;
         let schedule = if generic { default_schedule(&[&layer.layer.output]) } else { layer.schedule.clone() };
-        let trace = serde_json::to_value(schedule.trace()).expect("traces serialize");
+        let trace = schedule.trace();
         let func = build(&schedule, &layer.args.iter().collect::<Vec<_>>(), self.layer.name(), options)?;
         let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-        let key = (knobs.nr, knobs.operands.source, knobs.operands.weights);
+        let key = (knobs.nr, operands.source, operands.weights);
         let cached = self.prepared.borrow().get(&key).cloned();
         let [packed, compensation] = match cached {
             Some(prepared) => prepared,
@@ -209,17 +218,17 @@ impl LayerBench {
     /// fit in it as the verification call's time says, at least 1: the validation times the
     /// fastest again with `repeat` calls). Never panics on a bad point:
     /// a point the space rejects is `BuildError` with the reason.
-    pub fn measure(&self, point: &Point, repeat: usize, budget: Option<Duration>) -> Measurement {
+    pub fn measure(&self, point: &Conv2dInt8Knobs, repeat: usize, budget: Option<Duration>) -> Measurement {
         if let Err(reason) = self.space.check(point) {
             return Measurement::failed(Status::BuildError, reason.to_string(), None);
         }
         if !self.level.is_supported() {
             return Measurement::failed(Status::UnsupportedIsa, format!("this CPU lacks {}", self.level), None);
         }
-        let knobs = point.fit(self.level.has_vnni(), self.range);
+        let operands = point.operands(self.level.has_vnni(), self.range);
         let options =
             CompileOptions { target: Target::Level(self.level), threads: Some(point.threads), ..Default::default() };
-        let mut compiled = match self.compile(knobs, &options, false) {
+        let mut compiled = match self.compile(*point, operands, &options, false) {
             Ok(c) => c,
             Err(e) => return Measurement::failed(Status::BuildError, e.to_string(), None),
         };

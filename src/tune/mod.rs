@@ -1,11 +1,11 @@
-//! Auto-scheduling of the resnet-18 int8 layers: a typed search space per layer (`space`),
-//! search strategies (`search`), measurement — compile, verify bit for bit, time against the
-//! peak probe (`measure`) — in a worker process (`worker`), and the record database (`db`).
+//! Auto-scheduling of the resnet-18 int8 layers: a typed search space of the `x86_conv` knobs
+//! per layer (`space`), search strategies (`search`), measurement — compile, verify bit for bit,
+//! time against the peak probe (`measure`) — in a worker process (`worker`), each measurement a
+//! `record::Record`.
 //!
 //! `tune_layer` is what `tensorlift tune resnet18` runs per layer; `tensorlift resnet18` applies
-//! the best record of a database (`db::select`).
+//! the best record of a database (`record_for`, by `record::select`).
 
-pub mod db;
 pub mod measure;
 pub mod plot;
 pub mod search;
@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 use ir::DType;
 use schedules::ops::{Conv2dParams, conv2d_nchw_int8, dense_int8};
 use schedules::resnet18::{Layer, WeightBits, quantization};
-
-use db::{DbError, Phases, Record, WorkloadRef};
+use schedules::x86_conv::Conv2dInt8Knobs;
 use search::{Searcher, Strategy};
-use space::{Point, Space};
+use space::Space;
 use worker::{Candidate, Worker};
 
 use crate::IsaLevel;
+use crate::record::{DbError, Host, Phase, Phases, Record, WorkloadRef, append, select};
 
 /// The workload of a table layer: the key of its definition (`ops::conv2d_nchw_int8` or
 /// `ops::dense_int8` with the table's quantization), independent of how it is scheduled.
@@ -97,9 +97,9 @@ impl LayerResult {
     /// The default point's validation record of median corrected time (its first record when
     /// there was no validation).
     pub fn default_record(&self) -> Option<&Record> {
-        let default = record_point(self.records.first()?)?;
+        let default = self.records.first()?.schedule.knobs;
         let validated = self.validated(&self.phases());
-        validated.into_iter().find(|r| record_point(r) == Some(default)).or_else(|| self.records.first())
+        validated.into_iter().find(|r| r.schedule.knobs == default).or_else(|| self.records.first())
     }
 
     /// The result: the point whose validation records have the best median corrected time
@@ -117,7 +117,7 @@ impl LayerResult {
 
     /// Trials of the search (validation measurements are not trials).
     pub fn trials(&self) -> usize {
-        self.records.iter().filter(|r| !db::is_validation(r)).count()
+        self.records.iter().filter(|r| !r.is_validation()).count()
     }
 
     /// Best corrected GOPS (`Phases`) after each trial (0 until one succeeded): the tuning
@@ -151,21 +151,21 @@ pub fn tune_layer(
     let space = Space::for_target(layer, options.max_threads, options.level, options.weights.range());
     let mut searcher = Searcher::new(space, options.strategy, options.seed);
     let mut records = Vec::new();
-    let candidate = |point: Point, phase: &str| Candidate {
+    let candidate = |point: Conv2dInt8Knobs, phase: Phase| Candidate {
         layer: layer.name().to_string(),
         isa: options.level.name().to_string(),
-        weights: options.weights.name().into(),
+        weights: options.weights,
         max_threads: options.max_threads,
         point,
         repeat: options.repeat,
-        budget_ms: options.search_budget.filter(|_| phase == "search").map(|b| b.as_secs_f64() * 1e3),
-        phase: phase.to_string(),
+        budget_ms: options.search_budget.filter(|_| phase == Phase::Search).map(|b| b.as_secs_f64() * 1e3),
+        phase,
     };
     while records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b) {
         let Some(point) = searcher.propose() else { break };
-        let record = worker.measure(&candidate(point, "search"), workload.clone());
+        let record = worker.measure(&candidate(point, Phase::Search), workload.clone());
         if let Some(path) = db {
-            db::append(path, std::slice::from_ref(&record))?;
+            append(path, std::slice::from_ref(&record))?;
         }
         progress(&record);
         records.push(record);
@@ -175,12 +175,12 @@ pub fn tune_layer(
     // Validation: the default and the fastest few points of the search, measured again in
     // rounds (one point after another, so slow phases of a shared machine hit them alike); the
     // result is the point with the best median of these.
-    let default = space.default_point();
+    let default = space.default_knobs();
     let mut finalists = vec![default];
     let phases = Phases::of(&records);
     let mut ranked: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
     ranked.sort_by(|a, b| phases.by_time(a, b));
-    for p in ranked.iter().filter_map(|r| record_point(r)) {
+    for p in ranked.iter().map(|r| r.schedule.knobs) {
         if finalists.len() > FINALISTS || records.len() < 2 {
             break;
         }
@@ -190,9 +190,9 @@ pub fn tune_layer(
     }
     for _ in 0..VALIDATION_ROUNDS {
         for &p in &finalists {
-            let record = worker.measure(&candidate(p, "validation"), workload.clone());
+            let record = worker.measure(&candidate(p, Phase::Validation), workload.clone());
             if let Some(path) = db {
-                db::append(path, std::slice::from_ref(&record))?;
+                append(path, std::slice::from_ref(&record))?;
             }
             records.push(record);
         }
@@ -200,37 +200,17 @@ pub fn tune_layer(
     Ok(LayerResult { layer, workload, records, elapsed: start.elapsed() })
 }
 
-/// The repository's pre-tuned database: the best record per layer and target of the CPUs this
-/// project was measured on (`tuning/pretuned.jsonl`, written by `tensorlift tune resnet18 --db`
-/// and `tensorlift db best`), applied by `tensorlift resnet18` unless another database has a
-/// record for the layer.
-pub const PRETUNED: &str = include_str!("../../tuning/pretuned.jsonl");
-
-/// `PRETUNED` parsed; a malformed line is an error (the file is part of the repository).
-pub fn pretuned() -> Result<db::Database, DbError> {
-    let mut parsed = db::Database::parse(PRETUNED, Path::new("tuning/pretuned.jsonl"));
-    match parsed.errors.is_empty() {
-        true => Ok(parsed),
-        false => Err(parsed.errors.remove(0)),
-    }
-}
-
 /// The record to apply to `layer` with weights in `weights`' range on `host`, from `records`:
-/// those of that weights range on at most `max_threads` threads, chosen by `db::select`.
+/// those of that weights range on at most `max_threads` threads, chosen by `record::select`.
 pub fn record_for<'a>(
     records: &'a [Record],
     layer: Layer,
     weights: WeightBits,
     max_threads: usize,
-    host: &db::Host,
+    host: &Host,
 ) -> Option<&'a Record> {
-    let fitting = records.iter().filter(|r| r.target.threads <= max_threads && r.schedule["weights"] == weights.name());
-    db::select(fitting, &workload(layer).key, host)
-}
-
-/// The point a record's schedule holds.
-pub fn record_point(record: &Record) -> Option<Point> {
-    serde_json::from_value(record.schedule.get("knobs")?.clone()).ok()
+    let fitting = records.iter().filter(|r| r.target.threads <= max_threads && r.schedule.weights == weights);
+    select(fitting, &workload(layer).key, host)
 }
 
 #[cfg(test)]
@@ -240,12 +220,12 @@ mod tests {
     /// A measurement of R5 at `mr`, on `threads`, in `phase`, beside a probe of `probe` GOPS.
     fn record(mr: i64, threads: usize, phase: &str, micros: f64, probe: f64) -> Record {
         serde_json::from_value(serde_json::json!({
-            "version": db::RECORD_VERSION,
+            "version": crate::record::RECORD_VERSION,
             "workload": {"key": "k", "op": "conv2d_int8", "summary": "R5"},
             "target": {"isa": "avx512-vnni", "cpu": {"vendor": "AuthenticAMD", "family": 25, "model": 17, "name": "zen4"},
                        "features": [], "threads": threads},
             "schedule": {"knobs": {"mr": mr, "nr": 64, "lanes": 16, "order": "pixels_outer", "threads": threads,
-                                   "packing": "i16", "accumulation": "whole"}, "phase": phase},
+                                   "packing": "i16", "accumulation": "whole"}, "weights": "full", "phase": phase},
             "status": "ok", "median_ns": micros * 1e3, "gops": 231.2e-3 / micros * 1e3, "compile_ms": 1.0,
             "verified": true, "measured_at": "2026-11-25T00:00:00Z", "peak_gops": probe, "peak_probe": "vpdpbusd zmm",
         }))
@@ -280,7 +260,7 @@ mod tests {
             elapsed: Duration::ZERO,
         };
         let phases = result.phases();
-        let point = |r: Option<&Record>| r.and_then(record_point).map(|p| p.mr);
+        let point = |r: Option<&Record>| r.map(|r| r.schedule.knobs.mr);
         assert_eq!(point(result.best()), Some(7));
         assert_eq!(point(result.default_record()), Some(4));
         let best = result.best().expect("a best record");
@@ -293,7 +273,7 @@ mod tests {
         }
         // By measured time alone the default would have been chosen.
         let measured = |r: &Record| r.median_ns;
-        let by_measured = db::representatives(result.records[5..11].iter(), &measured);
-        assert_eq!(point(by_measured.into_iter().min_by(|a, b| db::by(&measured, a, b))), Some(4));
+        let by_measured = crate::record::representatives(result.records[5..11].iter(), &measured);
+        assert_eq!(point(by_measured.into_iter().min_by(|a, b| crate::record::by(&measured, a, b))), Some(4));
     }
 }

@@ -9,7 +9,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::space::{Choices, Point, Space};
+use schedules::x86_conv::Conv2dInt8Knobs;
+
+use super::space::{Choices, Space};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -28,9 +30,9 @@ pub struct Searcher {
     choices: Choices,
     strategy: Strategy,
     rng: StdRng,
-    seen: HashSet<Point>,
+    seen: HashSet<Conv2dInt8Knobs>,
     /// Measured points with their time (seconds); `None`: the measurement failed.
-    measured: Vec<(Point, Option<f64>)>,
+    measured: Vec<(Conv2dInt8Knobs, Option<f64>)>,
 }
 
 /// Tries to find an unseen point this many times before the space counts as exhausted.
@@ -49,8 +51,8 @@ impl Searcher {
     }
 
     /// The next point to measure, or `None` when every point of the space was proposed.
-    pub fn propose(&mut self) -> Option<Point> {
-        let default = self.space.default_point();
+    pub fn propose(&mut self) -> Option<Conv2dInt8Knobs> {
+        let default = self.space.default_knobs();
         if self.seen.insert(default) {
             return Some(default);
         }
@@ -72,12 +74,12 @@ impl Searcher {
     }
 
     /// Records the time of `p` (`None`: failed), for the strategy's next choices.
-    pub fn report(&mut self, p: Point, seconds: Option<f64>) {
+    pub fn report(&mut self, p: Conv2dInt8Knobs, seconds: Option<f64>) {
         self.measured.push((p, seconds));
     }
 
     /// The fastest point measured so far.
-    pub fn best(&self) -> Option<(Point, f64)> {
+    pub fn best(&self) -> Option<(Conv2dInt8Knobs, f64)> {
         self.measured.iter().filter_map(|&(p, s)| s.map(|s| (p, s))).min_by(|a, b| a.1.total_cmp(&b.1))
     }
 
@@ -85,9 +87,9 @@ impl Searcher {
         values[rng.random_range(0..values.len())]
     }
 
-    fn random_point(&mut self) -> Point {
+    fn random_point(&mut self) -> Conv2dInt8Knobs {
         let c = &self.choices;
-        Point {
+        Conv2dInt8Knobs {
             mr: Self::pick(&mut self.rng, &c.mr),
             nr: Self::pick(&mut self.rng, &c.nr),
             lanes: Self::pick(&mut self.rng, &c.lanes),
@@ -99,8 +101,8 @@ impl Searcher {
     }
 
     /// The faster of two measured points drawn at random (tournament of two; failures lose).
-    fn parent(&mut self) -> Option<Point> {
-        let ok: Vec<(Point, f64)> = self.measured.iter().filter_map(|&(p, s)| s.map(|s| (p, s))).collect();
+    fn parent(&mut self) -> Option<Conv2dInt8Knobs> {
+        let ok: Vec<(Conv2dInt8Knobs, f64)> = self.measured.iter().filter_map(|&(p, s)| s.map(|s| (p, s))).collect();
         if ok.is_empty() {
             return None;
         }
@@ -139,7 +141,7 @@ impl Searcher {
         }
     }
 
-    fn mutate(&mut self, parent: Point) -> Point {
+    fn mutate(&mut self, parent: Conv2dInt8Knobs) -> Conv2dInt8Knobs {
         let mut p = parent;
         let moves = if self.rng.random_bool(0.3) { 2 } else { 1 };
         // Only knobs with a choice move (a layer may fix some: threads of FC, lanes).
@@ -179,8 +181,8 @@ mod tests {
     use schedules::resnet18;
 
     /// A cost with one best point and smooth slopes: what a register tile's speed looks like.
-    fn synthetic_cost(p: &Point) -> f64 {
-        let order = if p.order == super::super::space::Order::ChannelsOuter { 0.0 } else { 0.3 };
+    fn synthetic_cost(p: &Conv2dInt8Knobs) -> f64 {
+        let order = if p.order == schedules::x86_conv::TileOrder::ChannelsOuter { 0.0 } else { 0.3 };
         1.0 + 0.05 * (p.mr - 7).pow(2) as f64
             + 0.4 * ((p.nr / 16) as f64 - 2.0).abs()
             + order
@@ -188,7 +190,7 @@ mod tests {
             + 0.5 * (p.threads != 2) as u8 as f64
     }
 
-    fn run(strategy: Strategy, seed: u64, trials: usize) -> Vec<Point> {
+    fn run(strategy: Strategy, seed: u64, trials: usize) -> Vec<Conv2dInt8Knobs> {
         let space = Space::new(resnet18::layer("R2").unwrap(), 2);
         let mut s = Searcher::new(space, strategy, seed);
         let mut proposed = Vec::new();
@@ -205,7 +207,7 @@ mod tests {
         let space = Space::new(resnet18::layer("R2").unwrap(), 2);
         for strategy in [Strategy::Evolutionary, Strategy::Random] {
             let points = run(strategy, 7, 60);
-            assert_eq!(points[0], space.default_point());
+            assert_eq!(points[0], space.default_knobs());
             assert_eq!(points.iter().collect::<HashSet<_>>().len(), points.len(), "{strategy:?} repeated a point");
             assert!(points.iter().all(|p| space.check(p).is_ok()));
             assert_eq!(points, run(strategy, 7, 60), "{strategy:?}: same seed, same points");
@@ -216,7 +218,7 @@ mod tests {
         assert_eq!(all.len(), fc.size());
     }
 
-    fn run_space(space: Space, trials: usize) -> Vec<Point> {
+    fn run_space(space: Space, trials: usize) -> Vec<Conv2dInt8Knobs> {
         let mut s = Searcher::new(space, Strategy::Evolutionary, 1);
         std::iter::from_fn(|| s.propose().inspect(|&p| s.report(p, Some(synthetic_cost(&p))))).take(trials).collect()
     }

@@ -1,91 +1,21 @@
-//! The search space of the int8 convolution and dense schedules (`x86_conv`): the template's
-//! knobs, the weights' packing (which picks the kernel family where the weights do) and the
-//! layer's thread count, each with a typed range. A point either fits the layer
-//! or is rejected with the reason before anything is compiled.
+//! The search space of the int8 convolution and dense schedules: the `x86_conv` knobs
+//! (`Conv2dInt8Knobs`, the tuner's one knob type), each with a typed range for a layer on a
+//! machine. A point either fits the layer or is rejected with the reason before anything is
+//! compiled.
 
 use ir::intrin::pair_sums_fit_i16;
 use schedules::resnet18::Layer;
-use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, CoreRate, TileOrder, default_dense_knobs, default_knobs_at};
-use serde::{Deserialize, Serialize};
+use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, CoreRate, Packing, TileOrder, default_knobs};
 use thiserror::Error;
 
 use crate::runtime::IsaLevel;
 
-/// The order of the tile loops, as records spell it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Order {
-    PixelsOuter,
-    ChannelsOuter,
-}
-
-/// How the weights are packed where they pick the kernel family (no VNNI, the `vpmaddubsw`
-/// triple not proven exact): as i16 pairs for pre-widened operands
-/// (`Conv2dInt8Knobs::with_weights`), or as bytes for sign transfer, or exact widening with a
-/// -128 weight (`with_byte_weights`). Elsewhere both give the same code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Packing {
-    I16,
-    Bytes,
-}
-
-impl Packing {
-    /// What records written before the knob existed measured.
-    fn before_the_knob() -> Packing {
-        Packing::Bytes
-    }
-}
-
-/// Where the accumulators are computed (`x86_conv::Accumulate`), as records spell it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Accumulation {
-    Whole,
-    PerRow,
-    PerRowWithSource,
-}
-
-impl Accumulation {
-    /// What records written before the knob existed measured.
-    fn before_the_knob() -> Accumulation {
-        Accumulation::Whole
-    }
-
-    fn of(a: Accumulate) -> Accumulation {
-        match a {
-            Accumulate::Whole => Accumulation::Whole,
-            Accumulate::PerRow => Accumulation::PerRow,
-            Accumulate::PerRowWithSource => Accumulation::PerRowWithSource,
-        }
-    }
-}
-
-/// One schedule of a layer: `x86_conv` knobs (the operands follow from the weights and the
-/// packing at apply time, `Point::fit`) and threads (1: no parallel loops).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Point {
-    /// Output pixels of a row per micro-kernel tile.
-    pub mr: i64,
-    /// Output channels per tile and weight panel.
-    pub nr: i64,
-    /// Lanes of the vectorized epilogue of an NCHW output (`Conv2dInt8Knobs::lanes`).
-    pub lanes: i64,
-    pub order: Order,
-    pub threads: usize,
-    #[serde(default = "Packing::before_the_knob")]
-    pub packing: Packing,
-    #[serde(default = "Accumulation::before_the_knob")]
-    pub accumulation: Accumulation,
-}
-
 /// The typed ranges of every knob.
 pub const NR: [i64; 3] = [16, 32, 64];
 pub const LANES: [i64; 3] = [8, 16, 32];
-pub const ORDERS: [Order; 2] = [Order::PixelsOuter, Order::ChannelsOuter];
+pub const ORDERS: [TileOrder; 2] = [TileOrder::PixelsOuter, TileOrder::ChannelsOuter];
 pub const PACKINGS: [Packing; 2] = [Packing::I16, Packing::Bytes];
-pub const ACCUMULATIONS: [Accumulation; 3] =
-    [Accumulation::Whole, Accumulation::PerRow, Accumulation::PerRowWithSource];
+pub const ACCUMULATIONS: [Accumulate; 3] = [Accumulate::Whole, Accumulate::PerRow, Accumulate::PerRowWithSource];
 /// `mr` runs from 1 to this, and to the pixels of an output row.
 pub const MAX_MR: i64 = 16;
 
@@ -107,7 +37,7 @@ pub enum Rejection {
     )]
     Packing,
     #[error("accumulation = {found:?}: expected whole ({layer} computes one row)")]
-    DenseAccumulation { layer: &'static str, found: Accumulation },
+    DenseAccumulation { layer: &'static str, found: Accumulate },
 }
 
 /// The space of one layer on a machine with `max_threads` threads.
@@ -118,8 +48,8 @@ pub struct Space {
     /// Whether the packing is a choice (it picks the kernel family: no VNNI, weights the
     /// triple is not proven exact on); else `Packing::I16`, the default.
     pub choose_packing: bool,
-    /// How fast a core multiplies int8 at the level (the default point's threads follow it,
-    /// `x86_conv::default_knobs_at`).
+    /// How fast a core multiplies int8 at the level (the default knobs' threads follow it,
+    /// `x86_conv::default_knobs`).
     pub rate: CoreRate,
 }
 
@@ -151,31 +81,14 @@ impl Space {
         self.row_pixels().min(MAX_MR)
     }
 
-    /// The default schedule (`default_knobs`, the dense layer on one row and thread), always a
-    /// candidate so tuned is never worse than default; its threads: all when parallel.
-    pub fn default_point(&self) -> Point {
-        let knobs = match self.layer {
-            Layer::Conv(c) => default_knobs_at(&c, self.rate),
-            Layer::Dense(d) => Conv2dInt8Knobs { parallel: false, ..default_dense_knobs(&d, 1) },
-        };
-        let threads = if knobs.parallel { self.max_threads } else { 1 };
-        let order = match knobs.order {
-            TileOrder::PixelsOuter => Order::PixelsOuter,
-            TileOrder::ChannelsOuter => Order::ChannelsOuter,
-        };
-        Point {
-            mr: knobs.mr,
-            nr: knobs.nr,
-            lanes: knobs.lanes,
-            order,
-            threads,
-            packing: Packing::I16,
-            accumulation: Accumulation::of(knobs.accumulate),
-        }
+    /// The default knobs (`x86_conv::default_knobs` for the space's core rate and threads),
+    /// always a candidate so tuned is never worse than default.
+    pub fn default_knobs(&self) -> Conv2dInt8Knobs {
+        default_knobs(self.layer, self.rate, self.max_threads)
     }
 
     /// `Ok` if `p` fits the layer, else the first reason it does not.
-    pub fn check(&self, p: &Point) -> Result<(), Rejection> {
+    pub fn check(&self, p: &Conv2dInt8Knobs) -> Result<(), Rejection> {
         let max = self.max_mr();
         if !(1..=max).contains(&p.mr) {
             return Err(Rejection::Mr { found: p.mr, max });
@@ -201,7 +114,7 @@ impl Space {
         if !self.choose_packing && p.packing != Packing::I16 {
             return Err(Rejection::Packing);
         }
-        if matches!(self.layer, Layer::Dense(_)) && p.accumulation != Accumulation::Whole {
+        if matches!(self.layer, Layer::Dense(_)) && p.accumulation != Accumulate::Whole {
             return Err(Rejection::DenseAccumulation { layer: self.layer.name(), found: p.accumulation });
         }
         Ok(())
@@ -221,7 +134,7 @@ impl Space {
         let packings = if self.choose_packing { PACKINGS.to_vec() } else { vec![Packing::I16] };
         let accumulations = match self.layer {
             Layer::Conv(_) => ACCUMULATIONS.to_vec(),
-            Layer::Dense(_) => vec![Accumulation::Whole],
+            Layer::Dense(_) => vec![Accumulate::Whole],
         };
         let mr: Vec<i64> = (1..=self.max_mr()).collect();
         Choices {
@@ -231,7 +144,7 @@ impl Space {
             // The tuned layers are NHWC, whose output the level's map kernel requantizes: the
             // lanes (which vectorize an NCHW output) change nothing there, so only the
             // default's is tried.
-            lanes: vec![self.default_point().lanes],
+            lanes: vec![self.default_knobs().lanes],
             orders: ORDERS.to_vec(),
             threads,
             packings,
@@ -257,47 +170,14 @@ impl Space {
 pub struct Choices {
     pub mr: Vec<i64>,
     /// The `mr` that divide an output row's pixels: any other leaves the row's last pixels to
-    /// the call's fallback loops (R11, 7 pixels a row: 15 ms a call against 0.5).
+    /// the call's fallback loops, which run many times slower than the micro-kernel.
     pub mr_dividing_rows: Vec<i64>,
     pub nr: Vec<i64>,
     pub lanes: Vec<i64>,
-    pub orders: Vec<Order>,
+    pub orders: Vec<TileOrder>,
     pub threads: Vec<usize>,
     pub packings: Vec<Packing>,
-    pub accumulations: Vec<Accumulation>,
-}
-
-impl Point {
-    /// The knobs for this point with the operands for code at a level with or without `vnni`
-    /// on weights in `range` (`Conv2dInt8Knobs::with_weights` or `with_byte_weights`, by the
-    /// packing).
-    pub fn fit(&self, vnni: bool, range: (i8, i8)) -> Conv2dInt8Knobs {
-        match self.packing {
-            Packing::I16 => self.knobs().with_weights(vnni, range),
-            Packing::Bytes => self.knobs().with_byte_weights(vnni, range),
-        }
-    }
-
-    /// The template's knobs for this point (operands: u8, until `fit` or `with_weights`).
-    pub fn knobs(&self) -> Conv2dInt8Knobs {
-        let order = match self.order {
-            Order::PixelsOuter => TileOrder::PixelsOuter,
-            Order::ChannelsOuter => TileOrder::ChannelsOuter,
-        };
-        Conv2dInt8Knobs {
-            mr: self.mr,
-            nr: self.nr,
-            lanes: self.lanes,
-            order,
-            parallel: self.threads > 1,
-            operands: schedules::ops::GemmOperands::U8,
-            accumulate: match self.accumulation {
-                Accumulation::Whole => Accumulate::Whole,
-                Accumulation::PerRow => Accumulate::PerRow,
-                Accumulation::PerRowWithSource => Accumulate::PerRowWithSource,
-            },
-        }
-    }
+    pub accumulations: Vec<Accumulate>,
 }
 
 #[cfg(test)]
@@ -309,45 +189,43 @@ mod tests {
     fn the_default_is_in_every_space_and_bad_points_say_why() {
         for layer in resnet18::layers() {
             let space = Space::new(layer, 2);
-            assert_eq!(space.check(&space.default_point()), Ok(()), "{}", layer.name());
+            assert_eq!(space.check(&space.default_knobs()), Ok(()), "{}", layer.name());
             assert!(space.size() >= 6, "{}: {}", layer.name(), space.size());
         }
         let r2 = Space::new(resnet18::layer("R2").unwrap(), 2);
-        let p = r2.default_point();
-        assert_eq!(r2.check(&Point { mr: 0, ..p }), Err(Rejection::Mr { found: 0, max: 16 }));
-        assert_eq!(r2.check(&Point { nr: 48, ..p }), Err(Rejection::Nr { found: 48, oc: 64 }));
-        assert_eq!(r2.check(&Point { lanes: 12, ..p }), Err(Rejection::Lanes { found: 12 }));
-        assert_eq!(r2.check(&Point { threads: 3, ..p }), Err(Rejection::Threads { found: 3, max: 2 }));
+        let p = r2.default_knobs();
+        assert_eq!(r2.check(&Conv2dInt8Knobs { mr: 0, ..p }), Err(Rejection::Mr { found: 0, max: 16 }));
+        assert_eq!(r2.check(&Conv2dInt8Knobs { nr: 48, ..p }), Err(Rejection::Nr { found: 48, oc: 64 }));
+        assert_eq!(r2.check(&Conv2dInt8Knobs { lanes: 12, ..p }), Err(Rejection::Lanes { found: 12 }));
+        assert_eq!(r2.check(&Conv2dInt8Knobs { threads: 3, ..p }), Err(Rejection::Threads { found: 3, max: 2 }));
         let r11 = Space::new(resnet18::layer("R11").unwrap(), 2);
-        assert_eq!(r11.check(&Point { mr: 8, ..r11.default_point() }), Err(Rejection::Mr { found: 8, max: 7 }));
+        assert_eq!(
+            r11.check(&Conv2dInt8Knobs { mr: 8, ..r11.default_knobs() }),
+            Err(Rejection::Mr { found: 8, max: 7 })
+        );
         let fc = Space::new(Layer::Dense(FC), 2);
         assert_eq!(
-            fc.check(&Point { threads: 2, ..fc.default_point() }),
+            fc.check(&Conv2dInt8Knobs { threads: 2, ..fc.default_knobs() }),
             Err(Rejection::DenseThreads { layer: "FC", found: 2 })
         );
-        assert_eq!(r2.check(&Point { packing: Packing::Bytes, ..p }), Err(Rejection::Packing));
+        let bytes = Conv2dInt8Knobs { packing: Packing::Bytes, ..p };
+        assert_eq!(r2.check(&bytes), Err(Rejection::Packing));
         // Without VNNI, full-range weights make the packing a choice; 7-bit ones (the triple) do not.
         let layer = resnet18::layer("R2").unwrap();
         let avx2 = Space::for_target(layer, 2, IsaLevel::Avx2, (-127, 127));
-        assert_eq!(avx2.check(&Point { packing: Packing::Bytes, ..p }), Ok(()));
+        assert_eq!(avx2.check(&bytes), Ok(()));
         assert_eq!(avx2.size(), 2 * r2.size());
         assert!(!Space::for_target(layer, 2, IsaLevel::Avx2, (-64, 63)).choose_packing);
         assert!(!Space::for_target(layer, 2, IsaLevel::Avx512Vnni, (-127, 127)).choose_packing);
-        // Records from before the knobs measured bytes, all accumulators at once.
-        let old = r#"{"mr":4,"nr":64,"lanes":16,"order":"pixels_outer","threads":1}"#;
-        let old = serde_json::from_str::<Point>(old).unwrap();
-        assert_eq!((old.packing, old.accumulation), (Packing::Bytes, Accumulation::Whole));
         // A row at a time is a choice of the convolutions; the dense layer has one row.
         assert_eq!(r2.choices().accumulations, ACCUMULATIONS);
         assert_eq!(
-            fc.check(&Point { accumulation: Accumulation::PerRow, ..fc.default_point() }),
-            Err(Rejection::DenseAccumulation { layer: "FC", found: Accumulation::PerRow })
+            fc.check(&Conv2dInt8Knobs { accumulation: Accumulate::PerRow, ..fc.default_knobs() }),
+            Err(Rejection::DenseAccumulation { layer: "FC", found: Accumulate::PerRow })
         );
-        let knobs = Point { accumulation: Accumulation::PerRow, ..p }.knobs();
-        assert_eq!(knobs.accumulate, Accumulate::PerRow);
-        assert_eq!(r2.check(&Point { nr: 64, ..p }).map_err(|e| e.to_string()), Ok(()));
+        assert_eq!(r2.check(&Conv2dInt8Knobs { nr: 64, ..p }).map_err(|e| e.to_string()), Ok(()));
         assert_eq!(
-            r2.check(&Point { nr: 48, ..p }).unwrap_err().to_string(),
+            r2.check(&Conv2dInt8Knobs { nr: 48, ..p }).unwrap_err().to_string(),
             "nr = 48: expected one of [16, 32, 64] dividing the 64 output channels"
         );
     }

@@ -13,12 +13,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::Duration;
 
 use schedules::resnet18::{self, WeightBits};
+use schedules::x86_conv::Conv2dInt8Knobs;
 use serde::{Deserialize, Serialize};
 
-use super::db::{CpuRef, RECORD_VERSION, Record, Status, TargetRef, WorkloadRef, now_rfc3339};
 use super::measure::{LayerBench, Measurement};
-use super::space::Point;
 use crate::IsaLevel;
+use crate::record::{
+    CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef, WorkloadRef, now_rfc3339,
+};
 
 /// One point to measure.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -28,28 +30,25 @@ pub struct Candidate {
     /// `IsaLevel::name`.
     pub isa: String,
     /// `full` or `7bit`.
-    pub weights: String,
+    pub weights: WeightBits,
     /// The threads the layer's space allows (the point picks its own).
     pub max_threads: usize,
-    pub point: Point,
+    /// The knobs to measure.
+    pub point: Conv2dInt8Knobs,
     pub repeat: usize,
     /// Time for the timed calls, in milliseconds: fewer than `repeat` when they would take
     /// longer (at least 1). The search uses a budget; validation does not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_ms: Option<f64>,
-    /// `search`, or `validation` for the re-measurements that pick the result.
-    #[serde(default = "search_phase")]
-    pub phase: String,
-}
-
-fn search_phase() -> String {
-    "search".into()
+    /// `search` (when missing), or `validation` for the re-measurements that pick the result.
+    #[serde(default)]
+    pub phase: Phase,
 }
 
 /// Layers set up in this process, by (layer, level, weights, max threads).
 #[derive(Default)]
 pub struct Benches {
-    benches: HashMap<(String, IsaLevel, String, usize), LayerBench>,
+    benches: HashMap<(String, IsaLevel, WeightBits, usize), LayerBench>,
 }
 
 /// The record of a candidate that could not be measured at all.
@@ -88,7 +87,7 @@ pub fn record(c: &Candidate, workload: WorkloadRef, m: &Measurement) -> Record {
             features: level.map(|l| l.features().into_iter().map(String::from).collect()).unwrap_or_default(),
             threads: c.point.threads,
         },
-        schedule: serde_json::json!({ "knobs": c.point, "weights": c.weights, "phase": c.phase, "trace": m.trace }),
+        schedule: RecordSchedule { knobs: c.point, weights: c.weights, phase: c.phase, trace: m.trace.clone() },
         status: m.status,
         median_ns: m.median_ns,
         gops: m.gops,
@@ -118,17 +117,13 @@ impl Benches {
             Ok(l) => l,
             Err(e) => return failed_record(c, unknown(&c.layer), Status::UnsupportedIsa, e.to_string()),
         };
-        let Some(bits) = WeightBits::from_name(&c.weights) else {
-            let error = format!("weights: expected full or 7bit, found {:?}", c.weights);
-            return failed_record(c, unknown(&c.layer), Status::BuildError, error);
-        };
         let workload = super::workload(layer);
         if !level.is_supported() {
             return failed_record(c, workload, Status::UnsupportedIsa, format!("this CPU does not support {level}"));
         }
-        let key = (c.layer.clone(), level, c.weights.clone(), c.max_threads);
+        let key = (c.layer.clone(), level, c.weights, c.max_threads);
         if !self.benches.contains_key(&key) {
-            match LayerBench::new(layer, position, level, bits, c.max_threads, workload.clone()) {
+            match LayerBench::new(layer, position, level, c.weights, c.max_threads, workload.clone()) {
                 Ok(b) => {
                     self.benches.insert(key.clone(), b);
                 }
@@ -279,5 +274,39 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use schedules::x86_conv::{Accumulate, Packing, TileOrder};
+
+    use super::*;
+
+    /// The candidate lists of `tuning/ab` and the README's fan-out example (knobs without
+    /// `accumulation`, or without `packing`, and no `phase`) are candidates.
+    #[test]
+    fn candidate_lists_and_the_readmes_example_parse() {
+        let lines: Vec<&str> = include_str!("../../tuning/ab/packing-avx2-1t.jsonl").lines().collect();
+        let candidates: Vec<Candidate> = lines.iter().map(|l| serde_json::from_str(l).expect(l)).collect();
+        assert!(candidates.len() >= 2);
+        for (line, c) in lines.iter().zip(&candidates) {
+            let packing = if line.contains(r#""packing": "i16""#) { Packing::I16 } else { Packing::Bytes };
+            assert_eq!(
+                (c.point.packing, c.point.accumulation, c.phase),
+                (packing, Accumulate::Whole, Phase::Validation)
+            );
+            assert_eq!(c.weights, WeightBits::Eight);
+        }
+        let readme = r#"{"layer": "R4", "isa": "avx2", "weights": "full", "max_threads": 2,
+            "point": {"mr": 7, "nr": 64, "lanes": 16, "order": "pixels_outer", "threads": 2}, "repeat": 10}"#;
+        let c: Candidate = serde_json::from_str(readme).unwrap();
+        assert_eq!(
+            (c.point.mr, c.point.order, c.point.packing, c.phase),
+            (7, TileOrder::PixelsOuter, Packing::Bytes, Phase::Search)
+        );
+        let bad = readme.replace("\"full\"", "\"8bit\"");
+        let err = serde_json::from_str::<Candidate>(&bad).unwrap_err().to_string();
+        assert!(err.contains("unknown variant `8bit`, expected `full` or `7bit`"), "{err}");
     }
 }

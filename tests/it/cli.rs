@@ -368,7 +368,7 @@ fn resnet18_on_avx2_runs_pre_widened_operands_and_with_7bit_weights_the_proven_t
     if !tensorlift::IsaLevel::Avx2.is_supported() {
         return;
     }
-    // The default knobs (a pre-tuned record may choose byte packing, `tune::space::Packing`).
+    // The default knobs (a pre-tuned record may choose byte packing, `x86_conv::Packing`).
     for (weights, kernel, source) in [("full", "avx2-madd16", "i16"), ("7bit", "avx2-maddubs", "u8")] {
         let args = [
             "resnet18",

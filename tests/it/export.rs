@@ -635,29 +635,29 @@ fn a_gather_out_of_bounds_in_the_library_is_an_error_naming_the_tensor() {
 fn an_exported_layer_takes_the_knobs_of_its_tuning_record_and_the_manifest_carries_it() {
     use schedules::resnet18::{self, WeightBits};
     let (position, layer) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == "R10").unwrap();
-    let mut record = tensorlift::tune::db::Record {
-        version: tensorlift::tune::db::RECORD_VERSION,
+    use tensorlift::record::{CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef};
+    let mut knobs = tensorlift::tune::space::Space::new(layer, 1).default_knobs();
+    knobs.nr = 16;
+    let record = Record {
+        version: RECORD_VERSION,
         workload: tensorlift::tune::workload(layer),
-        target: tensorlift::tune::db::TargetRef {
+        target: TargetRef {
             isa: "avx2".into(),
-            cpu: tensorlift::tune::db::CpuRef { vendor: "v".into(), family: 1, model: 2, name: "n".into() },
+            cpu: CpuRef { vendor: "v".into(), family: 1, model: 2, name: "n".into() },
             features: vec![],
             threads: 1,
         },
-        schedule: serde_json::Value::Null,
-        status: tensorlift::tune::db::Status::Ok,
+        schedule: RecordSchedule { knobs, weights: WeightBits::Eight, phase: Phase::Validation, trace: None },
+        status: Status::Ok,
         median_ns: Some(1.0),
         gops: Some(1.0),
         compile_ms: Some(1.0),
         verified: true,
-        measured_at: tensorlift::tune::db::now_rfc3339(),
+        measured_at: tensorlift::record::now_rfc3339(),
         error: None,
         peak_gops: None,
         peak_probe: None,
     };
-    let mut point = tensorlift::tune::space::Space::new(layer, 1).default_point();
-    point.nr = 16;
-    record.schedule = serde_json::json!({"knobs": point, "weights": "full", "phase": "validation", "trace": null});
     let levels = [IsaLevel::Scalar];
     let ops = operators::resnet18_layer(layer, position, &levels, WeightBits::Eight, Some(&record)).unwrap();
     let options = ExportOptions { levels: levels.to_vec(), ..ExportOptions::new("tltuned") };

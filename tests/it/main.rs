@@ -1,6 +1,7 @@
 //! The integration test binary (one binary, many modules, for link time).
 
 mod cli;
+mod conv_knobs;
 mod differential;
 mod errors;
 mod export;

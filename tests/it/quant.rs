@@ -17,8 +17,8 @@ use schedules::quant::{
 };
 use schedules::resnet18::{CONV_LAYERS, DenseLayer};
 use schedules::x86_conv::{
-    Accumulate, Conv2dInt8Knobs, TileOrder, conv2d_int8, default_dense_knobs, default_knobs, prepare_conv2d_int8,
-    prepare_dense_int8, weight_range,
+    Accumulate, Conv2dInt8Knobs, CoreRate, Packing, TileOrder, conv2d_int8, default_conv_knobs, default_dense_knobs,
+    prepare_conv2d_int8, prepare_dense_int8, weight_range,
 };
 use tensorlift::bench::uniform as values;
 use tensorlift::kernels::KernelVariant;
@@ -779,8 +779,8 @@ fn in_layout<T: Copy>(values: &[T], [n, c, h, w]: [i64; 4], layout: Layout) -> V
 }
 
 /// The weights an x86 convolution test draws, and the kernel family they lead to where the host
-/// has AVX2 (code compiled for exactly that level, `x86_conv::Conv2dInt8Knobs::with_weights`, or
-/// `with_byte_weights` when the weights stay bytes).
+/// has AVX2 (code compiled for exactly that level, `x86_conv::Conv2dInt8Knobs::operands` with
+/// the weights packed as i16 pairs, or as bytes).
 #[derive(Clone, Copy, Debug)]
 enum WeightCase {
     /// Any i8 (-128 included): pre-widened i16 operands; as bytes, a u8 GEMM source and exact
@@ -820,13 +820,14 @@ impl WeightCase {
         }
     }
 
-    /// `knobs` with the operands for the actual weights `wei_v` where the host has AVX2.
-    fn fit(self, knobs: Conv2dInt8Knobs, wei_v: &[i64], bytes: bool) -> Conv2dInt8Knobs {
+    /// The operands of `knobs`, packed as bytes or not, for the actual weights `wei_v` where the
+    /// host has AVX2 (else a u8 source, any weights).
+    fn operands(self, knobs: Conv2dInt8Knobs, wei_v: &[i64], bytes: bool) -> GemmOperands {
         if !IsaLevel::Avx2.is_supported() {
-            return knobs;
+            return GemmOperands::U8;
         }
-        let range = weight_range(wei_v.iter().map(|&w| w as i8));
-        if bytes { knobs.with_byte_weights(false, range) } else { knobs.with_weights(false, range) }
+        let packing = if bytes { Packing::Bytes } else { Packing::I16 };
+        Conv2dInt8Knobs { packing, ..knobs }.operands(false, weight_range(wei_v.iter().map(|&w| w as i8)))
     }
 
     /// The intrinsic the schedule tensorizes into for these weights.
@@ -846,7 +847,7 @@ fn byte_weights(seed: u64) -> bool {
 /// input and output in `layout`, JIT-compiled with its weight preparation, against the plain-Rust
 /// reference; returns the lowered per-call function's text, the origins of its machine code and
 /// its kernel families. With AVX2 on the host, the code is compiled for exactly AVX2 and the
-/// knobs follow the weights (`with_weights`); otherwise the knobs are used as given.
+/// operands follow the knobs and the weights (`WeightCase::operands`); otherwise a u8 source.
 #[allow(clippy::too_many_arguments)]
 fn check_x86_conv(
     layout: Layout,
@@ -861,7 +862,7 @@ fn check_x86_conv(
     let (slo, shi) = range_of(l.src_dtype);
     let src_v = values((n * ic * h * w) as usize, seed, slo, shi);
     let wei_v = weights.draw((oc * ic * k * k) as usize, seed + 1);
-    let knobs = weights.fit(knobs, &wei_v, byte_weights(seed));
+    let operands = weights.operands(knobs, &wei_v, byte_weights(seed));
     let bias: Vec<f64> = values(oc as usize, seed + 2, -400, 1600).iter().map(|&b| (b as f32 * 0.37) as f64).collect();
     let (oh, ow) = ((h + 2 * conv.pad - k) / conv.stride + 1, (w + 2 * conv.pad - k) / conv.stride + 1);
     let out_dims = [n, oc, oh, ow];
@@ -889,7 +890,7 @@ fn check_x86_conv(
     let target = if IsaLevel::Avx2.is_supported() { Target::Level(IsaLevel::Avx2) } else { Target::Native };
     let options = CompileOptions { target, ..CompileOptions::default() };
     let zp = ZeroPoints::per_tensor("src", l.src_zp, l.src_dtype).unwrap();
-    let prep = prepare_conv2d_int8(&wei, l.src_dtype, &zp, knobs, "prep").unwrap();
+    let prep = prepare_conv2d_int8(&wei, l.src_dtype, &zp, knobs, operands, "prep").unwrap();
     let prep_args: Vec<&Tensor> = prep.args.iter().collect();
     let prep_kernel = tensorlift::build(&prep.schedule, &prep_args, "prep", &options).unwrap();
     let mut wei_t = RtTensor::from_array(&Array::from_i64(DType::I8, &[oc, ic, k, k], &wei_v));
@@ -897,7 +898,8 @@ fn check_x86_conv(
     let mut comp_t = RtTensor::zeros(DType::I32, &[oc]).unwrap();
     prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
 
-    let f = conv2d_int8(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, layout, knobs, "conv").unwrap();
+    let f =
+        conv2d_int8(&src, &wei, Some(&b), with_sum.then_some(&r), conv, &a, layout, knobs, operands, "conv").unwrap();
     let args: Vec<&Tensor> = f.args.iter().collect();
     let kernel = tensorlift::build(&f.schedule, &args, "conv", &options).unwrap();
     let src_v = in_layout(&src_v, [n, ic, h, w], layout);
@@ -917,6 +919,11 @@ fn check_x86_conv(
     (ir::lower::lower(&f.schedule, &args, "conv").unwrap().to_string(), origins, kernel.compiled.kernel_variants())
 }
 
+/// The default knobs of a resnet-18 layer on full-rate cores and two threads.
+fn full_rate(layer: &schedules::resnet18::ConvLayer) -> Conv2dInt8Knobs {
+    default_conv_knobs(layer, CoreRate::FullZmmVnni, 2)
+}
+
 #[test]
 fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
     let small = Conv2dInt8Knobs {
@@ -924,21 +931,21 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
         nr: 16,
         lanes: 8,
         order: TileOrder::PixelsOuter,
-        parallel: true,
-        operands: GemmOperands::U8,
+        threads: 2,
+        packing: Packing::I16,
         // OC 17 is not a multiple of nr: computed whole.
-        accumulate: Accumulate::PerRow,
+        accumulation: Accumulate::PerRow,
     };
     let cases: [([i64; 4], [i64; 2], Conv2dParams, Conv2dInt8Knobs); 6] = [
         // ic = oc = 17: kernel rows of 51 → 52 bytes, OC not a multiple of nr; stride 2 over an
         // odd 9 × 11 input.
         ([1, 17, 9, 11], [17, 3], Conv2dParams { stride: 2, pad: 1 }, small),
         // An R-shaped 3 × 3 layer, width 10 not a multiple of the 8-lane epilogue nor of mr.
-        ([1, 64, 10, 10], [64, 3], Conv2dParams { stride: 1, pad: 1 }, default_knobs(&CONV_LAYERS[1])),
+        ([1, 64, 10, 10], [64, 3], Conv2dParams { stride: 1, pad: 1 }, full_rate(&CONV_LAYERS[1])),
         // 1 × 1 stride 2 (R4-shaped).
-        ([1, 32, 13, 13], [32, 1], Conv2dParams { stride: 2, pad: 0 }, default_knobs(&CONV_LAYERS[3])),
+        ([1, 32, 13, 13], [32, 1], Conv2dParams { stride: 2, pad: 0 }, full_rate(&CONV_LAYERS[3])),
         // The stem: 7 × 7 stride 2 with 3 input channels (21 bytes per kernel row, read as 24).
-        ([1, 3, 23, 21], [16, 7], Conv2dParams { stride: 2, pad: 3 }, default_knobs(&CONV_LAYERS[0])),
+        ([1, 3, 23, 21], [16, 7], Conv2dParams { stride: 2, pad: 3 }, full_rate(&CONV_LAYERS[0])),
         // Batch 2, mr not dividing OW; channel panels outermost; a row at a time.
         (
             [2, 8, 6, 5],
@@ -949,9 +956,9 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
                 nr: 16,
                 lanes: 4,
                 order: TileOrder::ChannelsOuter,
-                parallel: false,
-                operands: GemmOperands::U8,
-                accumulate: Accumulate::PerRow,
+                threads: 1,
+                packing: Packing::I16,
+                accumulation: Accumulate::PerRow,
             },
         ),
         (
@@ -963,9 +970,9 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
                 nr: 32,
                 lanes: 16,
                 order: TileOrder::ChannelsOuter,
-                parallel: false,
-                operands: GemmOperands::U8,
-                accumulate: Accumulate::Whole,
+                threads: 1,
+                packing: Packing::I16,
+                accumulation: Accumulate::Whole,
             },
         ),
     ];
@@ -992,10 +999,10 @@ fn x86_conv2d_matches_the_reference_on_tails_strides_and_the_stem() {
             // the panels divide the channels.
             let ow = (src[3] + 2 * conv.pad - w[1]) / conv.stride + 1;
             let row = format!("allocate conv.acc: i32[1, 1, {ow}, {}]", w[0]);
-            let per_row = knobs.accumulate != Accumulate::Whole && w[0] % knobs.nr == 0;
+            let per_row = knobs.accumulation != Accumulate::Whole && w[0] % knobs.nr == 0;
             assert_eq!(ir.contains(&row), per_row, "{knobs:?} {row}\n{ir}");
             // With its source rows copied inside it, after its buffer is allocated.
-            let with_source = per_row && knobs.accumulate == Accumulate::PerRowWithSource;
+            let with_source = per_row && knobs.accumulation == Accumulate::PerRowWithSource;
             let copied_inside =
                 matches!((ir.find("allocate conv.pad"), ir.find(&row)), (Some(pad), Some(acc)) if pad > acc);
             assert_eq!(copied_inside, with_source, "{knobs:?}\n{ir}");
@@ -1031,9 +1038,9 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
                 nr: 16,
                 lanes: 8,
                 order: TileOrder::PixelsOuter,
-                parallel: true,
-                operands: GemmOperands::U8,
-                accumulate: Accumulate::PerRow,
+                threads: 2,
+                packing: Packing::I16,
+                accumulation: Accumulate::PerRow,
             },
         ),
     ] {
@@ -1043,7 +1050,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let src_v = values((m * ic) as usize, seed, slo, shi);
             let weights = [WeightCase::NoMin, WeightCase::SevenBit, WeightCase::Full][(seed / 11 % 3) as usize];
             let wei_v = weights.draw((oc * ic) as usize, seed + 1);
-            let knobs = weights.fit(knobs, &wei_v, byte_weights(seed));
+            let operands = weights.operands(knobs, &wei_v, byte_weights(seed));
             let bias: Vec<f64> =
                 values(oc as usize, seed + 2, -200, 800).iter().map(|&b| (b as f32 * 0.37) as f64).collect();
             let mut x = Vec::new();
@@ -1074,7 +1081,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let target = if IsaLevel::Avx2.is_supported() { Target::Level(IsaLevel::Avx2) } else { Target::Native };
             let options = CompileOptions { target, ..CompileOptions::default() };
             let zp = ZeroPoints::per_tensor("src", l.src_zp, src_dtype).unwrap();
-            let prep = prepare_dense_int8(&wei, src_dtype, &zp, knobs, "prep").unwrap();
+            let prep = prepare_dense_int8(&wei, src_dtype, &zp, knobs, operands, "prep").unwrap();
             assert_eq!(prep.args[0].shape(), [oc, ic, 1, 1]);
             let prep_args: Vec<&Tensor> = prep.args.iter().collect();
             let prep_kernel = tensorlift::build(&prep.schedule, &prep_args, "prep", &options).unwrap();
@@ -1083,7 +1090,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             let mut comp_t = RtTensor::zeros(DType::I32, &[oc]).unwrap();
             prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t]).unwrap();
 
-            let f = schedules::x86_conv::dense_int8(&src, &wei, Some(&b), &a, knobs, "fc").unwrap();
+            let f = schedules::x86_conv::dense_int8(&src, &wei, Some(&b), &a, knobs, operands, "fc").unwrap();
             let args: Vec<&Tensor> = f.args.iter().collect();
             let kernel = tensorlift::build(&f.schedule, &args, "fc", &options).unwrap();
             let mut src_t = RtTensor::from_array(&Array::from_i64(src_dtype, &[1, 1, m, ic], &src_v));
@@ -1096,7 +1103,7 @@ fn x86_dense_matches_the_definition_with_odd_sizes() {
             kernel.compiled.call(&mut call).unwrap();
             assert_same(&what, &out_t.to_array(), &want);
             let ir = ir::lower::lower(&f.schedule, &args, "fc").unwrap().to_string();
-            let a_suffix = if knobs.operands.source == DType::I8 { "_s8" } else { "" };
+            let a_suffix = if operands.source == DType::I8 { "_s8" } else { "" };
             let intrinsic = weights.intrinsic(byte_weights(seed));
             assert!(ir.contains(&format!("call reset {intrinsic}_{}x{}x40{a_suffix}(", knobs.mr, knobs.nr)), "{ir}");
             if IsaLevel::Avx2.is_supported() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use schedules::resnet18::{self, WeightBits};
 use tensorlift::IsaLevel;
-use tensorlift::tune::db::{Database, Status};
+use tensorlift::record::{Database, Host, Phase, Record, Status, pretuned, select};
 use tensorlift::tune::search::Strategy;
 use tensorlift::tune::space::Space;
 use tensorlift::tune::worker::{Candidate, Worker};
@@ -35,12 +35,12 @@ fn candidate(layer: &str) -> Candidate {
     Candidate {
         layer: layer.into(),
         isa: level().name().into(),
-        weights: "full".into(),
+        weights: WeightBits::Eight,
         max_threads: 1,
-        point: Space::new(l, 1).default_point(),
+        point: Space::new(l, 1).default_knobs(),
         repeat: 2,
         budget_ms: None,
-        phase: "search".into(),
+        phase: Phase::Search,
     }
 }
 
@@ -70,9 +70,9 @@ fn a_crashing_or_hanging_worker_is_recorded_and_the_next_candidate_runs() {
     assert_eq!(r.target.isa, level().name());
     assert_eq!(r.workload.key.len(), 64);
     // The record carries the schedule as data: the template's knobs and the replayable trace.
-    assert_eq!(tensorlift::tune::record_point(&r), Some(c.point));
-    let steps = r.schedule["trace"]["steps"].as_array().expect("a trace");
-    assert!(steps.iter().any(|s| s["primitive"] == "tensorize"), "{steps:?}");
+    assert_eq!(r.schedule.knobs, c.point);
+    let steps = &r.schedule.trace.as_ref().expect("a trace").steps;
+    assert!(steps.iter().any(|s| s.primitive() == "tensorize"), "{steps:?}");
 }
 
 #[test]
@@ -97,18 +97,18 @@ fn a_small_tuning_run_records_every_trial_and_starts_at_the_default() {
     let rounds = tensorlift::tune::VALIDATION_ROUNDS;
     assert_eq!((result.records.len(), result.trials(), seen), (4 + 4 * rounds, 4, 4));
     let validation = &result.records[4..];
-    assert!(validation.iter().all(tensorlift::tune::db::is_validation));
+    assert!(validation.iter().all(Record::is_validation));
     // The default of this CPU at this level (its threads follow the core's rate).
-    let default = Space::for_target(layer, 2, level(), WeightBits::Eight.range()).default_point();
-    assert_eq!(tensorlift::tune::record_point(&validation[0]), Some(default));
-    assert_eq!(tensorlift::tune::record_point(&result.records[0]), Some(default));
+    let default = Space::for_target(layer, 2, level(), WeightBits::Eight.range()).default_knobs();
+    assert_eq!(validation[0].schedule.knobs, default);
+    assert_eq!(result.records[0].schedule.knobs, default);
     // The result is the median of its validation records by probe-corrected time, not its
     // luckiest one.
     let (best, phases) = (result.best().unwrap(), result.phases());
-    assert!(tensorlift::tune::db::is_validation(best));
+    assert!(best.is_validation());
     let mut times: Vec<f64> = validation
         .iter()
-        .filter(|r| tensorlift::tune::record_point(r) == tensorlift::tune::record_point(best))
+        .filter(|r| r.schedule.knobs == best.schedule.knobs)
         .map(|r| phases.seconds(r).unwrap())
         .collect();
     times.sort_by(f64::total_cmp);
@@ -187,7 +187,7 @@ fn measure_answers_each_candidate_line_with_a_record_and_rejects_bad_points_with
     let db = tmp("measure.jsonl");
     let (ok, stdout, stderr) = tensorlift(&["measure", "--db", db.to_str().unwrap()], Some(&input));
     assert!(ok, "{stderr}");
-    let records: Vec<tensorlift::tune::db::Record> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let records: Vec<Record> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(records.len(), 3);
     assert_eq!(records[0].status, Status::Ok);
     assert_eq!(records[1].status, Status::BuildError);
@@ -254,22 +254,22 @@ fn tune_cli_reports_json_writes_the_database_and_the_plot_and_db_merge_merges() 
     assert_eq!((tuned["tuning"].as_str(), tuned["verified"].as_bool()), (Some("tuned"), Some(true)), "{tuned}");
     let best = Database::load(&db)
         .unwrap()
-        .best(&workload(resnet18::layer("R10").unwrap()).key, &tensorlift::tune::db::Host::this(level()))
+        .best(&workload(resnet18::layer("R10").unwrap()).key, &Host::this(level()))
         .cloned();
-    let point = tensorlift::tune::record_point(&best.unwrap()).unwrap();
+    let point = best.unwrap().schedule.knobs;
     assert_eq!((tuned["knobs"]["mr"].as_i64(), tuned["knobs"]["nr"].as_i64()), (Some(point.mr), Some(point.nr)));
     assert_eq!(run(&["--no-db"])["tuning"], "default");
     // Without --db: the repository's record for this CPU at one thread with full-range weights,
     // if it has one.
-    let fitting: Vec<_> = tensorlift::tune::pretuned()
+    let fitting: Vec<_> = pretuned()
         .unwrap()
         .records
         .into_iter()
-        .filter(|r| r.target.threads == 1 && r.schedule["weights"] == "full")
+        .filter(|r| r.target.threads == 1 && r.schedule.weights == WeightBits::Eight)
         .collect();
-    let host = tensorlift::tune::db::Host::this(level());
+    let host = Host::this(level());
     let key = workload(resnet18::layer("R10").unwrap()).key;
-    let expected = if tensorlift::tune::db::select(&fitting, &key, &host).is_some() { "pretuned" } else { "default" };
+    let expected = if select(&fitting, &key, &host).is_some() { "pretuned" } else { "default" };
     assert_eq!(run(&[])["tuning"], expected);
 
     let (ok, _, stderr) = tensorlift(&["tune", "resnet18", "--layer", "R99"], None);

@@ -1,0 +1,192 @@
+//! Database files: append-only JSON lines, one `Record` per measurement. Appends take an
+//! exclusive file lock, so concurrent writers (local workers, `tensorlift measure` on several
+//! machines writing to a shared file) never interleave lines. A line that is not a record — a
+//! malformed schedule or knobs object included — is a typed error naming its line, and the
+//! other lines still serve.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use super::format::{RECORD_VERSION, Record};
+use super::query::{Host, select};
+
+/// Errors from reading and writing databases.
+#[derive(Debug, Error)]
+pub enum DbError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}:{line}: not a tuning record: {message}")]
+    Malformed { path: PathBuf, line: usize, message: String },
+    #[error("{path}:{line}: record version {found}, expected {expected}")]
+    Version { path: PathBuf, line: usize, found: u32, expected: u32 },
+}
+
+/// The records of a database file, with the lines that were not records.
+#[derive(Debug, Default)]
+pub struct Database {
+    pub records: Vec<Record>,
+    /// One typed error per line that did not parse; the other lines still serve.
+    pub errors: Vec<DbError>,
+}
+
+impl Database {
+    /// Reads `path`; a missing file is an empty database.
+    pub fn load(path: &Path) -> Result<Database, DbError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Ok(Database::parse(&text, path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Database::default()),
+            Err(source) => Err(DbError::Io { path: path.to_path_buf(), source }),
+        }
+    }
+
+    /// The records of `text` (the lines of a database file named `path` in errors).
+    pub fn parse(text: &str, path: &Path) -> Database {
+        let mut db = Database::default();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let number = i + 1;
+            match serde_json::from_str::<Record>(line) {
+                Ok(r) if r.version != RECORD_VERSION => db.errors.push(DbError::Version {
+                    path: path.to_path_buf(),
+                    line: number,
+                    found: r.version,
+                    expected: RECORD_VERSION,
+                }),
+                Ok(r) => db.records.push(r),
+                Err(e) => db.errors.push(DbError::Malformed {
+                    path: path.to_path_buf(),
+                    line: number,
+                    message: e.to_string(),
+                }),
+            }
+        }
+        db
+    }
+
+    /// The best usable record for `workload` on this host (see `select`).
+    pub fn best(&self, workload: &str, host: &Host) -> Option<&Record> {
+        select(&self.records, workload, host)
+    }
+}
+
+/// `records` as the lines of a database file.
+pub fn lines(records: &[Record]) -> String {
+    records.iter().map(|r| serde_json::to_string(r).expect("records serialize") + "\n").collect()
+}
+
+/// Appends `records` to `path` (created if missing) under an exclusive lock, one line each.
+pub fn append(path: &Path, records: &[Record]) -> Result<(), DbError> {
+    let io = |source| DbError::Io { path: path.to_path_buf(), source };
+    let text = lines(records);
+    let mut file = OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+    file.lock().map_err(io)?;
+    let written = file.write_all(text.as_bytes()).and_then(|()| file.flush());
+    let unlocked = file.unlock();
+    written.map_err(io)?;
+    unlocked.map_err(io)
+}
+
+/// Writes `records` to `path` (replaced), one line each.
+pub fn write(path: &Path, records: &[Record]) -> Result<(), DbError> {
+    std::fs::write(path, lines(records)).map_err(|source| DbError::Io { path: path.to_path_buf(), source })
+}
+
+/// Merges databases: every record of every input, in order, without exact duplicates, written
+/// to `out` (replaced). Malformed lines are reported and skipped.
+pub fn merge(inputs: &[&Path], out: &Path) -> Result<(usize, Vec<DbError>), DbError> {
+    let mut records: Vec<Record> = Vec::new();
+    let mut errors = Vec::new();
+    for path in inputs {
+        let db = Database::load(path)?;
+        errors.extend(db.errors);
+        for r in db.records {
+            if !records.contains(&r) {
+                records.push(r);
+            }
+        }
+    }
+    write(out, &records)?;
+    Ok((records.len(), errors))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{avx2_host, record};
+    use super::super::query::best_per_workload;
+    use super::*;
+    use crate::isa::IsaLevel;
+
+    #[test]
+    fn malformed_lines_are_named_and_the_rest_serve_and_merge_dedups() {
+        let dir = std::env::temp_dir().join(format!("tensorlift-db-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let good = record("w", IsaLevel::Avx2, 1, 5.0);
+        append(&path, std::slice::from_ref(&good)).unwrap();
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"version\": 1, \"workload\": 3}\nnot json\n");
+        text.push_str(&serde_json::to_string(&Record { version: 9, ..good.clone() }).unwrap());
+        text.push('\n');
+        // A record whose knobs are malformed is an error naming its line, not the defaults.
+        let mut json = serde_json::to_value(&good).unwrap();
+        json["schedule"]["knobs"]["order"] = "rows_outer".into();
+        text.push_str(&format!("{json}\n"));
+        let mut json = serde_json::to_value(&good).unwrap();
+        json["schedule"]["knobs"].as_object_mut().unwrap().remove("nr");
+        text.push_str(&format!("{json}\n"));
+        std::fs::write(&path, text).unwrap();
+        append(&path, &[record("w", IsaLevel::Avx2, 1, 4.0)]).unwrap();
+        let db = Database::load(&path).unwrap();
+        assert_eq!(db.records.len(), 2);
+        let errors: Vec<String> = db.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 5, "{errors:?}");
+        assert!(errors[0].contains("a.jsonl:2: not a tuning record"), "{}", errors[0]);
+        assert!(errors[1].contains("a.jsonl:3: not a tuning record"), "{}", errors[1]);
+        assert!(errors[2].contains("a.jsonl:4: record version 9, expected 1"), "{}", errors[2]);
+        assert!(errors[3].contains("a.jsonl:5: not a tuning record: unknown variant `rows_outer`"), "{}", errors[3]);
+        assert!(errors[4].contains("a.jsonl:6: not a tuning record: missing field `nr`"), "{}", errors[4]);
+        assert_eq!(db.best("w", &avx2_host()).and_then(|r| r.median_ns), Some(4.0));
+
+        let other = dir.join("b.jsonl");
+        let _ = std::fs::remove_file(&other);
+        append(&other, &[good.clone(), record("v", IsaLevel::Scalar, 1, 7.0)]).unwrap();
+        let merged = dir.join("merged.jsonl");
+        let (count, errors) = merge(&[&path, &other], &merged).unwrap();
+        assert_eq!((count, errors.len()), (3, 5));
+        assert_eq!(Database::load(&merged).unwrap().records.len(), 3);
+        assert!(Database::load(&dir.join("missing.jsonl")).unwrap().records.is_empty());
+
+        // One record per workload and target, the fastest.
+        let all = Database::load(&merged).unwrap().records;
+        let best = best_per_workload(&all);
+        assert_eq!(
+            best.iter().map(|r| (r.workload.key.as_str(), r.median_ns)).collect::<Vec<_>>(),
+            [("w", Some(4.0)), ("v", Some(7.0))]
+        );
+    }
+
+    #[test]
+    fn concurrent_appends_never_interleave_lines() {
+        let path = std::env::temp_dir().join(format!("tensorlift-db-concurrent-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let path = &path;
+                s.spawn(move || {
+                    for i in 0..50 {
+                        append(path, &[record(&format!("w{t}"), IsaLevel::Avx2, 1, i as f64 + 1.0)]).unwrap();
+                    }
+                });
+            }
+        });
+        let db = Database::load(&path).unwrap();
+        assert!(db.errors.is_empty(), "{:?}", db.errors);
+        assert_eq!(db.records.len(), 200);
+    }
+}

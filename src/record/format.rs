@@ -1,0 +1,140 @@
+//! The record of one measurement, a public format (`Record`, JSON lines): what was measured
+//! (`WorkloadRef`), where (`TargetRef`), which schedule (`RecordSchedule`: the `x86_conv` knobs,
+//! the weights' range, the phase of the tuning run, the replayable trace) and how it went.
+
+use ir::trace::Trace;
+use schedules::resnet18::WeightBits;
+use schedules::x86_conv::Conv2dInt8Knobs;
+use serde::{Deserialize, Serialize};
+
+use crate::isa::CpuId;
+
+/// Version of the record format.
+pub const RECORD_VERSION: u32 = 1;
+
+/// What was measured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadRef {
+    /// Stable hash of the canonical definition.
+    pub key: String,
+    /// The operator family (`conv2d_int8`, `dense_int8`).
+    pub op: String,
+    /// Readable shapes and dtypes.
+    pub summary: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuRef {
+    pub vendor: String,
+    pub family: u32,
+    pub model: u32,
+    pub name: String,
+}
+
+impl From<&CpuId> for CpuRef {
+    fn from(c: &CpuId) -> CpuRef {
+        CpuRef { vendor: c.vendor.clone(), family: c.family, model: c.model, name: c.name.clone() }
+    }
+}
+
+/// Where it was measured, and what the code needs to run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetRef {
+    /// The ISA level the code was compiled for (`IsaLevel::name`).
+    pub isa: String,
+    pub cpu: CpuRef,
+    /// CPU features the code needs (`std::arch::is_x86_feature_detected!` names).
+    pub features: Vec<String>,
+    pub threads: usize,
+}
+
+/// How a measurement ended. Only `Ok` records carry a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    /// The point was rejected before compiling, or compiling failed.
+    BuildError,
+    /// The call failed or the worker crashed.
+    RunError,
+    /// The output differs from the reference.
+    Mismatch,
+    Timeout,
+    /// The host lacks the level the candidate asks for.
+    UnsupportedIsa,
+}
+
+/// The part of a tuning run a measurement belongs to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The search: one measurement per proposed point. Records written before the phase was
+    /// recorded are search records.
+    #[default]
+    Search,
+    /// The finalists measured again after the search, in rounds (`tune::tune_layer`).
+    Validation,
+}
+
+/// The schedule a record measured: `{"knobs": {...}, "weights": "full" | "7bit", "phase":
+/// "search" | "validation", "trace": {...} | null}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordSchedule {
+    /// The `x86_conv` knobs: what applying the record applies (the GEMM operands follow from
+    /// them, the level and the weights where it is applied: `Conv2dInt8Knobs::operands`).
+    pub knobs: Conv2dInt8Knobs,
+    /// The range of the weights it was measured on.
+    pub weights: WeightBits,
+    #[serde(default)]
+    pub phase: Phase,
+    /// The schedule as replayable data, when it was built (`None`: the point was rejected or
+    /// failed to build).
+    #[serde(default)]
+    pub trace: Option<Trace>,
+}
+
+/// One measurement: the public JSON-lines format.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub version: u32,
+    pub workload: WorkloadRef,
+    pub target: TargetRef,
+    pub schedule: RecordSchedule,
+    pub status: Status,
+    pub median_ns: Option<f64>,
+    pub gops: Option<f64>,
+    pub compile_ms: Option<f64>,
+    pub verified: bool,
+    /// RFC 3339, UTC.
+    pub measured_at: String,
+    /// Why a failed measurement failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The peak probe's GOPS measured beside the candidate (all its threads), and which probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_gops: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_probe: Option<String>,
+}
+
+impl Record {
+    /// GOPS as a percentage of the probe measured beside it.
+    pub fn pct_peak(&self) -> Option<f64> {
+        Some(100.0 * self.gops? / self.peak_gops?)
+    }
+
+    /// Whether the measurement counts: it ran, matched the reference and has a time.
+    pub fn ok(&self) -> bool {
+        self.status == Status::Ok && self.verified && self.median_ns.is_some()
+    }
+
+    /// Whether it re-measured a finalist after the search (`Phase::Validation`).
+    pub fn is_validation(&self) -> bool {
+        self.schedule.phase == Phase::Validation
+    }
+}
+
+/// The RFC 3339 time now, UTC, to the second.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}

@@ -1,0 +1,136 @@
+//! Comparing records' times on a shared machine: corrected for its slow phases by the probe
+//! measured beside each record (`Phases`), with one representative record per schedule and
+//! target (`representatives`).
+
+use super::format::Record;
+
+/// A time of `r` (seconds, or any unit shared by the records compared): `None` sorts last.
+pub type TimeOf<'t> = &'t dyn Fn(&Record) -> Option<f64>;
+
+/// Times corrected for the phases of a shared machine. Each record's probe ran beside the
+/// candidate on its threads, so when the machine slows down (another tenant, the hypervisor)
+/// both slow down together: the corrected time is the median time × the record's probe ÷ the
+/// fastest run of the same probe on as many threads of the same CPU model among the records,
+/// the time the candidate would have taken with the machine to itself. On a small shared guest
+/// the two-thread probe and every two-thread candidate can run at one thread's speed for
+/// seconds at a time: most of a layer's records, at times, so that the median probe is the slow
+/// state, or a whole validation phase, whose records would then lose to a slower schedule
+/// measured in a fast phase. Tuning, the query and `best_per_workload` all compare records by
+/// it.
+#[derive(Clone, Debug, Default)]
+pub struct Phases {
+    /// (the CPU, the probe and its threads, its highest GOPS).
+    fastest: Vec<(ProbeKey, f64)>,
+}
+
+/// A probe (which method) on a number of threads of one CPU model.
+type ProbeKey = ((String, u32, u32), Option<String>, usize);
+
+fn probe_key(r: &Record) -> ProbeKey {
+    let cpu = &r.target.cpu;
+    ((cpu.vendor.clone(), cpu.family, cpu.model), r.peak_probe.clone(), r.target.threads)
+}
+
+impl Phases {
+    pub fn of<'a>(records: impl IntoIterator<Item = &'a Record>) -> Phases {
+        let mut fastest: Vec<(ProbeKey, f64)> = Vec::new();
+        for r in records {
+            let Some(probe) = r.peak_gops.filter(|p| *p > 0.0) else { continue };
+            let key = probe_key(r);
+            match fastest.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, fastest)) => *fastest = fastest.max(probe),
+                None => fastest.push((key, probe)),
+            }
+        }
+        Phases { fastest }
+    }
+
+    /// Whether `r` was measured with the machine near its fastest: its probe ran at `QUIET` of
+    /// the fastest run of the same probe or more (a record without a probe counts). Its measured
+    /// time needs little correction, so it compares as measured with records of other targets:
+    /// a database keeps measured times, and the query weighs one-thread records against
+    /// two-thread ones by them.
+    pub fn quiet(&self, r: &Record) -> bool {
+        match (r.peak_gops, self.fastest(r)) {
+            (Some(probe), Some(fastest)) => probe >= QUIET * fastest,
+            _ => true,
+        }
+    }
+
+    /// The fastest run of `r`'s probe among the records.
+    fn fastest(&self, r: &Record) -> Option<f64> {
+        let key = probe_key(r);
+        self.fastest.iter().find(|(k, _)| *k == key).map(|(_, p)| *p)
+    }
+
+    /// `representatives` of the `quiet` records, by corrected time.
+    pub fn quiet_representatives<'a>(&self, records: impl Iterator<Item = &'a Record>) -> Vec<&'a Record> {
+        self.representatives(records.filter(|r| self.quiet(r)))
+    }
+
+    /// `r`'s median time in seconds, corrected; uncorrected when it has no probe.
+    pub fn seconds(&self, r: &Record) -> Option<f64> {
+        let seconds = r.median_ns? * 1e-9;
+        Some(match (r.peak_gops, self.fastest(r)) {
+            (Some(probe), Some(fastest)) if probe > 0.0 => seconds * probe / fastest,
+            _ => seconds,
+        })
+    }
+
+    /// Records by corrected time, fastest first; records without a time last.
+    pub fn by_time(&self, a: &&Record, b: &&Record) -> std::cmp::Ordering {
+        by(&|r| self.seconds(r), a, b)
+    }
+
+    /// `representatives` by corrected time.
+    pub fn representatives<'a>(&self, records: impl Iterator<Item = &'a Record>) -> Vec<&'a Record> {
+        representatives(records, &|r| self.seconds(r))
+    }
+
+    /// `r`'s GOPS, corrected likewise.
+    pub fn gops(&self, r: &Record) -> Option<f64> {
+        let gops = r.gops?;
+        Some(gops * r.median_ns? * 1e-9 / self.seconds(r)?)
+    }
+}
+
+/// The share of the fastest probe from which a record is `Phases::quiet`: a slow phase of a
+/// shared two-thread guest halves the two-thread probe; a quiet one varies by a few per cent.
+pub const QUIET: f64 = 0.9;
+
+/// Records by `time`, fastest first; records without one last.
+pub fn by(time: TimeOf, a: &Record, b: &Record) -> std::cmp::Ordering {
+    time(a).unwrap_or(f64::MAX).total_cmp(&time(b).unwrap_or(f64::MAX))
+}
+
+/// One record per schedule (knobs, weights) and target (ISA level, CPU model, threads): the
+/// one with the median `time`. A single measurement of a short multi-threaded layer varies
+/// widely on a shared machine, so the fastest record of many would mostly be the luckiest; when
+/// any record is a validation record (finalists measured again, in rounds), only those count.
+pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>, time: TimeOf) -> Vec<&'a Record> {
+    let records: Vec<&Record> = records.collect();
+    let validated = records.iter().any(|r| r.is_validation());
+    let key = |r: &Record| {
+        (
+            r.schedule.knobs,
+            r.schedule.weights,
+            r.target.isa.clone(),
+            (r.target.cpu.vendor.clone(), r.target.cpu.family, r.target.cpu.model),
+            r.target.threads,
+        )
+    };
+    let mut groups: Vec<Vec<&Record>> = Vec::new();
+    for r in records.into_iter().filter(|r| !validated || r.is_validation()) {
+        match groups.iter_mut().find(|g| key(g[0]) == key(r)) {
+            Some(g) => g.push(r),
+            None => groups.push(vec![r]),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|mut g| {
+            g.sort_by(|a, b| by(time, a, b));
+            g[(g.len() - 1) / 2]
+        })
+        .collect()
+}

@@ -1,0 +1,53 @@
+//! The repository's pre-tuned database (`tuning/pretuned.jsonl`, written by `tensorlift tune
+//! resnet18 --db` and `tensorlift db best`): the best record per layer and target of the CPUs
+//! this project was measured on, compiled into the binary and applied by `tensorlift resnet18`
+//! unless another database has a record for the layer.
+
+use std::path::Path;
+
+use super::file::{Database, DbError};
+
+/// The text of `tuning/pretuned.jsonl`.
+pub const PRETUNED: &str = include_str!("../../tuning/pretuned.jsonl");
+
+/// `PRETUNED` parsed; a malformed line is an error (the file is part of the repository).
+pub fn pretuned() -> Result<Database, DbError> {
+    let mut parsed = Database::parse(PRETUNED, Path::new("tuning/pretuned.jsonl"));
+    match parsed.errors.is_empty() {
+        true => Ok(parsed),
+        false => Err(parsed.errors.remove(0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    /// Every line parses and serializes back to itself, with the knobs that records written
+    /// before them lack spelled out as the defaults they mean (`packing` bytes, `accumulation`
+    /// whole): the format is unchanged for this file and for users' databases.
+    #[test]
+    fn every_pretuned_line_round_trips() {
+        let db = pretuned().expect("the pre-tuned database parses");
+        let lines: Vec<&str> = PRETUNED.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(db.records.len(), lines.len());
+        let mut complete = 0;
+        for (i, (line, record)) in lines.iter().zip(&db.records).enumerate() {
+            let mut expected: serde_json::Value = serde_json::from_str(line).unwrap();
+            let knobs = expected["schedule"]["knobs"].as_object_mut().expect("a knobs object");
+            let is_complete = knobs.contains_key("packing") && knobs.contains_key("accumulation");
+            knobs.entry("packing").or_insert("bytes".into());
+            knobs.entry("accumulation").or_insert("whole".into());
+            let written = serde_json::to_string(record).unwrap();
+            assert_eq!(written, serde_json::to_string(&expected).unwrap(), "line {}", i + 1);
+            if is_complete {
+                assert_eq!(&written, line, "line {}", i + 1);
+                complete += 1;
+            }
+            assert_eq!(&serde_json::from_str::<Record>(&written).unwrap(), record, "line {}", i + 1);
+        }
+        // Both kinds of line are in the file, so both are checked.
+        assert!(0 < complete && complete < lines.len(), "{complete} of {} lines", lines.len());
+    }
+}

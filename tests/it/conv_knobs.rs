@@ -1,0 +1,264 @@
+//! `x86_conv::conv2d_int8` and `dense_int8` on small geometries — a 5×5 input under a 3×3
+//! kernel at stride 2, a kernel as large as the padded input (a 1×1 output), rows of one pixel,
+//! `OC` not a multiple of `nr`, 3 input channels — with knobs at and beyond the edges of the
+//! layer (`mr` above the pixels of a row, every panel width of the tuner, each accumulation and
+//! tile order, both packings, lanes above `OC`), at every ISA level this CPU has, bit for bit
+//! against the tensor-expression interpreter of `ops::conv2d_nchw_int8` (`ops::dense_int8`),
+//! which shares no code with the x86 path. A level the CPU lacks is reported as skipped.
+
+use ir::DType;
+use ir::interp::{Array, eval_te};
+use ir::te::{Tensor, placeholder, placeholder_vec};
+use schedules::ops::{Conv2dParams, GemmOperands, Layout, compensation, conv2d_nchw_int8};
+use schedules::resnet18::{ConvLayer, DenseLayer, Layer, quantization, uniform};
+use schedules::x86_conv::{
+    Accumulate, Conv2dInt8Error, Conv2dInt8Knobs, KnobError, Packing, TileOrder, conv2d_int8, dense_int8,
+    prepare_conv2d_int8, prepare_dense_int8, weight_range,
+};
+use tensorlift::{CompileOptions, IsaLevel, Target, Tensor as RtTensor};
+
+/// The levels this CPU runs, each reported as skipped when it lacks one.
+fn levels(what: &str) -> Vec<IsaLevel> {
+    IsaLevel::ALL
+        .into_iter()
+        .filter(|level| {
+            let supported = level.is_supported();
+            if !supported {
+                println!("skipped: {what} at {level}: this CPU does not support {level}");
+            }
+            supported
+        })
+        .collect()
+}
+
+fn knobs(mr: i64, nr: i64, order: TileOrder, accumulation: Accumulate, packing: Packing) -> Conv2dInt8Knobs {
+    Conv2dInt8Knobs { mr, nr, lanes: 16, order, threads: 2, packing, accumulation }
+}
+
+/// The knob sets every geometry runs with: `mr` above the pixels of every row here (5, 16) and
+/// at 1 and 3, every panel width of the tuner (16, 32, 64: above `OC` for most geometries),
+/// each accumulation and tile order, both packings, one and two threads, lanes above `OC`.
+fn knob_sets() -> Vec<Conv2dInt8Knobs> {
+    use Accumulate::{PerRow, PerRowWithSource, Whole};
+    use TileOrder::{ChannelsOuter, PixelsOuter};
+    vec![
+        knobs(5, 32, PixelsOuter, PerRowWithSource, Packing::I16),
+        Conv2dInt8Knobs { threads: 1, ..knobs(16, 16, ChannelsOuter, PerRow, Packing::Bytes) },
+        Conv2dInt8Knobs { lanes: 256, ..knobs(1, 64, PixelsOuter, Whole, Packing::Bytes) },
+        Conv2dInt8Knobs { lanes: 8, threads: 1, ..knobs(3, 16, ChannelsOuter, PerRowWithSource, Packing::I16) },
+    ]
+}
+
+/// One geometry: an NCHW source `[1, IC, H, W]`, `OC` output channels of a `K × K` kernel.
+struct Geometry {
+    what: &'static str,
+    layer: ConvLayer,
+    /// The range the weights are drawn from, its ends included.
+    weights: (i8, i8),
+}
+
+const fn conv(name: &'static str, ic: i64, oc: i64, (h, w): (i64, i64), k: i64, stride: i64, pad: i64) -> ConvLayer {
+    ConvLayer { name, ic, oc, h, w, k, stride, pad }
+}
+
+fn geometries() -> [Geometry; 5] {
+    [
+        // The 2 × 2 output of a 5 × 5 input (rows of 12 bytes: a 5 × 32 × 3 × 12 tile).
+        Geometry { what: "5x5 s2 k3", layer: conv("g5", 4, 32, (5, 5), 3, 2, 0), weights: (-127, 127) },
+        // A 5 × 5 kernel over a 3 × 3 input padded by 1: one output pixel.
+        Geometry { what: "1x1 output", layer: conv("g1", 16, 24, (3, 3), 5, 1, 1), weights: (-128, 127) },
+        // Rows of one pixel (OW = 1), four of them.
+        Geometry { what: "OW 1", layer: conv("gw", 16, 16, (6, 3), 3, 1, 0), weights: (-64, 63) },
+        // 20 output channels: no panel width divides them.
+        Geometry { what: "OC 20", layer: conv("gc", 8, 20, (6, 6), 3, 1, 1), weights: (-128, 127) },
+        // The stem's 3 input channels, stride 2.
+        Geometry { what: "IC 3", layer: conv("gi", 3, 16, (9, 7), 3, 2, 1), weights: (-127, 127) },
+    ]
+}
+
+/// `values` of an NCHW array of `dims` in NHWC order.
+fn to_nhwc(values: &[i64], [n, c, h, w]: [i64; 4]) -> Vec<i64> {
+    let mut out = Vec::with_capacity(values.len());
+    for b in 0..n {
+        for y in 0..h {
+            for x in 0..w {
+                out.extend((0..c).map(|ch| values[(((b * c + ch) * h + y) * w + x) as usize]));
+            }
+        }
+    }
+    out
+}
+
+/// Builds and runs `prep` (weights → packed weights, compensation) at `options`.
+fn prepare(prep: &schedules::x86_conv::Conv2dInt8Prepare, weights: &Array, options: &CompileOptions) -> [RtTensor; 2] {
+    let args: Vec<&Tensor> = prep.args.iter().collect();
+    let kernel = tensorlift::build(&prep.schedule, &args, "prep", options).unwrap();
+    let wei = Array::from_i64(DType::I8, prep.args[0].shape(), &weights.to_i64_vec());
+    let mut tensors = [
+        RtTensor::from_array(&wei),
+        RtTensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape()).unwrap(),
+        RtTensor::zeros(DType::I32, prep.compensation.compensation.shape()).unwrap(),
+    ];
+    kernel.compiled.call(&mut tensors.iter_mut().collect::<Vec<_>>()).unwrap();
+    let [_, packed, compensation] = tensors;
+    [packed, compensation]
+}
+
+/// The compiled per-call function `f` on `src` (in its layout), `bias` and the prepared weights:
+/// its output.
+fn run(
+    f: &schedules::x86_conv::Conv2dInt8,
+    src: &[i64],
+    bias: &Array,
+    prepared: [RtTensor; 2],
+    options: &CompileOptions,
+) -> Array {
+    let args: Vec<&Tensor> = f.args.iter().collect();
+    let kernel = tensorlift::build(&f.schedule, &args, "conv", options).unwrap();
+    let [packed, compensation] = prepared;
+    let mut tensors =
+        vec![RtTensor::from_array(&Array::from_i64(DType::U8, f.args[0].shape(), src)), packed, compensation];
+    tensors.push(RtTensor::from_array(bias));
+    tensors.extend(f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)));
+    tensors.push(RtTensor::zeros(DType::U8, f.layer.output.shape()).unwrap());
+    kernel.compiled.call(&mut tensors.iter_mut().collect::<Vec<_>>()).unwrap();
+    tensors.pop().unwrap().to_array()
+}
+
+/// The output must exercise the requantization: not all of it at the ends of u8.
+fn assert_exercised(what: &str, out: &[i64]) {
+    let inside = out.iter().filter(|&&v| v != 0 && v != 255).count();
+    assert!(2 * inside >= out.len(), "{what}: only {inside} of {} outputs inside (0, 255)", out.len());
+}
+
+#[test]
+fn conv2d_int8_matches_the_interpreter_on_small_geometries_with_any_knobs() {
+    let levels = levels("x86_conv on small geometries");
+    let mut checked = 0;
+    for (g, geometry) in geometries().into_iter().enumerate() {
+        let l = geometry.layer;
+        let seed = 7000 + 10 * g as u64;
+        let quant = quantization(Layer::Conv(l), seed).unwrap();
+        let src_dims = [1, l.ic, l.h, l.w];
+        let params = Conv2dParams { stride: l.stride, pad: l.pad };
+        let src = placeholder(src_dims, DType::U8, "src").unwrap();
+        let wei = placeholder([l.oc, l.ic, l.k, l.k], DType::I8, "wei").unwrap();
+        let bias = placeholder([l.oc], DType::F32, "bias").unwrap();
+        let src_v = uniform(src_dims.iter().product::<i64>() as usize, seed, 0, 255);
+        let (lo, hi) = geometry.weights;
+        let mut wei_v = uniform((l.oc * l.ic * l.k * l.k) as usize, seed + 1, lo.into(), hi.into());
+        let last = wei_v.len() - 1;
+        (wei_v[0], wei_v[last]) = (lo.into(), hi.into());
+        let (src_a, wei_a) =
+            (Array::from_i64(DType::U8, &src_dims, &src_v), Array::from_i64(DType::I8, wei.shape(), &wei_v));
+        let bias_a =
+            Array::from_f64(DType::F32, &[l.oc], &quant.bias.iter().map(|&b| f64::from(b)).collect::<Vec<_>>());
+
+        // The reference: the definition and its compensation, interpreted.
+        let def = conv2d_nchw_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, "ref").unwrap();
+        let prep = compensation(&wei, DType::U8, &quant.attrs.src.zero_points, "ref.prep").unwrap();
+        let comp = eval_te(&[&prep.compensation], &[(&wei, &wei_a)]).unwrap().remove(0);
+        let mut inputs = vec![(&src, &src_a), (&wei, &wei_a), (&def.compensation, &comp), (&bias, &bias_a)];
+        inputs.extend(def.params.iter().map(|p| (&p.tensor, &p.values)));
+        let want = eval_te(&[&def.output], &inputs).unwrap().remove(0).to_i64_vec();
+        let out_dims = [1, l.oc, l.oh(), l.ow()];
+        assert_exercised(geometry.what, &want);
+
+        for (k, knobs) in knob_sets().into_iter().enumerate() {
+            // Both layouts, alternating, so that each geometry meets each.
+            let layout = if (g + k) % 2 == 0 { Layout::Nhwc } else { Layout::Nchw };
+            let src_x = placeholder(layout.shape(src_dims), DType::U8, "src").unwrap();
+            let src_x_v = if layout == Layout::Nhwc { to_nhwc(&src_v, src_dims) } else { src_v.clone() };
+            let want = if layout == Layout::Nhwc { to_nhwc(&want, out_dims) } else { want.clone() };
+            for &level in &levels {
+                let what = format!("{} ({l:?}) {layout:?} at {level}: {knobs:?}", geometry.what);
+                let operands = knobs.operands(level.has_vnni(), weight_range(wei_v.iter().map(|&w| w as i8)));
+                let options =
+                    CompileOptions { target: Target::Level(level), threads: Some(knobs.threads), ..Default::default() };
+                let zp = &quant.attrs.src.zero_points;
+                let prep = prepare_conv2d_int8(&wei, DType::U8, zp, knobs, operands, "prep").unwrap();
+                let f =
+                    conv2d_int8(&src_x, &wei, Some(&bias), None, params, &quant.attrs, layout, knobs, operands, "conv")
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let got = run(&f, &src_x_v, &bias_a, prepare(&prep, &wei_a, &options), &options);
+                assert_eq!(got.to_i64_vec(), want, "{what}");
+                // A tile never taller than the row: the micro-kernel of `min(mr, OW)` rows.
+                let ir = ir::lower::lower(&f.schedule, &f.args.iter().collect::<Vec<_>>(), "conv").unwrap().to_string();
+                let tile = format!("gemm_{}x{}x", knobs.mr.min(l.ow()), knobs.nr);
+                assert!(ir.contains(&tile), "{what}: no {tile} call\n{ir}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 5 * knob_sets().len() * levels.len());
+}
+
+#[test]
+fn dense_int8_matches_the_interpreter_with_a_tile_taller_than_its_rows() {
+    let levels = levels("x86_conv::dense_int8 with mr above M");
+    let layer = DenseLayer { name: "fc", in_features: 40, out_features: 21 };
+    let quant = quantization(Layer::Dense(layer), 5).unwrap();
+    let m = 2;
+    let src = placeholder([m, 40], DType::U8, "src").unwrap();
+    let wei = placeholder([21, 40], DType::I8, "wei").unwrap();
+    let bias = placeholder([21], DType::F32, "bias").unwrap();
+    let src_v = uniform(80, 6, 0, 255);
+    let wei_v = uniform(21 * 40, 7, -127, 127);
+    let (src_a, wei_a) = (Array::from_i64(DType::U8, &[m, 40], &src_v), Array::from_i64(DType::I8, &[21, 40], &wei_v));
+    let bias_a = Array::from_f64(DType::F32, &[21], &quant.bias.iter().map(|&b| f64::from(b)).collect::<Vec<_>>());
+    let def = schedules::ops::dense_int8(&src, &wei, Some(&bias), None, &quant.attrs, "ref").unwrap();
+    let prep = compensation(&wei, DType::U8, &quant.attrs.src.zero_points, "ref.prep").unwrap();
+    let comp = eval_te(&[&prep.compensation], &[(&wei, &wei_a)]).unwrap().remove(0);
+    let mut inputs = vec![(&src, &src_a), (&wei, &wei_a), (&def.compensation, &comp), (&bias, &bias_a)];
+    inputs.extend(def.params.iter().map(|p| (&p.tensor, &p.values)));
+    let want = eval_te(&[&def.output], &inputs).unwrap().remove(0).to_i64_vec();
+    assert_exercised("dense", &want);
+    for &level in &levels {
+        for knobs in [
+            knobs(7, 16, TileOrder::PixelsOuter, Accumulate::Whole, Packing::Bytes),
+            knobs(16, 64, TileOrder::ChannelsOuter, Accumulate::PerRow, Packing::I16),
+        ] {
+            let what = format!("dense {m}x40->21 at {level}: {knobs:?}");
+            let operands = knobs.operands(level.has_vnni(), weight_range(wei_v.iter().map(|&w| w as i8)));
+            let options =
+                CompileOptions { target: Target::Level(level), threads: Some(knobs.threads), ..Default::default() };
+            let zp = &quant.attrs.src.zero_points;
+            let prep = prepare_dense_int8(&wei, DType::U8, zp, knobs, operands, "prep").unwrap();
+            let f = dense_int8(&src, &wei, Some(&bias), &quant.attrs, knobs, operands, "fc")
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let got = run(&f, &src_v, &bias_a, prepare(&prep, &wei_a, &options), &options);
+            assert_eq!(got.to_i64_vec(), want, "{what}");
+        }
+    }
+}
+
+/// Knobs outside the ranges the schedule accepts are its typed error in either layout (lanes
+/// above `MAX_LANES` included, which an NHWC output does not use), never a silent change.
+#[test]
+fn knobs_outside_their_ranges_are_typed_errors_in_either_layout() {
+    let l = geometries()[0].layer;
+    let quant = quantization(Layer::Conv(l), 1).unwrap();
+    let wei = placeholder_vec(quant.wei_dims.clone(), DType::I8, "wei").unwrap();
+    let bias = placeholder([l.oc], DType::F32, "bias").unwrap();
+    let params = Conv2dParams { stride: l.stride, pad: l.pad };
+    let good = knob_sets()[0];
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let src = placeholder(layout.shape([1, l.ic, l.h, l.w]), DType::U8, "src").unwrap();
+        let build = |knobs: Conv2dInt8Knobs| {
+            conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, layout, knobs, GemmOperands::U8, "conv")
+        };
+        assert!(build(good).is_ok());
+        for (bad, knob, found, expected) in [
+            (Conv2dInt8Knobs { lanes: 257, ..good }, "lanes", 257, "1..=256"),
+            (Conv2dInt8Knobs { lanes: 0, ..good }, "lanes", 0, "1..=256"),
+            (Conv2dInt8Knobs { mr: 0, ..good }, "mr", 0, "at least 1"),
+            (Conv2dInt8Knobs { nr: 512, ..good }, "nr", 512, "1..=256"),
+            (Conv2dInt8Knobs { threads: 0, ..good }, "threads", 0, "at least 1"),
+        ] {
+            let expected = KnobError { knob, found, expected: expected.into() };
+            assert_eq!(build(bad).unwrap_err(), Conv2dInt8Error::Knob(expected), "{layout:?}");
+            let prep = prepare_conv2d_int8(&wei, DType::U8, &quant.attrs.src.zero_points, bad, GemmOperands::U8, "p");
+            assert!(matches!(prep, Err(Conv2dInt8Error::Knob(_))), "{layout:?} {bad:?}");
+        }
+    }
+}
