@@ -11,6 +11,7 @@ mod math;
 mod norm;
 mod quant;
 mod readme;
+mod skip;
 mod tensorize;
 mod tune;
 mod vnni;
