@@ -10,7 +10,7 @@ AVX-VNNI check, false on CPUs without it) on any CPU, as on an AVX2-only one.
 
 The pattern (`not %rax; test $0xe0,%al; je rel32`) must occur at most once per library and
 once in the Python module, or nothing is written: checked against onnxruntime 1.32.0's x86-64 Linux wheel. Whether the copy
-really runs the AVX2 kernels shows in its outputs: ../shared/anchors/exactness_ort.py finds
+really runs the AVX2 kernels shows in its outputs: scripts/peers/exactness_ort.py finds
 them equal to the emulation of VPMADDUBSW's int16 saturation (the VNNI kernels are exact).
 
 Usage: python scripts/mlas_avx2.py OUT_DIR   (then PYTHONPATH=OUT_DIR python ...)

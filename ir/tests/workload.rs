@@ -116,10 +116,25 @@ fn the_key_of_a_fixed_definition_is_stable() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/workload_key.txt");
     if std::env::var_os("TENSORLIFT_BLESS").is_some_and(|v| v == "1") {
         std::fs::write(&path, &actual).expect("write golden file");
+        skip("TENSORLIFT_BLESS=1: the golden file was rewritten, not compared");
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_default();
     assert_eq!(expected, actual, "{} differs; rerun with TENSORLIFT_BLESS=1 to accept", path.display());
+}
+
+/// Reports that the running test skipped its check because of `reason`, as the root crate's
+/// `tests/it/skip.rs` does: a `skipped: <test>: <reason>` line on stderr and appended to the
+/// file `TENSORLIFT_SKIP_LOG` names, if set.
+fn skip(reason: &str) {
+    use std::io::Write;
+    let line = format!("skipped: {}: {reason}\n", std::thread::current().name().unwrap_or("(unnamed thread)"));
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(path) = std::env::var_os("TENSORLIFT_SKIP_LOG") {
+        let mut log =
+            std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open TENSORLIFT_SKIP_LOG");
+        log.write_all(line.as_bytes()).expect("append to TENSORLIFT_SKIP_LOG");
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The resnet-18 int8 workload (batch 1, NCHW): convolution layers R1..R11 and the FC layer,
 //! exactly as in the issue and the anchors' `layers.py` (outside this repository), with the
-//! quantization that script draws (`quantization`).
+//! quantization that script draws (`quantization`). `scripts/peers/layers.py` builds the same
+//! layers, data and quantization for the peers (same generator and seeds): keep the two equal.
 
 use ir::DType;
 

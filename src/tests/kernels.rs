@@ -12,6 +12,7 @@ use crate::kernels::peak::{ProbeKind, assemble, assemble_probe};
 use crate::kernels::{Blocking, GemmShape, assemble_gemm};
 use crate::runtime::GemmKernel;
 use crate::runtime::peak::{PeakError, Probe};
+use crate::tests::skip;
 use ir::DType;
 
 /// Variants this CPU can run.
@@ -19,9 +20,23 @@ fn runnable() -> Vec<KernelVariant> {
     KernelVariant::ALL.into_iter().filter(|v| v.min_level().is_some_and(IsaLevel::is_supported)).collect()
 }
 
-/// Runnable variants with byte operands (all but `Madd16`, tested on i16 operands below).
+/// Whether this CPU runs `variant`; if not, the running test reports its checks of it skipped.
+fn runs(variant: KernelVariant) -> bool {
+    let runs = runnable().contains(&variant);
+    if !runs {
+        let reason = match variant.min_level() {
+            Some(level) => format!("{level}: this CPU lacks it"),
+            None => "no ISA level runs it".to_string(),
+        };
+        skip::skip(&format!("the {variant} kernel"), &reason);
+    }
+    runs
+}
+
+/// Runnable variants with byte operands (all but `Madd16`, tested on i16 operands below); the
+/// running test reports the others skipped.
 fn runnable_bytes() -> Vec<KernelVariant> {
-    runnable().into_iter().filter(|v| v.method != DotMethod::Madd16).collect()
+    KernelVariant::ALL.into_iter().filter(|v| v.method != DotMethod::Madd16).filter(|&v| runs(v)).collect()
 }
 
 /// `C[i, j] += Σ A[i, seg, 4ko+ki] · B[seg·k/4 + ko, j, ki]` (`=` for a resetting shape) by the declaration (A's bytes as
@@ -198,7 +213,7 @@ fn the_saturation_example_is_exact_on_exact_kernels_and_32767_on_saturating_ones
         assert_eq!(c[0], expected, "{variant}");
     }
     // Sign transfer's largest pair sum: (-128)·(-127) twice is 32512, inside i16.
-    if KernelVariant::AVX2_SIGN.min_level().is_some_and(IsaLevel::is_supported) {
+    if runs(KernelVariant::AVX2_SIGN) {
         let shape = GemmShape { a_dtype: DType::I8, ..GemmShape::dense(1, 1, 4) };
         let kernel =
             GemmKernel::new(KernelVariant::AVX2_SIGN, shape, Blocking::default_for(KernelVariant::AVX2_SIGN)).unwrap();
@@ -227,7 +242,7 @@ fn check_i16(shape: GemmShape, blocking: Blocking, a: &[i16], b: &[i16]) {
 /// overflowing case), ragged shapes, padded strides, segments and several blockings.
 #[test]
 fn the_pre_widened_kernel_matches_the_int16_declaration_on_every_i16() {
-    if !runnable().contains(&KernelVariant::AVX2_MADD16) {
+    if !runs(KernelVariant::AVX2_MADD16) {
         return;
     }
     let i16_shape = |m, n, k, segments, lda, lds, ldb, ldc| GemmShape {
@@ -288,7 +303,7 @@ fn the_pre_widened_kernel_matches_the_int16_declaration_on_every_i16() {
 /// widen them, in every lane and both positions of a pair.
 #[test]
 fn the_pre_widened_kernel_is_exact_on_the_widened_boundary_grid_in_every_lane() {
-    if !runnable().contains(&KernelVariant::AVX2_MADD16) {
+    if !runs(KernelVariant::AVX2_MADD16) {
         return;
     }
     let pairs_a: Vec<(i16, i16)> =
@@ -324,7 +339,10 @@ fn the_pre_widened_kernel_is_exact_on_the_widened_boundary_grid_in_every_lane() 
 #[test]
 fn kernel_calls_check_the_footprint_and_generation_checks_registers() {
     let shape = GemmShape::dense(3, 20, 8);
-    let Some(&variant) = runnable_bytes().first() else { return };
+    let Some(&variant) = runnable().iter().find(|v| v.method != DotMethod::Madd16) else {
+        skip::skip("", "this CPU runs no kernel with byte operands");
+        return;
+    };
     let kernel = GemmKernel::new(variant, shape, Blocking::default_for(variant)).unwrap();
     let mut c = vec![0i32; 59];
     let err = kernel.run(&[0; 24], &[0; 160], &mut c).unwrap_err();
@@ -506,6 +524,8 @@ fn the_core_rate_is_full_only_for_zmm_vnni_on_512_bit_units() {
     }
     if !IsaLevel::Avx512Vnni.is_supported() {
         assert_eq!(core_rate(IsaLevel::Avx512Vnni), CoreRate::Slower);
+    } else {
+        skip::skip("avx512-vnni's rate", "this CPU has avx512-vnni: its rate is measured");
     }
 }
 

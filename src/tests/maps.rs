@@ -10,7 +10,7 @@ use ir::schedule::create_schedule;
 use ir::te::{Tensor as TeTensor, compute};
 use ir::{DType, Expr};
 
-use super::{check_with, float_samples, int_samples};
+use super::{check_with, float_samples, int_samples, skip};
 use crate::runtime::{CompileOptions, CompiledFunc, IsaLevel, Target};
 
 /// Builds a map's body from its inputs' reads.
@@ -169,7 +169,7 @@ fn cases() -> Vec<MapCase> {
 #[test]
 fn map_kernels_equal_the_interpreter_at_every_level() {
     for case in cases() {
-        for level in IsaLevel::ALL.into_iter().filter(|l| l.is_supported()) {
+        for level in skip::levels_here(IsaLevel::ALL) {
             // 40 columns fill ymm and zmm vectors up to a zmm tail of 8; 37 leave a partial
             // vector: zmm kernels mask it, ymm ones leave the call to its loop nest. 136 make
             // groups of four vectors (a narrowing store's packs) and single ones after them.
@@ -200,7 +200,7 @@ fn bodies_without_a_vector_form_run_the_loop_nest() {
         inputs: vec![(DType::F32, true), (DType::F32, false)],
         body: std::rc::Rc::new(|x: &[Expr]| ir::expr::min(x[0].clone(), x[1].clone())),
     };
-    for level in IsaLevel::ALL.into_iter().filter(|l| l.is_supported()) {
+    for level in skip::levels_here(IsaLevel::ALL) {
         assert!(!case.check(2, 32, level), "{level}");
     }
 }
@@ -240,8 +240,7 @@ fn values_next_to_ties(s: f32, zp: f32) -> Vec<f64> {
 
 #[test]
 fn requantization_by_the_reciprocal_is_exact_next_to_every_tie() {
-    let levels: Vec<IsaLevel> =
-        [IsaLevel::Avx512Vnni, IsaLevel::Avx2].into_iter().filter(|l| l.is_supported()).collect();
+    let levels: Vec<IsaLevel> = skip::levels_here([IsaLevel::Avx512Vnni, IsaLevel::Avx2]);
     // Scales with inexact reciprocals (0.2735531 is R4's), a power of two (an exact one, so
     // `t` is the body's value and ties are real), zero points of both signs and none.
     for (s, zp) in [

@@ -6,6 +6,7 @@ mod errors;
 mod intrinsics;
 mod kernels;
 mod maps;
+mod skip;
 mod stmts;
 mod vectors;
 
@@ -44,7 +45,7 @@ fn check_with(func: &Func, args: &[Array], options: &CompileOptions) -> Compiled
 /// `check_with` at the host's native target and at every lower supported ISA level (whose
 /// lowerings differ); returns the native compilation.
 fn check(func: &Func, args: &[Array]) -> CompiledFunc {
-    for level in [IsaLevel::Scalar, IsaLevel::Avx2].into_iter().filter(|l| l.is_supported()) {
+    for level in skip::levels_here([IsaLevel::Scalar, IsaLevel::Avx2]) {
         check_with(func, args, &CompileOptions { target: Target::Level(level), ..CompileOptions::default() });
     }
     check_with(func, args, &CompileOptions::default())

@@ -17,20 +17,6 @@ use schedules::x86_conv::{
 };
 use tensorlift::{CompileOptions, IsaLevel, Target, Tensor as RtTensor};
 
-/// The levels this CPU runs, each reported as skipped when it lacks one.
-fn levels(what: &str) -> Vec<IsaLevel> {
-    IsaLevel::ALL
-        .into_iter()
-        .filter(|level| {
-            let supported = level.is_supported();
-            if !supported {
-                println!("skipped: {what} at {level}: this CPU does not support {level}");
-            }
-            supported
-        })
-        .collect()
-}
-
 fn knobs(mr: i64, nr: i64, order: TileOrder, accumulation: Accumulate, packing: Packing) -> Conv2dInt8Knobs {
     Conv2dInt8Knobs { mr, nr, lanes: 16, order, threads: 2, packing, accumulation }
 }
@@ -133,7 +119,7 @@ fn assert_exercised(what: &str, out: &[i64]) {
 
 #[test]
 fn conv2d_int8_matches_the_interpreter_on_small_geometries_with_any_knobs() {
-    let levels = levels("x86_conv on small geometries");
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "x86_conv on small geometries");
     let mut checked = 0;
     for (g, geometry) in geometries().into_iter().enumerate() {
         let l = geometry.layer;
@@ -195,7 +181,7 @@ fn conv2d_int8_matches_the_interpreter_on_small_geometries_with_any_knobs() {
 
 #[test]
 fn dense_int8_matches_the_interpreter_with_a_tile_taller_than_its_rows() {
-    let levels = levels("x86_conv::dense_int8 with mr above M");
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "x86_conv::dense_int8 with mr above M");
     let layer = DenseLayer { name: "fc", in_features: 40, out_features: 21 };
     let quant = quantization(Layer::Dense(layer), 5).unwrap();
     let m = 2;

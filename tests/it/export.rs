@@ -162,7 +162,7 @@ fn c_program_gets_the_jit_result_at_every_level_this_cpu_has() {
     let exe = c_program();
     let best = IsaLevel::detect().unwrap();
     let mut forced: Vec<Option<IsaLevel>> = vec![None];
-    forced.extend(IsaLevel::ALL.into_iter().filter(|l| l.is_supported()).map(Some));
+    forced.extend(crate::skip::levels_here(IsaLevel::ALL).into_iter().map(Some));
     for level in forced {
         let result = exe.with_extension(format!("{}.bin", level.map_or("auto", IsaLevel::name)));
         let mut command = Command::new(exe);
@@ -203,6 +203,7 @@ fn c_program_gets_the_jit_result_at_every_level_this_cpu_has() {
     // A level the library has but the CPU lacks, and a name that is no level.
     for (value, needle) in [("avx512-vnni", "this CPU does not support it"), ("sse9", "expected one of")] {
         if value == "avx512-vnni" && IsaLevel::Avx512Vnni.is_supported() {
+            crate::skip::skip("refusing avx512-vnni", "this CPU has avx512-vnni");
             continue;
         }
         let (ok, _, stderr) = run(Command::new(exe).arg(exe.with_extension("x.bin")).env("TENSORLIFT_ISA", value));
@@ -387,7 +388,7 @@ fn python_with_numpy() -> Option<String> {
         std::env::var("TENSORLIFT_REQUIRE_PYTHON").as_deref() != Ok("1"),
         "{python} has no numpy, and TENSORLIFT_REQUIRE_PYTHON=1"
     );
-    eprintln!("skipped: {python} has no numpy (set TENSORLIFT_PYTHON to an interpreter with numpy)");
+    crate::skip::skip("", &format!("{python} has no numpy (set TENSORLIFT_PYTHON to an interpreter with numpy)"));
     None
 }
 
@@ -414,7 +415,7 @@ fn python_loader_gets_the_jit_result_and_the_library_errors() {
 fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
     use schedules::resnet18::{self, WeightBits, uniform};
     let (position, layer) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == "R8").unwrap();
-    let levels: Vec<IsaLevel> = IsaLevel::ALL.into_iter().filter(|l| l.is_supported()).collect();
+    let levels = crate::skip::levels_here(IsaLevel::ALL);
     let ops = operators::resnet18_layer(layer, position, &levels, WeightBits::Eight, None).expect("layer");
     let dir = out_dir("r8");
     let options = ExportOptions { levels: levels.clone(), ..ExportOptions::new("tlr8") };

@@ -13,6 +13,7 @@ mod norm;
 mod quant;
 mod readme;
 mod shapes;
+mod skip;
 mod tensorize;
 mod tune;
 mod vnni;

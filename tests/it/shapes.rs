@@ -43,20 +43,6 @@ fn i32_bytes(c: &[i32]) -> Vec<u8> {
     c.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-/// The levels this CPU has; a line starting `skipped:` for each other.
-fn supported_levels(what: &str) -> Vec<IsaLevel> {
-    IsaLevel::ALL
-        .into_iter()
-        .filter(|level| {
-            let supported = level.is_supported();
-            if !supported {
-                eprintln!("skipped: {level}: this CPU lacks it ({what})");
-            }
-            supported
-        })
-        .collect()
-}
-
 /// `A · B` through `pack_b_vnni` (or `pack_b_i16` with an i16 `A`, `pairs`), both inside the
 /// call, and `schedule_gemm_int8` with `knobs`, compiled for `level`; returns C and whether a
 /// hand-assembled kernel is part of the function.
@@ -87,7 +73,7 @@ fn library_gemm(shape: (i64, i64, i64), knobs: GemmInt8Knobs, pairs: bool, level
 
 #[test]
 fn the_library_gemm_is_exact_on_odd_shapes_at_every_level() {
-    for level in supported_levels("the library GEMM") {
+    for level in crate::skip::levels_here_for(IsaLevel::ALL, "the library GEMM") {
         for shape in SHAPES {
             let (m, n, k) = shape;
             let (a, b) = operands(m, n, k);
@@ -126,7 +112,7 @@ fn tensorlift(args: &[&str], isa: Option<IsaLevel>) -> (bool, String, String) {
 
 #[test]
 fn the_gemm_and_matmul_commands_verify_odd_shapes_at_every_level() {
-    for level in supported_levels("the gemm and matmul commands") {
+    for level in crate::skip::levels_here_for(IsaLevel::ALL, "the gemm and matmul commands") {
         // The exact AVX2 GEMM packs B as i16 pairs.
         let pairs = level == IsaLevel::Avx2;
         for (m, n, k) in SHAPES {
@@ -255,7 +241,7 @@ fn an_exported_matmul_library_is_exact_on_odd_shapes_at_every_level() {
         .expect("run cc");
     assert!(out.status.success(), "cc: {}", String::from_utf8_lossy(&out.stderr));
     assert!(lib.shared.is_file());
-    for level in supported_levels("the exported matmul library") {
+    for level in crate::skip::levels_here_for(IsaLevel::ALL, "the exported matmul library") {
         let results = dir.join(level.name());
         std::fs::create_dir_all(&results).unwrap();
         let out = Command::new(&exe).arg(&results).env("TENSORLIFT_ISA", level.name()).output().expect("run driver");
