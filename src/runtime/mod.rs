@@ -6,8 +6,8 @@
 //! loads and runs hand-assembled bytes lives here too, above the assemblers (`kernels`): one
 //! GEMM kernel on its own (`GemmKernel`) and the throughput probes (`peak`).
 //!
-//! The target vocabulary `CompileOptions` and `CompiledFunc` name (`isa`, `target`) is
-//! re-exported, so `runtime::IsaLevel` and `runtime::cpu_name` keep working.
+//! The target vocabulary `CompileOptions` and `CompiledFunc` name lives on the ground floor:
+//! import it from there (`isa::IsaLevel`, `target::Target`), or use the crate root's short names.
 
 pub(crate) mod host;
 mod kernel;
@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 
 use ir::DType;
 
-pub use crate::isa::{CpuId, IsaLevel, cpu_id, cpu_name, has_feature};
-pub use crate::target::{ISA_ENV, OptLevel, Target};
+// The last two compatibility re-exports, for the calls `runtime::cpu_id()` in
+// `src/tune/worker.rs` and `runtime::cpu_name()` in `src/cli/resnet18.rs` and
+// `examples/kernel_sweep.rs`: remove them once those call `isa::cpu_id` and `isa::cpu_name`.
+pub use crate::isa::{cpu_id, cpu_name};
 pub use kernel::GemmKernel;
 pub use tensor::{Arg, CheckedTensor, Element, Tensor};
 
@@ -29,7 +31,8 @@ use crate::codegen::build_isa;
 use crate::codegen::jit::{self, JitCode};
 use crate::disasm::{self, MachineCode};
 use crate::error::{CompileError, RuntimeError};
-use crate::isa::KernelVariant;
+use crate::isa::{IsaLevel, KernelVariant};
+use crate::target::{OptLevel, Target};
 
 /// How to compile a function.
 #[derive(Clone, Debug)]
