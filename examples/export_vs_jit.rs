@@ -62,7 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let build_s = start.elapsed().as_secs_f64();
     let size = std::fs::metadata(&lib.shared)?.len();
     let loaded = LoadedLibrary::open(&lib.shared)?;
-    println!("cpu: {}, level {level}, {} thread(s)", tensorlift::runtime::cpu_name(), args.threads);
+    println!("cpu: {}, level {level}, {} thread(s)", tensorlift::isa::cpu_name(), args.threads);
     println!(
         "library: lib{}.so {:.0} KiB, {} operators x {} levels, built in {build_s:.2} s (codegen {:.0} ms, C + link {:.0} ms)",
         lib.name,

@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use tensorlift::bench::time_against_peak;
-use tensorlift::kernels::{Blocking, DotMethod, GemmShape, KernelVariant};
+use tensorlift::isa::{DotMethod, KernelVariant};
+use tensorlift::kernels::{Blocking, GemmShape};
 use tensorlift::runtime::GemmKernel;
 use tensorlift::runtime::peak::{PeakError, Probe};
 

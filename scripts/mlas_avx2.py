@@ -1,7 +1,7 @@
 """Copy onnxruntime into a directory with MLAS confined to its AVX2 kernels.
 
 Why: scripts/avx2_only.c hides AVX-512 from CPUID by Linux CPUID faulting, which not every
-host offers (the AMD EPYC Zen 4 guest of 2026-11-25 has no `cpuid_fault`). MLAS picks its
+host offers (a CPU or hypervisor may lack the `cpuid_fault` flag). MLAS picks its
 kernels once, in MLAS_PLATFORM's constructor: after the AVX2 kernels are set, it takes the
 AVX-512 branch (AVX-512 core, then VNNI, then AMX) when CPUID leaf 7 reports AVX512F and XCR0
 enables the AVX-512 state (`test $0xe0` on the inverted XCR0, then `je` to the branch). In this

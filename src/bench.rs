@@ -110,9 +110,9 @@ pub fn time_against_peak<E: From<RuntimeError>>(
     time_against_peak_after(probe, threads, repeat, start.elapsed(), call)
 }
 
-/// The longest probe run beside a timed call: a rate needs no longer, and the tuner's slow
-/// candidates (tiles that leave part of each row to the fallback loops, 15 ms a call for R11)
-/// spent as long again in the probe: on the Zen 4, R11's tuning measured 19–24 points per second.
+/// The longest probe run beside a timed call: a rate needs no longer, and a probe as long as
+/// each call of the tuner's slow candidates (tiles that leave part of each row to the fallback
+/// loops) would double the time their measurement takes.
 pub const MAX_PROBE_RUN: Duration = Duration::from_millis(1);
 
 /// `time_against_peak` after a warm-up call the caller made, which took `warm_up` (the tuner's

@@ -65,7 +65,7 @@ pub fn positive<T: TryFrom<i128>>(s: &str) -> Result<T, String> {
 }
 
 /// The most `--threads` accepts: above any core count this runs on, and few enough that the
-/// pool starts at once (a hundred thousand threads take over a minute to create).
+/// pool starts at once (each thread costs a system call and a stack to create).
 pub const MAX_THREADS: usize = 1024;
 
 /// The value parser of `--threads`: `positive`, at most `MAX_THREADS`.

@@ -15,9 +15,8 @@ use ir::te::{placeholder, placeholder_in_range};
 use schedules::nn::{gemm_source, matmul_packed, pack_b_i16, pack_b_vnni};
 use schedules::x86::{GemmInt8Knobs, MAX_NR, gemm_int8, schedule_gemm_source};
 use tensorlift::bench::{pattern_values, time_against_peak};
-use tensorlift::runtime::IsaLevel;
 use tensorlift::runtime::peak::Probe;
-use tensorlift::{CompileOptions, Tensor, build};
+use tensorlift::{CompileOptions, IsaLevel, Tensor, build};
 
 use super::common::{Format, IsaChoice, positive, thread_count};
 use super::memory;

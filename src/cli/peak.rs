@@ -25,7 +25,7 @@ pub fn run(Args { format }: Args) -> Result<(), Box<dyn Error>> {
             Err(other) => return Err(other.into()),
         }
     }
-    let cpu = tensorlift::runtime::cpu_name();
+    let cpu = tensorlift::isa::cpu_name();
     let level = IsaLevel::detect().map_or("none", IsaLevel::name);
     match format {
         Format::Table => {

@@ -1,7 +1,7 @@
 //! What `matmul` and `gemm` check their result against: the plain definition `nn::matmul`
 //! (u8 × i8 → i32) by the interpreter while that is quick, else under the generic schedule,
 //! compiled (as `resnet18` checks its convolutions); the interpreter walks the expression tree
-//! per element and would take minutes on a large GEMM.
+//! per element, far too slowly for a large GEMM.
 
 use std::error::Error;
 
@@ -12,8 +12,8 @@ use schedules::generic::default_schedule;
 use schedules::nn::matmul;
 use tensorlift::{CompileOptions, IsaLevel, Target, Tensor, build};
 
-/// Up to this many multiply-adds the interpreter is the reference (about a second in a debug
-/// build).
+/// Up to this many multiply-adds the interpreter is the reference: few enough that it stays
+/// quick even in a debug build, as the tests run it.
 pub const INTERPRETER_MAX_MACS: u64 = 1 << 20;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

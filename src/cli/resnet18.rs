@@ -23,7 +23,7 @@ use schedules::x86_conv::{
     Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_knobs, prepare_conv2d_int8, prepare_dense_int8, weight_range,
 };
 use tensorlift::bench::{time_against_peak, uniform};
-use tensorlift::kernels::KernelVariant;
+use tensorlift::isa::KernelVariant;
 use tensorlift::kernels::peak::ProbeKind;
 use tensorlift::record::{Database, Host, Record, pretuned};
 use tensorlift::runtime::BoundArgs;

@@ -106,7 +106,7 @@ fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
     if args.format == Format::Table {
         println!(
             "cpu {}, level {level}, up to {max_threads} thread(s), {} trials per layer",
-            tensorlift::runtime::cpu_name(),
+            tensorlift::isa::cpu_name(),
             args.trials
         );
         println!(
@@ -136,7 +136,7 @@ fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
         results.push(result);
     }
     if let Some(path) = &args.plot {
-        let title = format!("tuning curves, {} ({level})", tensorlift::runtime::cpu_name());
+        let title = format!("tuning curves, {} ({level})", tensorlift::isa::cpu_name());
         plot::curves_svg(&results, &title, path)?;
     }
     Ok(())

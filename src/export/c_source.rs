@@ -8,7 +8,7 @@ use serde_json::json;
 use super::dlpack::{dl_dtype, dl_name};
 use super::{ABI_VERSION, DLPACK_VERSION, ErrorCode, MAX_ARGS, OpInfo};
 use crate::abi::{STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OUT_OF_MEMORY};
-use crate::runtime::IsaLevel;
+use crate::isa::IsaLevel;
 
 /// The C runtime compiled into every library.
 const RUNTIME: &str = include_str!("runtime.c");

@@ -8,7 +8,7 @@ use super::ExportError;
 use super::c_source;
 use super::interface::io_error;
 use super::operator::OpInfo;
-use crate::runtime::IsaLevel;
+use crate::isa::IsaLevel;
 
 /// Creates `out_dir` (if missing) and the build directory `.<name>.build` in it; returns the latter.
 pub(super) fn create_build_dir(out_dir: &Path, name: &str) -> Result<PathBuf, ExportError> {

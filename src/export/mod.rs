@@ -37,7 +37,7 @@ pub mod operators;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::runtime::IsaLevel;
+use crate::isa::IsaLevel;
 
 pub use abi::{ABI_VERSION, DLPACK_VERSION, ErrorCode, MAX_ARGS};
 pub use interface::{ExportError, ExportOptions, Library};

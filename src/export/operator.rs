@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use ir::DType;
 
 use super::{ExportError, MAX_ARGS};
-use crate::runtime::IsaLevel;
+use crate::isa::IsaLevel;
 
 /// One operator to export: a lowered function (`ir::lower`) per ISA level. Every level's function
 /// takes the same parameters (names, dtypes, shapes); declared value ranges may differ.

@@ -10,8 +10,8 @@ use schedules::x86_conv::{Conv2dInt8Error, Conv2dInt8Knobs, CoreRate, Packing, d
 use thiserror::Error;
 
 use super::Operator;
+use crate::isa::IsaLevel;
 use crate::record::Record;
-use crate::runtime::IsaLevel;
 
 /// Errors from defining an operator for export.
 #[derive(Debug, Error, Clone, PartialEq)]

@@ -122,10 +122,10 @@ typedef int32_t (*tl_body)(const void *closure, int64_t index);
 
 /* A pool of worker threads, started on the first parallel loop. One loop runs on it at a time;
  * a loop that finds it busy (another caller, or a loop nested in one) runs on its own thread.
- * Between loops, workers spin for about 100 µs before they sleep, and so does the caller
- * waiting for them: a layer runs several parallel loops in a row, and waking a sleeping thread
- * costs tens of µs each time. A worker woken on the caller's CPU moves off it
- * (`tl_avoid_caller`), as the JIT's pool does. */
+ * Between loops, workers spin for a while before they sleep, and so does the caller waiting
+ * for them: a layer runs several parallel loops in a row, and waking a sleeping thread costs a
+ * system call and a reschedule each time, far more than a short spin. A worker woken on the
+ * caller's CPU moves off it (`tl_avoid_caller`), as the JIT's pool does. */
 enum { TL_SPINS = 4096 };
 static struct {
     pthread_mutex_t lock;

@@ -133,15 +133,12 @@ pub struct Blocking {
 }
 
 impl Blocking {
-    /// The default for `variant`, chosen with `examples/kernel_sweep.rs` on 512×512×512 and
-    /// 64×3136×576 (Zen 4-class host, one zmm `vpdpbusd` per cycle): the best blocking or
-    /// within noise of it. Neighbouring tiles differ by 1–3% there; small tiles (4×2 zmm) lose
-    /// 10–20%. AVX-VNNI could not be measured (no such host): its 4×3 tile is the largest that
-    /// fits 16 ymm registers, the shape that is best for zmm. The AVX2 exact kernels were chosen
-    /// the same way on an AVX2-only Zen 3 (8×32×256, 4×64×192 and 8×32×512, tiles that stay in
-    /// L1 as the convolution's and GEMM's calls do): 2 × 4 for sign transfer (2 `vpabsb` per 8
-    /// chains; 4 × 2 lost 4%, 3 × 3 and 5 × 2 10–20%), 2 × 2 for widening (70% of its probe
-    /// against 58% for 4 × 1 and 6 × 1).
+    /// The default for `variant`: the blocking that `examples/kernel_sweep.rs` measures best, or
+    /// within noise of the best, on shapes whose tiles stay in L1 as the convolution's and GEMM's
+    /// calls do. On zmm the large tiles win (more independent chains, more multiply-adds per
+    /// load of A and B) and small ones lose clearly. AVX-VNNI was not swept: its 4×3 tile is the
+    /// largest that fits 16 ymm registers, the shape that is best for zmm. Of the AVX2 exact
+    /// kernels, sign transfer takes 2 × 4 (2 `vpabsb` of A per 8 chains) and widening 2 × 2.
     pub fn default_for(variant: KernelVariant) -> Blocking {
         match (variant.method, variant.width) {
             (DotMethod::Vnni, VectorWidth::Zmm) => Blocking { rows: 6, vectors: 4, unroll: 4 },
@@ -336,13 +333,13 @@ impl Gen {
     }
 
     /// Independent accumulator chains a `vpdpbusd` tile needs to cover the instruction's latency
-    /// at its throughput (about 5 cycles × 2 per cycle on the hosts measured).
+    /// at its throughput (the latency in cycles times the instructions issued per cycle).
     const VNNI_CHAINS: usize = 8;
 
     /// Accumulator sets for a tile: 1, except a VNNI tile of fewer than `VNNI_CHAINS`
     /// accumulators, whose `vpdpbusd` chains would wait on their own latency (a one-row GEMV
-    /// with one zmm of columns ran at a third of the speed of four), which takes as many as fit
-    /// the registers.
+    /// with one zmm of columns would run at a fraction of the instruction's rate), which takes
+    /// as many as fit the registers.
     fn accumulator_sets(&self, rows: usize, vectors: usize, masked: bool) -> usize {
         let tile = rows * vectors;
         if self.variant.method != DotMethod::Vnni || tile >= Self::VNNI_CHAINS {

@@ -15,9 +15,5 @@ pub mod gemm;
 pub mod map;
 pub mod peak;
 
-/// The kernel families and their error, re-exported: the vocabulary of the assemblers'
-/// signatures.
-pub use crate::error::KernelError;
-pub use crate::isa::{DotMethod, KernelVariant, VectorWidth};
 pub use gemm::{Blocking, GemmShape, assemble_gemm};
 pub use map::{MapShape, assemble_map};

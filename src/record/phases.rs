@@ -95,7 +95,8 @@ impl Phases {
 }
 
 /// The share of the fastest probe from which a record is `Phases::quiet`: a slow phase of a
-/// shared two-thread guest halves the two-thread probe; a quiet one varies by a few per cent.
+/// shared guest can bring the two-thread probe down to one thread's speed, far below the
+/// variation of a quiet phase, and the threshold lies between.
 pub const QUIET: f64 = 0.9;
 
 /// Records by `time`, fastest first; records without one last.

@@ -59,10 +59,9 @@ pub fn with_pool<R>(pool: &Pool, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Spins (`pause`) before a waiting thread sleeps: about 100 µs. A layer runs several parallel
-/// loops in a row, and waking a sleeping thread costs tens of µs each time (on a KVM guest the
-/// wake-ups made two-thread layers 1.1–2.1× slower than these spinning ones,
-/// `examples/export_vs_jit`, whose library runtime pools the same way).
+/// Spins (`pause`) before a waiting thread sleeps. A layer runs several parallel loops in a
+/// row, and waking a sleeping thread costs a system call and a reschedule each time, far more
+/// than a short spin (the exported libraries' runtime spins the same way).
 const SPINS: usize = 4096;
 
 /// The threads parallel loops run on: the calling thread and `threads - 1` workers, one loop
@@ -139,8 +138,8 @@ impl Shared {
             }
             seen = self.generation.load(Ordering::Acquire);
             // A worker woken onto the caller's CPU would share it with the caller (and spin on
-            // it between loops): move off it. Seen on the 2-vCPU guest after another process
-            // ran between calls: two-thread layers 2.3–4× slower than the same layers alone.
+            // it between loops), slowing the whole layer down: move off it. The scheduler can
+            // put it there after another process ran between calls.
             let caller = self.caller_cpu.load(Ordering::Relaxed);
             if let Some(allowed) = &placement
                 && caller >= 0
@@ -303,8 +302,7 @@ impl Pool {
 
 /// Freed scratch blocks a thread keeps for its next allocation of the same size: a layer's
 /// scratch buffers (a padded source and an accumulator of hundreds of KiB) would otherwise go
-/// back to the OS on every call and come back page-faulting (in `examples/export_vs_jit`, R2's
-/// two-thread JIT call took 0.52 ms without this against the library's 0.23 ms, whose runtime
+/// back to the OS on every call and come back page-faulting (the exported libraries' runtime
 /// keeps blocks the same way).
 const CACHED_BLOCKS: usize = 4;
 

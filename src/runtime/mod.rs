@@ -6,8 +6,8 @@
 //! loads and runs hand-assembled bytes lives here too, above the assemblers (`kernels`): one
 //! GEMM kernel on its own (`GemmKernel`) and the throughput probes (`peak`).
 //!
-//! The target vocabulary `CompileOptions` and `CompiledFunc` name (`isa`, `target`) is
-//! re-exported, so `runtime::IsaLevel` and `runtime::cpu_name` keep working.
+//! The target vocabulary `CompileOptions` and `CompiledFunc` name lives on the ground floor:
+//! import it from there (`isa::IsaLevel`, `target::Target`), or use the crate root's short names.
 
 pub(crate) mod host;
 mod kernel;
@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 
 use ir::DType;
 
-pub use crate::isa::{CpuId, IsaLevel, cpu_id, cpu_name, has_feature};
-pub use crate::target::{ISA_ENV, OptLevel, Target};
+// The last two compatibility re-exports, for the calls `runtime::cpu_id()` in
+// `src/tune/worker.rs` and `runtime::cpu_name()` in `src/cli/resnet18.rs` and
+// `examples/kernel_sweep.rs`: remove them once those call `isa::cpu_id` and `isa::cpu_name`.
+pub use crate::isa::{cpu_id, cpu_name};
 pub use kernel::GemmKernel;
 pub use tensor::{Arg, CheckedTensor, Element, Tensor};
 
@@ -29,7 +31,8 @@ use crate::codegen::build_isa;
 use crate::codegen::jit::{self, JitCode};
 use crate::disasm::{self, MachineCode};
 use crate::error::{CompileError, RuntimeError};
-use crate::isa::KernelVariant;
+use crate::isa::{IsaLevel, KernelVariant};
+use crate::target::{OptLevel, Target};
 
 /// How to compile a function.
 #[derive(Clone, Debug)]
@@ -41,22 +44,10 @@ pub struct CompileOptions {
 }
 
 impl CompileOptions {
-    /// The default Cranelift optimization level, chosen by measurement: register-blocked f32
-    /// matmul micro-kernels (R rows x P pieces of accumulators, k loop unrolled U times,
-    /// 192x216x192, best of 15 rounds, release build, Zen 5) ran
-    ///
-    /// | R x P, U | none    | speed   | compile none / speed |
-    /// |----------|---------|---------|----------------------|
-    /// | 4x2, 1   | 35 GF/s | 36 GF/s | 0.35 / 0.39 ms       |
-    /// | 4x2, 4   | 36 GF/s | 32 GF/s | 0.63 / 0.81 ms       |
-    /// | 4x3, 1   | 30 GF/s | 30 GF/s | 0.39 / 0.43 ms       |
-    /// | 4x3, 4   | 30 GF/s | 32 GF/s | 0.71 / 1.01 ms       |
-    /// | 2x2, 8   | 33 GF/s | 25 GF/s | 0.60 / 0.94 ms       |
-    /// | 3x3, 2   | 40 GF/s | 35 GF/s | 0.38 / 0.50 ms       |
-    ///
-    /// `None` is within 7% of `speed`, up to 1.3x faster on unrolled bodies (the e-graph pass
-    /// regroups them so accumulators spill), and compiles 10-35% faster. It relies on the code generator's own CSE and
-    /// loop-invariant hoisting (`codegen::cse`); without them `speed` won by 1.5-2x.
+    /// The default Cranelift optimization level: `None`. The code generator does the e-graph
+    /// pass's useful work itself (structural CSE and loop-invariant hoisting, `codegen::cse`),
+    /// while `Speed` compiles slower and regroups unrolled bodies so that register-blocked
+    /// accumulators spill.
     pub const DEFAULT_OPT_LEVEL: OptLevel = OptLevel::None;
 }
 

@@ -18,7 +18,9 @@ use crate::bench::pattern_value;
 use crate::codegen::jit;
 use crate::disasm::{MachineCode, decode};
 use crate::error::{CompileError, RuntimeError};
-use crate::runtime::{CompileOptions, CompiledFunc, IsaLevel, Target, Tensor, compile};
+use crate::isa::IsaLevel;
+use crate::runtime::{CompileOptions, CompiledFunc, Tensor, compile};
+use crate::target::Target;
 use crate::tests::skip;
 
 const GRID_A: [i64; 6] = [0, 1, 127, 128, 254, 255];

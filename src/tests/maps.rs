@@ -11,7 +11,9 @@ use ir::te::{Tensor as TeTensor, compute};
 use ir::{DType, Expr};
 
 use super::{check_with, float_samples, int_samples, skip};
-use crate::runtime::{CompileOptions, CompiledFunc, IsaLevel, Target};
+use crate::isa::IsaLevel;
+use crate::runtime::{CompileOptions, CompiledFunc};
+use crate::target::Target;
 
 /// Builds a map's body from its inputs' reads.
 type Body = std::rc::Rc<dyn Fn(&[Expr]) -> Expr>;

@@ -14,7 +14,9 @@ use ir::expr::BinOp;
 use ir::interp::{Array, run_func};
 use ir::{Buffer, DType, Expr, ForKind, Func, ScalarType, Stmt, Var};
 
-use crate::runtime::{CompileOptions, CompiledFunc, IsaLevel, Target, Tensor, compile};
+use crate::isa::IsaLevel;
+use crate::runtime::{CompileOptions, CompiledFunc, Tensor, compile};
+use crate::target::Target;
 
 /// Compiles `func` with `options`, runs it and the interpreter on copies of `args`, and asserts
 /// every argument ends up bit-identical. Returns the compiled function for further checks.

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::sync::Mutex;
 
-use crate::runtime::IsaLevel;
+use crate::isa::IsaLevel;
 
 /// Reports that the running test skipped `what` (`""`: all of it) because of `reason`. The
 /// test's name is its thread's, which libtest sets to the test's path (`tests::kernels::...`).

@@ -6,7 +6,8 @@ use ir::{DType, Expr, ForKind, Func, ScalarType, Stmt, Var};
 
 use super::*;
 use crate::error::{CompileError, RuntimeError};
-use crate::runtime::{IsaLevel, Target};
+use crate::isa::IsaLevel;
+use crate::target::Target;
 
 /// `out[r, c] = a[r, c] * v + w[c % 3] + scratch` over a parallel row loop, with a captured
 /// vector, a captured per-lane vector, a per-iteration scratch buffer and a nested parallel loop.

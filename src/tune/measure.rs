@@ -17,11 +17,13 @@ use thiserror::Error;
 
 use super::space::Space;
 use crate::bench::time_against_peak_after;
+use crate::isa::IsaLevel;
 use crate::kernels::peak::ProbeKind;
 use crate::record::{Status, WorkloadRef};
 use crate::runtime::BoundArgs;
 use crate::runtime::peak::Probe;
-use crate::{BuildError, CompileOptions, CompiledFunc, IsaLevel, RuntimeError, Target, Tensor, build};
+use crate::target::Target;
+use crate::{BuildError, CompileOptions, CompiledFunc, RuntimeError, Tensor, build};
 
 /// Errors setting up a layer for measurement (a point's own failures are `Measurement`s).
 #[derive(Debug, Error)]

@@ -23,7 +23,7 @@ use search::{Searcher, Strategy};
 use space::Space;
 use worker::{Candidate, Worker};
 
-use crate::IsaLevel;
+use crate::isa::IsaLevel;
 use crate::record::{DbError, Host, Phase, Phases, Record, WorkloadRef, append, select};
 
 /// The workload of a table layer: the key of its definition (`ops::conv2d_nchw_int8` or

@@ -8,7 +8,7 @@ use schedules::resnet18::Layer;
 use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, CoreRate, Packing, TileOrder, default_knobs};
 use thiserror::Error;
 
-use crate::runtime::IsaLevel;
+use crate::isa::IsaLevel;
 
 /// The typed ranges of every knob.
 pub const NR: [i64; 3] = [16, 32, 64];

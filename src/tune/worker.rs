@@ -17,7 +17,7 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 use serde::{Deserialize, Serialize};
 
 use super::measure::{LayerBench, Measurement};
-use crate::IsaLevel;
+use crate::isa::IsaLevel;
 use crate::record::{
     CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef, WorkloadRef, now_rfc3339,
 };

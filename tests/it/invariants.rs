@@ -358,3 +358,213 @@ fn the_layering_is_acyclic() {
         visit(m, &edges, &mut Vec::new(), &mut done);
     }
 }
+
+/// The languages whose comments `comment_lines` reads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Lang {
+    Rust,
+    C,
+    Python,
+    Shell,
+}
+
+impl Lang {
+    fn of(path: &Path) -> Option<Lang> {
+        match path.extension()?.to_str()? {
+            "rs" => Some(Lang::Rust),
+            "c" => Some(Lang::C),
+            "py" => Some(Lang::Python),
+            "sh" => Some(Lang::Shell),
+            _ => None,
+        }
+    }
+}
+
+/// The comments of `text`, one entry per line a comment covers: (line number, the comment's
+/// text on that line). Rust and C: `//` and `/* */` (nested in Rust); Python and shell: `#`
+/// (in shell at the start of a word). Strings (with escapes, Rust raw strings, Python triple
+/// quotes), char literals and lifetimes are skipped, so a `//` or `#` inside them starts nothing.
+fn comment_lines(text: &str, lang: Lang) -> Vec<(usize, String)> {
+    let c: Vec<char> = text.chars().collect();
+    let line: Vec<usize> =
+        c.iter().scan(1, |n, &ch| Some(std::mem::replace(n, *n + usize::from(ch == '\n')))).collect();
+    let at = |i: usize, s: &str| s.chars().enumerate().all(|(k, ch)| c.get(i + k) == Some(&ch));
+    let ident = |i: usize| i > 0 && (c[i - 1].is_alphanumeric() || c[i - 1] == '_');
+    // The `#`s of a Rust raw string starting at `i` (`r"`, `r#"`, `br#"`, ...).
+    let raw_string = |i: usize| {
+        let hashes = c[i + 1..].iter().take_while(|&&ch| ch == '#').count();
+        let prefixed = !ident(i) || (c[i - 1] == 'b' && !ident(i - 1));
+        (lang == Lang::Rust && c[i] == 'r' && prefixed && c.get(i + 1 + hashes) == Some(&'"')).then_some(hashes)
+    };
+    let c_like = matches!(lang, Lang::Rust | Lang::C);
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let mut note = |i: usize| match out.last_mut() {
+        _ if c[i] == '\n' => {}
+        Some((l, s)) if *l == line[i] => s.push(c[i]),
+        _ => out.push((line[i], c[i].to_string())),
+    };
+    let mut i = 0;
+    while i < c.len() {
+        let line_comment = match lang {
+            Lang::Rust | Lang::C => at(i, "//"),
+            Lang::Python => c[i] == '#',
+            Lang::Shell => c[i] == '#' && (i == 0 || c[i - 1].is_whitespace()),
+        };
+        if line_comment {
+            while i < c.len() && c[i] != '\n' {
+                note(i);
+                i += 1;
+            }
+        } else if c_like && at(i, "/*") {
+            let mut depth = 0;
+            while i < c.len() {
+                let step = if at(i, "/*") && (depth == 0 || lang == Lang::Rust) {
+                    depth += 1;
+                    2
+                } else if at(i, "*/") {
+                    depth -= 1;
+                    2
+                } else {
+                    1
+                };
+                (i..(i + step).min(c.len())).for_each(&mut note);
+                i += step;
+                if depth == 0 {
+                    break;
+                }
+            }
+        } else if let Some(hashes) = raw_string(i) {
+            // No escapes: it ends at a quote followed by as many `#`.
+            let close: String = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
+            i += hashes + 2;
+            while i < c.len() && !at(i, &close) {
+                i += 1;
+            }
+            i += close.len();
+        } else if c_like && c[i] == '\'' {
+            // A char literal (`'x'`, `'\n'`, `'\''`), else a lifetime or a label.
+            i = if c.get(i + 1) == Some(&'\\') {
+                c.get(i + 3..).and_then(|rest| rest.iter().position(|&ch| ch == '\'')).map_or(c.len(), |p| i + 4 + p)
+            } else if c.get(i + 2) == Some(&'\'') {
+                i + 3
+            } else {
+                i + 1
+            };
+        } else if c[i] == '"' || (matches!(lang, Lang::Python | Lang::Shell) && c[i] == '\'') {
+            let quote = c[i].to_string();
+            let close = if lang == Lang::Python && at(i, &quote.repeat(3)) { quote.repeat(3) } else { quote };
+            let escapes = !(lang == Lang::Shell && close == "'");
+            i += close.len();
+            while i < c.len() && !at(i, &close) {
+                i += if escapes && c[i] == '\\' { 2 } else { 1 };
+            }
+            i += close.len();
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// What a comment must not mention (issue 21 §4): the name of a host's CPU, a date, or a
+/// pointer to an old revision. Comments state the rule and its reason; where and when a figure
+/// was measured belongs in BENCHMARKS.md and in commit messages. The first such mention in
+/// `comment`, if any.
+fn notebook_entry(comment: &str) -> Option<String> {
+    let lower = comment.to_lowercase();
+    let words = ["zen 3", "zen 4", "zen 5", "zen3", "zen4", "zen5", "xeon", "epyc", "git show"];
+    let is_word = |w: &str| lower.match_indices(w).any(|(i, _)| !lower[..i].ends_with(char::is_alphanumeric));
+    if let Some(w) = words.into_iter().find(|w| is_word(w)) {
+        return Some(w.to_string());
+    }
+    // A date: `20dd-dd-dd`.
+    let (b, shape) = (lower.as_bytes(), b"20dd-dd-dd");
+    (0..b.len().saturating_sub(shape.len() - 1))
+        .find(|&i| shape.iter().zip(&b[i..]).all(|(&s, &x)| if s == b'd' { x.is_ascii_digit() } else { s == x }))
+        .map(|i| lower[i..i + shape.len()].to_string())
+}
+
+/// Every comment line of `text` (the file `name`, in `lang`) that mentions what
+/// `notebook_entry` rules out, as `name:line: `found` in: comment` messages.
+fn notebook_violations(name: &str, text: &str, lang: Lang) -> Vec<String> {
+    comment_lines(text, lang)
+        .into_iter()
+        .filter_map(|(line, comment)| {
+            notebook_entry(&comment).map(|found| format!("{name}:{line}: `{found}` in: {}", comment.trim()))
+        })
+        .collect()
+}
+
+/// Every Rust, C, Python and shell file under `dir`.
+fn source_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            source_files(&path, out);
+        } else if Lang::of(&path).is_some() {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_comment_names_a_host_a_date_or_an_old_revision() {
+    let mut files = Vec::new();
+    for dir in ["ir", "schedules", "src", "examples", "tests", "scripts", "python"] {
+        source_files(&root().join(dir), &mut files);
+    }
+    let count = |ext: &str| files.iter().filter(|f| f.extension().is_some_and(|e| e == ext)).count();
+    for (ext, at_least) in [("rs", 100), ("c", 2), ("py", 5), ("sh", 2)] {
+        assert!(count(ext) >= at_least, "found only {} .{ext} files: the scan is broken", count(ext));
+    }
+    let (mut comments, mut violations) = (0, Vec::new());
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let lang = Lang::of(file).unwrap();
+        let name = file.strip_prefix(root()).unwrap().display().to_string();
+        comments += comment_lines(&text, lang).len();
+        violations.extend(notebook_violations(&name, &text, lang));
+    }
+    assert!(comments > 3000, "found only {comments} comment lines: the scan is broken");
+    assert!(
+        violations.is_empty(),
+        "comments state the rule and its reason; hosts, dates and old revisions belong in BENCHMARKS.md \
+         and commit messages:\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn the_notebook_check_reads_comments_and_only_comments() {
+    let rust = concat!(
+        "//! Module doc.\n",
+        "fn f<'a>(s: &'a str) -> char {\n",
+        "    let url = \"https://example.com/ Xeon\"; // measured on a Xeon\n",
+        "    let raw = r#\"// EPYC \"quoted\"\"#;\n",
+        "    /* a block over\n",
+        "       two lines, 2026-11-25 */\n",
+        "    /* nested /* Zen 4 */ still a comment */ let q = '\"';\n",
+        "    '#' // git show abc1234:BENCHMARKS.md\n",
+        "}\n",
+        "/// A citizen 4 is no host, and 1920-11-25 no date of this project.\n",
+    );
+    let found = notebook_violations("a.rs", rust, Lang::Rust);
+    let lines: Vec<&str> = found.iter().map(|v| v.split(": ").next().unwrap()).collect();
+    assert_eq!(lines, ["a.rs:3", "a.rs:6", "a.rs:7", "a.rs:8"], "{found:#?}");
+    assert_eq!(found[0], "a.rs:3: `xeon` in: // measured on a Xeon");
+    assert_eq!(found[1], "a.rs:6: `2026-11-25` in: two lines, 2026-11-25 */");
+    assert_eq!(found[2], "a.rs:7: `zen 4` in: /* nested /* Zen 4 */ still a comment */");
+    assert_eq!(found[3], "a.rs:8: `git show` in: // git show abc1234:BENCHMARKS.md");
+
+    let c = "/* Runtime.\n * Tuned on the EPYC. */\nconst char *s = \"// Zen 5\"; char q = '\\'';\n";
+    assert_eq!(notebook_violations("r.c", c, Lang::C), ["r.c:2: `epyc` in: * Tuned on the EPYC. */"]);
+
+    let python = concat!(
+        "\"\"\"Doc: a # Zen 3 in a docstring is a string.\"\"\"\n",
+        "x = '# Xeon' + \"#EPYC\"  # but this is a Zen 3\n",
+    );
+    assert_eq!(notebook_violations("p.py", python, Lang::Python), ["p.py:2: `zen 3` in: # but this is a Zen 3"]);
+
+    let shell = "echo ${#args} \"# Xeon\" '# EPYC'\n# 2026-11-23: ran here\n";
+    assert_eq!(notebook_violations("s.sh", shell, Lang::Shell), ["s.sh:2: `2026-11-23` in: # 2026-11-23: ran here"]);
+}

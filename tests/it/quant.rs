@@ -21,7 +21,7 @@ use schedules::x86_conv::{
     prepare_conv2d_int8, prepare_dense_int8, weight_range,
 };
 use tensorlift::bench::uniform as values;
-use tensorlift::kernels::KernelVariant;
+use tensorlift::isa::KernelVariant;
 use tensorlift::{CompileOptions, IsaLevel, Target, Tensor as RtTensor};
 
 fn range_of(d: DType) -> (i64, i64) {

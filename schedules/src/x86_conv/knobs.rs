@@ -191,11 +191,12 @@ pub enum CoreRate {
 }
 
 /// Layers with fewer int8 operations run on one thread by default at `CoreRate::FullZmmVnni`:
-/// there the 1×1 layers of resnet-18 (12.8 M operations) ran slower on two threads than on one.
+/// such cores finish a layer that small (the 1×1 layers of resnet-18) before a second thread
+/// pays for its share of the synchronization.
 pub const MIN_PARALLEL_OPS: u64 = 50_000_000;
 
-/// `MIN_PARALLEL_OPS` at `CoreRate::Slower`, where the same layers take several times longer
-/// and ran faster on two threads.
+/// `MIN_PARALLEL_OPS` at `CoreRate::Slower`, where the same layers take several times longer,
+/// long enough for a second thread to pay.
 pub const MIN_PARALLEL_OPS_SLOWER_CORES: u64 = 10_000_000;
 
 /// The default knobs of a layer for cores of `rate` on at most `max_threads` threads: the
