@@ -1,11 +1,13 @@
-"""Summarizes scripts/side_by_side.sh: per layer, our median ms per round, onnxruntime's compute
-node ms per round (FC: its whole call, from scripts/peers/bench_ort.py's `median_ms`), and the
-median over rounds of the per-round ratio onnxruntime ms / ours (> 1: ours faster).
+"""Summarizes scripts/side_by_side.sh: per layer, our median ms per round, each peer's compute
+node ms per round (FC: its whole call, the peer script's `median_ms`), and the median over
+rounds of the per-round ratio peer ms / ours (> 1: ours faster). The peers are onnxruntime
+(OUT_PREFIX.ort.jsonl) and, where side_by_side.sh ran it, OpenVINO (OUT_PREFIX.ov.jsonl).
 
 Usage: python3 scripts/side_by_side.py OUT_PREFIX THREADS
 """
 import argparse
 import json
+import os
 import statistics as st
 
 LAYERS = ["R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "R10", "R11", "FC"]
@@ -24,9 +26,19 @@ def by_layer(records):
     return out
 
 
-def onnxruntime_ms(r):
+def peer_ms(r):
     """The compute node's time; for FC the whole call, as BENCHMARKS.md's tables compare it."""
     return r["median_ms"] if r["layer"] == "FC" or r.get("node_ms") is None else r["node_ms"]
+
+
+def rounds(values):
+    return " / ".join(f"{x:.3f}" for x in values)
+
+
+def ratio(peer, ours):
+    """The median of the per-round ratios peer / ours, with their range."""
+    r = [b / a for a, b in zip(ours, peer)]
+    return f"{st.median(r):.2f} ({min(r):.2f}–{max(r):.2f})"
 
 
 def main():
@@ -36,22 +48,29 @@ def main():
     ap.add_argument("threads", type=int, help="the THREADS given to side_by_side.sh")
     args = ap.parse_args()
     ours = by_layer(json_lines(args.prefix + ".ours.jsonl"))
-    ort = by_layer(r for r in json_lines(args.prefix + ".ort.jsonl") if r["threads"] == args.threads)
-    print("| layer | ours ms per round | % probe | kernel, threads | onnxruntime ms per round | ours/ort (min–max) |")
-    print("|---|---|---|---|---|---|")
-    total_ours = total_ort = 0.0
-    for layer in [name for name in LAYERS if name in ours and name in ort]:
+    peers = []
+    for suffix, name in (("ort", "onnxruntime"), ("ov", "OpenVINO")):
+        path = f"{args.prefix}.{suffix}.jsonl"
+        if os.path.exists(path):
+            peers.append((name, by_layer(r for r in json_lines(path) if r["threads"] == args.threads)))
+    header = "| layer | ours ms per round | % probe | kernel, threads |"
+    header += "".join(f" {name} ms per round | {name} / ours |" for name, _ in peers)
+    print(header)
+    print("|---" * (4 + 2 * len(peers)) + "|")
+    totals = [0.0] * (1 + len(peers))
+    for layer in [name for name in LAYERS if name in ours and all(name in p for _, p in peers)]:
         o = [x["median_ms"] for x in ours[layer]]
-        r = [onnxruntime_ms(x) for x in ort[layer]]
-        ratios = [b / a for a, b in zip(o, r)]
-        total_ours += st.median(o)
-        total_ort += st.median(r)
+        totals[0] += st.median(o)
         pct = st.median(x["pct_peak"] or 0.0 for x in ours[layer])
         first = ours[layer][0]
-        print(f"| {layer} | {' / '.join(f'{x:.3f}' for x in o)} | {pct:.1f} | {first['kernel']}, {first['threads']} "
-              f"| {' / '.join(f'{x:.3f}' for x in r)} | {st.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |")
-    print(f"\nsums of the medians: ours {total_ours:.3f} ms, onnxruntime {total_ort:.3f} ms")
-
+        row = f"| {layer} | {rounds(o)} | {pct:.1f} | {first['kernel']}, {first['threads']} |"
+        for i, (_, peer) in enumerate(peers):
+            p = [peer_ms(x) for x in peer[layer]]
+            totals[i + 1] += st.median(p)
+            row += f" {rounds(p)} | {ratio(p, o)} |"
+        print(row)
+    sums = ", ".join(f"{name} {t:.3f} ms" for (name, _), t in zip(peers, totals[1:]))
+    print(f"\nsums of the medians: ours {totals[0]:.3f} ms, {sums}")
 
 if __name__ == "__main__":
     main()
