@@ -53,21 +53,7 @@ pub struct Benches {
 
 /// The record of a candidate that could not be measured at all.
 pub fn failed_record(c: &Candidate, workload: WorkloadRef, status: Status, error: String) -> Record {
-    record(
-        c,
-        workload,
-        &Measurement {
-            status,
-            median_ns: None,
-            gops: None,
-            peak_gops: None,
-            probe: None,
-            compile_ms: None,
-            verified: false,
-            error: Some(error),
-            trace: None,
-        },
-    )
+    record(c, workload, &Measurement::failed(status, error, None))
 }
 
 /// The record of `c` measured as `m`.
@@ -104,8 +90,7 @@ impl Benches {
     /// Measures `c` in this process (setting its layer up on first use).
     pub fn measure(&mut self, c: &Candidate) -> Record {
         let unknown = |what: &str| WorkloadRef { key: String::new(), op: String::new(), summary: what.to_string() };
-        let Some((position, layer)) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == c.layer)
-        else {
+        let Some(layer) = resnet18::layer(&c.layer) else {
             return failed_record(
                 c,
                 unknown(&c.layer),
@@ -123,7 +108,7 @@ impl Benches {
         }
         let key = (c.layer.clone(), level, c.weights, c.max_threads);
         if !self.benches.contains_key(&key) {
-            match LayerBench::new(layer, position, level, c.weights, c.max_threads, workload.clone()) {
+            match LayerBench::new(layer, level, c.weights, c.max_threads, workload.clone()) {
                 Ok(b) => {
                     self.benches.insert(key.clone(), b);
                 }
