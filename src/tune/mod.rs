@@ -1,7 +1,7 @@
 //! Auto-scheduling of the resnet-18 int8 layers: a typed search space of the `x86_conv` knobs
 //! per layer (`space`), search strategies (`search`), measurement — compile, verify bit for bit,
 //! time against the peak probe (`measure`, on `layer::TableLayer`) — in a worker process
-//! (`worker`), each measurement a `record::Record`.
+//! (`worker`, which keeps the end of its stderr: `tail`), each measurement a `record::Record`.
 //!
 //! `tune_layer` is what `tensorlift tune resnet18` runs per layer; `tensorlift resnet18` applies
 //! the best record of a database (`record_for`, by `record::select`).
@@ -10,6 +10,7 @@ pub mod measure;
 pub mod plot;
 pub mod search;
 pub mod space;
+mod tail;
 pub mod worker;
 
 use std::path::Path;
