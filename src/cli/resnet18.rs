@@ -50,7 +50,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
     /// Apply the best record of this tuning database (`tune resnet18 --db`) where it has one for
-    /// a layer on this CPU; else the repository's pre-tuned database; else the default knobs.
+    /// a layer on this CPU; else the repository's pre-tuned database; else the default knobs. A
+    /// line that is not a tuning record is ignored with a warning on stderr naming the file and
+    /// line (as is a missing file): the run goes on without it (`export resnet18 --db` refuses
+    /// such a database).
     #[arg(long)]
     db: Option<std::path::PathBuf>,
     /// Ignore every database: the default knobs for every layer.
@@ -166,12 +169,16 @@ fn run_layer(
     })
 }
 
-/// The records of the user's database `path`; the lines that are not records are reported on
-/// stderr and skipped.
+/// The records of the user's database `path`: a missing file or a line that is not a record is
+/// a warning on stderr naming it (the layers it would have tuned run pre-tuned or default
+/// knobs), not an error: the run still measures every layer.
 fn user_records(path: &std::path::Path) -> Result<Vec<Record>, DbError> {
+    if !path.exists() {
+        eprintln!("warning: {}: no such file: no tuned records", path.display());
+    }
     let loaded = Database::load(path)?;
     for e in &loaded.errors {
-        eprintln!("{}: skipped: {e}", path.display());
+        eprintln!("warning: {e}: line ignored");
     }
     Ok(loaded.records)
 }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod conv_knobs;
+mod databases;
 mod differential;
 mod errors;
 mod export;
