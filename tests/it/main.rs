@@ -11,6 +11,7 @@ mod indexing;
 mod invariants;
 mod math;
 mod norm;
+mod plain_reference;
 mod quant;
 mod readme;
 mod shapes;
