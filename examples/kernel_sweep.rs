@@ -7,16 +7,47 @@
 //! one of `avx512-vnni avx-vnni avx2-widen avx2-maddubs avx512-maddubs avx2-sign avx2-madd16` (default: all
 //! this CPU runs); `--defaults` times only `Blocking::default_for`, which is how the defaults
 //! were chosen. Sign-transfer kernels read A as i8, `avx2-madd16` both operands as i16.
+//!
+//! Before it is timed, every blocking's output is checked bit for bit against a plain-Rust GEMM
+//! of the same operands (drawn in the range where the kernel's method is exact: 7-bit B for the
+//! `vpmaddubsw` triple, no -128 in B for sign transfer); a blocking that differs is an error
+//! naming it, and nothing more is timed.
 
 use std::time::Duration;
 
+use tensorlift::RuntimeError;
 use tensorlift::bench::time_against_peak;
 use tensorlift::isa::{DotMethod, KernelVariant};
 use tensorlift::kernels::{Blocking, GemmShape};
 use tensorlift::runtime::GemmKernel;
 use tensorlift::runtime::peak::{PeakError, Probe};
 
-/// The operands as bytes, and widened to i16 for `Madd16` kernels.
+/// Why the sweep stopped.
+#[derive(Debug, thiserror::Error)]
+enum SweepError {
+    #[error(transparent)]
+    Peak(#[from] PeakError),
+    #[error(transparent)]
+    Run(#[from] RuntimeError),
+    #[error(
+        "{variant} {blocking:?} on {m}x{n}x{k}: C[{row}][{col}] is {found}, expected {expected} (the plain-Rust GEMM of the same operands)"
+    )]
+    Mismatch {
+        variant: &'static str,
+        blocking: Blocking,
+        m: i64,
+        n: i64,
+        k: i64,
+        row: usize,
+        col: usize,
+        expected: i32,
+        found: i32,
+    },
+}
+
+/// The operands as bytes, and widened to i16 for `Madd16` kernels, in the range where `method`
+/// is exact: B in [-64, 63] for the `vpmaddubsw` triple (every pair sum fits i16), without -128
+/// for sign transfer, anything else for the exact methods.
 struct Operands {
     a: Vec<u8>,
     b: Vec<i8>,
@@ -24,17 +55,90 @@ struct Operands {
     b16: Vec<i16>,
 }
 
+impl Operands {
+    fn new(method: DotMethod, (na, nb): (usize, usize)) -> Operands {
+        let a: Vec<u8> = (0..na).map(|i| (i * 7 % 251) as u8).collect();
+        let b: Vec<i8> = (0..nb)
+            .map(|i| {
+                let v = (i * 13 % 255) as u8 as i8;
+                match method {
+                    DotMethod::MaddUbs => v >> 1,
+                    DotMethod::SignTransfer => v.max(-127),
+                    DotMethod::Vnni | DotMethod::Widen | DotMethod::Madd16 => v,
+                }
+            })
+            .collect();
+        let (a16, b16) = (a.iter().map(|&x| i16::from(x)).collect(), b.iter().map(|&x| i16::from(x)).collect());
+        Operands { a, b, a16, b16 }
+    }
+
+    /// `C = A·B` (`m × n`, row-major) as `shape` lays the operands out for `method`: A row-major
+    /// (`lda` apart) read as the shape's element type (u8, i8, or the i16 copies), B in groups of
+    /// `pack` reduction values per column (`[k/pack, n, pack]`, the i16 copies for `Madd16`),
+    /// in wrapping i32 arithmetic.
+    fn reference(&self, method: DotMethod, shape: &GemmShape) -> Vec<i32> {
+        let [m, n, k, lda, ldb] = [shape.m, shape.n, shape.k, shape.lda, shape.ldb].map(|v| v as usize);
+        let pack = if method == DotMethod::Madd16 { 2 } else { 4 };
+        let a = |i: usize| -> i32 {
+            match method {
+                DotMethod::Madd16 => i32::from(self.a16[i]),
+                DotMethod::SignTransfer => i32::from(self.a[i] as i8),
+                _ => i32::from(self.a[i]),
+            }
+        };
+        let b = |i: usize| -> i32 {
+            if method == DotMethod::Madd16 { i32::from(self.b16[i]) } else { i32::from(self.b[i]) }
+        };
+        let mut c = vec![0i32; m * n];
+        for i in 0..m {
+            for kk in 0..k {
+                let av = a(i * lda + kk);
+                let row = (kk / pack) * ldb + kk % pack;
+                for j in 0..n {
+                    c[i * n + j] = c[i * n + j].wrapping_add(av.wrapping_mul(b(row + j * pack)));
+                }
+            }
+        }
+        c
+    }
+}
+
+/// Runs `kernel` once on zeroed `c` (kernels accumulate: `C += A·B`).
+fn run_once(kernel: &GemmKernel, x: &Operands, c: &mut [i32]) -> Result<(), RuntimeError> {
+    c.fill(0);
+    match kernel.variant.method {
+        DotMethod::Madd16 => kernel.run_i16(&x.a16, &x.b16, c),
+        _ => kernel.run(&x.a, &x.b, c),
+    }
+}
+
 /// Median kernel seconds and median peak GOPS over `runs` alternating runs.
-fn measure(kernel: &GemmKernel, probe: &Probe, x: &Operands, c: &mut [i32], runs: usize) -> (f64, f64) {
+fn measure(
+    kernel: &GemmKernel,
+    probe: &Probe,
+    x: &Operands,
+    c: &mut [i32],
+    runs: usize,
+) -> Result<(f64, f64), RuntimeError> {
     let call = || match kernel.variant.method {
         DotMethod::Madd16 => kernel.run_i16(&x.a16, &x.b16, c),
         _ => kernel.run(&x.a, &x.b, c),
     };
-    let timing = time_against_peak(Some(probe), 1, runs, call).expect("operands cover the shape");
-    (timing.median_s, timing.peak_gops.expect("timed against a probe"))
+    let timing = time_against_peak(Some(probe), 1, runs, call)?;
+    Ok((timing.median_s, timing.peak_gops.expect("timed against a probe")))
 }
 
-fn main() -> Result<(), PeakError> {
+fn main() -> std::process::ExitCode {
+    match sweep() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn sweep() -> Result<(), SweepError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let only_defaults = args.iter().any(|a| a == "--defaults");
     let variants: Vec<KernelVariant> = match args
@@ -54,19 +158,17 @@ fn main() -> Result<(), PeakError> {
     if shapes.is_empty() {
         shapes = vec![(512, 512, 512), (64, 3136, 576)];
     }
-    println!("cpu: {}", tensorlift::runtime::cpu_name());
+    println!("cpu: {}", tensorlift::isa::cpu_name());
     for (m, n, k) in shapes {
         // Element counts are the same for every method (i16 pairs hold as many values).
         let (na, nb, nc) = GemmShape::dense(m, n, k).footprint(DotMethod::Vnni);
-        let a: Vec<u8> = (0..na).map(|i| (i * 7 % 251) as u8).collect();
-        let b: Vec<i8> = (0..nb).map(|i| (i * 13 % 255) as i8).collect();
-        let (a16, b16) = (a.iter().map(|&x| i16::from(x)).collect(), b.iter().map(|&x| i16::from(x)).collect());
-        let operands = Operands { a, b, a16, b16 };
         let mut c = vec![0i32; nc];
         let ops = 2.0 * (m * n * k) as f64;
         let runs = ((0.15 / (ops / 500e9)) as usize).clamp(5, 51);
         for &variant in &variants {
             let shape = GemmShape::dense_for(variant.method, m, n, k);
+            let operands = Operands::new(variant.method, (na, nb));
+            let expected = operands.reference(variant.method, &shape);
             let probe = Probe::for_variant(variant)?;
             println!("{} peak: {:.1} GOPS", probe.kind, probe.measure(Duration::from_millis(30), 7).gops);
             let lanes = variant.width.lanes();
@@ -86,11 +188,17 @@ fn main() -> Result<(), PeakError> {
             for blocking in blockings {
                 let Blocking { rows, vectors, unroll } = blocking;
                 let kernel = GemmKernel::new(variant, shape, blocking).map_err(PeakError::Compile)?;
-                let (t, peak) = measure(&kernel, &probe, &operands, &mut c, runs);
+                run_once(&kernel, &operands, &mut c)?;
+                if let Some(at) = (0..expected.len()).find(|&i| c[i] != expected[i]) {
+                    let (row, col) = (at / n as usize, at % n as usize);
+                    let (variant, expected, found) = (variant.name(), expected[at], c[at]);
+                    return Err(SweepError::Mismatch { variant, blocking, m, n, k, row, col, expected, found });
+                }
+                let (t, peak) = measure(&kernel, &probe, &operands, &mut c, runs)?;
                 let gops = ops / t / 1e9;
                 let mark = if blocking == Blocking::default_for(variant) { " (default)" } else { "" };
                 println!(
-                    "{m}x{n}x{k} {variant:<15} rows {rows:>2} vectors {vectors} unroll {unroll}: {gops:7.1} GOPS {:5.1}% of {peak:.1}{mark}",
+                    "{m}x{n}x{k} {variant:<15} rows {rows:>2} vectors {vectors} unroll {unroll}: {gops:7.1} GOPS {:5.1}% of {peak:.1}, verified{mark}",
                     100.0 * gops / peak
                 );
             }

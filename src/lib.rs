@@ -5,14 +5,16 @@
 //! with checked arguments; `build` drives a schedule through lowering and compilation;
 //! `kernels` assembles the micro-kernels tensor intrinsics call; `export` writes compiled
 //! operators as a self-contained shared library with a C header; `bench` the deterministic data
-//! and timing the CLI, examples and tests share; `tune` searches schedule knobs, each
-//! measurement a tuning `record`, which `tensorlift resnet18` and the export apply.
+//! and timing the CLI, examples and tests share; `layer` sets the resnet-18 table's layers up
+//! (data, prepared weights, compiled schedule, reference) for `tensorlift resnet18` and the
+//! tuner; `tune` searches schedule knobs, each measurement a tuning `record`, which
+//! `tensorlift resnet18` and the export apply.
 //!
 //! They stand on a ground floor that imports nothing above it: `isa` (ISA levels, CPU features
 //! and identity, kernel families), `abi` (the contract of generated functions), `disasm`,
 //! `error` and `target` (what to generate code for). Imports point down only, in the order
-//! ground floor ← `kernels` ← `codegen` ← `runtime` ← `build`, `bench` ← `tune`, `export`
-//! (checked by `tests/it/invariants.rs`).
+//! ground floor ← `kernels` ← `codegen` ← `runtime` ← `build`, `bench` ← `layer` ← `tune`,
+//! `export` (checked by `tests/it/invariants.rs`).
 //!
 //! The two crates below are re-exported, so that a crate depending on `tensorlift` alone can
 //! write `tensorlift::ir::...` (the IR, tensor expressions, schedules, interpreters) and
@@ -28,6 +30,7 @@ pub mod error;
 pub mod export;
 pub mod isa;
 pub mod kernels;
+pub mod layer;
 pub mod record;
 pub mod runtime;
 pub mod target;

@@ -37,6 +37,9 @@ enum ExportCommand {
         weights: WeightsChoice,
         /// Take each layer's schedule from the best record of this tuning database for this CPU
         /// (`tune resnet18 --db`); the manifest carries the record. Default: `default_knobs`.
+        /// The database must be whole: a missing file, a line that is not a tuning record, or a
+        /// measured record whose knobs no schedule accepts is an error naming the file and line
+        /// (nothing is exported).
         #[arg(long)]
         db: Option<PathBuf>,
         #[command(flatten)]
@@ -77,7 +80,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let levels = levels(&common)?;
             let bits = weights.bits();
             let records = match &db {
-                Some(path) => tensorlift::record::Database::load(path)?.records,
+                Some(path) => tensorlift::record::Database::load_strict(path)?.records,
                 None => Vec::new(),
             };
             let host = tensorlift::record::Host::this(IsaLevel::detect().unwrap_or(IsaLevel::Scalar));

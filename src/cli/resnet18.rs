@@ -1,35 +1,23 @@
-//! `tensorlift resnet18`: the resnet-18 int8 layers (R1..R11, FC) defined as quantized layers,
-//! their weights prepared once, compiled with the x86 schedules, verified against a reference
-//! and timed against the peak probe of each kernel's method.
+//! `tensorlift resnet18`: the resnet-18 int8 layers (R1..R11, FC) set up as `layer::TableLayer`
+//! (data, weights prepared once, the reference), compiled with the x86 schedules and the knobs
+//! of a tuning record or the defaults, verified against the reference and timed against the
+//! peak probe of each kernel's method.
 
 use std::error::Error;
-use std::time::Instant;
 
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
-use ir::DType;
-use ir::interp::InterpError;
-use ir::interp::array::Array;
-use ir::interp::te_eval::eval_te;
-use ir::te::{Tensor as TeTensor, placeholder, placeholder_vec};
-use schedules::generic::default_schedule;
-use schedules::ops::{
-    Compensation, Conv2dParams, GemmOperands, Layout, QuantizedLayer, compensation, conv2d_nchw_int8, convert_layout,
-    dense_int8,
-};
-use schedules::quant::{QuantAttrs, QuantError};
+use schedules::ops::{GemmOperands, Layout};
 use schedules::resnet18::{self, Layer};
-use schedules::x86_conv::{
-    Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_knobs, prepare_conv2d_int8, prepare_dense_int8, weight_range,
-};
-use tensorlift::bench::{time_against_peak, uniform};
+use schedules::x86_conv::{Conv2dInt8Knobs, default_knobs};
+use tensorlift::bench::time_against_peak;
 use tensorlift::isa::KernelVariant;
 use tensorlift::kernels::peak::ProbeKind;
-use tensorlift::record::{Database, Host, Record, pretuned};
-use tensorlift::runtime::BoundArgs;
+use tensorlift::layer::{LayerError, TableLayer};
+use tensorlift::record::{Database, DbError, Host, Record, pretuned};
 use tensorlift::runtime::peak::Probe;
 use tensorlift::tune::record_for;
-use tensorlift::{BuildError, CompileOptions, IsaLevel, RuntimeError, Tensor, build};
+use tensorlift::{CompileOptions, IsaLevel};
 
 use super::common::{Format, IsaChoice, WeightsChoice, positive, thread_count};
 
@@ -62,7 +50,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
     /// Apply the best record of this tuning database (`tune resnet18 --db`) where it has one for
-    /// a layer on this CPU; else the repository's pre-tuned database; else the default knobs.
+    /// a layer on this CPU; else the repository's pre-tuned database; else the default knobs. A
+    /// line that is not a tuning record is ignored with a warning on stderr naming the file and
+    /// line (as is a missing file): the run goes on without it (`export resnet18 --db` refuses
+    /// such a database).
     #[arg(long)]
     db: Option<std::path::PathBuf>,
     /// Ignore every database: the default knobs for every layer.
@@ -97,98 +88,6 @@ enum Resnet18Error {
     UnknownLayer { found: String, expected: String },
     #[error("{count} of {total} layer(s) differ from the reference: {failed}")]
     NotVerified { count: usize, total: usize, failed: String },
-    #[error(transparent)]
-    Quant(#[from] QuantError),
-    #[error(transparent)]
-    Build(#[from] BuildError),
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error(transparent)]
-    Interp(#[from] InterpError),
-    #[error(transparent)]
-    Conv(#[from] Conv2dInt8Error),
-    #[error(transparent)]
-    Te(#[from] ir::TeError),
-}
-
-/// One resnet-18 layer as the anchor script (`layers.py`) defines it: u8 source (zero point 128),
-/// s8 symmetric weights with per-output-channel scales (drawn from `weights`), a bias, u8
-/// output, relu off.
-struct LayerCase {
-    name: &'static str,
-    ops: u64,
-    src: TeTensor,
-    wei: TeTensor,
-    bias: TeTensor,
-    attrs: QuantAttrs,
-    /// Stride and padding of a convolution; `None` for the dense layer.
-    conv: Option<Conv2dParams>,
-    /// The definition (`ops::conv2d_nchw_int8` or `ops::dense_int8`).
-    def: QuantizedLayer,
-    /// The weight preparation of the definition (compensation).
-    prep: Compensation,
-    inputs: [Array; 3],
-}
-
-impl LayerCase {
-    fn new(layer: Layer, seed: u64, (w_lo, w_hi): (i8, i8)) -> Result<LayerCase, QuantError> {
-        let name = layer.name();
-        let (src_dims, wei_dims) = match layer {
-            Layer::Conv(c) => (vec![1, c.ic, c.h, c.w], vec![c.oc, c.ic, c.k, c.k]),
-            Layer::Dense(d) => (vec![1, d.in_features], vec![d.out_features, d.in_features]),
-        };
-        let oc = wei_dims[0];
-        let src = placeholder_vec(src_dims.clone(), DType::U8, "src")?;
-        let wei = placeholder_vec(wei_dims.clone(), DType::I8, "wei")?;
-        let bias = placeholder_vec(vec![oc], DType::F32, "bias")?;
-        // The anchors' quantization: per-channel weight scales, an s32 bias with scale
-        // src_scale · wei_scale[oc], a destination scale spreading the output over u8.
-        let quant = resnet18::quantization(layer, seed)?;
-        let bias_values: Vec<f64> = quant.bias.iter().map(|&b| f64::from(b)).collect();
-        let attrs = quant.attrs;
-        let conv = match layer {
-            Layer::Conv(c) => Some(Conv2dParams { stride: c.stride, pad: c.pad }),
-            Layer::Dense(_) => None,
-        };
-        let def = match conv {
-            Some(conv) => conv2d_nchw_int8(&src, &wei, Some(&bias), None, conv, &attrs, name)?,
-            None => dense_int8(&src, &wei, Some(&bias), None, &attrs, name)?,
-        };
-        let prep = compensation(&wei, DType::U8, &attrs.src.zero_points, &format!("{name}.prep"))?;
-        let inputs = [
-            Array::from_i64(DType::U8, &src_dims, &uniform(src_dims.iter().product::<i64>() as usize, seed, 0, 255)),
-            Array::from_i64(
-                DType::I8,
-                &wei_dims,
-                &uniform(wei_dims.iter().product::<i64>() as usize, seed + 1, w_lo.into(), w_hi.into()),
-            ),
-            Array::from_f64(DType::F32, &[oc], &bias_values),
-        ];
-        Ok(LayerCase { name, ops: layer.ops(), src, wei, bias, attrs, conv, def, prep, inputs })
-    }
-
-    /// The per-call function's parameters: source, weights, compensation, bias, per-channel
-    /// scales, output.
-    fn args(&self) -> Vec<&TeTensor> {
-        let mut args = vec![&self.src, &self.wei, &self.def.compensation, &self.bias];
-        args.extend(self.def.params.iter().map(|p| &p.tensor));
-        args.push(&self.def.output);
-        args
-    }
-
-    /// The output by the tensor-expression interpreter: the weight preparation, then the layer.
-    /// The weights' smallest and largest values (what the x86 kernels may rely on).
-    fn weight_range(&self) -> (i8, i8) {
-        weight_range(self.inputs[1].to_i64_vec().into_iter().map(|w| w as i8))
-    }
-
-    fn reference(&self) -> Result<Array, InterpError> {
-        let [src, wei, bias] = &self.inputs;
-        let comp = eval_te(&[&self.prep.compensation], &[(&self.wei, wei)])?.remove(0);
-        let mut inputs = vec![(&self.src, src), (&self.wei, wei), (&self.def.compensation, &comp), (&self.bias, bias)];
-        inputs.extend(self.def.params.iter().map(|p| (&p.tensor, &p.values)));
-        Ok(eval_te(&[&self.def.output], &inputs)?.remove(0))
-    }
 }
 
 /// What one layer measured.
@@ -217,216 +116,71 @@ impl LayerReport {
     }
 }
 
-/// How a layer is scheduled (its knobs and the GEMM operands they give here) and what its
-/// result is checked against.
-#[derive(Clone, Copy)]
-enum LayerPlan {
-    /// Convolutions: `schedules::x86_conv::conv2d_int8` in the layout (direct convolution
-    /// tensorized into the int8 micro-kernel), checked against the generic schedule of
-    /// `ops::conv2d_nchw_int8` JIT-compiled (whose equality with the interpreter
-    /// `tests/it/quant.rs` checks).
-    X86Conv(Conv2dInt8Knobs, GemmOperands, Layout),
-    /// The dense layer: `schedules::x86_conv::dense_int8` (a 1×1 convolution over a row of pixels
-    /// on the same tensorized path), checked against the tensor-expression interpreter of
-    /// `ops::dense_int8`.
-    X86Dense(Conv2dInt8Knobs, GemmOperands),
-}
-
-impl LayerPlan {
-    fn schedule(self) -> &'static str {
-        match self {
-            LayerPlan::X86Conv(..) => "x86_conv",
-            LayerPlan::X86Dense(..) => "x86_dense",
-        }
-    }
-
-    fn reference(self) -> &'static str {
-        match self {
-            LayerPlan::X86Conv(..) => "generic-jit",
-            LayerPlan::X86Dense(..) => "eval_te",
-        }
+/// The schedule of `layer`: convolutions run `schedules::x86_conv::conv2d_int8` (a direct
+/// convolution tensorized into the int8 micro-kernel), the dense layer
+/// `schedules::x86_conv::dense_int8` (a 1×1 convolution over a row of pixels on the same path).
+fn schedule_name(layer: Layer) -> &'static str {
+    match layer {
+        Layer::Conv(_) => "x86_conv",
+        Layer::Dense(_) => "x86_dense",
     }
 }
 
-/// A compiled layer with its arguments bound (weights prepared, and checked once where the
-/// kernels rely on their range: `CompiledFunc::bind`).
-struct CompiledLayer {
-    /// Compiling and running the weight preparation.
-    prepare_ms: f64,
-    kernel: tensorlift::Kernel,
-    /// The per-call function's arguments; the output is last.
-    args: BoundArgs,
-}
-
-impl CompiledLayer {
-    fn new(prepare_ms: f64, kernel: tensorlift::Kernel, tensors: Vec<Tensor>) -> Result<CompiledLayer, RuntimeError> {
-        let args = kernel.compiled.bind(tensors)?;
-        Ok(CompiledLayer { prepare_ms, kernel, args })
-    }
-
-    fn call(&mut self) -> Result<(), RuntimeError> {
-        self.args.call(&self.kernel.compiled)
-    }
-
-    fn output(&self) -> Array {
-        self.args.last().map_or_else(|| Array::zeros(DType::U8, &[0]), Tensor::to_array)
-    }
-}
-
-/// The definition (`ops::conv2d_nchw_int8` or `ops::dense_int8`) under the generic schedule,
-/// its compensation prepared by the generic schedule of `ops::compensation`.
-fn compile_generic(case: &LayerCase, options: &CompileOptions) -> Result<CompiledLayer, Resnet18Error> {
-    let start = Instant::now();
-    let prep =
-        build(&default_schedule(&[&case.prep.compensation]), &[&case.wei, &case.prep.compensation], "prep", options)?;
-    let [src, wei, bias] = &case.inputs;
-    let mut wei_t = Tensor::from_array(wei);
-    let mut comp_t = Tensor::zeros(DType::I32, case.def.compensation.shape())?;
-    prep.compiled.call(&mut [&mut wei_t, &mut comp_t])?;
-    let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
-    let kernel = build(&default_schedule(&[&case.def.output]), &case.args(), case.name, options)?;
-    let mut tensors = vec![Tensor::from_array(src), wei_t, comp_t, Tensor::from_array(bias)];
-    tensors.extend(case.def.params.iter().map(|p| Tensor::from_array(&p.values)));
-    tensors.push(Tensor::zeros(DType::U8, case.def.output.shape())?);
-    Ok(CompiledLayer::new(prepare_ms, kernel, tensors)?)
-}
-
-/// `a` (in layout `from`) in layout `to`, by the generic schedule of `ops::convert_layout`.
-fn convert_array(a: &Array, from: Layout, to: Layout, options: &CompileOptions) -> Result<Array, Resnet18Error> {
-    if from == to {
-        return Ok(a.clone());
-    }
-    let src = placeholder_vec(a.shape().to_vec(), a.dtype(), "src")?;
-    let out = convert_layout(&src, from, to, "converted")?;
-    let kernel = build(&default_schedule(&[&out]), &[&src, &out], "convert_layout", options)?;
-    let mut tensors = [Tensor::from_array(a), Tensor::zeros(out.dtype(), out.shape())?];
-    kernel.compiled.call(&mut tensors.iter_mut().collect::<Vec<_>>())?;
-    Ok(tensors[1].to_array())
-}
-
-/// `x86_conv::conv2d_int8` in `layout` with `knobs` on `operands`, its weights packed by
-/// `x86_conv::prepare_conv2d_int8`; the output is kept in `layout` (`CompiledLayer::output`).
-fn compile_x86_conv(
-    case: &LayerCase,
-    conv: Conv2dParams,
-    (knobs, operands): (Conv2dInt8Knobs, GemmOperands),
-    layout: Layout,
-    options: &CompileOptions,
-) -> Result<CompiledLayer, Resnet18Error> {
-    let start = Instant::now();
-    let zero_point = &case.attrs.src.zero_points;
-    let prep = prepare_conv2d_int8(&case.wei, DType::U8, zero_point, knobs, operands, &format!("{}.prep", case.name))?;
-    let prep_kernel = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
-    let [src, wei, bias] = &case.inputs;
-    let mut wei_t = Tensor::from_array(wei);
-    let mut packed_t = Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape())?;
-    let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape())?;
-    prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
-    let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
-    let src_dims: [i64; 4] = case.src.shape().try_into().expect("a convolution source is 4-D");
-    let src_te = placeholder(layout.shape(src_dims), case.src.dtype(), case.src.name())?;
-    let layer =
-        conv2d_int8(&src_te, &case.wei, Some(&case.bias), None, conv, &case.attrs, layout, knobs, operands, case.name)?;
-    let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
-    let src = convert_array(src, Layout::Nchw, layout, options)?;
-    let mut tensors = vec![Tensor::from_array(&src), packed_t, comp_t, Tensor::from_array(bias)];
-    tensors.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
-    tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape())?);
-    Ok(CompiledLayer::new(prepare_ms, kernel, tensors)?)
-}
-
-/// `x86_conv::dense_int8` with `knobs` on `operands`, its weights packed by
-/// `x86_conv::prepare_dense_int8`; the dense arrays are bound as the 4-D arrays of the same bytes
-/// that these functions take.
-fn compile_x86_dense(
-    case: &LayerCase,
-    (knobs, operands): (Conv2dInt8Knobs, GemmOperands),
-    options: &CompileOptions,
-) -> Result<CompiledLayer, Resnet18Error> {
-    let start = Instant::now();
-    let zero_point = &case.attrs.src.zero_points;
-    let prep = prepare_dense_int8(&case.wei, DType::U8, zero_point, knobs, operands, &format!("{}.prep", case.name))?;
-    let prep_kernel = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", options)?;
-    let [src, wei, bias] = &case.inputs;
-    let as_arg = |a: &Array, t: &TeTensor| Tensor::from_array(&Array::from_i64(a.dtype(), t.shape(), &a.to_i64_vec()));
-    let mut wei_t = as_arg(wei, &prep.args[0]);
-    let mut packed_t = Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape())?;
-    let mut comp_t = Tensor::zeros(DType::I32, prep.compensation.compensation.shape())?;
-    prep_kernel.compiled.call(&mut [&mut wei_t, &mut packed_t, &mut comp_t])?;
-    let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
-    let layer = schedules::x86_conv::dense_int8(
-        &case.src,
-        &case.wei,
-        Some(&case.bias),
-        &case.attrs,
-        knobs,
-        operands,
-        case.name,
-    )?;
-    let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), case.name, options)?;
-    let mut tensors = vec![as_arg(src, &layer.args[0]), packed_t, comp_t, Tensor::from_array(bias)];
-    tensors.extend(layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)));
-    tensors.push(Tensor::zeros(DType::U8, layer.layer.output.shape())?);
-    Ok(CompiledLayer::new(prepare_ms, kernel, tensors)?)
-}
-
+/// Compiles `table` with `knobs` on `operands` (a convolution in `layout`), checks its output
+/// against the table layer's reference and times it against the peak probe.
 fn run_layer(
-    case: &LayerCase,
-    plan: LayerPlan,
+    table: &TableLayer,
+    (knobs, operands, layout): (Conv2dInt8Knobs, GemmOperands, Layout),
     options: &CompileOptions,
     repeat: usize,
     progress: &ProgressBar,
-) -> Result<LayerReport, Resnet18Error> {
-    let name = case.name;
+) -> Result<LayerReport, LayerError> {
+    let layer = table.data.layer;
+    let name = layer.name();
     progress.set_message(format!("{name}: prepare weights, compile"));
-    let mut compiled = match (plan, case.conv) {
-        (LayerPlan::X86Conv(knobs, operands, layout), Some(conv)) => {
-            compile_x86_conv(case, conv, (knobs, operands), layout, options)?
-        }
-        (LayerPlan::X86Dense(knobs, operands), None) => compile_x86_dense(case, (knobs, operands), options)?,
-        _ => compile_generic(case, options)?,
-    };
+    let mut compiled = table.compile(knobs, operands, layout, options)?;
     compiled.call()?;
-    // `x86_dense` writes `[1, 1, M, OC]`: the same bytes as the definition's `[M, OC]`.
-    let output = match plan {
-        LayerPlan::X86Conv(_, _, layout) => convert_array(&compiled.output(), layout, Layout::Nchw, options)?,
-        LayerPlan::X86Dense(..) => compiled.output(),
-    };
-    let output = Array::from_i64(output.dtype(), case.def.output.shape(), &output.to_i64_vec());
+    let output = compiled.output();
 
-    progress.set_message(format!("{name}: verify against {}", plan.reference()));
-    let expected = match plan {
-        LayerPlan::X86Conv(..) => {
-            let mut reference = compile_generic(case, options)?;
-            reference.call()?;
-            reference.output()
-        }
-        LayerPlan::X86Dense(..) => case.reference()?,
-    };
-    let verified = output.bits_eq(&expected);
+    progress.set_message(format!("{name}: verify against {}", table.reference_kind.name()));
+    let verified = output.bits_eq(table.reference()?);
     let values = output.to_i64_vec();
     let saturated = values.iter().filter(|&&v| v == 0 || v == 255).count();
 
     progress.set_message(format!("{name}: time {repeat} runs"));
-    let threads = compiled.kernel.compiled.threads().unwrap_or(1);
-    let probe = Probe::for_function(&compiled.kernel.compiled);
+    let threads = compiled.func().threads().unwrap_or(1);
+    let probe = Probe::for_function(compiled.func());
     let timing = time_against_peak(probe.as_ref(), threads, repeat, || compiled.call())?;
-    let kernel = &compiled.kernel;
+    let func = compiled.func();
     Ok(LayerReport {
         layer: name,
         verified,
-        prepare_ms: compiled.prepare_ms,
-        compile_ms: kernel.compile_time().as_secs_f64() * 1e3,
+        prepare_ms: compiled.prepare.as_secs_f64() * 1e3,
+        compile_ms: compiled.compile.as_secs_f64() * 1e3,
         median_ms: timing.median_s * 1e3,
         runs: timing.runs,
-        gops: case.ops as f64 / timing.median_s / 1e9,
+        gops: layer.ops() as f64 / timing.median_s / 1e9,
         peak_gops: timing.peak_gops,
         peak_probe: probe.map(|p| p.kind),
-        kernels: kernel.compiled.kernel_variants(),
-        isa: kernel.compiled.isa_level(),
+        kernels: func.kernel_variants(),
+        isa: func.isa_level(),
         threads,
         saturated_pct: 100.0 * saturated as f64 / values.len().max(1) as f64,
     })
+}
+
+/// The records of the user's database `path`: a missing file or a line that is not a record is
+/// a warning on stderr naming it (the layers it would have tuned run pre-tuned or default
+/// knobs), not an error: the run still measures every layer.
+fn user_records(path: &std::path::Path) -> Result<Vec<Record>, DbError> {
+    if !path.exists() {
+        eprintln!("warning: {}: no such file: no tuned records", path.display());
+    }
+    let loaded = Database::load(path)?;
+    for e in &loaded.errors {
+        eprintln!("warning: {e}: line ignored");
+    }
+    Ok(loaded.records)
 }
 
 /// The knobs as records spell them, with the GEMM operands they gave here: `gemm_source` (u8,
@@ -452,15 +206,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     // Reported before anything is printed: a level this CPU lacks is an error here.
     let level = target.level()?;
     let tuned = match (&db, no_db) {
-        (_, true) => Vec::new(),
-        (Some(path), _) => {
-            let loaded = Database::load(path)?;
-            for e in &loaded.errors {
-                eprintln!("{}: skipped: {e}", path.display());
-            }
-            loaded.records
-        }
-        (None, _) => Vec::new(),
+        (Some(path), false) => user_records(path)?,
+        _ => Vec::new(),
     };
     let pretuned = if no_db { Vec::new() } else { pretuned()?.records };
     let max_threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -475,7 +222,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             "resnet-18 int8 layers, batch 1: u8 src (zp {}) x s8 weights in [{w_lo}, {w_hi}] (per-channel scales) + bias -> u8, relu off",
             resnet18::SRC_ZERO_POINT
         );
-        println!("cpu        {} (level {level})", tensorlift::runtime::cpu_name());
+        println!("cpu        {} (level {level})", tensorlift::isa::cpu_name());
         let api = match layout {
             Layout::Nchw => "conv2d_int8, NCHW source and output",
             Layout::Nhwc => "conv2d_int8, NHWC source and output",
@@ -484,7 +231,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             "schedule   conv: x86_conv (schedules::x86_conv::{api}, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels); knobs and threads per layer from a tuning record (column tuning: tuned from --db, pretuned from tuning/pretuned.jsonl) or default_knobs (default: no record for this layer on this CPU)"
         );
         println!(
-            "reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled); FC: eval_te (the interpreter)"
+            "reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled at the scalar level); FC: eval_te (the interpreter)"
         );
         println!(
             "peak       the probe of the method of the layer's kernel (vpdpbusd, the vpmaddubsw triple, sign transfer, vpmaddwd), on every thread of the layer's pool at once, median of runs interleaved with the layer's own"
@@ -508,12 +255,11 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         );
     }
     let mut reports = Vec::new();
-    for (i, &layer) in layers.iter().enumerate() {
+    for &layer in &layers {
         progress.set_message(format!("{}: define", layer.name()));
-        // Data seeded by the layer's position in the table: the same layer gets the same data
-        // whether it runs alone (`--layer`) or in the table.
-        let position = resnet18::layers().iter().position(|l| l.name() == layer.name()).unwrap_or(i);
-        let case = LayerCase::new(layer, 1000 * (position as u64 + 1), weights.bits().range())?;
+        // Data seeded by the layer's position in the table (`layer::LayerData`): the same layer
+        // gets the same data whether it runs alone (`--layer`) or in the table.
+        let table = TableLayer::new(layer, weights.bits())?;
         // The knobs of the best usable record for the layer: this run's database, else the
         // pre-tuned one, else the defaults for this level's cores and the threads available.
         let usable = |records: &[Record]| {
@@ -525,14 +271,15 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             (None, None) => ("default", default_knobs(layer, tensorlift::build::core_rate(level), max_threads)),
         };
         // The kernel family follows from the level and the prepared weights' proven range.
-        let operands = knobs.operands(level.has_vnni(), case.weight_range());
-        let plan = match layer {
-            Layer::Conv(_) => LayerPlan::X86Conv(knobs, operands, layout),
-            Layer::Dense(_) => LayerPlan::X86Dense(knobs, operands),
-        };
+        let operands = knobs.operands(level.has_vnni(), table.data.range);
         let layer_options = CompileOptions { threads: Some(knobs.threads), ..options.clone() };
-        let report = run_layer(&case, plan, &layer_options, repeat, &progress)?;
-        let schedule = format!("{} {}x{}", plan.schedule(), knobs.mr, knobs.nr);
+        let report = run_layer(&table, (knobs, operands, layout), &layer_options, repeat, &progress)?;
+        let schedule = format!("{} {}x{}", schedule_name(layer), knobs.mr, knobs.nr);
+        let layout_name = match (layer, layout) {
+            (Layer::Dense(_), _) => "nc",
+            (Layer::Conv(_), Layout::Nchw) => "nchw",
+            (Layer::Conv(_), Layout::Nhwc) => "nhwc",
+        };
         progress.suspend(|| match format {
             Format::Table => {
                 let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| format!("{v:.prec$}"));
@@ -559,21 +306,17 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                 serde_json::json!({
                     "layer": report.layer,
                     "verified": report.verified,
-                    "schedule": plan.schedule(),
+                    "schedule": schedule_name(layer),
                     "knobs": knobs_json(knobs, operands),
                     "kernel": kernel_names(&report.kernels),
                     "weights": weights.bits().name(),
-                    "reference": plan.reference(),
-                    "layout": match plan {
-                        LayerPlan::X86Conv(_, _, Layout::Nchw) => "nchw",
-                        LayerPlan::X86Conv(_, _, Layout::Nhwc) => "nhwc",
-                        LayerPlan::X86Dense(..) => "nc",
-                    },
+                    "reference": table.reference_kind.name(),
+                    "layout": layout_name,
                     "prepare_ms": report.prepare_ms,
                     "compile_ms": report.compile_ms,
                     "median_ms": report.median_ms,
                     "runs": report.runs,
-                    "ops": case.ops,
+                    "ops": layer.ops(),
                     "gops": report.gops,
                     "peak_gops": report.peak_gops,
                     "peak_probe": report.peak_probe.map(|p| p.to_string()),

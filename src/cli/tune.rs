@@ -25,7 +25,8 @@ pub struct Args {
 #[derive(Subcommand)]
 enum What {
     /// Search schedules for the resnet-18 int8 layers: each candidate compiled, verified bit for
-    /// bit against the generic schedule, timed against the peak probe, in a worker process.
+    /// bit against the layer's reference (as `resnet18` verifies it), timed against the peak
+    /// probe, in a worker process.
     Resnet18(Resnet18Args),
 }
 

@@ -2,7 +2,7 @@
 
 use ir::{DType, LowerError, ScheduleError, TeError};
 use schedules::nn::{gemm_source, matmul_packed, pack_b_vnni};
-use schedules::ops::GemmOperands;
+use schedules::ops::{GemmOperands, Layout};
 use schedules::quant::QuantError;
 use schedules::resnet18::{self, Layer, WeightBits};
 use schedules::x86::{GemmInt8Knobs, schedule_gemm_int8, schedule_gemm_source};
@@ -11,6 +11,7 @@ use thiserror::Error;
 
 use super::Operator;
 use crate::isa::IsaLevel;
+use crate::layer::{LayerData, NotInTable};
 use crate::record::Record;
 
 /// Errors from defining an operator for export.
@@ -28,6 +29,8 @@ pub enum OperatorError {
     Quant(#[from] QuantError),
     #[error(transparent)]
     Conv(#[from] Conv2dInt8Error),
+    #[error(transparent)]
+    NotInTable(#[from] NotInTable),
 }
 
 /// `matmul`: `C: i32[M, N] = A: u8[M, K] · B: i8[K, N]`, exact, with plain row-major operands
@@ -82,8 +85,9 @@ fn layer_knobs(
     (knobs, knobs.operands(level.has_vnni(), weights.range()))
 }
 
-/// Layer `layer` of the resnet-18 table (at `position`, which seeds its quantization as
-/// `tensorlift resnet18` does) as two operators, named after the layer in lower case:
+/// Layer `layer` of the resnet-18 table, with the quantization `tensorlift resnet18` runs it
+/// with (`layer::LayerData::quantization`), as two operators, named after the layer in lower
+/// case:
 /// * `<layer>_prepare(weights, packed, compensation)`: the weight preparation
 ///   (`x86_conv::prepare_conv2d_int8`), run once per set of weights;
 /// * `<layer>(src, packed, compensation, bias, multipliers, out)`: the layer, NHWC
@@ -95,16 +99,15 @@ fn layer_knobs(
 /// `tuning` record (`record::Record`), both take its knobs and carry it into the manifest.
 pub fn resnet18_layer(
     layer: Layer,
-    position: usize,
     levels: &[IsaLevel],
     weights: WeightBits,
     tuning: Option<&Record>,
 ) -> Result<[Operator; 2], OperatorError> {
-    let quant = resnet18::quantization(layer, 1000 * (position as u64 + 1))?;
+    let quant = resnet18::quantization(layer, LayerData::seed(layer)?)?;
     let name = layer.name().to_ascii_lowercase();
     let lower = |level, prepare: bool| -> Result<ir::Func, OperatorError> {
         let (knobs, operands) = layer_knobs(layer, level, weights, tuning);
-        let (prep, run) = table_layer(layer, &quant, knobs, operands, &name)?;
+        let (prep, run) = table_layer(layer, &quant, knobs, operands, Layout::Nhwc, &name)?;
         Ok(if prepare {
             ir::lower::lower(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), &format!("{name}_prepare"))?
         } else {
@@ -125,8 +128,8 @@ pub fn resnet18(
     tuning: impl Fn(Layer) -> Option<Record>,
 ) -> Result<Vec<Operator>, OperatorError> {
     let mut ops = Vec::new();
-    for (position, layer) in resnet18::layers().into_iter().enumerate() {
-        ops.extend(resnet18_layer(layer, position, levels, weights, tuning(layer).as_ref())?);
+    for layer in resnet18::layers() {
+        ops.extend(resnet18_layer(layer, levels, weights, tuning(layer).as_ref())?);
     }
     Ok(ops)
 }

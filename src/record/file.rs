@@ -1,13 +1,15 @@
 //! Database files: append-only JSON lines, one `Record` per measurement. Appends take an
 //! exclusive file lock, so concurrent writers (local workers, `tensorlift measure` on several
 //! machines writing to a shared file) never interleave lines. A line that is not a record — a
-//! malformed schedule or knobs object included — is a typed error naming its line, and the
-//! other lines still serve.
+//! malformed schedule or knobs object included, or a record that counts (`Record::ok`) with
+//! knobs no schedule accepts — is a typed error naming its line; `Database::load` keeps the
+//! other lines, `Database::load_strict` (for what ships) refuses the file.
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use schedules::x86_conv::KnobError;
 use thiserror::Error;
 
 use super::format::{RECORD_VERSION, Record};
@@ -22,6 +24,8 @@ pub enum DbError {
     Malformed { path: PathBuf, line: usize, message: String },
     #[error("{path}:{line}: record version {found}, expected {expected}")]
     Version { path: PathBuf, line: usize, found: u32, expected: u32 },
+    #[error("{path}:{line}: a measured record with knobs no schedule accepts: {source}")]
+    Knobs { path: PathBuf, line: usize, source: KnobError },
 }
 
 /// The records of a database file, with the lines that were not records.
@@ -42,6 +46,22 @@ impl Database {
         }
     }
 
+    /// Reads `path` where no line may be lost (what an exported library ships): a missing file
+    /// is an error, and so is a line that is not a record (the first one's error).
+    pub fn load_strict(path: &Path) -> Result<Database, DbError> {
+        let text = std::fs::read_to_string(path).map_err(|source| DbError::Io { path: path.to_path_buf(), source })?;
+        Database::parse_strict(&text, path)
+    }
+
+    /// `parse`, with a line that is not a record an error (the first one's).
+    pub fn parse_strict(text: &str, path: &Path) -> Result<Database, DbError> {
+        let mut db = Database::parse(text, path);
+        match db.errors.is_empty() {
+            true => Ok(db),
+            false => Err(db.errors.remove(0)),
+        }
+    }
+
     /// The records of `text` (the lines of a database file named `path` in errors).
     pub fn parse(text: &str, path: &Path) -> Database {
         let mut db = Database::default();
@@ -49,20 +69,19 @@ impl Database {
             if line.trim().is_empty() {
                 continue;
             }
-            let number = i + 1;
+            let (path, line_number) = (path.to_path_buf(), i + 1);
             match serde_json::from_str::<Record>(line) {
                 Ok(r) if r.version != RECORD_VERSION => db.errors.push(DbError::Version {
-                    path: path.to_path_buf(),
-                    line: number,
+                    path,
+                    line: line_number,
                     found: r.version,
                     expected: RECORD_VERSION,
                 }),
-                Ok(r) => db.records.push(r),
-                Err(e) => db.errors.push(DbError::Malformed {
-                    path: path.to_path_buf(),
-                    line: number,
-                    message: e.to_string(),
-                }),
+                Ok(r) => match (r.ok(), r.schedule.knobs.check()) {
+                    (true, Err(source)) => db.errors.push(DbError::Knobs { path, line: line_number, source }),
+                    _ => db.records.push(r),
+                },
+                Err(e) => db.errors.push(DbError::Malformed { path, line: line_number, message: e.to_string() }),
             }
         }
         db
@@ -169,6 +188,37 @@ mod tests {
             best.iter().map(|r| (r.workload.key.as_str(), r.median_ns)).collect::<Vec<_>>(),
             [("w", Some(4.0)), ("v", Some(7.0))]
         );
+    }
+
+    #[test]
+    fn a_measured_record_with_knobs_out_of_range_is_an_error_and_strict_loading_refuses_bad_lines() {
+        let dir = std::env::temp_dir().join(format!("tensorlift-db-strict-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.jsonl");
+        let good = record("w", IsaLevel::Avx2, 1, 5.0);
+        let mut zero_rows = good.clone();
+        zero_rows.schedule.knobs.mr = 0;
+        // A failed measurement of a point outside the ranges is what the tuner wrote for it.
+        let failed = Record { status: super::super::Status::BuildError, median_ns: None, ..zero_rows.clone() };
+        write(&path, &[good.clone(), zero_rows, failed]).unwrap();
+        let db = Database::load(&path).unwrap();
+        assert_eq!(db.records.len(), 2);
+        let errors: Vec<String> = db.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("s.jsonl:2: a measured record with knobs no schedule accepts: mr = 0"),
+            "{errors:?}"
+        );
+        let err = Database::load_strict(&path).unwrap_err();
+        assert!(matches!(err, DbError::Knobs { line: 2, .. }), "{err}");
+
+        std::fs::write(&path, format!("{}\n\nnot json\n", serde_json::to_string(&good).unwrap())).unwrap();
+        let err = Database::load_strict(&path).unwrap_err().to_string();
+        assert!(err.contains("s.jsonl:3: not a tuning record"), "{err}");
+        write(&path, &[good]).unwrap();
+        assert_eq!(Database::load_strict(&path).unwrap().records.len(), 1);
+        let missing = Database::load_strict(&dir.join("missing.jsonl")).unwrap_err();
+        assert!(matches!(missing, DbError::Io { .. }) && missing.to_string().contains("missing.jsonl"), "{missing}");
     }
 
     #[test]

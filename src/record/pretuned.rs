@@ -12,11 +12,7 @@ pub const PRETUNED: &str = include_str!("../../tuning/pretuned.jsonl");
 
 /// `PRETUNED` parsed; a malformed line is an error (the file is part of the repository).
 pub fn pretuned() -> Result<Database, DbError> {
-    let mut parsed = Database::parse(PRETUNED, Path::new("tuning/pretuned.jsonl"));
-    match parsed.errors.is_empty() {
-        true => Ok(parsed),
-        false => Err(parsed.errors.remove(0)),
-    }
+    Database::parse_strict(PRETUNED, Path::new("tuning/pretuned.jsonl"))
 }
 
 #[cfg(test)]

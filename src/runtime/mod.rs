@@ -19,10 +19,6 @@ use std::time::{Duration, Instant};
 
 use ir::DType;
 
-// The last two compatibility re-exports, for the calls `runtime::cpu_id()` in
-// `src/tune/worker.rs` and `runtime::cpu_name()` in `src/cli/resnet18.rs` and
-// `examples/kernel_sweep.rs`: remove them once those call `isa::cpu_id` and `isa::cpu_name`.
-pub use crate::isa::{cpu_id, cpu_name};
 pub use kernel::GemmKernel;
 pub use tensor::{Arg, CheckedTensor, Element, Tensor};
 

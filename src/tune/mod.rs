@@ -1,7 +1,7 @@
 //! Auto-scheduling of the resnet-18 int8 layers: a typed search space of the `x86_conv` knobs
 //! per layer (`space`), search strategies (`search`), measurement — compile, verify bit for bit,
-//! time against the peak probe (`measure`) — in a worker process (`worker`), each measurement a
-//! `record::Record`.
+//! time against the peak probe (`measure`, on `layer::TableLayer`) — in a worker process
+//! (`worker`, which keeps the end of its stderr: `tail`), each measurement a `record::Record`.
 //!
 //! `tune_layer` is what `tensorlift tune resnet18` runs per layer; `tensorlift resnet18` applies
 //! the best record of a database (`record_for`, by `record::select`).
@@ -10,47 +10,35 @@ pub mod measure;
 pub mod plot;
 pub mod search;
 pub mod space;
+mod tail;
 pub mod worker;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ir::DType;
-use schedules::ops::{Conv2dParams, conv2d_nchw_int8, dense_int8};
-use schedules::resnet18::{Layer, WeightBits, quantization};
+use schedules::resnet18::{Layer, WeightBits};
 use schedules::x86_conv::Conv2dInt8Knobs;
 use search::{Searcher, Strategy};
 use space::Space;
 use worker::{Candidate, Worker};
 
 use crate::isa::IsaLevel;
+use crate::layer::{Definition, LayerData};
 use crate::record::{DbError, Host, Phase, Phases, Record, WorkloadRef, append, select};
 
-/// The workload of a table layer: the key of its definition (`ops::conv2d_nchw_int8` or
-/// `ops::dense_int8` with the table's quantization), independent of how it is scheduled.
+/// The workload of a table layer: the key of its definition (`layer::Definition`: the table's
+/// quantization on `ops::conv2d_nchw_int8` or `ops::dense_int8`), independent of how it is
+/// scheduled.
 pub fn workload(layer: Layer) -> WorkloadRef {
-    let position = schedules::resnet18::layers().iter().position(|l| *l == layer).unwrap_or(0);
-    let (op, key) = match definition_key(layer, position) {
-        Ok(k) => k,
-        Err(e) => return WorkloadRef { key: String::new(), op: "invalid".into(), summary: e },
-    };
-    WorkloadRef { key: key.key, op: op.into(), summary: format!("{} {}", layer.name(), key.summary) }
-}
-
-fn definition_key(layer: Layer, position: usize) -> Result<(&'static str, ir::workload::WorkloadKey), String> {
-    let quant = quantization(layer, 1000 * (position as u64 + 1)).map_err(|e| e.to_string())?;
-    let src = ir::te::placeholder_vec(quant.src_dims.clone(), DType::U8, "src").map_err(|e| e.to_string())?;
-    let wei = ir::te::placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights").map_err(|e| e.to_string())?;
-    let bias = ir::te::placeholder_vec(vec![quant.wei_dims[0]], DType::F32, "bias").map_err(|e| e.to_string())?;
-    let (op, def) = match layer {
-        Layer::Conv(c) => {
-            let conv = Conv2dParams { stride: c.stride, pad: c.pad };
-            ("conv2d_int8", conv2d_nchw_int8(&src, &wei, Some(&bias), None, conv, &quant.attrs, layer.name()))
+    let definition =
+        LayerData::quantization(layer).and_then(|quant| Ok(Definition::new(layer, &quant)?)).map_err(|e| e.to_string());
+    match definition {
+        Ok(def) => {
+            let key = def.key();
+            WorkloadRef { key: key.key, op: def.op.into(), summary: format!("{} {}", layer.name(), key.summary) }
         }
-        Layer::Dense(_) => ("dense_int8", dense_int8(&src, &wei, Some(&bias), None, &quant.attrs, layer.name())),
-    };
-    let def = def.map_err(|e| e.to_string())?;
-    Ok((op, ir::workload::workload_key(&[&def.output])))
+        Err(e) => WorkloadRef { key: String::new(), op: "invalid".into(), summary: e },
+    }
 }
 
 /// Points of the search measured again after it, besides the default.

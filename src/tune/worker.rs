@@ -3,7 +3,8 @@
 //!
 //! The protocol is JSON lines: the tuner writes `Candidate`s to the worker's stdin (`tensorlift
 //! measure`), the worker answers each with one `Record` on stdout. The same command serves any
-//! engine that fans candidates out to other machines (Ray, Slurm, Kubernetes jobs).
+//! engine that fans candidates out to other machines (Ray, Slurm, Kubernetes jobs). The end of
+//! the worker's stderr goes into the record of a candidate it crashed or hung on.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -17,6 +18,7 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 use serde::{Deserialize, Serialize};
 
 use super::measure::{LayerBench, Measurement};
+use super::tail::Tail;
 use crate::isa::IsaLevel;
 use crate::record::{
     CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef, WorkloadRef, now_rfc3339,
@@ -53,21 +55,7 @@ pub struct Benches {
 
 /// The record of a candidate that could not be measured at all.
 pub fn failed_record(c: &Candidate, workload: WorkloadRef, status: Status, error: String) -> Record {
-    record(
-        c,
-        workload,
-        &Measurement {
-            status,
-            median_ns: None,
-            gops: None,
-            peak_gops: None,
-            probe: None,
-            compile_ms: None,
-            verified: false,
-            error: Some(error),
-            trace: None,
-        },
-    )
+    record(c, workload, &Measurement::failed(status, error, None))
 }
 
 /// The record of `c` measured as `m`.
@@ -78,7 +66,7 @@ pub fn record(c: &Candidate, workload: WorkloadRef, m: &Measurement) -> Record {
         workload,
         target: TargetRef {
             isa: c.isa.clone(),
-            cpu: crate::runtime::cpu_id().as_ref().map(CpuRef::from).unwrap_or(CpuRef {
+            cpu: crate::isa::cpu_id().as_ref().map(CpuRef::from).unwrap_or(CpuRef {
                 vendor: String::new(),
                 family: 0,
                 model: 0,
@@ -104,8 +92,7 @@ impl Benches {
     /// Measures `c` in this process (setting its layer up on first use).
     pub fn measure(&mut self, c: &Candidate) -> Record {
         let unknown = |what: &str| WorkloadRef { key: String::new(), op: String::new(), summary: what.to_string() };
-        let Some((position, layer)) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == c.layer)
-        else {
+        let Some(layer) = resnet18::layer(&c.layer) else {
             return failed_record(
                 c,
                 unknown(&c.layer),
@@ -123,7 +110,7 @@ impl Benches {
         }
         let key = (c.layer.clone(), level, c.weights, c.max_threads);
         if !self.benches.contains_key(&key) {
-            match LayerBench::new(layer, position, level, c.weights, c.max_threads, workload.clone()) {
+            match LayerBench::new(layer, level, c.weights, c.max_threads, workload.clone()) {
                 Ok(b) => {
                     self.benches.insert(key.clone(), b);
                 }
@@ -174,6 +161,19 @@ struct Process {
     child: Child,
     stdin: ChildStdin,
     lines: Receiver<String>,
+    /// The end of its stderr.
+    stderr: Tail,
+}
+
+/// How long a worker that died or was killed may take to close its stderr.
+const STDERR_CLOSE: Duration = Duration::from_secs(2);
+
+/// `error`, followed by the end of the worker's stderr when it printed anything.
+fn with_stderr(error: String, tail: &str) -> String {
+    match tail {
+        "" => error,
+        tail => format!("{error}; the end of its stderr:\n{tail}"),
+    }
 }
 
 /// Measures candidates in a worker process, restarting it after a crash or a timeout.
@@ -207,10 +207,11 @@ impl Worker {
                 .args(&self.args)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::null())
+                .stderr(Stdio::piped())
                 .spawn()?;
             let stdin = child.stdin.take().expect("piped stdin");
             let stdout = child.stdout.take().expect("piped stdout");
+            let stderr = Tail::keep(child.stderr.take().expect("piped stderr"));
             let (send, lines) = channel();
             std::thread::spawn(move || {
                 for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -219,17 +220,18 @@ impl Worker {
                     }
                 }
             });
-            self.process = Some(Process { child, stdin, lines });
+            self.process = Some(Process { child, stdin, lines, stderr });
             self.fresh = true;
         }
         Ok(self.process.as_mut().expect("just spawned"))
     }
 
-    fn kill(&mut self) {
-        if let Some(mut p) = self.process.take() {
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-        }
+    /// Ends the worker (if it still runs) and returns the end of its stderr.
+    fn kill(&mut self) -> String {
+        let Some(mut p) = self.process.take() else { return String::new() };
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+        p.stderr.text(STDERR_CLOSE)
     }
 
     /// Measures `c` in the worker: its record, or a `run_error` (the worker died) or `timeout`
@@ -242,8 +244,8 @@ impl Worker {
             Err(e) => return failed_record(c, workload, Status::RunError, format!("starting the worker: {e}")),
         };
         if writeln!(process.stdin, "{line}").and_then(|()| process.stdin.flush()).is_err() {
-            self.kill();
-            return failed_record(c, workload, Status::RunError, "the worker exited".into());
+            let tail = self.kill();
+            return failed_record(c, workload, Status::RunError, with_stderr("the worker exited".into(), &tail));
         }
         let answer = process.lines.recv_timeout(timeout);
         match answer {
@@ -253,19 +255,22 @@ impl Worker {
                     r
                 }
                 Err(e) => {
-                    self.kill();
-                    failed_record(c, workload, Status::RunError, format!("the worker answered {text:?}: {e}"))
+                    let tail = self.kill();
+                    let error = with_stderr(format!("the worker answered {text:?}: {e}"), &tail);
+                    failed_record(c, workload, Status::RunError, error)
                 }
             },
             Err(RecvTimeoutError::Timeout) => {
-                self.kill();
-                failed_record(c, workload, Status::Timeout, format!("no answer within {} s", timeout.as_secs_f64()))
+                let tail = self.kill();
+                let error = with_stderr(format!("no answer within {} s", timeout.as_secs_f64()), &tail);
+                failed_record(c, workload, Status::Timeout, error)
             }
             Err(RecvTimeoutError::Disconnected) => {
                 let status = self.process.as_mut().and_then(|p| p.child.wait().ok());
-                self.kill();
+                let tail = self.kill();
                 let how = status.map_or("exited".to_string(), |s| s.to_string());
-                failed_record(c, workload, Status::RunError, format!("the worker crashed ({how})"))
+                let error = with_stderr(format!("the worker crashed ({how})"), &tail);
+                failed_record(c, workload, Status::RunError, error)
             }
         }
     }
@@ -273,7 +278,10 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        self.kill();
+        if let Some(mut p) = self.process.take() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
     }
 }
 

@@ -414,9 +414,9 @@ fn python_loader_gets_the_jit_result_and_the_library_errors() {
 #[test]
 fn a_resnet18_layer_from_c_and_rust_equals_the_jit_at_every_level() {
     use schedules::resnet18::{self, WeightBits, uniform};
-    let (position, layer) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == "R8").unwrap();
+    let layer = resnet18::layer("R8").unwrap();
     let levels = crate::skip::levels_here(IsaLevel::ALL);
-    let ops = operators::resnet18_layer(layer, position, &levels, WeightBits::Eight, None).expect("layer");
+    let ops = operators::resnet18_layer(layer, &levels, WeightBits::Eight, None).expect("layer");
     let dir = out_dir("r8");
     let options = ExportOptions { levels: levels.clone(), ..ExportOptions::new("tlr8") };
     let lib = export(&ops, &options, &dir).expect("export");
@@ -635,7 +635,7 @@ fn a_gather_out_of_bounds_in_the_library_is_an_error_naming_the_tensor() {
 #[test]
 fn an_exported_layer_takes_the_knobs_of_its_tuning_record_and_the_manifest_carries_it() {
     use schedules::resnet18::{self, WeightBits};
-    let (position, layer) = resnet18::layers().into_iter().enumerate().find(|(_, l)| l.name() == "R10").unwrap();
+    let layer = resnet18::layer("R10").unwrap();
     use tensorlift::record::{CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef};
     let mut knobs = tensorlift::tune::space::Space::new(layer, 1).default_knobs();
     knobs.nr = 16;
@@ -660,7 +660,7 @@ fn an_exported_layer_takes_the_knobs_of_its_tuning_record_and_the_manifest_carri
         peak_probe: None,
     };
     let levels = [IsaLevel::Scalar];
-    let ops = operators::resnet18_layer(layer, position, &levels, WeightBits::Eight, Some(&record)).unwrap();
+    let ops = operators::resnet18_layer(layer, &levels, WeightBits::Eight, Some(&record)).unwrap();
     let options = ExportOptions { levels: levels.to_vec(), ..ExportOptions::new("tltuned") };
     let lib = export(&ops, &options, &out_dir("tuned")).expect("export");
     let loaded = LoadedLibrary::open(&lib.shared).unwrap();

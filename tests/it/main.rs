@@ -2,6 +2,7 @@
 
 mod cli;
 mod conv_knobs;
+mod databases;
 mod differential;
 mod errors;
 mod export;
@@ -10,6 +11,7 @@ mod indexing;
 mod invariants;
 mod math;
 mod norm;
+mod plain_reference;
 mod quant;
 mod readme;
 mod shapes;

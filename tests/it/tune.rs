@@ -75,6 +75,66 @@ fn a_crashing_or_hanging_worker_is_recorded_and_the_next_candidate_runs() {
     assert!(steps.iter().any(|s| s.primitive() == "tensorize"), "{steps:?}");
 }
 
+/// A crashed worker's record ends with what the worker printed last on stderr: the last lines
+/// of a long stream, the first ones dropped.
+#[test]
+fn a_crashed_workers_record_keeps_the_end_of_its_stderr() {
+    let c = candidate("R10");
+    let w = workload(resnet18::layer("R10").unwrap());
+    let script = "read line; i=0; while [ $i -lt 2000 ]; do echo \"noise $i\" >&2; i=$((i+1)); done; \
+                  echo 'fatal: the last words' >&2; kill -SEGV $$";
+    let mut crashing = Worker::new("sh".into(), vec!["-c".into(), script.into()]);
+    let r = crashing.measure(&c, w.clone());
+    assert_eq!(r.status, Status::RunError, "{r:?}");
+    let error = r.error.as_deref().unwrap_or("");
+    assert!(error.starts_with("the worker crashed (") && error.contains("SIGSEGV"), "{error}");
+    assert_eq!(error.lines().last(), Some("fatal: the last words"), "{error}");
+    assert!(error.contains("noise 1999") && !error.contains("noise 0\n"), "{error}");
+    assert!(error.len() < 2 * 4096, "{} bytes", error.len());
+    // A worker that printed nothing says only how it ended.
+    let mut silent = Worker::new("sh".into(), vec!["-c".into(), "read line; kill -SEGV $$".into()]);
+    let error = silent.measure(&c, w).error.unwrap_or_default();
+    assert!(error.starts_with("the worker crashed (") && !error.contains("stderr"), "{error}");
+}
+
+/// A candidate whose output differs from the reference is `mismatch`: not verified, no time.
+/// The layer's true reference verifies the same point (so the difference is the reference's),
+/// and one output element off by one does not.
+#[test]
+fn a_candidate_whose_output_differs_from_the_reference_is_a_mismatch_without_a_time() {
+    use ir::interp::Scalar;
+    use tensorlift::tune::measure::LayerBench;
+    let layer = resnet18::layer("R10").unwrap();
+    let bench = LayerBench::new(layer, level(), WeightBits::Eight, 1, workload(layer)).expect("set up R10");
+    let point = bench.space.default_knobs();
+    let reference = bench.reference().expect("the reference").clone();
+    let right = bench.measure_against(&point, &reference, 1, None);
+    assert_eq!((right.status, right.verified), (Status::Ok, true), "{right:?}");
+    assert!(right.median_ns.is_some() && right.gops.is_some());
+
+    let mut wrong = reference.clone();
+    let at = wrong.len() / 2;
+    let Scalar::Int(v) = wrong.get(at) else { panic!("a u8 output") };
+    wrong.set(at, Scalar::Int((v + 1) % 256));
+    let m = bench.measure_against(&point, &wrong, 1, None);
+    assert_eq!((m.status, m.verified), (Status::Mismatch, false), "{m:?}");
+    assert_eq!((m.median_ns, m.gops, m.peak_gops, m.probe), (None, None, None, None), "{m:?}");
+    let needle = format!("element {at}: expected {}, found {v}", (v + 1) % 256);
+    assert!(m.error.as_deref().is_some_and(|e| e.contains(&needle)), "{m:?}");
+    // As the worker records it: a record that does not count, its time absent.
+    let mut c = candidate("R10");
+    c.isa = level().name().into();
+    let record = tensorlift::tune::worker::record(&c, workload(layer), &m);
+    let json = serde_json::to_value(&record).unwrap();
+    assert_eq!((&json["status"], &json["verified"]), (&"mismatch".into(), &false.into()), "{json}");
+    assert!(json["median_ns"].is_null() && json["gops"].is_null(), "{json}");
+    assert!(!record.ok());
+    // A reference of another shape is a mismatch too, not a panic.
+    let other = ir::interp::Array::zeros(ir::DType::U8, &[3]);
+    let m = bench.measure_against(&point, &other, 1, None);
+    assert_eq!(m.status, Status::Mismatch, "{m:?}");
+}
+
 #[test]
 fn a_small_tuning_run_records_every_trial_and_starts_at_the_default() {
     let db = tmp("small.jsonl");

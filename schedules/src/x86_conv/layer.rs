@@ -1,5 +1,6 @@
 //! A resnet-18 table layer on the x86 path (`table_layer`): its weight preparation and its
-//! per-call function from the table's quantization, as the tuner and the export build them.
+//! per-call function from the table's quantization, as `tensorlift resnet18`, the tuner and the
+//! export build them.
 
 use ir::DType;
 use ir::te::placeholder_vec;
@@ -14,13 +15,15 @@ use crate::resnet18::{Layer, LayerQuant};
 
 /// A resnet-18 table layer on the x86 path, defined with `quant` (`resnet18::quantization`) and
 /// scheduled by `knobs` on `operands` (`Conv2dInt8Knobs::operands`): its weight preparation and
-/// its per-call function (the convolution NHWC on `src: u8[1, H, W, IC]`, the dense layer on
-/// `src: u8[1, IC]`), both named `name`.
+/// its per-call function (the convolution with its source and output in `layout`, on
+/// `src: u8[1, H, W, IC]` in NHWC or `u8[1, IC, H, W]` in NCHW; the dense layer, which has no
+/// layout, on `src: u8[1, IC]`), both named `name`.
 pub fn table_layer(
     layer: Layer,
     quant: &LayerQuant,
     knobs: Conv2dInt8Knobs,
     operands: GemmOperands,
+    layout: Layout,
     name: &str,
 ) -> Result<(Conv2dInt8Prepare, Conv2dInt8), Conv2dInt8Error> {
     let wei = placeholder_vec(quant.wei_dims.clone(), DType::I8, "weights").map_err(QuantError::from)?;
@@ -28,11 +31,12 @@ pub fn table_layer(
     let zero_point = &quant.attrs.src.zero_points;
     Ok(match layer {
         Layer::Conv(c) => {
-            let src = placeholder_vec(vec![1, c.h, c.w, c.ic], DType::U8, "src").map_err(QuantError::from)?;
+            let src_dims = layout.shape([1, c.ic, c.h, c.w]).to_vec();
+            let src = placeholder_vec(src_dims, DType::U8, "src").map_err(QuantError::from)?;
             let params = Conv2dParams { stride: c.stride, pad: c.pad };
             (
                 prepare_conv2d_int8(&wei, DType::U8, zero_point, knobs, operands, name)?,
-                conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, Layout::Nhwc, knobs, operands, name)?,
+                conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, layout, knobs, operands, name)?,
             )
         }
         Layer::Dense(_) => {

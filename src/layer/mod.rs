@@ -1,0 +1,30 @@
+//! The layers of the resnet-18 int8 table (`schedules::resnet18`) set up to run, once for every
+//! command that runs them: `tensorlift resnet18` and the tuner (`tune::measure`) compile and check
+//! them here, and the export and the workload keys take their quantization from here.
+//!
+//! * `data`: a layer's data as the table defines it (`LayerData`: source, weights, bias and
+//!   quantization, drawn from seeds that follow the layer's position in the table);
+//! * `definition`: the layer's definition (`ops::conv2d_nchw_int8` or `ops::dense_int8`) with
+//!   its weight preparation, the workload a tuning record names;
+//! * `reference`: what every schedule's output must equal (`Reference`);
+//! * `table`: a layer ready to compile on the x86 path (`TableLayer`), its weights prepared once
+//!   per panel width and GEMM operands;
+//! * `compiled`: one compiled schedule with its arguments bound (`CompiledLayer`);
+//! * `transpose`: activations between NCHW and NHWC, in plain Rust;
+//! * `error`: `LayerError`, `NotInTable`.
+
+mod compiled;
+mod data;
+mod definition;
+mod error;
+mod reference;
+mod table;
+mod transpose;
+
+pub use compiled::CompiledLayer;
+pub use data::LayerData;
+pub use definition::Definition;
+pub use error::{LayerError, NotInTable};
+pub use reference::Reference;
+pub use table::TableLayer;
+pub use transpose::{nchw_to_nhwc, nhwc_to_nchw};

@@ -1,0 +1,62 @@
+//! Activations between NCHW and NHWC, in plain Rust on the tensors' bytes: the source of a
+//! layer run in NHWC, and its output brought back to the definition's layout to be compared.
+
+use crate::runtime::Tensor;
+
+/// `t` moved from NCHW (`[N, C, H, W]`) to NHWC (`[N, H, W, C]`) when `to_last`, else from
+/// NHWC to NCHW; a tensor that is not 4-D unchanged.
+fn permute(t: &Tensor, to_last: bool) -> Tensor {
+    let &[n, d1, d2, d3] = t.shape() else { return t.clone() };
+    let [n, d1, d2, d3] = [n, d1, d2, d3].map(|d| d as usize);
+    let size = t.dtype().bytes();
+    let bytes = t.as_bytes();
+    let mut out = vec![0u8; bytes.len()];
+    // NCHW `(n, c, y, x)` at `((n·C + c)·H + y)·W + x`; NHWC `(n, y, x, c)` at `((n·H + y)·W + x)·C + c`.
+    let (c, h, w) = if to_last { (d1, d2, d3) } else { (d3, d1, d2) };
+    for i in 0..n {
+        for ch in 0..c {
+            for y in 0..h {
+                for x in 0..w {
+                    let nchw = ((i * c + ch) * h + y) * w + x;
+                    let nhwc = ((i * h + y) * w + x) * c + ch;
+                    let (from, to) = if to_last { (nchw, nhwc) } else { (nhwc, nchw) };
+                    out[to * size..(to + 1) * size].copy_from_slice(&bytes[from * size..(from + 1) * size]);
+                }
+            }
+        }
+    }
+    let shape = if to_last { [n, h, w, c] } else { [n, c, h, w] }.map(|d| d as i64);
+    Tensor::from_le_bytes(t.dtype(), &shape, &out).expect("a permutation keeps the element count")
+}
+
+/// `t: [N, C, H, W]` as `[N, H, W, C]` (a tensor that is not 4-D unchanged).
+pub fn nchw_to_nhwc(t: &Tensor) -> Tensor {
+    permute(t, true)
+}
+
+/// `t: [N, H, W, C]` as `[N, C, H, W]` (a tensor that is not 4-D unchanged).
+pub fn nhwc_to_nchw(t: &Tensor) -> Tensor {
+    permute(t, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use ir::DType;
+
+    use super::*;
+
+    #[test]
+    fn a_transpose_moves_each_element_and_its_inverse_restores_the_tensor() {
+        let values: Vec<u16> = (0..2 * 3 * 4 * 5).collect();
+        let t = Tensor::from_slice(&[2, 3, 4, 5], &values).unwrap();
+        let nhwc = nchw_to_nhwc(&t);
+        assert_eq!(nhwc.shape(), [2, 4, 5, 3]);
+        let v = nhwc.to_vec::<u16>().unwrap();
+        // (n, c, y, x) = (1, 2, 3, 4) is at ((1·4 + 3)·5 + 4)·3 + 2 in NHWC.
+        assert_eq!(v[((4 + 3) * 5 + 4) * 3 + 2], ((3 + 2) * 4 + 3) * 5 + 4);
+        let back = nhwc_to_nchw(&nhwc);
+        assert_eq!((back.shape(), back.to_vec::<u16>().unwrap()), (t.shape(), values));
+        let flat = Tensor::zeros(DType::U8, &[3, 4]).unwrap();
+        assert_eq!(nchw_to_nhwc(&flat).shape(), [3, 4]);
+    }
+}
