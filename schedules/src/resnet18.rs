@@ -1,7 +1,7 @@
 //! The resnet-18 int8 workload (batch 1, NCHW): convolution layers R1..R11 and the FC layer,
-//! exactly as in the issue and the anchors' `layers.py` (outside this repository), with the
-//! quantization that script draws (`quantization`). `scripts/peers/layers.py` builds the same
-//! layers, data and quantization for the peers (same generator and seeds): keep the two equal.
+//! as the project's resnet-18 int8 benchmark defines them, with their quantization
+//! (`quantization`). `scripts/peers/layers.py` builds the same layers, data and quantization for
+//! the peers (same generator and seeds): keep the two equal.
 
 use ir::DType;
 
@@ -135,11 +135,11 @@ impl WeightBits {
     }
 }
 
-/// The anchors' source quantization (`layers.py`): u8, scale 0.02, zero point 128.
+/// The source quantization: u8, scale 0.02, zero point 128.
 pub const SRC_SCALE: f32 = 0.02;
 pub const SRC_ZERO_POINT: i32 = 128;
 /// The destination zero point: mid-range, so that (relu off) negative results are not all
-/// clamped to 0 — the anchors use 0, which only their timing, not a bit-exact check, can afford.
+/// clamped to 0: a bit-exact check needs outputs that are not all at the clamp.
 pub const DST_ZERO_POINT: i32 = 128;
 /// Standard deviations of the uniform source (0..=255 about 128) and weights (-127..=127).
 const SRC_STD: f32 = 73.9;
@@ -228,9 +228,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_table_matches_the_anchors() {
-        // (IC, H, W, OC, K, stride, pad) from shared/anchors/layers.py.
-        let anchors = [
+    fn the_table_matches_the_benchmark_definition() {
+        // (IC, H, W, OC, K, stride, pad) of resnet-18's distinct convolutions, batch 1.
+        let expected = [
             (3, 224, 64, 7, 2, 3),
             (64, 56, 64, 3, 1, 1),
             (64, 56, 128, 3, 2, 1),
@@ -243,7 +243,7 @@ mod tests {
             (256, 14, 512, 1, 2, 0),
             (512, 7, 512, 3, 1, 1),
         ];
-        for (i, (l, (ic, h, oc, k, s, p))) in CONV_LAYERS.iter().zip(anchors).enumerate() {
+        for (i, (l, (ic, h, oc, k, s, p))) in CONV_LAYERS.iter().zip(expected).enumerate() {
             assert_eq!(l.name, format!("R{}", i + 1));
             assert_eq!((l.ic, l.h, l.w, l.oc, l.k, l.stride, l.pad), (ic, h, h, oc, k, s, p));
         }

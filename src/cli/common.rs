@@ -27,8 +27,7 @@ impl IsaChoice {
     }
 }
 
-/// `--weights`: the range of the s8 weights, `full` ([-127, 127], the anchor script's default)
-/// or `7bit` ([-64, 63], what onnxruntime's quantizer gives with reduce_range).
+/// `--weights`: the range of the s8 weights, `full` ([-127, 127]) or `7bit` ([-64, 63], what onnxruntime's quantizer gives with reduce_range).
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum WeightsChoice {
     Full,

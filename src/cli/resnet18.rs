@@ -42,9 +42,9 @@ pub struct Args {
     /// last and back inside the call).
     #[arg(long, value_enum, default_value_t = LayoutChoice::Nhwc)]
     layout: LayoutChoice,
-    /// The weights' range: `full` (s8 in [-127, 127], the anchor script's default) or `7bit`
-    /// ([-64, 63], what onnxruntime's quantizer gives with reduce_range; the anchor script with
-    /// TL_WEIGHT_BITS=7). Without VNNI, 7-bit weights make the vpmaddubsw triple exact.
+    /// The weights' range: `full` (s8 in [-127, 127]) or `7bit` ([-64, 63], what onnxruntime's
+    /// quantizer gives with reduce_range; `--weights` of scripts/peers likewise). Without VNNI,
+    /// 7-bit weights make the vpmaddubsw triple exact.
     #[arg(long, value_enum, default_value_t = WeightsChoice::Full)]
     weights: WeightsChoice,
     #[arg(long, value_enum, default_value_t = Format::Table)]

@@ -1,6 +1,6 @@
 //! Throughput probes' code: the hardware limit each GEMM kernel family is judged against,
-//! measured the way `shared/anchors/peak.c` and `peak_avx2.c` do: independent accumulator chains
-//! in a loop, enough to cover the instructions' latency at their full rate.
+//! measured as independent accumulator chains in a loop, enough to cover the instructions'
+//! latency at their full rate.
 //!
 //! One probe per dot-product method (`ProbeKind`): `vpdpbusd` (VNNI), the saturating
 //! `vpmaddubsw` triple, the sign-transfer chain and `vpmaddwd` + `vpaddd` (widened operands).
