@@ -124,7 +124,7 @@ fn the_key_of_a_fixed_definition_is_stable() {
 }
 
 /// Reports that the running test skipped its check because of `reason`, as the root crate's
-/// `tests/it/skip.rs` does: a `skipped: <test>: <reason>` line on stderr and appended to the
+/// `src/tests/skip.rs` does: a `skipped: <test>: <reason>` line on stderr and appended to the
 /// file `TENSORLIFT_SKIP_LOG` names, if set.
 fn skip(reason: &str) {
     use std::io::Write;

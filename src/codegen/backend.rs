@@ -11,8 +11,9 @@ use crate::error::CompileError;
 use crate::isa::IsaLevel;
 use crate::target::{OptLevel, Target};
 
-/// Cranelift x64 ISA flags of `level`.
-pub(crate) fn cranelift_flags(level: IsaLevel) -> Vec<&'static str> {
+/// Cranelift x64 ISA flags of `level` (public so that tests can compile, never run, code for a
+/// level the host lacks).
+pub fn cranelift_flags(level: IsaLevel) -> Vec<&'static str> {
     let mut flags = vec!["has_sse3", "has_ssse3", "has_sse41", "has_sse42", "has_popcnt"];
     if level >= IsaLevel::Avx2 {
         flags.extend(["has_avx", "has_avx2", "has_fma", "has_bmi1", "has_bmi2", "has_lzcnt"]);

@@ -34,6 +34,7 @@ mod vector;
 
 use cranelift_module::{FuncId, Linkage, Module};
 
+pub use backend::cranelift_flags;
 pub(crate) use backend::{build_isa, build_object_isa};
 
 use crate::error::CompileError;

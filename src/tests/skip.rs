@@ -2,17 +2,18 @@
 //! lacks, an interpreter without numpy) reports it here rather than passing silently: the line
 //! `skipped: <test>[ (<what>)]: <reason>` goes to stderr, past libtest's capture and once per
 //! process, and is appended to the file `TENSORLIFT_SKIP_LOG` names, if set (`.ci/run` sets it
-//! and prints the file's lines after the tests). `tests/it/skip.rs` has the same helpers for the
-//! integration tests.
+//! and prints the file's lines after the tests). One file serves the unit tests (`src/tests/`)
+//! and the integration tests (`tests/it/main.rs` includes it by path); each names `IsaLevel` in
+//! its parent module.
 
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::sync::Mutex;
 
-use crate::isa::IsaLevel;
+use super::IsaLevel;
 
 /// Reports that the running test skipped `what` (`""`: all of it) because of `reason`. The
-/// test's name is its thread's, which libtest sets to the test's path (`tests::kernels::...`).
+/// test's name is its thread's, which libtest sets to the test's path (`vnni::...`, `tests::kernels::...`).
 pub fn skip(what: &str, reason: &str) {
     static REPORTED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let thread = std::thread::current();
@@ -43,5 +44,10 @@ pub fn has_level(level: IsaLevel, what: &str) -> bool {
 
 /// The levels of `levels` this CPU has; the others are reported skipped by the running test.
 pub fn levels_here(levels: impl IntoIterator<Item = IsaLevel>) -> Vec<IsaLevel> {
-    levels.into_iter().filter(|&level| has_level(level, "")).collect()
+    levels_here_for(levels, "")
+}
+
+/// `levels_here`, reporting `what` of the test as skipped at each level this CPU lacks.
+pub fn levels_here_for(levels: impl IntoIterator<Item = IsaLevel>, what: &str) -> Vec<IsaLevel> {
+    levels.into_iter().filter(|&level| has_level(level, what)).collect()
 }

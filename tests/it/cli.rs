@@ -5,7 +5,8 @@ use std::process::Command;
 
 use tensorlift::IsaLevel;
 
-fn tensorlift(args: &[&str]) -> (bool, String, String) {
+/// Runs the `tensorlift` binary: whether it succeeded, its stdout and its stderr.
+pub fn tensorlift(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tensorlift")).args(args).output().expect("run tensorlift");
     (
         out.status.success(),

@@ -5,11 +5,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use schedules::resnet18;
 use tensorlift::record::{PRETUNED, WorkloadRef, pretuned};
 use tensorlift::tune::workload;
+
+use crate::cli::tensorlift;
 
 fn tmp(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("databases");
@@ -17,15 +18,6 @@ fn tmp(name: &str) -> PathBuf {
     let path = dir.join(name);
     let _ = std::fs::remove_file(&path);
     path
-}
-
-fn tensorlift(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tensorlift")).args(args).output().expect("run tensorlift");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Every record of `tuning/pretuned.jsonl` names the workload of a table layer as

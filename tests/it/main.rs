@@ -1,5 +1,8 @@
 //! The integration test binary (one binary, many modules, for link time).
 
+/// The level type the shared skip helpers (`skip`) name.
+use tensorlift::IsaLevel;
+
 mod cli;
 mod conv_knobs;
 mod databases;
@@ -15,6 +18,7 @@ mod plain_reference;
 mod quant;
 mod readme;
 mod shapes;
+#[path = "../../src/tests/skip.rs"]
 mod skip;
 mod tensorize;
 mod tune;

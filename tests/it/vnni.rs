@@ -11,27 +11,13 @@ use ir::interp::array::Array;
 use ir::schedule::{Schedule, create_schedule};
 use ir::te::{Tensor, compute, placeholder, reduce_axis, sum};
 use ir::{Buffer, DType, Expr, ForKind, Func, Stmt, Var};
+use tensorlift::codegen::cranelift_flags;
 use tensorlift::codegen::jit;
 use tensorlift::disasm::decode;
 use tensorlift::{CompileOptions, IsaLevel, Target, Tensor as RtTensor, build, compile};
 
 const A_GRID: [i64; 6] = [0, 1, 127, 128, 254, 255];
 const B_GRID: [i64; 6] = [-128, -127, -1, 0, 1, 127];
-
-/// Cranelift x64 flags of `level` as `IsaLevel` documents them, to compile (never run) code
-/// for a level this host lacks, such as AVX-VNNI without AVX-512.
-fn cranelift_flags(level: IsaLevel) -> Vec<&'static str> {
-    let mut flags = vec!["has_sse3", "has_ssse3", "has_sse41", "has_sse42", "has_popcnt"];
-    if level >= IsaLevel::Avx2 {
-        flags.extend(["has_avx", "has_avx2", "has_fma", "has_bmi1", "has_bmi2", "has_lzcnt"]);
-    }
-    match level {
-        IsaLevel::AvxVnni => flags.push("has_avx_vnni"),
-        IsaLevel::Avx512Vnni => flags.extend(["has_avx512f", "has_avx512vl", "has_avx512dq", "has_avx512vnni"]),
-        IsaLevel::Scalar | IsaLevel::Avx2 => {}
-    }
-    flags
-}
 
 /// The decoded machine code of `func` compiled for `level`: by the runtime when the host
 /// supports the level, else from its Cranelift flags without running it.
