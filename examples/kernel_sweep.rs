@@ -18,7 +18,7 @@ use std::time::Duration;
 use tensorlift::RuntimeError;
 use tensorlift::bench::time_against_peak;
 use tensorlift::isa::{DotMethod, KernelVariant};
-use tensorlift::kernels::{Blocking, GemmShape};
+use tensorlift::kernels::gemm::{Blocking, GemmShape};
 use tensorlift::runtime::GemmKernel;
 use tensorlift::runtime::peak::{PeakError, Probe};
 

@@ -166,14 +166,14 @@ fn report(r: &LayerResult, level: IsaLevel, format: Format) {
                 r.trials(),
                 r.elapsed.as_secs_f64(),
                 point.map_or(String::new(), |p| format!(
-                    "mr {} nr {} lanes {} {:?} {} thread(s){} accumulation {:?}",
+                    "mr {} nr {} lanes {} {} {} thread(s){} accumulation {}",
                     p.mr,
                     p.nr,
                     p.lanes,
-                    p.order,
+                    spelled(p.order),
                     p.threads,
-                    if level.has_vnni() { String::new() } else { format!(" {:?} weights", p.packing) },
-                    p.accumulation
+                    if level.has_vnni() { String::new() } else { format!(" {} weights", spelled(p.packing)) },
+                    spelled(p.accumulation)
                 )),
             );
         }
@@ -193,5 +193,14 @@ fn report(r: &LayerResult, level: IsaLevel, format: Format) {
             });
             println!("{json}");
         }
+    }
+}
+
+/// A knob's value as tuning records spell it (`pixels_outer`, `i16`, `per_row`).
+fn spelled(value: impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(e) => format!("<{e}>"),
     }
 }

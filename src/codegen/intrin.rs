@@ -18,7 +18,8 @@ use super::func::{BufLoc, FnTx, ModuleCtx, module_error};
 use super::{DefinedFunction, KERNEL_ALIGN};
 use crate::error::{CompileError, KernelError};
 use crate::isa::{IsaLevel, KernelVariant, VectorWidth};
-use crate::kernels::{Blocking, GemmShape, MapShape, assemble_gemm, assemble_map};
+use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm};
+use crate::kernels::map::{MapShape, assemble_map};
 
 /// A kernel as defined in the module: what makes two calls share it.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]

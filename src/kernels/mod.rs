@@ -14,6 +14,3 @@
 pub mod gemm;
 pub mod map;
 pub mod peak;
-
-pub use gemm::{Blocking, GemmShape, assemble_gemm};
-pub use map::{MapShape, assemble_map};

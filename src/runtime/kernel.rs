@@ -7,7 +7,7 @@ use crate::codegen::build_isa;
 use crate::codegen::jit::{self, JitCode};
 use crate::error::{CompileError, KernelError, RuntimeError};
 use crate::isa::KernelVariant;
-use crate::kernels::{Blocking, GemmShape, assemble_gemm};
+use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm};
 use crate::target::{OptLevel, Target};
 
 /// One GEMM kernel loaded on its own (outside any compiled function), with checked calls:
