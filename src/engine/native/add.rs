@@ -1,0 +1,66 @@
+//! The quantized residual add, as onnxruntime's x86 `QLinearAdd` kernel computes it
+//! (`mlas/lib/intrinsics/avx2/qladd_avx2.cpp`, `MlasQLinearAddKernelAvx2Helper`, which the
+//! platform selects on every CPU with AVX2):
+//!
+//! ```text
+//! ra = sa / sc, rb = sb / sc                                   f32 divisions
+//! fixed = f32(zc) − (ra · f32(za) + rb · f32(zb))              f32, left to right
+//! c = fma(f32(a), ra, fma(f32(b), rb, fixed))                  two fused multiply-adds
+//! q = saturate(round_half_even(c))                             NaN and overflow: the minimum
+//! ```
+//!
+//! The raw integers enter the FMAs (the zero points are folded into `fixed`), so this differs
+//! from the plain formula `round((sa·(a − za) + sb·(b − zb)) / sc) + zc` by one on rare ties.
+
+use super::{Int8, round_to_i32};
+
+/// The constants of one add.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AddParams {
+    pub a: (f32, i32),
+    pub b: (f32, i32),
+    pub c: (f32, i32),
+}
+
+impl AddParams {
+    /// `(ra, rb, fixed)` as onnxruntime forms them.
+    pub fn constants(&self) -> (f32, f32, f32) {
+        let ((sa, za), (sb, zb), (sc, zc)) = (self.a, self.b, self.c);
+        let (ra, rb) = (sa / sc, sb / sc);
+        (ra, rb, zc as f32 - (ra * za as f32 + rb * zb as f32))
+    }
+}
+
+/// `c[i] = a[i] ⊕ b[i]` for same-shaped operands of type `ty` (any common layout).
+pub fn add(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, c: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has FMA (checked just above).
+        unsafe { add_fma(a, b, params, ty, c) };
+        return;
+    }
+    add_portable(a, b, params, ty, c);
+}
+
+#[inline(always)]
+fn add_loop(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, c: &mut [u8]) {
+    let (ra, rb, fixed) = params.constants();
+    let nan = ty.min();
+    for ((c, &a), &b) in c.iter_mut().zip(a).zip(b) {
+        let t = (ty.value(b) as f32).mul_add(rb, fixed);
+        let v = (ty.value(a) as f32).mul_add(ra, t);
+        *c = ty.saturate(round_to_i32(v, nan));
+    }
+}
+
+/// The loop compiled with FMA instructions (`mul_add` is then one instruction, and vectorizes).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn add_fma(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, c: &mut [u8]) {
+    add_loop(a, b, params, ty, c)
+}
+
+/// The same loop with `mul_add` from the standard library (correctly rounded everywhere).
+fn add_portable(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, c: &mut [u8]) {
+    add_loop(a, b, params, ty, c)
+}
