@@ -22,7 +22,9 @@ pub mod build;
 pub mod dtype;
 pub mod error;
 pub mod finalize;
+mod fusion;
 pub mod op;
+pub mod partition;
 pub mod shape;
 pub mod tensor;
 pub mod value;
@@ -37,5 +39,10 @@ pub use dtype::DataType;
 pub use error::{GraphError, OpRef, TensorRef};
 pub use finalize::FinalizedGraph;
 pub use op::{Op, OpId, OpKind};
+pub use partition::{
+    Activation, Partition, PartitionId, PartitionKind, PartitionPolicy, QAdd, QConv, QGlobalAvgPool, QMatMul, QMaxPool,
+    QuantTensor,
+};
 pub use tensor::{Dim, Layout, LogicalTensor, Shape, TensorId};
 pub use value::{Data, Value, ValueError};
+pub use window::Window;
