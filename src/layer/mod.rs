@@ -11,12 +11,18 @@
 //!   per panel width and GEMM operands;
 //! * `compiled`: one compiled schedule with its arguments bound (`CompiledLayer`);
 //! * `transpose`: activations between NCHW and NHWC, in plain Rust;
+//! * `qconv`, `qdense`: the compile API of imported networks' quantized convolutions and matrix
+//!   products in onnxruntime's requantization order (`QConvSpec`, `QDenseSpec`,
+//!   `compile_qconv`, `compile_qdense`), and `qcompiled`, what they give (`CompiledQuantized`);
 //! * `error`: `LayerError`, `NotInTable`.
 
 mod compiled;
 mod data;
 mod definition;
 mod error;
+mod qcompiled;
+mod qconv;
+mod qdense;
 mod reference;
 mod table;
 mod transpose;
@@ -24,7 +30,10 @@ mod transpose;
 pub use compiled::CompiledLayer;
 pub use data::LayerData;
 pub use definition::Definition;
-pub use error::{LayerError, NotInTable};
+pub use error::{LayerError, NotInTable, SpecError};
+pub use qcompiled::CompiledQuantized;
+pub use qconv::{ActQuant, QConvSpec, compile_qconv};
+pub use qdense::{QDenseSpec, compile_qdense};
 pub use reference::Reference;
 pub use table::TableLayer;
 pub use transpose::{nchw_to_nhwc, nhwc_to_nchw};
