@@ -7,6 +7,7 @@ mod cli;
 mod conv_knobs;
 mod databases;
 mod differential;
+mod engine;
 mod errors;
 mod export;
 mod golden;

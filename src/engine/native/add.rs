@@ -31,36 +31,37 @@ impl AddParams {
     }
 }
 
-/// `c[i] = a[i] ⊕ b[i]` for same-shaped operands of type `ty` (any common layout).
-pub fn add(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, c: &mut [u8]) {
+/// `c[i] = clamp(a[i] ⊕ b[i], clamp)` for same-shaped operands of type `ty` (any common
+/// layout); `clamp` lies in the type's range (the activation's bounds).
+pub fn add(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has FMA (checked just above).
-        unsafe { add_fma(a, b, params, ty, c) };
+        unsafe { add_fma(a, b, params, ty, clamp, c) };
         return;
     }
-    add_portable(a, b, params, ty, c);
+    add_portable(a, b, params, ty, clamp, c);
 }
 
 #[inline(always)]
-fn add_loop(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, c: &mut [u8]) {
+fn add_loop(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, (lo, hi): (i32, i32), c: &mut [u8]) {
     let (ra, rb, fixed) = params.constants();
     let nan = ty.min();
     for ((c, &a), &b) in c.iter_mut().zip(a).zip(b) {
         let t = (ty.value(b) as f32).mul_add(rb, fixed);
         let v = (ty.value(a) as f32).mul_add(ra, t);
-        *c = ty.saturate(round_to_i32(v, nan));
+        *c = ty.saturate(round_to_i32(v, nan).clamp(lo, hi));
     }
 }
 
 /// The loop compiled with FMA instructions (`mul_add` is then one instruction, and vectorizes).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn add_fma(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, c: &mut [u8]) {
-    add_loop(a, b, params, ty, c)
+unsafe fn add_fma(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
+    add_loop(a, b, params, ty, clamp, c)
 }
 
 /// The same loop with `mul_add` from the standard library (correctly rounded everywhere).
-fn add_portable(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, c: &mut [u8]) {
-    add_loop(a, b, params, ty, c)
+fn add_portable(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
+    add_loop(a, b, params, ty, clamp, c)
 }
