@@ -11,6 +11,7 @@ mod engine;
 mod errors;
 mod export;
 mod golden;
+mod graph;
 mod indexing;
 mod invariants;
 mod math;

@@ -1,0 +1,495 @@
+//! The graph layer: building and finalizing (typed errors naming the op, never a panic),
+//! partitioning (the fused int8 patterns and what stops them), and the plain-Rust reference
+//! on small cases whose results are derived by hand here.
+
+use cranelift_entity::EntityRef;
+use proptest::prelude::*;
+use tensorlift::graph::{
+    Activation, AvgPoolAttrs, BiasAddAttrs, ClipAttrs, ConvAttrs, DataType, Dim, Graph, GraphError, MatMulAttrs,
+    MaxPoolAttrs, OpKind, PartitionKind, PartitionPolicy, QuantParams, QuantizeAttrs, ReduceMeanAttrs, ReshapeAttrs,
+    Shape, TensorId, TransposeAttrs, TypeCastAttrs, Value,
+};
+
+use DataType::{F32, S8, S32, U8};
+
+fn dq(scale: f32, zp: i32) -> OpKind {
+    OpKind::Dequantize(QuantParams::per_tensor(scale, zp))
+}
+
+fn q(scale: f32, zp: i32, dtype: DataType) -> OpKind {
+    OpKind::Quantize(QuantizeAttrs { params: QuantParams::per_tensor(scale, zp), dtype })
+}
+
+/// The name of the op an error names, if it names one.
+fn op_name(e: &GraphError) -> Option<&str> {
+    match e {
+        GraphError::UnknownTensor { op, .. }
+        | GraphError::Arity { op, .. }
+        | GraphError::WritesInput { op, .. }
+        | GraphError::Dangling { op, .. }
+        | GraphError::DType { op, .. }
+        | GraphError::Shape { op, .. }
+        | GraphError::Attribute { op, .. }
+        | GraphError::UnknownRank { op, .. }
+        | GraphError::Declared { op, .. } => Some(&op.name),
+        GraphError::ProducedTwice { second, .. } => Some(&second.name),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_graph_built_op_by_op_finalizes_with_inferred_shapes() {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, [1, 3, 8, 8]);
+    let w = g.constant("w", Value::f32(&[4, 3, 3, 3], vec![0.5; 108]).unwrap());
+    let b = g.constant("b", Value::f32(&[4], vec![1.0; 4]).unwrap());
+    // Declared with unknown dimensions: finalization fills them in.
+    let y = g.tensor("y", F32, vec![Dim::Unknown; 4]);
+    g.add_op("conv", OpKind::Convolution(ConvAttrs::square(2, 1)), &[x, w, b], &[y]).unwrap();
+    let r = g.apply("relu", OpKind::ReLU, &[y]).unwrap();
+    let p = g.apply("pool", OpKind::MaxPool(MaxPoolAttrs::square(2, 2, 0)), &[r]).unwrap();
+    let f = g.apply("flat", OpKind::StaticReshape(ReshapeAttrs { shape: vec![1, -1] }), &[p]).unwrap();
+    g.mark_output(f).unwrap();
+    let fg = g.finalize().unwrap();
+    assert_eq!(fg.tensor(y).unwrap().shape, Shape::known(&[1, 4, 4, 4]));
+    assert_eq!(fg.tensor(p).unwrap().shape, Shape::known(&[1, 4, 2, 2]));
+    assert_eq!(fg.tensor(f).unwrap().shape, Shape::known(&[1, 16]));
+    assert_eq!(fg.order().len(), 4);
+}
+
+#[test]
+fn a_dangling_input_names_the_op_that_reads_it() {
+    let mut g = Graph::new();
+    let x = g.tensor("nobody_writes_me", F32, [2, 2]);
+    let y = g.tensor("y", F32, [2, 2]);
+    g.add_op("relu", OpKind::ReLU, &[x], &[y]).unwrap();
+    let e = g.finalize().unwrap_err();
+    assert!(
+        matches!(&e, GraphError::Dangling { op, tensor } if &*op.name == "relu" && &*tensor.name == "nobody_writes_me"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_cycle_lists_its_ops() {
+    let mut g = Graph::new();
+    let a = g.tensor("a", F32, [2]);
+    let b = g.tensor("b", F32, [2]);
+    g.add_op("first", OpKind::ReLU, &[b], &[a]).unwrap();
+    g.add_op("second", OpKind::ReLU, &[a], &[b]).unwrap();
+    let e = g.finalize().unwrap_err();
+    let GraphError::Cycle { ops } = &e else { panic!("expected a cycle, got {e}") };
+    let names: Vec<&str> = ops.iter().map(|o| &*o.name).collect();
+    assert!(names.contains(&"first") && names.contains(&"second"), "{e}");
+    assert_eq!(ops.first(), ops.last(), "the cycle closes: {e}");
+}
+
+#[test]
+fn a_dtype_that_does_not_fit_names_the_op_and_operand() {
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 4]);
+    let e = g.apply("relu_on_u8", OpKind::ReLU, &[x]).unwrap_err();
+    assert!(matches!(&e, GraphError::DType { found: U8, .. }), "{e}");
+    assert_eq!(op_name(&e), Some("relu_on_u8"));
+    // The same through finalize, with a declared output.
+    let mut g = Graph::new();
+    let x = g.input("x", F32, [1, 4]);
+    let y = g.tensor("y", F32, [1, 4]);
+    g.add_op("dq_on_f32", dq(0.5, 0), &[x], &[y]).unwrap();
+    let e = g.finalize().unwrap_err();
+    assert!(matches!(&e, GraphError::DType { found: F32, .. }), "{e}");
+    assert_eq!(op_name(&e), Some("dq_on_f32"));
+}
+
+#[test]
+fn a_shape_that_does_not_fit_names_the_op() {
+    let mut g = Graph::new();
+    let a = g.input("a", F32, [2, 3]);
+    let b = g.input("b", F32, [4, 5]);
+    let e = g.apply("mm", OpKind::MatMul(MatMulAttrs::default()), &[a, b]).unwrap_err();
+    assert!(matches!(&e, GraphError::Shape { .. }), "{e}");
+    assert_eq!(op_name(&e), Some("mm"));
+    let e = g.apply("add", OpKind::Add, &[a, b]).unwrap_err();
+    assert!(matches!(&e, GraphError::Shape { .. }), "{e}");
+    assert_eq!(op_name(&e), Some("add"));
+    // A declared output that disagrees with what the op produces.
+    let mut g = Graph::new();
+    let a = g.input("a", F32, [2, 3]);
+    let y = g.tensor("y", F32, [3, 2]);
+    g.add_op("relu", OpKind::ReLU, &[a], &[y]).unwrap();
+    let e = g.finalize().unwrap_err();
+    assert!(matches!(&e, GraphError::Declared { what: "shape", .. }), "{e}");
+}
+
+/// A convolution of `x: [1, 4, 6, 6]` by `w: [wo, wi, 3, 3]` with `attrs`.
+fn conv_error(attrs: ConvAttrs, wo: usize, wi: usize) -> GraphError {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, [1, 4, 6, 6]);
+    let w = g.constant("w", Value::f32(&[wo, wi, 3, 3], vec![0.0; wo * wi * 9]).unwrap());
+    g.apply("the_conv", OpKind::Convolution(attrs), &[x, w]).unwrap_err()
+}
+
+#[test]
+fn bad_attributes_are_typed_errors_naming_the_op_and_attribute() {
+    let cases: Vec<(ConvAttrs, usize, usize, &str)> = vec![
+        (ConvAttrs::square(0, 1), 4, 4, "strides"),
+        (ConvAttrs::square(1, -1), 4, 4, "pads_begin"),
+        (ConvAttrs { dilations: vec![1, 0], ..ConvAttrs::unit(2) }, 4, 4, "dilations"),
+        (ConvAttrs { groups: 3, ..ConvAttrs::unit(2) }, 3, 1, "groups"),
+        (ConvAttrs { groups: 2, ..ConvAttrs::unit(2) }, 3, 2, "groups"),
+        (ConvAttrs { groups: 0, ..ConvAttrs::unit(2) }, 4, 4, "groups"),
+        (ConvAttrs { strides: vec![1], ..ConvAttrs::unit(2) }, 4, 4, "strides"),
+    ];
+    for (attrs, wo, wi, attribute) in cases {
+        let e = conv_error(attrs.clone(), wo, wi);
+        assert!(
+            matches!(&e, GraphError::Attribute { op, attribute: a, .. } if &*op.name == "the_conv" && *a == attribute),
+            "{attrs:?}: {e}"
+        );
+    }
+    // Weights whose channels are not C / groups.
+    let e = conv_error(ConvAttrs { groups: 2, ..ConvAttrs::unit(2) }, 4, 4);
+    assert!(matches!(&e, GraphError::Shape { .. }), "{e}");
+    let mut g = Graph::new();
+    let x = g.input("x", F32, [1, 1, 4, 4]);
+    let e = g.apply("pool", OpKind::MaxPool(MaxPoolAttrs::square(2, 1, 2)), &[x]).unwrap_err();
+    assert!(matches!(&e, GraphError::Attribute { attribute: "pads_begin", .. }), "{e}");
+    let e = g.apply("clip", OpKind::Clip(ClipAttrs { min: 1.0, max: 0.0 }), &[x]).unwrap_err();
+    assert!(matches!(&e, GraphError::Attribute { .. }), "{e}");
+    let e = g
+        .apply("dq", OpKind::Quantize(QuantizeAttrs { params: QuantParams::per_tensor(0.0, 0), dtype: U8 }), &[x])
+        .unwrap_err();
+    assert!(matches!(&e, GraphError::Attribute { attribute: "scales", .. }), "{e}");
+}
+
+#[test]
+fn an_unknown_tensor_is_a_typed_error() {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, [2]);
+    let stranger = TensorId::new(99);
+    let e = g.apply("relu", OpKind::ReLU, &[stranger]).unwrap_err();
+    assert!(
+        matches!(&e, GraphError::UnknownTensor { op, tensor } if &*op.name == "relu" && *tensor == stranger),
+        "{e}"
+    );
+    let e = g.add_op("relu2", OpKind::ReLU, &[x], &[stranger]).unwrap_err();
+    assert!(matches!(&e, GraphError::UnknownTensor { .. }), "{e}");
+    assert!(matches!(g.mark_output(stranger), Err(GraphError::UnknownGraphTensor { .. })));
+    let e = g.add_op("two_in", OpKind::ReLU, &[x, x], &[]).unwrap_err();
+    assert!(matches!(&e, GraphError::Arity { .. }), "{e}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random graphs: finalize and partition return, never panic.
+
+#[derive(Clone, Debug)]
+struct RandomOp {
+    kind: u8,
+    ints: Vec<i64>,
+    inputs: Vec<u32>,
+    output: u32,
+}
+
+fn random_kind(r: &RandomOp) -> OpKind {
+    let i = |k: usize| r.ints.get(k).copied().unwrap_or(1);
+    let v = |from: usize, n: usize| (from..from + n).map(i).collect::<Vec<_>>();
+    let spatial = (i(0).rem_euclid(3) + 1) as usize;
+    let dtypes = [F32, U8, S8, S32, DataType::F16, DataType::Bf16];
+    match r.kind % 16 {
+        0 => OpKind::Convolution(ConvAttrs {
+            strides: v(1, spatial),
+            pads_begin: v(2, spatial),
+            pads_end: v(3, spatial),
+            dilations: v(4, spatial),
+            groups: i(5),
+        }),
+        1 => OpKind::MatMul(MatMulAttrs { transpose_a: i(1) % 2 == 0, transpose_b: i(2) % 2 == 0 }),
+        2 => OpKind::BiasAdd(BiasAddAttrs { axis: i(1) }),
+        3 => OpKind::Add,
+        4 => OpKind::ReLU,
+        5 => OpKind::Clip(ClipAttrs { min: i(1) as f32, max: i(2) as f32 }),
+        6 => OpKind::MaxPool(MaxPoolAttrs {
+            kernel: v(1, spatial),
+            strides: v(2, spatial),
+            pads_begin: v(3, spatial),
+            pads_end: v(4, spatial),
+            dilations: v(5, spatial),
+            ceil_mode: i(6) % 2 == 0,
+        }),
+        7 => OpKind::AvgPool(AvgPoolAttrs {
+            kernel: v(1, spatial),
+            strides: v(2, spatial),
+            pads_begin: v(3, spatial),
+            pads_end: v(4, spatial),
+            ceil_mode: i(5) % 2 == 0,
+            count_include_pad: i(6) % 2 == 0,
+        }),
+        8 => OpKind::GlobalAveragePool,
+        9 => OpKind::ReduceMean(ReduceMeanAttrs { axes: v(1, spatial), keep_dims: i(2) % 2 == 0 }),
+        10 => OpKind::Dequantize(QuantParams {
+            scales: vec![i(1) as f32 / 4.0; spatial],
+            zero_points: v(2, spatial).into_iter().map(|z| z as i32).collect(),
+            axis: (i(3) % 2 == 0).then_some(i(4)),
+        }),
+        11 => OpKind::Quantize(QuantizeAttrs {
+            params: QuantParams::per_tensor(i(1) as f32 / 8.0, i(2) as i32),
+            dtype: dtypes[i(3).rem_euclid(6) as usize],
+        }),
+        12 => OpKind::TypeCast(TypeCastAttrs { dtype: dtypes[i(1).rem_euclid(6) as usize] }),
+        13 => OpKind::StaticReshape(ReshapeAttrs { shape: v(1, spatial) }),
+        14 => OpKind::StaticTranspose(TransposeAttrs { perm: v(1, spatial + 1) }),
+        _ => OpKind::Reorder,
+    }
+}
+
+fn random_op() -> impl Strategy<Value = RandomOp> {
+    (any::<u8>(), prop::collection::vec(-2i64..5, 8), prop::collection::vec(0u32..10, 1..4), 0u32..12)
+        .prop_map(|(kind, ints, inputs, output)| RandomOp { kind, ints, inputs, output })
+}
+
+fn random_tensor() -> impl Strategy<Value = (u8, Vec<Option<usize>>, u8)> {
+    (any::<u8>(), prop::collection::vec(prop::option::weighted(0.9, 0usize..5), 0..5), 0u8..3)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_graphs_finalize_or_fail_without_panicking(
+        tensors in prop::collection::vec(random_tensor(), 1..9),
+        ops in prop::collection::vec(random_op(), 0..7),
+    ) {
+        let dtypes = [F32, U8, S8, S32, DataType::F16, DataType::Bf16, DataType::Boolean];
+        let mut g = Graph::new();
+        let mut ids = Vec::new();
+        for (i, (dt, dims, role)) in tensors.iter().enumerate() {
+            let dtype = dtypes[*dt as usize % dtypes.len()];
+            let shape = Shape::Dims(dims.iter().map(|d| d.map_or(Dim::Unknown, Dim::Known)).collect());
+            let name = format!("t{i}");
+            ids.push(match role {
+                0 => g.input(&name, dtype, shape),
+                1 if dims.iter().all(Option::is_some) => {
+                    let dims: Vec<usize> = dims.iter().map(|d| d.unwrap_or(1)).collect();
+                    let n = dims.iter().product();
+                    let data = tensorlift::graph::Data::zeros(dtype, n);
+                    g.constant(&name, Value::new(&dims, data).unwrap())
+                }
+                _ => g.tensor(&name, dtype, shape),
+            });
+        }
+        let pick = |k: u32| if (k as usize) < ids.len() { ids[k as usize] } else { TensorId::new(k as usize + 40) };
+        for (i, op) in ops.iter().enumerate() {
+            let inputs: Vec<TensorId> = op.inputs.iter().map(|&k| pick(k)).collect();
+            let _ = g.add_op(&format!("op{i}"), random_kind(op), &inputs, &[pick(op.output)]);
+            let _ = g.apply(&format!("apply{i}"), random_kind(op), &inputs);
+        }
+        if let Some(&last) = ids.last() {
+            let _ = g.mark_output(last);
+        }
+        if let Ok(fg) = g.finalize() {
+            for policy in [PartitionPolicy::Fusion, PartitionPolicy::Debug] {
+                let parts = fg.get_partitions(policy);
+                for &op in fg.order() {
+                    prop_assert!(parts.iter().any(|p| p.ops.contains(&op)), "{op} in no partition");
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Partitioning.
+
+/// `u8 x [1, 2, 4, 4]` → DQ → Conv(3×3, pad 1, DQ(s8 per-channel weights)) [+ BiasAdd(DQ(s32))]
+/// → ReLU → Q(u8), then MaxPool on the quantized output.
+struct ConvNet {
+    graph: Graph,
+    x: TensorId,
+    conv_out: TensorId,
+    pooled: TensorId,
+}
+
+fn conv_net(bias: bool) -> ConvNet {
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 2, 4, 4]);
+    let xf = g.apply("dq_x", dq(0.5, 10), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[3, 2, 3, 3], (0..54).map(|i| (i % 7 - 3) as i8).collect()).unwrap());
+    let wf = g.apply("dq_w", OpKind::Dequantize(QuantParams::per_channel(0, vec![0.25, 0.5, 1.0])), &[w]).unwrap();
+    let mut y = g.apply("conv", OpKind::Convolution(ConvAttrs::square(1, 1)), &[xf, wf]).unwrap();
+    if bias {
+        let b = g.constant("b", Value::s32(&[3], vec![4, -8, 100]).unwrap());
+        let bf =
+            g.apply("dq_b", OpKind::Dequantize(QuantParams::per_channel(0, vec![0.125, 0.25, 0.5])), &[b]).unwrap();
+        y = g.apply("bias", OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, bf]).unwrap();
+    }
+    let r = g.apply("relu", OpKind::ReLU, &[y]).unwrap();
+    let conv_out = g.apply("q", q(2.0, 3, U8), &[r]).unwrap();
+    let pooled = g.apply("pool", OpKind::MaxPool(MaxPoolAttrs::square(2, 2, 0)), &[conv_out]).unwrap();
+    g.mark_output(pooled).unwrap();
+    ConvNet { graph: g, x, conv_out, pooled }
+}
+
+#[test]
+fn a_quantized_conv_chain_is_one_partition_with_everything_resolved() {
+    let net = conv_net(true);
+    let fg = net.graph.finalize().unwrap();
+    let parts = fg.get_partitions(PartitionPolicy::Fusion);
+    assert_eq!(parts.len(), 2, "{parts:#?}");
+    let PartitionKind::QuantizedConv(c) = &parts[0].kind else { panic!("{:?}", parts[0].kind) };
+    assert_eq!(parts[0].ops.len(), 7, "dq_x, dq_w, dq_b, conv, bias, relu, q");
+    assert_eq!(parts[0].inputs, vec![net.x]);
+    assert_eq!(parts[0].outputs, vec![net.conv_out]);
+    assert_eq!(c.bias, Some(vec![4, -8, 100]));
+    assert_eq!((c.src.scale, c.src.zero_point, c.dst.scale, c.dst.zero_point), (0.5, 10, 2.0, 3));
+    // S[c] = 0.5 · w_scale[c] / 2.
+    assert_eq!(c.requant_scales, vec![0.0625, 0.125, 0.25]);
+    assert_eq!(c.activation, Activation::ReLU);
+    assert_eq!(c.clamp, (3, 255));
+    assert_eq!(c.weight_dims, vec![3, 2, 3, 3]);
+    assert_eq!(c.weights[..4], [-3, -2, -1, 0]);
+    assert_eq!((c.window.strides.clone(), c.window.pads_begin.clone(), c.groups), (vec![1, 1], vec![1, 1], 1));
+    let PartitionKind::QuantizedMaxPool(p) = &parts[1].kind else { panic!("{:?}", parts[1].kind) };
+    assert_eq!((p.dtype, p.quant), (U8, None));
+    assert_eq!(parts[1].outputs, vec![net.pooled]);
+    // Debug: one op per partition, none fused.
+    let debug = fg.get_partitions(PartitionPolicy::Debug);
+    assert_eq!(debug.len(), 8);
+    assert!(debug.iter().all(|p| p.ops.len() == 1 && matches!(p.kind, PartitionKind::Single(_))));
+}
+
+#[test]
+fn a_bias_at_the_wrong_scale_or_in_float_is_not_fused() {
+    // Bias scale 0.125 · 2 for channel 1 instead of x_scale · w_scale = 0.25: the BiasAdd stops
+    // the pattern before a Quantize, so nothing fuses.
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 1, 2, 2]);
+    let xf = g.apply("dq_x", dq(0.5, 0), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[2, 1, 1, 1], vec![1, 2]).unwrap());
+    let wf = g.apply("dq_w", OpKind::Dequantize(QuantParams::per_channel(0, vec![0.25, 0.5])), &[w]).unwrap();
+    let b = g.constant("b", Value::s32(&[2], vec![1, 1]).unwrap());
+    let bf = g.apply("dq_b", OpKind::Dequantize(QuantParams::per_channel(0, vec![0.125, 0.5])), &[b]).unwrap();
+    let y = g.apply("conv", OpKind::Convolution(ConvAttrs::unit(2)), &[xf, wf, bf]).unwrap();
+    let out = g.apply("q", q(1.0, 0, U8), &[y]).unwrap();
+    g.mark_output(out).unwrap();
+    let fg = g.finalize().unwrap();
+    let parts = fg.get_partitions(PartitionPolicy::Fusion);
+    assert!(parts.iter().all(|p| matches!(p.kind, PartitionKind::Single(_))), "{parts:#?}");
+    assert_eq!(parts.len(), 5);
+}
+
+#[test]
+fn a_float_result_read_elsewhere_stops_the_fusion() {
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 1, 2, 2]);
+    let xf = g.apply("dq_x", dq(0.5, 0), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[1, 1, 1, 1], vec![3]).unwrap());
+    let wf = g.apply("dq_w", dq(0.25, 0), &[w]).unwrap();
+    let y = g.apply("conv", OpKind::Convolution(ConvAttrs::unit(2)), &[xf, wf]).unwrap();
+    let out = g.apply("q", q(1.0, 0, U8), &[y]).unwrap();
+    let other = g.apply("relu", OpKind::ReLU, &[y]).unwrap();
+    g.mark_output(out).unwrap();
+    g.mark_output(other).unwrap();
+    let fg = g.finalize().unwrap();
+    let parts = fg.get_partitions(PartitionPolicy::Fusion);
+    assert!(!parts.iter().any(|p| matches!(p.kind, PartitionKind::QuantizedConv(_))), "{parts:#?}");
+    // The same conv output as a graph output also stops it.
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 1, 2, 2]);
+    let xf = g.apply("dq_x", dq(0.5, 0), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[1, 1, 1, 1], vec![3]).unwrap());
+    let wf = g.apply("dq_w", dq(0.25, 0), &[w]).unwrap();
+    let y = g.apply("conv", OpKind::Convolution(ConvAttrs::unit(2)), &[xf, wf]).unwrap();
+    let out = g.apply("q", q(1.0, 0, U8), &[y]).unwrap();
+    g.mark_output(out).unwrap();
+    g.mark_output(y).unwrap();
+    let parts = g.finalize().unwrap().get_partitions(PartitionPolicy::Fusion);
+    assert!(!parts.iter().any(|p| matches!(p.kind, PartitionKind::QuantizedConv(_))), "{parts:#?}");
+}
+
+#[test]
+fn a_quantize_followed_by_a_dequantize_is_kept() {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, [4]);
+    let qx = g.apply("q", q(0.5, 0, S8), &[x]).unwrap();
+    let back = g.apply("dq", dq(0.5, 0), &[qx]).unwrap();
+    g.mark_output(back).unwrap();
+    let parts = g.finalize().unwrap().get_partitions(PartitionPolicy::Fusion);
+    assert_eq!(parts.len(), 2);
+    assert!(matches!(parts[0].kind, PartitionKind::Single(OpKind::Quantize(_))));
+    assert!(matches!(parts[1].kind, PartitionKind::Single(OpKind::Dequantize(_))));
+}
+
+/// A residual block's shape: one Dequantize read by a conv and by an Add.
+#[test]
+fn a_shared_dequantize_feeds_each_fused_partition() {
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 1, 2, 2]);
+    let xf = g.apply("dq_x", dq(0.5, 7), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[1, 1, 1, 1], vec![2]).unwrap());
+    let wf = g.apply("dq_w", dq(0.25, 0), &[w]).unwrap();
+    let y = g.apply("conv", OpKind::Convolution(ConvAttrs::unit(2)), &[xf, wf]).unwrap();
+    let yq = g.apply("q_conv", q(0.5, 7, U8), &[y]).unwrap();
+    let yf = g.apply("dq_y", dq(0.5, 7), &[yq]).unwrap();
+    let s = g.apply("add", OpKind::Add, &[yf, xf]).unwrap();
+    let sr = g.apply("relu", OpKind::ReLU, &[s]).unwrap();
+    let out = g.apply("q_add", q(1.0, 0, U8), &[sr]).unwrap();
+    g.mark_output(out).unwrap();
+    let fg = g.finalize().unwrap();
+    let parts = fg.get_partitions(PartitionPolicy::Fusion);
+    assert_eq!(parts.len(), 2, "{parts:#?}");
+    assert!(matches!(parts[0].kind, PartitionKind::QuantizedConv(_)));
+    let PartitionKind::QuantizedAdd(a) = &parts[1].kind else { panic!("{:?}", parts[1].kind) };
+    assert_eq!(parts[1].inputs, vec![yq, x]);
+    assert_eq!((a.a.zero_point, a.b.scale, a.clamp), (7, 0.5, (0, 255)));
+    let dq_x = fg.graph().producer(xf).unwrap();
+    assert!(parts[0].ops.contains(&dq_x) && parts[1].ops.contains(&dq_x));
+}
+
+#[test]
+fn half_precision_arithmetic_and_1d_windows_are_unsupported_with_a_reason() {
+    let mut g = Graph::new();
+    let x = g.input("x", DataType::F16, [2, 2]);
+    let y = g.apply("relu", OpKind::ReLU, &[x]).unwrap();
+    let z = g.apply("cast", OpKind::TypeCast(TypeCastAttrs { dtype: F32 }), &[y]).unwrap();
+    let c = g.input("c", F32, [1, 1, 5]);
+    let p = g
+        .apply(
+            "pool1d",
+            OpKind::MaxPool(MaxPoolAttrs {
+                kernel: vec![2],
+                strides: vec![1],
+                pads_begin: vec![0],
+                pads_end: vec![0],
+                dilations: vec![1],
+                ceil_mode: false,
+            }),
+            &[c],
+        )
+        .unwrap();
+    g.mark_output(z).unwrap();
+    g.mark_output(p).unwrap();
+    let parts = g.finalize().unwrap().get_partitions(PartitionPolicy::Fusion);
+    let reasons: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| match &p.kind {
+            PartitionKind::Unsupported { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons.len(), 2, "{parts:#?}");
+    assert!(reasons.iter().any(|r| r.contains("f16")) && reasons.iter().any(|r| r.contains("2-D")), "{reasons:?}");
+    assert!(parts.iter().any(|p| matches!(p.kind, PartitionKind::Single(OpKind::TypeCast(_)))));
+}
+
+#[test]
+fn graph_sources_use_no_codegen_unsafe_or_clock() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/graph");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for forbidden in ["unsafe ", "cranelift_codegen", "cranelift_jit", "cranelift_frontend", "std::time", "Instant"]
+        {
+            assert!(!text.contains(forbidden), "{} uses `{forbidden}`", path.display());
+        }
+    }
+}
