@@ -8,7 +8,7 @@ use half::f16;
 use npyz::{DType, TypeChar, WriterBuilder};
 use thiserror::Error;
 
-use crate::graph::{Data, DataType, Value};
+use crate::graph::{Data, Value};
 
 /// An unreadable, unwritable or unsupported `.npy` file.
 #[derive(Debug, Error)]

@@ -129,7 +129,7 @@ pub fn compile_with(
         steps.push(Step { partition, kernel, inputs: ins, outputs: outs, ops, compile: begin.elapsed(), tuning });
     }
     let outputs = graph.graph().outputs().iter().map(|&t| Ok((t, slot(t, &mut slots)?))).collect::<Result<Vec<_>, EngineError>>()?;
-    Ok(CompiledGraph { graph, steps, slots, inputs, outputs, slot_of, options: *options, compile_time: start.elapsed() })
+    Ok(CompiledGraph { graph, steps, slots, inputs, outputs, slot_of, options: options.clone(), compile_time: start.elapsed() })
 }
 
 /// The integer type of a quantized activation.

@@ -85,37 +85,9 @@ pub fn run(
             };
             values.push(v);
         }
-        let fail = |reason: String| ReferenceError::Partition { partition: p.id, kind: p.kind.name(), reason };
-        let out = match &p.kind {
-            PartitionKind::Single(kind) | PartitionKind::Unsupported { op: kind, .. } => {
-                let Some(&id) = p.ops.first() else { return Err(fail("no op".into())) };
-                let op = graph.op(id).ok_or_else(|| fail(format!("{id} is not an op of the graph")))?;
-                // The op's inputs in its own order (the partition lists each tensor once).
-                let args: Vec<&Value> = op
-                    .inputs
-                    .iter()
-                    .map(|t| p.inputs.iter().position(|i| i == t).map(|k| &values[k]))
-                    .collect::<Option<_>>()
-                    .ok_or_else(|| fail("an op input is not a partition input".into()))?;
-                eval_op(&g.op_ref(id), kind, &args, &args_refs(graph, &op.inputs))?
-            }
-            PartitionKind::QuantizedConv(c) => quantized_conv(c, one(&values).map_err(fail)?).map_err(fail)?,
-            PartitionKind::QuantizedMatMul(m) => quantized_matmul(m, one(&values).map_err(fail)?).map_err(fail)?,
-            PartitionKind::QuantizedAdd(a) => {
-                let (x, y) = match values.as_slice() {
-                    [x] => (x, x),
-                    [x, y] => (x, y),
-                    _ => return Err(fail(format!("expected 1 or 2 inputs, found {}", values.len()))),
-                };
-                quantized_add(a, x, y).map_err(fail)?
-            }
-            PartitionKind::QuantizedMaxPool(m) => quantized_max_pool(m, one(&values).map_err(fail)?).map_err(fail)?,
-            PartitionKind::QuantizedGlobalAvgPool(a) => {
-                quantized_global_avg_pool(a, one(&values).map_err(fail)?).map_err(fail)?
-            }
-        };
-        let [t] = p.outputs[..] else { return Err(fail(format!("expected 1 output, found {}", p.outputs.len()))) };
-        env.insert(t, out);
+        for (t, out) in p.outputs.iter().zip(partition(graph, p, &values)?) {
+            env.insert(*t, out);
+        }
     }
     g.outputs()
         .iter()
@@ -129,6 +101,46 @@ pub fn run(
             }),
         })
         .collect()
+}
+
+/// Evaluates one partition on `values` (its inputs, in `p.inputs`' order) and returns its
+/// outputs, in `p.outputs`' order: the reference of one compiled partition.
+pub fn partition(graph: &FinalizedGraph, p: &Partition, values: &[Value]) -> Result<Vec<Value>, ReferenceError> {
+    let g = graph.graph();
+    if p.outputs.len() != 1 {
+        let reason = format!("expected 1 output, found {}", p.outputs.len());
+        return Err(ReferenceError::Partition { partition: p.id, kind: p.kind.name(), reason });
+    }
+    let fail = |reason: String| ReferenceError::Partition { partition: p.id, kind: p.kind.name(), reason };
+    let out = match &p.kind {
+        PartitionKind::Single(kind) | PartitionKind::Unsupported { op: kind, .. } => {
+            let Some(&id) = p.ops.first() else { return Err(fail("no op".into())) };
+            let op = graph.op(id).ok_or_else(|| fail(format!("{id} is not an op of the graph")))?;
+            // The op's inputs in its own order (the partition lists each tensor once).
+            let args: Vec<&Value> = op
+                .inputs
+                .iter()
+                .map(|t| p.inputs.iter().position(|i| i == t).map(|k| &values[k]))
+                .collect::<Option<_>>()
+                .ok_or_else(|| fail("an op input is not a partition input".into()))?;
+            eval_op(&g.op_ref(id), kind, &args, &args_refs(graph, &op.inputs))?
+        }
+        PartitionKind::QuantizedConv(c) => quantized_conv(c, one(&values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedMatMul(m) => quantized_matmul(m, one(&values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedAdd(a) => {
+            let (x, y) = match values {
+                [x] => (x, x),
+                [x, y] => (x, y),
+                _ => return Err(fail(format!("expected 1 or 2 inputs, found {}", values.len()))),
+            };
+            quantized_add(a, x, y).map_err(fail)?
+        }
+        PartitionKind::QuantizedMaxPool(m) => quantized_max_pool(m, one(&values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedGlobalAvgPool(a) => {
+            quantized_global_avg_pool(a, one(&values).map_err(fail)?).map_err(fail)?
+        }
+    };
+    Ok(vec![out])
 }
 
 fn args_refs(graph: &FinalizedGraph, inputs: &[TensorId]) -> Vec<TensorRef> {

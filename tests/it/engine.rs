@@ -122,3 +122,87 @@ fn an_input_of_the_wrong_shape_or_dtype_is_a_typed_error() {
     let err = g.execute(&[]).unwrap_err();
     assert!(matches!(err, EngineError::InputCount { expected: 1, found: 0 }), "{err}");
 }
+
+/// A residual block built by hand with random weights, scales and zero points (seeded): u8 or
+/// s8 `x` → [DQ → Conv 3×3 (+ i32 bias) → ReLU → Q] twice → DQ/DQ → Add → ReLU → Q → MaxPool →
+/// DQ → GlobalAveragePool → Q → Reshape → DQ → MatMul(DQ(weights)) → Q → DQ.
+fn residual_block(seed: u64, act: DataType) -> tensorlift::graph::Graph {
+    use tensorlift::graph::{BiasAddAttrs, ConvAttrs, MatMulAttrs, MaxPoolAttrs, OpKind, QuantParams, QuantizeAttrs, ReshapeAttrs};
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+    let mut next = move |m: u32| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 33) as u32) % m
+    };
+    let (lo, span) = if act == DataType::U8 { (0, 256) } else { (-128, 256) };
+    let mut zp = |next: &mut dyn FnMut(u32) -> u32| lo + next(span) as i32;
+    let mut scale = |next: &mut dyn FnMut(u32) -> u32| (1 + next(1000)) as f32 / 4096.0;
+    let dq = |s: f32, z: i32| OpKind::Dequantize(QuantParams::per_tensor(s, z));
+    let q = |s: f32, z: i32| OpKind::Quantize(QuantizeAttrs { params: QuantParams::per_tensor(s, z), dtype: act });
+    let c = 16;
+    let mut g = tensorlift::graph::Graph::new();
+    let x = g.input("x", act, [1, c, 10, 10]);
+    let (sx, zx) = (scale(&mut next), zp(&mut next));
+    let mut h = x;
+    let (mut sh, mut zh) = (sx, zx);
+    for layer in 0..2 {
+        let xf = g.apply(&format!("dq{layer}"), dq(sh, zh), &[h]).unwrap();
+        let w: Vec<i8> = (0..c * c * 9).map(|_| (next(255) as i32 - 127) as i8).collect();
+        let ws: Vec<f32> = (0..c).map(|_| scale(&mut next) / 8.0).collect();
+        let w = g.constant(&format!("w{layer}"), Value::s8(&[c, c, 3, 3], w).unwrap());
+        let wf = g.apply(&format!("dqw{layer}"), OpKind::Dequantize(QuantParams::per_channel(0, ws.clone())), &[w]).unwrap();
+        let y = g.apply(&format!("conv{layer}"), OpKind::Convolution(ConvAttrs::square(1, 1)), &[xf, wf]).unwrap();
+        let bias: Vec<i32> = (0..c).map(|_| next(20001) as i32 - 10000).collect();
+        let b = g.constant(&format!("b{layer}"), Value::s32(&[c], bias).unwrap());
+        let bscales: Vec<f32> = ws.iter().map(|w| sh * w).collect();
+        let bf = g.apply(&format!("dqb{layer}"), OpKind::Dequantize(QuantParams::per_channel(0, bscales)), &[b]).unwrap();
+        let y = g.apply(&format!("bias{layer}"), OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, bf]).unwrap();
+        let r = g.apply(&format!("relu{layer}"), OpKind::ReLU, &[y]).unwrap();
+        (sh, zh) = (scale(&mut next) * 4.0, zp(&mut next));
+        h = g.apply(&format!("q{layer}"), q(sh, zh), &[r]).unwrap();
+    }
+    let af = g.apply("dq_a", dq(sh, zh), &[h]).unwrap();
+    let bf = g.apply("dq_b", dq(sx, zx), &[x]).unwrap();
+    let sum = g.apply("add", OpKind::Add, &[af, bf]).unwrap();
+    let r = g.apply("relu_add", OpKind::ReLU, &[sum]).unwrap();
+    let (sa, za) = (scale(&mut next) * 4.0, zp(&mut next));
+    let added = g.apply("q_add", q(sa, za), &[r]).unwrap();
+    let pooled = g.apply("pool", OpKind::MaxPool(MaxPoolAttrs::square(3, 2, 1)), &[added]).unwrap();
+    let pf = g.apply("dq_pool", dq(sa, za), &[pooled]).unwrap();
+    let gap = g.apply("gap", OpKind::GlobalAveragePool, &[pf]).unwrap();
+    let (sg, zg) = (scale(&mut next), zp(&mut next));
+    let gq = g.apply("q_gap", q(sg, zg), &[gap]).unwrap();
+    let flat = g.apply("flat", OpKind::StaticReshape(ReshapeAttrs { shape: vec![1, -1] }), &[gq]).unwrap();
+    let ff = g.apply("dq_flat", dq(sg, zg), &[flat]).unwrap();
+    let n = 10;
+    let fw: Vec<i8> = (0..c * n).map(|_| (next(255) as i32 - 127) as i8).collect();
+    let fw = g.constant("fc_w", Value::s8(&[c, n], fw).unwrap());
+    let fwf = g.apply("dq_fc_w", OpKind::Dequantize(QuantParams::per_tensor(scale(&mut next) / 8.0, 0)), &[fw]).unwrap();
+    let logits = g.apply("fc", OpKind::MatMul(MatMulAttrs::default()), &[ff, fwf]).unwrap();
+    let (sl, zl) = (scale(&mut next) * 4.0, zp(&mut next));
+    let lq = g.apply("q_fc", q(sl, zl), &[logits]).unwrap();
+    let out = g.apply("dq_out", dq(sl, zl), &[lq]).unwrap();
+    g.mark_output(out).unwrap();
+    g
+}
+
+#[test]
+fn a_hand_built_residual_block_matches_the_reference_at_every_level() {
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "the hand-built residual block");
+    for seed in 0..6 {
+        for act in [DataType::U8, DataType::S8] {
+            for &level in &levels {
+                let graph = residual_block(seed, act).finalize().unwrap();
+                let partitions = graph.get_partitions(PartitionPolicy::Fusion);
+                let kinds: Vec<&str> = partitions.iter().map(|p| p.kind.name()).collect();
+                for kind in ["QuantizedConv", "QuantizedAdd", "QuantizedMaxPool", "QuantizedGlobalAvgPool", "QuantizedMatMul"] {
+                    assert!(kinds.contains(&kind), "seed {seed}: no {kind} in {kinds:?}");
+                }
+                let options = CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
+                let mut g = engine::compile(graph, partitions, &options).unwrap();
+                let native = g.steps().iter().filter(|s| !matches!(s.kernel, Kernel::Reference { .. })).count();
+                assert_eq!(native, g.steps().len(), "seed {seed}, {act}: every partition on a kernel of the engine");
+                check_against_reference(&mut g, seed, &format!("residual block {seed} {act} at {level}"));
+            }
+        }
+    }
+}
