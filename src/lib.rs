@@ -34,6 +34,7 @@ pub mod engine;
 pub mod kernels;
 pub mod layer;
 pub mod npy;
+pub mod onnx;
 pub mod record;
 pub mod runtime;
 pub mod target;
