@@ -297,7 +297,10 @@ impl FinalizedGraph {
         };
         let position = |op: OpId| self.order().iter().position(|&o| o == op).unwrap_or(usize::MAX);
         let mut groups: Vec<fusion::Group> = groups;
-        groups.sort_by_key(|g| g.ops.iter().map(|&o| position(o)).max().unwrap_or(0));
+        for g in &mut groups {
+            g.ops.sort_by_key(|&o| position(o));
+        }
+        groups.sort_by_key(|g| g.ops.last().map_or(0, |&o| position(o)));
         groups
             .into_iter()
             .enumerate()

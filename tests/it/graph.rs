@@ -6,8 +6,8 @@ use cranelift_entity::EntityRef;
 use proptest::prelude::*;
 use tensorlift::graph::{
     Activation, AvgPoolAttrs, BiasAddAttrs, ClipAttrs, ConvAttrs, DataType, Dim, Graph, GraphError, MatMulAttrs,
-    MaxPoolAttrs, OpKind, PartitionKind, PartitionPolicy, QuantParams, QuantizeAttrs, ReduceMeanAttrs, ReshapeAttrs,
-    Shape, TensorId, TransposeAttrs, TypeCastAttrs, Value,
+    MaxPoolAttrs, OpKind, PartitionKind, PartitionPolicy, QuantParams, QuantizeAttrs, ReduceMeanAttrs, ReferenceError,
+    ReshapeAttrs, Shape, TensorId, TransposeAttrs, TypeCastAttrs, Value, reference,
 };
 
 use DataType::{F32, S8, S32, U8};
@@ -492,4 +492,276 @@ fn graph_sources_use_no_codegen_unsafe_or_clock() {
             assert!(!text.contains(forbidden), "{} uses `{forbidden}`", path.display());
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference, on values derived by hand.
+
+/// Partitions `g` under `policy` and runs the reference on `inputs`; the graph's outputs.
+fn run(g: &Graph, policy: PartitionPolicy, inputs: &[(TensorId, Value)]) -> Vec<Value> {
+    let fg = g.clone().finalize().unwrap();
+    let parts = fg.get_partitions(policy);
+    reference::run(&fg, &parts, inputs).unwrap().into_iter().map(|(_, v)| v).collect()
+}
+
+fn kinds(g: &Graph, policy: PartitionPolicy) -> Vec<&'static str> {
+    g.clone().finalize().unwrap().get_partitions(policy).iter().map(|p| p.kind.name()).collect()
+}
+
+/// `u8 x[1, 1, 2, 2]` (scale 0.5, zp 10) → 1×1 conv by `w = 3` (scale 0.25) + i32 bias 1
+/// (scale 0.125) → ReLU → Quantize (scale 0.25, zp 5, u8).
+fn tiny_conv() -> (Graph, TensorId) {
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 1, 2, 2]);
+    let xf = g.apply("dq_x", dq(0.5, 10), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[1, 1, 1, 1], vec![3]).unwrap());
+    let wf = g.apply("dq_w", dq(0.25, 0), &[w]).unwrap();
+    let b = g.constant("b", Value::s32(&[1], vec![1]).unwrap());
+    let bf = g.apply("dq_b", dq(0.125, 0), &[b]).unwrap();
+    let y = g.apply("conv", OpKind::Convolution(ConvAttrs::unit(2)), &[xf, wf, bf]).unwrap();
+    let r = g.apply("relu", OpKind::ReLU, &[y]).unwrap();
+    let out = g.apply("q", q(0.25, 5, U8), &[r]).unwrap();
+    g.mark_output(out).unwrap();
+    (g, x)
+}
+
+#[test]
+fn reference_quantized_conv_by_hand() {
+    let (g, x) = tiny_conv();
+    assert_eq!(kinds(&g, PartitionPolicy::Fusion), ["QuantizedConv"]);
+    // acc = (x − 10)·3 + 1 = [4, 7, −2, 31]; S = 0.5·0.25/0.25 = 0.5; v = [2, 3.5, −1, 15.5];
+    // round half even [2, 4, −1, 16]; + 5 = [7, 9, 4, 21]; ReLU: max(q, 5) = [7, 9, 5, 21].
+    let input = [(x, Value::u8(&[1, 1, 2, 2], vec![11, 12, 9, 20]).unwrap())];
+    let want = Value::u8(&[1, 1, 2, 2], vec![7, 9, 5, 21]).unwrap();
+    assert_eq!(run(&g, PartitionPolicy::Fusion, &input), std::slice::from_ref(&want));
+    // In floats: [0.5, 1, −0.5, 5]·0.75 + 0.125 = [0.5, 0.875, −0.25, 3.875], ReLU, / 0.25 =
+    // [2, 3.5, 0, 15.5], rounded [2, 4, 0, 16] + 5: the same here.
+    assert_eq!(run(&g, PartitionPolicy::Debug, &input), [want]);
+}
+
+#[test]
+fn reference_fused_and_float_paths_differ_where_rounding_does() {
+    // x_scale = w_scale = y_scale = 0.1 (f32 0.100000001490116), x − zp = 1, w = 5.
+    // Fused: S = f32(f32(0.1·0.1) / 0.1) = 0.100000008940697; v = 5·S = 0.500000059604645,
+    // which rounds to 1. Float: 0.1·(5·0.1 = 0.5) = 0.0500000007450581, / 0.1 = 0.5 exactly,
+    // which rounds (half to even) to 0.
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 1, 1, 1]);
+    let xf = g.apply("dq_x", dq(0.1, 0), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[1, 1, 1, 1], vec![5]).unwrap());
+    let wf = g.apply("dq_w", dq(0.1, 0), &[w]).unwrap();
+    let y = g.apply("conv", OpKind::Convolution(ConvAttrs::unit(2)), &[xf, wf]).unwrap();
+    let out = g.apply("q", q(0.1, 0, U8), &[y]).unwrap();
+    g.mark_output(out).unwrap();
+    let input = [(x, Value::u8(&[1, 1, 1, 1], vec![1]).unwrap())];
+    assert_eq!(run(&g, PartitionPolicy::Fusion, &input), [Value::u8(&[1, 1, 1, 1], vec![1]).unwrap()]);
+    assert_eq!(run(&g, PartitionPolicy::Debug, &input), [Value::u8(&[1, 1, 1, 1], vec![0]).unwrap()]);
+}
+
+#[test]
+fn reference_quantized_conv_with_padding_stride_and_groups() {
+    // x: 2 channels of 3×3 (zp 0, scale 1), 2 groups, each 2×2 kernel of ones (scale 1),
+    // stride 2, pad 1: output 2×2 per channel; y scale 1, zp 0, s8.
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 2, 3, 3]);
+    let xf = g.apply("dq_x", dq(1.0, 0), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[2, 1, 2, 2], vec![1, 1, 1, 1, 1, 1, 1, -1]).unwrap());
+    let wf = g.apply("dq_w", dq(1.0, 0), &[w]).unwrap();
+    let attrs = ConvAttrs { groups: 2, ..ConvAttrs::square(2, 1) };
+    let y = g.apply("conv", OpKind::Convolution(attrs), &[xf, wf]).unwrap();
+    let out = g.apply("q", q(1.0, 0, S8), &[y]).unwrap();
+    g.mark_output(out).unwrap();
+    // Channel 0 = 1..9, channel 1 = 10..18 (row-major 3×3).
+    let input = [(x, Value::u8(&[1, 2, 3, 3], (1..=18).collect()).unwrap())];
+    // Output (0,0) covers input rows/cols {−1, 0}: only x[0][0]. (0,1): cols {1, 2} of row 0.
+    // Channel 0: [1, 2+3, 4+7, 5+6+8+9] = [1, 5, 11, 28].
+    // Channel 1, taps w = [[1, 1], [1, −1]]: (0,0) sees x[0][0] at tap (1,1): −10;
+    // (0,1) sees row 0 cols 1, 2 at taps (1,0), (1,1): 11 − 12 = −1;
+    // (1,0) sees rows 1, 2 col 0 at taps (0,1), (1,1): 13 − 16 = −3;
+    // (1,1) sees x[1][1], x[1][2], x[2][1], x[2][2] = 14 + 15 + 17 − 18 = 28.
+    let want = Value::s8(&[1, 2, 2, 2], vec![1, 5, 11, 28, -10, -1, -3, 28]).unwrap();
+    assert_eq!(run(&g, PartitionPolicy::Fusion, &input), std::slice::from_ref(&want));
+    assert_eq!(run(&g, PartitionPolicy::Debug, &input), [want]);
+}
+
+#[test]
+fn reference_quantized_matmul_by_hand() {
+    for transposed in [false, true] {
+        let mut g = Graph::new();
+        let x = g.input("x", U8, [1, 3]);
+        let xf = g.apply("dq_x", dq(1.0, 5), &[x]).unwrap();
+        // W = [[1, 2], [3, 4], [5, 6]] as [K, N], or its transpose [N, K].
+        let (wv, axis) = if transposed { (vec![1, 3, 5, 2, 4, 6], 0) } else { (vec![1, 2, 3, 4, 5, 6], 1) };
+        let dims: &[usize] = if transposed { &[2, 3] } else { &[3, 2] };
+        let w = g.constant("w", Value::s8(dims, wv).unwrap());
+        let wf = g.apply("dq_w", OpKind::Dequantize(QuantParams::per_channel(axis, vec![0.5, 0.25])), &[w]).unwrap();
+        let mm = OpKind::MatMul(MatMulAttrs { transpose_a: false, transpose_b: transposed });
+        let y = g.apply("fc", mm, &[xf, wf]).unwrap();
+        let b = g.constant("b", Value::s32(&[2], vec![1, -4]).unwrap());
+        let bf = g.apply("dq_b", OpKind::Dequantize(QuantParams::per_channel(0, vec![0.5, 0.25])), &[b]).unwrap();
+        let yb = g.apply("bias", OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, bf]).unwrap();
+        let out = g.apply("q", q(1.0, 0, S8), &[yb]).unwrap();
+        g.mark_output(out).unwrap();
+        assert_eq!(kinds(&g, PartitionPolicy::Fusion), ["QuantizedMatMul"]);
+        // x − 5 = [0, 1, 2]; acc = [0·1 + 1·3 + 2·5, 0·2 + 1·4 + 2·6] = [13, 16];
+        // + bias = [14, 12]; · S = [0.5, 0.25] → [7, 3].
+        let input = [(x, Value::u8(&[1, 3], vec![5, 6, 7]).unwrap())];
+        assert_eq!(run(&g, PartitionPolicy::Fusion, &input), [Value::s8(&[1, 2], vec![7, 3]).unwrap()], "{transposed}");
+        assert_eq!(run(&g, PartitionPolicy::Debug, &input), [Value::s8(&[1, 2], vec![7, 3]).unwrap()], "{transposed}");
+    }
+}
+
+#[test]
+fn reference_quantized_add_by_hand() {
+    for relu in [false, true] {
+        let mut g = Graph::new();
+        let a = g.input("a", U8, [4]);
+        let b = g.input("b", U8, [4]);
+        let af = g.apply("dq_a", dq(0.5, 10), &[a]).unwrap();
+        let bf = g.apply("dq_b", dq(0.25, 1), &[b]).unwrap();
+        let mut s = g.apply("add", OpKind::Add, &[af, bf]).unwrap();
+        if relu {
+            s = g.apply("relu", OpKind::ReLU, &[s]).unwrap();
+        }
+        let out = g.apply("q", q(1.0, 0, S8), &[s]).unwrap();
+        g.mark_output(out).unwrap();
+        assert_eq!(kinds(&g, PartitionPolicy::Fusion), ["QuantizedAdd"]);
+        // r_a = 0.5, r_b = 0.25, fixed = 0 − (0.5·10 + 0.25·1) = −5.25;
+        // v = a·0.5 + (b·0.25 − 5.25): (11, 1) → 0.5 → 0; (13, 1) → 1.5 → 2;
+        // (2, 1) → −4; (10, 0) → −0.25 → 0.
+        let input =
+            [(a, Value::u8(&[4], vec![11, 13, 2, 10]).unwrap()), (b, Value::u8(&[4], vec![1, 1, 1, 0]).unwrap())];
+        let want = if relu { vec![0, 2, 0, 0] } else { vec![0, 2, -4, 0] };
+        assert_eq!(run(&g, PartitionPolicy::Fusion, &input), [Value::s8(&[4], want).unwrap()], "relu {relu}");
+    }
+}
+
+#[test]
+fn reference_quantized_pools_by_hand() {
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 2, 2, 2]);
+    // Dequantize → MaxPool → Quantize with the same parameters: integers.
+    let xf = g.apply("dq", dq(0.5, 1), &[x]).unwrap();
+    let p = g.apply("pool", OpKind::MaxPool(MaxPoolAttrs::square(2, 1, 0)), &[xf]).unwrap();
+    let pq = g.apply("q", q(0.5, 1, U8), &[p]).unwrap();
+    // Dequantize → GlobalAveragePool → Quantize.
+    let xf2 = g.apply("dq2", dq(0.5, 1), &[x]).unwrap();
+    let a = g.apply("gap", OpKind::GlobalAveragePool, &[xf2]).unwrap();
+    let aq = g.apply("q2", q(0.25, 3, U8), &[a]).unwrap();
+    g.mark_output(pq).unwrap();
+    g.mark_output(aq).unwrap();
+    assert_eq!(kinds(&g, PartitionPolicy::Fusion), ["QuantizedMaxPool", "QuantizedGlobalAvgPool"]);
+    let input = [(x, Value::u8(&[1, 2, 2, 2], vec![1, 2, 4, 3, 10, 10, 10, 11]).unwrap())];
+    // Max: [4, 11]. Average: P = 4, S = 0.5 / (0.25·4) = 0.5;
+    // channel 0: (1 + 2 + 4 + 3 − 4) · 0.5 = 3 → 6; channel 1: (41 − 4) · 0.5 = 18.5 → 18 → 21.
+    let got = run(&g, PartitionPolicy::Fusion, &input);
+    assert_eq!(got, [Value::u8(&[1, 2, 1, 1], vec![4, 11]).unwrap(), Value::u8(&[1, 2, 1, 1], vec![6, 21]).unwrap()]);
+    // In floats the average of channel 1 is 37·0.5/4 = 4.625, / 0.25 = 18.5 → 18 + 3: the same.
+    assert_eq!(run(&g, PartitionPolicy::Debug, &input), got);
+}
+
+#[test]
+fn reference_float_ops_by_hand() {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, [1, 1, 2, 3]);
+    // AvgPool 2×2, stride 1, pad 1 on the left/top only; count_include_pad on and off.
+    let pool = |include: bool| AvgPoolAttrs {
+        kernel: vec![2, 2],
+        strides: vec![1, 1],
+        pads_begin: vec![1, 1],
+        pads_end: vec![0, 0],
+        ceil_mode: false,
+        count_include_pad: include,
+    };
+    let avg_in = g.apply("avg_in", OpKind::AvgPool(pool(true)), &[x]).unwrap();
+    let avg_ex = g.apply("avg_ex", OpKind::AvgPool(pool(false)), &[x]).unwrap();
+    let mx = g
+        .apply("max", OpKind::MaxPool(MaxPoolAttrs { pads_end: vec![0, 0], ..MaxPoolAttrs::square(2, 1, 1) }), &[x])
+        .unwrap();
+    let t = g.apply("t", OpKind::StaticTranspose(TransposeAttrs { perm: vec![0, 1, 3, 2] }), &[x]).unwrap();
+    let mean = g.apply("mean", OpKind::ReduceMean(ReduceMeanAttrs { axes: vec![-1], keep_dims: false }), &[x]).unwrap();
+    let clip = g.apply("clip", OpKind::Clip(ClipAttrs { min: 1.5, max: 4.0 }), &[x]).unwrap();
+    let row = g.constant("row", Value::f32(&[3], vec![10.0, 20.0, 30.0]).unwrap());
+    let add = g.apply("add", OpKind::Add, &[x, row]).unwrap();
+    let h = g.apply("to_f16", OpKind::TypeCast(TypeCastAttrs { dtype: DataType::F16 }), &[x]).unwrap();
+    for out in [avg_in, avg_ex, mx, t, mean, clip, add, h] {
+        g.mark_output(out).unwrap();
+    }
+    // x = [[1, 2, 3], [4, 5, 6]].
+    let input = [(x, Value::f32(&[1, 1, 2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap())];
+    let got = run(&g, PartitionPolicy::Fusion, &input);
+    let f = |dims: &[usize], v: Vec<f32>| Value::f32(dims, v).unwrap();
+    // Windows (rows, cols) start at −1: output (i, j) covers rows i−1..i, cols j−1..j.
+    // Sums: (0,0) 1; (0,1) 1+2; (0,2) 2+3; (1,0) 1+4; (1,1) 1+2+4+5; (1,2) 2+3+5+6.
+    // With padding every window counts 4; without, the taps inside: 1, 2, 2, 2, 4, 4.
+    assert_eq!(got[0], f(&[1, 1, 2, 3], vec![0.25, 0.75, 1.25, 1.25, 3.0, 4.0]));
+    assert_eq!(got[1], f(&[1, 1, 2, 3], vec![1.0, 1.5, 2.5, 2.5, 3.0, 4.0]));
+    assert_eq!(got[2], f(&[1, 1, 2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+    assert_eq!(got[3], f(&[1, 1, 3, 2], vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]));
+    assert_eq!(got[4], f(&[1, 1, 2], vec![2.0, 5.0]));
+    assert_eq!(got[5], f(&[1, 1, 2, 3], vec![1.5, 2.0, 3.0, 4.0, 4.0, 4.0]));
+    assert_eq!(got[6], f(&[1, 1, 2, 3], vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]));
+    assert_eq!(got[7].dtype(), DataType::F16);
+}
+
+#[test]
+fn reference_quantize_and_dequantize_by_hand() {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, [6]);
+    let qx = g.apply("q", q(0.5, 3, S8), &[x]).unwrap();
+    let back = g.apply("dq", dq(0.5, 3), &[qx]).unwrap();
+    g.mark_output(qx).unwrap();
+    g.mark_output(back).unwrap();
+    // x / 0.5 = [0.5, 1.5, −0.5, 200, −inf, NaN] → half to even [0, 2, −0, 200, −inf, NaN]
+    // + 3, saturated to s8: [3, 5, 3, 127, −128, −128] (NaN gives the low bound).
+    let input = [(x, Value::f32(&[6], vec![0.25, 0.75, -0.25, 100.0, f32::NEG_INFINITY, f32::NAN]).unwrap())];
+    let got = run(&g, PartitionPolicy::Fusion, &input);
+    assert_eq!(got[0], Value::s8(&[6], vec![3, 5, 3, 127, -128, -128]).unwrap());
+    // f32(q − 3)·0.5.
+    assert_eq!(got[1], Value::f32(&[6], vec![0.0, 1.0, 0.0, 62.0, -65.5, -65.5]).unwrap());
+}
+
+#[test]
+fn reference_rejects_wrong_inputs() {
+    let (g, x) = tiny_conv();
+    let fg = g.finalize().unwrap();
+    let parts = fg.get_partitions(PartitionPolicy::Fusion);
+    let e = reference::run(&fg, &parts, &[(x, Value::s8(&[1, 1, 2, 2], vec![0; 4]).unwrap())]).unwrap_err();
+    assert!(matches!(e, ReferenceError::InputDType { expected: U8, found: S8, .. }), "{e}");
+    let e = reference::run(&fg, &parts, &[(x, Value::u8(&[1, 1, 2, 3], vec![0; 6]).unwrap())]).unwrap_err();
+    assert!(matches!(e, ReferenceError::InputShape { .. }), "{e}");
+    let e = reference::run(&fg, &parts, &[]).unwrap_err();
+    assert!(matches!(e, ReferenceError::MissingInput { .. }), "{e}");
+    let w = fg.graph().tensors().find(|(_, t)| t.name == "w").map(|(id, _)| id).unwrap();
+    let e = reference::run(&fg, &parts, &[(w, Value::s8(&[1, 1, 1, 1], vec![0]).unwrap())]).unwrap_err();
+    assert!(matches!(e, ReferenceError::NotAnInput { .. }), "{e}");
+}
+
+#[test]
+fn reference_checks_unknown_dimensions_with_the_concrete_values() {
+    // A batch dimension unknown until run time.
+    let mut g = Graph::new();
+    let x = g.input("x", F32, vec![Dim::Unknown, Dim::Known(2)]);
+    let y = g.apply("relu", OpKind::ReLU, &[x]).unwrap();
+    g.mark_output(y).unwrap();
+    let out =
+        run(&g, PartitionPolicy::Debug, &[(x, Value::f32(&[3, 2], vec![-1.0, 1.0, -2.0, 2.0, 0.0, -0.0]).unwrap())]);
+    assert_eq!(out[0].dims(), [3, 2]);
+    assert!(out[0].bits_eq(&Value::f32(&[3, 2], vec![0.0, 1.0, 0.0, 2.0, 0.0, -0.0]).unwrap()));
+}
+
+#[test]
+fn partitions_print_one_line_each_with_the_ops_they_fuse() {
+    let net = conv_net(true);
+    let fg = net.graph.finalize().unwrap();
+    let parts = fg.get_partitions(PartitionPolicy::Fusion);
+    let text = fg.display_partitions(&parts);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with("p0 QuantizedConv") && lines[0].contains("[dq_x, dq_w, conv, dq_b, bias, relu, q]"),
+        "{text}"
+    );
+    assert!(lines[1].starts_with("p1 QuantizedMaxPool") && lines[1].contains("[pool]"), "{text}");
+    assert_eq!(fg.display_ops().lines().count(), 8);
 }
