@@ -334,8 +334,21 @@ fn quantized_conv(c: &QConv, x: &Value) -> Result<Value, String> {
     let (n, ch) = (dims[0], dims[1]);
     let oc = c.weight_dims[0];
     let (cg, ocg) = (ch / c.groups, oc / c.groups);
-    if cg != c.weight_dims[1] || ocg * c.groups != oc {
+    if cg != c.weight_dims[1] || cg * c.groups != ch || ocg * c.groups != oc {
         return Err(format!("weights {:?} do not fit {ch} channels in {} groups", c.weight_dims, c.groups));
+    }
+    let klen_declared: usize = c.weight_dims.iter().product();
+    if c.weights.len() != klen_declared
+        || !(c.weight_scales.len() == 1 || c.weight_scales.len() == oc)
+        || c.bias.as_ref().is_some_and(|b| b.len() != oc)
+    {
+        return Err(format!(
+            "{} weights, {} weight scales and {:?} biases do not fit weights {:?}",
+            c.weights.len(),
+            c.weight_scales.len(),
+            c.bias.as_ref().map(Vec::len),
+            c.weight_dims
+        ));
     }
     let window = Window { kernel: c.weight_dims[2..].to_vec(), ..c.window.clone() };
     let geo = Geometry::new(&window, &dims[2..])?;
@@ -377,7 +390,8 @@ fn quantized_matmul(m: &QMatMul, x: &Value) -> Result<Value, String> {
     let xs = int_values(x, &m.src, "the source")?;
     let [k, n] = m.weight_dims;
     let &[rows, kx] = x.dims() else { return Err(format!("the source must be [M, K], found {:?}", x.dims())) };
-    if kx != k || m.weights.len() != k * n {
+    let scales_ok = m.weight_scales.len() == 1 || m.weight_scales.len() == n;
+    if kx != k || m.weights.len() != k * n || !scales_ok || m.bias.as_ref().is_some_and(|b| b.len() != n) {
         return Err(format!("the source [{rows}, {kx}] does not fit weights [{k}, {n}]"));
     }
     let mut out = vec![0i32; rows * n];

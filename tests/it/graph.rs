@@ -180,7 +180,7 @@ fn an_unknown_tensor_is_a_typed_error() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Random graphs: finalize and partition return, never panic.
+// Random graphs: finalize, partition and the reference return, never panic.
 
 #[derive(Clone, Debug)]
 struct RandomOp {
@@ -255,7 +255,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_graphs_finalize_or_fail_without_panicking(
+    fn random_graphs_finalize_partition_and_run_or_fail_without_panicking(
         tensors in prop::collection::vec(random_tensor(), 1..9),
         ops in prop::collection::vec(random_op(), 0..7),
     ) {
@@ -287,11 +287,187 @@ proptest! {
             let _ = g.mark_output(last);
         }
         if let Ok(fg) = g.finalize() {
+            // Zeros for every input, unknown dimensions taken as 1.
+            let inputs: Vec<(TensorId, Value)> = fg
+                .graph()
+                .inputs()
+                .iter()
+                .filter_map(|&t| {
+                    let lt = fg.tensor(t)?;
+                    let dims: Vec<usize> = lt.shape.dims()?.iter().map(|d| d.known().unwrap_or(1)).collect();
+                    let n = dims.iter().product();
+                    Some((t, Value::new(&dims, tensorlift::graph::Data::zeros(lt.dtype, n)).ok()?))
+                })
+                .collect();
             for policy in [PartitionPolicy::Fusion, PartitionPolicy::Debug] {
                 let parts = fg.get_partitions(policy);
                 for &op in fg.order() {
                     prop_assert!(parts.iter().any(|p| p.ops.contains(&op)), "{op} in no partition");
                 }
+                // Evaluates or fails with a typed error; never panics.
+                let _ = reference::run(&fg, &parts, &inputs);
+            }
+        }
+    }
+}
+
+/// One step of a grown graph: an op kind, two picks among the tensors so far, two attributes.
+#[derive(Clone, Debug)]
+struct Step {
+    kind: u8,
+    a: usize,
+    b: usize,
+    p: i64,
+    q: i64,
+}
+
+/// Grows a graph step by step with `apply`, mostly well formed (so that partitioning and the
+/// reference see real patterns), sometimes not; returns it with its input.
+fn grow(steps: &[Step], input_u8: bool, dims: [usize; 4]) -> (Graph, TensorId) {
+    let mut g = Graph::new();
+    let x = g.input("x", if input_u8 { U8 } else { F32 }, dims);
+    let mut ts = vec![x];
+    for (i, s) in steps.iter().enumerate() {
+        let t = ts[s.a % ts.len()];
+        let u = ts[s.b % ts.len()];
+        let lt = g.logical_tensor(t).unwrap().clone();
+        let shape: Vec<usize> = lt.shape.concrete().unwrap_or_default();
+        let name = format!("s{i}");
+        let scale = (s.p.rem_euclid(7) + 1) as f32 / 8.0;
+        let zp = s.q.rem_euclid(5) as i32;
+        let out = match s.kind % 14 {
+            0 => g.apply(&name, dq(scale, zp), &[t]),
+            1 => g.apply(&name, q(scale, zp, if s.q % 2 == 0 { U8 } else { S8 }), &[t]),
+            2 => {
+                let c = shape.get(1).copied().unwrap_or(1);
+                let groups = if s.q % 3 == 0 && c % 2 == 0 { 2 } else { 1 };
+                let (oc, k) = ((s.b % 3 + 1) * groups, (s.p.rem_euclid(3) + 1) as usize);
+                let wdims = [oc, (c / groups).max(1), k, k];
+                let n = wdims.iter().product::<usize>();
+                let w = if s.q % 2 == 0 {
+                    let w = g.constant(
+                        &format!("{name}_w"),
+                        Value::s8(&wdims, (0..n).map(|j| (j % 5) as i8 - 2).collect()).unwrap(),
+                    );
+                    match g.apply(&format!("{name}_dqw"), dq(0.25, 0), &[w]) {
+                        Ok(w) => w,
+                        Err(_) => continue,
+                    }
+                } else {
+                    g.constant(
+                        &format!("{name}_w"),
+                        Value::f32(&wdims, (0..n).map(|j| j as f32 / 8.0).collect()).unwrap(),
+                    )
+                };
+                let attrs = ConvAttrs {
+                    groups: groups as i64,
+                    ..ConvAttrs::square(s.p.rem_euclid(3) - 0, s.q.rem_euclid(3) - 1 + (s.b % 2) as i64)
+                };
+                g.apply(&name, OpKind::Convolution(attrs), &[t, w])
+            }
+            3 => g.apply(&name, OpKind::ReLU, &[t]),
+            4 => g.apply(
+                &name,
+                OpKind::Clip(ClipAttrs { min: s.p as f32 / 4.0, max: s.p as f32 / 4.0 + s.q.rem_euclid(8) as f32 }),
+                &[t],
+            ),
+            5 => g.apply(
+                &name,
+                OpKind::MaxPool(MaxPoolAttrs::square(s.p.rem_euclid(3) + 1, s.q.rem_euclid(3), s.b as i64 % 2)),
+                &[t],
+            ),
+            6 => {
+                let attrs = AvgPoolAttrs {
+                    count_include_pad: s.b % 2 == 0,
+                    ceil_mode: s.a % 2 == 0,
+                    ..AvgPoolAttrs::square(s.p.rem_euclid(3) + 1, s.q.rem_euclid(2) + 1, (s.b % 2) as i64)
+                };
+                g.apply(&name, OpKind::AvgPool(attrs), &[t])
+            }
+            7 => g.apply(&name, OpKind::GlobalAveragePool, &[t]),
+            8 => {
+                g.apply(&name, OpKind::ReduceMean(ReduceMeanAttrs { axes: vec![2, 3], keep_dims: s.q % 2 == 0 }), &[t])
+            }
+            9 => g.apply(&name, OpKind::Add, &[t, u]),
+            10 => {
+                let k = shape.last().copied().unwrap_or(1);
+                let n = (s.b % 3) + 1;
+                let w = g.constant(
+                    &format!("{name}_w"),
+                    Value::s8(&[k, n], (0..k * n).map(|j| (j % 7) as i8 - 3).collect()).unwrap(),
+                );
+                match g.apply(
+                    &format!("{name}_dqw"),
+                    OpKind::Dequantize(QuantParams::per_channel(1, vec![0.5; n])),
+                    &[w],
+                ) {
+                    Ok(w) => g.apply(&name, OpKind::MatMul(MatMulAttrs::default()), &[t, w]),
+                    Err(_) => continue,
+                }
+            }
+            11 => g.apply(&name, OpKind::StaticReshape(ReshapeAttrs { shape: vec![1, -1] }), &[t]),
+            12 => g.apply(
+                &name,
+                OpKind::StaticTranspose(TransposeAttrs { perm: (0..shape.len() as i64).rev().collect() }),
+                &[t],
+            ),
+            _ => {
+                let axis = (s.q.rem_euclid(shape.len().max(1) as i64)) as usize;
+                let n = shape.get(axis).copied().unwrap_or(1);
+                let b = g.constant(&format!("{name}_b"), Value::s32(&[n], vec![3; n]).unwrap());
+                match g.apply(&format!("{name}_dqb"), dq(scale, 0), &[b]) {
+                    Ok(b) => g.apply(&name, OpKind::BiasAdd(BiasAddAttrs { axis: axis as i64 }), &[t, b]),
+                    Err(_) => continue,
+                }
+            }
+        };
+        if let Ok(out) = out {
+            ts.push(out);
+        }
+    }
+    g.mark_output(*ts.last().unwrap_or(&x)).unwrap();
+    (g, x)
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (any::<u8>(), 0usize..16, 0usize..16, -3i64..9, -3i64..9).prop_map(|(kind, a, b, p, q)| Step { kind, a, b, p, q })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Grown graphs: both policies partition every op, the reference runs both (or fails with
+    /// a typed error, never a panic), and where both run the outputs have the same types and
+    /// shapes.
+    #[test]
+    fn grown_graphs_partition_and_run_under_both_policies(
+        steps in prop::collection::vec(step(), 1..10),
+        input_u8 in any::<bool>(),
+        dims in (1usize..3, 1usize..5, 1usize..6, 1usize..6),
+        seed in any::<u64>(),
+    ) {
+        let dims = [dims.0, dims.1, dims.2, dims.3];
+        let (g, x) = grow(&steps, input_u8, dims);
+        let Ok(fg) = g.finalize() else { return Ok(()) };
+        let n: usize = dims.iter().product();
+        let mut r = seed;
+        let mut next = move || { r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); (r >> 33) as u32 };
+        let value = if input_u8 {
+            Value::u8(&dims, (0..n).map(|_| next() as u8).collect()).unwrap()
+        } else {
+            Value::f32(&dims, (0..n).map(|_| (next() % 64) as f32 / 8.0 - 4.0).collect()).unwrap()
+        };
+        let mut results = Vec::new();
+        for policy in [PartitionPolicy::Fusion, PartitionPolicy::Debug] {
+            let parts = fg.get_partitions(policy);
+            for &op in fg.order() {
+                prop_assert!(parts.iter().any(|p| p.ops.contains(&op)), "{op} in no partition");
+            }
+            results.push(reference::run(&fg, &parts, &[(x, value.clone())]));
+        }
+        if let (Ok(a), Ok(b)) = (&results[0], &results[1]) {
+            for ((_, va), (_, vb)) in a.iter().zip(b) {
+                prop_assert_eq!((va.dtype(), va.dims()), (vb.dtype(), vb.dims()));
             }
         }
     }
