@@ -361,7 +361,7 @@ fn grow(steps: &[Step], input_u8: bool, dims: [usize; 4]) -> (Graph, TensorId) {
                 };
                 let attrs = ConvAttrs {
                     groups: groups as i64,
-                    ..ConvAttrs::square(s.p.rem_euclid(3) - 0, s.q.rem_euclid(3) - 1 + (s.b % 2) as i64)
+                    ..ConvAttrs::square(s.p.rem_euclid(3), s.q.rem_euclid(3) - 1 + (s.b % 2) as i64)
                 };
                 g.apply(&name, OpKind::Convolution(attrs), &[t, w])
             }
