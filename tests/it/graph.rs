@@ -813,6 +813,22 @@ fn reference_quantized_add_by_hand() {
 }
 
 #[test]
+fn reference_quantized_add_rounds_after_adding_the_zero_point() {
+    // a = b = 6 at scale 0.125 (zp 0), y scale 1, zp 7: v = 6·0.125 + (6·0.125 + 7) = 8.5,
+    // which rounds half to even to 8; the float path rounds 1.5 to 2 first, then adds 7: 9.
+    let mut g = Graph::new();
+    let a = g.input("a", U8, [1]);
+    let af = g.apply("dq_a", dq(0.125, 0), &[a]).unwrap();
+    let bf = g.apply("dq_b", dq(0.125, 0), &[a]).unwrap();
+    let s = g.apply("add", OpKind::Add, &[af, bf]).unwrap();
+    let out = g.apply("q", q(1.0, 7, U8), &[s]).unwrap();
+    g.mark_output(out).unwrap();
+    let input = [(a, Value::u8(&[1], vec![6]).unwrap())];
+    assert_eq!(run(&g, PartitionPolicy::Fusion, &input), [Value::u8(&[1], vec![8]).unwrap()]);
+    assert_eq!(run(&g, PartitionPolicy::Debug, &input), [Value::u8(&[1], vec![9]).unwrap()]);
+}
+
+#[test]
 fn reference_quantized_pools_by_hand() {
     let mut g = Graph::new();
     let x = g.input("x", U8, [1, 2, 2, 2]);
@@ -940,4 +956,105 @@ fn partitions_print_one_line_each_with_the_ops_they_fuse() {
     );
     assert!(lines[1].starts_with("p1 QuantizedMaxPool") && lines[1].contains("[pool]"), "{text}");
     assert_eq!(fg.display_ops().lines().count(), 8);
+}
+
+/// A random quantized conv (any groups, stride, pad, dilation; bias; ReLU or Clip or none)
+/// followed by a quantized Add of its result and a GlobalAveragePool on a 2×2 image, all with
+/// power-of-two scales: then every float operation of the Debug path is exact and the fused
+/// integer formulas must give the same integers.
+#[derive(Clone, Debug)]
+struct PowerOfTwoNet {
+    c: usize,
+    oc_per_group: usize,
+    groups: usize,
+    k: usize,
+    stride: i64,
+    pad: i64,
+    dilation: i64,
+    act: u8,
+    bias: bool,
+    exps: [i32; 4],
+    zps: [i32; 3],
+    seed: u64,
+}
+
+fn power_of_two_net() -> impl Strategy<Value = PowerOfTwoNet> {
+    (
+        (1usize..4, 1usize..3, 1usize..3, 1usize..4),
+        (1i64..3, 0i64..2, 1i64..3, 0u8..3, any::<bool>()),
+        ([-6i32..-1, -4i32..0, -3i32..3, -3i32..3], [0i32..20, 0i32..20, 0i32..20], any::<u64>()),
+    )
+        .prop_map(|((c, oc_per_group, groups, k), (stride, pad, dilation, act, bias), (exps, zps, seed))| {
+            PowerOfTwoNet { c, oc_per_group, groups, k, stride, pad, dilation, act, bias, exps, zps, seed }
+        })
+}
+
+fn pow2(e: i32) -> f32 {
+    2f32.powi(e)
+}
+
+impl PowerOfTwoNet {
+    /// The graph, its input and the input value (spatial 5×5, or as the window needs).
+    fn build(&self) -> Option<(Graph, TensorId, Value)> {
+        let (c, oc) = (self.c * self.groups, self.oc_per_group * self.groups);
+        let [ex, ew, ey, ez] = self.exps;
+        let [zx, zy, zz] = self.zps;
+        let mut r = self.seed;
+        let mut next = move || {
+            r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (r >> 33) as u32
+        };
+        let mut g = Graph::new();
+        let x = g.input("x", U8, [1, c, 5, 5]);
+        let xf = g.apply("dq_x", dq(pow2(ex), zx), &[x]).ok()?;
+        let wdims = [oc, self.c, self.k, self.k];
+        let n: usize = wdims.iter().product();
+        let w = g.constant("w", Value::s8(&wdims, (0..n).map(|_| next() as i8).collect()).unwrap());
+        let w_scales: Vec<f32> = (0..oc).map(|i| pow2(ew - (i % 3) as i32)).collect();
+        let wf = g.apply("dq_w", OpKind::Dequantize(QuantParams::per_channel(0, w_scales.clone())), &[w]).ok()?;
+        let mut ins = vec![xf, wf];
+        if self.bias {
+            let b =
+                g.constant("b", Value::s32(&[oc], (0..oc).map(|_| (next() % 2001) as i32 - 1000).collect()).unwrap());
+            let b_scales = w_scales.iter().map(|s| pow2(ex) * s).collect();
+            ins.push(g.apply("dq_b", OpKind::Dequantize(QuantParams::per_channel(0, b_scales)), &[b]).ok()?);
+        }
+        let attrs = ConvAttrs {
+            strides: vec![self.stride; 2],
+            pads_begin: vec![self.pad; 2],
+            pads_end: vec![self.pad; 2],
+            dilations: vec![self.dilation; 2],
+            groups: self.groups as i64,
+        };
+        let mut y = g.apply("conv", OpKind::Convolution(attrs), &ins).ok()?;
+        y = match self.act {
+            0 => y,
+            1 => g.apply("relu", OpKind::ReLU, &[y]).ok()?,
+            _ => g.apply("clip", OpKind::Clip(ClipAttrs { min: -1.0, max: 6.0 }), &[y]).ok()?,
+        };
+        let yq = g.apply("q", q(pow2(ey), zy, U8), &[y]).ok()?;
+        // A residual-style Add of the conv's output and itself through another Dequantize.
+        let yf = g.apply("dq_y", dq(pow2(ey), zy), &[yq]).ok()?;
+        let yf2 = g.apply("dq_y2", dq(pow2(ey), zy), &[yq]).ok()?;
+        let s = g.apply("add", OpKind::Add, &[yf, yf2]).ok()?;
+        // An even zero point: QAdd rounds `v + zp` (onnxruntime's AVX2 kernel folds the zero
+        // point in before rounding), which equals rounding `v` first only for even ones.
+        let sq = g.apply("q_add", q(pow2(ez), zz / 2 * 2, S8), &[s]).ok()?;
+        g.mark_output(sq).ok()?;
+        let value = Value::u8(&[1, c, 5, 5], (0..c * 25).map(|_| next() as u8).collect()).unwrap();
+        Some((g, x, value))
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fused_integer_formulas_equal_exact_float_paths(net in power_of_two_net()) {
+        let Some((g, x, value)) = net.build() else { return Ok(()) };
+        let fused_kinds = kinds(&g, PartitionPolicy::Fusion);
+        prop_assert_eq!(fused_kinds, ["QuantizedConv", "QuantizedAdd"]);
+        let input = [(x, value)];
+        prop_assert_eq!(run(&g, PartitionPolicy::Fusion, &input), run(&g, PartitionPolicy::Debug, &input));
+    }
 }
