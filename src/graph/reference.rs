@@ -35,6 +35,8 @@ pub enum ReferenceError {
     InputShape { tensor: TensorRef, expected: Shape, found: Vec<usize> },
     #[error("partition {partition}: {tensor} has no value yet (partitions out of order?)")]
     NotComputed { partition: PartitionId, tensor: TensorRef },
+    #[error("graph output {tensor} is computed by no partition")]
+    OutputNotComputed { tensor: TensorRef },
     #[error("partition {partition} ({kind}): {reason}")]
     Partition { partition: PartitionId, kind: &'static str, reason: String },
     /// An op's check with the concrete shapes failed (a dimension unknown until now).
@@ -85,35 +87,8 @@ pub fn run(
             };
             values.push(v);
         }
+        let out = run_partition(graph, p, &values)?;
         let fail = |reason: String| ReferenceError::Partition { partition: p.id, kind: p.kind.name(), reason };
-        let out = match &p.kind {
-            PartitionKind::Single(kind) | PartitionKind::Unsupported { op: kind, .. } => {
-                let Some(&id) = p.ops.first() else { return Err(fail("no op".into())) };
-                let op = graph.op(id).ok_or_else(|| fail(format!("{id} is not an op of the graph")))?;
-                // The op's inputs in its own order (the partition lists each tensor once).
-                let args: Vec<&Value> = op
-                    .inputs
-                    .iter()
-                    .map(|t| p.inputs.iter().position(|i| i == t).map(|k| &values[k]))
-                    .collect::<Option<_>>()
-                    .ok_or_else(|| fail("an op input is not a partition input".into()))?;
-                eval_op(&g.op_ref(id), kind, &args, &args_refs(graph, &op.inputs))?
-            }
-            PartitionKind::QuantizedConv(c) => quantized_conv(c, one(&values).map_err(fail)?).map_err(fail)?,
-            PartitionKind::QuantizedMatMul(m) => quantized_matmul(m, one(&values).map_err(fail)?).map_err(fail)?,
-            PartitionKind::QuantizedAdd(a) => {
-                let (x, y) = match values.as_slice() {
-                    [x] => (x, x),
-                    [x, y] => (x, y),
-                    _ => return Err(fail(format!("expected 1 or 2 inputs, found {}", values.len()))),
-                };
-                quantized_add(a, x, y).map_err(fail)?
-            }
-            PartitionKind::QuantizedMaxPool(m) => quantized_max_pool(m, one(&values).map_err(fail)?).map_err(fail)?,
-            PartitionKind::QuantizedGlobalAvgPool(a) => {
-                quantized_global_avg_pool(a, one(&values).map_err(fail)?).map_err(fail)?
-            }
-        };
         let [t] = p.outputs[..] else { return Err(fail(format!("expected 1 output, found {}", p.outputs.len()))) };
         env.insert(t, out);
     }
@@ -122,13 +97,54 @@ pub fn run(
         .map(|&t| match (env.get(&t), g.constant_value(t)) {
             (Some(v), _) => Ok((t, v.clone())),
             (None, Some(c)) => Ok((t, (**c).clone())),
-            (None, None) => Err(ReferenceError::Partition {
-                partition: PartitionId::from_u32(u32::MAX),
-                kind: "output",
-                reason: format!("graph output {} is computed by no partition", g.tensor_ref(t)),
-            }),
+            (None, None) => Err(ReferenceError::OutputNotComputed { tensor: g.tensor_ref(t) }),
         })
         .collect()
+}
+
+/// Evaluates one partition on `values`, the values of `partition.inputs` in that order, and
+/// returns the value of its output: the reference a compiled partition is compared with.
+/// Errors: values that do not fit the partition (count, types, shapes), an op whose checks
+/// fail with the concrete shapes.
+pub fn run_partition(graph: &FinalizedGraph, p: &Partition, values: &[Value]) -> Result<Value, ReferenceError> {
+    let g = graph.graph();
+    if values.len() != p.inputs.len() {
+        return Err(ReferenceError::Partition {
+            partition: p.id,
+            kind: p.kind.name(),
+            reason: format!("expected {} input values, found {}", p.inputs.len(), values.len()),
+        });
+    }
+    let fail = |reason: String| ReferenceError::Partition { partition: p.id, kind: p.kind.name(), reason };
+    let out = match &p.kind {
+        PartitionKind::Single(kind) | PartitionKind::Unsupported { op: kind, .. } => {
+            let Some(&id) = p.ops.first() else { return Err(fail("no op".into())) };
+            let op = graph.op(id).ok_or_else(|| fail(format!("{id} is not an op of the graph")))?;
+            // The op's inputs in its own order (the partition lists each tensor once).
+            let args: Vec<&Value> = op
+                .inputs
+                .iter()
+                .map(|t| p.inputs.iter().position(|i| i == t).map(|k| &values[k]))
+                .collect::<Option<_>>()
+                .ok_or_else(|| fail("an op input is not a partition input".into()))?;
+            eval_op(&g.op_ref(id), kind, &args, &args_refs(graph, &op.inputs))?
+        }
+        PartitionKind::QuantizedConv(c) => quantized_conv(c, one(values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedMatMul(m) => quantized_matmul(m, one(values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedAdd(a) => {
+            let (x, y) = match values {
+                [x] => (x, x),
+                [x, y] => (x, y),
+                _ => return Err(fail(format!("expected 1 or 2 inputs, found {}", values.len()))),
+            };
+            quantized_add(a, x, y).map_err(fail)?
+        }
+        PartitionKind::QuantizedMaxPool(m) => quantized_max_pool(m, one(values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedGlobalAvgPool(a) => {
+            quantized_global_avg_pool(a, one(values).map_err(fail)?).map_err(fail)?
+        }
+    };
+    Ok(out)
 }
 
 fn args_refs(graph: &FinalizedGraph, inputs: &[TensorId]) -> Vec<TensorRef> {

@@ -1058,3 +1058,17 @@ proptest! {
         prop_assert_eq!(run(&g, PartitionPolicy::Fusion, &input), run(&g, PartitionPolicy::Debug, &input));
     }
 }
+
+#[test]
+fn one_partition_runs_alone_on_its_input_values() {
+    let (g, _) = tiny_conv();
+    let fg = g.finalize().unwrap();
+    let parts = fg.get_partitions(PartitionPolicy::Fusion);
+    let x = Value::u8(&[1, 1, 2, 2], vec![11, 12, 9, 20]).unwrap();
+    let got = reference::run_partition(&fg, &parts[0], std::slice::from_ref(&x)).unwrap();
+    assert_eq!(got, Value::u8(&[1, 1, 2, 2], vec![7, 9, 5, 21]).unwrap());
+    let e = reference::run_partition(&fg, &parts[0], &[x.clone(), x]).unwrap_err();
+    assert!(matches!(e, ReferenceError::Partition { .. }), "{e}");
+    let e = reference::run_partition(&fg, &parts[0], &[Value::s8(&[1, 1, 2, 2], vec![0; 4]).unwrap()]).unwrap_err();
+    assert!(e.to_string().contains("u8"), "{e}");
+}
