@@ -1072,3 +1072,29 @@ fn one_partition_runs_alone_on_its_input_values() {
     let e = reference::run_partition(&fg, &parts[0], &[Value::s8(&[1, 1, 2, 2], vec![0; 4]).unwrap()]).unwrap_err();
     assert!(e.to_string().contains("u8"), "{e}");
 }
+
+#[test]
+fn reference_dilation_and_ceil_mode_by_hand() {
+    let mut g = Graph::new();
+    let x = g.input("x", F32, [1, 1, 1, 5]);
+    let w = g.constant("w", Value::f32(&[1, 1, 1, 2], vec![1.0, 10.0]).unwrap());
+    let attrs = ConvAttrs { dilations: vec![1, 2], ..ConvAttrs::unit(2) };
+    let y = g.apply("conv", OpKind::Convolution(attrs), &[x, w]).unwrap();
+    let pool = MaxPoolAttrs {
+        kernel: vec![1, 2],
+        strides: vec![1, 2],
+        pads_begin: vec![0, 0],
+        pads_end: vec![0, 0],
+        dilations: vec![1, 1],
+        ceil_mode: true,
+    };
+    let p = g.apply("pool", OpKind::MaxPool(pool), &[x]).unwrap();
+    g.mark_output(y).unwrap();
+    g.mark_output(p).unwrap();
+    let got =
+        run(&g, PartitionPolicy::Fusion, &[(x, Value::f32(&[1, 1, 1, 5], vec![1.0, 2.0, 3.0, 4.0, 5.0]).unwrap())]);
+    // Taps 2 apart: x[i] + 10·x[i + 2] for i = 0, 1, 2.
+    assert_eq!(got[0], Value::f32(&[1, 1, 1, 3], vec![31.0, 42.0, 53.0]).unwrap());
+    // ceil((5 − 2) / 2) + 1 = 3 windows: {0, 1}, {2, 3}, {4} (the last tap is past the end).
+    assert_eq!(got[1], Value::f32(&[1, 1, 1, 3], vec![2.0, 4.0, 5.0]).unwrap());
+}
