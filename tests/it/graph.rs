@@ -1098,3 +1098,27 @@ fn reference_dilation_and_ceil_mode_by_hand() {
     // ceil((5 − 2) / 2) + 1 = 3 windows: {0, 1}, {2, 3}, {4} (the last tap is past the end).
     assert_eq!(got[1], Value::f32(&[1, 1, 1, 3], vec![2.0, 4.0, 5.0]).unwrap());
 }
+
+#[test]
+fn a_fused_clip_clamps_to_its_quantized_bounds() {
+    // x − 10 = [−10, 0, 4, 20] at scale 0.5, w = 2 at 0.5: acc = [−20, 0, 8, 40], S = 0.25/0.5.
+    // v = [−10, 0, 4, 20] → + 3 = [−7, 3, 7, 23]; Clip(−1, 6) quantizes to [−2 + 3, 12 + 3] =
+    // [1, 15]: [1, 3, 7, 15].
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 1, 1, 4]);
+    let xf = g.apply("dq_x", dq(0.5, 10), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[1, 1, 1, 1], vec![2]).unwrap());
+    let wf = g.apply("dq_w", dq(0.5, 0), &[w]).unwrap();
+    let y = g.apply("conv", OpKind::Convolution(ConvAttrs::unit(2)), &[xf, wf]).unwrap();
+    let c = g.apply("clip", OpKind::Clip(ClipAttrs { min: -1.0, max: 6.0 }), &[y]).unwrap();
+    let out = g.apply("q", q(0.5, 3, U8), &[c]).unwrap();
+    g.mark_output(out).unwrap();
+    let fg = g.clone().finalize().unwrap();
+    let parts = fg.get_partitions(PartitionPolicy::Fusion);
+    let PartitionKind::QuantizedConv(qc) = &parts[0].kind else { panic!("{parts:#?}") };
+    assert_eq!((qc.activation, qc.clamp), (Activation::Clip { min: -1.0, max: 6.0 }, (1, 15)));
+    let input = [(x, Value::u8(&[1, 1, 1, 4], vec![0, 10, 14, 30]).unwrap())];
+    let want = Value::u8(&[1, 1, 1, 4], vec![1, 3, 7, 15]).unwrap();
+    assert_eq!(run(&g, PartitionPolicy::Fusion, &input), std::slice::from_ref(&want));
+    assert_eq!(run(&g, PartitionPolicy::Debug, &input), [want]);
+}
