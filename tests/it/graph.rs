@@ -1122,3 +1122,23 @@ fn a_fused_clip_clamps_to_its_quantized_bounds() {
     assert_eq!(run(&g, PartitionPolicy::Fusion, &input), std::slice::from_ref(&want));
     assert_eq!(run(&g, PartitionPolicy::Debug, &input), [want]);
 }
+
+#[test]
+fn quantized_add_uses_fused_multiply_adds() {
+    // a: scale 0.1, zp 0; b: scale 0.07, zp 128; y: scale 0.1, zp 0. In f32: r_a = 1,
+    // r_b = 0.699999988079071, fixed = −f32(r_b·128) = −89.5999984741211.
+    // For a = 1, b = 203: fma(203, r_b, fixed) is 52.4999991059 exactly before rounding, so
+    // 52.5 in f32; fma(1, r_a, 52.5) = 53.5, which rounds to 54.
+    // Without FMA: f32(203·r_b) = 142.099990844727, + fixed = 52.4999923706, + 1 =
+    // 53.4999923706, which rounds to 53.
+    let mut g = Graph::new();
+    let a = g.input("a", U8, [1]);
+    let b = g.input("b", U8, [1]);
+    let af = g.apply("dq_a", dq(0.1, 0), &[a]).unwrap();
+    let bf = g.apply("dq_b", dq(0.07, 128), &[b]).unwrap();
+    let s = g.apply("add", OpKind::Add, &[af, bf]).unwrap();
+    let out = g.apply("q", q(0.1, 0, U8), &[s]).unwrap();
+    g.mark_output(out).unwrap();
+    let input = [(a, Value::u8(&[1], vec![1]).unwrap()), (b, Value::u8(&[1], vec![203]).unwrap())];
+    assert_eq!(run(&g, PartitionPolicy::Fusion, &input), [Value::u8(&[1], vec![54]).unwrap()]);
+}
