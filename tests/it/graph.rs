@@ -720,7 +720,8 @@ fn reference_fused_and_float_paths_differ_where_rounding_does() {
     // x_scale = w_scale = y_scale = 0.1 (f32 0.100000001490116), x − zp = 1, w = 5.
     // Fused: S = f32(f32(0.1·0.1) / 0.1) = 0.100000008940697; v = 5·S = 0.500000059604645,
     // which rounds to 1. Float: 0.1·(5·0.1 = 0.5) = 0.0500000007450581, / 0.1 = 0.5 exactly,
-    // which rounds (half to even) to 0.
+    // which rounds (half to even) to 0. (The other order, x_scale · (w_scale / y_scale) =
+    // 0.100000001490116, would also give 0.5 and 0: this pins onnxruntime's order.)
     let mut g = Graph::new();
     let x = g.input("x", U8, [1, 1, 1, 1]);
     let xf = g.apply("dq_x", dq(0.1, 0), &[x]).unwrap();
