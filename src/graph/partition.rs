@@ -229,7 +229,9 @@ pub struct QMatMul {
 /// This is onnxruntime's AVX2 QLinearAdd kernel for two full vectors
 /// (`onnxruntime/core/mlas/lib/intrinsics/avx2/qladd_avx2.cpp`, `MlasQLinearAddKernelAvx2Helper`:
 /// `_mm256_fmadd_ps(b, ratio_BC, fixed)` then `_mm256_fmadd_ps(a, ratio_AC, ·)`,
-/// `_mm256_cvtps_epi32` under round-to-nearest-even, then saturating packs). Its scalar
+/// `_mm256_cvtps_epi32` under round-to-nearest-even, then saturating packs). The zero point
+/// is inside `fixed`, so a tie rounds `v + zp_y` to even, not `v`: with an odd `zp_y` this
+/// differs by one from rounding first and adding the zero point after. Its scalar
 /// kernel (`onnxruntime/core/mlas/lib/qladd.cpp`) computes `nearbyintf(r_a·(a − zp_a) +
 /// r_b·(b − zp_b)) + zp_y` instead, and its AVX2 path for a one-element operand folds that
 /// operand into `fixed` with a separate multiply and add; both can differ by one in the last
@@ -297,7 +299,10 @@ impl FinalizedGraph {
         };
         let position = |op: OpId| self.order().iter().position(|&o| o == op).unwrap_or(usize::MAX);
         let mut groups: Vec<fusion::Group> = groups;
-        groups.sort_by_key(|g| g.ops.iter().map(|&o| position(o)).max().unwrap_or(0));
+        for g in &mut groups {
+            g.ops.sort_by_key(|&o| position(o));
+        }
+        groups.sort_by_key(|g| g.ops.last().map_or(0, |&o| position(o)));
         groups
             .into_iter()
             .enumerate()

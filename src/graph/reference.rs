@@ -35,6 +35,8 @@ pub enum ReferenceError {
     InputShape { tensor: TensorRef, expected: Shape, found: Vec<usize> },
     #[error("partition {partition}: {tensor} has no value yet (partitions out of order?)")]
     NotComputed { partition: PartitionId, tensor: TensorRef },
+    #[error("graph output {tensor} is computed by no partition")]
+    OutputNotComputed { tensor: TensorRef },
     #[error("partition {partition} ({kind}): {reason}")]
     Partition { partition: PartitionId, kind: &'static str, reason: String },
     /// An op's check with the concrete shapes failed (a dimension unknown until now).
@@ -85,31 +87,33 @@ pub fn run(
             };
             values.push(v);
         }
-        for (t, out) in p.outputs.iter().zip(partition(graph, p, &values)?) {
-            env.insert(*t, out);
-        }
+        let out = run_partition(graph, p, &values)?;
+        let fail = |reason: String| ReferenceError::Partition { partition: p.id, kind: p.kind.name(), reason };
+        let [t] = p.outputs[..] else { return Err(fail(format!("expected 1 output, found {}", p.outputs.len()))) };
+        env.insert(t, out);
     }
     g.outputs()
         .iter()
         .map(|&t| match (env.get(&t), g.constant_value(t)) {
             (Some(v), _) => Ok((t, v.clone())),
             (None, Some(c)) => Ok((t, (**c).clone())),
-            (None, None) => Err(ReferenceError::Partition {
-                partition: PartitionId::from_u32(u32::MAX),
-                kind: "output",
-                reason: format!("graph output {} is computed by no partition", g.tensor_ref(t)),
-            }),
+            (None, None) => Err(ReferenceError::OutputNotComputed { tensor: g.tensor_ref(t) }),
         })
         .collect()
 }
 
-/// Evaluates one partition on `values` (its inputs, in `p.inputs`' order) and returns its
-/// outputs, in `p.outputs`' order: the reference of one compiled partition.
-pub fn partition(graph: &FinalizedGraph, p: &Partition, values: &[Value]) -> Result<Vec<Value>, ReferenceError> {
+/// Evaluates one partition on `values`, the values of `partition.inputs` in that order, and
+/// returns the value of its output: the reference a compiled partition is compared with.
+/// Errors: values that do not fit the partition (count, types, shapes), an op whose checks
+/// fail with the concrete shapes.
+pub fn run_partition(graph: &FinalizedGraph, p: &Partition, values: &[Value]) -> Result<Value, ReferenceError> {
     let g = graph.graph();
-    if p.outputs.len() != 1 {
-        let reason = format!("expected 1 output, found {}", p.outputs.len());
-        return Err(ReferenceError::Partition { partition: p.id, kind: p.kind.name(), reason });
+    if values.len() != p.inputs.len() {
+        return Err(ReferenceError::Partition {
+            partition: p.id,
+            kind: p.kind.name(),
+            reason: format!("expected {} input values, found {}", p.inputs.len(), values.len()),
+        });
     }
     let fail = |reason: String| ReferenceError::Partition { partition: p.id, kind: p.kind.name(), reason };
     let out = match &p.kind {
@@ -125,8 +129,8 @@ pub fn partition(graph: &FinalizedGraph, p: &Partition, values: &[Value]) -> Res
                 .ok_or_else(|| fail("an op input is not a partition input".into()))?;
             eval_op(&g.op_ref(id), kind, &args, &args_refs(graph, &op.inputs))?
         }
-        PartitionKind::QuantizedConv(c) => quantized_conv(c, one(&values).map_err(fail)?).map_err(fail)?,
-        PartitionKind::QuantizedMatMul(m) => quantized_matmul(m, one(&values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedConv(c) => quantized_conv(c, one(values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedMatMul(m) => quantized_matmul(m, one(values).map_err(fail)?).map_err(fail)?,
         PartitionKind::QuantizedAdd(a) => {
             let (x, y) = match values {
                 [x] => (x, x),
@@ -135,12 +139,12 @@ pub fn partition(graph: &FinalizedGraph, p: &Partition, values: &[Value]) -> Res
             };
             quantized_add(a, x, y).map_err(fail)?
         }
-        PartitionKind::QuantizedMaxPool(m) => quantized_max_pool(m, one(&values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedMaxPool(m) => quantized_max_pool(m, one(values).map_err(fail)?).map_err(fail)?,
         PartitionKind::QuantizedGlobalAvgPool(a) => {
-            quantized_global_avg_pool(a, one(&values).map_err(fail)?).map_err(fail)?
+            quantized_global_avg_pool(a, one(values).map_err(fail)?).map_err(fail)?
         }
     };
-    Ok(vec![out])
+    Ok(out)
 }
 
 fn args_refs(graph: &FinalizedGraph, inputs: &[TensorId]) -> Vec<TensorRef> {
@@ -346,8 +350,21 @@ fn quantized_conv(c: &QConv, x: &Value) -> Result<Value, String> {
     let (n, ch) = (dims[0], dims[1]);
     let oc = c.weight_dims[0];
     let (cg, ocg) = (ch / c.groups, oc / c.groups);
-    if cg != c.weight_dims[1] || ocg * c.groups != oc {
+    if cg != c.weight_dims[1] || cg * c.groups != ch || ocg * c.groups != oc {
         return Err(format!("weights {:?} do not fit {ch} channels in {} groups", c.weight_dims, c.groups));
+    }
+    let klen_declared: usize = c.weight_dims.iter().product();
+    if c.weights.len() != klen_declared
+        || !(c.weight_scales.len() == 1 || c.weight_scales.len() == oc)
+        || c.bias.as_ref().is_some_and(|b| b.len() != oc)
+    {
+        return Err(format!(
+            "{} weights, {} weight scales and {:?} biases do not fit weights {:?}",
+            c.weights.len(),
+            c.weight_scales.len(),
+            c.bias.as_ref().map(Vec::len),
+            c.weight_dims
+        ));
     }
     let window = Window { kernel: c.weight_dims[2..].to_vec(), ..c.window.clone() };
     let geo = Geometry::new(&window, &dims[2..])?;
@@ -389,7 +406,8 @@ fn quantized_matmul(m: &QMatMul, x: &Value) -> Result<Value, String> {
     let xs = int_values(x, &m.src, "the source")?;
     let [k, n] = m.weight_dims;
     let &[rows, kx] = x.dims() else { return Err(format!("the source must be [M, K], found {:?}", x.dims())) };
-    if kx != k || m.weights.len() != k * n {
+    let scales_ok = m.weight_scales.len() == 1 || m.weight_scales.len() == n;
+    if kx != k || m.weights.len() != k * n || !scales_ok || m.bias.as_ref().is_some_and(|b| b.len() != n) {
         return Err(format!("the source [{rows}, {kx}] does not fit weights [{k}, {n}]"));
     }
     let mut out = vec![0i32; rows * n];
