@@ -90,7 +90,9 @@ impl CompiledQuantized {
             // The specs' checks admit only u8 and i8 activations.
             let found = format!("{} and {}", self.src.0, self.dst.0);
             let op = self.name.clone();
-            return Err(SpecError { op, what: "the activation dtypes".into(), expected: "u8 or i8".into(), found }.into());
+            return Err(
+                SpecError { op, what: "the activation dtypes".into(), expected: "u8 or i8".into(), found }.into()
+            );
         };
         let mut args = vec![
             src,

@@ -100,7 +100,7 @@ impl QConvSpec {
             return Err(self.error("the strides", "equal and at least 1", format!("{:?}", self.stride)));
         }
         let p = self.pads[0];
-        if p < 0 || p > MAX || self.pads.iter().any(|&q| q != p) {
+        if !(0..=MAX).contains(&p) || self.pads.iter().any(|&q| q != p) {
             return Err(self.error("the pads", "four equal non-negative values", format!("{:?}", self.pads)));
         }
         if self.h + 2 * p < self.kh || self.w + 2 * p < self.kw {
@@ -155,8 +155,12 @@ impl QConvSpec {
 
 /// Checks an activation's dtype (u8 or i8), scale and zero point for the operator `op`.
 pub(super) fn check_act(op: &str, what: &str, q: &ActQuant) -> Result<(), SpecError> {
-    let error =
-        |what: String, expected: &str, found: String| SpecError { op: op.to_string(), what, expected: expected.to_string(), found };
+    let error = |what: String, expected: &str, found: String| SpecError {
+        op: op.to_string(),
+        what,
+        expected: expected.to_string(),
+        found,
+    };
     let range = match q.dtype {
         d if d == DType::U8 => 0..=255,
         d if d == DType::I8 => -128..=127,

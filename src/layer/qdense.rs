@@ -59,7 +59,8 @@ impl QDenseSpec {
     /// Every field against the others (what `compile_qdense` checks first).
     pub fn check(&self) -> Result<(), SpecError> {
         const MAX: i64 = 1 << 20;
-        if let Some((what, v)) = [("m", self.m), ("k", self.k), ("n", self.n)].iter().find(|(_, v)| !(1..=MAX).contains(v))
+        if let Some((what, v)) =
+            [("m", self.m), ("k", self.k), ("n", self.n)].iter().find(|(_, v)| !(1..=MAX).contains(v))
         {
             return Err(self.error(what, format!("in 1..={MAX}"), v.to_string()));
         }
