@@ -185,7 +185,8 @@ fn edges(spec: &QConvSpec, src: &[u8]) -> (usize, usize) {
 
 #[test]
 fn quantized_convolutions_equal_onnxruntimes_order_bit_for_bit() {
-    for level in levels() {
+    // The scalar level has no hand-assembled kernels: the same results from the loops.
+    for level in std::iter::once(IsaLevel::Scalar).chain(levels()) {
         for (n, case) in cases().iter().enumerate() {
             for (v, (src_dtype, dst_dtype, per_channel, relu)) in [
                 (DType::U8, DType::U8, true, false),
@@ -207,10 +208,12 @@ fn quantized_convolutions_equal_onnxruntimes_order_bit_for_bit() {
                 let what = format!("{} at {level}, per channel {per_channel}, relu {relu}", spec.name);
                 assert_eq!(dst, reference(&spec, &src), "{what}");
                 // A ymm map kernel needs whole vectors of 8 channels; other widths run its loops.
-                if spec.oc % 8 == 0 || level == IsaLevel::Avx512Vnni {
+                if level != IsaLevel::Scalar && (spec.oc % 8 == 0 || level == IsaLevel::Avx512Vnni) {
                     assert!(compiled.uses_map_kernel(), "{what}: {}", compiled.kernel_description());
                 }
-                assert!(!compiled.kernel_variants().is_empty(), "{what}: {}", compiled.kernel_description());
+                if level != IsaLevel::Scalar {
+                    assert!(!compiled.kernel_variants().is_empty(), "{what}: {}", compiled.kernel_description());
+                }
                 let (saturated, _) = edges(&spec, &src);
                 assert!(saturated > 0 && saturated < dst.len(), "{what}: {saturated} of {} saturate", dst.len());
             }
@@ -352,4 +355,84 @@ fn default_knobs_are_valid_for_any_geometry() {
             assert!(knobs.mr <= layer.ow().max(1), "{what}");
         }
     }
+}
+
+/// The definition itself (`ops::dense_int8` in onnxruntime's order, the compensation of
+/// `ops::compensation` with the bias folded in) by the interpreter, against the plain reference:
+/// what a reference of a graph can use without any schedule.
+#[test]
+fn the_definition_in_onnxruntimes_order_equals_the_reference_under_the_interpreter() {
+    use ir::interp::{Array, eval_te};
+    use ir::te::placeholder;
+    use schedules::ops::{compensation, dense_int8};
+    use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
+
+    let (m, k, n) = (2usize, 40usize, 24usize);
+    for (src_dtype, dst_dtype, relu) in [(DType::U8, DType::U8, false), (DType::I8, DType::I8, true)] {
+        let (src_zp, dst_zp) = if src_dtype == DType::U8 { (117, 121) } else { (-11, -7) };
+        let src = placeholder([m as i64, k as i64], src_dtype, "src").unwrap();
+        let wei = placeholder([n as i64, k as i64], DType::I8, "wei").unwrap();
+        let scales = weight_scales(n as i64, true, k as i64, 3);
+        let attrs = QuantAttrs {
+            src: TensorQuant::per_tensor("src", 1.0 / 16.0, src_zp, src_dtype).unwrap(),
+            wei_scales: Scales::new("wei", scales.clone(), 1, wei.shape()).unwrap(),
+            dst: TensorQuant::per_tensor("dst", 1.0, dst_zp, dst_dtype).unwrap(),
+            dst_dtype,
+            post_ops: if relu { vec![PostOp::Relu] } else { vec![] },
+            requantization: Requantization::OnnxRuntime,
+        };
+        let layer = dense_int8(&src, &wei, None, None, &attrs, "fc").unwrap();
+        let prep = compensation(&wei, src_dtype, &attrs.src.zero_points, "fc.prep").unwrap();
+        let (lo, hi) = bounds(src_dtype);
+        let src_v = uniform(m * k, 4, i64::from(lo), i64::from(hi));
+        let wei_v = uniform(n * k, 5, -128, 127);
+        let bias = uniform(n, 6, -3000, 3000);
+        let src_a = Array::from_i64(src_dtype, &[m as i64, k as i64], &src_v);
+        let wei_a = Array::from_i64(DType::I8, &[n as i64, k as i64], &wei_v);
+        let comp = eval_te(&[&prep.compensation], &[(&wei, &wei_a)]).unwrap().remove(0);
+        let comp = comp.to_i64_vec();
+        let folded: Vec<i64> = (0..n).map(|c| i64::from((comp[c] as i32).wrapping_sub(bias[c] as i32))).collect();
+        let comp_a = Array::from_i64(DType::I32, &[n as i64], &folded);
+        let mut inputs = vec![(&src, &src_a), (&wei, &wei_a), (&layer.compensation, &comp_a)];
+        inputs.extend(layer.params.iter().map(|p| (&p.tensor, &p.values)));
+        let out = eval_te(&[&layer.output], &inputs).unwrap().remove(0).to_i64_vec();
+        for r in 0..m {
+            for c in 0..n {
+                let mut acc = bias[c] as i32;
+                for i in 0..k {
+                    acc = acc.wrapping_add((src_v[r * k + i] as i32 - src_zp) * wei_v[c * k + i] as i32);
+                }
+                let s = ort_scale(1.0 / 16.0, &scales, 1.0, c);
+                let expected = mlas_requantize(acc, s, dst_zp, dst_dtype, relu);
+                let found = out[r * n + c];
+                assert_eq!(found as u8, expected, "{src_dtype}->{dst_dtype} at [{r}, {c}]");
+            }
+        }
+    }
+}
+
+#[test]
+fn onnxruntimes_order_rejects_an_f32_bias_a_sum_and_a_wide_destination() {
+    use ir::te::placeholder;
+    use schedules::ops::dense_int8;
+    use schedules::quant::{PostOp, QuantAttrs, QuantError, Requantization};
+
+    let src = placeholder([1, 8], DType::U8, "src").unwrap();
+    let wei = placeholder([4, 8], DType::I8, "wei").unwrap();
+    let bias = placeholder([4], DType::F32, "bias").unwrap();
+    let sum = placeholder([1, 4], DType::U8, "sum").unwrap();
+    let ort = |dst: DType| QuantAttrs {
+        requantization: Requantization::OnnxRuntime,
+        ..QuantAttrs::per_tensor((0.5, 3, DType::U8), 0.25, (1.0, 5, dst)).unwrap()
+    };
+    let bias_error = dense_int8(&src, &wei, Some(&bias), None, &ort(DType::U8), "fc").unwrap_err();
+    assert!(matches!(&bias_error, QuantError::Shape { what, .. } if what.contains("bias")), "{bias_error}");
+    let wide = dense_int8(&src, &wei, None, None, &ort(DType::I32), "fc").unwrap_err();
+    assert!(matches!(&wide, QuantError::DType { what, .. } if what.contains("destination")), "{wide}");
+    let with_sum = QuantAttrs { post_ops: vec![PostOp::Sum { scale: 1.0, zero_point: 0 }], ..ort(DType::U8) };
+    let sum_error = dense_int8(&src, &wei, None, Some(&sum), &with_sum, "fc").unwrap_err();
+    assert!(matches!(&sum_error, QuantError::Shape { what, .. } if what.contains("post-ops")), "{sum_error}");
+    // The same attributes in oneDNN's order accept the f32 bias.
+    let onednn = QuantAttrs { requantization: Requantization::OneDnn, ..ort(DType::U8) };
+    assert!(dense_int8(&src, &wei, Some(&bias), None, &onednn, "fc").is_ok());
 }
