@@ -436,3 +436,25 @@ fn onnxruntimes_order_rejects_an_f32_bias_a_sum_and_a_wide_destination() {
     let onednn = QuantAttrs { requantization: Requantization::OneDnn, ..ort(DType::U8) };
     assert!(dense_int8(&src, &wei, Some(&bias), None, &onednn, "fc").is_ok());
 }
+
+#[test]
+fn every_knob_family_computes_onnxruntimes_order() {
+    use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, Packing, TileOrder};
+    let spec = spec(&cases()[1], DType::I8, DType::U8, true, true, 31);
+    let src = source(&spec, 32);
+    let expected = reference(&spec, &src);
+    for level in levels() {
+        for packing in [Packing::I16, Packing::Bytes] {
+            for accumulation in [Accumulate::Whole, Accumulate::PerRow, Accumulate::PerRowWithSource] {
+                for (order, mr, nr) in [(TileOrder::PixelsOuter, 3, 8), (TileOrder::ChannelsOuter, 5, 16)] {
+                    let knobs = Conv2dInt8Knobs { mr, nr, lanes: 16, order, threads: 2, packing, accumulation };
+                    let compiled = compile_qconv(&spec, Some(knobs), &options(level, 2)).unwrap();
+                    let mut dst = vec![0u8; expected.len()];
+                    compiled.run(&src, &mut dst).unwrap();
+                    assert_eq!(dst, expected, "{knobs:?} at {level}");
+                    assert_eq!(compiled.knobs(), knobs);
+                }
+            }
+        }
+    }
+}
