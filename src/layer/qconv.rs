@@ -115,6 +115,7 @@ impl QConvSpec {
             return Err(self.error("the weights", expected, format!("{} values", self.weights.len())));
         }
         check_weight_scales(&self.op(), &self.weight_scales, self.oc)?;
+        check_output_scales(&self.op(), self.src.scale, &self.weight_scales, self.dst.scale)?;
         if let Some(b) = &self.bias
             && b.len() as i64 != self.oc
         {
@@ -191,6 +192,20 @@ pub(super) fn check_weight_scales(op: &str, scales: &[f32], oc: i64) -> Result<(
         return Err(error("finite and positive".to_string(), s.to_string()));
     }
     Ok(())
+}
+
+/// Checks that each channel's scale `(src_scale · w_scale[c]) / dst_scale` is finite in f32 (an
+/// infinite one would make `0 · ∞` a NaN, which MLAS stores as the lower bound).
+pub(super) fn check_output_scales(op: &str, src_scale: f32, scales: &[f32], dst_scale: f32) -> Result<(), SpecError> {
+    match scales.iter().map(|&w| src_scale * w / dst_scale).find(|s| !s.is_finite()) {
+        Some(s) => Err(SpecError {
+            op: op.to_string(),
+            what: "the output scale (src scale · weight scale / dst scale)".to_string(),
+            expected: "finite in f32".to_string(),
+            found: s.to_string(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Compiles `spec` on the x86 path (`x86_conv::conv2d_int8`, NHWC, onnxruntime's order) with

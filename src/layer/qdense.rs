@@ -17,7 +17,7 @@ use schedules::x86_conv::{Conv2dInt8Knobs, default_dense_knobs};
 
 use super::error::{LayerError, SpecError};
 use super::qcompiled::CompiledQuantized;
-use super::qconv::{ActQuant, QConvSpec, build_as_conv, check_act, check_weight_scales};
+use super::qconv::{ActQuant, QConvSpec, build_as_conv, check_act, check_output_scales, check_weight_scales};
 use crate::runtime::CompileOptions;
 
 /// A quantized `[M, K] × [K, N]` product with constant s8 weights.
@@ -80,7 +80,7 @@ impl QDenseSpec {
         if !(self.alpha.is_finite() && self.alpha > 0.0 && scale.is_finite() && scale > 0.0) {
             return Err(self.error("alpha", "finite and positive, times the source scale too", self.alpha.to_string()));
         }
-        Ok(())
+        check_output_scales(&self.op(), scale, &self.weight_scales, self.dst.scale)
     }
 
     /// The 1×1 convolution over `[1, 1, M, K]` that computes it: weights `[N, K, 1, 1]`, and

@@ -320,6 +320,14 @@ fn bad_specs_are_typed_errors_naming_the_operator() {
         ("scale", QConvSpec { src: ActQuant { scale: f32::NAN, ..good.src }, ..good.clone() }),
         ("kernel", QConvSpec { kh: 40, weights: vec![0; (24 * 16 * 40 * 3) as usize], ..good.clone() }),
         ("ic", QConvSpec { ic: 0, ..good.clone() }),
+        (
+            "output scale",
+            QConvSpec {
+                src: ActQuant { scale: 1e30, ..good.src },
+                dst: ActQuant { scale: 1e-12, ..good.dst },
+                ..good.clone()
+            },
+        ),
     ];
     for (what, spec) in bad {
         match compile_qconv(&spec, None, &defaults) {
