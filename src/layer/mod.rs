@@ -13,7 +13,8 @@
 //! * `transpose`: activations between NCHW and NHWC, in plain Rust;
 //! * `qconv`, `qdense`: the compile API of imported networks' quantized convolutions and matrix
 //!   products in onnxruntime's requantization order (`QConvSpec`, `QDenseSpec`,
-//!   `compile_qconv`, `compile_qdense`), and `qcompiled`, what they give (`CompiledQuantized`);
+//!   `compile_qconv`, `compile_qdense`), `qprepare`, their weight preparation in plain Rust
+//!   (`prepare_weights`), and `qcompiled`, what they give (`CompiledQuantized`);
 //! * `error`: `LayerError`, `NotInTable`.
 
 mod compiled;
@@ -23,6 +24,7 @@ mod error;
 mod qcompiled;
 mod qconv;
 mod qdense;
+mod qprepare;
 mod reference;
 mod table;
 mod transpose;
@@ -34,6 +36,7 @@ pub use error::{LayerError, NotInTable, SpecError};
 pub use qcompiled::CompiledQuantized;
 pub use qconv::{ActQuant, QConvSpec, compile_qconv};
 pub use qdense::{QDenseSpec, compile_qdense};
+pub use qprepare::{PreparedWeights, prepare_weights};
 pub use reference::Reference;
 pub use table::TableLayer;
 pub use transpose::{nchw_to_nhwc, nhwc_to_nchw};

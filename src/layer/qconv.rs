@@ -19,10 +19,11 @@ use ir::te::placeholder_vec;
 use schedules::ops::{Conv2dParams, Layout};
 use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
-use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, prepare_conv2d_int8, weight_range};
+use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, weight_range};
 
 use super::error::{LayerError, SpecError};
 use super::qcompiled::{CompiledQuantized, Prepared};
+use super::qprepare::{PreparedWeights, prepare_weights};
 use crate::build::{BuildError, build, core_rate};
 use crate::runtime::{CompileOptions, Tensor};
 
@@ -210,8 +211,8 @@ pub(super) fn check_output_scales(op: &str, src_scale: f32, scales: &[f32], dst_
 
 /// Compiles `spec` on the x86 path (`x86_conv::conv2d_int8`, NHWC, onnxruntime's order) with
 /// `knobs` (default: `default_conv_knobs` for the level `options` target, on its threads), and
-/// prepares the weights once: packed, and the compensation with the bias folded in
-/// (`comp − bias`, wrapping i32). The result runs on NHWC bytes (`CompiledQuantized::run`).
+/// prepares the weights once (`prepare_weights`): packed, and the compensation with the bias
+/// folded in (`comp − bias`, wrapping i32). The result runs on NHWC bytes (`CompiledQuantized::run`).
 /// Errors: the spec's (`QConvSpec::check`), knobs outside their ranges, code generation.
 pub fn compile_qconv(
     spec: &QConvSpec,
@@ -262,29 +263,14 @@ fn build_quantized(
     let compile = start.elapsed();
 
     let start = Instant::now();
-    let prep = prepare_conv2d_int8(&wei, spec.src.dtype, &attrs.src.zero_points, knobs, operands, name)?;
-    let func = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), &format!("{name}.prepare"), options)?;
-    let mut args = [
-        Tensor::from_slice(&shapes.wei, &spec.weights)?,
-        Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape())?,
-        Tensor::zeros(DType::I32, prep.compensation.compensation.shape())?,
-    ];
-    func.compiled.call(&mut args.iter_mut().collect::<Vec<_>>())?;
-    let [_, packed, compensation] = args;
-    let compensation = fold_bias(compensation, spec.bias.as_deref())?;
+    let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
+    let src_q = (spec.src.dtype, spec.src.zero_point);
+    let PreparedWeights { packed, compensation } =
+        prepare_weights(&spec.weights, dims, knobs.nr, operands, src_q, spec.bias.as_deref())?;
     let params = layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)).collect();
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
     CompiledQuantized::new(name.clone(), kernel, knobs, operands, prepared, io, (ops, compile))
-}
-
-/// `compensation − bias` per channel, wrapping (exact where the true sum fits i32: then
-/// `acc − comp' = Σ (x − zp)·w + bias`).
-fn fold_bias(compensation: Tensor, bias: Option<&[i32]>) -> Result<Tensor, LayerError> {
-    let Some(bias) = bias else { return Ok(compensation) };
-    let comp: Vec<i32> = compensation.to_vec()?;
-    let folded: Vec<i32> = comp.iter().zip(bias).map(|(&c, &b)| c.wrapping_sub(b)).collect();
-    Ok(Tensor::from_slice(compensation.shape(), &folded)?)
 }
 
 /// `compile_qconv`'s builder, for the dense layer's 1×1 convolution (`qdense`).

@@ -466,3 +466,59 @@ fn every_knob_family_computes_onnxruntimes_order() {
         }
     }
 }
+
+/// The plain-Rust weight preparation the compile API uses against its definition
+/// (`x86_conv::prepare_conv2d_int8` under the generic schedule, the bias then subtracted).
+#[test]
+fn the_plain_weight_preparation_equals_the_definitions() {
+    use ir::te::placeholder_vec;
+    use schedules::ops::GemmOperands;
+    use schedules::quant::ZeroPoints;
+    use schedules::resnet18::CONV_LAYERS;
+    use schedules::x86_conv::{Conv2dInt8Knobs, Packing, default_conv_knobs, prepare_conv2d_int8};
+    use tensorlift::Tensor;
+    use tensorlift::layer::prepare_weights;
+
+    let knobs: Conv2dInt8Knobs = default_conv_knobs(&CONV_LAYERS[1], schedules::x86_conv::CoreRate::Slower, 1);
+    let options = CompileOptions { target: Target::Level(IsaLevel::Scalar), threads: Some(1), ..Default::default() };
+    for (n, &[oc, ic, kh, kw]) in [[8i64, 3, 7, 7], [24, 16, 3, 3], [40, 24, 1, 1], [12, 5, 3, 1]].iter().enumerate() {
+        for (operands, nr) in [
+            (GemmOperands { source: DType::U8, weights: (-128, 127) }, 16),
+            (GemmOperands { source: DType::I8, weights: (-127, 127) }, 8),
+            (GemmOperands { source: DType::I16, weights: (-128, 127) }, 32),
+        ] {
+            for src_dtype in [DType::U8, DType::I8] {
+                let seed = 50 + n as u64;
+                let count = (oc * ic * kh * kw) as usize;
+                let lo = if operands.source == DType::I8 { -127 } else { -128 };
+                let weights: Vec<i8> = uniform(count, seed, lo, 127).iter().map(|&v| v as i8).collect();
+                let bias: Vec<i32> =
+                    uniform(oc as usize, seed + 1, -70_000, 70_000).iter().map(|&v| v as i32).collect();
+                let zp = if src_dtype == DType::U8 { 131 } else { -9 };
+                let mine =
+                    prepare_weights(&weights, [oc, ic, kh, kw], nr, operands, (src_dtype, zp), Some(&bias)).unwrap();
+
+                let dims = vec![oc, ic, kh, kw];
+                let wei = placeholder_vec(dims.clone(), DType::I8, "w").unwrap();
+                let zps = ZeroPoints::per_tensor("zp", zp, src_dtype).unwrap();
+                let knobs = Conv2dInt8Knobs { nr, packing: Packing::Bytes, ..knobs };
+                let prep = prepare_conv2d_int8(&wei, src_dtype, &zps, knobs, operands, "prep").unwrap();
+                let f =
+                    tensorlift::build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", &options).unwrap();
+                let mut args = [
+                    Tensor::from_slice(&dims, &weights).unwrap(),
+                    Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape()).unwrap(),
+                    Tensor::zeros(DType::I32, prep.compensation.compensation.shape()).unwrap(),
+                ];
+                f.compiled.call(&mut args.iter_mut().collect::<Vec<_>>()).unwrap();
+                let what = format!("{dims:?} nr {nr} {operands:?} {src_dtype}");
+                assert_eq!(mine.packed.shape(), args[1].shape(), "{what}");
+                assert_eq!(mine.packed.dtype(), args[1].dtype(), "{what}");
+                assert_eq!(mine.packed.as_bytes(), args[1].as_bytes(), "{what}");
+                let comp: Vec<i32> = args[2].to_vec().unwrap();
+                let folded: Vec<i32> = comp.iter().zip(&bias).map(|(&c, &b)| c.wrapping_sub(b)).collect();
+                assert_eq!(mine.compensation.to_vec::<i32>().unwrap(), folded, "{what}");
+            }
+        }
+    }
+}

@@ -41,7 +41,7 @@ pub use conv::{Conv2dParams, conv2d_nchw_int8};
 pub use dense::dense_int8;
 pub use direct_conv::{DirectConvLayer, conv2d_int8_direct};
 pub use elementwise::{add_int8, relu_int8};
-pub use gemm_operands::GemmOperands;
+pub use gemm_operands::{GemmOperands, source_shift};
 pub use layer::QuantizedLayer;
 pub use layout::{Layout, convert_layout, nchw_to_nchwc, nchwc_to_nchw};
 pub use packing::{conv_row_bytes, oihw_to_vnni_blocked, pack_conv2d_weights};
