@@ -16,12 +16,14 @@ use std::time::Instant;
 
 use ir::DType;
 use ir::te::placeholder_vec;
+use ir::workload::workload_key;
 use schedules::ops::{Conv2dParams, Layout};
 use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
 use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, weight_range};
 
 use super::error::{LayerError, SpecError};
+use super::kernel_cache::KernelCache;
 use super::qcompiled::{CompiledQuantized, Prepared};
 use super::qprepare::{PreparedWeights, prepare_weights};
 use crate::build::{BuildError, build, core_rate};
@@ -219,6 +221,17 @@ pub fn compile_qconv(
     knobs: Option<Conv2dInt8Knobs>,
     options: &CompileOptions,
 ) -> Result<CompiledQuantized, LayerError> {
+    compile_qconv_in(&KernelCache::new(), spec, knobs, options)
+}
+
+/// `compile_qconv`, taking the per-call function from `cache` where a layer of the same
+/// definition and schedule compiled it before (and leaving it there otherwise).
+pub fn compile_qconv_in(
+    cache: &KernelCache,
+    spec: &QConvSpec,
+    knobs: Option<Conv2dInt8Knobs>,
+    options: &CompileOptions,
+) -> Result<CompiledQuantized, LayerError> {
     spec.check()?;
     let level = options.target.level().map_err(BuildError::from)?;
     let threads = options.threads.filter(|&t| t > 0);
@@ -231,7 +244,7 @@ pub fn compile_qconv(
         dst: vec![1, oh, ow, spec.oc],
     };
     let conv = Conv2dParams { stride: spec.stride.0, pad: spec.pads[0] };
-    build_quantized(spec, &shapes, conv, knobs, options, spec.ops())
+    build_quantized(cache, spec, &shapes, conv, knobs, options, spec.ops())
 }
 
 /// The shapes of the per-call function's source, weights and output.
@@ -244,6 +257,7 @@ struct Shapes {
 /// Builds the per-call function and the weight preparation of `spec` (a convolution; a dense
 /// layer as its 1×1 convolution) and prepares the weights.
 fn build_quantized(
+    cache: &KernelCache,
     spec: &QConvSpec,
     shapes: &Shapes,
     conv: Conv2dParams,
@@ -259,7 +273,10 @@ fn build_quantized(
     let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
     let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
     let layer = conv2d_int8(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs, operands, name)?;
-    let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), name, options)?;
+    let threads = options.threads.filter(|&t| t > 0);
+    let key = (workload_key(&[&layer.layer.output]).key, knobs, level, threads, format!("{:?}", options.opt_level));
+    let (kernel, cached) = cache
+        .get_or_build(key, || Ok(build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), name, options)?))?;
     let compile = start.elapsed();
 
     let start = Instant::now();
@@ -270,11 +287,12 @@ fn build_quantized(
     let params = layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)).collect();
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
-    CompiledQuantized::new(name.clone(), kernel, knobs, operands, prepared, io, (ops, compile))
+    CompiledQuantized::new(name.clone(), (kernel, cached), knobs, operands, prepared, io, (ops, compile))
 }
 
 /// `compile_qconv`'s builder, for the dense layer's 1×1 convolution (`qdense`).
 pub(super) fn build_as_conv(
+    cache: &KernelCache,
     spec: &QConvSpec,
     knobs: Conv2dInt8Knobs,
     options: &CompileOptions,
@@ -282,5 +300,5 @@ pub(super) fn build_as_conv(
     (rows, k, n): (i64, i64, i64),
 ) -> Result<CompiledQuantized, LayerError> {
     let shapes = Shapes { src: vec![1, 1, rows, k], wei: vec![n, k, 1, 1], dst: vec![1, 1, rows, n] };
-    build_quantized(spec, &shapes, Conv2dParams { stride: 1, pad: 0 }, knobs, options, ops)
+    build_quantized(cache, spec, &shapes, Conv2dParams { stride: 1, pad: 0 }, knobs, options, ops)
 }

@@ -16,6 +16,7 @@ use schedules::resnet18::DenseLayer;
 use schedules::x86_conv::{Conv2dInt8Knobs, default_dense_knobs};
 
 use super::error::{LayerError, SpecError};
+use super::kernel_cache::KernelCache;
 use super::qcompiled::CompiledQuantized;
 use super::qconv::{ActQuant, QConvSpec, build_as_conv, check_act, check_output_scales, check_weight_scales};
 use crate::runtime::CompileOptions;
@@ -116,8 +117,18 @@ pub fn compile_qdense(
     knobs: Option<Conv2dInt8Knobs>,
     options: &CompileOptions,
 ) -> Result<CompiledQuantized, LayerError> {
+    compile_qdense_in(&KernelCache::new(), spec, knobs, options)
+}
+
+/// `compile_qdense` with the per-call function from `cache` where possible (`compile_qconv_in`).
+pub fn compile_qdense_in(
+    cache: &KernelCache,
+    spec: &QDenseSpec,
+    knobs: Option<Conv2dInt8Knobs>,
+    options: &CompileOptions,
+) -> Result<CompiledQuantized, LayerError> {
     spec.check()?;
     let layer = DenseLayer { name: "qdense", in_features: spec.k, out_features: spec.n };
     let knobs = knobs.unwrap_or_else(|| default_dense_knobs(&layer, spec.m));
-    build_as_conv(&spec.as_conv(), knobs, options, spec.ops(), (spec.m, spec.k, spec.n))
+    build_as_conv(cache, &spec.as_conv(), knobs, options, spec.ops(), (spec.m, spec.k, spec.n))
 }

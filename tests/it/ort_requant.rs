@@ -522,3 +522,24 @@ fn the_plain_weight_preparation_equals_the_definitions() {
         }
     }
 }
+
+#[test]
+fn layers_of_one_definition_share_their_function_and_keep_their_weights() {
+    use tensorlift::layer::{KernelCache, compile_qconv_in};
+    let Some(&level) = levels().first() else { return };
+    let cache = KernelCache::new();
+    let case = &cases()[1];
+    // Other weights, per-channel scales and bias: the same function.
+    let (a, b) = (spec(case, DType::U8, DType::U8, true, true, 61), spec(case, DType::U8, DType::U8, true, true, 62));
+    // Another destination zero point: another function.
+    let c = QConvSpec { dst: ActQuant { zero_point: 3, ..a.dst }, ..spec(case, DType::U8, DType::U8, true, true, 63) };
+    for (n, (s, cached)) in [(&a, false), (&b, true), (&c, false)].into_iter().enumerate() {
+        let compiled = compile_qconv_in(&cache, s, None, &options(level, 1)).unwrap();
+        assert_eq!(compiled.cached(), cached, "layer {n}");
+        let src = source(s, 70 + n as u64);
+        let mut dst = vec![0u8; reference(s, &src).len()];
+        compiled.run(&src, &mut dst).unwrap();
+        assert_eq!(dst, reference(s, &src), "layer {n}");
+    }
+    assert_eq!((cache.len(), cache.hits()), (2, 1));
+}
