@@ -69,16 +69,17 @@ pub struct QConvSpec {
 }
 
 impl QConvSpec {
-    /// Output height and width (floor division).
+    /// Output height and width (floor division; of a spec that `check` accepts).
     pub fn output_hw(&self) -> (i64, i64) {
         let p = self.pads[0];
-        ((self.h + 2 * p - self.kh) / self.stride.0 + 1, (self.w + 2 * p - self.kw) / self.stride.1 + 1)
+        let (sh, sw) = (self.stride.0.max(1), self.stride.1.max(1));
+        ((self.h + 2 * p - self.kh) / sh + 1, (self.w + 2 * p - self.kw) / sw + 1)
     }
 
     /// Operations (two per multiply-accumulate).
     pub fn ops(&self) -> u64 {
         let (oh, ow) = self.output_hw();
-        2 * [oh, ow, self.oc, self.ic, self.kh, self.kw].iter().map(|&d| d.max(0) as u64).product::<u64>()
+        [oh, ow, self.oc, self.ic, self.kh, self.kw].iter().fold(2u64, |n, &d| n.saturating_mul(d.max(0) as u64))
     }
 
     /// The operator as errors name it.
@@ -112,8 +113,8 @@ impl QConvSpec {
         }
         check_act(&self.op(), "the source", &self.src)?;
         check_act(&self.op(), "the destination", &self.dst)?;
-        let count = self.oc * self.ic * self.kh * self.kw;
-        if self.weights.len() as i64 != count {
+        let count = [self.oc, self.ic, self.kh, self.kw].iter().map(|&d| i128::from(d)).product::<i128>();
+        if self.weights.len() as i128 != count {
             let expected = format!("{count} values ([{}, {}, {}, {}])", self.oc, self.ic, self.kh, self.kw);
             return Err(self.error("the weights", expected, format!("{} values", self.weights.len())));
         }

@@ -46,7 +46,7 @@ pub struct QDenseSpec {
 impl QDenseSpec {
     /// Operations (two per multiply-accumulate).
     pub fn ops(&self) -> u64 {
-        2 * [self.m, self.k, self.n].iter().map(|&d| d.max(0) as u64).product::<u64>()
+        [self.m, self.k, self.n].iter().fold(2u64, |n, &d| n.saturating_mul(d.max(0) as u64))
     }
 
     fn error(&self, what: &str, expected: impl Into<String>, found: impl Into<String>) -> SpecError {

@@ -320,6 +320,8 @@ fn bad_specs_are_typed_errors_naming_the_operator() {
         ("scale", QConvSpec { src: ActQuant { scale: f32::NAN, ..good.src }, ..good.clone() }),
         ("kernel", QConvSpec { kh: 40, weights: vec![0; (24 * 16 * 40 * 3) as usize], ..good.clone() }),
         ("ic", QConvSpec { ic: 0, ..good.clone() }),
+        ("oc", QConvSpec { oc: 1 << 40, ..good.clone() }),
+        ("strides", QConvSpec { stride: (0, 0), ..good.clone() }),
         (
             "output scale",
             QConvSpec {
