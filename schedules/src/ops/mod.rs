@@ -1,5 +1,6 @@
 //! Quantized (int8) operators and layout transforms as tensor expressions, following the model
-//! of `quant` (oneDNN's). The default schedule (`generic::default_schedule`) of each is the
+//! of `quant` (oneDNN's; the convolutions and the dense layer requantize in onnxruntime's order
+//! instead where `QuantAttrs::requantization` says so). The default schedule (`generic::default_schedule`) of each is the
 //! reference; target schedules must compute the same values bit for bit.
 //!
 //! Activations are NCHW at the API (batch `N` is any positive size; resnet-18 uses 1); the
