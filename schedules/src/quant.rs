@@ -87,6 +87,11 @@
 //! before quantization (rounding is monotone and keeps 0); where `|round(x)| ≥ 2^24` the sum
 //! may round, but it then saturates either way.
 //!
+//! The symmetric convolution kernels (`MlasConvSym`) requantize in their own assembly, which
+//! was not read; `examples/qconv_against_ort.rs` runs onnxruntime itself on QLinearConv cases
+//! (`scripts/peers/qlinearconv_cases.py`) and agrees bit for bit wherever onnxruntime's
+//! accumulation is exact (its AVX2 u8 × s8 kernels saturate pair sums on full-range weights).
+//!
 //! Where the two orders differ: oneDNN scales by `scale_src · scale_wei` and divides by
 //! `scale_dst` per element (two roundings, then the zero point before rounding), adds an f32
 //! bias after scaling, and applies ReLU in f32; onnxruntime folds the three scales into one

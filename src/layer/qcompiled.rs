@@ -1,7 +1,8 @@
 //! `CompiledQuantized`: a quantized convolution or dense layer compiled (`compile_qconv`,
 //! `compile_qdense`) with its weights prepared once, run on caller-owned NHWC bytes without a
-//! copy per call.
+//! copy per call. Its function may be shared with other layers (`KernelCache`).
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use ir::DType;
@@ -32,11 +33,12 @@ enum Packed {
     Checked(CheckedTensor),
 }
 
-/// A compiled quantized layer, ready to run again and again (from any thread: `run` takes
-/// `&self`).
+/// A compiled quantized layer, ready to run again and again (`run` takes `&self`).
 pub struct CompiledQuantized {
     name: String,
-    kernel: Kernel,
+    kernel: Rc<Kernel>,
+    /// Whether `kernel` came from a `KernelCache` (compiled for an earlier layer).
+    cached: bool,
     knobs: Conv2dInt8Knobs,
     operands: GemmOperands,
     packed: Packed,
@@ -52,7 +54,7 @@ pub struct CompiledQuantized {
 impl CompiledQuantized {
     pub(super) fn new(
         name: String,
-        kernel: Kernel,
+        (kernel, cached): (Rc<Kernel>, bool),
         knobs: Conv2dInt8Knobs,
         operands: GemmOperands,
         prepared: Prepared,
@@ -67,6 +69,7 @@ impl CompiledQuantized {
         Ok(CompiledQuantized {
             name,
             kernel,
+            cached,
             knobs,
             operands,
             packed,
@@ -90,7 +93,9 @@ impl CompiledQuantized {
             // The specs' checks admit only u8 and i8 activations.
             let found = format!("{} and {}", self.src.0, self.dst.0);
             let op = self.name.clone();
-            return Err(SpecError { op, what: "the activation dtypes".into(), expected: "u8 or i8".into(), found }.into());
+            return Err(
+                SpecError { op, what: "the activation dtypes".into(), expected: "u8 or i8".into(), found }.into()
+            );
         };
         let mut args = vec![
             src,
@@ -169,7 +174,13 @@ impl CompiledQuantized {
         format!("{}: {}; requantization: {map}", self.isa_level().name(), kernels.join(", "))
     }
 
-    /// Defining the schedule, lowering and code generation of the per-call function.
+    /// Whether the per-call function was compiled for an earlier layer (`KernelCache`).
+    pub fn cached(&self) -> bool {
+        self.cached
+    }
+
+    /// Defining the schedule, lowering and code generation of the per-call function (only
+    /// defining it and finding it, where `cached`).
     pub fn compile_time(&self) -> Duration {
         self.compile
     }

@@ -16,13 +16,16 @@ use std::time::Instant;
 
 use ir::DType;
 use ir::te::placeholder_vec;
+use ir::workload::workload_key;
 use schedules::ops::{Conv2dParams, Layout};
 use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
-use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, prepare_conv2d_int8, weight_range};
+use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, weight_range};
 
 use super::error::{LayerError, SpecError};
+use super::kernel_cache::KernelCache;
 use super::qcompiled::{CompiledQuantized, Prepared};
+use super::qprepare::{PreparedWeights, prepare_weights};
 use crate::build::{BuildError, build, core_rate};
 use crate::runtime::{CompileOptions, Tensor};
 
@@ -66,16 +69,17 @@ pub struct QConvSpec {
 }
 
 impl QConvSpec {
-    /// Output height and width (floor division).
+    /// Output height and width (floor division; of a spec that `check` accepts).
     pub fn output_hw(&self) -> (i64, i64) {
         let p = self.pads[0];
-        ((self.h + 2 * p - self.kh) / self.stride.0 + 1, (self.w + 2 * p - self.kw) / self.stride.1 + 1)
+        let (sh, sw) = (self.stride.0.max(1), self.stride.1.max(1));
+        ((self.h + 2 * p - self.kh) / sh + 1, (self.w + 2 * p - self.kw) / sw + 1)
     }
 
     /// Operations (two per multiply-accumulate).
     pub fn ops(&self) -> u64 {
         let (oh, ow) = self.output_hw();
-        2 * [oh, ow, self.oc, self.ic, self.kh, self.kw].iter().map(|&d| d.max(0) as u64).product::<u64>()
+        [oh, ow, self.oc, self.ic, self.kh, self.kw].iter().fold(2u64, |n, &d| n.saturating_mul(d.max(0) as u64))
     }
 
     /// The operator as errors name it.
@@ -100,7 +104,7 @@ impl QConvSpec {
             return Err(self.error("the strides", "equal and at least 1", format!("{:?}", self.stride)));
         }
         let p = self.pads[0];
-        if p < 0 || p > MAX || self.pads.iter().any(|&q| q != p) {
+        if !(0..=MAX).contains(&p) || self.pads.iter().any(|&q| q != p) {
             return Err(self.error("the pads", "four equal non-negative values", format!("{:?}", self.pads)));
         }
         if self.h + 2 * p < self.kh || self.w + 2 * p < self.kw {
@@ -109,12 +113,13 @@ impl QConvSpec {
         }
         check_act(&self.op(), "the source", &self.src)?;
         check_act(&self.op(), "the destination", &self.dst)?;
-        let count = self.oc * self.ic * self.kh * self.kw;
-        if self.weights.len() as i64 != count {
+        let count = [self.oc, self.ic, self.kh, self.kw].iter().map(|&d| i128::from(d)).product::<i128>();
+        if self.weights.len() as i128 != count {
             let expected = format!("{count} values ([{}, {}, {}, {}])", self.oc, self.ic, self.kh, self.kw);
             return Err(self.error("the weights", expected, format!("{} values", self.weights.len())));
         }
         check_weight_scales(&self.op(), &self.weight_scales, self.oc)?;
+        check_output_scales(&self.op(), self.src.scale, &self.weight_scales, self.dst.scale)?;
         if let Some(b) = &self.bias
             && b.len() as i64 != self.oc
         {
@@ -155,8 +160,12 @@ impl QConvSpec {
 
 /// Checks an activation's dtype (u8 or i8), scale and zero point for the operator `op`.
 pub(super) fn check_act(op: &str, what: &str, q: &ActQuant) -> Result<(), SpecError> {
-    let error =
-        |what: String, expected: &str, found: String| SpecError { op: op.to_string(), what, expected: expected.to_string(), found };
+    let error = |what: String, expected: &str, found: String| SpecError {
+        op: op.to_string(),
+        what,
+        expected: expected.to_string(),
+        found,
+    };
     let range = match q.dtype {
         d if d == DType::U8 => 0..=255,
         d if d == DType::I8 => -128..=127,
@@ -189,12 +198,37 @@ pub(super) fn check_weight_scales(op: &str, scales: &[f32], oc: i64) -> Result<(
     Ok(())
 }
 
+/// Checks that each channel's scale `(src_scale · w_scale[c]) / dst_scale` is finite in f32 (an
+/// infinite one would make `0 · ∞` a NaN, which MLAS stores as the lower bound).
+pub(super) fn check_output_scales(op: &str, src_scale: f32, scales: &[f32], dst_scale: f32) -> Result<(), SpecError> {
+    match scales.iter().map(|&w| src_scale * w / dst_scale).find(|s| !s.is_finite()) {
+        Some(s) => Err(SpecError {
+            op: op.to_string(),
+            what: "the output scale (src scale · weight scale / dst scale)".to_string(),
+            expected: "finite in f32".to_string(),
+            found: s.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Compiles `spec` on the x86 path (`x86_conv::conv2d_int8`, NHWC, onnxruntime's order) with
 /// `knobs` (default: `default_conv_knobs` for the level `options` target, on its threads), and
-/// prepares the weights once: packed, and the compensation with the bias folded in
-/// (`comp − bias`, wrapping i32). The result runs on NHWC bytes (`CompiledQuantized::run`).
+/// prepares the weights once (`prepare_weights`): packed, and the compensation with the bias
+/// folded in (`comp − bias`, wrapping i32). The result runs on NHWC bytes (`CompiledQuantized::run`).
 /// Errors: the spec's (`QConvSpec::check`), knobs outside their ranges, code generation.
 pub fn compile_qconv(
+    spec: &QConvSpec,
+    knobs: Option<Conv2dInt8Knobs>,
+    options: &CompileOptions,
+) -> Result<CompiledQuantized, LayerError> {
+    compile_qconv_in(&KernelCache::new(), spec, knobs, options)
+}
+
+/// `compile_qconv`, taking the per-call function from `cache` where a layer of the same
+/// definition and schedule compiled it before (and leaving it there otherwise).
+pub fn compile_qconv_in(
+    cache: &KernelCache,
     spec: &QConvSpec,
     knobs: Option<Conv2dInt8Knobs>,
     options: &CompileOptions,
@@ -211,7 +245,7 @@ pub fn compile_qconv(
         dst: vec![1, oh, ow, spec.oc],
     };
     let conv = Conv2dParams { stride: spec.stride.0, pad: spec.pads[0] };
-    build_quantized(spec, &shapes, conv, knobs, options, spec.ops())
+    build_quantized(cache, spec, &shapes, conv, knobs, options, spec.ops())
 }
 
 /// The shapes of the per-call function's source, weights and output.
@@ -224,6 +258,7 @@ struct Shapes {
 /// Builds the per-call function and the weight preparation of `spec` (a convolution; a dense
 /// layer as its 1×1 convolution) and prepares the weights.
 fn build_quantized(
+    cache: &KernelCache,
     spec: &QConvSpec,
     shapes: &Shapes,
     conv: Conv2dParams,
@@ -239,37 +274,26 @@ fn build_quantized(
     let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
     let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
     let layer = conv2d_int8(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs, operands, name)?;
-    let kernel = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), name, options)?;
+    let threads = options.threads.filter(|&t| t > 0);
+    let key = (workload_key(&[&layer.layer.output]).key, knobs, level, threads, format!("{:?}", options.opt_level));
+    let (kernel, cached) = cache
+        .get_or_build(key, || Ok(build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), name, options)?))?;
     let compile = start.elapsed();
 
     let start = Instant::now();
-    let prep = prepare_conv2d_int8(&wei, spec.src.dtype, &attrs.src.zero_points, knobs, operands, name)?;
-    let func = build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), &format!("{name}.prepare"), options)?;
-    let mut args = [
-        Tensor::from_slice(&shapes.wei, &spec.weights)?,
-        Tensor::zeros(prep.packed_weights.dtype(), prep.packed_weights.shape())?,
-        Tensor::zeros(DType::I32, prep.compensation.compensation.shape())?,
-    ];
-    func.compiled.call(&mut args.iter_mut().collect::<Vec<_>>())?;
-    let [_, packed, compensation] = args;
-    let compensation = fold_bias(compensation, spec.bias.as_deref())?;
+    let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
+    let src_q = (spec.src.dtype, spec.src.zero_point);
+    let PreparedWeights { packed, compensation } =
+        prepare_weights(&spec.weights, dims, knobs.nr, operands, src_q, spec.bias.as_deref())?;
     let params = layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)).collect();
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
-    CompiledQuantized::new(name.clone(), kernel, knobs, operands, prepared, io, (ops, compile))
-}
-
-/// `compensation − bias` per channel, wrapping (exact where the true sum fits i32: then
-/// `acc − comp' = Σ (x − zp)·w + bias`).
-fn fold_bias(compensation: Tensor, bias: Option<&[i32]>) -> Result<Tensor, LayerError> {
-    let Some(bias) = bias else { return Ok(compensation) };
-    let comp: Vec<i32> = compensation.to_vec()?;
-    let folded: Vec<i32> = comp.iter().zip(bias).map(|(&c, &b)| c.wrapping_sub(b)).collect();
-    Ok(Tensor::from_slice(compensation.shape(), &folded)?)
+    CompiledQuantized::new(name.clone(), (kernel, cached), knobs, operands, prepared, io, (ops, compile))
 }
 
 /// `compile_qconv`'s builder, for the dense layer's 1×1 convolution (`qdense`).
 pub(super) fn build_as_conv(
+    cache: &KernelCache,
     spec: &QConvSpec,
     knobs: Conv2dInt8Knobs,
     options: &CompileOptions,
@@ -277,5 +301,5 @@ pub(super) fn build_as_conv(
     (rows, k, n): (i64, i64, i64),
 ) -> Result<CompiledQuantized, LayerError> {
     let shapes = Shapes { src: vec![1, 1, rows, k], wei: vec![n, k, 1, 1], dst: vec![1, 1, rows, n] };
-    build_quantized(spec, &shapes, Conv2dParams { stride: 1, pad: 0 }, knobs, options, ops)
+    build_quantized(cache, spec, &shapes, Conv2dParams { stride: 1, pad: 0 }, knobs, options, ops)
 }

@@ -16,8 +16,9 @@ use schedules::resnet18::DenseLayer;
 use schedules::x86_conv::{Conv2dInt8Knobs, default_dense_knobs};
 
 use super::error::{LayerError, SpecError};
+use super::kernel_cache::KernelCache;
 use super::qcompiled::CompiledQuantized;
-use super::qconv::{ActQuant, QConvSpec, build_as_conv, check_act, check_weight_scales};
+use super::qconv::{ActQuant, QConvSpec, build_as_conv, check_act, check_output_scales, check_weight_scales};
 use crate::runtime::CompileOptions;
 
 /// A quantized `[M, K] × [K, N]` product with constant s8 weights.
@@ -45,7 +46,7 @@ pub struct QDenseSpec {
 impl QDenseSpec {
     /// Operations (two per multiply-accumulate).
     pub fn ops(&self) -> u64 {
-        2 * [self.m, self.k, self.n].iter().map(|&d| d.max(0) as u64).product::<u64>()
+        [self.m, self.k, self.n].iter().fold(2u64, |n, &d| n.saturating_mul(d.max(0) as u64))
     }
 
     fn error(&self, what: &str, expected: impl Into<String>, found: impl Into<String>) -> SpecError {
@@ -59,7 +60,8 @@ impl QDenseSpec {
     /// Every field against the others (what `compile_qdense` checks first).
     pub fn check(&self) -> Result<(), SpecError> {
         const MAX: i64 = 1 << 20;
-        if let Some((what, v)) = [("m", self.m), ("k", self.k), ("n", self.n)].iter().find(|(_, v)| !(1..=MAX).contains(v))
+        if let Some((what, v)) =
+            [("m", self.m), ("k", self.k), ("n", self.n)].iter().find(|(_, v)| !(1..=MAX).contains(v))
         {
             return Err(self.error(what, format!("in 1..={MAX}"), v.to_string()));
         }
@@ -79,7 +81,7 @@ impl QDenseSpec {
         if !(self.alpha.is_finite() && self.alpha > 0.0 && scale.is_finite() && scale > 0.0) {
             return Err(self.error("alpha", "finite and positive, times the source scale too", self.alpha.to_string()));
         }
-        Ok(())
+        check_output_scales(&self.op(), scale, &self.weight_scales, self.dst.scale)
     }
 
     /// The 1×1 convolution over `[1, 1, M, K]` that computes it: weights `[N, K, 1, 1]`, and
@@ -115,8 +117,18 @@ pub fn compile_qdense(
     knobs: Option<Conv2dInt8Knobs>,
     options: &CompileOptions,
 ) -> Result<CompiledQuantized, LayerError> {
+    compile_qdense_in(&KernelCache::new(), spec, knobs, options)
+}
+
+/// `compile_qdense` with the per-call function from `cache` where possible (`compile_qconv_in`).
+pub fn compile_qdense_in(
+    cache: &KernelCache,
+    spec: &QDenseSpec,
+    knobs: Option<Conv2dInt8Knobs>,
+    options: &CompileOptions,
+) -> Result<CompiledQuantized, LayerError> {
     spec.check()?;
     let layer = DenseLayer { name: "qdense", in_features: spec.k, out_features: spec.n };
     let knobs = knobs.unwrap_or_else(|| default_dense_knobs(&layer, spec.m));
-    build_as_conv(&spec.as_conv(), knobs, options, spec.ops(), (spec.m, spec.k, spec.n))
+    build_as_conv(cache, &spec.as_conv(), knobs, options, spec.ops(), (spec.m, spec.k, spec.n))
 }

@@ -13,7 +13,8 @@ use schedules::ops::{
     global_avg_pool, max_pool2d, nchw_to_nchwc, nchwc_to_nchw, oihw_to_vnni_blocked, relu_int8,
 };
 use schedules::quant::{
-    PostOp, QuantAttrs, QuantError, Requantization, Scales, TensorQuant, ZeroPoints, dequantize, mask_count, quantize, requantize,
+    PostOp, QuantAttrs, QuantError, Requantization, Scales, TensorQuant, ZeroPoints, dequantize, mask_count, quantize,
+    requantize,
 };
 use schedules::resnet18::{CONV_LAYERS, DenseLayer};
 use schedules::x86_conv::{

@@ -8,8 +8,8 @@ use ir::{DType, Expr};
 
 use super::checks::{dtype_error, require_int8_src, require_s8_weights, shape_error};
 use crate::quant::{
-    DST_TYPES, Param, Params, PostOp, QuantAttrs, QuantError, Requantization, Scales, activation_quant,
-    check_post_ops, finish, finish_onnxruntime, is_dst_type,
+    DST_TYPES, Param, Params, PostOp, QuantAttrs, QuantError, Requantization, Scales, activation_quant, check_post_ops,
+    finish, finish_onnxruntime, is_dst_type,
 };
 
 /// The stages of an int8 convolution or dense layer.
@@ -137,7 +137,8 @@ pub(super) fn requantize_layer(
                 // onnxruntime's `(x_scale · w_scale[c]) / y_scale`, formed once per channel.
                 let (dst_scale, dst_zp) = dst_q;
                 let values = w.values.iter().map(|&v| src_scale * v / dst_scale).collect();
-                let scale = params.scale(&Scales { values, mask: w.mask }, weights_dims, &oc_index, &format!("{name}.scale"));
+                let scale =
+                    params.scale(&Scales { values, mask: w.mask }, weights_dims, &oc_index, &format!("{name}.scale"));
                 return finish_onnxruntime(centered, scale, &attrs.post_ops, dst_zp, attrs.dst_dtype);
             }
             // The products src_scale · wei_scale[oc] in f32, formed here once rather than per
