@@ -18,7 +18,7 @@ use super::slot::Slot;
 use crate::graph::partition::{QAdd, QConv, QGlobalAvgPool, QMatMul, QMaxPool, QuantTensor};
 use crate::graph::window::Window;
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
-use crate::layer::{ActQuant, LayerError, QConvSpec, QDenseSpec, compile_qconv, compile_qdense};
+use crate::layer::{ActQuant, KernelCache, LayerError, QConvSpec, QDenseSpec, compile_qconv_in, compile_qdense_in};
 use crate::runtime::CompileOptions;
 
 /// Where a compiled kernel's knobs came from.
@@ -119,13 +119,15 @@ pub fn compile_with(
         slot_of[t] = Some(slots.len() - 1);
         Ok(slots.len() - 1)
     };
+    // Layers of the same definition and knobs share one compiled function.
+    let cache = KernelCache::new();
     let inputs = graph.graph().inputs().iter().map(|&t| Ok((t, slot(t, &mut slots)?))).collect::<Result<Vec<_>, EngineError>>()?;
     let mut steps = Vec::with_capacity(partitions.len());
     for partition in partitions {
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let begin = Instant::now();
-        let (kernel, ops, tuning) = choose(&graph, &partition, &ins, &outs, &slots, options, knobs)?;
+        let (kernel, ops, tuning) = choose(&graph, &partition, &ins, &outs, &slots, (options, &cache), knobs)?;
         steps.push(Step { partition, kernel, inputs: ins, outputs: outs, ops, compile: begin.elapsed(), tuning });
     }
     let outputs = graph.graph().outputs().iter().map(|&t| Ok((t, slot(t, &mut slots)?))).collect::<Result<Vec<_>, EngineError>>()?;
@@ -192,7 +194,7 @@ fn choose(
     ins: &[usize],
     outs: &[usize],
     slots: &[Slot],
-    options: &CompileOptions,
+    (options, cache): (&CompileOptions, &KernelCache),
     knobs: KnobSource<'_>,
 ) -> Result<Chosen, EngineError> {
     let layer_error = |e| EngineError::Layer { partition: partition_name(graph, p), kind: p.kind.name(), source: Box::new(e) };
@@ -201,8 +203,8 @@ fn choose(
     }
     let out = &slots[outs[0]];
     match &p.kind {
-        PartitionKind::QuantizedConv(c) => conv(graph, p, c, ins.first().map(|&i| &slots[i]), options, knobs).map_err(layer_error),
-        PartitionKind::QuantizedMatMul(m) => dense(graph, p, m, ins.first().map(|&i| &slots[i]), options, knobs).map_err(layer_error),
+        PartitionKind::QuantizedConv(c) => conv(graph, p, c, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error),
+        PartitionKind::QuantizedMatMul(m) => dense(graph, p, m, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error),
         PartitionKind::QuantizedAdd(a) => Ok(quantized_add(a, ins, slots)),
         PartitionKind::QuantizedMaxPool(m) => Ok(quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out)),
         PartitionKind::QuantizedGlobalAvgPool(g) => Ok(quantized_gap(g, ins.first().map(|&i| &slots[i]), out)),
@@ -216,7 +218,7 @@ fn conv(
     p: &Partition,
     c: &QConv,
     src: Option<&Slot>,
-    options: &CompileOptions,
+    (options, cache): (&CompileOptions, &KernelCache),
     knobs: KnobSource<'_>,
 ) -> Result<Chosen, LayerError> {
     let Some(src) = src else { return Ok(reference("no source")) };
@@ -246,7 +248,7 @@ fn conv(
         relu,
     };
     let (chosen, tuning) = knobs(Workload::Conv(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-    let compiled = compile_qconv(&spec, chosen, options)?;
+    let compiled = compile_qconv_in(cache, &spec, chosen, options)?;
     Ok((Kernel::Conv(Box::new(compiled)), spec.ops(), Some(tuning)))
 }
 
@@ -255,7 +257,7 @@ fn dense(
     p: &Partition,
     m: &QMatMul,
     src: Option<&Slot>,
-    options: &CompileOptions,
+    (options, cache): (&CompileOptions, &KernelCache),
     knobs: KnobSource<'_>,
 ) -> Result<Chosen, LayerError> {
     let Some(src) = src else { return Ok(reference("no source")) };
@@ -275,7 +277,7 @@ fn dense(
         relu,
     };
     let (chosen, tuning) = knobs(Workload::Dense(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-    let compiled = compile_qdense(&spec, chosen, options)?;
+    let compiled = compile_qdense_in(cache, &spec, chosen, options)?;
     Ok((Kernel::Dense(Box::new(compiled)), spec.ops(), Some(tuning)))
 }
 

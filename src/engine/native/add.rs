@@ -12,7 +12,7 @@
 //! The raw integers enter the FMAs (the zero points are folded into `fixed`), so this differs
 //! from the plain formula `round((sa·(a − za) + sb·(b − zb)) / sc) + zc` by one on rare ties.
 
-use super::{Int8, round_to_i32};
+use super::{Int8, round_clamped};
 
 /// The constants of one add.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -44,13 +44,22 @@ pub fn add(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), 
 }
 
 #[inline(always)]
-fn add_loop(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, (lo, hi): (i32, i32), c: &mut [u8]) {
+fn add_loop(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
+    // One loop per element type, so that each vectorizes.
+    match ty {
+        Int8::U8 => add_typed(a, b, params, clamp, c, |x| x as f32),
+        Int8::S8 => add_typed(a, b, params, clamp, c, |x| x as i8 as f32),
+    }
+}
+
+#[inline(always)]
+fn add_typed(a: &[u8], b: &[u8], params: &AddParams, (lo, hi): (i32, i32), c: &mut [u8], value: impl Fn(u8) -> f32) {
     let (ra, rb, fixed) = params.constants();
-    let nan = ty.min();
+    let (lo, hi) = (lo as f32, hi as f32);
     for ((c, &a), &b) in c.iter_mut().zip(a).zip(b) {
-        let t = (ty.value(b) as f32).mul_add(rb, fixed);
-        let v = (ty.value(a) as f32).mul_add(ra, t);
-        *c = ty.saturate(round_to_i32(v, nan).clamp(lo, hi));
+        let t = value(b).mul_add(rb, fixed);
+        let v = value(a).mul_add(ra, t);
+        *c = round_clamped(v, lo, hi) as u8;
     }
 }
 

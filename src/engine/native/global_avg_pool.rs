@@ -8,7 +8,7 @@
 //!
 //! The sum is exact in i32.
 
-use super::{Int8, round_to_i32};
+use super::{Int8, round_clamped};
 
 /// Pools `src: [n, h·w, c]` (NHWC) into `dst: [n, c]`.
 pub fn global_avg_pool(src: &[u8], [n, hw, c]: [usize; 3], x: (f32, i32), y: (f32, i32), ty: Int8, dst: &mut [u8]) {
@@ -23,8 +23,9 @@ pub fn global_avg_pool(src: &[u8], [n, hw, c]: [usize; 3], x: (f32, i32), y: (f3
             }
         }
         for (d, &s) in dst[b * c..][..c].iter_mut().zip(&sums) {
-            let v = round_to_i32(s.wrapping_sub(bias) as f32 * scale, ty.min() - y.1);
-            *d = ty.saturate(v.saturating_add(y.1));
+            let (lo, hi) = ty.range();
+            let v = round_clamped(s.wrapping_sub(bias) as f32 * scale, (lo - y.1) as f32, (hi - y.1) as f32);
+            *d = (v + y.1) as u8;
         }
     }
 }

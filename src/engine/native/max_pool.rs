@@ -40,7 +40,7 @@ pub fn max_pool(src: &[u8], [n, h, w, c]: [usize; 4], [oh, ow]: [usize; 2], win:
                 for (o, &m) in out.iter_mut().zip(&best) {
                     // A window entirely in the padding (not possible with pads below the
                     // kernel) would store the type's minimum.
-                    *o = ty.saturate(m.max(ty.min()));
+                    *o = ty.saturate(m.max(ty.range().0));
                 }
             }
         }

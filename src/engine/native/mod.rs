@@ -36,17 +36,22 @@ impl Int8 {
         }
     }
 
-    /// The smallest value.
-    pub fn min(self) -> i32 {
+    /// The smallest and largest value.
+    pub fn range(self) -> (i32, i32) {
         match self {
-            Int8::U8 => 0,
-            Int8::S8 => -128,
+            Int8::U8 => (0, 255),
+            Int8::S8 => (-128, 127),
         }
     }
 }
 
-/// `round_half_even(x)` as i32, saturated to i32's range; NaN gives `nan`.
-#[inline]
-pub fn round_to_i32(x: f32, nan: i32) -> i32 {
-    if x.is_nan() { nan } else { x.round_ties_even().clamp(i32::MIN as f32, i32::MAX as f32) as i32 }
+/// `round_half_even(clamp(x, lo, hi))` for integral bounds `|lo|, |hi| < 2^22`; NaN gives `lo`
+/// (as `maxps` with the bound second does). The rounding adds and subtracts `1.5 · 2^23`, which
+/// rounds to nearest even for every `|v| < 2^22` without a call to the C library.
+#[inline(always)]
+pub fn round_clamped(x: f32, lo: f32, hi: f32) -> i32 {
+    const MAGIC: f32 = 12_582_912.0;
+    let v = if x >= lo { x } else { lo };
+    let v = if v <= hi { v } else { hi };
+    ((v + MAGIC) - MAGIC) as i32
 }

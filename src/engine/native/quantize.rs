@@ -2,12 +2,14 @@
 //! + zero_point)`, a true division; NaN stores the type's minimum (onnxruntime clamps with
 //! `maxps`, which returns the bound for NaN, before converting).
 
-use super::{Int8, round_to_i32};
+use super::{Int8, round_clamped};
 
 /// Quantizes `src` (NCHW `[n, c, h, w]`, or any shape with `nhwc == false`) into `dst`, written
 /// in NHWC order when `nhwc`.
 pub fn quantize(src: &[f32], dims: [usize; 4], nhwc: bool, scale: f32, zero_point: i32, ty: Int8, dst: &mut [u8]) {
-    let q = |x: f32| ty.saturate(round_to_i32(x / scale, ty.min() - zero_point).saturating_add(zero_point));
+    let (lo, hi) = ty.range();
+    let (lo, hi) = ((lo - zero_point) as f32, (hi - zero_point) as f32);
+    let q = |x: f32| (round_clamped(x / scale, lo, hi) + zero_point) as u8;
     if !nhwc {
         for (d, &x) in dst.iter_mut().zip(src) {
             *d = q(x);
