@@ -31,6 +31,7 @@ pub mod export;
 pub mod isa;
 pub mod kernels;
 pub mod layer;
+pub mod onnx;
 pub mod record;
 pub mod runtime;
 pub mod target;

@@ -1,0 +1,2 @@
+//! ONNX files: decoding and validation.
+pub mod proto;
