@@ -28,6 +28,7 @@ pub mod codegen;
 pub mod disasm;
 pub mod error;
 pub mod export;
+pub mod graph;
 pub mod isa;
 pub mod kernels;
 pub mod layer;
