@@ -6,6 +6,8 @@ The test set (`tests/models/`, committed; the Rust tests read every file, `tests
   resnet18_w8_s32_qdq_s8_pc.onnx    QDQ, s8 activations, s8 weights per channel
   resnet18_w8_s32_qop_u8_pc.onnx    QOperator, u8 activations, s8 weights per channel
   resnet18_w8_s32_qop_u8_pt.onnx    QOperator, u8 activations, s8 weights per tensor
+  resnet18_w8_s32_qop_u8_pc_rr.onnx QOperator, u8 activations, 7-bit s8 weights per channel
+  resnet18_w8_s32_qdq_u8_pc_rr.onnx QDQ, u8 activations, 7-bit s8 weights per channel
   resnet18_w2_s32_float.onnx        float, BatchNormalization present
   resnet18_w1_s8_c10_qop_u8_pc.onnx a tiny QOperator model, truncated at every length by the fuzz test
 
@@ -39,6 +41,10 @@ QUANTIZED = {
     "qdq_s8_pc": dict(fmt="qdq", activation="s8", per_channel=True),
     "qop_u8_pc": dict(fmt="qoperator", activation="u8", per_channel=True),
     "qop_u8_pt": dict(fmt="qoperator", activation="u8", per_channel=False),
+    # onnxruntime's reduce_range: 7-bit weights, on which its AVX2 u8·s8 kernels (vpmaddubsw's
+    # i16 pair sums cannot saturate) are exact.
+    "qop_u8_pc_rr": dict(fmt="qoperator", activation="u8", per_channel=True, reduce_range=True),
+    "qdq_u8_pc_rr": dict(fmt="qdq", activation="u8", per_channel=True, reduce_range=True),
 }
 
 
