@@ -99,6 +99,8 @@ fn every_pass_file_exports_one_function_named_after_it() {
 const LAYERS: &[(&str, &[&str])] = &[
     ("isa", &[]),
     ("abi", &[]),
+    ("graph", &[]),
+    ("onnx", &["graph"]),
     ("disasm", &["isa"]),
     ("error", &["isa"]),
     ("target", &["isa", "error"]),

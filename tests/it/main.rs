@@ -14,6 +14,7 @@ mod indexing;
 mod invariants;
 mod math;
 mod norm;
+mod onnx;
 mod plain_reference;
 mod quant;
 mod readme;
