@@ -192,14 +192,13 @@ pub fn transposes(n: &Node<'_>) -> Result<MatMulAttrs, OnnxError> {
 /// shape `[1, N]`, read as `[N]`) as `BiasAdd` along axis 1, anything else as a broadcasting
 /// `Add`.
 pub fn add_bias<'m>(im: &mut Importer<'m>, n: &Node<'m>, y: TensorId, c_index: usize) -> Result<TensorId, OnnxError> {
-    if let Some(c) = im.constant_if_any(n, c_index)? {
-        if let Constant::Value(v) = &*c {
-            if let [1, len] = *v.dims() {
-                let row = Value::new(&[len], v.data().clone()).map_err(|e| n.unsupported(e.to_string()))?;
-                let b = im.new_constant(n, "bias", row);
-                return im.apply(n, "bias_add", OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, b]);
-            }
-        }
+    if let Some(c) = im.constant_if_any(n, c_index)?
+        && let Constant::Value(v) = &*c
+        && let [1, len] = *v.dims()
+    {
+        let row = Value::new(&[len], v.data().clone()).map_err(|e| n.unsupported(e.to_string()))?;
+        let b = im.new_constant(n, "bias", row);
+        return im.apply(n, "bias_add", OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, b]);
     }
     let c = im.tensor(n, c_index, "C")?;
     if im.describe(n, c)?.1.len() == 1 {
