@@ -79,7 +79,7 @@ impl Graph {
         outputs: &[TensorId],
     ) -> Result<OpId, GraphError> {
         let id = self.ops.next_key();
-        let op = OpRef { id, name: name.to_string(), kind: kind.name() };
+        let op = OpRef { id, name: name.into(), kind: kind.name() };
         if let Some(&t) = inputs.iter().chain(outputs).find(|t| !self.tensors.is_valid(**t)) {
             return Err(GraphError::UnknownTensor { op, tensor: t });
         }
@@ -115,7 +115,7 @@ impl Graph {
     /// inferred now from the inputs' (which must already be known well enough). Returns the
     /// output tensor.
     pub fn apply(&mut self, name: &str, kind: OpKind, inputs: &[TensorId]) -> Result<TensorId, GraphError> {
-        let op = OpRef { id: self.ops.next_key(), name: name.to_string(), kind: kind.name() };
+        let op = OpRef { id: self.ops.next_key(), name: name.into(), kind: kind.name() };
         if let Some(&t) = inputs.iter().find(|t| !self.tensors.is_valid(**t)) {
             return Err(GraphError::UnknownTensor { op, tensor: t });
         }
@@ -195,13 +195,13 @@ impl Graph {
     /// How errors name op `id`.
     pub fn op_ref(&self, id: OpId) -> OpRef {
         match self.ops.get(id) {
-            Some(op) => OpRef { id, name: op.name.clone(), kind: op.kind.name() },
-            None => OpRef { id, name: String::new(), kind: "?" },
+            Some(op) => OpRef { id, name: op.name.as_str().into(), kind: op.kind.name() },
+            None => OpRef { id, name: "".into(), kind: "?" },
         }
     }
 
     /// How errors name tensor `id`.
     pub fn tensor_ref(&self, id: TensorId) -> TensorRef {
-        TensorRef { id, name: self.tensors.get(id).map(|t| t.name.clone()).unwrap_or_default() }
+        TensorRef { id, name: self.tensors.get(id).map_or("", |t| t.name.as_str()).into() }
     }
 }

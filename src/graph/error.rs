@@ -11,7 +11,7 @@ use super::tensor::TensorId;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpRef {
     pub id: OpId,
-    pub name: String,
+    pub name: Box<str>,
     pub kind: &'static str,
 }
 
@@ -25,7 +25,7 @@ impl fmt::Display for OpRef {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorRef {
     pub id: TensorId,
-    pub name: String,
+    pub name: Box<str>,
 }
 
 impl fmt::Display for TensorRef {
@@ -39,7 +39,8 @@ fn list(ops: &[OpRef]) -> String {
     ops.iter().map(ToString::to_string).collect::<Vec<_>>().join(" → ")
 }
 
-/// What is wrong with a graph.
+/// What is wrong with a graph. (Names are boxed strings so that the error stays small enough
+/// to return by value.)
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum GraphError {
     #[error("{op}: {tensor} is not a tensor of this graph")]
@@ -65,7 +66,7 @@ pub enum GraphError {
     #[error("{op}: the rank of its input {tensor} is unknown")]
     UnknownRank { op: OpRef, tensor: TensorRef },
     #[error("{op}: output {tensor} is declared with {what} {declared}, but the op produces {inferred}")]
-    Declared { op: OpRef, tensor: TensorRef, what: &'static str, declared: String, inferred: String },
+    Declared { op: OpRef, tensor: TensorRef, what: &'static str, declared: Box<str>, inferred: Box<str> },
     #[error("graph output {tensor} is produced by no op and is neither a graph input nor a constant")]
     OutputNotProduced { tensor: TensorRef },
     #[error("{tensor}: its layout must be {expected}, found {found}")]

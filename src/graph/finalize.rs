@@ -108,8 +108,7 @@ impl Graph {
     /// Graph inputs, outputs and constants are strided (or not yet decided), with one stride
     /// per dimension; no tensor's strides disagree with its rank.
     fn check_boundary_layouts(&self) -> Result<(), GraphError> {
-        let boundary =
-            |t: TensorId| self.inputs.contains(&t) || self.outputs.contains(&t) || self.is_constant(t);
+        let boundary = |t: TensorId| self.inputs.contains(&t) || self.outputs.contains(&t) || self.is_constant(t);
         for (id, t) in self.tensors.iter() {
             match &t.layout {
                 Layout::Opaque if boundary(id) => {
@@ -155,8 +154,8 @@ impl Graph {
                 op: op_ref,
                 tensor: self.tensor_ref(out),
                 what: "type",
-                declared: declared.dtype.to_string(),
-                inferred: dtype.to_string(),
+                declared: declared.dtype.to_string().into(),
+                inferred: dtype.to_string().into(),
             });
         }
         if !declared.shape.fits(&shape) {
@@ -164,8 +163,8 @@ impl Graph {
                 op: op_ref,
                 tensor: self.tensor_ref(out),
                 what: "shape",
-                declared: declared.shape.to_string(),
-                inferred: shape.to_string(),
+                declared: declared.shape.to_string().into(),
+                inferred: shape.to_string().into(),
             });
         }
         let refined = declared.shape.refine(&shape);

@@ -19,10 +19,14 @@
 
 pub mod attrs;
 pub mod build;
+pub mod display;
 pub mod dtype;
 pub mod error;
 pub mod finalize;
+mod fusion;
 pub mod op;
+pub mod partition;
+pub mod reference;
 pub mod shape;
 pub mod tensor;
 pub mod value;
@@ -33,9 +37,16 @@ pub use attrs::{
     ReduceMeanAttrs, ReshapeAttrs, TransposeAttrs, TypeCastAttrs,
 };
 pub use build::Graph;
+pub use display::{OpLine, PartitionLine};
 pub use dtype::DataType;
 pub use error::{GraphError, OpRef, TensorRef};
 pub use finalize::FinalizedGraph;
 pub use op::{Op, OpId, OpKind};
+pub use partition::{
+    Activation, Partition, PartitionId, PartitionKind, PartitionPolicy, QAdd, QConv, QGlobalAvgPool, QMatMul, QMaxPool,
+    QuantTensor,
+};
+pub use reference::ReferenceError;
 pub use tensor::{Dim, Layout, LogicalTensor, Shape, TensorId};
 pub use value::{Data, Value, ValueError};
+pub use window::Window;

@@ -239,10 +239,13 @@ fn convolution(c: &Check<'_>, a: &ConvAttrs) -> Result<(DataType, Shape), GraphE
     let probe: Vec<usize> = kernel.clone().unwrap_or_else(|| vec![1; x.len() - 2]);
     let window = conv_window_checked(c, a, &probe)?;
     if let Some(k) = kernel.as_ref().and_then(|k| k.iter().position(|&k| k == 0)) {
-        return Err(c.shape(c.operand(1), format!("a kernel of positive sizes (dimension {})", k + 2), Shape::Dims(w.to_vec())));
+        return Err(c.shape(
+            c.operand(1),
+            format!("a kernel of positive sizes (dimension {})", k + 2),
+            Shape::Dims(w.to_vec()),
+        ));
     }
-    let spatial =
-        if kernel.is_some() { window_output(c, &window, &x[2..])? } else { vec![Dim::Unknown; x.len() - 2] };
+    let spatial = if kernel.is_some() { window_output(c, &window, &x[2..])? } else { vec![Dim::Unknown; x.len() - 2] };
     if c.inputs.len() == 3 {
         c.same_type(2)?;
         let b = c.rank(2, 1, 1)?;
@@ -282,7 +285,11 @@ fn matmul(c: &Check<'_>, a: &MatMulAttrs) -> Result<(DataType, Shape), GraphErro
         return Err(c.shape(c.operand(1), expected, Shape::Dims(y.to_vec())));
     }
     let batch = broadcast(&x[..x.len() - 2], &y[..y.len() - 2]).ok_or_else(|| {
-        c.shape(c.operand(1), format!("batch dimensions that broadcast with {}", Shape::Dims(x.to_vec())), Shape::Dims(y.to_vec()))
+        c.shape(
+            c.operand(1),
+            format!("batch dimensions that broadcast with {}", Shape::Dims(x.to_vec())),
+            Shape::Dims(y.to_vec()),
+        )
     })?;
     let mut out = batch;
     out.extend([m, n]);
@@ -309,7 +316,11 @@ fn add(c: &Check<'_>) -> Result<(DataType, Shape), GraphError> {
     c.same_type(1)?;
     let (x, y) = (c.dims(0)?, c.dims(1)?);
     let out = broadcast(x, y).ok_or_else(|| {
-        c.shape(c.operand(1), format!("a shape that broadcasts with {}", Shape::Dims(x.to_vec())), Shape::Dims(y.to_vec()))
+        c.shape(
+            c.operand(1),
+            format!("a shape that broadcasts with {}", Shape::Dims(x.to_vec())),
+            Shape::Dims(y.to_vec()),
+        )
     })?;
     Ok((t, Shape::Dims(out)))
 }
@@ -338,7 +349,11 @@ fn pool_window(
     };
     for (name, pads) in [("pads_begin", &w.pads_begin), ("pads_end", &w.pads_end)] {
         if let Some(axis) = (0..spatial).find(|&i| pads[i] >= w.kernel[i]) {
-            return Err(c.attr(name, format!("smaller than the kernel {:?} (onnxruntime's rule)", w.kernel), format!("{} at spatial dimension {axis}", pads[axis])));
+            return Err(c.attr(
+                name,
+                format!("smaller than the kernel {:?} (onnxruntime's rule)", w.kernel),
+                format!("{} at spatial dimension {axis}", pads[axis]),
+            ));
         }
     }
     Ok(w)
@@ -368,7 +383,15 @@ fn max_pool(c: &Check<'_>, a: &MaxPoolAttrs) -> Result<(DataType, Shape), GraphE
         return Err(c.dtype(0, "f32, f16, bf16, u8 or s8"));
     }
     let x = c.rank(0, 3, 5)?;
-    let w = pool_window(c, &a.kernel, &a.strides, (&a.pads_begin, &a.pads_end), Some(&a.dilations), a.ceil_mode, x.len() - 2)?;
+    let w = pool_window(
+        c,
+        &a.kernel,
+        &a.strides,
+        (&a.pads_begin, &a.pads_end),
+        Some(&a.dilations),
+        a.ceil_mode,
+        x.len() - 2,
+    )?;
     Ok((t, pooled(c, &w, x)?))
 }
 
@@ -387,7 +410,13 @@ pub fn reduce_axes(op: &OpRef, a: &ReduceMeanAttrs, rank: usize) -> Result<Vec<u
         let norm = if axis < 0 { axis.checked_add(rank as i64) } else { Some(axis) };
         match norm {
             Some(n) if (0..rank as i64).contains(&n) && !axes.contains(&(n as usize)) => axes.push(n as usize),
-            _ => return Err(c.attr("axes", format!("distinct axes in {}..{rank}", -(rank as i64)), format!("{:?}", a.axes))),
+            _ => {
+                return Err(c.attr(
+                    "axes",
+                    format!("distinct axes in {}..{rank}", -(rank as i64)),
+                    format!("{:?}", a.axes),
+                ));
+            }
         }
     }
     if axes.is_empty() {
@@ -484,16 +513,27 @@ fn reshape(c: &Check<'_>, a: &ReshapeAttrs) -> Result<(DataType, Shape), GraphEr
             }
             0 => match x.get(i) {
                 Some(&d) => d,
-                None => return Err(c.attr("shape", format!("a 0 only below the input's rank {}", x.len()), format!("{:?}", a.shape))),
+                None => {
+                    return Err(c.attr(
+                        "shape",
+                        format!("a 0 only below the input's rank {}", x.len()),
+                        format!("{:?}", a.shape),
+                    ));
+                }
             },
             s if s >= 1 => Dim::Known(usize::try_from(s).unwrap_or(usize::MAX)),
             _ => return Err(c.attr("shape", "entries ≥ 1, 0 (copy) or a single -1 (infer)", format!("{:?}", a.shape))),
         });
     }
     let total = count(x);
-    let known: Option<usize> =
-        out.iter().enumerate().filter(|(i, _)| Some(*i) != infer).try_fold(1usize, |acc, (_, d)| d.known().and_then(|n| acc.checked_mul(n)));
-    let mismatch = || c.attr("shape", format!("as many elements as the input {}", Shape::Dims(x.to_vec())), format!("{:?}", a.shape));
+    let known: Option<usize> = out
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != infer)
+        .try_fold(1usize, |acc, (_, d)| d.known().and_then(|n| acc.checked_mul(n)));
+    let mismatch = || {
+        c.attr("shape", format!("as many elements as the input {}", Shape::Dims(x.to_vec())), format!("{:?}", a.shape))
+    };
     match (infer, total, known) {
         (Some(i), Some(t), Some(k)) => {
             if k == 0 || t % k != 0 {

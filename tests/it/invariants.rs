@@ -97,6 +97,7 @@ fn every_pass_file_exports_one_function_named_after_it() {
 /// `tune` and `export` read records without `export` depending on `tune`. `src/lib.rs` (the root's re-exports), the binary (`src/main.rs`,
 /// `src/cli/`) and the unit tests (`src/tests/`) sit above everything and are not checked.
 const LAYERS: &[(&str, &[&str])] = &[
+    ("graph", &[]),
     ("isa", &[]),
     ("abi", &[]),
     ("graph", &[]),

@@ -10,6 +10,7 @@ mod differential;
 mod errors;
 mod export;
 mod golden;
+mod graph;
 mod indexing;
 mod invariants;
 mod math;
