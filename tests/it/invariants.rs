@@ -100,7 +100,6 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("graph", &[]),
     ("isa", &[]),
     ("abi", &[]),
-    ("graph", &[]),
     ("onnx", &["graph"]),
     ("disasm", &["isa"]),
     ("error", &["isa"]),

@@ -371,3 +371,37 @@ fn every_truncation_of_the_tiny_model_is_an_error() {
         assert!(onnx::import(&bytes[..len]).is_err(), "{len} bytes of {} imported", bytes.len());
     }
 }
+
+#[test]
+fn quantized_models_fuse_into_quantized_partitions() {
+    use tensorlift::graph::{PartitionKind, PartitionPolicy};
+    for path in model_files().into_iter().filter(|p| !p.to_string_lossy().contains("float")) {
+        let model = onnx::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let count = |f: fn(&OpKind) -> bool| {
+            model.graph.order().iter().filter(|&&id| f(&model.graph.op(id).expect("an op").kind)).count()
+        };
+        let (convs, adds, matmuls) = (
+            count(|k| matches!(k, OpKind::Convolution(_))),
+            count(|k| matches!(k, OpKind::Add)),
+            count(|k| matches!(k, OpKind::MatMul(_))),
+        );
+        let partitions = model.graph.get_partitions(PartitionPolicy::Fusion);
+        let mut kinds: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for p in &partitions {
+            *kinds.entry(p.kind.name()).or_insert(0) += 1;
+        }
+        let unsupported: Vec<String> = partitions
+            .iter()
+            .filter_map(|p| match &p.kind {
+                PartitionKind::Unsupported { op, reason } => Some(format!("{}: {reason}", op.name())),
+                _ => None,
+            })
+            .collect();
+        let name = path.display();
+        assert!(unsupported.is_empty(), "{name}: {unsupported:?}");
+        assert_eq!(kinds.get("QuantizedConv").copied().unwrap_or(0), convs, "{name}: {kinds:?}");
+        assert_eq!(kinds.get("QuantizedAdd").copied().unwrap_or(0), adds, "{name}: {kinds:?}");
+        assert_eq!(kinds.get("QuantizedMatMul").copied().unwrap_or(0), matmuls, "{name}: {kinds:?}");
+        assert_eq!(kinds.get("QuantizedGlobalAvgPool").copied().unwrap_or(0), 1, "{name}: {kinds:?}");
+    }
+}
