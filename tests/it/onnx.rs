@@ -335,7 +335,7 @@ fn mutate(rng: &mut StdRng, bytes: &[u8]) -> Vec<u8> {
 /// number of imports that succeeded.
 fn fuzz(cases: usize) -> usize {
     let bytes = tiny_bytes();
-    let mut rng = StdRng::seed_from_u64(0x0_22_0ddc);
+    let mut rng = StdRng::seed_from_u64(0x0022_0ddc);
     let mut ok = 0;
     for case in 0..cases {
         let mutated = mutate(&mut rng, &bytes);
