@@ -405,3 +405,195 @@ fn quantized_models_fuse_into_quantized_partitions() {
         assert_eq!(kinds.get("QuantizedGlobalAvgPool").copied().unwrap_or(0), 1, "{name}: {kinds:?}");
     }
 }
+
+#[test]
+fn opsets_13_to_21_import_and_typed_fields_read_as_raw_data() {
+    for version in [13, 21] {
+        let mut m = tiny();
+        m.opset_import.iter_mut().filter(|o| o.domain().is_empty()).for_each(|o| o.version = Some(version));
+        let model = onnx::import_proto(&m).unwrap_or_else(|e| panic!("opset {version}: {e}"));
+        assert_eq!(model.opset, version);
+    }
+    // The same initializers stored in the typed fields instead of raw_data.
+    let raw = onnx::import(&tiny_bytes()).expect("the tiny model imports");
+    let mut m = tiny();
+    let mut moved = 0;
+    for t in &mut m.graph.as_mut().expect("a graph").initializer {
+        let Some(bytes) = t.raw_data.take() else { continue };
+        match t.data_type() {
+            1 => t.float_data = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            6 => t.int32_data = bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            2 => t.int32_data = bytes.iter().map(|&b| i32::from(b)).collect(),
+            3 => t.int32_data = bytes.iter().map(|&b| i32::from(b as i8)).collect(),
+            other => panic!("the tiny model has no initializer of type {other}"),
+        }
+        moved += 1;
+    }
+    assert!(moved > 0, "the tiny model stores some initializers as raw data");
+    let typed = onnx::import_proto(&m).expect("typed fields import");
+    let constants = |model: &onnx::Model| -> Vec<tensorlift::graph::Value> {
+        let g = model.graph.graph();
+        g.tensors().filter_map(|(t, _)| g.constant_value(t).map(|v| (**v).clone())).collect()
+    };
+    let (a, b) = (constants(&raw), constants(&typed));
+    assert_eq!(a.len(), b.len());
+    assert!(a.iter().zip(&b).all(|(x, y)| x.bits_eq(y)), "typed fields decode to other values than raw data");
+    // An 8-bit value out of range in int32_data is a typed error.
+    let t = m.graph.as_mut().expect("a graph").initializer.iter_mut().find(|t| t.data_type() == 3).expect("s8 weights");
+    t.int32_data[0] = 200;
+    let err = onnx::import_proto(&m).expect_err("200 is not an i8");
+    assert!(matches!(err, OnnxError::DataRange { value: 200, .. }), "{err}");
+}
+
+/// A node for hand-built models.
+fn node(op: &str, domain: &str, inputs: &[&str], output: &str, attrs: Vec<AttributeProto>) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.into()),
+        domain: Some(domain.into()),
+        name: Some(output.into()),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        attribute: attrs,
+        ..Default::default()
+    }
+}
+
+fn ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(AttributeType::Ints as i32),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn tensor(name: &str, dtype: i32, dims: &[i64], raw: Vec<u8>) -> tensorlift::onnx::proto::TensorProto {
+    tensorlift::onnx::proto::TensorProto {
+        name: Some(name.into()),
+        data_type: Some(dtype),
+        dims: dims.to_vec(),
+        raw_data: Some(raw),
+        ..Default::default()
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A model of one f32 input `x` of `dims`, `nodes`, `initializers` and output `y`.
+fn hand_model(
+    dims: &[i64],
+    nodes: Vec<NodeProto>,
+    initializers: Vec<tensorlift::onnx::proto::TensorProto>,
+) -> ModelProto {
+    use tensorlift::onnx::proto::tensor_shape_proto::{Dimension, dimension};
+    use tensorlift::onnx::proto::{
+        GraphProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
+    };
+    let value = |name: &str, dims: Option<&[i64]>| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(1),
+                shape: dims.map(|d| TensorShapeProto {
+                    dim: d
+                        .iter()
+                        .map(|&n| Dimension { value: Some(dimension::Value::DimValue(n)), ..Default::default() })
+                        .collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![
+            OperatorSetIdProto { domain: Some(String::new()), version: Some(19) },
+            OperatorSetIdProto { domain: Some("com.microsoft".into()), version: Some(1) },
+        ],
+        graph: Some(GraphProto {
+            node: nodes,
+            initializer: initializers,
+            input: vec![value("x", Some(dims))],
+            output: vec![value("y", None)],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn hand_built_float_and_qlinear_matmul_models_import() {
+    // Clip (constant bounds) → AveragePool → Reshape (constant shape) → MatMul → Relu.
+    let float = hand_model(
+        &[1, 2, 4, 4],
+        vec![
+            node("Clip", "", &["x", "lo", "hi"], "c", vec![]),
+            node("AveragePool", "", &["c"], "p", vec![ints("kernel_shape", &[2, 2]), ints("strides", &[2, 2])]),
+            node("Reshape", "", &["p", "shape"], "r", vec![]),
+            node("MatMul", "", &["r", "w"], "m", vec![]),
+            node("Relu", "", &["m"], "y", vec![]),
+        ],
+        vec![
+            tensor("lo", 1, &[], f32_bytes(&[-1.0])),
+            tensor("hi", 1, &[], f32_bytes(&[6.0])),
+            tensor("shape", 7, &[2], [1i64, -1].iter().flat_map(|x| x.to_le_bytes()).collect()),
+            tensor("w", 1, &[8, 3], f32_bytes(&[0.5; 24])),
+        ],
+    );
+    let model = onnx::import_proto(&float).unwrap_or_else(|e| panic!("{e}"));
+    let kinds: Vec<&str> =
+        model.graph.order().iter().map(|&id| model.graph.op(id).expect("an op").kind.name()).collect();
+    assert_eq!(kinds, ["Clip", "AvgPool", "StaticReshape", "MatMul", "ReLU"]);
+    let clip = model.graph.order().iter().find_map(|&id| match &model.graph.op(id).expect("an op").kind {
+        OpKind::Clip(a) => Some(*a),
+        _ => None,
+    });
+    assert_eq!(clip.map(|a| (a.min, a.max)), Some((-1.0, 6.0)));
+    let y = model.outputs[0].1;
+    assert_eq!(model.graph.tensor(y).expect("y").shape, Shape::known(&[1, 3]));
+
+    // QuantizeLinear → QLinearMatMul (per-column weight scales) → DequantizeLinear, fused.
+    let scalar_u8 = |name: &str, v: u8| tensor(name, 2, &[], vec![v]);
+    let scalar_f32 = |name: &str, v: f32| tensor(name, 1, &[], f32_bytes(&[v]));
+    let qmatmul = hand_model(
+        &[2, 4],
+        vec![
+            node("QuantizeLinear", "", &["x", "xs", "xz"], "xq", vec![]),
+            node("QLinearMatMul", "", &["xq", "xs", "xz", "w", "ws", "wz", "ys", "yz"], "yq", vec![]),
+            node("DequantizeLinear", "", &["yq", "ys", "yz"], "y", vec![]),
+        ],
+        vec![
+            scalar_f32("xs", 0.05),
+            scalar_u8("xz", 128),
+            tensor("w", 3, &[4, 3], (0..12).map(|i| (i * 7 % 19) as u8).collect()),
+            tensor("ws", 1, &[3], f32_bytes(&[0.01, 0.02, 0.03])),
+            tensor("wz", 3, &[3], vec![0; 3]),
+            scalar_f32("ys", 0.1),
+            scalar_u8("yz", 100),
+        ],
+    );
+    let model = onnx::import_proto(&qmatmul).unwrap_or_else(|e| panic!("{e}"));
+    let kinds: Vec<&str> =
+        model.graph.order().iter().map(|&id| model.graph.op(id).expect("an op").kind.name()).collect();
+    assert_eq!(kinds.iter().filter(|&&k| k == "Dequantize").count(), 3, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|&&k| k == "MatMul").count(), 1, "{kinds:?}");
+    let per_column = model.graph.order().iter().any(|&id| {
+        matches!(&model.graph.op(id).expect("an op").kind, OpKind::Dequantize(p) if p.axis == Some(1) && p.scales.len() == 3)
+    });
+    assert!(per_column, "the weights are dequantized per column");
+    let partitions = model.graph.get_partitions(tensorlift::graph::PartitionPolicy::Fusion);
+    assert!(
+        partitions.iter().any(|p| p.kind.name() == "QuantizedMatMul"),
+        "{:?}",
+        partitions.iter().map(|p| p.kind.name()).collect::<Vec<_>>()
+    );
+
+    // A computed Reshape shape is `NotConstant`, naming the node.
+    let mut bad = float.clone();
+    bad.graph.as_mut().expect("a graph").node[2].input[1] = "c".into();
+    let err = onnx::import_proto(&bad).expect_err("a computed shape");
+    assert!(matches!(&err, OnnxError::NotConstant { node, .. } if node.op_type == "Reshape"), "{err}");
+}
