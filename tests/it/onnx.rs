@@ -597,3 +597,25 @@ fn hand_built_float_and_qlinear_matmul_models_import() {
     let err = onnx::import_proto(&bad).expect_err("a computed shape");
     assert!(matches!(&err, OnnxError::NotConstant { node, .. } if node.op_type == "Reshape"), "{err}");
 }
+
+#[test]
+fn a_symbolic_batch_dimension_stays_unknown() {
+    use tensorlift::onnx::proto::tensor_shape_proto::dimension::Value;
+    use tensorlift::onnx::proto::type_proto::Value as Type;
+    let bytes = std::fs::read(models_dir().join("resnet18_w8_s32_qdq_u8_pc.onnx")).expect("a model");
+    let mut m = ModelProto::decode(bytes.as_slice()).expect("decodes");
+    let graph = m.graph.as_mut().expect("a graph");
+    graph.value_info.clear();
+    for v in graph.input.iter_mut().chain(graph.output.iter_mut()).take(2) {
+        let Some(Type::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut()) else { panic!("a tensor") };
+        t.shape.as_mut().expect("a shape").dim[0].value = Some(Value::DimParam("N".into()));
+    }
+    let model = onnx::import_proto(&m).unwrap_or_else(|e| panic!("{e}"));
+    let input = model.graph.tensor(model.inputs[0].1).expect("the input");
+    let output = model.graph.tensor(model.outputs[0].1).expect("the output");
+    assert_eq!(input.shape.dims().map(|d| d[0]), Some(Dim::Unknown));
+    let out = output.shape.dims().expect("a known rank");
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0], Dim::Unknown);
+    assert!(out[1].known().is_some(), "the class count is inferred: {}", output.shape);
+}
