@@ -89,7 +89,7 @@ pub fn fold_after<'m>(im: &mut Importer<'m>, conv: &Node<'m>) -> Result<Option<F
         None => vec![0.0; oc],
     };
     let s: Vec<f32> = (0..oc).map(|c| gamma[c] / (var[c] + eps).sqrt()).collect();
-    let per = if oc == 0 { 0 } else { w.len() / oc };
+    let per = w.len().checked_div(oc).unwrap_or(0);
     let weights: Vec<f32> = w.iter().enumerate().map(|(i, &x)| x * s[i / per.max(1)]).collect();
     let bias: Vec<f32> = (0..oc).map(|c| (bias[c] - mean[c]) * s[c] + beta[c]).collect();
     let weights = Value::f32(wdims, weights).map_err(|e| conv.unsupported(e.to_string()))?;

@@ -25,7 +25,8 @@ impl fmt::Display for NodeRef {
     }
 }
 
-/// What is wrong with an ONNX file, or what of it is not supported.
+/// What is wrong with an ONNX file, or what of it is not supported. (Nodes and graph errors
+/// are boxed to keep `Result`s small.)
 #[derive(Debug, thiserror::Error)]
 pub enum OnnxError {
     #[error("cannot read {path}: {source}")]
@@ -37,23 +38,23 @@ pub enum OnnxError {
     #[error("opset {domain:?} version {found}: supported are {expected}")]
     UnsupportedOpset { domain: String, expected: &'static str, found: String },
     #[error("{node}: unknown op {op_type:?} in domain {domain:?}")]
-    UnknownOp { node: NodeRef, op_type: String, domain: String },
+    UnknownOp { node: Box<NodeRef>, op_type: String, domain: String },
     #[error("{node}: input {input:?} is no initializer, graph input or output of an earlier node")]
-    MissingInput { node: NodeRef, input: String },
+    MissingInput { node: Box<NodeRef>, input: String },
     #[error("graph output {name:?} is produced by no node and is no graph input or initializer")]
     MissingOutput { name: String },
     #[error("{node}: expected input {index} ({what}), found none")]
-    MissingOperand { node: NodeRef, index: usize, what: &'static str },
+    MissingOperand { node: Box<NodeRef>, index: usize, what: &'static str },
     #[error("{node}: input {input:?} ({what}) must be an initializer or a Constant, found a computed tensor")]
-    NotConstant { node: NodeRef, input: String, what: &'static str },
+    NotConstant { node: Box<NodeRef>, input: String, what: &'static str },
     #[error("{node}: attribute `{attribute}` must be {expected}, found {found}")]
-    Attribute { node: NodeRef, attribute: String, expected: String, found: String },
+    Attribute { node: Box<NodeRef>, attribute: String, expected: String, found: String },
     #[error("{node}: {what}")]
-    Unsupported { node: NodeRef, what: String },
+    Unsupported { node: Box<NodeRef>, what: String },
     #[error("{node}: {what} must be {expected}, found {found}")]
-    DType { node: NodeRef, what: String, expected: String, found: String },
+    DType { node: Box<NodeRef>, what: String, expected: String, found: String },
     #[error("{node}: {what} must have shape {expected}, found {found}")]
-    Shape { node: NodeRef, what: String, expected: String, found: String },
+    Shape { node: Box<NodeRef>, what: String, expected: String, found: String },
     #[error("tensor {tensor:?}: dimensions must be non-negative, found {dims:?}")]
     NegativeDim { tensor: String, dims: Vec<i64> },
     #[error("tensor {tensor:?}: dimensions {dims:?} hold more than the limit of {limit} elements")]
@@ -69,7 +70,7 @@ pub enum OnnxError {
     #[error("tensor {name:?} is defined twice (second time by {by})")]
     Redefined { name: String, by: String },
     #[error("{node}: {source}")]
-    Graph { node: NodeRef, source: GraphError },
+    Graph { node: Box<NodeRef>, source: Box<GraphError> },
     #[error("the imported graph is not valid: {0}")]
-    Finalize(GraphError),
+    Finalize(Box<GraphError>),
 }

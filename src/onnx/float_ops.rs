@@ -188,19 +188,22 @@ pub fn transposes(n: &Node<'_>) -> Result<MatMulAttrs, OnnxError> {
     Ok(MatMulAttrs { transpose_a: n.flag("transA", false)?, transpose_b: n.flag("transB", false)? })
 }
 
-/// Adds a bias to a matrix product `y: [M, N]`: a constant of shape `[N]` or `[1, N]` as
-/// `BiasAdd` along axis 1, anything else as a broadcasting `Add`.
+/// Adds a bias to a matrix product `y: [M, N]`: a tensor of shape `[N]` (or a constant of
+/// shape `[1, N]`, read as `[N]`) as `BiasAdd` along axis 1, anything else as a broadcasting
+/// `Add`.
 pub fn add_bias<'m>(im: &mut Importer<'m>, n: &Node<'m>, y: TensorId, c_index: usize) -> Result<TensorId, OnnxError> {
-    if let Some(c) = im.constant_if_any(n, c_index)? {
-        if let Constant::Value(v) = &*c {
-            if let [1, len] | [len] = *v.dims() {
-                let row = Value::new(&[len], v.data().clone()).map_err(|e| n.unsupported(e.to_string()))?;
-                let b = im.new_constant(n, "bias", row);
-                return im.apply(n, "bias_add", OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, b]);
-            }
-        }
+    if let Some(c) = im.constant_if_any(n, c_index)?
+        && let Constant::Value(v) = &*c
+        && let [1, len] = *v.dims()
+    {
+        let row = Value::new(&[len], v.data().clone()).map_err(|e| n.unsupported(e.to_string()))?;
+        let b = im.new_constant(n, "bias", row);
+        return im.apply(n, "bias_add", OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, b]);
     }
     let c = im.tensor(n, c_index, "C")?;
+    if im.describe(n, c)?.1.len() == 1 {
+        return im.apply(n, "bias_add", OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, c]);
+    }
     im.apply(n, "add", OpKind::Add, &[y, c])
 }
 

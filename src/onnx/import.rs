@@ -64,10 +64,10 @@ fn import_checked(model: &ModelProto) -> Result<Model, OnnxError> {
             None if im.is_constant(name) => im.graph_constant_named(name, None)?,
             None => return Err(OnnxError::MissingOutput { name: name.to_string() }),
         };
-        im.g.mark_output(t).map_err(OnnxError::Finalize)?;
+        im.g.mark_output(t).map_err(|e| OnnxError::Finalize(Box::new(e)))?;
         outputs.push((name.to_string(), t));
     }
-    let graph = im.g.finalize().map_err(OnnxError::Finalize)?;
+    let graph = im.g.finalize().map_err(|e| OnnxError::Finalize(Box::new(e)))?;
     Ok(Model { graph, inputs, outputs, opset: version })
 }
 
@@ -296,7 +296,9 @@ impl<'m> Importer<'m> {
         kind: OpKind,
         inputs: &[TensorId],
     ) -> Result<TensorId, OnnxError> {
-        self.g.apply(&n.op_name(suffix), kind, inputs).map_err(|source| OnnxError::Graph { node: n.r.clone(), source })
+        self.g
+            .apply(&n.op_name(suffix), kind, inputs)
+            .map_err(|source| OnnxError::Graph { node: n.r.clone(), source: Box::new(source) })
     }
 
     /// Binds output `i` of `n` to graph tensor `t`.

@@ -13,16 +13,16 @@
 //!
 //! This module uses nothing of the crate but `graph` (`tests/it/invariants.rs`).
 
-pub mod batchnorm;
+mod batchnorm;
 pub mod error;
-pub mod float_ops;
-pub mod geometry;
-pub mod import;
-pub mod node;
+mod float_ops;
+mod geometry;
+mod import;
+mod node;
 pub mod proto;
-pub mod qdq;
-pub mod qlinear;
-pub mod quant;
+mod qdq;
+mod qlinear;
+mod quant;
 pub mod read;
 pub mod tensor;
 

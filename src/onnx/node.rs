@@ -9,18 +9,18 @@ use super::proto::{AttributeProto, NodeProto, TensorProto};
 /// A node of the graph being imported.
 pub struct Node<'m> {
     pub proto: &'m NodeProto,
-    pub r: NodeRef,
+    pub r: Box<NodeRef>,
 }
 
 impl<'m> Node<'m> {
     /// The node at `index` of its graph.
     pub fn new(index: usize, proto: &'m NodeProto) -> Node<'m> {
-        let r = NodeRef {
+        let r = Box::new(NodeRef {
             index,
             name: proto.name().to_string(),
             op_type: proto.op_type().to_string(),
             domain: proto.domain().to_string(),
-        };
+        });
         Node { proto, r }
     }
 

@@ -39,6 +39,18 @@ pub fn quantize_linear<'m>(im: &mut Importer<'m>, n: &Node<'m>) -> Result<(), On
             .filter(|d| d.is_int8())
             .ok_or_else(|| n.attr_err("output_dtype", "u8 or s8 (2 or 3)", code.to_string()))?,
     };
+    if n.int("output_dtype", 0)? != 0
+        && let Some(zp) = im.constant_if_any(n, 2)?
+        && zp.dtype_name() != default.name()
+    {
+        let found = zp.dtype_name().to_string();
+        return Err(OnnxError::DType {
+            node: n.r.clone(),
+            what: "y_zero_point".into(),
+            expected: format!("{default}, as `output_dtype`"),
+            found,
+        });
+    }
     let x = im.tensor(n, 0, "x")?;
     let y = quantize(im, n, x, (1, 2), n.int("axis", 1)?, default, "")?;
     im.define(n, 0, y)

@@ -57,12 +57,13 @@ pub fn graph_dtype(code: i32) -> Option<DataType> {
 }
 
 /// The dimensions as sizes, or why they are unacceptable: a negative one, or a product above
-/// `MAX_ELEMENTS` (checked with saturating arithmetic, so no product overflows first).
+/// `MAX_ELEMENTS` with each zero counted as one (so that no partial product of the dimensions,
+/// in any order, can overflow later; checked with saturating arithmetic).
 pub fn checked_dims(tensor: &str, dims: &[i64]) -> Result<Vec<usize>, OnnxError> {
     if dims.iter().any(|&d| d < 0) {
         return Err(OnnxError::NegativeDim { tensor: tensor.to_string(), dims: dims.to_vec() });
     }
-    let count = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+    let count = dims.iter().fold(1u64, |a, &d| a.saturating_mul((d as u64).max(1)));
     if count > MAX_ELEMENTS {
         return Err(OnnxError::TooLarge { tensor: tensor.to_string(), dims: dims.to_vec(), limit: MAX_ELEMENTS });
     }

@@ -100,6 +100,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("graph", &[]),
     ("isa", &[]),
     ("abi", &[]),
+    ("onnx", &["graph"]),
+    ("npy", &["graph"]),
+    (
+        "engine",
+        &[
+            "isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "layer", "graph",
+        ],
+    ),
     ("disasm", &["isa"]),
     ("error", &["isa"]),
     ("target", &["isa", "error"]),

@@ -16,6 +16,7 @@ mod indexing;
 mod invariants;
 mod math;
 mod norm;
+mod onnx;
 mod ort_requant;
 mod plain_reference;
 mod quant;
