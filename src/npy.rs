@@ -61,7 +61,8 @@ pub fn write(path: &Path, value: &Value) -> Result<(), NpyError> {
     let file = std::fs::File::create(path).map_err(io)?;
     let shape: Vec<u64> = value.dims().iter().map(|&d| d as u64).collect();
     fn put<T: npyz::AutoSerialize>(file: std::fs::File, shape: &[u64], v: &[T]) -> std::io::Result<()> {
-        let mut w = npyz::WriteOptions::new().default_dtype().shape(shape).writer(std::io::BufWriter::new(file)).begin_nd()?;
+        let mut w =
+            npyz::WriteOptions::new().default_dtype().shape(shape).writer(std::io::BufWriter::new(file)).begin_nd()?;
         w.extend(v.iter())?;
         w.finish()
     }

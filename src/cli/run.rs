@@ -10,16 +10,16 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tensorlift::CompileOptions;
-use tensorlift::bench::median;
 use schedules::resnet18::{self, ConvLayer, Layer, WeightBits};
 use schedules::x86_conv::Conv2dInt8Knobs;
+use tensorlift::CompileOptions;
+use tensorlift::bench::median;
 use tensorlift::engine::{self, CompiledGraph, Kernel, Tuning, Workload};
-use tensorlift::record::{Host, Record, pretuned};
-use tensorlift::tune::record_for;
 use tensorlift::graph::{Data, DataType, PartitionPolicy, Value};
 use tensorlift::kernels::peak::ProbeKind;
+use tensorlift::record::{Host, Record, pretuned};
 use tensorlift::runtime::peak::Probe;
+use tensorlift::tune::record_for;
 
 use super::common::{Format, IsaChoice, positive, thread_count, user_records};
 
@@ -98,9 +98,9 @@ fn table_layer(w: Workload<'_>) -> Option<(Layer, WeightBits)> {
             (layer, &c.weights)
         }
         Workload::Dense(d) => {
-            let layer = resnet18::layers()
-                .into_iter()
-                .find(|l| matches!(l, Layer::Dense(dl) if d.m == 1 && (dl.in_features, dl.out_features) == (d.k, d.n)))?;
+            let layer = resnet18::layers().into_iter().find(
+                |l| matches!(l, Layer::Dense(dl) if d.m == 1 && (dl.in_features, dl.out_features) == (d.k, d.n)),
+            )?;
             (layer, &d.weights)
         }
     };
@@ -153,7 +153,11 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let inputs: Vec<Value> = match (&input, specs.as_slice()) {
         (Some(path), [_]) => vec![tensorlift::npy::read(path)?],
         (Some(_), _) => return Err(format!("--input gives one value; the model has {} inputs", specs.len()).into()),
-        (None, _) => specs.iter().enumerate().map(|(i, (d, dims))| random_input(*d, dims, seed + i as u64)).collect::<Result<_, _>>()?,
+        (None, _) => specs
+            .iter()
+            .enumerate()
+            .map(|(i, (d, dims))| random_input(*d, dims, seed + i as u64))
+            .collect::<Result<_, _>>()?,
     };
     let (outputs, _) = compiled.execute(&inputs)?;
     let mut totals = Vec::with_capacity(repeat);
@@ -173,7 +177,17 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let threads_used = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let rows = rows(&compiled, &per_step);
     let probes = probe_rates(&rows, threads_used)?;
-    report(&compiled, &rows, &probes, (import, compile), median_ms, threads_used, level.name(), output.as_ref(), format);
+    report(
+        &compiled,
+        &rows,
+        &probes,
+        (import, compile),
+        median_ms,
+        threads_used,
+        level.name(),
+        output.as_ref(),
+        format,
+    );
     Ok(())
 }
 
@@ -193,7 +207,13 @@ fn rows(compiled: &CompiledGraph, per_step: &[Vec<f64>]) -> Vec<Row> {
             Row {
                 id: step.partition.id.to_string(),
                 kind: step.partition.kind.name(),
-                ops: step.partition.ops.iter().filter_map(|&o| graph.op(o)).map(|op| format!("{}({})", op.kind.name(), op.name)).collect(),
+                ops: step
+                    .partition
+                    .ops
+                    .iter()
+                    .filter_map(|&o| graph.op(o))
+                    .map(|op| format!("{}({})", op.kind.name(), op.name))
+                    .collect(),
                 kernel: step.kernel.describe(),
                 tuning: step.tuning.map_or("-", Tuning::name),
                 median_ms: ms,
@@ -258,7 +278,10 @@ fn report(
         return;
     }
     let total: f64 = rows.iter().map(|r| r.median_ms).sum();
-    println!("{:<5} {:<24} {:>9} {:>6} {:>7} {:>7}  {:<8} kernel / ops", "id", "kind", "ms", "%", "GOPS", "%probe", "tuning");
+    println!(
+        "{:<5} {:<24} {:>9} {:>6} {:>7} {:>7}  {:<8} kernel / ops",
+        "id", "kind", "ms", "%", "GOPS", "%probe", "tuning"
+    );
     for r in rows {
         let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
         println!(
@@ -272,7 +295,12 @@ fn report(
             r.tuning,
             r.kernel
         );
-        println!("{:<5} {}{}", "", r.ops.join(" → "), r.why.as_ref().map_or(String::new(), |w| format!("  (reference: {w})")));
+        println!(
+            "{:<5} {}{}",
+            "",
+            r.ops.join(" → "),
+            r.why.as_ref().map_or(String::new(), |w| format!("  (reference: {w})"))
+        );
     }
     for (name, gops) in probes {
         println!("probe {name}: {gops:.1} GOPS on {threads} thread(s)");

@@ -121,7 +121,12 @@ pub fn compile_with(
     };
     // Layers of the same definition and knobs share one compiled function.
     let cache = KernelCache::new();
-    let inputs = graph.graph().inputs().iter().map(|&t| Ok((t, slot(t, &mut slots)?))).collect::<Result<Vec<_>, EngineError>>()?;
+    let inputs = graph
+        .graph()
+        .inputs()
+        .iter()
+        .map(|&t| Ok((t, slot(t, &mut slots)?)))
+        .collect::<Result<Vec<_>, EngineError>>()?;
     let mut steps = Vec::with_capacity(partitions.len());
     for partition in partitions {
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
@@ -130,8 +135,22 @@ pub fn compile_with(
         let (kernel, ops, tuning) = choose(&graph, &partition, &ins, &outs, &slots, (options, &cache), knobs)?;
         steps.push(Step { partition, kernel, inputs: ins, outputs: outs, ops, compile: begin.elapsed(), tuning });
     }
-    let outputs = graph.graph().outputs().iter().map(|&t| Ok((t, slot(t, &mut slots)?))).collect::<Result<Vec<_>, EngineError>>()?;
-    Ok(CompiledGraph { graph, steps, slots, inputs, outputs, slot_of, options: options.clone(), compile_time: start.elapsed() })
+    let outputs = graph
+        .graph()
+        .outputs()
+        .iter()
+        .map(|&t| Ok((t, slot(t, &mut slots)?)))
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    Ok(CompiledGraph {
+        graph,
+        steps,
+        slots,
+        inputs,
+        outputs,
+        slot_of,
+        options: options.clone(),
+        compile_time: start.elapsed(),
+    })
 }
 
 /// The integer type of a quantized activation.
@@ -197,14 +216,19 @@ fn choose(
     (options, cache): (&CompileOptions, &KernelCache),
     knobs: KnobSource<'_>,
 ) -> Result<Chosen, EngineError> {
-    let layer_error = |e| EngineError::Layer { partition: partition_name(graph, p), kind: p.kind.name(), source: Box::new(e) };
+    let layer_error =
+        |e| EngineError::Layer { partition: partition_name(graph, p), kind: p.kind.name(), source: Box::new(e) };
     if outs.len() != 1 {
         return Ok(reference(format!("{} outputs", outs.len())));
     }
     let out = &slots[outs[0]];
     match &p.kind {
-        PartitionKind::QuantizedConv(c) => conv(graph, p, c, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error),
-        PartitionKind::QuantizedMatMul(m) => dense(graph, p, m, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error),
+        PartitionKind::QuantizedConv(c) => {
+            conv(graph, p, c, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error)
+        }
+        PartitionKind::QuantizedMatMul(m) => {
+            dense(graph, p, m, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error)
+        }
         PartitionKind::QuantizedAdd(a) => Ok(quantized_add(a, ins, slots)),
         PartitionKind::QuantizedMaxPool(m) => Ok(quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out)),
         PartitionKind::QuantizedGlobalAvgPool(g) => Ok(quantized_gap(g, ins.first().map(|&i| &slots[i]), out)),
@@ -323,10 +347,14 @@ fn quantized_gap(g: &QGlobalAvgPool, src: Option<&Slot>, out: &Slot) -> Chosen {
 fn single(op: &OpKind, ins: &[usize], slots: &[Slot], out: &Slot) -> Chosen {
     let src = ins.first().map(|&i| &slots[i]);
     match (op, src) {
-        (OpKind::Quantize(q), Some(src)) if q.params.axis.is_none() && src.dtype == DataType::F32 => match int8(q.dtype) {
-            Some(ty) => native(Kernel::Quantize { scale: q.params.scales[0], zero_point: q.params.zero_points[0], ty }),
-            None => reference("not an 8-bit quantization"),
-        },
+        (OpKind::Quantize(q), Some(src)) if q.params.axis.is_none() && src.dtype == DataType::F32 => {
+            match int8(q.dtype) {
+                Some(ty) => {
+                    native(Kernel::Quantize { scale: q.params.scales[0], zero_point: q.params.zero_points[0], ty })
+                }
+                None => reference("not an 8-bit quantization"),
+            }
+        }
         (OpKind::Dequantize(q), Some(src)) if q.axis.is_none() && out.dtype == DataType::F32 => match int8(src.dtype) {
             Some(ty) => native(Kernel::Dequantize { scale: q.scales[0], zero_point: q.zero_points[0], ty }),
             None => reference("not an 8-bit dequantization"),
@@ -334,7 +362,9 @@ fn single(op: &OpKind, ins: &[usize], slots: &[Slot], out: &Slot) -> Chosen {
         // A reshape keeps the logical order; the stored bytes stay where they are unless one
         // side is NHWC with more than one pixel.
         (OpKind::StaticReshape(_), Some(src))
-            if ins.len() == 1 && (!src.nhwc || src.dims[2] * src.dims[3] == 1) && (!out.nhwc || out.dims[2] * out.dims[3] == 1) =>
+            if ins.len() == 1
+                && (!src.nhwc || src.dims[2] * src.dims[3] == 1)
+                && (!out.nhwc || out.dims[2] * out.dims[3] == 1) =>
         {
             native(Kernel::Copy)
         }

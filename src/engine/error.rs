@@ -16,7 +16,9 @@ pub enum EngineError {
     Reference { partition: String, what: String },
     #[error("tensor {tensor}: {what} must be known to compile, found {found}")]
     Unknown { tensor: String, what: &'static str, found: String },
-    #[error("input {index} ({tensor}): expected {expected_dtype} {expected_dims:?}, found {found_dtype} {found_dims:?}")]
+    #[error(
+        "input {index} ({tensor}): expected {expected_dtype} {expected_dims:?}, found {found_dtype} {found_dims:?}"
+    )]
     Input {
         index: usize,
         tensor: String,

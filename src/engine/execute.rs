@@ -73,7 +73,8 @@ impl CompiledGraph {
         if let Kernel::Reference { .. } = step.kernel {
             let values: Vec<Value> = step.inputs.iter().map(|&s| self.slots[s].load()).collect();
             let fail = |what: String| EngineError::Reference { partition: step.partition.id.to_string(), what };
-            let out = reference::run_partition(&self.graph, &step.partition, &values).map_err(|e| fail(e.to_string()))?;
+            let out =
+                reference::run_partition(&self.graph, &step.partition, &values).map_err(|e| fail(e.to_string()))?;
             for (&s, v) in step.outputs.iter().zip([&out]) {
                 if v.dims() != self.slots[s].dims || v.dtype() != self.slots[s].dtype {
                     return Err(fail(format!("an output of {:?}, expected {:?}", v.dims(), self.slots[s].dims)));

@@ -1,11 +1,11 @@
 //! What computes each partition (`Kernel`), and one call of it on the engine's buffers.
 
+use super::native::Int8;
 use super::native::add::{AddParams, add};
 use super::native::dequantize::dequantize;
 use super::native::global_avg_pool::global_avg_pool;
 use super::native::max_pool::{Window, max_pool};
 use super::native::quantize::quantize;
-use super::native::Int8;
 use super::slot::{Slot, as_f32};
 use crate::layer::{CompiledQuantized, LayerError};
 
@@ -51,7 +51,9 @@ impl Kernel {
     pub fn run(&self, inputs: &[&Slot], output: &mut Slot) -> Result<(), LayerError> {
         match self {
             Kernel::Conv(c) | Kernel::Dense(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
-            Kernel::Add { params, ty, clamp } => add(&inputs[0].bytes, &inputs[1].bytes, params, *ty, *clamp, &mut output.bytes),
+            Kernel::Add { params, ty, clamp } => {
+                add(&inputs[0].bytes, &inputs[1].bytes, params, *ty, *clamp, &mut output.bytes)
+            }
             Kernel::MaxPool { window, ty } => {
                 let [n, c, h, w] = inputs[0].nchw();
                 let [_, _, oh, ow] = output.nchw();

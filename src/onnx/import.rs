@@ -23,6 +23,9 @@ pub struct Model {
     pub graph: FinalizedGraph,
     pub inputs: Vec<(String, TensorId)>,
     pub outputs: Vec<(String, TensorId)>,
+    /// Every value the file names that the graph computes (node outputs and graph inputs), with
+    /// its tensor, sorted by name: how another runtime's intermediate tensors are found.
+    pub values: Vec<(String, TensorId)>,
     /// The version of the default (`ai.onnx`) opset.
     pub opset: i64,
 }
@@ -67,8 +70,10 @@ fn import_checked(model: &ModelProto) -> Result<Model, OnnxError> {
         im.g.mark_output(t).map_err(|e| OnnxError::Finalize(Box::new(e)))?;
         outputs.push((name.to_string(), t));
     }
+    let mut values: Vec<(String, TensorId)> = im.tensors.iter().map(|(n, &t)| (n.clone(), t)).collect();
+    values.sort();
     let graph = im.g.finalize().map_err(|e| OnnxError::Finalize(Box::new(e)))?;
-    Ok(Model { graph, inputs, outputs, opset: version })
+    Ok(Model { graph, inputs, outputs, values, opset: version })
 }
 
 /// The state of one import.

@@ -51,7 +51,8 @@ fn check_against_reference(g: &mut CompiledGraph, seed: u64, what: &str) {
     let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, seed)).collect();
     let (outputs, _) = g.execute(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
     for step in g.steps() {
-        let ins: Vec<Value> = step.partition.inputs.iter().map(|&t| g.value(t).expect("an input of a step has a value")).collect();
+        let ins: Vec<Value> =
+            step.partition.inputs.iter().map(|&t| g.value(t).expect("an input of a step has a value")).collect();
         let expected = reference::run_partition(g.graph(), &step.partition, &ins)
             .unwrap_or_else(|e| panic!("{what}: the reference of {}: {e}", step.partition.id));
         for (&t, e) in step.partition.outputs.iter().zip([&expected]) {
@@ -127,15 +128,17 @@ fn an_input_of_the_wrong_shape_or_dtype_is_a_typed_error() {
 /// s8 `x` → [DQ → Conv 3×3 (+ i32 bias) → ReLU → Q] twice → DQ/DQ → Add → ReLU → Q → MaxPool →
 /// DQ → GlobalAveragePool → Q → Reshape → DQ → MatMul(DQ(weights)) → Q → DQ.
 fn residual_block(seed: u64, act: DataType) -> tensorlift::graph::Graph {
-    use tensorlift::graph::{BiasAddAttrs, ConvAttrs, MatMulAttrs, MaxPoolAttrs, OpKind, QuantParams, QuantizeAttrs, ReshapeAttrs};
+    use tensorlift::graph::{
+        BiasAddAttrs, ConvAttrs, MatMulAttrs, MaxPoolAttrs, OpKind, QuantParams, QuantizeAttrs, ReshapeAttrs,
+    };
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
     let mut next = move |m: u32| {
         state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((state >> 33) as u32) % m
     };
     let (lo, span) = if act == DataType::U8 { (0, 256) } else { (-128, 256) };
-    let mut zp = |next: &mut dyn FnMut(u32) -> u32| lo + next(span) as i32;
-    let mut scale = |next: &mut dyn FnMut(u32) -> u32| (1 + next(1000)) as f32 / 4096.0;
+    let zp = |next: &mut dyn FnMut(u32) -> u32| lo + next(span) as i32;
+    let scale = |next: &mut dyn FnMut(u32) -> u32| (1 + next(1000)) as f32 / 4096.0;
     let dq = |s: f32, z: i32| OpKind::Dequantize(QuantParams::per_tensor(s, z));
     let q = |s: f32, z: i32| OpKind::Quantize(QuantizeAttrs { params: QuantParams::per_tensor(s, z), dtype: act });
     let c = 16;
@@ -149,12 +152,14 @@ fn residual_block(seed: u64, act: DataType) -> tensorlift::graph::Graph {
         let w: Vec<i8> = (0..c * c * 9).map(|_| (next(255) as i32 - 127) as i8).collect();
         let ws: Vec<f32> = (0..c).map(|_| scale(&mut next) / 8.0).collect();
         let w = g.constant(&format!("w{layer}"), Value::s8(&[c, c, 3, 3], w).unwrap());
-        let wf = g.apply(&format!("dqw{layer}"), OpKind::Dequantize(QuantParams::per_channel(0, ws.clone())), &[w]).unwrap();
+        let wf =
+            g.apply(&format!("dqw{layer}"), OpKind::Dequantize(QuantParams::per_channel(0, ws.clone())), &[w]).unwrap();
         let y = g.apply(&format!("conv{layer}"), OpKind::Convolution(ConvAttrs::square(1, 1)), &[xf, wf]).unwrap();
         let bias: Vec<i32> = (0..c).map(|_| next(20001) as i32 - 10000).collect();
         let b = g.constant(&format!("b{layer}"), Value::s32(&[c], bias).unwrap());
         let bscales: Vec<f32> = ws.iter().map(|w| sh * w).collect();
-        let bf = g.apply(&format!("dqb{layer}"), OpKind::Dequantize(QuantParams::per_channel(0, bscales)), &[b]).unwrap();
+        let bf =
+            g.apply(&format!("dqb{layer}"), OpKind::Dequantize(QuantParams::per_channel(0, bscales)), &[b]).unwrap();
         let y = g.apply(&format!("bias{layer}"), OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, bf]).unwrap();
         let r = g.apply(&format!("relu{layer}"), OpKind::ReLU, &[y]).unwrap();
         (sh, zh) = (scale(&mut next) * 4.0, zp(&mut next));
@@ -176,7 +181,8 @@ fn residual_block(seed: u64, act: DataType) -> tensorlift::graph::Graph {
     let n = 10;
     let fw: Vec<i8> = (0..c * n).map(|_| (next(255) as i32 - 127) as i8).collect();
     let fw = g.constant("fc_w", Value::s8(&[c, n], fw).unwrap());
-    let fwf = g.apply("dq_fc_w", OpKind::Dequantize(QuantParams::per_tensor(scale(&mut next) / 8.0, 0)), &[fw]).unwrap();
+    let fwf =
+        g.apply("dq_fc_w", OpKind::Dequantize(QuantParams::per_tensor(scale(&mut next) / 8.0, 0)), &[fw]).unwrap();
     let logits = g.apply("fc", OpKind::MatMul(MatMulAttrs::default()), &[ff, fwf]).unwrap();
     let (sl, zl) = (scale(&mut next) * 4.0, zp(&mut next));
     let lq = g.apply("q_fc", q(sl, zl), &[logits]).unwrap();
@@ -194,10 +200,13 @@ fn a_hand_built_residual_block_matches_the_reference_at_every_level() {
                 let graph = residual_block(seed, act).finalize().unwrap();
                 let partitions = graph.get_partitions(PartitionPolicy::Fusion);
                 let kinds: Vec<&str> = partitions.iter().map(|p| p.kind.name()).collect();
-                for kind in ["QuantizedConv", "QuantizedAdd", "QuantizedMaxPool", "QuantizedGlobalAvgPool", "QuantizedMatMul"] {
+                for kind in
+                    ["QuantizedConv", "QuantizedAdd", "QuantizedMaxPool", "QuantizedGlobalAvgPool", "QuantizedMatMul"]
+                {
                     assert!(kinds.contains(&kind), "seed {seed}: no {kind} in {kinds:?}");
                 }
-                let options = CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
+                let options =
+                    CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
                 let mut g = engine::compile(graph, partitions, &options).unwrap();
                 let native = g.steps().iter().filter(|s| !matches!(s.kernel, Kernel::Reference { .. })).count();
                 assert_eq!(native, g.steps().len(), "seed {seed}, {act}: every partition on a kernel of the engine");

@@ -105,7 +105,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "engine",
         &[
-            "isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "layer", "graph",
+            "isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "layer",
+            "graph",
         ],
     ),
     ("disasm", &["isa"]),

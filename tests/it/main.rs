@@ -17,6 +17,7 @@ mod invariants;
 mod math;
 mod norm;
 mod onnx;
+mod onnx_ort;
 mod ort_requant;
 mod plain_reference;
 mod quant;
