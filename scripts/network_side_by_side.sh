@@ -7,7 +7,9 @@
 #   scripts/network_side_by_side.sh /tmp/resnet18 /tmp/network.jsonl 3 1 2
 #
 # PYTHON (default /tmp/peers-venv/bin/python) must have numpy, onnx, onnxruntime and openvino;
-# ISA (default auto) is passed to `tensorlift run --isa`.
+# ISA (default auto) is passed to `tensorlift run --isa`; FILES (default "resnet18_qop_u8_pc
+# resnet18_qdq_u8_pc") names the models run by tensorlift and onnxruntime, OpenVINO runs the
+# QDQ ones among them.
 set -euo pipefail
 dir=$1 out=$2 rounds=${3:-3}
 shift $(( $# < 3 ? $# : 3 ))
@@ -19,12 +21,13 @@ cargo build --release --quiet
 : > "$out"
 for round in $(seq "$rounds"); do
     for t in "${threads[@]}"; do
-        for file in resnet18_qop_u8_pc resnet18_qdq_u8_pc; do
+        for file in ${FILES:-resnet18_qop_u8_pc resnet18_qdq_u8_pc}; do
             ./target/release/tensorlift run "$dir/$file.onnx" --threads "$t" --isa "$isa" --repeat 50 --format json \
                 | "$python" -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'peer':'tensorlift','model':'$file.onnx','threads':$t,'round':$round,'compile_ms':d['compile_ms'],'median_ms':d['median_ms'],'isa':d['isa']}))" >> "$out"
             "$python" scripts/peers/network.py --peer ort --model "$dir/$file.onnx" --threads "$t" >> "$out"
-        done
-        "$python" scripts/peers/network.py --peer ov --model "$dir/resnet18_qdq_u8_pc.onnx" --threads "$t" >> "$out"
+            if [[ $file == *qdq* ]]; then
+                "$python" scripts/peers/network.py --peer ov --model "$dir/$file.onnx" --threads "$t" >> "$out"
+            fi
     done
 done
 cat "$out"
