@@ -14,7 +14,7 @@ use ir::interp::Array;
 use ir::te::{Tensor, placeholder};
 use schedules::generic::default_schedule;
 use schedules::ops::{Conv2dParams, Layout, compensation, conv2d_nchw_int8};
-use schedules::quant::{PostOp, QuantAttrs, Scales, TensorQuant, ZeroPoints};
+use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant, ZeroPoints};
 use schedules::resnet18::{ConvLayer, Layer, layer};
 use schedules::x86_conv::{
     Accumulate, Conv2dInt8Knobs, CoreRate, TileOrder, conv2d_int8, default_conv_knobs, prepare_conv2d_int8,
@@ -35,6 +35,7 @@ fn attrs(l: &ConvLayer) -> Result<QuantAttrs, Box<dyn std::error::Error>> {
         dst: TensorQuant::per_tensor("dst", 0.1, 0, DType::U8)?,
         dst_dtype: DType::U8,
         post_ops: vec![PostOp::Relu],
+        requantization: Requantization::OneDnn,
     })
 }
 

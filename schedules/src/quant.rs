@@ -58,6 +58,47 @@
 //! Padding stores the source zero point (shifted like every other element), so padded taps
 //! contribute exactly `(zp_src + shift) · wei`, which the compensation removes: padding means
 //! a real zero. The i32 arithmetic wraps, which is exact whenever the true result fits in i32.
+//!
+//! # onnxruntime's order
+//!
+//! onnxruntime's CPU provider requantizes QLinearConv, QGemm and QLinearMatMul in another order
+//! (`Requantization::OnnxRuntime`), which imported ONNX networks follow. Read from its source:
+//! `QLinearConv::ComputeOutputScale` forms one f32 scale per output channel as
+//! `x_scale · w_scale[c] / y_scale` (C++ float arithmetic, left to right); QGemm forms
+//! `alpha · a_scale · b_scale[c]`, then divides by `y_scale` (with `alpha = 1` the same value;
+//! an `alpha` enters here by passing `alpha · a_scale` as the source scale); the bias is an
+//! i32 added to the accumulator before any conversion (QLinearConv's `MlasRequantizeOutput`
+//! adds it, its symmetric path folds it into the column sums, QGemm pre-fills the accumulator
+//! with it). MLAS's `MlasRequantizeOutputVector` then converts to f32, multiplies by the scale,
+//! clamps to `[lo − zp_y, hi − zp_y]` in f32, converts with `cvtps2dq` (round to nearest even)
+//! and adds `zp_y` in i32. Because the clamp bounds are integers, that equals
+//!
+//! ```text
+//! S[c] = (scale_src · scale_wei[c]) / scale_dst          f32, formed once per channel
+//! x    = f32(acc − comp'[c]) · S[c]                      comp' = comp − bias_i32 (wrapping)
+//! q    = round(x) + f32(zp_dst)                          round half to even; exact below 2^24
+//! q    = max(q, f32(zp_dst))                             only with `PostOp::Relu`
+//! dst  = sat(q)                                          u8 or i8
+//! ```
+//!
+//! where `comp'` is the compensation with the i32 bias folded in when the weights are prepared
+//! (`acc − (comp − bias) = Σ (x − zp_x)·w + bias`, exact in wrapping i32, so a call reads one
+//! i32 per channel as in oneDNN's order). The relu is `max(q, zp_dst)`, which is exactly ReLU
+//! before quantization (rounding is monotone and keeps 0); where `|round(x)| ≥ 2^24` the sum
+//! may round, but it then saturates either way.
+//!
+//! The symmetric convolution kernels (`MlasConvSym`) requantize in their own assembly, which
+//! was not read; `examples/qconv_against_ort.rs` runs onnxruntime itself on QLinearConv cases
+//! (`scripts/peers/qlinearconv_cases.py`) and agrees bit for bit wherever onnxruntime's
+//! accumulation is exact (its AVX2 u8 × s8 kernels saturate pair sums on full-range weights).
+//!
+//! Where the two orders differ: oneDNN scales by `scale_src · scale_wei` and divides by
+//! `scale_dst` per element (two roundings, then the zero point before rounding), adds an f32
+//! bias after scaling, and applies ReLU in f32; onnxruntime folds the three scales into one
+//! (one rounding per element), adds an i32 bias before the conversion, and adds the zero point
+//! after rounding. The two give different integers on some inputs
+//! (`tests/it/ort_requant.rs` shows one). In onnxruntime's order the destination is u8 or i8,
+//! there is no f32 bias (it is folded into the compensation), and the only post-op is ReLU.
 
 use ir::expr::select;
 use ir::interp::Array;
@@ -234,6 +275,17 @@ pub enum PostOp {
     Sum { scale: f32, zero_point: i32 },
 }
 
+/// The float order in which an int8 contraction's accumulator is requantized (module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Requantization {
+    /// oneDNN's: `M·f32(acc − comp) + bias_f32`, post-ops, `/ scale_dst + zp`, round, saturate.
+    #[default]
+    OneDnn,
+    /// onnxruntime's QLinearConv/QGemm/QLinearMatMul: `round(f32(acc − comp') · S) + zp`,
+    /// optionally `max(·, zp)`, saturate; the i32 bias folded into `comp'`.
+    OnnxRuntime,
+}
+
 /// The quantization attributes of an int8 convolution or dense layer (module doc).
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuantAttrs {
@@ -246,6 +298,8 @@ pub struct QuantAttrs {
     /// u8, i8, i32 or f32.
     pub dst_dtype: DType,
     pub post_ops: Vec<PostOp>,
+    /// The float order of the requantization.
+    pub requantization: Requantization,
 }
 
 impl QuantAttrs {
@@ -261,6 +315,7 @@ impl QuantAttrs {
             dst: TensorQuant::per_tensor("dst", dst_scale, dst_zp, dst_dtype)?,
             dst_dtype,
             post_ops: Vec::new(),
+            requantization: Requantization::OneDnn,
         })
     }
 }
@@ -351,6 +406,28 @@ pub(crate) fn finish(
     // apart: skip it there (a float destination keeps the sign of zero as written).
     let shifted = if dst_zp == 0 && !dst_dtype.is_float() { scaled } else { scaled + f32c(dst_zp as f32) };
     store_as(shifted, dst_dtype)
+}
+
+/// onnxruntime's requantization of a centered accumulator (module doc): `centered` is the i32
+/// `acc − comp'[c]`, `scale` the f32 `S[c]`; `round(f32(centered) · S) + f32(zp)`, then
+/// `max(·, f32(zp))` for each `PostOp::Relu`, saturated to `dst_dtype` (u8 or i8). The value
+/// stored is integral, so the store's conversion (toward zero) is exact.
+pub(crate) fn finish_onnxruntime(
+    centered: Expr,
+    scale: Expr,
+    post_ops: &[PostOp],
+    dst_zp: i32,
+    dst_dtype: DType,
+) -> Expr {
+    let zp = f32c(dst_zp as f32);
+    let mut q = (centered.cast(DType::F32) * scale).round() + zp.clone();
+    for op in post_ops {
+        if *op == PostOp::Relu {
+            // `zp < q ? q : zp`: `max(q, zp)`, one `maxps`.
+            q = select(zp.clone().lt(&q), q, zp.clone());
+        }
+    }
+    q.saturating_cast(dst_dtype)
 }
 
 /// Checks post-ops and the sum input against an output of shape `dims`: at most one `Sum`, which

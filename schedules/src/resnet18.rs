@@ -5,7 +5,7 @@
 
 use ir::DType;
 
-use crate::quant::{QuantAttrs, QuantError, Scales, TensorQuant};
+use crate::quant::{QuantAttrs, QuantError, Requantization, Scales, TensorQuant};
 
 /// One convolution layer: `ic → oc` channels over an `h × w` input, a square `k × k` kernel,
 /// `stride` and symmetric `pad`.
@@ -209,6 +209,7 @@ pub fn quantization(layer: Layer, seed: u64) -> Result<LayerQuant, QuantError> {
         dst: TensorQuant::per_tensor("dst", output_std / DST_STEPS_PER_STD, DST_ZERO_POINT, DType::U8)?,
         dst_dtype: DType::U8,
         post_ops: Vec::new(),
+        requantization: Requantization::OneDnn,
     };
     Ok(LayerQuant { attrs, bias, src_dims, wei_dims })
 }

@@ -1,6 +1,7 @@
 //! Flags and value parsers more than one command takes.
 
 use clap::ValueEnum;
+use tensorlift::record::{Database, DbError, Record};
 use tensorlift::{IsaLevel, Target};
 
 /// `--isa`: the ISA level of the generated code and kernels.
@@ -74,4 +75,18 @@ pub fn thread_count(s: &str) -> Result<usize, String> {
         return Err(format!("must be at most {MAX_THREADS}, found {threads}"));
     }
     Ok(threads)
+}
+
+/// The records of the user's database `path`: a missing file or a line that is not a record is
+/// a warning on stderr naming it (the layers it would have tuned run pre-tuned or default
+/// knobs), not an error: the run still measures every layer.
+pub fn user_records(path: &std::path::Path) -> Result<Vec<Record>, DbError> {
+    if !path.exists() {
+        eprintln!("warning: {}: no such file: no tuned records", path.display());
+    }
+    let loaded = Database::load(path)?;
+    for e in &loaded.errors {
+        eprintln!("warning: {e}: line ignored");
+    }
+    Ok(loaded.records)
 }

@@ -15,6 +15,7 @@ mod memory;
 mod peak;
 mod reference;
 mod resnet18;
+mod run;
 mod tune;
 
 use std::error::Error;
@@ -40,6 +41,10 @@ enum Command {
     /// compiled) and time it against the peak probe of the kernel's method measured in the same
     /// run.
     Gemm(gemm::Args),
+    /// Import an ONNX model, partition and compile it for this CPU, run it on an input (.npy or
+    /// seeded random) and print the partitions, compile time, median latency and per-partition
+    /// profile.
+    Run(run::Args),
     /// Run the resnet-18 int8 layers (R1..R11, FC): define each quantized layer, prepare its
     /// weights once, compile, verify against a reference and time it against the peak probe of
     /// the kernel's method measured in the same run.
@@ -75,6 +80,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
     match cli.command {
         Command::Matmul(args) => matmul::run(args),
         Command::Gemm(args) => gemm::run(args),
+        Command::Run(args) => run::run(args),
         Command::Resnet18(args) => resnet18::run(args),
         Command::Peak(args) => peak::run(args),
         Command::Export(args) => export::run(args),

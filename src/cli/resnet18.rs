@@ -14,12 +14,12 @@ use tensorlift::bench::time_against_peak;
 use tensorlift::isa::KernelVariant;
 use tensorlift::kernels::peak::ProbeKind;
 use tensorlift::layer::{LayerError, TableLayer};
-use tensorlift::record::{Database, DbError, Host, Record, pretuned};
+use tensorlift::record::{Host, Record, pretuned};
 use tensorlift::runtime::peak::Probe;
 use tensorlift::tune::record_for;
 use tensorlift::{CompileOptions, IsaLevel};
 
-use super::common::{Format, IsaChoice, WeightsChoice, positive, thread_count};
+use super::common::{Format, IsaChoice, WeightsChoice, positive, thread_count, user_records};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -167,20 +167,6 @@ fn run_layer(
         threads,
         saturated_pct: 100.0 * saturated as f64 / values.len().max(1) as f64,
     })
-}
-
-/// The records of the user's database `path`: a missing file or a line that is not a record is
-/// a warning on stderr naming it (the layers it would have tuned run pre-tuned or default
-/// knobs), not an error: the run still measures every layer.
-fn user_records(path: &std::path::Path) -> Result<Vec<Record>, DbError> {
-    if !path.exists() {
-        eprintln!("warning: {}: no such file: no tuned records", path.display());
-    }
-    let loaded = Database::load(path)?;
-    for e in &loaded.errors {
-        eprintln!("warning: {e}: line ignored");
-    }
-    Ok(loaded.records)
 }
 
 /// The knobs as records spell them, with the GEMM operands they gave here: `gemm_source` (u8,

@@ -16,10 +16,23 @@ pub struct NotInTable {
     pub found: String,
 }
 
-/// Errors of `LayerData`, `TableLayer` and `Reference` (the definitions' errors boxed: they
-/// are the large ones).
+/// A quantized operator's specification (`QConvSpec`, `QDenseSpec`) or a call's buffers that
+/// do not fit it: what was expected and what was found, naming the operator.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("{op}: {what} must be {expected}, found {found}")]
+pub struct SpecError {
+    pub op: String,
+    pub what: String,
+    pub expected: String,
+    pub found: String,
+}
+
+/// Errors of `LayerData`, `TableLayer`, `Reference` and the quantized operators' compile API
+/// (the definitions' errors boxed: they are the large ones).
 #[derive(Debug, Error)]
 pub enum LayerError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
     #[error(transparent)]
     NotInTable(#[from] NotInTable),
     #[error(transparent)]

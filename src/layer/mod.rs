@@ -11,12 +11,22 @@
 //!   per panel width and GEMM operands;
 //! * `compiled`: one compiled schedule with its arguments bound (`CompiledLayer`);
 //! * `transpose`: activations between NCHW and NHWC, in plain Rust;
+//! * `qconv`, `qdense`: the compile API of imported networks' quantized convolutions and matrix
+//!   products in onnxruntime's requantization order (`QConvSpec`, `QDenseSpec`,
+//!   `compile_qconv`, `compile_qdense`), `qprepare`, their weight preparation in plain Rust
+//!   (`prepare_weights`), `qcompiled`, what they give (`CompiledQuantized`), and
+//!   `kernel_cache`, their functions shared between layers of one definition (`KernelCache`);
 //! * `error`: `LayerError`, `NotInTable`.
 
 mod compiled;
 mod data;
 mod definition;
 mod error;
+mod kernel_cache;
+mod qcompiled;
+mod qconv;
+mod qdense;
+mod qprepare;
 mod reference;
 mod table;
 mod transpose;
@@ -24,7 +34,12 @@ mod transpose;
 pub use compiled::CompiledLayer;
 pub use data::LayerData;
 pub use definition::Definition;
-pub use error::{LayerError, NotInTable};
+pub use error::{LayerError, NotInTable, SpecError};
+pub use kernel_cache::KernelCache;
+pub use qcompiled::CompiledQuantized;
+pub use qconv::{ActQuant, QConvSpec, compile_qconv, compile_qconv_in};
+pub use qdense::{QDenseSpec, compile_qdense, compile_qdense_in};
+pub use qprepare::{PreparedWeights, prepare_weights};
 pub use reference::Reference;
 pub use table::TableLayer;
 pub use transpose::{nchw_to_nhwc, nhwc_to_nchw};

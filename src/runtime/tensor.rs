@@ -218,6 +218,17 @@ impl<'a> Arg<'a> {
         }
     }
 
+    /// A read-only slice of u8 or i8 data given as its bytes (`dtype` u8 or i8); `None` for
+    /// any other dtype.
+    pub fn from_bytes(dtype: DType, data: &'a [u8]) -> Option<Arg<'a>> {
+        [DType::U8, DType::I8].contains(&dtype).then(|| Arg { dtype, ..Arg::from_slice(data) })
+    }
+
+    /// `from_bytes`, writable.
+    pub fn from_mut_bytes(dtype: DType, data: &'a mut [u8]) -> Option<Arg<'a>> {
+        [DType::U8, DType::I8].contains(&dtype).then(|| Arg { dtype, ..Arg::from_mut_slice(data) })
+    }
+
     pub fn from_mut_slice<T: Element>(data: &'a mut [T]) -> Arg<'a> {
         Arg {
             ptr: data.as_mut_ptr().cast::<u8>(),

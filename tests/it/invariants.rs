@@ -97,8 +97,18 @@ fn every_pass_file_exports_one_function_named_after_it() {
 /// `tune` and `export` read records without `export` depending on `tune`. `src/lib.rs` (the root's re-exports), the binary (`src/main.rs`,
 /// `src/cli/`) and the unit tests (`src/tests/`) sit above everything and are not checked.
 const LAYERS: &[(&str, &[&str])] = &[
+    ("graph", &[]),
     ("isa", &[]),
     ("abi", &[]),
+    ("onnx", &["graph"]),
+    ("npy", &["graph"]),
+    (
+        "engine",
+        &[
+            "isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "layer",
+            "graph",
+        ],
+    ),
     ("disasm", &["isa"]),
     ("error", &["isa"]),
     ("target", &["isa", "error"]),

@@ -13,7 +13,8 @@ use schedules::ops::{
     global_avg_pool, max_pool2d, nchw_to_nchwc, nchwc_to_nchw, oihw_to_vnni_blocked, relu_int8,
 };
 use schedules::quant::{
-    PostOp, QuantAttrs, QuantError, Scales, TensorQuant, ZeroPoints, dequantize, mask_count, quantize, requantize,
+    PostOp, QuantAttrs, QuantError, Requantization, Scales, TensorQuant, ZeroPoints, dequantize, mask_count, quantize,
+    requantize,
 };
 use schedules::resnet18::{CONV_LAYERS, DenseLayer};
 use schedules::x86_conv::{
@@ -157,6 +158,7 @@ fn attrs(l: &Layer, oc: i64, weight_dims: &[i64], dst: (f32, i32), out_dims: &[i
         dst: dst_q,
         dst_dtype: l.dst_dtype,
         post_ops: l.post_ops.clone(),
+        requantization: Requantization::OneDnn,
     }
 }
 
@@ -1166,6 +1168,7 @@ fn requantization_follows_onednns_formula_to_the_bit() {
         dst: TensorQuant::per_tensor("dst", dst_scale, dst_zp, DType::F32).unwrap(),
         dst_dtype: DType::F32,
         post_ops: vec![],
+        requantization: Requantization::OneDnn,
     };
     let layer = dense_int8(&src, &wei, Some(&b), None, &attrs, "fc").unwrap();
     let l = Layer {

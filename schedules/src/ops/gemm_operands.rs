@@ -44,7 +44,7 @@ impl GemmOperands {
 /// What is added to a source of type `src` to read it as `gemm` (u8, i8 or i16) without
 /// changing the products' differences: 128 for i8 → u8, -128 for u8 → i8, else 0 (i16 holds
 /// either as it is).
-pub(super) fn source_shift(src: DType, gemm: DType) -> i32 {
+pub fn source_shift(src: DType, gemm: DType) -> i32 {
     match (src, gemm) {
         (DType::I8, DType::U8) => 128,
         (DType::U8, DType::I8) => -128,

@@ -8,7 +8,8 @@ use ir::{DType, Expr};
 
 use super::checks::{dtype_error, require_int8_src, require_s8_weights, shape_error};
 use crate::quant::{
-    DST_TYPES, Param, Params, QuantAttrs, QuantError, Scales, activation_quant, check_post_ops, finish, is_dst_type,
+    DST_TYPES, Param, Params, PostOp, QuantAttrs, QuantError, Requantization, Scales, activation_quant, check_post_ops,
+    finish, finish_onnxruntime, is_dst_type,
 };
 
 /// The stages of an int8 convolution or dense layer.
@@ -69,7 +70,33 @@ pub(super) fn check_layer_attrs(
         }
     }
     check_post_ops(op, &attrs.post_ops, sum_input, out_dims)?;
+    if attrs.requantization == Requantization::OnnxRuntime {
+        check_onnxruntime_attrs(op, bias, sum_input, attrs)?;
+    }
     Ok((src_q, dst_q))
+}
+
+/// What onnxruntime's order (`quant` module doc) adds: a u8 or i8 destination, no f32 bias
+/// (its i32 bias is folded into the compensation), ReLU as the only post-op.
+fn check_onnxruntime_attrs(
+    op: &str,
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    attrs: &QuantAttrs,
+) -> Result<(), QuantError> {
+    if ![DType::U8, DType::I8].contains(&attrs.dst_dtype) {
+        return Err(dtype_error(op, "the destination in onnxruntime's order", "u8 or i8", attrs.dst_dtype));
+    }
+    if let Some(b) = bias {
+        let found = format!("{} {:?}", b.dtype(), b.shape());
+        let expected = "no bias tensor (onnxruntime's i32 bias is folded into the compensation)";
+        return Err(shape_error(op, "the bias in onnxruntime's order", expected, found));
+    }
+    if sum_input.is_some() || attrs.post_ops.iter().any(|p| *p != PostOp::Relu) {
+        let found = format!("{:?}", attrs.post_ops);
+        return Err(shape_error(op, "the post-ops in onnxruntime's order", "ReLU only, no sum input", found));
+    }
+    Ok(())
 }
 
 /// The requantized output of a layer and what it reads besides the accumulator.
@@ -105,11 +132,20 @@ pub(super) fn requantize_layer(
             let oc = &i[channel_axis];
             let mut oc_index = vec![oc.clone()];
             oc_index.extend(weights_dims[1..].iter().map(|_| Expr::index(0)));
+            let centered = read_acc(i) - compensation.at([oc]);
+            if attrs.requantization == Requantization::OnnxRuntime {
+                // onnxruntime's `(x_scale · w_scale[c]) / y_scale`, formed once per channel.
+                let (dst_scale, dst_zp) = dst_q;
+                let values = w.values.iter().map(|&v| src_scale * v / dst_scale).collect();
+                let scale =
+                    params.scale(&Scales { values, mask: w.mask }, weights_dims, &oc_index, &format!("{name}.scale"));
+                return finish_onnxruntime(centered, scale, &attrs.post_ops, dst_zp, attrs.dst_dtype);
+            }
             // The products src_scale · wei_scale[oc] in f32, formed here once rather than per
             // element (the same IEEE products either way).
             let products = Scales { values: w.values.iter().map(|&v| src_scale * v).collect(), mask: w.mask };
             let multiplier = params.scale(&products, weights_dims, &oc_index, &format!("{name}.multiplier"));
-            let centered = (read_acc(i) - compensation.at([oc])).cast(DType::F32);
+            let centered = centered.cast(DType::F32);
             let mut x = centered * multiplier;
             if let Some(b) = bias {
                 x = x + b.at([oc]);

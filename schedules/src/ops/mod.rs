@@ -1,5 +1,6 @@
 //! Quantized (int8) operators and layout transforms as tensor expressions, following the model
-//! of `quant` (oneDNN's). The default schedule (`generic::default_schedule`) of each is the
+//! of `quant` (oneDNN's; the convolutions and the dense layer requantize in onnxruntime's order
+//! instead where `QuantAttrs::requantization` says so). The default schedule (`generic::default_schedule`) of each is the
 //! reference; target schedules must compute the same values bit for bit.
 //!
 //! Activations are NCHW at the API (batch `N` is any positive size; resnet-18 uses 1); the
@@ -41,7 +42,7 @@ pub use conv::{Conv2dParams, conv2d_nchw_int8};
 pub use dense::dense_int8;
 pub use direct_conv::{DirectConvLayer, conv2d_int8_direct};
 pub use elementwise::{add_int8, relu_int8};
-pub use gemm_operands::GemmOperands;
+pub use gemm_operands::{GemmOperands, source_shift};
 pub use layer::QuantizedLayer;
 pub use layout::{Layout, convert_layout, nchw_to_nchwc, nchwc_to_nchw};
 pub use packing::{conv_row_bytes, oihw_to_vnni_blocked, pack_conv2d_weights};

@@ -37,7 +37,8 @@ impl<'d> Gen<'d> {
             _ => 0,
         };
         let permutation = if groups > 0 { Some(self.permutation()?) } else { None };
-        if tail > 0 {
+        let zmm_tail = tail > 0 && self.width == VectorWidth::Zmm;
+        if zmm_tail {
             self.a.mov(r11d, (1u32 << tail) - 1)?;
             self.a.kmovw(k2, r11d)?;
             // The lanes past the block, which a check over every lane must ignore.
@@ -73,8 +74,16 @@ impl<'d> Gen<'d> {
             )?;
             self.a.jb(column_top)?;
         }
-        if tail > 0 {
+        if zmm_tail {
             self.masked = true;
+            self.vector(&body)?;
+        } else if tail > 0 {
+            // ymm: the row's last whole vector, overlapping the previous one. An element-wise
+            // map writes an output no input aliases, so the overlap stores the same values again.
+            let last = i32::try_from(shape.n - lanes)
+                .map_err(|_| KernelError::OffsetTooLarge { what: "n", offset: shape.n - lanes })?;
+            self.a.mov(COLUMN, i64::from(last))?;
+            self.masked = false;
             self.vector(&body)?;
         }
         if shape.m > 1 {

@@ -1,0 +1,316 @@
+//! `tensorlift run MODEL.onnx`: imports a model, partitions it (fusion), compiles every
+//! partition for this CPU, runs it on an input (a `.npy` file, or seeded random data) and
+//! prints the partitions, the compile time, the median latency and each partition's share,
+//! with the peak probe of each kernel's method measured in the same process.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use schedules::resnet18::{self, ConvLayer, Layer, WeightBits};
+use schedules::x86_conv::Conv2dInt8Knobs;
+use tensorlift::CompileOptions;
+use tensorlift::bench::median;
+use tensorlift::engine::{self, CompiledGraph, Kernel, Tuning, Workload};
+use tensorlift::graph::{Data, DataType, PartitionPolicy, Value};
+use tensorlift::kernels::peak::ProbeKind;
+use tensorlift::record::{Host, Record, pretuned};
+use tensorlift::runtime::peak::Probe;
+use tensorlift::tune::record_for;
+
+use super::common::{Format, IsaChoice, positive, thread_count, user_records};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The ONNX model (float, QDQ or QOperator; docs/onnx.md).
+    model: PathBuf,
+    /// The input as a .npy file of the model input's dtype and shape (default: seeded random
+    /// data, uniform in [-1, 1) for floats and over the whole range for integers).
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Write the output here as .npy, in the model output's dtype.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Threads for the kernels' parallel loops (default: one per core).
+    #[arg(long, value_parser = thread_count, allow_negative_numbers = true)]
+    threads: Option<usize>,
+    /// ISA level of the generated code and kernels (`auto`: the best this CPU has, or
+    /// TENSORLIFT_ISA when set).
+    #[arg(long, value_enum, default_value_t = IsaChoice::Auto)]
+    isa: IsaChoice,
+    /// Timed inferences (the median is reported) after one warm-up.
+    #[arg(long, default_value_t = 20, value_parser = positive::<usize>, allow_negative_numbers = true)]
+    repeat: usize,
+    /// `fusion` (quantized patterns computed in integers) or `debug` (one op per partition).
+    #[arg(long, value_enum, default_value_t = PolicyChoice::Fusion)]
+    policy: PolicyChoice,
+    /// The seed of the random input.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Apply the best record of this tuning database (`tune --db`) to each convolution and
+    /// product whose workload it holds on this CPU; else the repository's pre-tuned records;
+    /// else the default knobs. The partition table says which (`tuned`, `pretuned`, `default`).
+    /// A missing file or a line that is not a record is a warning, as with `resnet18 --db`.
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Ignore every database: the default knobs everywhere.
+    #[arg(long, conflicts_with = "db")]
+    no_db: bool,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PolicyChoice {
+    Fusion,
+    Debug,
+}
+
+/// Seeded random data for an input of `dtype` and `dims`.
+fn random_input(dtype: DataType, dims: &[usize], seed: u64) -> Result<Value, Box<dyn Error>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let n = dims.iter().product();
+    let data = match dtype {
+        DataType::F32 => Data::F32((0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()),
+        DataType::U8 => Data::U8((0..n).map(|_| rng.random()).collect()),
+        DataType::S8 => Data::S8((0..n).map(|_| rng.random()).collect()),
+        DataType::S32 => Data::S32((0..n).map(|_| rng.random_range(-1000..1000)).collect()),
+        other => return Err(format!("no random input of {other}: give --input").into()),
+    };
+    Ok(Value::new(dims, data)?)
+}
+
+/// The table layer of the same geometry as a workload (what tuning records are keyed by), and
+/// the range of its weights.
+fn table_layer(w: Workload<'_>) -> Option<(Layer, WeightBits)> {
+    let seven = |weights: &[i8]| weights.iter().all(|&v| (-64..=63).contains(&v));
+    let (layer, weights) = match w {
+        Workload::Conv(c) => {
+            let same = |l: &ConvLayer| {
+                (l.ic, l.oc, l.h, l.w, l.k, l.k, l.stride, l.stride, l.pad)
+                    == (c.ic, c.oc, c.h, c.w, c.kh, c.kw, c.stride.0, c.stride.1, c.pads[0])
+                    && c.pads.iter().all(|&p| p == l.pad)
+            };
+            let layer = resnet18::layers().into_iter().find(|l| matches!(l, Layer::Conv(cl) if same(cl)))?;
+            (layer, &c.weights)
+        }
+        Workload::Dense(d) => {
+            let layer = resnet18::layers().into_iter().find(
+                |l| matches!(l, Layer::Dense(dl) if d.m == 1 && (dl.in_features, dl.out_features) == (d.k, d.n)),
+            )?;
+            (layer, &d.weights)
+        }
+    };
+    Some((layer, if seven(weights) { WeightBits::Seven } else { WeightBits::Eight }))
+}
+
+/// One partition's row of the report.
+struct Row {
+    id: String,
+    kind: &'static str,
+    ops: Vec<String>,
+    kernel: String,
+    tuning: &'static str,
+    median_ms: f64,
+    gops: Option<f64>,
+    probe: Option<ProbeKind>,
+    why: Option<String>,
+}
+
+pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
+    let Args { model, input, output, threads, isa, repeat, policy, seed, db, no_db, format } = args;
+    let options = CompileOptions { target: isa.target(), threads, ..CompileOptions::default() };
+    let level = options.target.level()?;
+    let start = Instant::now();
+    let imported = tensorlift::onnx::load(&model)?;
+    let import = start.elapsed();
+    let policy = match policy {
+        PolicyChoice::Fusion => PartitionPolicy::Fusion,
+        PolicyChoice::Debug => PartitionPolicy::Debug,
+    };
+    let partitions = imported.graph.get_partitions(policy);
+    let max_threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let user = match &db {
+        Some(path) => user_records(path)?,
+        None => Vec::new(),
+    };
+    let pretuned = if no_db { Vec::new() } else { pretuned()?.records };
+    let host = Host::this(level);
+    let knobs = |w: Workload<'_>| -> Option<(Conv2dInt8Knobs, Tuning)> {
+        let (layer, weights) = table_layer(w)?;
+        let found = |records: &[Record], tuning| {
+            record_for(records, layer, weights, max_threads, &host).map(|r| (r.schedule.knobs, tuning))
+        };
+        found(&user, Tuning::Tuned).or_else(|| found(&pretuned, Tuning::Pretuned))
+    };
+    let mut compiled = engine::compile_with(imported.graph, partitions, &options, &knobs)?;
+    let compile = start.elapsed();
+
+    let specs = compiled.input_specs();
+    let inputs: Vec<Value> = match (&input, specs.as_slice()) {
+        (Some(path), [_]) => vec![tensorlift::npy::read(path)?],
+        (Some(_), _) => return Err(format!("--input gives one value; the model has {} inputs", specs.len()).into()),
+        (None, _) => specs
+            .iter()
+            .enumerate()
+            .map(|(i, (d, dims))| random_input(*d, dims, seed + i as u64))
+            .collect::<Result<_, _>>()?,
+    };
+    let (outputs, _) = compiled.execute(&inputs)?;
+    let mut totals = Vec::with_capacity(repeat);
+    let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(repeat); compiled.steps().len()];
+    for _ in 0..repeat {
+        let begin = Instant::now();
+        let (_, times) = compiled.execute(&inputs)?;
+        totals.push(begin.elapsed().as_secs_f64());
+        for (v, t) in per_step.iter_mut().zip(times) {
+            v.push(t.as_secs_f64());
+        }
+    }
+    let median_ms = median(totals) * 1e3;
+    if let (Some(path), Some(out)) = (&output, outputs.first()) {
+        tensorlift::npy::write(path, out)?;
+    }
+    let threads_used = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let rows = rows(&compiled, &per_step);
+    let probes = probe_rates(&rows, threads_used)?;
+    report(
+        &compiled,
+        &rows,
+        &probes,
+        (import, compile),
+        median_ms,
+        threads_used,
+        level.name(),
+        output.as_ref(),
+        format,
+    );
+    Ok(())
+}
+
+fn rows(compiled: &CompiledGraph, per_step: &[Vec<f64>]) -> Vec<Row> {
+    let graph = compiled.graph();
+    compiled
+        .steps()
+        .iter()
+        .zip(per_step)
+        .map(|(step, times)| {
+            let ms = median(times.clone()) * 1e3;
+            let (probe, why) = match &step.kernel {
+                Kernel::Conv(c) | Kernel::Dense(c) => (Probe::for_function(c.func()).map(|p| p.kind), None),
+                Kernel::Reference { why } => (None, Some(why.clone())),
+                _ => (None, None),
+            };
+            Row {
+                id: step.partition.id.to_string(),
+                kind: step.partition.kind.name(),
+                ops: step
+                    .partition
+                    .ops
+                    .iter()
+                    .filter_map(|&o| graph.op(o))
+                    .map(|op| format!("{}({})", op.kind.name(), op.name))
+                    .collect(),
+                kernel: step.kernel.describe(),
+                tuning: step.tuning.map_or("-", Tuning::name),
+                median_ms: ms,
+                gops: (step.ops > 0).then(|| step.ops as f64 / (ms * 1e-3) / 1e9),
+                probe,
+                why,
+            }
+        })
+        .collect()
+}
+
+/// The GOPS of each probe the partitions' kernels use, on the run's threads (median of 5).
+fn probe_rates(rows: &[Row], threads: usize) -> Result<BTreeMap<String, f64>, Box<dyn Error>> {
+    let mut rates = BTreeMap::new();
+    for kind in rows.iter().filter_map(|r| r.probe) {
+        let name = kind.to_string();
+        if rates.contains_key(&name) {
+            continue;
+        }
+        let probe = Probe::of(kind)?;
+        let iterations = probe.calibrate(Duration::from_millis(5));
+        let runs = (0..5).map(|_| probe.gops_on_pool(iterations, threads)).collect::<Result<Vec<_>, _>>()?;
+        rates.insert(name, median(runs));
+    }
+    Ok(rates)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    compiled: &CompiledGraph,
+    rows: &[Row],
+    probes: &BTreeMap<String, f64>,
+    (import, compile): (Duration, Duration),
+    median_ms: f64,
+    threads: usize,
+    isa: &str,
+    output: Option<&PathBuf>,
+    format: Format,
+) {
+    let pct = |r: &Row| Some(100.0 * r.gops? / probes.get(&r.probe?.to_string())?);
+    let compile_ms = compile.as_secs_f64() * 1e3;
+    if format == Format::Json {
+        let partitions: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.id, "kind": r.kind, "ops": r.ops, "kernel": r.kernel, "tuning": r.tuning,
+                    "median_ms": r.median_ms, "gops": r.gops, "pct_probe": pct(r), "reference_because": r.why,
+                })
+            })
+            .collect();
+        let json = serde_json::json!({
+            "compile_ms": compile_ms,
+            "import_ms": import.as_secs_f64() * 1e3,
+            "median_ms": median_ms,
+            "threads": threads,
+            "isa": isa,
+            "partitions": partitions,
+            "output": output.map(|p| p.display().to_string()),
+        });
+        println!("{json}");
+        return;
+    }
+    let total: f64 = rows.iter().map(|r| r.median_ms).sum();
+    println!(
+        "{:<5} {:<24} {:>9} {:>6} {:>7} {:>7}  {:<8} kernel / ops",
+        "id", "kind", "ms", "%", "GOPS", "%probe", "tuning"
+    );
+    for r in rows {
+        let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+        println!(
+            "{:<5} {:<24} {:>9.4} {:>6.1} {:>7} {:>7}  {:<8} {}",
+            r.id,
+            r.kind,
+            r.median_ms,
+            100.0 * r.median_ms / total.max(1e-12),
+            opt(r.gops, 1),
+            opt(pct(r), 1),
+            r.tuning,
+            r.kernel
+        );
+        println!(
+            "{:<5} {}{}",
+            "",
+            r.ops.join(" → "),
+            r.why.as_ref().map_or(String::new(), |w| format!("  (reference: {w})"))
+        );
+    }
+    for (name, gops) in probes {
+        println!("probe {name}: {gops:.1} GOPS on {threads} thread(s)");
+    }
+    let steps = compiled.steps().len();
+    println!(
+        "{steps} partitions, isa {isa}, {threads} thread(s): import {:.1} ms, compile {compile_ms:.1} ms (with import), median {median_ms:.3} ms per inference",
+        import.as_secs_f64() * 1e3
+    );
+    if let Some(path) = output {
+        println!("output written to {}", path.display());
+    }
+}

@@ -1,0 +1,106 @@
+//! `CompiledGraph::execute`: the inputs checked against the graph, stored once, the steps run
+//! in order on the engine's buffers, the outputs read back; with the time of each step.
+
+use std::time::{Duration, Instant};
+
+use super::compile::{CompiledGraph, Step};
+use super::error::EngineError;
+use super::kernel::Kernel;
+use super::slot::Slot;
+use crate::graph::{Value, reference};
+
+impl CompiledGraph {
+    /// The steps (partitions with their kernels), in execution order.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Import to code: compiling every partition and preparing its weights.
+    pub fn compile_time(&self) -> Duration {
+        self.compile_time
+    }
+
+    /// The graph this was compiled from.
+    pub fn graph(&self) -> &crate::graph::FinalizedGraph {
+        &self.graph
+    }
+
+    /// The threads and ISA level the kernels were compiled for.
+    pub fn options(&self) -> &crate::runtime::CompileOptions {
+        &self.options
+    }
+
+    /// The graph inputs' dtypes and dimensions, in the graph's order.
+    pub fn input_specs(&self) -> Vec<(crate::graph::DataType, Vec<usize>)> {
+        self.inputs.iter().map(|&(_, s)| (self.slots[s].dtype, self.slots[s].dims.clone())).collect()
+    }
+
+    /// Runs the graph on `inputs` (one value per graph input, in the graph's order, logical
+    /// layout) and returns its outputs and the time each step took. Every input is checked
+    /// against its tensor before any kernel runs.
+    pub fn execute(&mut self, inputs: &[Value]) -> Result<(Vec<Value>, Vec<Duration>), EngineError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(EngineError::InputCount { expected: self.inputs.len(), found: inputs.len() });
+        }
+        for (index, (v, &(t, s))) in inputs.iter().zip(&self.inputs).enumerate() {
+            let slot = &self.slots[s];
+            if v.dtype() != slot.dtype || v.dims() != slot.dims {
+                return Err(EngineError::Input {
+                    index,
+                    tensor: self.graph.graph().tensor_ref(t).to_string(),
+                    expected_dtype: slot.dtype,
+                    expected_dims: slot.dims.clone(),
+                    found_dtype: v.dtype(),
+                    found_dims: v.dims().to_vec(),
+                });
+            }
+        }
+        for (v, &(_, s)) in inputs.iter().zip(&self.inputs) {
+            self.slots[s].store(v);
+        }
+        let mut times = Vec::with_capacity(self.steps.len());
+        for i in 0..self.steps.len() {
+            let start = Instant::now();
+            self.run_step(i)?;
+            times.push(start.elapsed());
+        }
+        let outputs = self.outputs.iter().map(|&(_, s)| self.slots[s].load()).collect();
+        Ok((outputs, times))
+    }
+
+    fn run_step(&mut self, i: usize) -> Result<(), EngineError> {
+        let step = &self.steps[i];
+        if let Kernel::Reference { .. } = step.kernel {
+            let values: Vec<Value> = step.inputs.iter().map(|&s| self.slots[s].load()).collect();
+            let fail = |what: String| EngineError::Reference { partition: step.partition.id.to_string(), what };
+            let out =
+                reference::run_partition(&self.graph, &step.partition, &values).map_err(|e| fail(e.to_string()))?;
+            for (&s, v) in step.outputs.iter().zip([&out]) {
+                if v.dims() != self.slots[s].dims || v.dtype() != self.slots[s].dtype {
+                    return Err(fail(format!("an output of {:?}, expected {:?}", v.dims(), self.slots[s].dims)));
+                }
+                self.slots[s].store(v);
+            }
+            return Ok(());
+        }
+        // The output moves out of the slot list while the inputs are borrowed from it.
+        let out = step.outputs[0];
+        let mut output = std::mem::replace(&mut self.slots[out], Slot::new(crate::graph::DataType::U8, vec![]));
+        let inputs: Vec<&Slot> = step.inputs.iter().map(|&s| &self.slots[s]).collect();
+        let result = step.kernel.run(&inputs, &mut output);
+        self.slots[out] = output;
+        result.map_err(|e| EngineError::Layer {
+            partition: step.partition.id.to_string(),
+            kind: step.partition.kind.name(),
+            source: Box::new(e),
+        })
+    }
+}
+
+impl CompiledGraph {
+    /// The value a tensor holds after the last `execute` (logical layout), if the engine keeps a
+    /// buffer for it (every input and output of a partition).
+    pub fn value(&self, t: crate::graph::TensorId) -> Option<Value> {
+        self.slot_of.get(t).copied().flatten().map(|s| self.slots[s].load())
+    }
+}

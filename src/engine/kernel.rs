@@ -1,0 +1,87 @@
+//! What computes each partition (`Kernel`), and one call of it on the engine's buffers.
+
+use super::native::Int8;
+use super::native::add::{AddParams, add};
+use super::native::dequantize::dequantize;
+use super::native::global_avg_pool::global_avg_pool;
+use super::native::max_pool::{Window, max_pool};
+use super::native::quantize::quantize;
+use super::slot::{Slot, as_f32};
+use crate::layer::{CompiledQuantized, LayerError};
+
+/// The code that computes a partition.
+pub enum Kernel {
+    /// A quantized convolution compiled on the x86 path, NHWC in and out.
+    Conv(Box<CompiledQuantized>),
+    /// A quantized matrix product compiled as a 1×1 convolution.
+    Dense(Box<CompiledQuantized>),
+    /// The quantized add (`native::add`) on same-shaped operands.
+    Add { params: AddParams, ty: Int8, clamp: (i32, i32) },
+    /// Max pooling on 8-bit integers, NHWC.
+    MaxPool { window: Window, ty: Int8 },
+    /// Quantized global average pooling, NHWC.
+    GlobalAvgPool { x: (f32, i32), y: (f32, i32), ty: Int8 },
+    /// Per-tensor quantization of f32.
+    Quantize { scale: f32, zero_point: i32, ty: Int8 },
+    /// Per-tensor dequantization to f32.
+    Dequantize { scale: f32, zero_point: i32, ty: Int8 },
+    /// A reshape whose stored bytes do not move.
+    Copy,
+    /// The graph's reference evaluates the partition (no faster kernel supports it).
+    Reference { why: String },
+}
+
+impl Kernel {
+    /// A short description for the partition table.
+    pub fn describe(&self) -> String {
+        match self {
+            Kernel::Conv(c) | Kernel::Dense(c) => c.kernel_description(),
+            Kernel::Add { .. } => "native add (fma)".to_string(),
+            Kernel::MaxPool { .. } => "native max pool".to_string(),
+            Kernel::GlobalAvgPool { .. } => "native global avg pool".to_string(),
+            Kernel::Quantize { .. } => "native quantize".to_string(),
+            Kernel::Dequantize { .. } => "native dequantize".to_string(),
+            Kernel::Copy => "copy".to_string(),
+            Kernel::Reference { .. } => "reference".to_string(),
+        }
+    }
+
+    /// Runs a native or compiled kernel: `inputs` in the partition's input order, `output` the
+    /// partition's one output (`Reference` is run by the caller).
+    pub fn run(&self, inputs: &[&Slot], output: &mut Slot) -> Result<(), LayerError> {
+        match self {
+            Kernel::Conv(c) | Kernel::Dense(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
+            Kernel::Add { params, ty, clamp } => {
+                add(&inputs[0].bytes, &inputs[1].bytes, params, *ty, *clamp, &mut output.bytes)
+            }
+            Kernel::MaxPool { window, ty } => {
+                let [n, c, h, w] = inputs[0].nchw();
+                let [_, _, oh, ow] = output.nchw();
+                max_pool(&inputs[0].bytes, [n, h, w, c], [oh, ow], *window, *ty, &mut output.bytes)
+            }
+            Kernel::GlobalAvgPool { x, y, ty } => {
+                let src = inputs[0];
+                let (n, c) = (src.dims[0], src.dims[1]);
+                let hw = src.dims[2..].iter().product();
+                global_avg_pool(&src.bytes, [n, hw, c], *x, *y, *ty, &mut output.bytes)
+            }
+            Kernel::Quantize { scale, zero_point, ty } => {
+                let src = as_f32(&inputs[0].bytes);
+                let dims = if output.nhwc { output.nchw() } else { [0; 4] };
+                quantize(&src, dims, output.nhwc, *scale, *zero_point, *ty, &mut output.bytes)
+            }
+            Kernel::Dequantize { scale, zero_point, ty } => {
+                let src = inputs[0];
+                let dims = if src.nhwc { src.nchw() } else { [0; 4] };
+                let mut out = vec![0f32; output.bytes.len() / 4];
+                dequantize(&src.bytes, dims, src.nhwc, *scale, *zero_point, *ty, &mut out);
+                for (d, x) in output.bytes.chunks_exact_mut(4).zip(out) {
+                    d.copy_from_slice(&x.to_le_bytes());
+                }
+            }
+            Kernel::Copy => output.bytes.copy_from_slice(&inputs[0].bytes),
+            Kernel::Reference { .. } => unreachable!("the engine runs reference partitions itself"),
+        }
+        Ok(())
+    }
+}

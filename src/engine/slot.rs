@@ -1,0 +1,96 @@
+//! The engine's buffers: one per tensor a partition reads or writes, allocated once at compile
+//! time. 4-D 8-bit integer tensors are stored NHWC (what the convolution kernels read and
+//! write), every other tensor in its logical row-major order; values cross the engine's edges
+//! (inputs, outputs, the reference's fallback) in the logical order.
+
+use half::{bf16, f16};
+
+use super::native::layout::{nchw_to_nhwc, nhwc_to_nchw};
+use crate::graph::{Data, DataType, Value};
+
+/// A tensor's buffer.
+#[derive(Clone, Debug)]
+pub struct Slot {
+    pub dtype: DataType,
+    /// The logical dimensions (NCHW for 4-D activations).
+    pub dims: Vec<usize>,
+    /// Stored NHWC (4-D u8/s8 only).
+    pub nhwc: bool,
+    pub bytes: Vec<u8>,
+}
+
+/// Whether a tensor of `dtype` and `dims` is stored NHWC.
+pub fn stored_nhwc(dtype: DataType, dims: &[usize]) -> bool {
+    dtype.is_int8() && dims.len() == 4
+}
+
+impl Slot {
+    /// A zeroed buffer for a tensor of `dtype` and `dims`.
+    pub fn new(dtype: DataType, dims: Vec<usize>) -> Slot {
+        let len = dims.iter().product::<usize>() * dtype.size();
+        Slot { dtype, nhwc: stored_nhwc(dtype, &dims), dims, bytes: vec![0; len] }
+    }
+
+    /// The dimensions as 4 (NCHW), for 4-D tensors.
+    pub fn nchw(&self) -> [usize; 4] {
+        let d = &self.dims;
+        [d[0], d[1], d[2], d[3]]
+    }
+
+    /// Stores `value` (logical order, same dtype and dims: the caller checked).
+    pub fn store(&mut self, value: &Value) {
+        let logical = value_bytes(value.data());
+        if self.nhwc {
+            nchw_to_nhwc(&logical, self.nchw(), self.dtype.size(), &mut self.bytes);
+        } else {
+            self.bytes.copy_from_slice(&logical);
+        }
+    }
+
+    /// The stored tensor as a value in the logical order.
+    pub fn load(&self) -> Value {
+        let logical = if self.nhwc {
+            let mut out = vec![0; self.bytes.len()];
+            nhwc_to_nchw(&self.bytes, self.nchw(), self.dtype.size(), &mut out);
+            out
+        } else {
+            self.bytes.clone()
+        };
+        Value::new(&self.dims, bytes_data(self.dtype, &logical))
+            .expect("a slot's bytes hold exactly its dims' elements")
+    }
+}
+
+/// The little-endian bytes of `data`.
+pub fn value_bytes(data: &Data) -> Vec<u8> {
+    match data {
+        Data::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Data::Bf16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Data::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Data::S32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Data::S8(v) => v.iter().map(|&x| x as u8).collect(),
+        Data::U8(v) => v.clone(),
+        Data::Boolean(v) => v.iter().map(|&x| x as u8).collect(),
+    }
+}
+
+/// The elements of `dtype` in little-endian `bytes`.
+pub fn bytes_data(dtype: DataType, bytes: &[u8]) -> Data {
+    fn chunks<const N: usize>(bytes: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+        bytes.chunks_exact(N).map(|c| c.try_into().expect("chunks of N bytes"))
+    }
+    match dtype {
+        DataType::F16 => Data::F16(chunks(bytes).map(f16::from_le_bytes).collect()),
+        DataType::Bf16 => Data::Bf16(chunks(bytes).map(bf16::from_le_bytes).collect()),
+        DataType::F32 => Data::F32(chunks(bytes).map(f32::from_le_bytes).collect()),
+        DataType::S32 => Data::S32(chunks(bytes).map(i32::from_le_bytes).collect()),
+        DataType::S8 => Data::S8(bytes.iter().map(|&b| b as i8).collect()),
+        DataType::U8 => Data::U8(bytes.to_vec()),
+        DataType::Boolean => Data::Boolean(bytes.iter().map(|&b| b != 0).collect()),
+    }
+}
+
+/// `bytes` as f32 values (little-endian).
+pub fn as_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}

@@ -1,0 +1,192 @@
+//! `CompiledQuantized`: a quantized convolution or dense layer compiled (`compile_qconv`,
+//! `compile_qdense`) with its weights prepared once, run on caller-owned NHWC bytes without a
+//! copy per call. Its function may be shared with other layers (`KernelCache`).
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use ir::DType;
+use schedules::ops::GemmOperands;
+use schedules::x86_conv::Conv2dInt8Knobs;
+
+use super::error::{LayerError, SpecError};
+use crate::build::Kernel;
+use crate::isa::{IsaLevel, KernelVariant};
+use crate::runtime::{Arg, CheckedTensor, CompiledFunc, Tensor};
+
+/// The prepared weights of a layer: what every call reads besides source and output.
+pub(super) struct Prepared {
+    /// Packed weights (bind to the per-call function's argument 1).
+    pub(super) packed: Tensor,
+    /// The compensation with the i32 bias folded in (argument 2).
+    pub(super) compensation: Tensor,
+    /// Per-channel parameters (the scales `S[c]` where the weight scales are per channel).
+    pub(super) params: Vec<Tensor>,
+    /// Building and running the preparation.
+    pub(super) time: Duration,
+}
+
+/// The packed weights, checked once against the range the kernels rely on where they declare
+/// one.
+enum Packed {
+    Plain(Tensor),
+    Checked(CheckedTensor),
+}
+
+/// A compiled quantized layer, ready to run again and again (`run` takes `&self`).
+pub struct CompiledQuantized {
+    name: String,
+    kernel: Rc<Kernel>,
+    /// Whether `kernel` came from a `KernelCache` (compiled for an earlier layer).
+    cached: bool,
+    knobs: Conv2dInt8Knobs,
+    operands: GemmOperands,
+    packed: Packed,
+    compensation: Tensor,
+    params: Vec<Tensor>,
+    src: (DType, Vec<i64>),
+    dst: (DType, Vec<i64>),
+    ops: u64,
+    compile: Duration,
+    prepare: Duration,
+}
+
+impl CompiledQuantized {
+    pub(super) fn new(
+        name: String,
+        (kernel, cached): (Rc<Kernel>, bool),
+        knobs: Conv2dInt8Knobs,
+        operands: GemmOperands,
+        prepared: Prepared,
+        (src, dst): ((DType, Vec<i64>), (DType, Vec<i64>)),
+        (ops, compile): (u64, Duration),
+    ) -> Result<CompiledQuantized, LayerError> {
+        let Prepared { packed, compensation, params, time } = prepared;
+        let packed = match kernel.compiled.scanned_range(1) {
+            Some(range) => Packed::Checked(CheckedTensor::new(packed, range)?),
+            None => Packed::Plain(packed),
+        };
+        Ok(CompiledQuantized {
+            name,
+            kernel,
+            cached,
+            knobs,
+            operands,
+            packed,
+            compensation,
+            params,
+            src,
+            dst,
+            ops,
+            compile,
+            prepare: time,
+        })
+    }
+
+    /// Runs the layer on `src` (the source's bytes, NHWC `[1, H, W, IC]`; a dense layer's
+    /// `[M, K]`) into `dst` (NHWC `[1, OH, OW, OC]`; `[M, N]`), u8 or i8 data as bytes. Errors
+    /// if a buffer's length is not its tensor's.
+    pub fn run(&self, src: &[u8], dst: &mut [u8]) -> Result<(), LayerError> {
+        self.check_len("the source", &self.src.1, src.len())?;
+        self.check_len("the destination", &self.dst.1, dst.len())?;
+        let (Some(src), Some(dst)) = (Arg::from_bytes(self.src.0, src), Arg::from_mut_bytes(self.dst.0, dst)) else {
+            // The specs' checks admit only u8 and i8 activations.
+            let found = format!("{} and {}", self.src.0, self.dst.0);
+            let op = self.name.clone();
+            return Err(
+                SpecError { op, what: "the activation dtypes".into(), expected: "u8 or i8".into(), found }.into()
+            );
+        };
+        let mut args = vec![
+            src,
+            match &self.packed {
+                Packed::Plain(t) => Arg::tensor_ref(t),
+                Packed::Checked(c) => Arg::checked(c),
+            },
+            Arg::tensor_ref(&self.compensation),
+        ];
+        args.extend(self.params.iter().map(Arg::tensor_ref));
+        args.push(dst);
+        Ok(self.kernel.compiled.call_args(&mut args)?)
+    }
+
+    fn check_len(&self, what: &str, shape: &[i64], found: usize) -> Result<(), SpecError> {
+        let expected = shape.iter().product::<i64>() as usize;
+        if found == expected {
+            return Ok(());
+        }
+        Err(SpecError {
+            op: self.name.clone(),
+            what: format!("the length of {what}"),
+            expected: format!("{expected} bytes ({shape:?})"),
+            found: format!("{found} bytes"),
+        })
+    }
+
+    /// The knobs the schedule was built with.
+    pub fn knobs(&self) -> Conv2dInt8Knobs {
+        self.knobs
+    }
+
+    /// The GEMM operands the knobs gave for the level and the weights.
+    pub fn operands(&self) -> GemmOperands {
+        self.operands
+    }
+
+    /// Operations per run (two per multiply-accumulate).
+    pub fn ops(&self) -> u64 {
+        self.ops
+    }
+
+    /// Source and destination dtypes and shapes (NHWC, batch 1).
+    pub fn src_shape(&self) -> (DType, &[i64]) {
+        (self.src.0, &self.src.1)
+    }
+
+    pub fn dst_shape(&self) -> (DType, &[i64]) {
+        (self.dst.0, &self.dst.1)
+    }
+
+    /// The compiled per-call function.
+    pub fn func(&self) -> &CompiledFunc {
+        &self.kernel.compiled
+    }
+
+    /// The ISA level the function was compiled for.
+    pub fn isa_level(&self) -> IsaLevel {
+        self.kernel.compiled.isa_level()
+    }
+
+    /// The hand-assembled GEMM kernel families the function calls.
+    pub fn kernel_variants(&self) -> Vec<KernelVariant> {
+        self.kernel.compiled.kernel_variants()
+    }
+
+    /// Whether the requantization runs as a hand-assembled map kernel (not its loop fallback).
+    pub fn uses_map_kernel(&self) -> bool {
+        self.kernel.compiled.machine_code().iter().any(|c| c.origin.contains("map kernel"))
+    }
+
+    /// One line: the level, the GEMM kernels, and whether the requantization is a map kernel.
+    pub fn kernel_description(&self) -> String {
+        let kernels: Vec<String> = self.kernel_variants().iter().map(|v| v.to_string()).collect();
+        let map = if self.uses_map_kernel() { "map kernel" } else { "loops" };
+        format!("{}: {}; requantization: {map}", self.isa_level().name(), kernels.join(", "))
+    }
+
+    /// Whether the per-call function was compiled for an earlier layer (`KernelCache`).
+    pub fn cached(&self) -> bool {
+        self.cached
+    }
+
+    /// Defining the schedule, lowering and code generation of the per-call function (only
+    /// defining it and finding it, where `cached`).
+    pub fn compile_time(&self) -> Duration {
+        self.compile
+    }
+
+    /// Building and running the weight preparation.
+    pub fn prepare_time(&self) -> Duration {
+        self.prepare
+    }
+}

@@ -1,0 +1,64 @@
+//! The weight preparation of a quantized layer in plain Rust (`prepare_weights`): the panels of
+//! `ops::pack_conv2d_weights` and the compensation of `ops::compensation_for_gemm` with the i32
+//! bias folded in, computed in one pass over the weights instead of by a compiled function under
+//! the generic schedule. `tests/it/ort_requant.rs` checks it against that function bit for bit.
+
+use ir::DType;
+use schedules::ops::{GemmOperands, conv_row_bytes, source_shift};
+
+use super::error::LayerError;
+use crate::runtime::Tensor;
+
+/// Weights prepared for the per-call function.
+pub struct PreparedWeights {
+    /// `[⌈OC/nr⌉, KH·R/P, nr, P]` of `operands.weight_dtype()` (`P = operands.pack()`).
+    pub packed: Tensor,
+    /// `i32[OC]`: `(zp_src + shift) · Σ w[oc, ..] − bias[oc]`, wrapping.
+    pub compensation: Tensor,
+}
+
+/// `weights: i8[OC, IC, KH, KW]` (`dims`, row-major) packed in panels of `nr` channels for
+/// `operands` (`pack_conv2d_weights`: `packed[p, ko, j, ki] = w[o, r % IC, k / R, r / IC]` with
+/// `o = p·nr + j`, `k = ko·P + ki`, `r = k % R`, zero where `r ≥ KW·IC` or `o ≥ OC`), and the
+/// compensation for a `src_dtype` source with zero point `src_zp` minus `bias`. The caller checks
+/// that `weights` holds `Π dims` values and `bias` `OC` (`QConvSpec::check`).
+pub fn prepare_weights(
+    weights: &[i8],
+    dims: [i64; 4],
+    nr: i64,
+    operands: GemmOperands,
+    (src_dtype, src_zp): (DType, i32),
+    bias: Option<&[i32]>,
+) -> Result<PreparedWeights, LayerError> {
+    let [oc, ic, kh, kw] = dims.map(|d| d as usize);
+    let (nr, row, pack) = (nr as usize, conv_row_bytes(dims[1], dims[3]) as usize, operands.pack() as usize);
+    let panels = oc.div_ceil(nr);
+    let groups = kh * row / pack;
+    let mut packed = vec![0i16; panels * groups * nr * pack];
+    for o in 0..oc {
+        let (p, j) = (o / nr, o % nr);
+        for ky in 0..kh {
+            for r in 0..kw * ic {
+                let k = ky * row + r;
+                let (ko, ki) = (k / pack, k % pack);
+                let w = weights[((o * ic + r % ic) * kh + ky) * kw + r / ic];
+                packed[((p * groups + ko) * nr + j) * pack + ki] = i16::from(w);
+            }
+        }
+    }
+    let shape = [panels as i64, groups as i64, nr as i64, pack as i64];
+    let packed = if operands.weight_dtype() == DType::I16 {
+        Tensor::from_slice(&shape, &packed)?
+    } else {
+        Tensor::from_slice(&shape, &packed.iter().map(|&w| w as i8).collect::<Vec<i8>>())?
+    };
+    let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
+    let taps = ic * kh * kw;
+    let compensation: Vec<i32> = (0..oc)
+        .map(|o| {
+            let sum = weights[o * taps..(o + 1) * taps].iter().fold(0i32, |s, &w| s.wrapping_add(i32::from(w)));
+            sum.wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o]))
+        })
+        .collect();
+    Ok(PreparedWeights { packed, compensation: Tensor::from_slice(&[oc as i64], &compensation)? })
+}

@@ -1,0 +1,217 @@
+//! The engine against the graph's reference: every partition of every test model compiled at
+//! every ISA level this CPU has, each partition's output bit for bit equal to the reference's
+//! evaluation of that partition on the same inputs, and the network's outputs equal to the
+//! reference's evaluation of the whole graph. Also: inputs that do not fit are typed errors.
+
+use std::path::{Path, PathBuf};
+
+use tensorlift::engine::{self, CompiledGraph, EngineError, Kernel};
+use tensorlift::graph::{Data, DataType, PartitionPolicy, Value, reference};
+use tensorlift::{CompileOptions, IsaLevel, Target};
+
+/// The committed test models (`scripts/models/make_models.py`).
+pub fn models() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/models")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 6, "expected the test models in {}", dir.display());
+    files
+}
+
+/// A deterministic input for a tensor of `dtype` and `dims` (floats in about [-2, 2]).
+pub fn input(dtype: DataType, dims: &[usize], seed: u64) -> Value {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) as u32
+    };
+    let n: usize = dims.iter().product();
+    let data = match dtype {
+        DataType::F32 => Data::F32((0..n).map(|_| (next() % 4001) as f32 / 1000.0 - 2.0).collect()),
+        DataType::U8 => Data::U8((0..n).map(|_| next() as u8).collect()),
+        DataType::S8 => Data::S8((0..n).map(|_| next() as i8).collect()),
+        other => panic!("no test input of {other}"),
+    };
+    Value::new(dims, data).expect("dims and data agree")
+}
+
+fn compiled(path: &Path, level: IsaLevel, threads: usize) -> CompiledGraph {
+    let model = tensorlift::onnx::load(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let partitions = model.graph.get_partitions(PartitionPolicy::Fusion);
+    let options = CompileOptions { target: Target::Level(level), threads: Some(threads), ..CompileOptions::default() };
+    engine::compile(model.graph, partitions, &options).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Runs `g` on a seeded input and checks every step and the outputs against the reference.
+fn check_against_reference(g: &mut CompiledGraph, seed: u64, what: &str) {
+    let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, seed)).collect();
+    let (outputs, _) = g.execute(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for step in g.steps() {
+        let ins: Vec<Value> =
+            step.partition.inputs.iter().map(|&t| g.value(t).expect("an input of a step has a value")).collect();
+        let expected = reference::run_partition(g.graph(), &step.partition, &ins)
+            .unwrap_or_else(|e| panic!("{what}: the reference of {}: {e}", step.partition.id));
+        for (&t, e) in step.partition.outputs.iter().zip([&expected]) {
+            let found = g.value(t).expect("an output of a step has a value");
+            assert!(
+                found.bits_eq(e),
+                "{what}: partition {} ({}, kernel {}) differs from the reference",
+                step.partition.id,
+                step.partition.kind.name(),
+                step.kernel.describe()
+            );
+        }
+    }
+    let graph = g.graph();
+    let all = graph.get_partitions(PartitionPolicy::Fusion);
+    let named: Vec<_> = graph.graph().inputs().iter().copied().zip(inputs).collect();
+    let expected = reference::run(graph, &all, &named).unwrap_or_else(|e| panic!("{what}: reference: {e}"));
+    assert_eq!(expected.len(), outputs.len(), "{what}");
+    for ((_, e), found) in expected.iter().zip(&outputs) {
+        assert!(found.bits_eq(e), "{what}: the network's output differs from the reference");
+    }
+}
+
+#[test]
+fn every_partition_of_every_model_matches_the_reference_at_every_level() {
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "the test models");
+    for path in models() {
+        for &level in &levels {
+            let mut g = compiled(&path, level, 2);
+            let what = format!("{} at {level}", path.file_name().unwrap().to_string_lossy());
+            check_against_reference(&mut g, 7, &what);
+        }
+    }
+}
+
+#[test]
+fn quantized_models_run_their_convolutions_on_compiled_kernels() {
+    for path in models().iter().filter(|p| p.to_string_lossy().contains("_q")) {
+        let g = compiled(path, IsaLevel::Scalar, 1);
+        let convs = g.steps().iter().filter(|s| matches!(s.kernel, Kernel::Conv(_))).count();
+        let fused = g.steps().iter().filter(|s| s.partition.kind.name() == "QuantizedConv").count();
+        assert!(fused >= 20, "{}: {fused} fused convolutions", path.display());
+        assert_eq!(convs, fused, "{}: every fused convolution compiled", path.display());
+        let references: Vec<String> = g
+            .steps()
+            .iter()
+            .filter_map(|s| match &s.kernel {
+                Kernel::Reference { why } => Some(format!("{} {}: {why}", s.partition.id, s.partition.kind.name())),
+                _ => None,
+            })
+            .collect();
+        assert!(references.is_empty(), "{}: partitions on the reference: {references:?}", path.display());
+    }
+}
+
+#[test]
+fn an_input_of_the_wrong_shape_or_dtype_is_a_typed_error() {
+    let path = models().into_iter().find(|p| p.to_string_lossy().contains("qop_u8_pc.onnx")).expect("qop model");
+    let mut g = compiled(&path, IsaLevel::Scalar, 1);
+    let (dtype, dims) = g.input_specs()[0].clone();
+    let mut wrong = dims.clone();
+    wrong[2] += 1;
+    let err = g.execute(&[input(dtype, &wrong, 1)]).unwrap_err();
+    assert!(matches!(err, EngineError::Input { .. }), "{err}");
+    assert!(err.to_string().contains(&format!("{dims:?}")), "{err}");
+    let err = g.execute(&[input(DataType::U8, &dims, 1)]).unwrap_err();
+    assert!(err.to_string().contains("expected f32") && err.to_string().contains("found u8"), "{err}");
+    let err = g.execute(&[]).unwrap_err();
+    assert!(matches!(err, EngineError::InputCount { expected: 1, found: 0 }), "{err}");
+}
+
+/// A residual block built by hand with random weights, scales and zero points (seeded): u8 or
+/// s8 `x` → [DQ → Conv 3×3 (+ i32 bias) → ReLU → Q] twice → DQ/DQ → Add → ReLU → Q → MaxPool →
+/// DQ → GlobalAveragePool → Q → Reshape → DQ → MatMul(DQ(weights)) → Q → DQ.
+fn residual_block(seed: u64, act: DataType) -> tensorlift::graph::Graph {
+    use tensorlift::graph::{
+        BiasAddAttrs, ConvAttrs, MatMulAttrs, MaxPoolAttrs, OpKind, QuantParams, QuantizeAttrs, ReshapeAttrs,
+    };
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+    let mut next = move |m: u32| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 33) as u32) % m
+    };
+    let (lo, span) = if act == DataType::U8 { (0, 256) } else { (-128, 256) };
+    let zp = |next: &mut dyn FnMut(u32) -> u32| lo + next(span) as i32;
+    let scale = |next: &mut dyn FnMut(u32) -> u32| (1 + next(1000)) as f32 / 4096.0;
+    let dq = |s: f32, z: i32| OpKind::Dequantize(QuantParams::per_tensor(s, z));
+    let q = |s: f32, z: i32| OpKind::Quantize(QuantizeAttrs { params: QuantParams::per_tensor(s, z), dtype: act });
+    let c = 16;
+    let mut g = tensorlift::graph::Graph::new();
+    let x = g.input("x", act, [1, c, 10, 10]);
+    let (sx, zx) = (scale(&mut next), zp(&mut next));
+    let mut h = x;
+    let (mut sh, mut zh) = (sx, zx);
+    for layer in 0..2 {
+        let xf = g.apply(&format!("dq{layer}"), dq(sh, zh), &[h]).unwrap();
+        let w: Vec<i8> = (0..c * c * 9).map(|_| (next(255) as i32 - 127) as i8).collect();
+        let ws: Vec<f32> = (0..c).map(|_| scale(&mut next) / 8.0).collect();
+        let w = g.constant(&format!("w{layer}"), Value::s8(&[c, c, 3, 3], w).unwrap());
+        let wf =
+            g.apply(&format!("dqw{layer}"), OpKind::Dequantize(QuantParams::per_channel(0, ws.clone())), &[w]).unwrap();
+        let y = g.apply(&format!("conv{layer}"), OpKind::Convolution(ConvAttrs::square(1, 1)), &[xf, wf]).unwrap();
+        let bias: Vec<i32> = (0..c).map(|_| next(20001) as i32 - 10000).collect();
+        let b = g.constant(&format!("b{layer}"), Value::s32(&[c], bias).unwrap());
+        let bscales: Vec<f32> = ws.iter().map(|w| sh * w).collect();
+        let bf =
+            g.apply(&format!("dqb{layer}"), OpKind::Dequantize(QuantParams::per_channel(0, bscales)), &[b]).unwrap();
+        let y = g.apply(&format!("bias{layer}"), OpKind::BiasAdd(BiasAddAttrs { axis: 1 }), &[y, bf]).unwrap();
+        let r = g.apply(&format!("relu{layer}"), OpKind::ReLU, &[y]).unwrap();
+        (sh, zh) = (scale(&mut next) * 4.0, zp(&mut next));
+        h = g.apply(&format!("q{layer}"), q(sh, zh), &[r]).unwrap();
+    }
+    let af = g.apply("dq_a", dq(sh, zh), &[h]).unwrap();
+    let bf = g.apply("dq_b", dq(sx, zx), &[x]).unwrap();
+    let sum = g.apply("add", OpKind::Add, &[af, bf]).unwrap();
+    let r = g.apply("relu_add", OpKind::ReLU, &[sum]).unwrap();
+    let (sa, za) = (scale(&mut next) * 4.0, zp(&mut next));
+    let added = g.apply("q_add", q(sa, za), &[r]).unwrap();
+    let pooled = g.apply("pool", OpKind::MaxPool(MaxPoolAttrs::square(3, 2, 1)), &[added]).unwrap();
+    let pf = g.apply("dq_pool", dq(sa, za), &[pooled]).unwrap();
+    let gap = g.apply("gap", OpKind::GlobalAveragePool, &[pf]).unwrap();
+    let (sg, zg) = (scale(&mut next), zp(&mut next));
+    let gq = g.apply("q_gap", q(sg, zg), &[gap]).unwrap();
+    let flat = g.apply("flat", OpKind::StaticReshape(ReshapeAttrs { shape: vec![1, -1] }), &[gq]).unwrap();
+    let ff = g.apply("dq_flat", dq(sg, zg), &[flat]).unwrap();
+    let n = 10;
+    let fw: Vec<i8> = (0..c * n).map(|_| (next(255) as i32 - 127) as i8).collect();
+    let fw = g.constant("fc_w", Value::s8(&[c, n], fw).unwrap());
+    let fwf =
+        g.apply("dq_fc_w", OpKind::Dequantize(QuantParams::per_tensor(scale(&mut next) / 8.0, 0)), &[fw]).unwrap();
+    let logits = g.apply("fc", OpKind::MatMul(MatMulAttrs::default()), &[ff, fwf]).unwrap();
+    let (sl, zl) = (scale(&mut next) * 4.0, zp(&mut next));
+    let lq = g.apply("q_fc", q(sl, zl), &[logits]).unwrap();
+    let out = g.apply("dq_out", dq(sl, zl), &[lq]).unwrap();
+    g.mark_output(out).unwrap();
+    g
+}
+
+#[test]
+fn a_hand_built_residual_block_matches_the_reference_at_every_level() {
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "the hand-built residual block");
+    for seed in 0..6 {
+        for act in [DataType::U8, DataType::S8] {
+            for &level in &levels {
+                let graph = residual_block(seed, act).finalize().unwrap();
+                let partitions = graph.get_partitions(PartitionPolicy::Fusion);
+                let kinds: Vec<&str> = partitions.iter().map(|p| p.kind.name()).collect();
+                for kind in
+                    ["QuantizedConv", "QuantizedAdd", "QuantizedMaxPool", "QuantizedGlobalAvgPool", "QuantizedMatMul"]
+                {
+                    assert!(kinds.contains(&kind), "seed {seed}: no {kind} in {kinds:?}");
+                }
+                let options =
+                    CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
+                let mut g = engine::compile(graph, partitions, &options).unwrap();
+                let native = g.steps().iter().filter(|s| !matches!(s.kernel, Kernel::Reference { .. })).count();
+                assert_eq!(native, g.steps().len(), "seed {seed}, {act}: every partition on a kernel of the engine");
+                check_against_reference(&mut g, seed, &format!("residual block {seed} {act} at {level}"));
+            }
+        }
+    }
+}

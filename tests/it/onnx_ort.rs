@@ -1,0 +1,94 @@
+//! Imported models against onnxruntime on the same files: the reduced-range (7-bit weight)
+//! test models, on which onnxruntime's x86 kernels are exact on every CPU, give the same
+//! network output and the same value in every 8-bit tensor onnxruntime computes, bit for bit,
+//! on 20 seeded inputs, at every ISA level this CPU has. Needs an interpreter with numpy, onnx
+//! and onnxruntime (`TENSORLIFT_PYTHON`; `.ci/run` makes one); without it the test reports
+//! itself skipped, or fails when `TENSORLIFT_REQUIRE_PYTHON=1`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tensorlift::engine;
+use tensorlift::graph::{PartitionPolicy, Value};
+use tensorlift::{CompileOptions, IsaLevel, Target};
+
+/// The interpreter with onnxruntime, or `None` (reported skipped).
+fn python_with_onnxruntime() -> Option<String> {
+    let python = std::env::var("TENSORLIFT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", "import numpy, onnx, onnxruntime"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("TENSORLIFT_REQUIRE_PYTHON").as_deref() != Ok("1"),
+        "{python} lacks numpy, onnx or onnxruntime, and TENSORLIFT_REQUIRE_PYTHON=1"
+    );
+    crate::skip::skip("", &format!("{python} lacks numpy, onnx or onnxruntime (set TENSORLIFT_PYTHON)"));
+    None
+}
+
+/// onnxruntime's inputs, outputs and 8-bit intermediate tensors for `seeds` seeds.
+struct OrtRun {
+    dir: PathBuf,
+    names: Vec<String>,
+}
+
+fn run_onnxruntime(python: &str, model: &Path, seeds: usize, tag: &str) -> OrtRun {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::temp_dir().join(format!("tensorlift-ort-{tag}-{}", std::process::id()));
+    let out = Command::new(python)
+        .arg(root.join("scripts/models/ort_intermediates.py"))
+        .args(["--model", &model.display().to_string(), "--seeds", &seeds.to_string(), "--intermediates"])
+        .args(["--out-dir", &dir.display().to_string()])
+        .output()
+        .expect("run ort_intermediates.py");
+    assert!(out.status.success(), "ort_intermediates.py: {}", String::from_utf8_lossy(&out.stderr));
+    let names = std::fs::read_to_string(dir.join("tensors.txt")).expect("tensors.txt");
+    OrtRun { names: names.lines().map(str::to_string).collect(), dir }
+}
+
+fn npy(path: &Path) -> Value {
+    tensorlift::npy::read(path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn reduced_range_models_equal_onnxruntime_in_every_tensor() {
+    let Some(python) = python_with_onnxruntime() else { return };
+    let seeds = 20;
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "the comparison with onnxruntime");
+    for file in ["resnet18_w8_s32_qop_u8_pc_rr.onnx", "resnet18_w8_s32_qdq_u8_pc_rr.onnx"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(file);
+        let ort = run_onnxruntime(&python, &path, seeds, file.trim_end_matches(".onnx"));
+        assert!(ort.names.len() >= 30, "{file}: {} intermediate tensors", ort.names.len());
+        for &level in &levels {
+            let model = tensorlift::onnx::load(&path).unwrap();
+            let tensors: Vec<_> = ort
+                .names
+                .iter()
+                .map(|n| {
+                    let t = model.values.iter().find(|(name, _)| name == n).map(|&(_, t)| t);
+                    (n.clone(), t.unwrap_or_else(|| panic!("{file}: onnxruntime's tensor {n} is not in the graph")))
+                })
+                .collect();
+            let partitions = model.graph.get_partitions(PartitionPolicy::Fusion);
+            let options =
+                CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
+            let mut g = engine::compile(model.graph, partitions, &options).unwrap();
+            for seed in 0..seeds {
+                let d = ort.dir.join(seed.to_string());
+                let (outputs, _) = g.execute(&[npy(&d.join("input_0.npy"))]).unwrap();
+                let expected = npy(&d.join("output_0.npy"));
+                assert!(outputs[0].bits_eq(&expected), "{file} at {level}, seed {seed}: the network's output differs");
+                for (k, (name, t)) in tensors.iter().enumerate() {
+                    let ours = g.value(*t).unwrap_or_else(|| panic!("{file}: no buffer for {name}"));
+                    let theirs = npy(&d.join(format!("t_{k}.npy")));
+                    assert!(ours.bits_eq(&theirs), "{file} at {level}, seed {seed}: {name} differs from onnxruntime's");
+                }
+            }
+        }
+        std::fs::remove_dir_all(&ort.dir).ok();
+    }
+}
