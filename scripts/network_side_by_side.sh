@@ -28,6 +28,7 @@ for round in $(seq "$rounds"); do
             if [[ $file == *qdq* ]]; then
                 "$python" scripts/peers/network.py --peer ov --model "$dir/$file.onnx" --threads "$t" >> "$out"
             fi
+        done
     done
 done
 cat "$out"

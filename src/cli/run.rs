@@ -15,7 +15,7 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 use tensorlift::CompileOptions;
 use tensorlift::bench::median;
 use tensorlift::engine::{self, CompiledGraph, Kernel, Tuning, Workload};
-use tensorlift::graph::{Data, DataType, PartitionPolicy, Value};
+use tensorlift::graph::{Data, DataType, PartitionPolicy, Value, reference};
 use tensorlift::kernels::peak::ProbeKind;
 use tensorlift::record::{Host, Record, pretuned};
 use tensorlift::runtime::peak::Probe;
@@ -56,6 +56,10 @@ pub struct Args {
     /// A missing file or a line that is not a record is a warning, as with `resnet18 --db`.
     #[arg(long)]
     db: Option<PathBuf>,
+    /// Also evaluate the partitioned graph with the graph's plain-Rust reference (slow: seconds
+    /// for a full-size network) and check that every output is equal bit for bit.
+    #[arg(long)]
+    verify: bool,
     /// Ignore every database: the default knobs everywhere.
     #[arg(long, conflicts_with = "db")]
     no_db: bool,
@@ -115,13 +119,16 @@ struct Row {
     kernel: String,
     tuning: &'static str,
     median_ms: f64,
+    compile_ms: f64,
+    /// Of `compile_ms`, preparing the weights (compiled kernels only).
+    prepare_ms: Option<f64>,
     gops: Option<f64>,
     probe: Option<ProbeKind>,
     why: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
-    let Args { model, input, output, threads, isa, repeat, policy, seed, db, no_db, format } = args;
+    let Args { model, input, output, threads, isa, repeat, policy, seed, db, no_db, verify, format } = args;
     let options = CompileOptions { target: isa.target(), threads, ..CompileOptions::default() };
     let level = options.target.level()?;
     let start = Instant::now();
@@ -132,6 +139,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         PolicyChoice::Debug => PartitionPolicy::Debug,
     };
     let partitions = imported.graph.get_partitions(policy);
+    let reference_partitions = verify.then(|| partitions.clone());
     let max_threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let user = match &db {
         Some(path) => user_records(path)?,
@@ -160,6 +168,20 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             .collect::<Result<_, _>>()?,
     };
     let (outputs, _) = compiled.execute(&inputs)?;
+    let verified = match reference_partitions {
+        Some(partitions) => {
+            let graph = compiled.graph();
+            let named: Vec<_> = graph.graph().inputs().iter().copied().zip(inputs.iter().cloned()).collect();
+            let expected = reference::run(graph, &partitions, &named)?;
+            let equal =
+                expected.len() == outputs.len() && expected.iter().zip(&outputs).all(|((_, e), o)| o.bits_eq(e));
+            if !equal {
+                return Err("the output differs from the graph's reference".into());
+            }
+            Some(true)
+        }
+        None => None,
+    };
     let mut totals = Vec::with_capacity(repeat);
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(repeat); compiled.steps().len()];
     for _ in 0..repeat {
@@ -177,17 +199,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let threads_used = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let rows = rows(&compiled, &per_step);
     let probes = probe_rates(&rows, threads_used)?;
-    report(
-        &compiled,
-        &rows,
-        &probes,
-        (import, compile),
-        median_ms,
-        threads_used,
-        level.name(),
-        output.as_ref(),
-        format,
-    );
+    let run = Run { import, compile, median_ms, threads: threads_used, isa: level.name(), verified };
+    report(&compiled, &rows, &probes, &run, output.as_ref(), format);
     Ok(())
 }
 
@@ -217,6 +230,11 @@ fn rows(compiled: &CompiledGraph, per_step: &[Vec<f64>]) -> Vec<Row> {
                 kernel: step.kernel.describe(),
                 tuning: step.tuning.map_or("-", Tuning::name),
                 median_ms: ms,
+                compile_ms: step.compile.as_secs_f64() * 1e3,
+                prepare_ms: match &step.kernel {
+                    Kernel::Conv(c) | Kernel::Dense(c) => Some(c.prepare_time().as_secs_f64() * 1e3),
+                    _ => None,
+                },
                 gops: (step.ops > 0).then(|| step.ops as f64 / (ms * 1e-3) / 1e9),
                 probe,
                 why,
@@ -241,18 +259,26 @@ fn probe_rates(rows: &[Row], threads: usize) -> Result<BTreeMap<String, f64>, Bo
     Ok(rates)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The whole run's figures.
+struct Run {
+    import: Duration,
+    compile: Duration,
+    median_ms: f64,
+    threads: usize,
+    isa: &'static str,
+    /// Whether the output equalled the reference's (`--verify`).
+    verified: Option<bool>,
+}
+
 fn report(
     compiled: &CompiledGraph,
     rows: &[Row],
     probes: &BTreeMap<String, f64>,
-    (import, compile): (Duration, Duration),
-    median_ms: f64,
-    threads: usize,
-    isa: &str,
+    run: &Run,
     output: Option<&PathBuf>,
     format: Format,
 ) {
+    let Run { import, compile, median_ms, threads, isa, verified } = *run;
     let pct = |r: &Row| Some(100.0 * r.gops? / probes.get(&r.probe?.to_string())?);
     let compile_ms = compile.as_secs_f64() * 1e3;
     if format == Format::Json {
@@ -261,7 +287,7 @@ fn report(
             .map(|r| {
                 serde_json::json!({
                     "id": r.id, "kind": r.kind, "ops": r.ops, "kernel": r.kernel, "tuning": r.tuning,
-                    "median_ms": r.median_ms, "gops": r.gops, "pct_probe": pct(r), "reference_because": r.why,
+                    "median_ms": r.median_ms, "compile_ms": r.compile_ms, "prepare_ms": r.prepare_ms, "gops": r.gops, "pct_probe": pct(r), "reference_because": r.why,
                 })
             })
             .collect();
@@ -271,6 +297,7 @@ fn report(
             "median_ms": median_ms,
             "threads": threads,
             "isa": isa,
+            "verified": verified,
             "partitions": partitions,
             "output": output.map(|p| p.display().to_string()),
         });
@@ -310,6 +337,9 @@ fn report(
         "{steps} partitions, isa {isa}, {threads} thread(s): import {:.1} ms, compile {compile_ms:.1} ms (with import), median {median_ms:.3} ms per inference",
         import.as_secs_f64() * 1e3
     );
+    if verified == Some(true) {
+        println!("verified: the output equals the graph reference's, bit for bit");
+    }
     if let Some(path) = output {
         println!("output written to {}", path.display());
     }

@@ -5,8 +5,8 @@
 
 use half::{bf16, f16};
 
-use super::native::layout::{nchw_to_nhwc, nhwc_to_nchw};
 use crate::graph::{Data, DataType, Value};
+use crate::layer::permute_bytes;
 
 /// A tensor's buffer.
 #[derive(Clone, Debug)]
@@ -41,7 +41,7 @@ impl Slot {
     pub fn store(&mut self, value: &Value) {
         let logical = value_bytes(value.data());
         if self.nhwc {
-            nchw_to_nhwc(&logical, self.nchw(), self.dtype.size(), &mut self.bytes);
+            permute_bytes(&logical, self.nchw(), self.dtype.size(), true, &mut self.bytes);
         } else {
             self.bytes.copy_from_slice(&logical);
         }
@@ -51,7 +51,7 @@ impl Slot {
     pub fn load(&self) -> Value {
         let logical = if self.nhwc {
             let mut out = vec![0; self.bytes.len()];
-            nhwc_to_nchw(&self.bytes, self.nchw(), self.dtype.size(), &mut out);
+            permute_bytes(&self.bytes, self.nchw(), self.dtype.size(), false, &mut out);
             out
         } else {
             self.bytes.clone()

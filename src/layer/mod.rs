@@ -42,4 +42,4 @@ pub use qdense::{QDenseSpec, compile_qdense, compile_qdense_in};
 pub use qprepare::{PreparedWeights, prepare_weights};
 pub use reference::Reference;
 pub use table::TableLayer;
-pub use transpose::{nchw_to_nhwc, nhwc_to_nchw};
+pub use transpose::{nchw_to_nhwc, nhwc_to_nchw, permute_bytes};

@@ -34,23 +34,37 @@ pub fn prepare_weights(
     let (nr, row, pack) = (nr as usize, conv_row_bytes(dims[1], dims[3]) as usize, operands.pack() as usize);
     let panels = oc.div_ceil(nr);
     let groups = kh * row / pack;
-    let mut packed = vec![0i16; panels * groups * nr * pack];
+    // First each channel's reduction row contiguous (`k = ky·row + kx·ic + i`, zeros where a
+    // kernel row is padded to `row`), then the packed order `[panel, k / pack, j, k % pack]`
+    // written in sequence: both passes touch memory in order or within a few lines, so a large
+    // layer prepares at memory speed rather than one cache miss per weight.
+    let k_len = kh * row;
+    let mut rows = vec![0i8; oc * k_len];
     for o in 0..oc {
-        let (p, j) = (o / nr, o % nr);
         for ky in 0..kh {
-            for r in 0..kw * ic {
-                let k = ky * row + r;
-                let (ko, ki) = (k / pack, k % pack);
-                let w = weights[((o * ic + r % ic) * kh + ky) * kw + r / ic];
-                packed[((p * groups + ko) * nr + j) * pack + ki] = i16::from(w);
+            for kx in 0..kw {
+                let to = o * k_len + ky * row + kx * ic;
+                for (i, r) in rows[to..to + ic].iter_mut().enumerate() {
+                    *r = weights[((o * ic + i) * kh + ky) * kw + kx];
+                }
+            }
+        }
+    }
+    let mut packed = vec![0i8; panels * groups * nr * pack];
+    for (block, out) in packed.chunks_exact_mut(nr * pack).enumerate() {
+        let (p, ko) = (block / groups, block % groups);
+        for (j, lanes) in out.chunks_exact_mut(pack).enumerate() {
+            let o = p * nr + j;
+            if o < oc {
+                lanes.copy_from_slice(&rows[o * k_len + ko * pack..][..pack]);
             }
         }
     }
     let shape = [panels as i64, groups as i64, nr as i64, pack as i64];
     let packed = if operands.weight_dtype() == DType::I16 {
-        Tensor::from_slice(&shape, &packed)?
+        Tensor::from_slice(&shape, &packed.iter().map(|&w| i16::from(w)).collect::<Vec<i16>>())?
     } else {
-        Tensor::from_slice(&shape, &packed.iter().map(|&w| w as i8).collect::<Vec<i8>>())?
+        Tensor::from_slice(&shape, &packed)?
     };
     let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
     let taps = ic * kh * kw;

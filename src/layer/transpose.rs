@@ -8,25 +8,33 @@ use crate::runtime::Tensor;
 fn permute(t: &Tensor, to_last: bool) -> Tensor {
     let &[n, d1, d2, d3] = t.shape() else { return t.clone() };
     let [n, d1, d2, d3] = [n, d1, d2, d3].map(|d| d as usize);
+    let mut out = vec![0u8; t.as_bytes().len()];
     let size = t.dtype().bytes();
-    let bytes = t.as_bytes();
-    let mut out = vec![0u8; bytes.len()];
+    let shape = if to_last {
+        permute_bytes(t.as_bytes(), [n, d1, d2, d3], size, true, &mut out);
+        [n, d2, d3, d1]
+    } else {
+        permute_bytes(t.as_bytes(), [n, d3, d1, d2], size, false, &mut out);
+        [n, d3, d1, d2]
+    };
+    let shape = shape.map(|d| d as i64);
+    Tensor::from_le_bytes(t.dtype(), &shape, &out).expect("a permutation keeps the element count")
+}
+
+/// The bytes of a tensor of logical dims `[n, c, h, w]` with elements of `size` bytes, from
+/// NCHW to NHWC order into `out` when `to_last`, else from NHWC to NCHW.
+pub fn permute_bytes(src: &[u8], [n, c, h, w]: [usize; 4], size: usize, to_last: bool, out: &mut [u8]) {
     // NCHW `(n, c, y, x)` at `((n·C + c)·H + y)·W + x`; NHWC `(n, y, x, c)` at `((n·H + y)·W + x)·C + c`.
-    let (c, h, w) = if to_last { (d1, d2, d3) } else { (d3, d1, d2) };
     for i in 0..n {
         for ch in 0..c {
-            for y in 0..h {
-                for x in 0..w {
-                    let nchw = ((i * c + ch) * h + y) * w + x;
-                    let nhwc = ((i * h + y) * w + x) * c + ch;
-                    let (from, to) = if to_last { (nchw, nhwc) } else { (nhwc, nchw) };
-                    out[to * size..(to + 1) * size].copy_from_slice(&bytes[from * size..(from + 1) * size]);
-                }
+            for p in 0..h * w {
+                let nchw = (i * c + ch) * h * w + p;
+                let nhwc = (i * h * w + p) * c + ch;
+                let (from, to) = if to_last { (nchw, nhwc) } else { (nhwc, nchw) };
+                out[to * size..(to + 1) * size].copy_from_slice(&src[from * size..(from + 1) * size]);
             }
         }
     }
-    let shape = if to_last { [n, h, w, c] } else { [n, c, h, w] }.map(|d| d as i64);
-    Tensor::from_le_bytes(t.dtype(), &shape, &out).expect("a permutation keeps the element count")
 }
 
 /// `t: [N, C, H, W]` as `[N, H, W, C]` (a tensor that is not 4-D unchanged).

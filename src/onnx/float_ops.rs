@@ -65,28 +65,14 @@ pub fn unary<'m>(im: &mut Importer<'m>, n: &Node<'m>, kind: OpKind) -> Result<()
 }
 
 /// A scalar f32 constant (rank 0, or one element).
-fn scalar(n: &Node<'_>, c: &Constant, what: &str) -> Result<f32, OnnxError> {
-    match c {
-        Constant::Value(v) => match v.data() {
-            Data::F32(x) if x.len() == 1 && v.dims().len() <= 1 => Ok(x[0]),
-            Data::F32(_) => Err(OnnxError::Shape {
-                node: n.r.clone(),
-                what: what.into(),
-                expected: "a scalar".into(),
-                found: format!("{:?}", v.dims()),
-            }),
-            d => Err(OnnxError::DType {
-                node: n.r.clone(),
-                what: what.into(),
-                expected: "f32".into(),
-                found: d.dtype().to_string(),
-            }),
-        },
-        c => Err(OnnxError::DType {
+fn scalar(n: &Node<'_>, c: &Arc<Constant>, what: &str) -> Result<f32, OnnxError> {
+    match f32_data(n, c, what)? {
+        (dims, [x]) if dims.len() <= 1 => Ok(*x),
+        (dims, _) => Err(OnnxError::Shape {
             node: n.r.clone(),
             what: what.into(),
-            expected: "f32".into(),
-            found: c.dtype_name().into(),
+            expected: "a scalar".into(),
+            found: format!("{dims:?}"),
         }),
     }
 }

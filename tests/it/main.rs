@@ -22,6 +22,7 @@ mod ort_requant;
 mod plain_reference;
 mod quant;
 mod readme;
+mod run_cli;
 mod shapes;
 #[path = "../../src/tests/skip.rs"]
 mod skip;

@@ -1,12 +1,11 @@
 //! The engine's own loops for the partitions that move little data (quantization at the
-//! network's edges, pooling, the residual add, layout changes), on the engine's buffers. Each
+//! network's edges, pooling, the residual add), on the engine's buffers. Each
 //! computes exactly what the partition kind's definition in `graph` says; the graph's reference
 //! is their slow twin (it shares no code with them).
 
 pub mod add;
 pub mod dequantize;
 pub mod global_avg_pool;
-pub mod layout;
 pub mod max_pool;
 pub mod quantize;
 
