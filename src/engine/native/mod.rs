@@ -45,12 +45,31 @@ impl Int8 {
 }
 
 /// `round_half_even(clamp(x, lo, hi))` for integral bounds `|lo|, |hi| < 2^22`; NaN gives `lo`
-/// (as `maxps` with the bound second does). The rounding adds and subtracts `1.5 · 2^23`, which
-/// rounds to nearest even for every `|v| < 2^22` without a call to the C library.
+/// (as `maxps` with the bound second does). Adding `1.5 · 2^23` rounds any `|v| < 2^22` to
+/// nearest even and leaves the integer in the low bits of the sum's encoding (onnxruntime's
+/// `MLAS_ROUNDING_BIAS_MAGIC`): no conversion instruction, and the loops vectorize.
 #[inline(always)]
 pub fn round_clamped(x: f32, lo: f32, hi: f32) -> i32 {
     const MAGIC: f32 = 12_582_912.0;
     let v = if x >= lo { x } else { lo };
     let v = if v <= hi { v } else { hi };
-    ((v + MAGIC) - MAGIC) as i32
+    ((v + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_clamped;
+
+    #[test]
+    fn rounding_by_the_magic_number_is_round_half_even_within_the_bounds() {
+        for i in -3000..=3000 {
+            let x = i as f32 / 8.0;
+            let want = x.clamp(-200.0, 300.0).round_ties_even() as i32;
+            assert_eq!(round_clamped(x, -200.0, 300.0), want, "{x}");
+        }
+        assert_eq!(round_clamped(f32::NAN, -5.0, 5.0), -5);
+        assert_eq!(round_clamped(f32::INFINITY, -5.0, 5.0), 5);
+        assert_eq!(round_clamped(2.5, -5.0, 5.0), 2);
+        assert_eq!(round_clamped(-2.5, -5.0, 5.0), -2);
+    }
 }
