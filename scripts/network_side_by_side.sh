@@ -23,7 +23,7 @@ for round in $(seq "$rounds"); do
     for t in "${threads[@]}"; do
         for file in ${FILES:-resnet18_qop_u8_pc resnet18_qdq_u8_pc}; do
             ./target/release/tensorlift run "$dir/$file.onnx" --threads "$t" --isa "$isa" --repeat 50 --format json \
-                | "$python" -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'peer':'tensorlift','model':'$file.onnx','threads':$t,'round':$round,'compile_ms':d['compile_ms'],'median_ms':d['median_ms'],'isa':d['isa']}))" >> "$out"
+                | "$python" -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'peer':'tensorlift','model':'$file.onnx','threads':$t,'round':$round,'compile_ms':d['compile_ms'],'median_ms':d['median_ms'],'isa':d['isa'],'probes':d['probes']}))" >> "$out"
             "$python" scripts/peers/network.py --peer ort --model "$dir/$file.onnx" --threads "$t" >> "$out"
             if [[ $file == *qdq* ]]; then
                 "$python" scripts/peers/network.py --peer ov --model "$dir/$file.onnx" --threads "$t" >> "$out"

@@ -235,7 +235,7 @@ fn rows(compiled: &CompiledGraph, per_step: &[Vec<f64>]) -> Vec<Row> {
                     Kernel::Conv(c) | Kernel::Dense(c) => Some(c.prepare_time().as_secs_f64() * 1e3),
                     _ => None,
                 },
-                gops: (step.ops > 0).then(|| step.ops as f64 / (ms * 1e-3) / 1e9),
+                gops: (step.kernel.ops() > 0).then(|| step.kernel.ops() as f64 / (ms * 1e-3) / 1e9),
                 probe,
                 why,
             }
@@ -298,6 +298,7 @@ fn report(
             "threads": threads,
             "isa": isa,
             "verified": verified,
+            "probes": probes,
             "partitions": partitions,
             "output": output.map(|p| p.display().to_string()),
         });

@@ -58,8 +58,6 @@ pub struct Step {
     /// Slots of the partition's inputs and outputs, in its order.
     pub inputs: Vec<usize>,
     pub outputs: Vec<usize>,
-    /// Integer operations per call (convolutions and products; 0 for the others).
-    pub ops: u64,
     /// Compiling the kernel and preparing its weights.
     pub compile: Duration,
     /// Where a compiled kernel's knobs came from (`None`: not a compiled kernel).
@@ -132,8 +130,8 @@ pub fn compile_with(
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let begin = Instant::now();
-        let (kernel, ops, tuning) = choose(&graph, &partition, &ins, &outs, &slots, (options, &cache), knobs)?;
-        steps.push(Step { partition, kernel, inputs: ins, outputs: outs, ops, compile: begin.elapsed(), tuning });
+        let (kernel, tuning) = choose(&graph, &partition, &ins, &outs, &slots, (options, &cache), knobs)?;
+        steps.push(Step { partition, kernel, inputs: ins, outputs: outs, compile: begin.elapsed(), tuning });
     }
     let outputs = graph
         .graph()
@@ -196,14 +194,14 @@ fn square_window(w: &Window) -> Option<(usize, usize)> {
     square.then_some((s, p))
 }
 
-type Chosen = (Kernel, u64, Option<Tuning>);
+type Chosen = (Kernel, Option<Tuning>);
 
 fn reference(why: impl Into<String>) -> Chosen {
-    (Kernel::Reference { why: why.into() }, 0, None)
+    (Kernel::Reference { why: why.into() }, None)
 }
 
 fn native(kernel: Kernel) -> Chosen {
-    (kernel, 0, None)
+    (kernel, None)
 }
 
 /// The kernel of one partition.
@@ -273,7 +271,7 @@ fn conv(
     };
     let (chosen, tuning) = knobs(Workload::Conv(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
     let compiled = compile_qconv_in(cache, &spec, chosen, options)?;
-    Ok((Kernel::Conv(Box::new(compiled)), spec.ops(), Some(tuning)))
+    Ok((Kernel::Conv(Box::new(compiled)), Some(tuning)))
 }
 
 fn dense(
@@ -302,7 +300,7 @@ fn dense(
     };
     let (chosen, tuning) = knobs(Workload::Dense(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
     let compiled = compile_qdense_in(cache, &spec, chosen, options)?;
-    Ok((Kernel::Dense(Box::new(compiled)), spec.ops(), Some(tuning)))
+    Ok((Kernel::Dense(Box::new(compiled)), Some(tuning)))
 }
 
 fn quantized_add(a: &QAdd, ins: &[usize], slots: &[Slot]) -> Chosen {

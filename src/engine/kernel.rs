@@ -32,6 +32,14 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// Integer operations per call (convolutions and products; 0 for the others).
+    pub fn ops(&self) -> u64 {
+        match self {
+            Kernel::Conv(c) | Kernel::Dense(c) => c.ops(),
+            _ => 0,
+        }
+    }
+
     /// A short description for the partition table.
     pub fn describe(&self) -> String {
         match self {

@@ -376,25 +376,9 @@ fn export_rejects_bad_names_and_missing_levels() {
     assert!(err.to_string().contains("N: expected a positive size, found 0"), "{err}");
 }
 
-/// The Python interpreter with numpy: `TENSORLIFT_PYTHON`, else `python3`. `None` if it lacks
-/// numpy, which fails the test when `TENSORLIFT_REQUIRE_PYTHON=1` (as `.ci/run` sets it).
-fn python_with_numpy() -> Option<String> {
-    let python = std::env::var("TENSORLIFT_PYTHON").unwrap_or_else(|_| "python3".into());
-    let has_numpy = Command::new(&python).args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());
-    if has_numpy {
-        return Some(python);
-    }
-    assert!(
-        std::env::var("TENSORLIFT_REQUIRE_PYTHON").as_deref() != Ok("1"),
-        "{python} has no numpy, and TENSORLIFT_REQUIRE_PYTHON=1"
-    );
-    crate::skip::skip("", &format!("{python} has no numpy (set TENSORLIFT_PYTHON to an interpreter with numpy)"));
-    None
-}
-
 #[test]
 fn python_loader_gets_the_jit_result_and_the_library_errors() {
-    let Some(python) = python_with_numpy() else { return };
+    let Some(python) = crate::python::python_with(&["numpy"]) else { return };
     let lib = matmul_library();
     let expected = lib.shared.with_file_name("expected_for_python.bin");
     std::fs::write(&expected, i32_bytes(&jit_matmul(&matmul_op()))).unwrap();

@@ -20,6 +20,7 @@ mod onnx;
 mod onnx_ort;
 mod ort_requant;
 mod plain_reference;
+mod python;
 mod quant;
 mod readme;
 mod run_cli;

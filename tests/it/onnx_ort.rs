@@ -12,24 +12,6 @@ use tensorlift::engine;
 use tensorlift::graph::{PartitionPolicy, Value};
 use tensorlift::{CompileOptions, IsaLevel, Target};
 
-/// The interpreter with onnxruntime, or `None` (reported skipped).
-fn python_with_onnxruntime() -> Option<String> {
-    let python = std::env::var("TENSORLIFT_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&python)
-        .args(["-c", "import numpy, onnx, onnxruntime"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(python);
-    }
-    assert!(
-        std::env::var("TENSORLIFT_REQUIRE_PYTHON").as_deref() != Ok("1"),
-        "{python} lacks numpy, onnx or onnxruntime, and TENSORLIFT_REQUIRE_PYTHON=1"
-    );
-    crate::skip::skip("", &format!("{python} lacks numpy, onnx or onnxruntime (set TENSORLIFT_PYTHON)"));
-    None
-}
-
 /// onnxruntime's inputs, outputs and 8-bit intermediate tensors for `seeds` seeds.
 struct OrtRun {
     dir: PathBuf,
@@ -56,7 +38,7 @@ fn npy(path: &Path) -> Value {
 
 #[test]
 fn reduced_range_models_equal_onnxruntime_in_every_tensor() {
-    let Some(python) = python_with_onnxruntime() else { return };
+    let Some(python) = crate::python::python_with(&["numpy", "onnx", "onnxruntime"]) else { return };
     let seeds = 20;
     let levels = crate::skip::levels_here_for(IsaLevel::ALL, "the comparison with onnxruntime");
     for file in ["resnet18_w8_s32_qop_u8_pc_rr.onnx", "resnet18_w8_s32_qdq_u8_pc_rr.onnx"] {
