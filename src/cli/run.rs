@@ -10,16 +10,14 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use schedules::resnet18::{self, ConvLayer, Layer, WeightBits};
-use schedules::x86_conv::Conv2dInt8Knobs;
 use tensorlift::CompileOptions;
 use tensorlift::bench::median;
 use tensorlift::engine::{self, CompiledGraph, Kernel, Tuning, Workload};
 use tensorlift::graph::{Data, DataType, PartitionPolicy, Value, reference};
 use tensorlift::kernels::peak::ProbeKind;
-use tensorlift::record::{Host, Record, pretuned};
+use tensorlift::record::{Host, pretuned};
 use tensorlift::runtime::peak::Probe;
-use tensorlift::tune::record_for;
+use tensorlift::tune::apply::RecordKnobs;
 
 use super::common::{Format, IsaChoice, positive, thread_count, user_records};
 
@@ -87,30 +85,6 @@ fn random_input(dtype: DataType, dims: &[usize], seed: u64) -> Result<Value, Box
     Ok(Value::new(dims, data)?)
 }
 
-/// The table layer of the same geometry as a workload (what tuning records are keyed by), and
-/// the range of its weights.
-fn table_layer(w: Workload<'_>) -> Option<(Layer, WeightBits)> {
-    let seven = |weights: &[i8]| weights.iter().all(|&v| (-64..=63).contains(&v));
-    let (layer, weights) = match w {
-        Workload::Conv(c) => {
-            let same = |l: &ConvLayer| {
-                (l.ic, l.oc, l.h, l.w, l.k, l.k, l.stride, l.stride, l.pad)
-                    == (c.ic, c.oc, c.h, c.w, c.kh, c.kw, c.stride.0, c.stride.1, c.pads[0])
-                    && c.pads.iter().all(|&p| p == l.pad)
-            };
-            let layer = resnet18::layers().into_iter().find(|l| matches!(l, Layer::Conv(cl) if same(cl)))?;
-            (layer, &c.weights)
-        }
-        Workload::Dense(d) => {
-            let layer = resnet18::layers().into_iter().find(
-                |l| matches!(l, Layer::Dense(dl) if d.m == 1 && (dl.in_features, dl.out_features) == (d.k, d.n)),
-            )?;
-            (layer, &d.weights)
-        }
-    };
-    Some((layer, if seven(weights) { WeightBits::Seven } else { WeightBits::Eight }))
-}
-
 /// One partition's row of the report.
 struct Row {
     id: String,
@@ -146,14 +120,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         None => Vec::new(),
     };
     let pretuned = if no_db { Vec::new() } else { pretuned()?.records };
-    let host = Host::this(level);
-    let knobs = |w: Workload<'_>| -> Option<(Conv2dInt8Knobs, Tuning)> {
-        let (layer, weights) = table_layer(w)?;
-        let found = |records: &[Record], tuning| {
-            record_for(records, layer, weights, max_threads, &host).map(|r| (r.schedule.knobs, tuning))
-        };
-        found(&user, Tuning::Tuned).or_else(|| found(&pretuned, Tuning::Pretuned))
-    };
+    let records = RecordKnobs { user, pretuned, host: Host::this(level), max_threads };
+    let knobs = |w: Workload<'_>| records.knobs(w);
     let mut compiled = engine::compile_with(imported.graph, partitions, &options, &knobs)?;
     let compile = start.elapsed();
 

@@ -6,6 +6,7 @@
 //! `tune_layer` is what `tensorlift tune resnet18` runs per layer; `tensorlift resnet18` applies
 //! the best record of a database (`record_for`, by `record::select`).
 
+pub mod apply;
 pub mod measure;
 pub mod plot;
 pub mod search;

@@ -123,14 +123,14 @@ const LAYERS: &[(&str, &[&str])] = &[
         "tune",
         &[
             "isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "layer",
-            "record",
+            "record", "graph", "onnx", "engine",
         ],
     ),
     (
         "export",
         &[
             "isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "layer",
-            "record",
+            "record", "graph", "onnx", "engine", "tune",
         ],
     ),
 ];

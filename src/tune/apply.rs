@@ -1,0 +1,57 @@
+//! `RecordKnobs`: the knobs a network's compiled kernels take from tuning records — the best
+//! record of the user's database for the workload on this CPU, else of the repository's
+//! pre-tuned records, else none (the defaults). `tensorlift run` and the model export both
+//! compile through it, so that a database means the same schedules in both.
+//!
+//! A workload's records are found by the table layer of the same geometry (`table_layer`), the
+//! key tuning records carry, with weights in that layer's range.
+
+use schedules::resnet18::{self, ConvLayer, Layer, WeightBits};
+use schedules::x86_conv::Conv2dInt8Knobs;
+
+use super::record_for;
+use crate::engine::{Tuning, Workload};
+use crate::record::{Host, Record};
+
+/// Records to apply, on `host`, to schedules of at most `max_threads` threads.
+pub struct RecordKnobs {
+    pub user: Vec<Record>,
+    pub pretuned: Vec<Record>,
+    pub host: Host,
+    pub max_threads: usize,
+}
+
+impl RecordKnobs {
+    /// The knobs of `w` and where they came from (`None`: no record applies).
+    pub fn knobs(&self, w: Workload<'_>) -> Option<(Conv2dInt8Knobs, Tuning)> {
+        let (layer, weights) = table_layer(w)?;
+        let found = |records: &[Record], tuning| {
+            record_for(records, layer, weights, self.max_threads, &self.host).map(|r| (r.schedule.knobs, tuning))
+        };
+        found(&self.user, Tuning::Tuned).or_else(|| found(&self.pretuned, Tuning::Pretuned))
+    }
+}
+
+/// The table layer of the same geometry as a workload (what tuning records are keyed by), and
+/// the range of its weights.
+pub fn table_layer(w: Workload<'_>) -> Option<(Layer, WeightBits)> {
+    let seven = |weights: &[i8]| weights.iter().all(|&v| (-64..=63).contains(&v));
+    let (layer, weights) = match w {
+        Workload::Conv(c) => {
+            let same = |l: &ConvLayer| {
+                (l.ic, l.oc, l.h, l.w, l.k, l.k, l.stride, l.stride, l.pad)
+                    == (c.ic, c.oc, c.h, c.w, c.kh, c.kw, c.stride.0, c.stride.1, c.pads[0])
+                    && c.pads.iter().all(|&p| p == l.pad)
+            };
+            let layer = resnet18::layers().into_iter().find(|l| matches!(l, Layer::Conv(cl) if same(cl)))?;
+            (layer, &c.weights)
+        }
+        Workload::Dense(d) => {
+            let layer = resnet18::layers().into_iter().find(
+                |l| matches!(l, Layer::Dense(dl) if d.m == 1 && (dl.in_features, dl.out_features) == (d.k, d.n)),
+            )?;
+            (layer, &d.weights)
+        }
+    };
+    Some((layer, if seven(weights) { WeightBits::Seven } else { WeightBits::Eight }))
+}
