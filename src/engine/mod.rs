@@ -15,6 +15,7 @@
 mod compile;
 mod error;
 mod execute;
+mod jobs;
 mod kernel;
 pub mod native;
 mod slot;
