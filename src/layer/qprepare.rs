@@ -1,7 +1,9 @@
 //! The weight preparation of a quantized layer in plain Rust (`prepare_weights`): the panels of
 //! `ops::pack_conv2d_weights` and the compensation of `ops::compensation_for_gemm` with the i32
 //! bias folded in, computed in one pass over the weights instead of by a compiled function under
-//! the generic schedule. `tests/it/ort_requant.rs` checks it against that function bit for bit.
+//! the generic schedule, writing the packed tensor once in place (the weights of a network
+//! prepare at memory speed). `tests/it/ort_requant.rs` checks it against that function bit for
+//! bit.
 
 use ir::DType;
 use schedules::ops::{GemmOperands, conv_row_bytes, source_shift};
@@ -34,45 +36,50 @@ pub fn prepare_weights(
     let (nr, row, pack) = (nr as usize, conv_row_bytes(dims[1], dims[3]) as usize, operands.pack() as usize);
     let panels = oc.div_ceil(nr);
     let groups = kh * row / pack;
-    // First each channel's reduction row contiguous (`k = ky·row + kx·ic + i`, zeros where a
-    // kernel row is padded to `row`), then the packed order `[panel, k / pack, j, k % pack]`
-    // written in sequence: both passes touch memory in order or within a few lines, so a large
-    // layer prepares at memory speed rather than one cache miss per weight.
     let k_len = kh * row;
-    let mut rows = vec![0i8; oc * k_len];
-    for o in 0..oc {
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let to = o * k_len + ky * row + kx * ic;
-                for (i, r) in rows[to..to + ic].iter_mut().enumerate() {
-                    *r = weights[((o * ic + i) * kh + ky) * kw + kx];
+    let taps = ic * kh * kw;
+    let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
+    let dtype = operands.weight_dtype();
+    let wide = dtype == DType::I16;
+    // Written once, in place: the tensor starts zeroed (the padding of rows and panels), and
+    // no copy of the weights is made besides one channel's reduction row at a time.
+    let mut packed = Tensor::zeros(dtype, &[panels as i64, groups as i64, nr as i64, pack as i64])?;
+    let out = packed.as_mut_bytes();
+    let mut compensation = Vec::with_capacity(oc);
+    // One channel's reduction row (`k = ky·row + kx·ic + i`, zeros where a kernel row is padded
+    // to `row`): small enough to stay in cache while its groups of `pack` are spread over the
+    // panel (`nr·pack` apart), so the weights are read once in order and the panels written
+    // within a few lines at a time.
+    let mut channel = vec![0i8; k_len];
+    for (o, w) in weights.chunks_exact(taps).enumerate().take(oc) {
+        let sum = w.iter().fold(0i32, |s, &w| s.wrapping_add(i32::from(w)));
+        compensation.push(sum.wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o])));
+        let reduction: &[i8] = if kh * kw == 1 && row == ic {
+            w
+        } else {
+            for (i, taps) in w.chunks_exact(kh * kw).enumerate() {
+                for (ky, line) in taps.chunks_exact(kw).enumerate() {
+                    for (kx, &v) in line.iter().enumerate() {
+                        channel[ky * row + kx * ic + i] = v;
+                    }
+                }
+            }
+            &channel
+        };
+        let (p, j) = (o / nr, o % nr);
+        let panel = &mut out[p * groups * nr * pack * dtype.bytes()..][..groups * nr * pack * dtype.bytes()];
+        for (ko, lanes) in reduction.chunks_exact(pack).enumerate() {
+            let at = (ko * nr + j) * pack;
+            if wide {
+                for (d, &v) in panel[2 * at..2 * (at + pack)].chunks_exact_mut(2).zip(lanes) {
+                    d.copy_from_slice(&i16::from(v).to_le_bytes());
+                }
+            } else {
+                for (d, &v) in panel[at..at + pack].iter_mut().zip(lanes) {
+                    *d = v as u8;
                 }
             }
         }
     }
-    let mut packed = vec![0i8; panels * groups * nr * pack];
-    for (block, out) in packed.chunks_exact_mut(nr * pack).enumerate() {
-        let (p, ko) = (block / groups, block % groups);
-        for (j, lanes) in out.chunks_exact_mut(pack).enumerate() {
-            let o = p * nr + j;
-            if o < oc {
-                lanes.copy_from_slice(&rows[o * k_len + ko * pack..][..pack]);
-            }
-        }
-    }
-    let shape = [panels as i64, groups as i64, nr as i64, pack as i64];
-    let packed = if operands.weight_dtype() == DType::I16 {
-        Tensor::from_slice(&shape, &packed.iter().map(|&w| i16::from(w)).collect::<Vec<i16>>())?
-    } else {
-        Tensor::from_slice(&shape, &packed)?
-    };
-    let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
-    let taps = ic * kh * kw;
-    let compensation: Vec<i32> = (0..oc)
-        .map(|o| {
-            let sum = weights[o * taps..(o + 1) * taps].iter().fold(0i32, |s, &w| s.wrapping_add(i32::from(w)));
-            sum.wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o]))
-        })
-        .collect();
     Ok(PreparedWeights { packed, compensation: Tensor::from_slice(&[oc as i64], &compensation)? })
 }
