@@ -46,37 +46,46 @@ pub fn prepare_weights(
     let mut packed = Tensor::zeros(dtype, &[panels as i64, groups as i64, nr as i64, pack as i64])?;
     let out = packed.as_mut_bytes();
     let mut compensation = Vec::with_capacity(oc);
-    // One channel's reduction row (`k = ky·row + kx·ic + i`, zeros where a kernel row is padded
-    // to `row`): small enough to stay in cache while its groups of `pack` are spread over the
-    // panel (`nr·pack` apart), so the weights are read once in order and the panels written
-    // within a few lines at a time.
-    let mut channel = vec![0i8; k_len];
-    for (o, w) in weights.chunks_exact(taps).enumerate().take(oc) {
-        let sum = w.iter().fold(0i32, |s, &w| s.wrapping_add(i32::from(w)));
-        compensation.push(sum.wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o])));
-        let reduction: &[i8] = if kh * kw == 1 && row == ic {
-            w
-        } else {
-            for (i, taps) in w.chunks_exact(kh * kw).enumerate() {
-                for (ky, line) in taps.chunks_exact(kw).enumerate() {
-                    for (kx, &v) in line.iter().enumerate() {
-                        channel[ky * row + kx * ic + i] = v;
+    // Panel by panel: its channels' reduction rows (`k = ky·row + kx·ic + i`, zeros where a
+    // kernel row is padded to `row`) gathered in a scratch that stays in cache (the weights
+    // themselves where they are already in that order), then the panel written in sequence.
+    let direct = kh * kw == 1 && row == ic;
+    let mut scratch = vec![0i8; if direct { 0 } else { nr * k_len }];
+    let panel_bytes = groups * nr * pack * dtype.bytes();
+    for (p, panel) in out.chunks_exact_mut(panel_bytes).enumerate() {
+        let first = p * nr;
+        let channels = nr.min(oc - first);
+        for j in 0..channels {
+            let o = first + j;
+            let w = &weights[o * taps..][..taps];
+            let sum = w.iter().fold(0i32, |s, &w| s.wrapping_add(i32::from(w)));
+            compensation.push(sum.wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o])));
+            if !direct {
+                let rows = &mut scratch[j * k_len..][..k_len];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let taps = w.iter().skip(ky * kw + kx).step_by(kh * kw);
+                        for (r, &v) in rows[ky * row + kx * ic..][..ic].iter_mut().zip(taps) {
+                            *r = v;
+                        }
                     }
                 }
             }
-            &channel
-        };
-        let (p, j) = (o / nr, o % nr);
-        let panel = &mut out[p * groups * nr * pack * dtype.bytes()..][..groups * nr * pack * dtype.bytes()];
-        for (ko, lanes) in reduction.chunks_exact(pack).enumerate() {
-            let at = (ko * nr + j) * pack;
-            if wide {
-                for (d, &v) in panel[2 * at..2 * (at + pack)].chunks_exact_mut(2).zip(lanes) {
-                    d.copy_from_slice(&i16::from(v).to_le_bytes());
-                }
-            } else {
-                for (d, &v) in panel[at..at + pack].iter_mut().zip(lanes) {
-                    *d = v as u8;
+        }
+        let rows: &[i8] = if direct { &weights[first * taps..][..channels * taps] } else { &scratch };
+        let width = pack * dtype.bytes();
+        let mut lanes_of: Vec<_> = rows.chunks_exact(k_len).take(channels).map(|r| r.chunks_exact(pack)).collect();
+        for group in panel.chunks_exact_mut(nr * width) {
+            for (out, lanes) in group.chunks_exact_mut(width).zip(lanes_of.iter_mut()) {
+                let values = lanes.next().unwrap_or_default();
+                if wide {
+                    for (d, &v) in out.chunks_exact_mut(2).zip(values) {
+                        d.copy_from_slice(&i16::from(v).to_le_bytes());
+                    }
+                } else {
+                    for (d, &v) in out.iter_mut().zip(values) {
+                        *d = v as u8;
+                    }
                 }
             }
         }
