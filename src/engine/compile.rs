@@ -127,11 +127,11 @@ pub fn compile_with(
     // First what each partition needs (the convolutions and products to compile, the others'
     // kernels), then those compiled on every core (`jobs::compile_jobs`).
     let mut planned = Vec::with_capacity(partitions.len());
-    for partition in partitions {
+    for mut partition in partitions {
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let begin = Instant::now();
-        let plan = plan(&graph, &partition, &ins, &outs, &slots, knobs)?;
+        let plan = plan(&graph, &mut partition, &ins, &outs, &slots, knobs)?;
         planned.push((partition, ins, outs, plan, begin.elapsed()));
     }
     let mut compiled = compile_jobs(
@@ -142,17 +142,19 @@ pub fn compile_with(
         options,
     );
     let mut steps = Vec::with_capacity(planned.len());
-    for (i, (partition, ins, outs, plan, planning)) in planned.into_iter().enumerate() {
+    for (i, (mut partition, ins, outs, plan, planning)) in planned.into_iter().enumerate() {
         let (kernel, tuning, compile) = match plan {
             Plan::Chosen((kernel, tuning)) => (kernel, tuning, planning),
             Plan::Job(job) => {
                 let (result, time) = compiled.remove(&i).expect("every job is compiled");
+                let tuning = job.tuning;
+                give_back(&mut partition, job.layer);
                 let kernel = result.map_err(|e| EngineError::Layer {
                     partition: partition_name(&graph, &partition),
                     kind: partition.kind.name(),
                     source: Box::new(e),
                 })?;
-                (kernel, Some(job.tuning), planning + time)
+                (kernel, Some(tuning), planning + time)
             }
         };
         steps.push(Step { partition, kernel, inputs: ins, outputs: outs, compile, tuning });
@@ -234,10 +236,11 @@ enum Plan {
     Job(Job),
 }
 
-/// The kernel of one partition, or what to compile for it.
+/// The kernel of one partition, or what to compile for it (a convolution's or product's
+/// weights moved into the job, not copied: `give_back` returns them).
 fn plan(
     graph: &FinalizedGraph,
-    p: &Partition,
+    p: &mut Partition,
     ins: &[usize],
     outs: &[usize],
     slots: &[Slot],
@@ -247,9 +250,10 @@ fn plan(
         return Ok(Plan::Chosen(reference(format!("{} outputs", outs.len()))));
     }
     let out = &slots[outs[0]];
-    Ok(match &p.kind {
-        PartitionKind::QuantizedConv(c) => conv(graph, p, c, ins.first().map(|&i| &slots[i]), knobs),
-        PartitionKind::QuantizedMatMul(m) => dense(graph, p, m, ins.first().map(|&i| &slots[i]), knobs),
+    let name = partition_name(graph, p).replace(' ', "_");
+    Ok(match &mut p.kind {
+        PartitionKind::QuantizedConv(c) => conv(name, c, ins.first().map(|&i| &slots[i]), knobs),
+        PartitionKind::QuantizedMatMul(m) => dense(name, m, ins.first().map(|&i| &slots[i]), knobs),
         PartitionKind::QuantizedAdd(a) => Plan::Chosen(quantized_add(a, ins, slots)),
         PartitionKind::QuantizedMaxPool(m) => Plan::Chosen(quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out)),
         PartitionKind::QuantizedGlobalAvgPool(g) => {
@@ -260,7 +264,7 @@ fn plan(
     })
 }
 
-fn conv(graph: &FinalizedGraph, p: &Partition, c: &QConv, src: Option<&Slot>, knobs: KnobSource<'_>) -> Plan {
+fn conv(name: String, c: &mut QConv, src: Option<&Slot>, knobs: KnobSource<'_>) -> Plan {
     let Some(src) = src else { return Plan::Chosen(reference("no source")) };
     let Some((stride, pad)) = square_window(&c.window) else {
         return Plan::Chosen(reference("strides, pads or dilations differ between dimensions"));
@@ -271,7 +275,7 @@ fn conv(graph: &FinalizedGraph, p: &Partition, c: &QConv, src: Option<&Slot>, kn
         return Plan::Chosen(reference(format!("batch {n}, groups {}", c.groups)));
     }
     let spec = QConvSpec {
-        name: partition_name(graph, p).replace(' ', "_"),
+        name,
         src: act(&c.src),
         h: h as i64,
         w: w as i64,
@@ -281,7 +285,7 @@ fn conv(graph: &FinalizedGraph, p: &Partition, c: &QConv, src: Option<&Slot>, kn
         kw: c.weight_dims[3] as i64,
         stride: (stride as i64, stride as i64),
         pads: [pad as i64; 4],
-        weights: c.weights.clone(),
+        weights: std::mem::take(&mut c.weights),
         weight_scales: c.weight_scales.clone(),
         bias: c.bias.clone(),
         dst: act(&c.dst),
@@ -291,17 +295,17 @@ fn conv(graph: &FinalizedGraph, p: &Partition, c: &QConv, src: Option<&Slot>, kn
     Plan::Job(Job { layer: JobLayer::Conv(spec), knobs: chosen, tuning })
 }
 
-fn dense(graph: &FinalizedGraph, p: &Partition, m: &QMatMul, src: Option<&Slot>, knobs: KnobSource<'_>) -> Plan {
+fn dense(name: String, m: &mut QMatMul, src: Option<&Slot>, knobs: KnobSource<'_>) -> Plan {
     let Some(src) = src else { return Plan::Chosen(reference("no source")) };
     let Some(relu) = relu(m.clamp, &m.dst) else { return Plan::Chosen(reference("a clip the kernels do not fuse")) };
     let &[rows, k] = &src.dims[..] else { return Plan::Chosen(reference("a source that is not 2-D")) };
     let spec = QDenseSpec {
-        name: partition_name(graph, p).replace(' ', "_"),
+        name,
         src: act(&m.src),
         m: rows as i64,
         k: k as i64,
         n: m.weight_dims[1] as i64,
-        weights: m.weights.clone(),
+        weights: std::mem::take(&mut m.weights),
         weight_scales: m.weight_scales.clone(),
         bias: m.bias.clone(),
         alpha: 1.0,
@@ -310,6 +314,15 @@ fn dense(graph: &FinalizedGraph, p: &Partition, m: &QMatMul, src: Option<&Slot>,
     };
     let (chosen, tuning) = knobs(Workload::Dense(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
     Plan::Job(Job { layer: JobLayer::Dense(spec), knobs: chosen, tuning })
+}
+
+/// Returns a compiled layer's weights to its partition (`plan` moved them into the job).
+fn give_back(partition: &mut Partition, layer: JobLayer) {
+    match (&mut partition.kind, layer) {
+        (PartitionKind::QuantizedConv(c), JobLayer::Conv(spec)) => c.weights = spec.weights,
+        (PartitionKind::QuantizedMatMul(m), JobLayer::Dense(spec)) => m.weights = spec.weights,
+        _ => {}
+    }
 }
 
 fn quantized_add(a: &QAdd, ins: &[usize], slots: &[Slot]) -> Chosen {
