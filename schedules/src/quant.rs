@@ -87,6 +87,13 @@
 //! before quantization (rounding is monotone and keeps 0); where `|round(x)| ≥ 2^24` the sum
 //! may round, but it then saturates either way.
 //!
+//! In this order the functions read `S[c]`, `f32(zp_dst)` and the lower bound of the `max` as
+//! per-channel f32 arguments (one value repeated for per-tensor quantities), and the padding
+//! value `zp_src + shift` as a one-element argument: layers that differ only in their
+//! quantization share one compiled function. Without ReLU the lower bound is the lowest value
+//! of the destination type, where the `max` changes nothing the saturation would not (`round(x)`
+//! is never NaN: `f32(acc − comp')` is finite and `S[c]` finite).
+//!
 //! The symmetric convolution kernels (`MlasConvSym`) requantize in their own assembly, which
 //! was not read; `examples/qconv_against_ort.rs` runs onnxruntime itself on QLinearConv cases
 //! (`scripts/peers/qlinearconv_cases.py`) and agrees bit for bit wherever onnxruntime's
@@ -352,6 +359,20 @@ impl Params {
         self.read(DType::I32, Array::from_i64(DType::I32, &[values.len() as i64], &values), z.mask, dims, indices, name)
     }
 
+    /// `values[indices[0]]` as an f32 expression: a read of a new parameter tensor named `name`
+    /// of one value per output channel (the first dimension of `dims`), even where they are all
+    /// equal, so that the function does not depend on them.
+    pub fn per_channel(&mut self, values: Vec<f32>, dims: &[i64], indices: &[Expr], name: &str) -> Expr {
+        let values: Vec<f64> = values.iter().map(|&v| v as f64).collect();
+        self.read(DType::F32, Array::from_f64(DType::F32, &[values.len() as i64], &values), 1, dims, indices, name)
+    }
+
+    /// One value of `dtype` (an integer type) as an expression: a read of a new one-element
+    /// parameter tensor named `name`.
+    pub fn scalar(&mut self, dtype: DType, value: i64, name: &str) -> Expr {
+        self.read(dtype, Array::from_i64(dtype, &[1], &[value]), 0, &[], &[], name)
+    }
+
     fn read(&mut self, dtype: DType, values: Array, mask: u32, dims: &[i64], indices: &[Expr], name: &str) -> Expr {
         // `check_mask` matched the length to a dimension of a checked (positive) shape.
         let tensor = placeholder_vec(vec![values.len() as i64], dtype, name)
@@ -409,25 +430,15 @@ pub(crate) fn finish(
 }
 
 /// onnxruntime's requantization of a centered accumulator (module doc): `centered` is the i32
-/// `acc − comp'[c]`, `scale` the f32 `S[c]`; `round(f32(centered) · S) + f32(zp)`, then
-/// `max(·, f32(zp))` for each `PostOp::Relu`, saturated to `dst_dtype` (u8 or i8). The value
-/// stored is integral, so the store's conversion (toward zero) is exact.
-pub(crate) fn finish_onnxruntime(
-    centered: Expr,
-    scale: Expr,
-    post_ops: &[PostOp],
-    dst_zp: i32,
-    dst_dtype: DType,
-) -> Expr {
-    let zp = f32c(dst_zp as f32);
-    let mut q = (centered.cast(DType::F32) * scale).round() + zp.clone();
-    for op in post_ops {
-        if *op == PostOp::Relu {
-            // `zp < q ? q : zp`: `max(q, zp)`, one `maxps`.
-            q = select(zp.clone().lt(&q), q, zp.clone());
-        }
-    }
-    q.saturating_cast(dst_dtype)
+/// `acc − comp'[c]`, `scale` the f32 `S[c]`, `zp` the f32 `f32(zp_dst)` and `lower` the f32
+/// lower bound (`f32(zp_dst)` for a ReLU, else the lowest value of `dst_dtype`);
+/// `max(round(f32(centered) · S) + zp, lower)`, saturated to `dst_dtype` (u8 or i8). The value
+/// stored is integral, so the store's conversion (toward zero) is exact. The operands are
+/// expressions so that a function can take them as arguments.
+pub(crate) fn finish_onnxruntime(centered: Expr, scale: Expr, zp: Expr, lower: Expr, dst_dtype: DType) -> Expr {
+    let q = (centered.cast(DType::F32) * scale).round() + zp;
+    // `lower < q ? q : lower`: `max(q, lower)`, one `maxps`.
+    select(lower.clone().lt(&q), q, lower).saturating_cast(dst_dtype)
 }
 
 /// Checks post-ops and the sum input against an output of shape `dims`: at most one `Sum`, which

@@ -2,7 +2,10 @@
 //! and, where schedules meet the host, the `CoreRate` the default schedules follow
 //! (`core_rate`).
 //!
-//! `TENSORLIFT_DUMP_IR=1` prints the IR to stderr after every lowering pass that changed it.
+//! `TENSORLIFT_DUMP_IR=1` prints the IR to stderr after every lowering pass that changed it;
+//! `TENSORLIFT_TIME_PASSES=1` prints, per function, the time of each lowering pass with the IR
+//! verifier that follows it, the verifier's share (timed by running it once more), and the time
+//! of code generation.
 
 mod core_rate;
 
@@ -49,19 +52,45 @@ pub fn build(
     options: &CompileOptions,
 ) -> Result<Kernel, BuildError> {
     let start = Instant::now();
-    let lowered = if std::env::var_os("TENSORLIFT_DUMP_IR").is_some_and(|v| v == "1") {
+    let on = |var: &str| std::env::var_os(var).is_some_and(|v| v == "1");
+    let (dump, time) = (on("TENSORLIFT_DUMP_IR"), on("TENSORLIFT_TIME_PASSES"));
+    let mut passes = Vec::new();
+    let lowered = if dump || time {
         let mut previous = String::new();
+        let mut last = start;
         ir::lower::lower_with_hook(schedule, args, name, &mut |pass, func| {
-            let text = func.to_string();
-            if text != previous {
-                eprintln!("-- {name}: after {pass}\n{text}");
-                previous = text;
+            let pass_time = last.elapsed();
+            if dump {
+                let text = func.to_string();
+                if text != previous {
+                    eprintln!("-- {name}: after {pass}\n{text}");
+                    previous = text;
+                }
             }
+            if time {
+                let verify = Instant::now();
+                // The result is the one the pass pipeline already checked.
+                let _ = ir::passes::verify(func, ir::passes::VerifyLevel::Lowered);
+                passes.push((pass.to_string(), pass_time, verify.elapsed()));
+            }
+            last = Instant::now();
         })?
     } else {
         ir::lower::lower(schedule, args, name)?
     };
     let lower_time = start.elapsed();
     let compiled = compile(&lowered, options)?;
+    if time {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let verify: Duration = passes.iter().map(|p| p.2).sum();
+        let list: Vec<String> = passes.iter().map(|(p, t, v)| format!("{p} {:.2} ({:.2})", ms(*t), ms(*v))).collect();
+        eprintln!(
+            "-- {name}: lower {:.2} ms, of which verifier {:.2} ms; codegen {:.2} ms; passes in ms (verifier): {}",
+            ms(lower_time),
+            ms(verify),
+            ms(compiled.compile_time()),
+            list.join(", ")
+        );
+    }
     Ok(Kernel { lowered, compiled, lower_time })
 }

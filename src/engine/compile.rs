@@ -10,6 +10,7 @@ use ir::DType;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::EngineError;
+use super::jobs::{Job, JobLayer, compile_jobs};
 use super::kernel::Kernel;
 use super::native::Int8;
 use super::native::add::AddParams;
@@ -18,7 +19,7 @@ use super::slot::Slot;
 use crate::graph::partition::{QAdd, QConv, QGlobalAvgPool, QMatMul, QMaxPool, QuantTensor};
 use crate::graph::window::Window;
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
-use crate::layer::{ActQuant, KernelCache, LayerError, QConvSpec, QDenseSpec, compile_qconv_in, compile_qdense_in};
+use crate::layer::{ActQuant, QConvSpec, QDenseSpec};
 use crate::runtime::CompileOptions;
 
 /// Where a compiled kernel's knobs came from.
@@ -117,21 +118,46 @@ pub fn compile_with(
         slot_of[t] = Some(slots.len() - 1);
         Ok(slots.len() - 1)
     };
-    // Layers of the same definition and knobs share one compiled function.
-    let cache = KernelCache::new();
     let inputs = graph
         .graph()
         .inputs()
         .iter()
         .map(|&t| Ok((t, slot(t, &mut slots)?)))
         .collect::<Result<Vec<_>, EngineError>>()?;
-    let mut steps = Vec::with_capacity(partitions.len());
-    for partition in partitions {
+    // First what each partition needs (the convolutions and products to compile, the others'
+    // kernels), then those compiled on every core (`jobs::compile_jobs`).
+    let mut planned = Vec::with_capacity(partitions.len());
+    for mut partition in partitions {
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let begin = Instant::now();
-        let (kernel, tuning) = choose(&graph, &partition, &ins, &outs, &slots, (options, &cache), knobs)?;
-        steps.push(Step { partition, kernel, inputs: ins, outputs: outs, compile: begin.elapsed(), tuning });
+        let plan = plan(&graph, &mut partition, &ins, &outs, &slots, knobs)?;
+        planned.push((partition, ins, outs, plan, begin.elapsed()));
+    }
+    let mut compiled = compile_jobs(
+        planned.iter().enumerate().filter_map(|(i, (.., plan, _))| match plan {
+            Plan::Job(job) => Some((i, job)),
+            Plan::Chosen(_) => None,
+        }),
+        options,
+    );
+    let mut steps = Vec::with_capacity(planned.len());
+    for (i, (mut partition, ins, outs, plan, planning)) in planned.into_iter().enumerate() {
+        let (kernel, tuning, compile) = match plan {
+            Plan::Chosen((kernel, tuning)) => (kernel, tuning, planning),
+            Plan::Job(job) => {
+                let (result, time) = compiled.remove(&i).expect("every job is compiled");
+                let tuning = job.tuning;
+                give_back(&mut partition, job.layer);
+                let kernel = result.map_err(|e| EngineError::Layer {
+                    partition: partition_name(&graph, &partition),
+                    kind: partition.kind.name(),
+                    source: Box::new(e),
+                })?;
+                (kernel, Some(tuning), planning + time)
+            }
+        };
+        steps.push(Step { partition, kernel, inputs: ins, outputs: outs, compile, tuning });
     }
     let outputs = graph
         .graph()
@@ -204,56 +230,52 @@ fn native(kernel: Kernel) -> Chosen {
     (kernel, None)
 }
 
-/// The kernel of one partition.
-fn choose(
+/// What one partition needs: its kernel, or a convolution or product to compile.
+enum Plan {
+    Chosen(Chosen),
+    Job(Job),
+}
+
+/// The kernel of one partition, or what to compile for it (a convolution's or product's
+/// weights moved into the job, not copied: `give_back` returns them).
+fn plan(
     graph: &FinalizedGraph,
-    p: &Partition,
+    p: &mut Partition,
     ins: &[usize],
     outs: &[usize],
     slots: &[Slot],
-    (options, cache): (&CompileOptions, &KernelCache),
     knobs: KnobSource<'_>,
-) -> Result<Chosen, EngineError> {
-    let layer_error =
-        |e| EngineError::Layer { partition: partition_name(graph, p), kind: p.kind.name(), source: Box::new(e) };
+) -> Result<Plan, EngineError> {
     if outs.len() != 1 {
-        return Ok(reference(format!("{} outputs", outs.len())));
+        return Ok(Plan::Chosen(reference(format!("{} outputs", outs.len()))));
     }
     let out = &slots[outs[0]];
-    match &p.kind {
-        PartitionKind::QuantizedConv(c) => {
-            conv(graph, p, c, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error)
+    let name = partition_name(graph, p).replace(' ', "_");
+    Ok(match &mut p.kind {
+        PartitionKind::QuantizedConv(c) => conv(name, c, ins.first().map(|&i| &slots[i]), knobs),
+        PartitionKind::QuantizedMatMul(m) => dense(name, m, ins.first().map(|&i| &slots[i]), knobs),
+        PartitionKind::QuantizedAdd(a) => Plan::Chosen(quantized_add(a, ins, slots)),
+        PartitionKind::QuantizedMaxPool(m) => Plan::Chosen(quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out)),
+        PartitionKind::QuantizedGlobalAvgPool(g) => {
+            Plan::Chosen(quantized_gap(g, ins.first().map(|&i| &slots[i]), out))
         }
-        PartitionKind::QuantizedMatMul(m) => {
-            dense(graph, p, m, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error)
-        }
-        PartitionKind::QuantizedAdd(a) => Ok(quantized_add(a, ins, slots)),
-        PartitionKind::QuantizedMaxPool(m) => Ok(quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out)),
-        PartitionKind::QuantizedGlobalAvgPool(g) => Ok(quantized_gap(g, ins.first().map(|&i| &slots[i]), out)),
-        PartitionKind::Single(op) => Ok(single(op, ins, slots, out)),
-        PartitionKind::Unsupported { reason, .. } => Ok(reference(reason.clone())),
-    }
+        PartitionKind::Single(op) => Plan::Chosen(single(op, ins, slots, out)),
+        PartitionKind::Unsupported { reason, .. } => Plan::Chosen(reference(reason.clone())),
+    })
 }
 
-fn conv(
-    graph: &FinalizedGraph,
-    p: &Partition,
-    c: &QConv,
-    src: Option<&Slot>,
-    (options, cache): (&CompileOptions, &KernelCache),
-    knobs: KnobSource<'_>,
-) -> Result<Chosen, LayerError> {
-    let Some(src) = src else { return Ok(reference("no source")) };
+fn conv(name: String, c: &mut QConv, src: Option<&Slot>, knobs: KnobSource<'_>) -> Plan {
+    let Some(src) = src else { return Plan::Chosen(reference("no source")) };
     let Some((stride, pad)) = square_window(&c.window) else {
-        return Ok(reference("strides, pads or dilations differ between dimensions"));
+        return Plan::Chosen(reference("strides, pads or dilations differ between dimensions"));
     };
-    let Some(relu) = relu(c.clamp, &c.dst) else { return Ok(reference("a clip the kernels do not fuse")) };
+    let Some(relu) = relu(c.clamp, &c.dst) else { return Plan::Chosen(reference("a clip the kernels do not fuse")) };
     let [n, ic, h, w] = src.nchw();
     if n != 1 || c.groups != 1 || c.weight_dims.len() != 4 {
-        return Ok(reference(format!("batch {n}, groups {}", c.groups)));
+        return Plan::Chosen(reference(format!("batch {n}, groups {}", c.groups)));
     }
     let spec = QConvSpec {
-        name: partition_name(graph, p).replace(' ', "_"),
+        name,
         src: act(&c.src),
         h: h as i64,
         w: w as i64,
@@ -263,35 +285,27 @@ fn conv(
         kw: c.weight_dims[3] as i64,
         stride: (stride as i64, stride as i64),
         pads: [pad as i64; 4],
-        weights: c.weights.clone(),
+        weights: std::mem::take(&mut c.weights),
         weight_scales: c.weight_scales.clone(),
         bias: c.bias.clone(),
         dst: act(&c.dst),
         relu,
     };
     let (chosen, tuning) = knobs(Workload::Conv(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-    let compiled = compile_qconv_in(cache, &spec, chosen, options)?;
-    Ok((Kernel::Conv(Box::new(compiled)), Some(tuning)))
+    Plan::Job(Job { layer: JobLayer::Conv(spec), knobs: chosen, tuning })
 }
 
-fn dense(
-    graph: &FinalizedGraph,
-    p: &Partition,
-    m: &QMatMul,
-    src: Option<&Slot>,
-    (options, cache): (&CompileOptions, &KernelCache),
-    knobs: KnobSource<'_>,
-) -> Result<Chosen, LayerError> {
-    let Some(src) = src else { return Ok(reference("no source")) };
-    let Some(relu) = relu(m.clamp, &m.dst) else { return Ok(reference("a clip the kernels do not fuse")) };
-    let &[rows, k] = &src.dims[..] else { return Ok(reference("a source that is not 2-D")) };
+fn dense(name: String, m: &mut QMatMul, src: Option<&Slot>, knobs: KnobSource<'_>) -> Plan {
+    let Some(src) = src else { return Plan::Chosen(reference("no source")) };
+    let Some(relu) = relu(m.clamp, &m.dst) else { return Plan::Chosen(reference("a clip the kernels do not fuse")) };
+    let &[rows, k] = &src.dims[..] else { return Plan::Chosen(reference("a source that is not 2-D")) };
     let spec = QDenseSpec {
-        name: partition_name(graph, p).replace(' ', "_"),
+        name,
         src: act(&m.src),
         m: rows as i64,
         k: k as i64,
         n: m.weight_dims[1] as i64,
-        weights: m.weights.clone(),
+        weights: std::mem::take(&mut m.weights),
         weight_scales: m.weight_scales.clone(),
         bias: m.bias.clone(),
         alpha: 1.0,
@@ -299,8 +313,16 @@ fn dense(
         relu,
     };
     let (chosen, tuning) = knobs(Workload::Dense(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-    let compiled = compile_qdense_in(cache, &spec, chosen, options)?;
-    Ok((Kernel::Dense(Box::new(compiled)), Some(tuning)))
+    Plan::Job(Job { layer: JobLayer::Dense(spec), knobs: chosen, tuning })
+}
+
+/// Returns a compiled layer's weights to its partition (`plan` moved them into the job).
+fn give_back(partition: &mut Partition, layer: JobLayer) {
+    match (&mut partition.kind, layer) {
+        (PartitionKind::QuantizedConv(c), JobLayer::Conv(spec)) => c.weights = spec.weights,
+        (PartitionKind::QuantizedMatMul(m), JobLayer::Dense(spec)) => m.weights = spec.weights,
+        _ => {}
+    }
 }
 
 fn quantized_add(a: &QAdd, ins: &[usize], slots: &[Slot]) -> Chosen {

@@ -7,6 +7,7 @@
 //! loops (`native`), anything else to the graph's reference. Tensors live in buffers allocated
 //! once (`slot`): 4-D 8-bit activations in NHWC between partitions (the layout the kernels
 //! read, an opaque layout in oneDNN Graph's terms), everything else in its logical order.
+//! The convolutions and products compile on every core, one function per geometry (`jobs`).
 //! `CompiledGraph::execute` checks the inputs, runs the steps in order and times each.
 //!
 //! Every kernel here computes its partition's definition bit for bit; the graph's reference is
@@ -15,6 +16,7 @@
 mod compile;
 mod error;
 mod execute;
+mod jobs;
 mod kernel;
 pub mod native;
 mod slot;

@@ -1,27 +1,32 @@
 //! `KernelCache`: the compiled per-call functions of quantized layers by definition and
-//! schedule, so that the layers of a network that share both (shapes, dtypes, constants such as
-//! zero points and per-tensor scales, knobs, level, threads) compile once. Per-channel scales,
-//! packed weights and compensations are arguments, not part of the function.
+//! schedule, so that the layers of a network that share both (shapes, dtypes, knobs, level,
+//! threads) compile once. In onnxruntime's order zero points, per-tensor and per-channel scales
+//! and the ReLU bound are arguments, as are packed weights and compensations: none is part of
+//! the function. Shared between threads, so that distinct functions compile in parallel; a
+//! thread that needs a function another is compiling waits for it.
 
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::LayerError;
-use crate::build::Kernel;
 use crate::isa::IsaLevel;
+use crate::runtime::CompiledFunc;
 
 /// What identifies a compiled function: the workload key of its definition, the knobs, the
 /// level, the threads and the optimization level (its `Debug` text).
 pub(super) type CacheKey = (String, Conv2dInt8Knobs, IsaLevel, Option<usize>, String);
 
-/// Compiled functions by `CacheKey`, for one thread (the compile loop of a network).
+/// A function once compiled (`None` while compiling or after a failed build).
+type Slot = Arc<Mutex<Option<Arc<CompiledFunc>>>>;
+
+/// Compiled functions by `CacheKey`.
 #[derive(Default)]
 pub struct KernelCache {
-    kernels: RefCell<HashMap<CacheKey, Rc<Kernel>>>,
-    hits: Cell<usize>,
+    kernels: Mutex<HashMap<CacheKey, Slot>>,
+    hits: AtomicUsize,
 }
 
 impl KernelCache {
@@ -31,7 +36,8 @@ impl KernelCache {
 
     /// Functions compiled so far.
     pub fn len(&self) -> usize {
-        self.kernels.borrow().len()
+        let kernels = self.kernels.lock().unwrap_or_else(PoisonError::into_inner);
+        kernels.values().filter(|s| s.lock().unwrap_or_else(PoisonError::into_inner).is_some()).count()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -40,21 +46,25 @@ impl KernelCache {
 
     /// Compiles that found their function here.
     pub fn hits(&self) -> usize {
-        self.hits.get()
+        self.hits.load(Ordering::Relaxed)
     }
 
-    /// The function of `key`, built by `build` unless built before; and whether it was.
+    /// The function of `key`, built by `build` unless built before; and whether it was. While
+    /// one thread builds a key, others asking for it wait (a failed build leaves the key to the
+    /// next to try).
     pub(super) fn get_or_build(
         &self,
         key: CacheKey,
-        build: impl FnOnce() -> Result<Kernel, LayerError>,
-    ) -> Result<(Rc<Kernel>, bool), LayerError> {
-        if let Some(kernel) = self.kernels.borrow().get(&key) {
-            self.hits.set(self.hits.get() + 1);
-            return Ok((Rc::clone(kernel), true));
+        build: impl FnOnce() -> Result<CompiledFunc, LayerError>,
+    ) -> Result<(Arc<CompiledFunc>, bool), LayerError> {
+        let slot = Arc::clone(self.kernels.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default());
+        let mut kernel = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(kernel) = &*kernel {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok((Arc::clone(kernel), true));
         }
-        let kernel = Rc::new(build()?);
-        self.kernels.borrow_mut().insert(key, Rc::clone(&kernel));
-        Ok((kernel, false))
+        let built = Arc::new(build()?);
+        *kernel = Some(Arc::clone(&built));
+        Ok((built, false))
     }
 }

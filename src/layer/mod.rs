@@ -15,7 +15,8 @@
 //!   products in onnxruntime's requantization order (`QConvSpec`, `QDenseSpec`,
 //!   `compile_qconv`, `compile_qdense`), `qprepare`, their weight preparation in plain Rust
 //!   (`prepare_weights`), `qcompiled`, what they give (`CompiledQuantized`), and
-//!   `kernel_cache`, their functions shared between layers of one definition (`KernelCache`);
+//!   `kernel_cache`, their functions shared between layers of one geometry, across threads
+//!   (`KernelCache`);
 //! * `error`: `LayerError`, `NotInTable`.
 
 mod compiled;

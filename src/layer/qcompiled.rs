@@ -2,7 +2,7 @@
 //! `compile_qdense`) with its weights prepared once, run on caller-owned NHWC bytes without a
 //! copy per call. Its function may be shared with other layers (`KernelCache`).
 
-use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ir::DType;
@@ -10,7 +10,6 @@ use schedules::ops::GemmOperands;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::{LayerError, SpecError};
-use crate::build::Kernel;
 use crate::isa::{IsaLevel, KernelVariant};
 use crate::runtime::{Arg, CheckedTensor, CompiledFunc, Tensor};
 
@@ -36,7 +35,7 @@ enum Packed {
 /// A compiled quantized layer, ready to run again and again (`run` takes `&self`).
 pub struct CompiledQuantized {
     name: String,
-    kernel: Rc<Kernel>,
+    kernel: Arc<CompiledFunc>,
     /// Whether `kernel` came from a `KernelCache` (compiled for an earlier layer).
     cached: bool,
     knobs: Conv2dInt8Knobs,
@@ -54,7 +53,7 @@ pub struct CompiledQuantized {
 impl CompiledQuantized {
     pub(super) fn new(
         name: String,
-        (kernel, cached): (Rc<Kernel>, bool),
+        (kernel, cached): (Arc<CompiledFunc>, bool),
         knobs: Conv2dInt8Knobs,
         operands: GemmOperands,
         prepared: Prepared,
@@ -62,7 +61,7 @@ impl CompiledQuantized {
         (ops, compile): (u64, Duration),
     ) -> Result<CompiledQuantized, LayerError> {
         let Prepared { packed, compensation, params, time } = prepared;
-        let packed = match kernel.compiled.scanned_range(1) {
+        let packed = match kernel.scanned_range(1) {
             Some(range) => Packed::Checked(CheckedTensor::new(packed, range)?),
             None => Packed::Plain(packed),
         };
@@ -107,7 +106,7 @@ impl CompiledQuantized {
         ];
         args.extend(self.params.iter().map(Arg::tensor_ref));
         args.push(dst);
-        Ok(self.kernel.compiled.call_args(&mut args)?)
+        Ok(self.kernel.call_args(&mut args)?)
     }
 
     fn check_len(&self, what: &str, shape: &[i64], found: usize) -> Result<(), SpecError> {
@@ -149,22 +148,22 @@ impl CompiledQuantized {
 
     /// The compiled per-call function.
     pub fn func(&self) -> &CompiledFunc {
-        &self.kernel.compiled
+        &self.kernel
     }
 
     /// The ISA level the function was compiled for.
     pub fn isa_level(&self) -> IsaLevel {
-        self.kernel.compiled.isa_level()
+        self.kernel.isa_level()
     }
 
     /// The hand-assembled GEMM kernel families the function calls.
     pub fn kernel_variants(&self) -> Vec<KernelVariant> {
-        self.kernel.compiled.kernel_variants()
+        self.kernel.kernel_variants()
     }
 
     /// Whether the requantization runs as a hand-assembled map kernel (not its loop fallback).
     pub fn uses_map_kernel(&self) -> bool {
-        self.kernel.compiled.machine_code().iter().any(|c| c.origin.contains("map kernel"))
+        self.kernel.machine_code().iter().any(|c| c.origin.contains("map kernel"))
     }
 
     /// One line: the level, the GEMM kernels, and whether the requantization is a map kernel.

@@ -276,8 +276,9 @@ fn build_quantized(
     let layer = conv2d_int8(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs, operands, name)?;
     let threads = options.threads.filter(|&t| t > 0);
     let key = (workload_key(&[&layer.layer.output]).key, knobs, level, threads, format!("{:?}", options.opt_level));
-    let (kernel, cached) = cache
-        .get_or_build(key, || Ok(build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), name, options)?))?;
+    let (kernel, cached) = cache.get_or_build(key, || {
+        Ok(build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), name, options)?.compiled)
+    })?;
     let compile = start.elapsed();
 
     let start = Instant::now();

@@ -93,7 +93,19 @@ impl Tensor {
     fn alloc(dtype: DType, shape: &[i64], len: usize) -> Tensor {
         let bytes = len * dtype.bytes();
         // At least one line, so even an empty tensor has addressable memory.
-        let lines = vec![Line([0; ALIGN]); bytes.div_ceil(ALIGN).max(1)];
+        let count = bytes.div_ceil(ALIGN).max(1);
+        let layout = std::alloc::Layout::array::<Line>(count).expect("`element_count` bounds the bytes by isize::MAX");
+        // Zeroed by the allocator: a large tensor gets fresh pages, zero without a pass over
+        // them, so that it is written once (by whoever fills it), not twice.
+        // SAFETY: `layout` has a non-zero size; the pointer is checked, then owned by the `Vec`
+        // with the layout it was allocated with, and all-zero bytes are a valid `Line`.
+        let lines = unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout).cast::<Line>();
+            if ptr.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Vec::from_raw_parts(ptr, count, count)
+        };
         Tensor { lines, bytes, dtype, shape: shape.to_vec() }
     }
 
@@ -175,7 +187,7 @@ impl Tensor {
         unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.bytes) }
     }
 
-    fn as_mut_bytes(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_bytes(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_bytes`, with exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.bytes) }
     }

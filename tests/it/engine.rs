@@ -96,6 +96,17 @@ fn quantized_models_run_their_convolutions_on_compiled_kernels() {
         let fused = g.steps().iter().filter(|s| s.partition.kind.name() == "QuantizedConv").count();
         assert!(fused >= 20, "{}: {fused} fused convolutions", path.display());
         assert_eq!(convs, fused, "{}: every fused convolution compiled", path.display());
+        // Convolutions of one geometry share one function, whatever their quantization.
+        let mut geometries = std::collections::HashSet::new();
+        let mut compiled_functions = 0;
+        for step in g.steps() {
+            if let Kernel::Conv(c) = &step.kernel {
+                geometries.insert((c.src_shape().1.to_vec(), c.dst_shape().1.to_vec(), c.ops(), c.knobs()));
+                compiled_functions += usize::from(!c.cached());
+            }
+        }
+        assert_eq!(compiled_functions, geometries.len(), "{}: one function per geometry", path.display());
+        assert!(geometries.len() < fused * 2 / 3, "{}: {} geometries", path.display(), geometries.len());
         let references: Vec<String> = g
             .steps()
             .iter()

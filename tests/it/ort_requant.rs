@@ -526,22 +526,33 @@ fn the_plain_weight_preparation_equals_the_definitions() {
 }
 
 #[test]
-fn layers_of_one_definition_share_their_function_and_keep_their_weights() {
+fn layers_of_one_geometry_share_their_function_and_keep_their_quantization() {
     use tensorlift::layer::{KernelCache, compile_qconv_in};
     let Some(&level) = levels().first() else { return };
     let cache = KernelCache::new();
-    let case = &cases()[1];
-    // Other weights, per-channel scales and bias: the same function.
-    let (a, b) = (spec(case, DType::U8, DType::U8, true, true, 61), spec(case, DType::U8, DType::U8, true, true, 62));
-    // Another destination zero point: another function.
-    let c = QConvSpec { dst: ActQuant { zero_point: 3, ..a.dst }, ..spec(case, DType::U8, DType::U8, true, true, 63) };
-    for (n, (s, cached)) in [(&a, false), (&b, true), (&c, false)].into_iter().enumerate() {
+    let (square, pointwise) = (&cases()[1], &cases()[2]);
+    let other = |s: QConvSpec| QConvSpec {
+        src: ActQuant { scale: 0.05, zero_point: 7, ..s.src },
+        dst: ActQuant { scale: 0.75, zero_point: 200, ..s.dst },
+        ..s
+    };
+    let layers = [
+        (spec(square, DType::U8, DType::U8, true, true, 61), false),
+        // Other weights, bias, zero points, per-tensor scales and no ReLU: the same function.
+        (other(spec(square, DType::U8, DType::U8, false, false, 62)), true),
+        // Another source dtype, another geometry: other functions.
+        (spec(square, DType::I8, DType::U8, true, true, 63), false),
+        (spec(pointwise, DType::U8, DType::U8, false, true, 64), false),
+        (other(spec(pointwise, DType::U8, DType::U8, true, false, 65)), true),
+    ];
+    for (n, (s, cached)) in layers.iter().enumerate() {
         let compiled = compile_qconv_in(&cache, s, None, &options(level, 1)).unwrap();
-        assert_eq!(compiled.cached(), cached, "layer {n}");
+        assert_eq!(compiled.cached(), *cached, "layer {n}");
         let src = source(s, 70 + n as u64);
-        let mut dst = vec![0u8; reference(s, &src).len()];
+        let expected = reference(s, &src);
+        let mut dst = vec![0u8; expected.len()];
         compiled.run(&src, &mut dst).unwrap();
-        assert_eq!(dst, reference(s, &src), "layer {n}");
+        assert_eq!(dst, expected, "layer {n}");
     }
-    assert_eq!((cache.len(), cache.hits()), (2, 1));
+    assert_eq!((cache.len(), cache.hits()), (3, 2));
 }

@@ -13,7 +13,7 @@ use super::gemm_operands::{GemmOperands, shifted_source, source_shift};
 use super::layer::{Requantized, check_layer_attrs, requantize_layer, requantize_map};
 use super::layout::Layout;
 use super::packing::conv_row_bytes;
-use crate::quant::{Param, QuantAttrs, QuantError};
+use crate::quant::{Param, Params, QuantAttrs, QuantError, Requantization};
 
 /// The stages of `conv2d_int8_direct`, with `R = conv_row_bytes(IC, KW)`.
 #[derive(Clone, Debug)]
@@ -84,7 +84,15 @@ pub fn conv2d_int8_direct(
     let out_dims = layout.shape([n, oc, oh, ow]);
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
     let (source, shifted) = shifted_source(src, gemm, name)?;
-    let pad_value = Expr::int(gemm, (src_zp + source_shift(src.dtype(), gemm)) as i64);
+    // In onnxruntime's order (imported networks), the padding value is an argument, so that
+    // layers of one geometry share their function whatever their source zero points.
+    let pad = i64::from(src_zp + source_shift(src.dtype(), gemm));
+    let mut pad_params = Params::default();
+    let pad_value = if attrs.requantization == Requantization::OnnxRuntime {
+        pad_params.scalar(gemm, pad, &format!("{name}.pad_value"))
+    } else {
+        Expr::int(gemm, pad)
+    };
     let (p, row) = (conv.pad, conv_row_bytes(ic, kw));
     // A 1×1 kernel subsamples while padding and then runs at stride 1.
     let (step, s) = if kh == 1 && kw == 1 { (conv.stride, 1) } else { (1, conv.stride) };
@@ -134,7 +142,7 @@ pub fn conv2d_int8_direct(
         &format!("{name}.acc"),
     )?;
     let channel_axis = if layout == Layout::Nchw { 1 } else { 3 };
-    let Requantized { compensation, output, params } = requantize_layer(
+    let Requantized { compensation, output, mut params } = requantize_layer(
         out_dims.to_vec(),
         |i| {
             let [b, o, y, x] = layout.nchw_of(i);
@@ -148,6 +156,7 @@ pub fn conv2d_int8_direct(
         attrs,
         name,
     )?;
+    params.extend(pad_params.0);
     let requantize_row = requantize_map((ow, oc), weights.shape(), bias, sum_input, (src_scale, dst_q), attrs)?;
     Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params, requantize_row })
 }

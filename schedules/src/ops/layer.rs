@@ -134,12 +134,20 @@ pub(super) fn requantize_layer(
             oc_index.extend(weights_dims[1..].iter().map(|_| Expr::index(0)));
             let centered = read_acc(i) - compensation.at([oc]);
             if attrs.requantization == Requantization::OnnxRuntime {
-                // onnxruntime's `(x_scale · w_scale[c]) / y_scale`, formed once per channel.
+                // onnxruntime's `(x_scale · w_scale[c]) / y_scale`, formed once per channel; it,
+                // the zero point and the lower bound are arguments (per channel, even where one
+                // value serves all), so layers of one geometry share their function.
                 let (dst_scale, dst_zp) = dst_q;
-                let values = w.values.iter().map(|&v| src_scale * v / dst_scale).collect();
-                let scale =
-                    params.scale(&Scales { values, mask: w.mask }, weights_dims, &oc_index, &format!("{name}.scale"));
-                return finish_onnxruntime(centered, scale, &attrs.post_ops, dst_zp, attrs.dst_dtype);
+                let oc = weights_dims[0] as usize;
+                let mut values: Vec<f32> = w.values.iter().map(|&v| src_scale * v / dst_scale).collect();
+                if values.len() == 1 {
+                    values = vec![values[0]; oc];
+                }
+                let scale = params.per_channel(values, weights_dims, &oc_index, &format!("{name}.scale"));
+                let zp = params.per_channel(vec![dst_zp as f32; oc], weights_dims, &oc_index, &format!("{name}.zp"));
+                let lower = onnxruntime_lower_bound(&attrs.post_ops, dst_zp, attrs.dst_dtype);
+                let lower = params.per_channel(vec![lower; oc], weights_dims, &oc_index, &format!("{name}.lower"));
+                return finish_onnxruntime(centered, scale, zp, lower, attrs.dst_dtype);
             }
             // The products src_scale · wei_scale[oc] in f32, formed here once rather than per
             // element (the same IEEE products either way).
@@ -155,6 +163,17 @@ pub(super) fn requantize_layer(
         name,
     )?;
     Ok(Requantized { compensation, output, params: params.0 })
+}
+
+/// The lower bound of onnxruntime's order before saturating: `f32(zp_dst)` with a ReLU, else
+/// the lowest value of `dst_dtype` (u8 or i8), where `max` changes nothing the saturation would
+/// not (the rounded value is never NaN: a finite scale times an i32 is a number or ±∞).
+fn onnxruntime_lower_bound(post_ops: &[PostOp], dst_zp: i32, dst_dtype: DType) -> f32 {
+    if post_ops.contains(&PostOp::Relu) {
+        dst_zp as f32
+    } else {
+        dst_dtype.scalar.int_range().map_or(0.0, |(lo, _)| lo as f32)
+    }
 }
 
 /// The requantization of `requantize_layer` over an `[m, n]` block of accumulators (`n` output

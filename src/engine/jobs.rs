@@ -1,0 +1,86 @@
+//! `compile_jobs`: the quantized convolutions and products of a network compiled on every core
+//! (`std::thread::scope`) with one shared `KernelCache`, so that distinct functions compile in
+//! parallel and layers of one geometry share one. The first layer of each geometry is taken
+//! first, so that a thread seldom waits for a function another thread is compiling.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use schedules::x86_conv::Conv2dInt8Knobs;
+
+use super::compile::Tuning;
+use super::kernel::Kernel;
+use crate::layer::{KernelCache, LayerError, QConvSpec, QDenseSpec, compile_qconv_in, compile_qdense_in};
+use crate::runtime::CompileOptions;
+
+/// A convolution or product to compile.
+pub(super) enum JobLayer {
+    Conv(QConvSpec),
+    Dense(QDenseSpec),
+}
+
+/// A layer to compile with its knobs (`None`: the defaults) and where they came from.
+pub(super) struct Job {
+    pub(super) layer: JobLayer,
+    pub(super) knobs: Option<Conv2dInt8Knobs>,
+    pub(super) tuning: Tuning,
+}
+
+impl Job {
+    /// What the function of the layer depends on besides what it takes as arguments (zero
+    /// points, scales, weights): layers that agree here most likely share it.
+    fn geometry(&self) -> String {
+        match &self.layer {
+            JobLayer::Conv(s) => format!(
+                "conv {} {} {} {} {} {} {:?} {:?} {} {} {:?}",
+                s.h, s.w, s.ic, s.oc, s.kh, s.kw, s.stride, s.pads, s.src.dtype, s.dst.dtype, self.knobs
+            ),
+            JobLayer::Dense(s) => {
+                format!("dense {} {} {} {} {} {:?}", s.m, s.k, s.n, s.src.dtype, s.dst.dtype, self.knobs)
+            }
+        }
+    }
+
+    fn compile(&self, cache: &KernelCache, options: &CompileOptions) -> Result<Kernel, LayerError> {
+        Ok(match &self.layer {
+            JobLayer::Conv(spec) => Kernel::Conv(Box::new(compile_qconv_in(cache, spec, self.knobs, options)?)),
+            JobLayer::Dense(spec) => Kernel::Dense(Box::new(compile_qdense_in(cache, spec, self.knobs, options)?)),
+        })
+    }
+}
+
+/// A compiled layer (or why not) and the time it took its thread.
+pub(super) type Compiled = (Result<Kernel, LayerError>, Duration);
+
+/// Compiles `jobs` (each with the index the result is returned under) with `options` on as many
+/// threads as the machine has cores (at most one per job).
+pub(super) fn compile_jobs<'a>(
+    jobs: impl Iterator<Item = (usize, &'a Job)>,
+    options: &CompileOptions,
+) -> HashMap<usize, Compiled> {
+    let jobs: Vec<(usize, &Job)> = jobs.collect();
+    let mut seen = HashSet::new();
+    let (first, rest): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|(_, job)| seen.insert(job.geometry()));
+    let order: Vec<(usize, &Job)> = first.into_iter().chain(rest).collect();
+    let cache = KernelCache::new();
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(HashMap::with_capacity(order.len()));
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(order.len()).max(1);
+    let work = || {
+        while let Some(&(index, job)) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let start = Instant::now();
+            let result = job.compile(&cache, options);
+            let done = (result, start.elapsed());
+            results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(index, done);
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(work);
+        }
+        work();
+    });
+    results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
