@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use cranelift_entity::SecondaryMap;
-use ir::DType;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::EngineError;
@@ -15,10 +14,10 @@ use super::native::Int8;
 use super::native::add::AddParams;
 use super::native::max_pool::Window as PoolWindow;
 use super::slot::Slot;
-use crate::graph::partition::{QAdd, QConv, QGlobalAvgPool, QMatMul, QMaxPool, QuantTensor};
-use crate::graph::window::Window;
+use super::spec::{Spec, partition_name, partition_spec};
+use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
-use crate::layer::{ActQuant, KernelCache, LayerError, QConvSpec, QDenseSpec, compile_qconv_in, compile_qdense_in};
+use crate::layer::{KernelCache, LayerError, QConvSpec, QDenseSpec, compile_qconv_in, compile_qdense_in};
 use crate::runtime::CompileOptions;
 
 /// Where a compiled kernel's knobs came from.
@@ -43,6 +42,7 @@ impl Tuning {
 }
 
 /// A workload whose knobs a tuning database may hold.
+#[derive(Clone, Copy)]
 pub enum Workload<'a> {
     Conv(&'a QConvSpec),
     Dense(&'a QDenseSpec),
@@ -160,40 +160,6 @@ fn int8(dtype: DataType) -> Option<Int8> {
     }
 }
 
-fn act(q: &QuantTensor) -> ActQuant {
-    let dtype = if q.dtype == DataType::S8 { DType::I8 } else { DType::U8 };
-    ActQuant { dtype, scale: q.scale, zero_point: q.zero_point }
-}
-
-/// Whether an activation's integer effect is a ReLU (`Some(true)`), nothing (`Some(false)`) or
-/// something the compiled kernels do not express (`None`).
-fn relu(clamp: (i32, i32), dst: &QuantTensor) -> Option<bool> {
-    let (lo, hi) = dst.range();
-    if clamp == (lo, hi) {
-        Some(false)
-    } else if clamp == (dst.zero_point.max(lo), hi) {
-        Some(true)
-    } else {
-        None
-    }
-}
-
-/// The name of a partition's first op (its ONNX node, for an imported model).
-fn partition_name(graph: &FinalizedGraph, p: &Partition) -> String {
-    let op = p.ops.iter().rev().find_map(|&o| graph.op(o)).map(|op| op.name.clone()).unwrap_or_default();
-    format!("{} {}", p.id, op)
-}
-
-/// A 2-D window with equal strides and equal pads everywhere and no dilation: `(stride, pad)`.
-fn square_window(w: &Window) -> Option<(usize, usize)> {
-    let (s, p) = (*w.strides.first()?, *w.pads_begin.first()?);
-    let square = w.rank() == 2
-        && w.strides.iter().all(|&x| x == s)
-        && w.pads_begin.iter().chain(&w.pads_end).all(|&x| x == p)
-        && w.dilations.iter().all(|&d| d == 1);
-    square.then_some((s, p))
-}
-
 type Chosen = (Kernel, Option<Tuning>);
 
 fn reference(why: impl Into<String>) -> Chosen {
@@ -221,11 +187,8 @@ fn choose(
     }
     let out = &slots[outs[0]];
     match &p.kind {
-        PartitionKind::QuantizedConv(c) => {
-            conv(graph, p, c, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error)
-        }
-        PartitionKind::QuantizedMatMul(m) => {
-            dense(graph, p, m, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error)
+        PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_) => {
+            compiled(graph, p, (options, cache), knobs).map_err(layer_error)
         }
         PartitionKind::QuantizedAdd(a) => Ok(quantized_add(a, ins, slots)),
         PartitionKind::QuantizedMaxPool(m) => Ok(quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out)),
@@ -235,72 +198,24 @@ fn choose(
     }
 }
 
-fn conv(
+/// A quantized convolution or product on the x86 kernels (`spec::partition_spec`), with the
+/// knobs `knobs` chooses.
+fn compiled(
     graph: &FinalizedGraph,
     p: &Partition,
-    c: &QConv,
-    src: Option<&Slot>,
     (options, cache): (&CompileOptions, &KernelCache),
     knobs: KnobSource<'_>,
 ) -> Result<Chosen, LayerError> {
-    let Some(src) = src else { return Ok(reference("no source")) };
-    let Some((stride, pad)) = square_window(&c.window) else {
-        return Ok(reference("strides, pads or dilations differ between dimensions"));
+    let spec = match partition_spec(graph, p) {
+        Ok(spec) => spec,
+        Err(why) => return Ok(reference(why)),
     };
-    let Some(relu) = relu(c.clamp, &c.dst) else { return Ok(reference("a clip the kernels do not fuse")) };
-    let [n, ic, h, w] = src.nchw();
-    if n != 1 || c.groups != 1 || c.weight_dims.len() != 4 {
-        return Ok(reference(format!("batch {n}, groups {}", c.groups)));
-    }
-    let spec = QConvSpec {
-        name: partition_name(graph, p).replace(' ', "_"),
-        src: act(&c.src),
-        h: h as i64,
-        w: w as i64,
-        ic: ic as i64,
-        oc: c.weight_dims[0] as i64,
-        kh: c.weight_dims[2] as i64,
-        kw: c.weight_dims[3] as i64,
-        stride: (stride as i64, stride as i64),
-        pads: [pad as i64; 4],
-        weights: c.weights.clone(),
-        weight_scales: c.weight_scales.clone(),
-        bias: c.bias.clone(),
-        dst: act(&c.dst),
-        relu,
+    let (chosen, tuning) = knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
+    let kernel = match &spec {
+        Spec::Conv(c) => Kernel::Conv(Box::new(compile_qconv_in(cache, c, chosen, options)?)),
+        Spec::Dense(d) => Kernel::Dense(Box::new(compile_qdense_in(cache, d, chosen, options)?)),
     };
-    let (chosen, tuning) = knobs(Workload::Conv(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-    let compiled = compile_qconv_in(cache, &spec, chosen, options)?;
-    Ok((Kernel::Conv(Box::new(compiled)), Some(tuning)))
-}
-
-fn dense(
-    graph: &FinalizedGraph,
-    p: &Partition,
-    m: &QMatMul,
-    src: Option<&Slot>,
-    (options, cache): (&CompileOptions, &KernelCache),
-    knobs: KnobSource<'_>,
-) -> Result<Chosen, LayerError> {
-    let Some(src) = src else { return Ok(reference("no source")) };
-    let Some(relu) = relu(m.clamp, &m.dst) else { return Ok(reference("a clip the kernels do not fuse")) };
-    let &[rows, k] = &src.dims[..] else { return Ok(reference("a source that is not 2-D")) };
-    let spec = QDenseSpec {
-        name: partition_name(graph, p).replace(' ', "_"),
-        src: act(&m.src),
-        m: rows as i64,
-        k: k as i64,
-        n: m.weight_dims[1] as i64,
-        weights: m.weights.clone(),
-        weight_scales: m.weight_scales.clone(),
-        bias: m.bias.clone(),
-        alpha: 1.0,
-        dst: act(&m.dst),
-        relu,
-    };
-    let (chosen, tuning) = knobs(Workload::Dense(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-    let compiled = compile_qdense_in(cache, &spec, chosen, options)?;
-    Ok((Kernel::Dense(Box::new(compiled)), Some(tuning)))
+    Ok((kernel, Some(tuning)))
 }
 
 fn quantized_add(a: &QAdd, ins: &[usize], slots: &[Slot]) -> Chosen {

@@ -144,7 +144,7 @@ impl QConvSpec {
 
     /// The layer the default knobs are chosen for (a square kernel of the kernel's width: what
     /// fixes the output row the tiles cover).
-    fn knob_layer(&self) -> ConvLayer {
+    pub fn knob_layer(&self) -> ConvLayer {
         ConvLayer {
             name: "qconv",
             ic: self.ic,
