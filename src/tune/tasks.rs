@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use ir::intrin::pair_sums_fit_i16;
 use schedules::resnet18::{DenseLayer, Layer, WeightBits};
 use schedules::x86_conv::weight_range;
 use thiserror::Error;
@@ -36,9 +37,12 @@ pub enum TaskError {
 pub fn workload_key(w: Workload<'_>) -> (WorkloadRef, WeightBits) {
     let dtype = |a: &ActQuant| a.dtype.to_string();
     let scales = |n: usize| if n == 1 { "tensor" } else { "channel" };
+    // 7-bit: every u8 × s8 pair sum fits i16 (`vpmaddubsw` exact: another kernel family),
+    // onnxruntime's reduced range [-64, 64] included.
     let bits = |weights: &[i8]| {
         let (lo, hi) = weight_range(weights.iter().copied());
-        if lo >= -64 && hi <= 63 { WeightBits::Seven } else { WeightBits::Eight }
+        let exact = pair_sums_fit_i16((0, 255), (i64::from(lo.min(0)), i64::from(hi.max(0))));
+        if exact { WeightBits::Seven } else { WeightBits::Eight }
     };
     match w {
         Workload::Conv(c) => {
