@@ -117,8 +117,7 @@ impl SearchArgs {
             trials,
             budget: self.budget_s.map(Duration::from_secs_f64),
             repeat: self.repeat,
-            search_budget: (self.search_budget_ms > 0.0)
-                .then(|| Duration::from_secs_f64(self.search_budget_ms / 1e3)),
+            search_budget: (self.search_budget_ms > 0.0).then(|| Duration::from_secs_f64(self.search_budget_ms / 1e3)),
             strategy: match self.strategy {
                 StrategyChoice::Evolutionary => Strategy::Evolutionary,
                 StrategyChoice::Random => Strategy::Random,
@@ -234,6 +233,7 @@ fn tune_model(path: &Path, args: &SearchArgs) -> Result<(), Box<dyn Error>> {
     bar.finish_and_clear();
     let search_s = started.elapsed().as_secs_f64();
     let measurements: usize = results.iter().map(|r| r.records.len()).sum();
+    let verified = results.iter().flat_map(|r| &r.records).filter(|r| r.ok()).count();
 
     // The whole model: default knobs, the repository's pre-tuned records, and this run's
     // records (with the database's, as `run --db` applies them).
@@ -245,23 +245,31 @@ fn tune_model(path: &Path, args: &SearchArgs) -> Result<(), Box<dyn Error>> {
     let host = Host::this(level);
     let with_pretuned = RecordKnobs { user: Vec::new(), pretuned: pretuned.clone(), host: host.clone(), max_threads };
     let with_tuned = RecordKnobs { user: tuned, pretuned, host, max_threads };
-    let (pretuned_knobs, tuned_knobs) = (|w: Workload<'_>| with_pretuned.knobs(w), |w: Workload<'_>| with_tuned.knobs(w));
+    let (pretuned_knobs, tuned_knobs) =
+        (|w: Workload<'_>| with_pretuned.knobs(w), |w: Workload<'_>| with_tuned.knobs(w));
     let compile = CompileOptions { target: Target::Level(level), threads: Some(max_threads), ..Default::default() };
-    let sources: [(&str, KnobSource<'_>); 3] = [("default", &|_| None), ("pretuned", &pretuned_knobs), ("tuned", &tuned_knobs)];
+    let sources: [(&str, KnobSource<'_>); 3] =
+        [("default", &|_| None), ("pretuned", &pretuned_knobs), ("tuned", &tuned_knobs)];
     let latency = model_latency(&model, &compile, &sources, LATENCY_ROUNDS)?;
     let [default_ms, pretuned_ms, tuned_ms] = latency[..] else { return Err("three latencies expected".into()) };
 
-    let tasks: Vec<serde_json::Value> = model.tasks.iter().zip(&results).zip(&per_task).map(|((task, r), o)| {
-        let s = Summary::of(r);
-        let ms = |g: Option<f64>| g.map(|g| task.ops() as f64 / g / 1e6);
-        serde_json::json!({
-            "workload": r.workload, "uses": task.uses, "ops": task.ops(), "weights": task.weights,
-            "default_gops": s.default_gops, "tuned_gops": s.tuned_gops,
-            "default_ms": ms(s.default_gops), "tuned_ms": ms(s.tuned_gops),
-            "speedup": s.speedup, "trials": r.trials(), "allotted_trials": o.trials, "failed": s.failed,
-            "seconds": r.elapsed.as_secs_f64(), "best": s.best.map(|b| &b.schedule),
+    let tasks: Vec<serde_json::Value> = model
+        .tasks
+        .iter()
+        .zip(&results)
+        .zip(&per_task)
+        .map(|((task, r), o)| {
+            let s = Summary::of(r);
+            let ms = |g: Option<f64>| g.map(|g| task.ops() as f64 / g / 1e6);
+            serde_json::json!({
+                "workload": r.workload, "uses": task.uses, "ops": task.ops(), "weights": task.weights,
+                "default_gops": s.default_gops, "tuned_gops": s.tuned_gops,
+                "default_ms": ms(s.default_gops), "tuned_ms": ms(s.tuned_gops),
+                "speedup": s.speedup, "trials": r.trials(), "allotted_trials": o.trials, "failed": s.failed,
+                "seconds": r.elapsed.as_secs_f64(), "best": s.best.map(|b| &b.schedule),
+            })
         })
-    }).collect();
+        .collect();
     match args.format {
         Format::Json => {
             let json = serde_json::json!({
@@ -270,6 +278,7 @@ fn tune_model(path: &Path, args: &SearchArgs) -> Result<(), Box<dyn Error>> {
                 "threads": max_threads,
                 "tasks": tasks,
                 "measurements": measurements,
+                "verified": verified,
                 "search_seconds": search_s,
                 "measurements_per_second": measurements as f64 / search_s,
                 "latency_ms": {"default": default_ms, "pretuned": pretuned_ms, "tuned": tuned_ms},
@@ -299,7 +308,7 @@ fn tune_model(path: &Path, args: &SearchArgs) -> Result<(), Box<dyn Error>> {
                 );
             }
             println!(
-                "{measurements} verified-or-recorded measurements in {search_s:.1} s ({:.1}/s)",
+                "{measurements} measurements ({verified} verified) in {search_s:.1} s: {:.1}/s",
                 measurements as f64 / search_s
             );
             println!(

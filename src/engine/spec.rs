@@ -84,8 +84,7 @@ fn square_window(w: &Window) -> Option<(usize, usize)> {
 }
 
 fn conv(name: String, c: &QConv, dims: &[usize]) -> Result<QConvSpec, String> {
-    let (stride, pad) =
-        square_window(&c.window).ok_or("strides, pads or dilations differ between dimensions")?;
+    let (stride, pad) = square_window(&c.window).ok_or("strides, pads or dilations differ between dimensions")?;
     let relu = relu(c.clamp, &c.dst).ok_or("a clip the kernels do not fuse")?;
     let &[n, ic, h, w] = dims else { return Err(format!("a source of rank {}, not 4", dims.len())) };
     if n != 1 || c.groups != 1 || c.weight_dims.len() != 4 {

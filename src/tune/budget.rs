@@ -45,6 +45,9 @@ mod tests {
         // A tiny share still measures the default point.
         assert_eq!(split_trials(10, &[0.99, 0.01]), [9, 1]);
         assert_eq!(split_trials(2, &[0.4, 0.3, 0.3]), [1, 1, 1]);
-        assert_eq!(split_time(Duration::from_secs(10), &[0.25, 0.75]), [Duration::from_millis(2500), Duration::from_millis(7500)]);
+        assert_eq!(
+            split_time(Duration::from_secs(10), &[0.25, 0.75]),
+            [Duration::from_millis(2500), Duration::from_millis(7500)]
+        );
     }
 }

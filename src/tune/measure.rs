@@ -14,11 +14,11 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 use super::space::Space;
 use crate::CompileOptions;
 use crate::bench::time_against_peak_after;
+use crate::error::RuntimeError;
 use crate::isa::IsaLevel;
 use crate::kernels::peak::ProbeKind;
 use crate::layer::{LayerError, TableLayer};
 use crate::record::{Status, WorkloadRef};
-use crate::error::RuntimeError;
 use crate::runtime::peak::Probe;
 use crate::target::Target;
 

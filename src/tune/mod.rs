@@ -157,8 +157,9 @@ pub fn tune_layer(
         budget_ms: None,
         phase: Phase::Search,
     };
-    tune_space(worker, (space, workload(layer)), template, options, db, progress)
-        .map(|(records, elapsed)| LayerResult { name: layer.name().to_string(), workload: workload(layer), records, elapsed })
+    tune_space(worker, (space, workload(layer)), template, options, db, progress).map(|(records, elapsed)| {
+        LayerResult { name: layer.name().to_string(), workload: workload(layer), records, elapsed }
+    })
 }
 
 /// Searches `space` (of the workload `workload`) with `worker`, each point measured as

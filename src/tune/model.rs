@@ -56,7 +56,12 @@ pub fn tune_model(
         };
         let (records, elapsed) =
             tune_space(worker, (space, task.workload.clone()), template, &options, db, |r| progress(task, r))?;
-        results.push(LayerResult { name: task.workload.summary.clone(), workload: task.workload.clone(), records, elapsed });
+        results.push(LayerResult {
+            name: task.workload.summary.clone(),
+            workload: task.workload.clone(),
+            records,
+            elapsed,
+        });
     }
     Ok(results)
 }

@@ -65,16 +65,20 @@ fn kernel_bytes(value: &Value) -> Vec<u8> {
 
 impl TaskBench {
     /// Sets `task` of `model` up for code at `level` on at most `max_threads` threads.
-    pub fn new(model: &ModelTasks, task: &Task, level: IsaLevel, max_threads: usize) -> Result<TaskBench, ReferenceError> {
+    pub fn new(
+        model: &ModelTasks,
+        task: &Task,
+        level: IsaLevel,
+        max_threads: usize,
+    ) -> Result<TaskBench, ReferenceError> {
         let source = task.partition.inputs[0];
-        let (dtype, dims) = model
-            .graph
-            .tensor(source)
-            .and_then(|t| Some((t.dtype, t.shape.concrete()?)))
-            .ok_or_else(|| ReferenceError::Partition {
-                partition: task.partition.id,
-                kind: task.partition.kind.name(),
-                reason: "a source of unknown shape".into(),
+        let (dtype, dims) =
+            model.graph.tensor(source).and_then(|t| Some((t.dtype, t.shape.concrete()?))).ok_or_else(|| {
+                ReferenceError::Partition {
+                    partition: task.partition.id,
+                    kind: task.partition.kind.name(),
+                    reason: "a source of unknown shape".into(),
+                }
             })?;
         let mut rng = StdRng::seed_from_u64(INPUT_SEED);
         let count: usize = dims.iter().product();

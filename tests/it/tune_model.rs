@@ -52,14 +52,18 @@ fn resnet18_w8_tasks() -> BTreeMap<String, usize> {
 #[test]
 fn a_models_tasks_are_its_distinct_workloads_counted_with_their_uses() {
     let tasks = extract(&model("resnet18_w8_s32_qop_u8_pc.onnx")).expect("tasks");
-    let found: BTreeMap<String, usize> =
-        tasks.tasks.iter().map(|t| (t.workload.summary.clone(), t.uses)).collect();
+    let found: BTreeMap<String, usize> = tasks.tasks.iter().map(|t| (t.workload.summary.clone(), t.uses)).collect();
     assert_eq!(found, resnet18_w8_tasks());
     assert_eq!(tasks.tasks.iter().map(|t| t.uses).sum::<usize>(), 21);
     // Keys are distinct, name geometry and weights range, and are the same on a second import.
     let keys: Vec<&str> = tasks.tasks.iter().map(|t| t.workload.key.as_str()).collect();
     assert_eq!(keys.iter().collect::<std::collections::BTreeSet<_>>().len(), keys.len());
-    assert!(keys.contains(&"conv2d_int8:src=u8,dst=u8,h=8,w=8,ic=8,oc=8,kh=3,kw=3,stride=1,pad=1,relu=0,scales=channel,weights=full"), "{keys:?}");
+    assert!(
+        keys.contains(
+            &"conv2d_int8:src=u8,dst=u8,h=8,w=8,ic=8,oc=8,kh=3,kw=3,stride=1,pad=1,relu=0,scales=channel,weights=full"
+        ),
+        "{keys:?}"
+    );
     assert!(keys.contains(&"dense_int8:src=u8,dst=u8,m=1,k=64,n=1000,relu=0,scales=channel,weights=full"), "{keys:?}");
     let again = extract(&model("resnet18_w8_s32_qop_u8_pc.onnx")).expect("tasks");
     assert_eq!(again.tasks.iter().map(|t| t.workload.key.as_str()).collect::<Vec<_>>(), keys);
@@ -68,7 +72,11 @@ fn a_models_tasks_are_its_distinct_workloads_counted_with_their_uses() {
     assert_eq!(seven.tasks.len(), tasks.tasks.len());
     for (a, b) in seven.tasks.iter().zip(&tasks.tasks) {
         assert_eq!(a.workload.summary, b.workload.summary);
-        assert!(a.workload.key.ends_with("weights=7bit") && b.workload.key.ends_with("weights=full"), "{}", a.workload.key);
+        assert!(
+            a.workload.key.ends_with("weights=7bit") && b.workload.key.ends_with("weights=full"),
+            "{}",
+            a.workload.key
+        );
     }
     // The search budget follows ops × uses; every task keeps its default point.
     let trials = split_trials(100, &shares(&tasks.tasks));
@@ -182,12 +190,19 @@ fn a_model_without_tasks_or_not_a_model_is_a_typed_error() {
         isa: IsaLevel::detect().unwrap().name().into(),
         weights: schedules::resnet18::WeightBits::Eight,
         max_threads: 1,
-        point: schedules::x86_conv::default_knobs(schedules::resnet18::layers()[0], schedules::x86_conv::CoreRate::FullZmmVnni, 1),
+        point: schedules::x86_conv::default_knobs(
+            schedules::resnet18::layers()[0],
+            schedules::x86_conv::CoreRate::FullZmmVnni,
+            1,
+        ),
         repeat: 1,
         budget_ms: None,
         phase: tensorlift::record::Phase::Search,
     };
     let r = benches.measure(&c);
     assert_eq!(r.status, Status::BuildError);
-    assert!(r.error.as_deref().is_some_and(|e| e.contains("expected a task of workload \"conv2d_int8:nothing\"")), "{r:?}");
+    assert!(
+        r.error.as_deref().is_some_and(|e| e.contains("expected a task of workload \"conv2d_int8:nothing\"")),
+        "{r:?}"
+    );
 }
