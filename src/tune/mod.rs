@@ -157,24 +157,25 @@ pub fn tune_layer(
         budget_ms: None,
         phase: Phase::Search,
     };
-    tune_space(worker, (space, workload(layer)), template, options, db, progress).map(|(records, elapsed)| {
+    tune_space(worker, (space, workload(layer)), (template, &[]), options, db, progress).map(|(records, elapsed)| {
         LayerResult { name: layer.name().to_string(), workload: workload(layer), records, elapsed }
     })
 }
 
 /// Searches `space` (of the workload `workload`) with `worker`, each point measured as
-/// `template` with the point and phase set: the default point first, then the search, then the
-/// validation rounds (`tune_layer`). Returns the records in measurement order and the time.
+/// `template` with the point and phase set: the default point first, then `starts` (known good
+/// points), then the search, then the validation rounds (`tune_layer`). Returns the records in
+/// measurement order and the time.
 pub fn tune_space(
     worker: &mut Worker,
     (space, workload): (Space, WorkloadRef),
-    template: Candidate,
+    (template, starts): (Candidate, &[Conv2dInt8Knobs]),
     options: &TuneOptions,
     db: Option<&Path>,
     mut progress: impl FnMut(&Record),
 ) -> Result<(Vec<Record>, Duration), DbError> {
     let start = Instant::now();
-    let mut searcher = Searcher::new(space, options.strategy, options.seed);
+    let mut searcher = Searcher::new(space, options.strategy, options.seed).starting_at(starts);
     let mut records = Vec::new();
     let candidate = |point: Conv2dInt8Knobs, phase: Phase| Candidate {
         point,

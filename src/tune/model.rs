@@ -5,11 +5,12 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::apply::RecordKnobs;
 use super::budget::{shares, split_time, split_trials};
 use super::tasks::{ModelTasks, Task};
 use super::worker::{Candidate, Worker};
 use super::{LayerResult, TuneOptions, tune_space};
-use crate::record::{DbError, Phase, Record};
+use crate::record::{Database, DbError, Host, Phase, Record, pretuned};
 
 /// The budget of each task of `model`: `options.trials` and `options.budget` are the model's
 /// totals, split by the tasks' shares of its time.
@@ -30,7 +31,10 @@ pub fn task_options(model: &ModelTasks, options: &TuneOptions) -> Vec<TuneOption
 
 /// Tunes every task of `model` (the file `model.path`, which the worker imports itself) with
 /// `worker`, appending every record to `db` when given; `progress` sees each record with its
-/// task. A task's weights range is its own (`Task::weights`), not `options.weights`.
+/// task. A task's weights range is its own (`Task::weights`), not `options.weights`. The point
+/// `tensorlift run` would apply without this run's records (of `db`, else pre-tuned:
+/// `apply::RecordKnobs`) is measured right after the default, so the result is never slower
+/// than either, up to noise.
 pub fn tune_model(
     worker: &mut Worker,
     model: &ModelTasks,
@@ -39,6 +43,15 @@ pub fn tune_model(
     mut progress: impl FnMut(&Task, &Record),
 ) -> Result<Vec<LayerResult>, DbError> {
     let path = std::fs::canonicalize(&model.path).unwrap_or_else(|_| model.path.clone());
+    let known = RecordKnobs {
+        user: match db {
+            Some(db) => Database::load(db)?.records,
+            None => Vec::new(),
+        },
+        pretuned: pretuned()?.records,
+        host: Host::this(options.level),
+        max_threads: options.max_threads,
+    };
     let mut results = Vec::with_capacity(model.tasks.len());
     for (task, options) in model.tasks.iter().zip(task_options(model, options)) {
         let space = task.space(options.max_threads, options.level);
@@ -54,8 +67,11 @@ pub fn tune_model(
             budget_ms: None,
             phase: Phase::Search,
         };
+        let starts: Vec<_> = known.knobs(task.spec.workload()).map(|(k, _)| k).into_iter().collect();
         let (records, elapsed) =
-            tune_space(worker, (space, task.workload.clone()), template, &options, db, |r| progress(task, r))?;
+            tune_space(worker, (space, task.workload.clone()), (template, &starts), &options, db, |r| {
+                progress(task, r)
+            })?;
         results.push(LayerResult {
             name: task.workload.summary.clone(),
             workload: task.workload.clone(),
