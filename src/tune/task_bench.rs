@@ -2,7 +2,8 @@
 //! the point's knobs (`layer::compile_qconv`, `compile_qdense`, as `tensorlift run` compiles
 //! it), its output checked bit for bit against the graph's reference of the task's partition
 //! (`graph::reference::run_partition`, which shares no code with the compiled path) on one
-//! seeded input, then timed against the peak probe as a table layer is (`measure`).
+//! seeded input, then timed against the peak probe as a table layer is (`measure`). Compiled
+//! functions and prepared weights are kept per task (`KernelCache::keeping_weights`).
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use crate::engine::Spec;
 use crate::graph::reference::{ReferenceError, run_partition};
 use crate::graph::{Data, Value};
 use crate::isa::IsaLevel;
-use crate::layer::{CompiledQuantized, compile_qconv, compile_qdense, permute_bytes};
+use crate::layer::{CompiledQuantized, KernelCache, compile_qconv_in, compile_qdense_in, permute_bytes};
 use crate::record::{Status, WorkloadRef};
 use crate::runtime::peak::Probe;
 use crate::target::Target;
@@ -36,6 +37,9 @@ pub struct TaskBench {
     spec: Spec,
     src: Vec<u8>,
     expected: Vec<u8>,
+    /// Functions and prepared weights of the points measured so far (a validation round
+    /// compiles nothing again, a panel width prepares the weights once).
+    cache: KernelCache,
 }
 
 /// `[N, C, H, W]` of a conv's source or output, `None` for a product (row-major already).
@@ -101,6 +105,7 @@ impl TaskBench {
             spec: task.spec.clone(),
             src: kernel_bytes(&input),
             expected: kernel_bytes(&output),
+            cache: KernelCache::keeping_weights(),
         })
     }
 
@@ -117,8 +122,8 @@ impl TaskBench {
         let options =
             CompileOptions { target: Target::Level(self.level), threads: Some(point.threads), ..Default::default() };
         let compiled: Result<CompiledQuantized, _> = match &self.spec {
-            Spec::Conv(c) => compile_qconv(c, Some(*point), &options),
-            Spec::Dense(d) => compile_qdense(d, Some(*point), &options),
+            Spec::Conv(c) => compile_qconv_in(&self.cache, c, Some(*point), &options),
+            Spec::Dense(d) => compile_qdense_in(&self.cache, d, Some(*point), &options),
         };
         let compiled = match compiled {
             Ok(c) => c,
