@@ -21,13 +21,17 @@ use crate::isa::IsaLevel;
 /// level, the threads and the optimization level (its `Debug` text).
 pub(super) type CacheKey = (String, Conv2dInt8Knobs, IsaLevel, Option<usize>, String);
 
+/// What identifies prepared weights in a cache that keeps them: the layer's name, the panel
+/// width and the GEMM operands (their `Debug` text).
+type WeightsKey = (String, i64, String);
+
 /// Compiled functions by `CacheKey`, for one thread (the compile loop of a network).
 #[derive(Default)]
 pub struct KernelCache {
     kernels: RefCell<HashMap<CacheKey, Rc<Kernel>>>,
     hits: Cell<usize>,
     /// Prepared weights by (layer name, nr, operands), when kept (`keeping_weights`).
-    weights: Option<RefCell<HashMap<(String, i64, String), PreparedWeights>>>,
+    weights: Option<RefCell<HashMap<WeightsKey, PreparedWeights>>>,
 }
 
 impl KernelCache {
