@@ -8,12 +8,10 @@ use std::error::Error;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use tensorlift::CompileOptions;
 use tensorlift::bench::median;
 use tensorlift::engine::{self, CompiledGraph, Kernel, Tuning, Workload};
-use tensorlift::graph::{Data, DataType, PartitionPolicy, Value, reference};
+use tensorlift::graph::{PartitionPolicy, Value, reference};
 use tensorlift::kernels::peak::ProbeKind;
 use tensorlift::record::{Host, pretuned};
 use tensorlift::runtime::peak::Probe;
@@ -71,20 +69,6 @@ enum PolicyChoice {
     Debug,
 }
 
-/// Seeded random data for an input of `dtype` and `dims`.
-fn random_input(dtype: DataType, dims: &[usize], seed: u64) -> Result<Value, Box<dyn Error>> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let n = dims.iter().product();
-    let data = match dtype {
-        DataType::F32 => Data::F32((0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()),
-        DataType::U8 => Data::U8((0..n).map(|_| rng.random()).collect()),
-        DataType::S8 => Data::S8((0..n).map(|_| rng.random()).collect()),
-        DataType::S32 => Data::S32((0..n).map(|_| rng.random_range(-1000..1000)).collect()),
-        other => return Err(format!("no random input of {other}: give --input").into()),
-    };
-    Ok(Value::new(dims, data)?)
-}
-
 /// One partition's row of the report.
 struct Row {
     id: String,
@@ -132,7 +116,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         (None, _) => specs
             .iter()
             .enumerate()
-            .map(|(i, (d, dims))| random_input(*d, dims, seed + i as u64))
+            .map(|(i, (d, dims))| engine::random_input(*d, dims, seed + i as u64))
             .collect::<Result<_, _>>()?,
     };
     let (outputs, _) = compiled.execute(&inputs)?;

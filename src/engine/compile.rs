@@ -6,20 +6,19 @@
 use std::time::{Duration, Instant};
 
 use cranelift_entity::SecondaryMap;
-use ir::DType;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::EngineError;
-use super::jobs::{Job, JobLayer, compile_jobs};
+use super::jobs::{Job, compile_jobs};
 use super::kernel::Kernel;
 use super::native::Int8;
 use super::native::add::AddParams;
 use super::native::max_pool::Window as PoolWindow;
 use super::slot::Slot;
-use crate::graph::partition::{QAdd, QConv, QGlobalAvgPool, QMatMul, QMaxPool, QuantTensor};
-use crate::graph::window::Window;
+use super::spec::{Spec, give_back, partition_name, take_spec};
+use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
-use crate::layer::{ActQuant, QConvSpec, QDenseSpec};
+use crate::layer::{QConvSpec, QDenseSpec};
 use crate::runtime::CompileOptions;
 
 /// Where a compiled kernel's knobs came from.
@@ -44,6 +43,7 @@ impl Tuning {
 }
 
 /// A workload whose knobs a tuning database may hold.
+#[derive(Clone, Copy)]
 pub enum Workload<'a> {
     Conv(&'a QConvSpec),
     Dense(&'a QDenseSpec),
@@ -148,7 +148,11 @@ pub fn compile_with(
             Plan::Job(job) => {
                 let (result, time) = compiled.remove(&i).expect("every job is compiled");
                 let tuning = job.tuning;
-                give_back(&mut partition, job.layer);
+                let weights = match job.layer {
+                    Spec::Conv(c) => c.weights,
+                    Spec::Dense(d) => d.weights,
+                };
+                give_back(&mut partition, weights);
                 let kernel = result.map_err(|e| EngineError::Layer {
                     partition: partition_name(&graph, &partition),
                     kind: partition.kind.name(),
@@ -186,40 +190,6 @@ fn int8(dtype: DataType) -> Option<Int8> {
     }
 }
 
-fn act(q: &QuantTensor) -> ActQuant {
-    let dtype = if q.dtype == DataType::S8 { DType::I8 } else { DType::U8 };
-    ActQuant { dtype, scale: q.scale, zero_point: q.zero_point }
-}
-
-/// Whether an activation's integer effect is a ReLU (`Some(true)`), nothing (`Some(false)`) or
-/// something the compiled kernels do not express (`None`).
-fn relu(clamp: (i32, i32), dst: &QuantTensor) -> Option<bool> {
-    let (lo, hi) = dst.range();
-    if clamp == (lo, hi) {
-        Some(false)
-    } else if clamp == (dst.zero_point.max(lo), hi) {
-        Some(true)
-    } else {
-        None
-    }
-}
-
-/// The name of a partition's first op (its ONNX node, for an imported model).
-fn partition_name(graph: &FinalizedGraph, p: &Partition) -> String {
-    let op = p.ops.iter().rev().find_map(|&o| graph.op(o)).map(|op| op.name.clone()).unwrap_or_default();
-    format!("{} {}", p.id, op)
-}
-
-/// A 2-D window with equal strides and equal pads everywhere and no dilation: `(stride, pad)`.
-fn square_window(w: &Window) -> Option<(usize, usize)> {
-    let (s, p) = (*w.strides.first()?, *w.pads_begin.first()?);
-    let square = w.rank() == 2
-        && w.strides.iter().all(|&x| x == s)
-        && w.pads_begin.iter().chain(&w.pads_end).all(|&x| x == p)
-        && w.dilations.iter().all(|&d| d == 1);
-    square.then_some((s, p))
-}
-
 type Chosen = (Kernel, Option<Tuning>);
 
 fn reference(why: impl Into<String>) -> Chosen {
@@ -250,10 +220,14 @@ fn plan(
         return Ok(Plan::Chosen(reference(format!("{} outputs", outs.len()))));
     }
     let out = &slots[outs[0]];
-    let name = partition_name(graph, p).replace(' ', "_");
-    Ok(match &mut p.kind {
-        PartitionKind::QuantizedConv(c) => conv(name, c, ins.first().map(|&i| &slots[i]), knobs),
-        PartitionKind::QuantizedMatMul(m) => dense(name, m, ins.first().map(|&i| &slots[i]), knobs),
+    Ok(match &p.kind {
+        PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_) => match take_spec(graph, p) {
+            Ok(spec) => {
+                let (chosen, tuning) = knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
+                Plan::Job(Job { layer: spec, knobs: chosen, tuning })
+            }
+            Err(why) => Plan::Chosen(reference(why)),
+        },
         PartitionKind::QuantizedAdd(a) => Plan::Chosen(quantized_add(a, ins, slots)),
         PartitionKind::QuantizedMaxPool(m) => Plan::Chosen(quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out)),
         PartitionKind::QuantizedGlobalAvgPool(g) => {
@@ -262,67 +236,6 @@ fn plan(
         PartitionKind::Single(op) => Plan::Chosen(single(op, ins, slots, out)),
         PartitionKind::Unsupported { reason, .. } => Plan::Chosen(reference(reason.clone())),
     })
-}
-
-fn conv(name: String, c: &mut QConv, src: Option<&Slot>, knobs: KnobSource<'_>) -> Plan {
-    let Some(src) = src else { return Plan::Chosen(reference("no source")) };
-    let Some((stride, pad)) = square_window(&c.window) else {
-        return Plan::Chosen(reference("strides, pads or dilations differ between dimensions"));
-    };
-    let Some(relu) = relu(c.clamp, &c.dst) else { return Plan::Chosen(reference("a clip the kernels do not fuse")) };
-    let [n, ic, h, w] = src.nchw();
-    if n != 1 || c.groups != 1 || c.weight_dims.len() != 4 {
-        return Plan::Chosen(reference(format!("batch {n}, groups {}", c.groups)));
-    }
-    let spec = QConvSpec {
-        name,
-        src: act(&c.src),
-        h: h as i64,
-        w: w as i64,
-        ic: ic as i64,
-        oc: c.weight_dims[0] as i64,
-        kh: c.weight_dims[2] as i64,
-        kw: c.weight_dims[3] as i64,
-        stride: (stride as i64, stride as i64),
-        pads: [pad as i64; 4],
-        weights: std::mem::take(&mut c.weights),
-        weight_scales: c.weight_scales.clone(),
-        bias: c.bias.clone(),
-        dst: act(&c.dst),
-        relu,
-    };
-    let (chosen, tuning) = knobs(Workload::Conv(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-    Plan::Job(Job { layer: JobLayer::Conv(spec), knobs: chosen, tuning })
-}
-
-fn dense(name: String, m: &mut QMatMul, src: Option<&Slot>, knobs: KnobSource<'_>) -> Plan {
-    let Some(src) = src else { return Plan::Chosen(reference("no source")) };
-    let Some(relu) = relu(m.clamp, &m.dst) else { return Plan::Chosen(reference("a clip the kernels do not fuse")) };
-    let &[rows, k] = &src.dims[..] else { return Plan::Chosen(reference("a source that is not 2-D")) };
-    let spec = QDenseSpec {
-        name,
-        src: act(&m.src),
-        m: rows as i64,
-        k: k as i64,
-        n: m.weight_dims[1] as i64,
-        weights: std::mem::take(&mut m.weights),
-        weight_scales: m.weight_scales.clone(),
-        bias: m.bias.clone(),
-        alpha: 1.0,
-        dst: act(&m.dst),
-        relu,
-    };
-    let (chosen, tuning) = knobs(Workload::Dense(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-    Plan::Job(Job { layer: JobLayer::Dense(spec), knobs: chosen, tuning })
-}
-
-/// Returns a compiled layer's weights to its partition (`plan` moved them into the job).
-fn give_back(partition: &mut Partition, layer: JobLayer) {
-    match (&mut partition.kind, layer) {
-        (PartitionKind::QuantizedConv(c), JobLayer::Conv(spec)) => c.weights = spec.weights,
-        (PartitionKind::QuantizedMatMul(m), JobLayer::Dense(spec)) => m.weights = spec.weights,
-        _ => {}
-    }
 }
 
 fn quantized_add(a: &QAdd, ins: &[usize], slots: &[Slot]) -> Chosen {

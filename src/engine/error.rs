@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-use crate::graph::{DataType, GraphError};
+use crate::graph::{DataType, GraphError, ValueError};
 use crate::layer::LayerError;
 
 /// Errors of `engine::compile` and `CompiledGraph::execute`.
@@ -29,4 +29,8 @@ pub enum EngineError {
     },
     #[error("expected {expected} inputs, found {found}")]
     InputCount { expected: usize, found: usize },
+    #[error("no random input of {dtype}: expected f32, u8, s8 or s32 (give the input as a file)")]
+    RandomInput { dtype: DataType },
+    #[error(transparent)]
+    Value(#[from] ValueError),
 }

@@ -12,18 +12,13 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::compile::Tuning;
 use super::kernel::Kernel;
-use crate::layer::{KernelCache, LayerError, QConvSpec, QDenseSpec, compile_qconv_in, compile_qdense_in};
+use super::spec::Spec;
+use crate::layer::{KernelCache, LayerError, compile_qconv_in, compile_qdense_in};
 use crate::runtime::CompileOptions;
-
-/// A convolution or product to compile.
-pub(super) enum JobLayer {
-    Conv(QConvSpec),
-    Dense(QDenseSpec),
-}
 
 /// A layer to compile with its knobs (`None`: the defaults) and where they came from.
 pub(super) struct Job {
-    pub(super) layer: JobLayer,
+    pub(super) layer: Spec,
     pub(super) knobs: Option<Conv2dInt8Knobs>,
     pub(super) tuning: Tuning,
 }
@@ -33,11 +28,11 @@ impl Job {
     /// points, scales, weights): layers that agree here most likely share it.
     fn geometry(&self) -> String {
         match &self.layer {
-            JobLayer::Conv(s) => format!(
+            Spec::Conv(s) => format!(
                 "conv {} {} {} {} {} {} {:?} {:?} {} {} {:?}",
                 s.h, s.w, s.ic, s.oc, s.kh, s.kw, s.stride, s.pads, s.src.dtype, s.dst.dtype, self.knobs
             ),
-            JobLayer::Dense(s) => {
+            Spec::Dense(s) => {
                 format!("dense {} {} {} {} {} {:?}", s.m, s.k, s.n, s.src.dtype, s.dst.dtype, self.knobs)
             }
         }
@@ -45,8 +40,8 @@ impl Job {
 
     fn compile(&self, cache: &KernelCache, options: &CompileOptions) -> Result<Kernel, LayerError> {
         Ok(match &self.layer {
-            JobLayer::Conv(spec) => Kernel::Conv(Box::new(compile_qconv_in(cache, spec, self.knobs, options)?)),
-            JobLayer::Dense(spec) => Kernel::Dense(Box::new(compile_qdense_in(cache, spec, self.knobs, options)?)),
+            Spec::Conv(spec) => Kernel::Conv(Box::new(compile_qconv_in(cache, spec, self.knobs, options)?)),
+            Spec::Dense(spec) => Kernel::Dense(Box::new(compile_qdense_in(cache, spec, self.knobs, options)?)),
         })
     }
 }

@@ -16,11 +16,15 @@
 mod compile;
 mod error;
 mod execute;
+mod inputs;
 mod jobs;
 mod kernel;
 pub mod native;
 mod slot;
+mod spec;
 
 pub use compile::{CompiledGraph, KnobSource, Step, Tuning, Workload, compile, compile_with};
 pub use error::EngineError;
+pub use inputs::random_input;
 pub use kernel::Kernel;
+pub use spec::{Spec, partition_spec};

@@ -3,15 +3,19 @@
 //! threads) compile once. In onnxruntime's order zero points, per-tensor and per-channel scales
 //! and the ReLU bound are arguments, as are packed weights and compensations: none is part of
 //! the function. Shared between threads, so that distinct functions compile in parallel; a
-//! thread that needs a function another is compiling waits for it.
+//! thread that needs a function another is compiling waits for it. A cache made
+//! `keeping_weights` also keeps each layer's prepared weights by its name, panel width and GEMM
+//! operands (what the tuner's measurement of one layer under many schedules reuses).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use schedules::ops::GemmOperands;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::LayerError;
+use super::qprepare::PreparedWeights;
 use crate::isa::IsaLevel;
 use crate::runtime::CompiledFunc;
 
@@ -27,11 +31,39 @@ type Slot = Arc<Mutex<Option<Arc<CompiledFunc>>>>;
 pub struct KernelCache {
     kernels: Mutex<HashMap<CacheKey, Slot>>,
     hits: AtomicUsize,
+    /// Prepared weights by (layer name, nr, operands), when kept (`keeping_weights`).
+    weights: Option<Mutex<HashMap<WeightsKey, PreparedWeights>>>,
 }
+
+/// What identifies prepared weights in a cache that keeps them: the layer's name, the panel
+/// width and the GEMM operands (their `Debug` text).
+type WeightsKey = (String, i64, String);
 
 impl KernelCache {
     pub fn new() -> KernelCache {
         KernelCache::default()
+    }
+
+    /// A cache that also keeps prepared weights, by layer name: only for layers whose name
+    /// means one set of weights, bias and source zero point (one spec compiled many times).
+    pub fn keeping_weights() -> KernelCache {
+        KernelCache { weights: Some(Mutex::default()), ..KernelCache::default() }
+    }
+
+    /// The prepared weights of `key`, prepared by `prepare` unless kept from before.
+    pub(super) fn prepared(
+        &self,
+        (name, nr, operands): (String, i64, GemmOperands),
+        prepare: impl FnOnce() -> Result<PreparedWeights, LayerError>,
+    ) -> Result<PreparedWeights, LayerError> {
+        let Some(kept) = &self.weights else { return prepare() };
+        let key = (name, nr, format!("{operands:?}"));
+        if let Some(w) = kept.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+            return Ok(w.clone());
+        }
+        let w = prepare()?;
+        kept.lock().unwrap_or_else(PoisonError::into_inner).insert(key, w.clone());
+        Ok(w)
     }
 
     /// Functions compiled so far.

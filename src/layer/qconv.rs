@@ -144,7 +144,7 @@ impl QConvSpec {
 
     /// The layer the default knobs are chosen for (a square kernel of the kernel's width: what
     /// fixes the output row the tiles cover).
-    fn knob_layer(&self) -> ConvLayer {
+    pub fn knob_layer(&self) -> ConvLayer {
         ConvLayer {
             name: "qconv",
             ic: self.ic,
@@ -284,8 +284,9 @@ fn build_quantized(
     let start = Instant::now();
     let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
     let src_q = (spec.src.dtype, spec.src.zero_point);
-    let PreparedWeights { packed, compensation } =
-        prepare_weights(&spec.weights, dims, knobs.nr, operands, src_q, spec.bias.as_deref())?;
+    let PreparedWeights { packed, compensation } = cache.prepared((name.clone(), knobs.nr, operands), || {
+        prepare_weights(&spec.weights, dims, knobs.nr, operands, src_q, spec.bias.as_deref())
+    })?;
     let params = layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)).collect();
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));

@@ -12,6 +12,7 @@ use super::error::LayerError;
 use crate::runtime::Tensor;
 
 /// Weights prepared for the per-call function.
+#[derive(Clone)]
 pub struct PreparedWeights {
     /// `[⌈OC/nr⌉, KH·R/P, nr, P]` of `operands.weight_dtype()` (`P = operands.pack()`).
     pub packed: Tensor,

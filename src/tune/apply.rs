@@ -3,15 +3,17 @@
 //! pre-tuned records, else none (the defaults). `tensorlift run` and the model export both
 //! compile through it, so that a database means the same schedules in both.
 //!
-//! A workload's records are found by the table layer of the same geometry (`table_layer`), the
-//! key tuning records carry, with weights in that layer's range.
+//! A workload's records are found by its own key (`tasks::workload_key`: what `tensorlift tune
+//! MODEL.onnx` records), else by the table layer of the same geometry (`table_layer`: what
+//! `tensorlift tune resnet18` and the pre-tuned records carry), with weights in its range.
 
 use schedules::resnet18::{self, ConvLayer, Layer, WeightBits};
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::record_for;
+use super::tasks::workload_key;
 use crate::engine::{Tuning, Workload};
-use crate::record::{Host, Record};
+use crate::record::{Host, Record, select};
 
 /// Records to apply, on `host`, to schedules of at most `max_threads` threads.
 pub struct RecordKnobs {
@@ -24,9 +26,17 @@ pub struct RecordKnobs {
 impl RecordKnobs {
     /// The knobs of `w` and where they came from (`None`: no record applies).
     pub fn knobs(&self, w: Workload<'_>) -> Option<(Conv2dInt8Knobs, Tuning)> {
-        let (layer, weights) = table_layer(w)?;
+        let (workload, weights) = workload_key(w);
+        let table = table_layer(w);
         let found = |records: &[Record], tuning| {
-            record_for(records, layer, weights, self.max_threads, &self.host).map(|r| (r.schedule.knobs, tuning))
+            let fitting =
+                records.iter().filter(|r| r.target.threads <= self.max_threads && r.schedule.weights == weights);
+            select(fitting, &workload.key, &self.host)
+                .or_else(|| {
+                    let (layer, weights) = table?;
+                    record_for(records, layer, weights, self.max_threads, &self.host)
+                })
+                .map(|r| (r.schedule.knobs, tuning))
         };
         found(&self.user, Tuning::Tuned).or_else(|| found(&self.pretuned, Tuning::Pretuned))
     }

@@ -14,6 +14,7 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 use super::space::Space;
 use crate::CompileOptions;
 use crate::bench::time_against_peak_after;
+use crate::error::RuntimeError;
 use crate::isa::IsaLevel;
 use crate::kernels::peak::ProbeKind;
 use crate::layer::{LayerError, TableLayer};
@@ -156,27 +157,43 @@ impl LayerBench {
                 format!("the output differs from the reference ({}): {difference}", self.table.reference_kind.name());
             return Measurement { trace, ..Measurement::failed(Status::Mismatch, error, compile_ms) };
         }
-        let call = warm_up.as_secs_f64();
-        let repeat = match budget {
-            Some(b) if call > 0.0 => repeat.min(((b.as_secs_f64() / call) as usize).max(1)),
-            _ => repeat,
-        };
         let probe = Probe::for_function(compiled.func());
         let threads = compiled.func().threads().unwrap_or(1);
         // The verification call warmed the function up.
-        match time_against_peak_after(probe.as_ref(), threads, repeat, warm_up, || compiled.call()) {
-            Ok(timing) => Measurement {
-                status: Status::Ok,
-                median_ns: Some(timing.median_s * 1e9),
-                gops: Some(self.ops() as f64 / timing.median_s / 1e9),
-                peak_gops: timing.peak_gops,
-                probe: probe.map(|p| p.kind),
-                compile_ms,
-                verified: true,
-                error: None,
-                trace,
-            },
-            Err(e) => Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) },
-        }
+        let ops = self.ops();
+        time_verified((probe, threads), ops, (repeat, budget), warm_up, (compile_ms, trace), || compiled.call())
+    }
+}
+
+/// Times a compiled point whose output was verified by a call of `warm_up`: `repeat` timed
+/// calls, or with a `budget`, as many as fit in it as that call's time says, at least 1; each
+/// interleaved with `probe` on `threads` (`bench::time_against_peak_after`). `ops`: operations
+/// of one call.
+pub(super) fn time_verified<E: From<RuntimeError> + std::fmt::Display>(
+    (probe, threads): (Option<Probe>, usize),
+    ops: u64,
+    (repeat, budget): (usize, Option<Duration>),
+    warm_up: Duration,
+    (compile_ms, trace): (Option<f64>, Option<Trace>),
+    call: impl FnMut() -> Result<(), E>,
+) -> Measurement {
+    let seconds = warm_up.as_secs_f64();
+    let repeat = match budget {
+        Some(b) if seconds > 0.0 => repeat.min(((b.as_secs_f64() / seconds) as usize).max(1)),
+        _ => repeat,
+    };
+    match time_against_peak_after(probe.as_ref(), threads, repeat, warm_up, call) {
+        Ok(timing) => Measurement {
+            status: Status::Ok,
+            median_ns: Some(timing.median_s * 1e9),
+            gops: Some(ops as f64 / timing.median_s / 1e9),
+            peak_gops: timing.peak_gops,
+            probe: probe.map(|p| p.kind),
+            compile_ms,
+            verified: true,
+            error: None,
+            trace,
+        },
+        Err(e) => Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) },
     }
 }

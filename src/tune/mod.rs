@@ -4,14 +4,22 @@
 //! (`worker`, which keeps the end of its stderr: `tail`), each measurement a `record::Record`.
 //!
 //! `tune_layer` is what `tensorlift tune resnet18` runs per layer; `tensorlift resnet18` applies
-//! the best record of a database (`record_for`, by `record::select`).
+//! the best record of a database (`record_for`, by `record::select`). A model's distinct
+//! workloads (`tasks`) are searched in the same space on their own geometry and measured on
+//! the model's own partitions (`task_bench`), the budget split over them (`budget`), by
+//! `model::tune_model`; `latency` times the whole model with and without the records.
 
 pub mod apply;
+pub mod budget;
+pub mod latency;
 pub mod measure;
+pub mod model;
 pub mod plot;
 pub mod search;
 pub mod space;
 mod tail;
+pub mod task_bench;
+pub mod tasks;
 pub mod worker;
 
 use std::path::Path;
@@ -66,10 +74,11 @@ pub struct TuneOptions {
     pub seed: u64,
 }
 
-/// What tuning one layer found.
+/// What tuning one layer (or one task of a model) found.
 #[derive(Clone, Debug)]
 pub struct LayerResult {
-    pub layer: Layer,
+    /// The layer's name (`R4`), or the task's summary.
+    pub name: String,
     pub workload: WorkloadRef,
     /// Every record, in measurement order: the default point's first, then one per trial, then
     /// (after more than one trial) the default point's again.
@@ -133,23 +142,48 @@ pub fn tune_layer(
     layer: Layer,
     options: &TuneOptions,
     db: Option<&Path>,
-    mut progress: impl FnMut(&Record),
+    progress: impl FnMut(&Record),
 ) -> Result<LayerResult, DbError> {
-    let start = Instant::now();
-    let workload = workload(layer);
     let space = Space::for_target(layer, options.max_threads, options.level, options.weights.range());
-    let mut searcher = Searcher::new(space, options.strategy, options.seed);
-    let mut records = Vec::new();
-    let candidate = |point: Conv2dInt8Knobs, phase: Phase| Candidate {
+    let template = Candidate {
         layer: layer.name().to_string(),
+        model: None,
+        task: None,
         isa: options.level.name().to_string(),
         weights: options.weights,
         max_threads: options.max_threads,
-        point,
+        point: space.default_knobs(),
         repeat: options.repeat,
+        budget_ms: None,
+        phase: Phase::Search,
+    };
+    tune_space(worker, (space, workload(layer)), (template, &[]), options, db, progress).map(|(records, elapsed)| {
+        LayerResult { name: layer.name().to_string(), workload: workload(layer), records, elapsed }
+    })
+}
+
+/// Searches `space` (of the workload `workload`) with `worker`, each point measured as
+/// `template` with the point and phase set: the default point first, then `starts` (known good
+/// points), then the search, then the validation rounds (`tune_layer`). Returns the records in
+/// measurement order and the time.
+pub fn tune_space(
+    worker: &mut Worker,
+    (space, workload): (Space, WorkloadRef),
+    (template, starts): (Candidate, &[Conv2dInt8Knobs]),
+    options: &TuneOptions,
+    db: Option<&Path>,
+    mut progress: impl FnMut(&Record),
+) -> Result<(Vec<Record>, Duration), DbError> {
+    let start = Instant::now();
+    let mut searcher = Searcher::new(space, options.strategy, options.seed).starting_at(starts);
+    let mut records = Vec::new();
+    let candidate = |point: Conv2dInt8Knobs, phase: Phase| Candidate {
+        point,
         budget_ms: options.search_budget.filter(|_| phase == Phase::Search).map(|b| b.as_secs_f64() * 1e3),
         phase,
+        ..template.clone()
     };
+    worker.expect_setup();
     while records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b) {
         let Some(point) = searcher.propose() else { break };
         let record = worker.measure(&candidate(point, Phase::Search), workload.clone());
@@ -186,7 +220,7 @@ pub fn tune_layer(
             records.push(record);
         }
     }
-    Ok(LayerResult { layer, workload, records, elapsed: start.elapsed() })
+    Ok((records, start.elapsed()))
 }
 
 /// The record to apply to `layer` with weights in `weights`' range on `host`, from `records`:
@@ -243,7 +277,7 @@ mod tests {
         other_method.peak_probe = Some("vpmaddwd+vpaddd ymm".into());
         records.push(other_method);
         let result = LayerResult {
-            layer: schedules::resnet18::layer("R5").expect("R5 is in the table"),
+            name: "R5".into(),
             workload: WorkloadRef { key: "k".into(), op: "conv2d_int8".into(), summary: "R5".into() },
             records,
             elapsed: Duration::ZERO,

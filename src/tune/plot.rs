@@ -8,7 +8,7 @@ use super::LayerResult;
 
 /// Writes the tuning curves of `results` to `path` (SVG).
 pub fn curves_svg(results: &[LayerResult], title: &str, path: &Path) -> Result<(), String> {
-    let curves: Vec<(String, Vec<f64>)> = results.iter().map(|r| (r.layer.name().to_string(), r.curve())).collect();
+    let curves: Vec<(String, Vec<f64>)> = results.iter().map(|r| (r.name.clone(), r.curve())).collect();
     let trials = curves.iter().map(|(_, c)| c.len()).max().unwrap_or(1).max(2);
     let top = curves.iter().flat_map(|(_, c)| c.iter().copied()).fold(1.0_f64, f64::max) * 1.1;
     let root = SVGBackend::new(path, (960, 600)).into_drawing_area();

@@ -1,7 +1,7 @@
 //! Search strategies over a `Space`: which point to measure next, given what was measured.
 //!
-//! Both strategies measure the default point first and never propose a point twice or one the
-//! space rejects; with the same seed and the same measurements they propose the same points.
+//! Both strategies measure the default point first (then any known good points they are given)
+//! and never propose a point twice or one the space rejects; with the same seed and the same measurements they propose the same points.
 
 use std::collections::HashSet;
 
@@ -33,6 +33,8 @@ pub struct Searcher {
     seen: HashSet<Conv2dInt8Knobs>,
     /// Measured points with their time (seconds); `None`: the measurement failed.
     measured: Vec<(Conv2dInt8Knobs, Option<f64>)>,
+    /// Points to propose right after the default (`starting_at`).
+    starts: Vec<Conv2dInt8Knobs>,
 }
 
 /// Tries to find an unseen point this many times before the space counts as exhausted.
@@ -47,7 +49,15 @@ impl Searcher {
             rng: StdRng::seed_from_u64(seed),
             seen: HashSet::new(),
             measured: Vec::new(),
+            starts: Vec::new(),
         }
+    }
+
+    /// The searcher proposing `starts` (known good points: a record's) right after the default,
+    /// those the space accepts and not proposed yet.
+    pub fn starting_at(mut self, starts: &[Conv2dInt8Knobs]) -> Searcher {
+        self.starts = starts.iter().rev().copied().collect();
+        self
     }
 
     /// The next point to measure, or `None` when every point of the space was proposed.
@@ -55,6 +65,11 @@ impl Searcher {
         let default = self.space.default_knobs();
         if self.seen.insert(default) {
             return Some(default);
+        }
+        while let Some(p) = self.starts.pop() {
+            if self.space.check(&p).is_ok() && self.seen.insert(p) {
+                return Some(p);
+            }
         }
         for _ in 0..ATTEMPTS {
             let p = match self.strategy {
@@ -221,6 +236,18 @@ mod tests {
     fn run_space(space: Space, trials: usize) -> Vec<Conv2dInt8Knobs> {
         let mut s = Searcher::new(space, Strategy::Evolutionary, 1);
         std::iter::from_fn(|| s.propose().inspect(|&p| s.report(p, Some(synthetic_cost(&p))))).take(trials).collect()
+    }
+
+    #[test]
+    fn known_points_come_right_after_the_default_once_and_only_if_they_fit() {
+        let space = Space::new(resnet18::layer("R2").unwrap(), 2);
+        let default = space.default_knobs();
+        let known = Conv2dInt8Knobs { mr: 7, threads: 1, ..default };
+        let outside = Conv2dInt8Knobs { nr: 48, ..default };
+        let mut s = Searcher::new(space, Strategy::Evolutionary, 3).starting_at(&[outside, known, default, known]);
+        let points: Vec<_> = std::iter::from_fn(|| s.propose().inspect(|&p| s.report(p, Some(1.0)))).take(5).collect();
+        assert_eq!(&points[..2], &[default, known]);
+        assert!(!points[2..].contains(&known) && !points.contains(&outside), "{points:?}");
     }
 
     #[test]

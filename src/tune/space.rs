@@ -1,11 +1,14 @@
 //! The search space of the int8 convolution and dense schedules: the `x86_conv` knobs
 //! (`Conv2dInt8Knobs`, the tuner's one knob type), each with a typed range for a layer on a
-//! machine. A point either fits the layer or is rejected with the reason before anything is
+//! machine — a table layer, or any geometry the x86 kernels compute (`tasks::Task::space`: a
+//! model's convolution as its `ConvLayer`, a product as a dense layer of `rows` rows). A point either fits the layer or is rejected with the reason before anything is
 //! compiled.
 
 use ir::intrin::pair_sums_fit_i16;
 use schedules::resnet18::Layer;
-use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, CoreRate, Packing, TileOrder, default_knobs};
+use schedules::x86_conv::{
+    Accumulate, Conv2dInt8Knobs, CoreRate, Packing, TileOrder, default_dense_knobs, default_knobs,
+};
 use thiserror::Error;
 
 use crate::isa::IsaLevel;
@@ -24,7 +27,7 @@ pub const MAX_MR: i64 = 16;
 pub enum Rejection {
     #[error("mr = {found}: expected 1..={max} (at most {MAX_MR} and the {max} pixels of an output row)")]
     Mr { found: i64, max: i64 },
-    #[error("nr = {found}: expected one of {NR:?} dividing the {oc} output channels")]
+    #[error("nr = {found}: expected one of {NR:?} dividing the {oc} output channels (the first where none does)")]
     Nr { found: i64, oc: i64 },
     #[error("lanes = {found}: expected one of {LANES:?}")]
     Lanes { found: i64 },
@@ -51,11 +54,14 @@ pub struct Space {
     /// How fast a core multiplies int8 at the level (the default knobs' threads follow it,
     /// `x86_conv::default_knobs`).
     pub rate: CoreRate,
+    /// Rows of a dense layer's source (`M`: the pixels of the row its 1×1 convolution covers;
+    /// 1 for the table's FC).
+    pub rows: i64,
 }
 
 impl Space {
     pub fn new(layer: Layer, max_threads: usize) -> Space {
-        Space { layer, max_threads: max_threads.max(1), choose_packing: false, rate: CoreRate::FullZmmVnni }
+        Space { layer, max_threads: max_threads.max(1), choose_packing: false, rate: CoreRate::FullZmmVnni, rows: 1 }
     }
 
     /// The space for code at `level` on weights in `weights`: the packing is a choice where it
@@ -73,7 +79,7 @@ impl Space {
     fn row_pixels(&self) -> i64 {
         match self.layer {
             Layer::Conv(c) => c.ow(),
-            Layer::Dense(_) => 1,
+            Layer::Dense(_) => self.rows,
         }
     }
 
@@ -81,10 +87,29 @@ impl Space {
         self.row_pixels().min(MAX_MR)
     }
 
+    fn oc(&self) -> i64 {
+        match self.layer {
+            Layer::Conv(c) => c.oc,
+            Layer::Dense(d) => d.out_features,
+        }
+    }
+
+    /// The panel widths: those of `NR` dividing the output channels (the packing pads the last
+    /// panel of a dense layer, so any there); where none divides them, the narrowest, padded
+    /// (what `x86_conv::default_conv_knobs` picks then).
+    fn nr_choices(&self) -> Vec<i64> {
+        let nr: Vec<i64> =
+            NR.into_iter().filter(|nr| matches!(self.layer, Layer::Dense(_)) || self.oc() % nr == 0).collect();
+        if nr.is_empty() { vec![NR[0]] } else { nr }
+    }
+
     /// The default knobs (`x86_conv::default_knobs` for the space's core rate and threads),
     /// always a candidate so tuned is never worse than default.
     pub fn default_knobs(&self) -> Conv2dInt8Knobs {
-        default_knobs(self.layer, self.rate, self.max_threads)
+        match self.layer {
+            Layer::Dense(d) => default_dense_knobs(&d, self.rows),
+            conv => default_knobs(conv, self.rate, self.max_threads),
+        }
     }
 
     /// `Ok` if `p` fits the layer, else the first reason it does not.
@@ -93,14 +118,8 @@ impl Space {
         if !(1..=max).contains(&p.mr) {
             return Err(Rejection::Mr { found: p.mr, max });
         }
-        let oc = match self.layer {
-            Layer::Conv(c) => c.oc,
-            // The packing pads the last panel of the dense layer.
-            Layer::Dense(d) => d.out_features,
-        };
-        let divides = matches!(self.layer, Layer::Dense(_)) || oc % p.nr == 0;
-        if !NR.contains(&p.nr) || !divides {
-            return Err(Rejection::Nr { found: p.nr, oc });
+        if !self.nr_choices().contains(&p.nr) {
+            return Err(Rejection::Nr { found: p.nr, oc: self.oc() });
         }
         if !LANES.contains(&p.lanes) {
             return Err(Rejection::Lanes { found: p.lanes });
@@ -122,11 +141,7 @@ impl Space {
 
     /// Every value of each knob that fits alone (the others fixed at a fitting value).
     pub fn choices(&self) -> Choices {
-        let oc = match self.layer {
-            Layer::Conv(c) => c.oc,
-            Layer::Dense(d) => d.out_features,
-        };
-        let nr = NR.into_iter().filter(|nr| matches!(self.layer, Layer::Dense(_)) || oc % nr == 0).collect();
+        let nr = self.nr_choices();
         let threads = match self.layer {
             Layer::Conv(_) => (1..=self.max_threads).collect(),
             Layer::Dense(_) => vec![1],
@@ -226,7 +241,7 @@ mod tests {
         assert_eq!(r2.check(&Conv2dInt8Knobs { nr: 64, ..p }).map_err(|e| e.to_string()), Ok(()));
         assert_eq!(
             r2.check(&Conv2dInt8Knobs { nr: 48, ..p }).unwrap_err().to_string(),
-            "nr = 48: expected one of [16, 32, 64] dividing the 64 output channels"
+            "nr = 48: expected one of [16, 32, 64] dividing the 64 output channels (the first where none does)"
         );
     }
 }

@@ -4,11 +4,12 @@
 //! The protocol is JSON lines: the tuner writes `Candidate`s to the worker's stdin (`tensorlift
 //! measure`), the worker answers each with one `Record` on stdout. The same command serves any
 //! engine that fans candidates out to other machines (Ray, Slurm, Kubernetes jobs). The end of
-//! the worker's stderr goes into the record of a candidate it crashed or hung on.
+//! the worker's stderr goes into the record of a candidate it crashed or hung on. A candidate
+//! names a table layer, or a model file and one of its tasks (`tasks`, `task_bench`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::Duration;
@@ -19,6 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use super::measure::{LayerBench, Measurement};
 use super::tail::Tail;
+use super::task_bench::TaskBench;
+use super::tasks::{ModelTasks, extract};
 use crate::isa::IsaLevel;
 use crate::record::{
     CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef, WorkloadRef, now_rfc3339,
@@ -27,8 +30,15 @@ use crate::record::{
 /// One point to measure.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
-    /// A resnet-18 table layer (`R1`..`R11`, `FC`).
+    /// A resnet-18 table layer (`R1`..`R11`, `FC`); empty for a model's task.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub layer: String,
+    /// A model's task instead: the ONNX file ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// ... and the task's workload key (`tasks::workload_key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
     /// `IsaLevel::name`.
     pub isa: String,
     /// `full` or `7bit`.
@@ -47,10 +57,13 @@ pub struct Candidate {
     pub phase: Phase,
 }
 
-/// Layers set up in this process, by (layer, level, weights, max threads).
+/// Layers set up in this process, by (layer, level, weights, max threads); models imported
+/// (once each) and their tasks set up, by (model, task key, level, max threads).
 #[derive(Default)]
 pub struct Benches {
     benches: HashMap<(String, IsaLevel, WeightBits, usize), LayerBench>,
+    models: HashMap<String, ModelTasks>,
+    tasks: HashMap<(String, String, IsaLevel, usize), TaskBench>,
 }
 
 /// The record of a candidate that could not be measured at all.
@@ -91,6 +104,9 @@ pub fn record(c: &Candidate, workload: WorkloadRef, m: &Measurement) -> Record {
 impl Benches {
     /// Measures `c` in this process (setting its layer up on first use).
     pub fn measure(&mut self, c: &Candidate) -> Record {
+        if let (Some(model), Some(task)) = (&c.model, &c.task) {
+            return self.measure_task(c, model, task);
+        }
         let unknown = |what: &str| WorkloadRef { key: String::new(), op: String::new(), summary: what.to_string() };
         let Some(layer) = resnet18::layer(&c.layer) else {
             return failed_record(
@@ -123,6 +139,50 @@ impl Benches {
         let budget =
             c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
         record(c, workload, &bench.measure(&c.point, c.repeat, budget))
+    }
+}
+
+impl Benches {
+    /// Measures `c`, a candidate for the task of workload `key` of `model` (importing the model
+    /// and setting the task up on first use).
+    fn measure_task(&mut self, c: &Candidate, model: &str, key: &str) -> Record {
+        let unknown = WorkloadRef { key: key.to_string(), op: String::new(), summary: format!("{model}: {key}") };
+        let level = match IsaLevel::from_name(&c.isa) {
+            Ok(l) => l,
+            Err(e) => return failed_record(c, unknown, Status::UnsupportedIsa, e.to_string()),
+        };
+        if !level.is_supported() {
+            return failed_record(c, unknown, Status::UnsupportedIsa, format!("this CPU does not support {level}"));
+        }
+        if !self.models.contains_key(model) {
+            match extract(Path::new(model)) {
+                Ok(m) => {
+                    self.models.insert(model.to_string(), m);
+                }
+                Err(e) => return failed_record(c, unknown, Status::BuildError, e.to_string()),
+            }
+        }
+        let tasks = &self.models[model];
+        let task = match tasks.task(key) {
+            Ok(t) => t,
+            Err(e) => return failed_record(c, unknown, Status::BuildError, e.to_string()),
+        };
+        let id = (model.to_string(), key.to_string(), level, c.max_threads);
+        if !self.tasks.contains_key(&id) {
+            match TaskBench::new(tasks, task, level, c.max_threads) {
+                Ok(b) => {
+                    self.tasks.insert(id.clone(), b);
+                }
+                Err(e) => {
+                    let error = format!("setting up {}: {e}", task.workload.summary);
+                    return failed_record(c, task.workload.clone(), Status::BuildError, error);
+                }
+            }
+        }
+        let bench = &self.tasks[&id];
+        let budget =
+            c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
+        record(c, bench.workload.clone(), &bench.measure(&c.point, c.repeat, budget))
     }
 }
 
@@ -224,6 +284,12 @@ impl Worker {
             self.fresh = true;
         }
         Ok(self.process.as_mut().expect("just spawned"))
+    }
+
+    /// Gives the next candidate the setup time of a fresh worker (its first of a new layer or
+    /// task: a model imported, a reference computed).
+    pub fn expect_setup(&mut self) {
+        self.fresh = true;
     }
 
     /// Ends the worker (if it still runs) and returns the end of its stderr.

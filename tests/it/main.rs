@@ -29,4 +29,5 @@ mod shapes;
 mod skip;
 mod tensorize;
 mod tune;
+mod tune_model;
 mod vnni;

@@ -34,6 +34,8 @@ fn candidate(layer: &str) -> Candidate {
     let l = resnet18::layer(layer).unwrap();
     Candidate {
         layer: layer.into(),
+        model: None,
+        task: None,
         isa: level().name().into(),
         weights: WeightBits::Eight,
         max_threads: 1,

@@ -1,0 +1,155 @@
+//! `partition_spec`: the kernel spec (`layer::QConvSpec`, `QDenseSpec`) of a quantized
+//! convolution or matrix-product partition, or why the x86 kernels do not compute it. The
+//! engine compiles from it, and the tuner's task extraction (`tune::tasks`) keys workloads by
+//! it, so that both see the same geometry.
+
+use ir::DType;
+
+use super::compile::Workload;
+use crate::graph::partition::{QConv, QMatMul, QuantTensor};
+use crate::graph::window::Window;
+use crate::graph::{FinalizedGraph, Partition, PartitionKind};
+use crate::layer::{ActQuant, QConvSpec, QDenseSpec};
+
+/// The spec of a partition the x86 kernels compute.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Spec {
+    Conv(QConvSpec),
+    Dense(QDenseSpec),
+}
+
+impl Spec {
+    /// The spec as the knob sources see it.
+    pub fn workload(&self) -> Workload<'_> {
+        match self {
+            Spec::Conv(c) => Workload::Conv(c),
+            Spec::Dense(d) => Workload::Dense(d),
+        }
+    }
+
+    /// Operations per call (two per multiply-accumulate).
+    pub fn ops(&self) -> u64 {
+        match self {
+            Spec::Conv(c) => c.ops(),
+            Spec::Dense(d) => d.ops(),
+        }
+    }
+}
+
+/// The spec of `p` (a `QuantizedConv` or `QuantizedMatMul` partition of `graph`), or why the
+/// x86 kernels do not compute it (the engine then runs the graph's reference).
+pub fn partition_spec(graph: &FinalizedGraph, p: &Partition) -> Result<Spec, String> {
+    let src = p.inputs.first().and_then(|&t| graph.tensor(t)).ok_or("no source")?;
+    let dims = src.shape.concrete().ok_or_else(|| format!("a source of unknown shape {}", src.shape))?;
+    let name = partition_name(graph, p).replace(' ', "_");
+    match &p.kind {
+        PartitionKind::QuantizedConv(c) => conv(name, c, &dims).map(Spec::Conv),
+        PartitionKind::QuantizedMatMul(m) => dense(name, m, &dims).map(Spec::Dense),
+        other => Err(format!("a {} partition, not a quantized convolution or matmul", other.name())),
+    }
+}
+
+/// `partition_spec`, with the weights moved out of `p` into the spec rather than copied (the
+/// engine's compile: `give_back` returns them); on an error `p` keeps them.
+pub(super) fn take_spec(graph: &FinalizedGraph, p: &mut Partition) -> Result<Spec, String> {
+    let weights = match &mut p.kind {
+        PartitionKind::QuantizedConv(c) => std::mem::take(&mut c.weights),
+        PartitionKind::QuantizedMatMul(m) => std::mem::take(&mut m.weights),
+        _ => Vec::new(),
+    };
+    match partition_spec(graph, p) {
+        Ok(Spec::Conv(c)) => Ok(Spec::Conv(QConvSpec { weights, ..c })),
+        Ok(Spec::Dense(d)) => Ok(Spec::Dense(QDenseSpec { weights, ..d })),
+        Err(why) => {
+            give_back(p, weights);
+            Err(why)
+        }
+    }
+}
+
+/// Returns weights `take_spec` moved out of `p`.
+pub(super) fn give_back(p: &mut Partition, weights: Vec<i8>) {
+    match &mut p.kind {
+        PartitionKind::QuantizedConv(c) => c.weights = weights,
+        PartitionKind::QuantizedMatMul(m) => m.weights = weights,
+        _ => {}
+    }
+}
+
+/// The name of a partition's first op (its ONNX node, for an imported model).
+pub(super) fn partition_name(graph: &FinalizedGraph, p: &Partition) -> String {
+    let op = p.ops.iter().rev().find_map(|&o| graph.op(o)).map(|op| op.name.clone()).unwrap_or_default();
+    format!("{} {}", p.id, op)
+}
+
+fn act(q: &QuantTensor) -> ActQuant {
+    let dtype = if q.dtype == crate::graph::DataType::S8 { DType::I8 } else { DType::U8 };
+    ActQuant { dtype, scale: q.scale, zero_point: q.zero_point }
+}
+
+/// Whether an activation's integer effect is a ReLU (`Some(true)`), nothing (`Some(false)`) or
+/// something the compiled kernels do not express (`None`).
+fn relu(clamp: (i32, i32), dst: &QuantTensor) -> Option<bool> {
+    let (lo, hi) = dst.range();
+    if clamp == (lo, hi) {
+        Some(false)
+    } else if clamp == (dst.zero_point.max(lo), hi) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+/// A 2-D window with equal strides and equal pads everywhere and no dilation: `(stride, pad)`.
+fn square_window(w: &Window) -> Option<(usize, usize)> {
+    let (s, p) = (*w.strides.first()?, *w.pads_begin.first()?);
+    let square = w.rank() == 2
+        && w.strides.iter().all(|&x| x == s)
+        && w.pads_begin.iter().chain(&w.pads_end).all(|&x| x == p)
+        && w.dilations.iter().all(|&d| d == 1);
+    square.then_some((s, p))
+}
+
+fn conv(name: String, c: &QConv, dims: &[usize]) -> Result<QConvSpec, String> {
+    let (stride, pad) = square_window(&c.window).ok_or("strides, pads or dilations differ between dimensions")?;
+    let relu = relu(c.clamp, &c.dst).ok_or("a clip the kernels do not fuse")?;
+    let &[n, ic, h, w] = dims else { return Err(format!("a source of rank {}, not 4", dims.len())) };
+    if n != 1 || c.groups != 1 || c.weight_dims.len() != 4 {
+        return Err(format!("batch {n}, groups {}", c.groups));
+    }
+    Ok(QConvSpec {
+        name,
+        src: act(&c.src),
+        h: h as i64,
+        w: w as i64,
+        ic: ic as i64,
+        oc: c.weight_dims[0] as i64,
+        kh: c.weight_dims[2] as i64,
+        kw: c.weight_dims[3] as i64,
+        stride: (stride as i64, stride as i64),
+        pads: [pad as i64; 4],
+        weights: c.weights.clone(),
+        weight_scales: c.weight_scales.clone(),
+        bias: c.bias.clone(),
+        dst: act(&c.dst),
+        relu,
+    })
+}
+
+fn dense(name: String, m: &QMatMul, dims: &[usize]) -> Result<QDenseSpec, String> {
+    let relu = relu(m.clamp, &m.dst).ok_or("a clip the kernels do not fuse")?;
+    let &[rows, k] = dims else { return Err("a source that is not 2-D".into()) };
+    Ok(QDenseSpec {
+        name,
+        src: act(&m.src),
+        m: rows as i64,
+        k: k as i64,
+        n: m.weight_dims[1] as i64,
+        weights: m.weights.clone(),
+        weight_scales: m.weight_scales.clone(),
+        bias: m.bias.clone(),
+        alpha: 1.0,
+        dst: act(&m.dst),
+        relu,
+    })
+}

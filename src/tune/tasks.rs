@@ -1,0 +1,176 @@
+//! Task extraction (TVM's): the distinct workloads of an imported model's quantized
+//! convolutions and matrix products, each counted with how many of the model's partitions use
+//! it. A workload is keyed by what the compiled code depends on — geometry, activation dtypes,
+//! the fused ReLU, per-tensor or per-channel scales and the weights' range (7-bit weights pick
+//! another kernel family) — not by weight values, scales or zero points, so that a record
+//! measured on one model applies to every layer of the same shape.
+
+use std::path::{Path, PathBuf};
+
+use ir::intrin::pair_sums_fit_i16;
+use schedules::resnet18::{DenseLayer, Layer, WeightBits};
+use schedules::x86_conv::weight_range;
+use thiserror::Error;
+
+use super::space::Space;
+use crate::engine::{Spec, Workload, partition_spec};
+use crate::graph::{FinalizedGraph, Partition, PartitionPolicy};
+use crate::isa::IsaLevel;
+use crate::layer::ActQuant;
+use crate::onnx::OnnxError;
+use crate::record::WorkloadRef;
+
+/// Why a model's tasks could not be extracted or found.
+#[derive(Debug, Error)]
+pub enum TaskError {
+    #[error("{path}: {source}")]
+    Import { path: PathBuf, source: Box<OnnxError> },
+    #[error(
+        "{path}: expected at least one quantized convolution or matmul the x86 kernels compute, found none among its {partitions} partitions"
+    )]
+    NoTasks { path: PathBuf, partitions: usize },
+    #[error("{path}: expected a task of workload {key:?}, found none")]
+    UnknownTask { path: PathBuf, key: String },
+}
+
+/// The key, summary and weights range of a workload (`Task`, `tune::apply::RecordKnobs`).
+pub fn workload_key(w: Workload<'_>) -> (WorkloadRef, WeightBits) {
+    let dtype = |a: &ActQuant| a.dtype.to_string();
+    let scales = |n: usize| if n == 1 { "tensor" } else { "channel" };
+    // 7-bit: every u8 × s8 pair sum fits i16 (`vpmaddubsw` exact: another kernel family),
+    // onnxruntime's reduced range [-64, 64] included.
+    let bits = |weights: &[i8]| {
+        let (lo, hi) = weight_range(weights.iter().copied());
+        let exact = pair_sums_fit_i16((0, 255), (i64::from(lo.min(0)), i64::from(hi.max(0))));
+        if exact { WeightBits::Seven } else { WeightBits::Eight }
+    };
+    match w {
+        Workload::Conv(c) => {
+            let weights = bits(&c.weights);
+            let key = format!(
+                "conv2d_int8:src={},dst={},h={},w={},ic={},oc={},kh={},kw={},stride={},pad={},relu={},scales={},weights={}",
+                dtype(&c.src),
+                dtype(&c.dst),
+                c.h,
+                c.w,
+                c.ic,
+                c.oc,
+                c.kh,
+                c.kw,
+                c.stride.0,
+                c.pads[0],
+                u8::from(c.relu),
+                scales(c.weight_scales.len()),
+                weights.name()
+            );
+            let summary = format!(
+                "conv {}x{}x{}→{} k{}x{} s{} p{} {}{}",
+                c.h,
+                c.w,
+                c.ic,
+                c.oc,
+                c.kh,
+                c.kw,
+                c.stride.0,
+                c.pads[0],
+                dtype(&c.src),
+                if c.relu { " relu" } else { "" }
+            );
+            (WorkloadRef { key, op: "conv2d_int8".into(), summary }, weights)
+        }
+        Workload::Dense(d) => {
+            let weights = bits(&d.weights);
+            let key = format!(
+                "dense_int8:src={},dst={},m={},k={},n={},relu={},scales={},weights={}",
+                dtype(&d.src),
+                dtype(&d.dst),
+                d.m,
+                d.k,
+                d.n,
+                u8::from(d.relu),
+                scales(d.weight_scales.len()),
+                weights.name()
+            );
+            let summary =
+                format!("dense {}x{}→{} {}{}", d.m, d.k, d.n, dtype(&d.src), if d.relu { " relu" } else { "" });
+            (WorkloadRef { key, op: "dense_int8".into(), summary }, weights)
+        }
+    }
+}
+
+/// One distinct workload of a model.
+#[derive(Clone, Debug)]
+pub struct Task {
+    pub workload: WorkloadRef,
+    pub weights: WeightBits,
+    /// The spec of its first partition (what the worker compiles) ...
+    pub spec: Spec,
+    /// ... and that partition (what the reference evaluates).
+    pub partition: Partition,
+    /// Partitions of the model with this workload.
+    pub uses: usize,
+}
+
+impl Task {
+    /// Operations of one call.
+    pub fn ops(&self) -> u64 {
+        self.spec.ops()
+    }
+
+    /// The search space of the task for code at `level` on at most `max_threads` threads: the
+    /// table layers' space on the task's geometry (its default point the engine's default).
+    pub fn space(&self, max_threads: usize, level: IsaLevel) -> Space {
+        let range = match &self.spec {
+            Spec::Conv(c) => weight_range(c.weights.iter().copied()),
+            Spec::Dense(d) => weight_range(d.weights.iter().copied()),
+        };
+        match &self.spec {
+            Spec::Conv(c) => Space::for_target(Layer::Conv(c.knob_layer()), max_threads, level, range),
+            Spec::Dense(d) => {
+                let layer = Layer::Dense(DenseLayer { name: "dense", in_features: d.k, out_features: d.n });
+                Space { rows: d.m, ..Space::for_target(layer, max_threads, level, range) }
+            }
+        }
+    }
+}
+
+/// A model's graph and its tasks, in the order of their first partition.
+pub struct ModelTasks {
+    pub path: PathBuf,
+    pub graph: FinalizedGraph,
+    pub partitions: Vec<Partition>,
+    pub tasks: Vec<Task>,
+}
+
+impl ModelTasks {
+    /// The task of workload `key`.
+    pub fn task(&self, key: &str) -> Result<&Task, TaskError> {
+        self.tasks
+            .iter()
+            .find(|t| t.workload.key == key)
+            .ok_or_else(|| TaskError::UnknownTask { path: self.path.clone(), key: key.to_string() })
+    }
+}
+
+/// Imports the model at `path`, partitions it (`PartitionPolicy::Fusion`, as `tensorlift run`)
+/// and groups its quantized convolutions and products that the x86 kernels compute by
+/// workload. Errors: the import's, and a model without such a partition.
+pub fn extract(path: &Path) -> Result<ModelTasks, TaskError> {
+    let model =
+        crate::onnx::load(path).map_err(|e| TaskError::Import { path: path.to_path_buf(), source: Box::new(e) })?;
+    let graph = model.graph;
+    let partitions = graph.get_partitions(PartitionPolicy::Fusion);
+    let mut tasks: Vec<Task> = Vec::new();
+    for p in &partitions {
+        let Ok(spec) = partition_spec(&graph, p) else { continue };
+        let (workload, weights) = workload_key(spec.workload());
+        match tasks.iter_mut().find(|t| t.workload.key == workload.key) {
+            Some(t) => t.uses += 1,
+            None => tasks.push(Task { workload, weights, spec, partition: p.clone(), uses: 1 }),
+        }
+    }
+    if tasks.is_empty() {
+        return Err(TaskError::NoTasks { path: path.to_path_buf(), partitions: partitions.len() });
+    }
+    Ok(ModelTasks { path: path.to_path_buf(), graph, partitions, tasks })
+}

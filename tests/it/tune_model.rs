@@ -1,0 +1,208 @@
+//! `tensorlift tune MODEL.onnx`: a model's distinct workloads extracted as tasks (counted,
+//! keyed stably, 7-bit weights apart), each task's space defaulting to what the engine
+//! compiles, a short tuning run whose records `run --db` applies without changing the output,
+//! and models without tasks or not models at all as typed errors.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tensorlift::CompileOptions;
+use tensorlift::IsaLevel;
+use tensorlift::engine::Spec;
+use tensorlift::layer::{compile_qconv, compile_qdense};
+use tensorlift::record::{Database, Status};
+use tensorlift::target::Target;
+use tensorlift::tune::budget::{shares, split_trials};
+use tensorlift::tune::task_bench::TaskBench;
+use tensorlift::tune::tasks::{TaskError, extract};
+use tensorlift::tune::worker::Candidate;
+
+use crate::cli::tensorlift;
+
+fn model(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(name)
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tune_model");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// ResNet-18's convolutions by geometry, as the architecture defines them (stem, then per
+/// stage the 3×3 convolutions of stride 1, and from stage 2 on one 3×3 and one 1×1 of stride
+/// 2), on the narrow test model (width 8, 32×32 input), with the classifier: summary → uses.
+fn resnet18_w8_tasks() -> BTreeMap<String, usize> {
+    let mut tasks = BTreeMap::from([
+        ("conv 32x32x3→8 k7x7 s2 p3 u8".to_string(), 1),
+        ("conv 8x8x8→8 k3x3 s1 p1 u8".to_string(), 4),
+        ("dense 1x64→1000 u8".to_string(), 1),
+    ]);
+    for (size, c) in [(8, 8), (4, 16), (2, 32)] {
+        let (out, oc) = (size / 2, c * 2);
+        tasks.insert(format!("conv {size}x{size}x{c}→{oc} k3x3 s2 p1 u8"), 1);
+        tasks.insert(format!("conv {size}x{size}x{c}→{oc} k1x1 s2 p0 u8"), 1);
+        tasks.insert(format!("conv {out}x{out}x{oc}→{oc} k3x3 s1 p1 u8"), 3);
+    }
+    tasks
+}
+
+#[test]
+fn a_models_tasks_are_its_distinct_workloads_counted_with_their_uses() {
+    let tasks = extract(&model("resnet18_w8_s32_qop_u8_pc.onnx")).expect("tasks");
+    let found: BTreeMap<String, usize> = tasks.tasks.iter().map(|t| (t.workload.summary.clone(), t.uses)).collect();
+    assert_eq!(found, resnet18_w8_tasks());
+    assert_eq!(tasks.tasks.iter().map(|t| t.uses).sum::<usize>(), 21);
+    // Keys are distinct, name geometry and weights range, and are the same on a second import.
+    let keys: Vec<&str> = tasks.tasks.iter().map(|t| t.workload.key.as_str()).collect();
+    assert_eq!(keys.iter().collect::<std::collections::BTreeSet<_>>().len(), keys.len());
+    assert!(
+        keys.contains(
+            &"conv2d_int8:src=u8,dst=u8,h=8,w=8,ic=8,oc=8,kh=3,kw=3,stride=1,pad=1,relu=0,scales=channel,weights=full"
+        ),
+        "{keys:?}"
+    );
+    assert!(keys.contains(&"dense_int8:src=u8,dst=u8,m=1,k=64,n=1000,relu=0,scales=channel,weights=full"), "{keys:?}");
+    let again = extract(&model("resnet18_w8_s32_qop_u8_pc.onnx")).expect("tasks");
+    assert_eq!(again.tasks.iter().map(|t| t.workload.key.as_str()).collect::<Vec<_>>(), keys);
+    // 7-bit weights pick another kernel family: the same geometry is another workload.
+    let seven = extract(&model("resnet18_w8_s32_qop_u8_pc_rr.onnx")).expect("tasks");
+    assert_eq!(seven.tasks.len(), tasks.tasks.len());
+    for (a, b) in seven.tasks.iter().zip(&tasks.tasks) {
+        assert_eq!(a.workload.summary, b.workload.summary);
+        assert!(
+            a.workload.key.ends_with("weights=7bit") && b.workload.key.ends_with("weights=full"),
+            "{}",
+            a.workload.key
+        );
+    }
+    // The search budget follows ops × uses; every task keeps its default point.
+    let trials = split_trials(100, &shares(&tasks.tasks));
+    assert!(trials.iter().all(|&t| t >= 1));
+    let stem = tasks.tasks.iter().position(|t| t.workload.summary.contains("k7x7")).unwrap();
+    assert_eq!(trials.iter().copied().max(), Some(trials[stem]), "{trials:?}");
+}
+
+#[test]
+fn a_tasks_default_point_is_the_engines_and_its_measurement_is_verified() {
+    let level = IsaLevel::detect().unwrap();
+    let tasks = extract(&model("resnet18_w8_s32_qop_u8_pc.onnx")).expect("tasks");
+    let options = CompileOptions { target: Target::Level(level), threads: Some(2), ..Default::default() };
+    for task in &tasks.tasks {
+        let space = task.space(2, level);
+        let engine = match &task.spec {
+            Spec::Conv(c) => compile_qconv(c, None, &options),
+            Spec::Dense(d) => compile_qdense(d, None, &options),
+        }
+        .expect("compiles");
+        assert_eq!(space.default_knobs(), engine.knobs(), "{}", task.workload.summary);
+        assert_eq!(space.check(&space.default_knobs()), Ok(()), "{}", task.workload.summary);
+    }
+    // Measured against the graph reference of the task's partition: verified, timed; a point
+    // outside the space is a build error with the reason, never compiled.
+    let task = &tasks.tasks[1];
+    let bench = TaskBench::new(&tasks, task, level, 1).expect("set up");
+    let m = bench.measure(&bench.space.default_knobs(), 2, None);
+    assert_eq!((m.status, m.verified), (Status::Ok, true), "{m:?}");
+    assert!(m.median_ns.is_some_and(|t| t > 0.0));
+    let wide = schedules::x86_conv::Conv2dInt8Knobs { nr: 32, ..bench.space.default_knobs() };
+    let m = bench.measure(&wide, 2, None);
+    assert_eq!(m.status, Status::BuildError, "{m:?}");
+    assert!(m.error.as_deref().is_some_and(|e| e.contains("nr = 32")), "{m:?}");
+}
+
+#[test]
+fn a_short_model_tuning_writes_verified_records_that_run_applies_without_changing_the_output() {
+    let db = tmp("w8.jsonl");
+    let file = model("resnet18_w8_s32_qop_u8_pc.onnx").display().to_string();
+    let db_s = db.display().to_string();
+    let args = ["tune", &file, "--trials", "16", "--threads", "1", "--repeat", "2", "--db", &db_s, "--format", "json"];
+    let (ok, stdout, stderr) = tensorlift(&args);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let reported = json["tasks"].as_array().expect("tasks");
+    assert_eq!(reported.len(), 12, "{json}");
+    for t in reported {
+        assert!(t["tuned_gops"].as_f64().is_some_and(|g| g > 0.0), "{t}");
+        assert!(t["trials"].as_u64().is_some_and(|n| n >= 1), "{t}");
+    }
+    for key in ["default", "pretuned", "tuned"] {
+        assert!(json["latency_ms"][key].as_f64().is_some_and(|ms| ms > 0.0), "{json}");
+    }
+    // Every record is verified and names one of the model's tasks.
+    let tasks = extract(Path::new(&file)).expect("tasks");
+    let records = Database::load(&db).expect("the database").records;
+    assert!(records.len() >= 16 + 12 * 3, "{} records", records.len());
+    for r in &records {
+        assert_eq!((r.status, r.verified), (Status::Ok, true), "{r:?}");
+        assert!(tasks.task(&r.workload.key).is_ok(), "{}", r.workload.key);
+    }
+
+    // `run --db` applies them: every compiled partition tuned, the output bit for bit the
+    // defaults' (and the reference's: --verify).
+    let (with, without) = (tmp("tuned.npy"), tmp("default.npy"));
+    let run = |extra: &[&str], out: &Path| {
+        let out = out.display().to_string();
+        let mut args = vec!["run", &file, "--repeat", "1", "--threads", "1", "--format", "json", "--output", &out];
+        args.extend_from_slice(extra);
+        let (ok, stdout, stderr) = tensorlift(&args);
+        assert!(ok, "{stderr}");
+        serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("one JSON object")
+    };
+    let tuned = run(&["--db", &db_s, "--verify"], &with);
+    assert_eq!(tuned["verified"], true);
+    let compiled: Vec<&serde_json::Value> = tuned["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "QuantizedConv" || p["kind"] == "QuantizedMatMul")
+        .collect();
+    assert_eq!(compiled.len(), 21);
+    assert!(compiled.iter().all(|p| p["tuning"] == "tuned"), "{compiled:?}");
+    let default = run(&["--no-db"], &without);
+    assert!(default["partitions"].as_array().unwrap().iter().all(|p| p["tuning"] != "tuned"));
+    let (a, b) = (tensorlift::npy::read(&with).unwrap(), tensorlift::npy::read(&without).unwrap());
+    assert!(a.bits_eq(&b), "the tuned model's output differs from the default's");
+}
+
+#[test]
+fn a_model_without_tasks_or_not_a_model_is_a_typed_error() {
+    let float = model("resnet18_w2_s32_float.onnx");
+    match extract(&float) {
+        Err(e @ TaskError::NoTasks { .. }) => {
+            assert!(e.to_string().contains("expected at least one quantized convolution or matmul"), "{e}")
+        }
+        other => panic!("expected NoTasks, found {:?}", other.map(|t| t.tasks.len())),
+    }
+    let garbage = tmp("garbage.onnx");
+    std::fs::write(&garbage, b"not a protobuf at all").unwrap();
+    assert!(matches!(extract(&garbage), Err(TaskError::Import { .. })));
+    let (ok, _, stderr) = tensorlift(&["tune", &garbage.display().to_string(), "--trials", "1"]);
+    assert!(!ok && stderr.starts_with("error: ") && !stderr.contains("panicked"), "{stderr}");
+    // A worker asked for a task the model does not have records why.
+    let mut benches = tensorlift::tune::worker::Benches::default();
+    let c = Candidate {
+        layer: String::new(),
+        model: Some(model("resnet18_w8_s32_qop_u8_pc.onnx").display().to_string()),
+        task: Some("conv2d_int8:nothing".into()),
+        isa: IsaLevel::detect().unwrap().name().into(),
+        weights: schedules::resnet18::WeightBits::Eight,
+        max_threads: 1,
+        point: schedules::x86_conv::default_knobs(
+            schedules::resnet18::layers()[0],
+            schedules::x86_conv::CoreRate::FullZmmVnni,
+            1,
+        ),
+        repeat: 1,
+        budget_ms: None,
+        phase: tensorlift::record::Phase::Search,
+    };
+    let r = benches.measure(&c);
+    assert_eq!(r.status, Status::BuildError);
+    assert!(
+        r.error.as_deref().is_some_and(|e| e.contains("expected a task of workload \"conv2d_int8:nothing\"")),
+        "{r:?}"
+    );
+}
