@@ -48,6 +48,23 @@ pub enum Workload<'a> {
     Dense(&'a QDenseSpec),
 }
 
+/// A quantized convolution or product as the engine compiled it (`Step::spec`): what an export
+/// lowers again for other ISA levels.
+#[derive(Clone, Debug)]
+pub enum Spec {
+    Conv(QConvSpec),
+    Dense(QDenseSpec),
+}
+
+impl Spec {
+    pub fn workload(&self) -> Workload<'_> {
+        match self {
+            Spec::Conv(c) => Workload::Conv(c),
+            Spec::Dense(d) => Workload::Dense(d),
+        }
+    }
+}
+
 /// Chooses the knobs of a workload (`None`: the defaults). `compile` chooses none.
 pub type KnobSource<'a> = &'a dyn Fn(Workload<'_>) -> Option<(Conv2dInt8Knobs, Tuning)>;
 
@@ -62,6 +79,8 @@ pub struct Step {
     pub compile: Duration,
     /// Where a compiled kernel's knobs came from (`None`: not a compiled kernel).
     pub tuning: Option<Tuning>,
+    /// The definition a compiled kernel was compiled from (`None`: not a compiled kernel).
+    pub spec: Option<Spec>,
 }
 
 /// A graph compiled for this CPU: run it with `CompiledGraph::execute`.
@@ -130,8 +149,8 @@ pub fn compile_with(
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let begin = Instant::now();
-        let (kernel, tuning) = choose(&graph, &partition, &ins, &outs, &slots, (options, &cache), knobs)?;
-        steps.push(Step { partition, kernel, inputs: ins, outputs: outs, compile: begin.elapsed(), tuning });
+        let ((kernel, tuning), spec) = choose(&graph, &partition, &ins, &outs, &slots, (options, &cache), knobs)?;
+        steps.push(Step { partition, kernel, inputs: ins, outputs: outs, compile: begin.elapsed(), tuning, spec });
     }
     let outputs = graph
         .graph()
@@ -196,6 +215,9 @@ fn square_window(w: &Window) -> Option<(usize, usize)> {
 
 type Chosen = (Kernel, Option<Tuning>);
 
+/// A kernel, with the definition of a compiled one.
+type ChosenSpec = (Chosen, Option<Spec>);
+
 fn reference(why: impl Into<String>) -> Chosen {
     (Kernel::Reference { why: why.into() }, None)
 }
@@ -213,11 +235,11 @@ fn choose(
     slots: &[Slot],
     (options, cache): (&CompileOptions, &KernelCache),
     knobs: KnobSource<'_>,
-) -> Result<Chosen, EngineError> {
+) -> Result<ChosenSpec, EngineError> {
     let layer_error =
         |e| EngineError::Layer { partition: partition_name(graph, p), kind: p.kind.name(), source: Box::new(e) };
     if outs.len() != 1 {
-        return Ok(reference(format!("{} outputs", outs.len())));
+        return Ok((reference(format!("{} outputs", outs.len())), None));
     }
     let out = &slots[outs[0]];
     match &p.kind {
@@ -227,11 +249,13 @@ fn choose(
         PartitionKind::QuantizedMatMul(m) => {
             dense(graph, p, m, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error)
         }
-        PartitionKind::QuantizedAdd(a) => Ok(quantized_add(a, ins, slots)),
-        PartitionKind::QuantizedMaxPool(m) => Ok(quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out)),
-        PartitionKind::QuantizedGlobalAvgPool(g) => Ok(quantized_gap(g, ins.first().map(|&i| &slots[i]), out)),
-        PartitionKind::Single(op) => Ok(single(op, ins, slots, out)),
-        PartitionKind::Unsupported { reason, .. } => Ok(reference(reason.clone())),
+        PartitionKind::QuantizedAdd(a) => Ok((quantized_add(a, ins, slots), None)),
+        PartitionKind::QuantizedMaxPool(m) => {
+            Ok((quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out), None))
+        }
+        PartitionKind::QuantizedGlobalAvgPool(g) => Ok((quantized_gap(g, ins.first().map(|&i| &slots[i]), out), None)),
+        PartitionKind::Single(op) => Ok((single(op, ins, slots, out), None)),
+        PartitionKind::Unsupported { reason, .. } => Ok((reference(reason.clone()), None)),
     }
 }
 
@@ -242,15 +266,15 @@ fn conv(
     src: Option<&Slot>,
     (options, cache): (&CompileOptions, &KernelCache),
     knobs: KnobSource<'_>,
-) -> Result<Chosen, LayerError> {
-    let Some(src) = src else { return Ok(reference("no source")) };
+) -> Result<ChosenSpec, LayerError> {
+    let Some(src) = src else { return Ok((reference("no source"), None)) };
     let Some((stride, pad)) = square_window(&c.window) else {
-        return Ok(reference("strides, pads or dilations differ between dimensions"));
+        return Ok((reference("strides, pads or dilations differ between dimensions"), None));
     };
-    let Some(relu) = relu(c.clamp, &c.dst) else { return Ok(reference("a clip the kernels do not fuse")) };
+    let Some(relu) = relu(c.clamp, &c.dst) else { return Ok((reference("a clip the kernels do not fuse"), None)) };
     let [n, ic, h, w] = src.nchw();
     if n != 1 || c.groups != 1 || c.weight_dims.len() != 4 {
-        return Ok(reference(format!("batch {n}, groups {}", c.groups)));
+        return Ok((reference(format!("batch {n}, groups {}", c.groups)), None));
     }
     let spec = QConvSpec {
         name: partition_name(graph, p).replace(' ', "_"),
@@ -271,7 +295,7 @@ fn conv(
     };
     let (chosen, tuning) = knobs(Workload::Conv(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
     let compiled = compile_qconv_in(cache, &spec, chosen, options)?;
-    Ok((Kernel::Conv(Box::new(compiled)), Some(tuning)))
+    Ok(((Kernel::Conv(Box::new(compiled)), Some(tuning)), Some(Spec::Conv(spec))))
 }
 
 fn dense(
@@ -281,10 +305,10 @@ fn dense(
     src: Option<&Slot>,
     (options, cache): (&CompileOptions, &KernelCache),
     knobs: KnobSource<'_>,
-) -> Result<Chosen, LayerError> {
-    let Some(src) = src else { return Ok(reference("no source")) };
-    let Some(relu) = relu(m.clamp, &m.dst) else { return Ok(reference("a clip the kernels do not fuse")) };
-    let &[rows, k] = &src.dims[..] else { return Ok(reference("a source that is not 2-D")) };
+) -> Result<ChosenSpec, LayerError> {
+    let Some(src) = src else { return Ok((reference("no source"), None)) };
+    let Some(relu) = relu(m.clamp, &m.dst) else { return Ok((reference("a clip the kernels do not fuse"), None)) };
+    let &[rows, k] = &src.dims[..] else { return Ok((reference("a source that is not 2-D"), None)) };
     let spec = QDenseSpec {
         name: partition_name(graph, p).replace(' ', "_"),
         src: act(&m.src),
@@ -300,7 +324,7 @@ fn dense(
     };
     let (chosen, tuning) = knobs(Workload::Dense(&spec)).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
     let compiled = compile_qdense_in(cache, &spec, chosen, options)?;
-    Ok((Kernel::Dense(Box::new(compiled)), Some(tuning)))
+    Ok(((Kernel::Dense(Box::new(compiled)), Some(tuning)), Some(Spec::Dense(spec))))
 }
 
 fn quantized_add(a: &QAdd, ins: &[usize], slots: &[Slot]) -> Chosen {

@@ -19,6 +19,7 @@ mod kernel;
 pub mod native;
 mod slot;
 
-pub use compile::{CompiledGraph, KnobSource, Step, Tuning, Workload, compile, compile_with};
+pub use compile::{CompiledGraph, KnobSource, Spec, Step, Tuning, Workload, compile, compile_with};
 pub use error::EngineError;
 pub use kernel::Kernel;
+pub use slot::Slot;
