@@ -32,6 +32,9 @@ pub(super) struct LevelCode {
 pub(super) struct Places {
     pub places: Vec<String>,
     pub arena: usize,
+    /// C statements before the steps and after them (inputs and outputs stored NHWC).
+    pub prologue: String,
+    pub epilogue: String,
 }
 
 fn float(x: f32) -> String {
@@ -207,8 +210,9 @@ pub(super) fn level_code(
         source,
         "TL_HIDDEN int32_t {entry}(void *const *args) {{\n    \
          uint8_t *arena = tensorlift_alloc(TL_NET_ARENA);\n    \
-         if (!arena) return TL_STATUS_OUT_OF_MEMORY;\n    int32_t st = 0;\n{body}done:\n    \
-         tensorlift_free(arena, TL_NET_ARENA);\n    return st;\n}}"
+         if (!arena) return TL_STATUS_OUT_OF_MEMORY;\n    int32_t st = 0;\n{}{body}{}done:\n    \
+         tensorlift_free(arena, TL_NET_ARENA);\n    return st;\n}}",
+        places.prologue, places.epilogue
     )
     .unwrap();
     Ok(LevelCode { entry, source, functions, kernels })

@@ -30,7 +30,7 @@ use super::operator::{OpInfo, ParamInfo};
 use super::{ExportError, ExportOptions, Library, Parts, check_library_name, levels_to_compile, link_library};
 use crate::CompileOptions;
 use crate::engine::{self, CompiledGraph, Kernel};
-use crate::graph::{DataType, PartitionPolicy};
+use crate::graph::{DataType, FinalizedGraph, PartitionPolicy};
 use crate::isa::IsaLevel;
 use crate::record::{Host, Record};
 use crate::tune::apply::RecordKnobs;
@@ -65,13 +65,27 @@ pub fn export_model(
     options: &ExportOptions,
     out_dir: &Path,
 ) -> Result<ModelLibrary, ExportError> {
+    let start = Instant::now();
+    let imported =
+        crate::onnx::load(model).map_err(|e| ExportError::Model { path: model.to_path_buf(), message: e.to_string() })?;
+    export_graph(imported.graph, model, export, options, out_dir, start)
+}
+
+/// `export_model` of a finalized graph (`model` names it in errors and the manifest; `start`:
+/// when the export began, for `ModelLibrary::plan_time`).
+pub fn export_graph(
+    graph: FinalizedGraph,
+    model: &Path,
+    export: &ModelExport,
+    options: &ExportOptions,
+    out_dir: &Path,
+    start: Instant,
+) -> Result<ModelLibrary, ExportError> {
     let name = &options.name;
     check_library_name(name)?;
     let levels = levels_to_compile(&options.levels)?;
-    let start = Instant::now();
     let bad = |message: String| ExportError::Model { path: model.to_path_buf(), message };
-    let imported = crate::onnx::load(model).map_err(|e| bad(e.to_string()))?;
-    let partitions = imported.graph.get_partitions(PartitionPolicy::Fusion);
+    let partitions = graph.get_partitions(PartitionPolicy::Fusion);
     let host = CompileOptions::default().target.level().map_err(|e| bad(e.to_string()))?;
     let knobs_at = |level| RecordKnobs {
         user: export.user.clone(),
@@ -81,18 +95,18 @@ pub fn export_model(
     };
     let host_records = knobs_at(host);
     let knobs = |w: engine::Workload<'_>| host_records.knobs(w);
-    let graph = engine::compile_with(imported.graph, partitions, &CompileOptions::default(), &knobs)
+    let graph = engine::compile_with(graph, partitions, &CompileOptions::default(), &knobs)
         .map_err(|e| bad(e.to_string()))?;
     let plan_time = start.elapsed();
 
     let start = Instant::now();
-    let build_dir = create_build_dir(out_dir, name)?;
     let mut weights = Weights::default();
     let (places, op) = places(&graph, &mut weights)?;
     let mut codes = Vec::new();
     for &level in &levels {
         codes.push(level_code(name, level, &graph, &places, (&knobs_at(level), export.max_threads), &mut weights)?);
     }
+    let build_dir = create_build_dir(out_dir, name)?;
     let mut objects = Vec::new();
     for (code, &level) in codes.iter().zip(&levels) {
         for (symbol, func) in &code.functions {
@@ -148,15 +162,16 @@ fn abi_dtype(d: DataType) -> ir::DType {
     }
 }
 
-/// Where every slot lives: graph inputs and outputs in the caller's arguments (they must be
-/// stored in their logical order: not 4-D 8-bit tensors, which the engine keeps NHWC), constants
-/// in the read-only data, the rest in the arena. Returns the places and the run operator (its
+/// Where every slot lives: graph inputs and outputs in the caller's arguments (4-D 8-bit ones,
+/// which the engine keeps NHWC, in the arena, permuted from or into the arguments), constants in
+/// the read-only data, the rest in the arena. Returns the places and the run operator (its
 /// parameters; entries to fill).
 fn places(graph: &CompiledGraph, weights: &mut Weights) -> Result<(Places, OpInfo), ExportError> {
     let slots = graph.slots();
     let (ins, outs) = graph.io_slots();
     let mut places = vec![String::new(); slots.len()];
     let mut params = Vec::new();
+    let (mut arena, mut prologue, mut epilogue) = (0usize, String::new(), String::new());
     let names: Vec<String> = graph
         .graph()
         .graph()
@@ -168,13 +183,6 @@ fn places(graph: &CompiledGraph, weights: &mut Weights) -> Result<(Places, OpInf
     for (k, &s) in ins.iter().chain(&outs).enumerate() {
         let slot = &slots[s];
         let output = k >= ins.len();
-        if slot.nhwc {
-            return Err(ExportError::UnsupportedModel {
-                what: format!("graph {} {}", if output { "output" } else { "input" }, names[k]),
-                expected: "a tensor other than a 4-D 8-bit one (those the engine stores NHWC)".into(),
-                found: format!("{} {:?}", slot.dtype, slot.dims),
-            });
-        }
         if !places[s].is_empty() {
             return Err(ExportError::UnsupportedModel {
                 what: format!("graph tensor {}", names[k]),
@@ -182,7 +190,18 @@ fn places(graph: &CompiledGraph, weights: &mut Weights) -> Result<(Places, OpInf
                 found: "a tensor that is both, or listed twice".into(),
             });
         }
-        places[s] = format!("((uint8_t *)args[{k}])");
+        if slot.nhwc {
+            // Stored NHWC inside, as the engine stores it: permuted on the way in or out.
+            let place = format!("(arena + {arena})");
+            arena = (arena + slot.bytes.len()).next_multiple_of(64);
+            let [n, c, h, w] = slot.nchw();
+            let (from, to) = if output { (place.clone(), format!("args[{k}]")) } else { (format!("args[{k}]"), place.clone()) };
+            let line = format!("    tl_n_permute({from}, {n}, {c}, {}, {}, {to});\n", h * w, i32::from(!output));
+            if output { epilogue.push_str(&line) } else { prologue.push_str(&line) }
+            places[s] = place;
+        } else {
+            places[s] = format!("((uint8_t *)args[{k}])");
+        }
         let dtype = abi_dtype(slot.dtype);
         params.push(ParamInfo {
             name: names[k].clone(),
@@ -193,7 +212,6 @@ fn places(graph: &CompiledGraph, weights: &mut Weights) -> Result<(Places, OpInf
         });
     }
     let written: Vec<usize> = graph.steps().iter().flat_map(|s| s.outputs.iter().copied()).collect();
-    let mut arena = 0usize;
     for (s, slot) in slots.iter().enumerate() {
         if !places[s].is_empty() {
             continue;
@@ -206,7 +224,7 @@ fn places(graph: &CompiledGraph, weights: &mut Weights) -> Result<(Places, OpInf
         }
     }
     let op = OpInfo { name: "run".into(), params, entries: Vec::new(), checked: Vec::new(), tuning: None };
-    Ok((Places { places, arena }, op))
+    Ok((Places { places, arena, prologue, epilogue }, op))
 }
 
 /// The manifest's network keys: `model`, `inputs`, `outputs`, `partitions`, `weights_bytes`.

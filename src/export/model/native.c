@@ -139,3 +139,17 @@ static void tl_n_global_avg_pool(const uint8_t *src, int64_t n, int64_t hw, int6
             dst[b * c + ch] = (uint8_t)(v + zp);
         }
 }
+
+/* Bytes between the caller's logical NCHW `[n, c, plane]` and the engine's NHWC `[n, plane, c]`
+ * (a graph input or output of 8-bit integers): `to_nhwc` says which way. */
+static void tl_n_permute(const uint8_t *src, int64_t n, int64_t c, int64_t plane, int to_nhwc, uint8_t *dst) {
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < plane; p++) {
+                int64_t nchw = (b * c + ch) * plane + p, nhwc = (b * plane + p) * c + ch;
+                if (to_nhwc)
+                    dst[nhwc] = src[nchw];
+                else
+                    dst[nchw] = src[nhwc];
+            }
+}
