@@ -258,3 +258,86 @@ fn a_partition_the_engine_leaves_to_the_reference_is_a_typed_export_error() {
     }
     assert!(!dir.join("libnetf.so").exists());
 }
+
+/// Every pair of 8-bit operands through the library's quantized add (u8 and s8, seeded scales
+/// and zero points, with and without a ReLU), and the quantization of float values that fall
+/// on rounding ties and beyond the range: from C at the scalar level (software fma) and at
+/// AVX2, bit for bit as the engine and the reference.
+#[test]
+fn the_native_add_and_quantize_equal_the_engine_on_every_operand_pair() {
+    use tensorlift::graph::{Graph, OpKind, QuantParams, QuantizeAttrs};
+    let levels = [IsaLevel::Scalar, IsaLevel::Avx2];
+    for seed in 0..4u32 {
+        for act in [DataType::U8, DataType::S8] {
+            let what = format!("add and quantize {seed} {act}");
+            let mut state = u64::from(seed) * 0x9E37_79B9 + 17;
+            let mut next = |m: u32| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((state >> 33) as u32) % m
+            };
+            let (lo, span) = if act == DataType::U8 { (0, 256) } else { (-128, 256) };
+            let mut zp = || lo + next(span) as i32;
+            let (za, zb, zc, zq) = (zp(), zp(), zp(), zp());
+            let mut scale = || (1 + next(4000)) as f32 / 8192.0;
+            let (sa, sb, sc) = (scale(), scale(), scale());
+            // Power-of-two scale on even seeds: x / scale is exact and ties are exact halves.
+            let sq = if seed % 2 == 0 { 0.125 } else { scale() };
+            let dq = |s: f32, z: i32| OpKind::Dequantize(QuantParams::per_tensor(s, z));
+            let q = |s: f32, z: i32| OpKind::Quantize(QuantizeAttrs { params: QuantParams::per_tensor(s, z), dtype: act });
+            let mut g = Graph::new();
+            let a = g.input("a", act, [1, 256, 16, 16]);
+            let b = g.input("b", act, [1, 256, 16, 16]);
+            let f = g.input("f", DataType::F32, [64, 1024]);
+            let af = g.apply("dq_a", dq(sa, za), &[a]).unwrap();
+            let bf = g.apply("dq_b", dq(sb, zb), &[b]).unwrap();
+            let mut sum = g.apply("add", OpKind::Add, &[af, bf]).unwrap();
+            if seed % 2 == 1 {
+                sum = g.apply("relu", OpKind::ReLU, &[sum]).unwrap();
+            }
+            let c = g.apply("q_c", q(sc, zc), &[sum]).unwrap();
+            g.mark_output(c).unwrap();
+            let fq = g.apply("q_f", q(sq, zq), &[f]).unwrap();
+            let back = g.apply("dq_f", dq(sq, zq), &[fq]).unwrap();
+            g.mark_output(back).unwrap();
+            let graph = g.finalize().unwrap();
+            let name = format!("addq{seed}{}", if act == DataType::U8 { "u" } else { "s" });
+            let lib = export_graph(
+                graph.clone(),
+                Path::new("add_and_quantize"),
+                &no_records(),
+                &options(&name, &levels),
+                &out_dir(&name),
+                Instant::now(),
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let kinds: Vec<&str> = lib.library.manifest["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|p| p["kernel"].as_str())
+                .collect();
+            for kind in ["native add", "native quantize", "native dequantize"] {
+                assert!(kinds.contains(&kind), "{what}: no {kind} in {kinds:?}");
+            }
+            // a[i] = i / 256, b[i] = i % 256 (as bytes): every pair once.
+            let bytes = |f: fn(usize) -> usize| -> Vec<u8> { (0..65536).map(|i| f(i) as u8).collect() };
+            let value = |v: Vec<u8>| match act {
+                DataType::U8 => Value::new(&[1, 256, 16, 16], Data::U8(v)).unwrap(),
+                _ => Value::new(&[1, 256, 16, 16], Data::S8(v.into_iter().map(|x| x as i8).collect())).unwrap(),
+            };
+            // Floats on every half step of the scale across and beyond the range, then NaN and
+            // the infinities.
+            let mut floats: Vec<f32> = (0..65536).map(|i| (i as f32 - 32768.0) * sq / 64.0).collect();
+            floats[0] = f32::NAN;
+            floats[1] = f32::INFINITY;
+            floats[2] = f32::NEG_INFINITY;
+            let inputs = vec![
+                value(bytes(|i| i / 256)),
+                value(bytes(|i| i % 256)),
+                Value::new(&[64, 1024], Data::F32(floats)).unwrap(),
+            ];
+            let want = expected(&graph, &inputs, &what);
+            check_from_c(&lib, &inputs, &want, &levels, &what);
+        }
+    }
+}
