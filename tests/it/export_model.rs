@@ -1,5 +1,6 @@
 //! `tensorlift export MODEL.onnx` (`export::export_model`, `export_graph`): a whole quantized
-//! network as `NAME_run`, run from C (forced to every level this CPU has), Rust and Python, bit
+//! network as `NAME_run`, run from C (forced to every level this CPU has), Rust and Python
+//! (`python/test_network.py`), bit
 //! for bit equal to the engine (`tensorlift run`) and to the graph's reference on the same
 //! input; bad arguments are error codes with messages; a partition the engine leaves to the
 //! reference is a typed export error.
@@ -121,7 +122,7 @@ fn check_from_c(lib: &ModelLibrary, inputs: &[Value], expected: &[Vec<u8>], leve
 }
 
 /// The test models, QOperator and QDQ: exported at every level, run from C at each level this
-/// CPU has, from Rust and from `tensorlift run --output`, all bit for bit equal to the engine
+/// CPU has, from Rust, Python and `tensorlift run --output`, all bit for bit equal to the engine
 /// and the reference. The manifest describes the network.
 #[test]
 fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
@@ -162,6 +163,16 @@ fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
         assert!(outs[0].as_bytes() == want[0].as_slice(), "{file}: Rust loader differs from the engine");
 
         let dir = out_dir(name);
+        if let Some(python) = crate::python::python_with(&["numpy"]) {
+            std::fs::write(dir.join("expected0.bin"), &want[0]).unwrap();
+            let loader_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+            let (ok, stdout, stderr) = run(Command::new(python)
+                .arg(loader_dir.join("test_network.py"))
+                .arg(&lib.library.shared)
+                .arg(&dir)
+                .env("PYTHONPATH", &loader_dir));
+            assert!(ok && stdout.contains("python network ok"), "{file}: {stdout}\n{stderr}");
+        }
         let (input, output) = (dir.join("input.npy"), dir.join("run_output.npy"));
         tensorlift::npy::write(&input, &inputs[0]).unwrap();
         let (ok, _, stderr) = crate::cli::tensorlift(&[
