@@ -94,9 +94,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let source = out.join("time_run.c");
     std::fs::write(&source, harness::network_program("net", &specs, args.repeat))?;
     let exe = out.join("time_run");
-    output(Command::new("cc").args(["-std=c11", "-O2", "-o"]).arg(&exe).arg(&source).arg("-I").arg(out).arg(
-        out.join("libnet.a"),
-    ).arg("-lpthread"))?;
+    output(
+        Command::new("cc")
+            .args(["-std=c11", "-O2", "-o"])
+            .arg(&exe)
+            .arg(&source)
+            .arg("-I")
+            .arg(out)
+            .arg(out.join("libnet.a"))
+            .arg("-lpthread"),
+    )?;
 
     println!("threads  library ms  run ms  library/run");
     for &threads in &args.threads {

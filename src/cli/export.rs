@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use clap::Subcommand;
 use tensorlift::IsaLevel;
-use tensorlift::export::{ExportOptions, Library, ModelExport, Operator, export, export_model as export_model_to, operators};
+use tensorlift::export::{
+    ExportOptions, Library, ModelExport, Operator, export, export_model as export_model_to, operators,
+};
 use tensorlift::record::pretuned;
 
 use super::common::{Format, WeightsChoice, user_records};

@@ -250,9 +250,7 @@ fn choose(
             dense(graph, p, m, ins.first().map(|&i| &slots[i]), (options, cache), knobs).map_err(layer_error)
         }
         PartitionKind::QuantizedAdd(a) => Ok((quantized_add(a, ins, slots), None)),
-        PartitionKind::QuantizedMaxPool(m) => {
-            Ok((quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out), None))
-        }
+        PartitionKind::QuantizedMaxPool(m) => Ok((quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out), None)),
         PartitionKind::QuantizedGlobalAvgPool(g) => Ok((quantized_gap(g, ins.first().map(|&i| &slots[i]), out), None)),
         PartitionKind::Single(op) => Ok((single(op, ins, slots, out), None)),
         PartitionKind::Unsupported { reason, .. } => Ok((reference(reason.clone()), None)),

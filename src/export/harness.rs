@@ -65,7 +65,6 @@ pub fn layer_program(lib: &str, op: &str, prep: &[ArgSpec], run: &[ArgSpec], rep
     c
 }
 
-
 /// The program's start: includes, the helpers `zeros`, `load`, `by_value`, and `main` up to
 /// the directory argument `dir`.
 fn prelude(lib: &str) -> String {

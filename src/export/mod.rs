@@ -48,8 +48,8 @@ pub use operator::Operator;
 
 use files::{create_build_dir, move_out, remove_build_dir, write_header, write_library_source, write_version_script};
 use link::Toolchain;
-use object::emit_objects;
 pub use model::{ModelExport, ModelLibrary, export_graph, export_model};
+use object::emit_objects;
 // `c_source` takes the operators as `super::OpInfo`.
 use operator::OpInfo;
 

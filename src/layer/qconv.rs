@@ -17,10 +17,10 @@ use std::time::Instant;
 use ir::DType;
 use ir::te::placeholder_vec;
 use ir::workload::workload_key;
+use schedules::ops::GemmOperands;
 use schedules::ops::{Conv2dParams, Layout};
 use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
-use schedules::ops::GemmOperands;
 use schedules::x86_conv::{Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, weight_range};
 
 use super::error::{LayerError, SpecError};

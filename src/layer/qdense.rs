@@ -18,7 +18,9 @@ use schedules::x86_conv::{Conv2dInt8Knobs, default_dense_knobs};
 use super::error::{LayerError, SpecError};
 use super::kernel_cache::KernelCache;
 use super::qcompiled::CompiledQuantized;
-use super::qconv::{ActQuant, QConvSpec, build_as_conv, check_act, check_output_scales, check_weight_scales, lower_as_conv};
+use super::qconv::{
+    ActQuant, QConvSpec, build_as_conv, check_act, check_output_scales, check_weight_scales, lower_as_conv,
+};
 use super::qlowered::LoweredQuantized;
 use crate::isa::IsaLevel;
 use crate::runtime::CompileOptions;

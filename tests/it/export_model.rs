@@ -256,9 +256,10 @@ fn bad_arguments_to_run_are_error_codes_with_messages() {
 #[test]
 fn a_partition_the_engine_leaves_to_the_reference_is_a_typed_export_error() {
     let dir = out_dir("float");
-    let err = export_model(&model("resnet18_w2_s32_float.onnx"), &no_records(), &options("netf", &[IsaLevel::Scalar]), &dir)
-        .err()
-        .expect("a float model does not export");
+    let err =
+        export_model(&model("resnet18_w2_s32_float.onnx"), &no_records(), &options("netf", &[IsaLevel::Scalar]), &dir)
+            .err()
+            .expect("a float model does not export");
     match &err {
         ExportError::UnsupportedPartition { partition, kind, why } => {
             assert!(partition.starts_with("p0"), "{err}");
@@ -294,7 +295,8 @@ fn the_native_add_and_quantize_equal_the_engine_on_every_operand_pair() {
             // Power-of-two scale on even seeds: x / scale is exact and ties are exact halves.
             let sq = if seed % 2 == 0 { 0.125 } else { scale() };
             let dq = |s: f32, z: i32| OpKind::Dequantize(QuantParams::per_tensor(s, z));
-            let q = |s: f32, z: i32| OpKind::Quantize(QuantizeAttrs { params: QuantParams::per_tensor(s, z), dtype: act });
+            let q =
+                |s: f32, z: i32| OpKind::Quantize(QuantizeAttrs { params: QuantParams::per_tensor(s, z), dtype: act });
             let mut g = Graph::new();
             let a = g.input("a", act, [1, 256, 16, 16]);
             let b = g.input("b", act, [1, 256, 16, 16]);

@@ -80,7 +80,8 @@ pub(super) fn level_code(
         let mut kernel = None;
         match (&step.kernel, &step.spec) {
             (Kernel::Conv(_) | Kernel::Dense(_), Some(spec)) => {
-                let (knobs, tuning) = records.knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
+                let (knobs, tuning) =
+                    records.knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
                 let lowered = match spec {
                     Spec::Conv(c) => lower_qconv(c, knobs, level, max_threads),
                     Spec::Dense(d) => lower_qdense(d, knobs, level),

@@ -66,8 +66,8 @@ pub fn export_model(
     out_dir: &Path,
 ) -> Result<ModelLibrary, ExportError> {
     let start = Instant::now();
-    let imported =
-        crate::onnx::load(model).map_err(|e| ExportError::Model { path: model.to_path_buf(), message: e.to_string() })?;
+    let imported = crate::onnx::load(model)
+        .map_err(|e| ExportError::Model { path: model.to_path_buf(), message: e.to_string() })?;
     export_graph(imported.graph, model, export, options, out_dir, start)
 }
 
@@ -95,8 +95,8 @@ pub fn export_graph(
     };
     let host_records = knobs_at(host);
     let knobs = |w: engine::Workload<'_>| host_records.knobs(w);
-    let graph = engine::compile_with(graph, partitions, &CompileOptions::default(), &knobs)
-        .map_err(|e| bad(e.to_string()))?;
+    let graph =
+        engine::compile_with(graph, partitions, &CompileOptions::default(), &knobs).map_err(|e| bad(e.to_string()))?;
     let plan_time = start.elapsed();
 
     let start = Instant::now();
@@ -117,8 +117,11 @@ pub fn export_graph(
     }
     let weights_bytes = weights.bytes.len();
     let symbol = format!("tlx_{name}__weights");
-    let data = emit_data(&symbol, weights.bytes, 64)
-        .map_err(|message| ExportError::Object { op: "run (weights)".into(), level: levels[0], message })?;
+    let data = emit_data(&symbol, weights.bytes, 64).map_err(|message| ExportError::Object {
+        op: "run (weights)".into(),
+        level: levels[0],
+        message,
+    })?;
     objects.push(write(&build_dir, "weights.o", &data)?);
 
     let mut source = format!(
@@ -195,9 +198,14 @@ fn places(graph: &CompiledGraph, weights: &mut Weights) -> Result<(Places, OpInf
             let place = format!("(arena + {arena})");
             arena = (arena + slot.bytes.len()).next_multiple_of(64);
             let [n, c, h, w] = slot.nchw();
-            let (from, to) = if output { (place.clone(), format!("args[{k}]")) } else { (format!("args[{k}]"), place.clone()) };
+            let (from, to) =
+                if output { (place.clone(), format!("args[{k}]")) } else { (format!("args[{k}]"), place.clone()) };
             let line = format!("    tl_n_permute({from}, {n}, {c}, {}, {}, {to});\n", h * w, i32::from(!output));
-            if output { epilogue.push_str(&line) } else { prologue.push_str(&line) }
+            if output {
+                epilogue.push_str(&line)
+            } else {
+                prologue.push_str(&line)
+            }
             places[s] = place;
         } else {
             places[s] = format!("((uint8_t *)args[{k}])");
