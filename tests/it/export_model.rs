@@ -158,6 +158,20 @@ fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
 
         check_from_c(&lib, &inputs, &want, &IsaLevel::ALL, file);
 
+        // Only the three NAME_ functions are exported, and libc is all the library needs.
+        let so = &lib.library.shared;
+        let (ok, symbols, _) = run(Command::new("nm").args(["-D", "--defined-only"]).arg(so));
+        assert!(ok, "{file}: nm");
+        let mut names: Vec<&str> = symbols.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
+        names.sort();
+        let expect = ["last_error", "manifest", "run"].map(|f| format!("{name}_{f}"));
+        assert_eq!(names, expect, "{file}: exported symbols");
+        let (ok, dynamic, _) = run(Command::new("readelf").arg("-d").arg(so));
+        assert!(ok, "{file}: readelf");
+        for line in dynamic.lines().filter(|l| l.contains("(NEEDED)")) {
+            assert!(line.contains("[libc.so.6]") || line.contains("[ld-linux"), "{file}: {line}");
+        }
+
         let loaded = LoadedLibrary::open(&lib.library.shared).unwrap();
         let outs = loaded.run(&inputs.iter().map(tensor).collect::<Vec<_>>().iter().collect::<Vec<_>>()).unwrap();
         assert!(outs[0].as_bytes() == want[0].as_slice(), "{file}: Rust loader differs from the engine");
