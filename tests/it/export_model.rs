@@ -175,6 +175,16 @@ fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
         let loaded = LoadedLibrary::open(&lib.library.shared).unwrap();
         let outs = loaded.run(&inputs.iter().map(tensor).collect::<Vec<_>>().iter().collect::<Vec<_>>()).unwrap();
         assert!(outs[0].as_bytes() == want[0].as_slice(), "{file}: Rust loader differs from the engine");
+        // Callers on several threads at once, each with its own buffers.
+        let tensors: Vec<Tensor> = inputs.iter().map(tensor).collect();
+        std::thread::scope(|s| {
+            let calls: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| loaded.run(&tensors.iter().collect::<Vec<_>>()).expect("concurrent call")))
+                .collect();
+            for call in calls {
+                assert!(call.join().unwrap()[0].as_bytes() == want[0].as_slice(), "{file}: a concurrent call differs");
+            }
+        });
 
         let dir = out_dir(name);
         if let Some(python) = crate::python::python_with(&["numpy"]) {

@@ -210,9 +210,9 @@ pub(super) fn level_code(
     writeln!(
         source,
         "TL_HIDDEN int32_t {entry}(void *const *args) {{\n    \
-         uint8_t *arena = tensorlift_alloc(TL_NET_ARENA);\n    \
+         uint8_t *arena = tl_net_arena();\n    \
          if (!arena) return TL_STATUS_OUT_OF_MEMORY;\n    int32_t st = 0;\n{}{body}{}done:\n    \
-         tensorlift_free(arena, TL_NET_ARENA);\n    return st;\n}}",
+         return st;\n}}",
         places.prologue, places.epilogue
     )
     .unwrap();

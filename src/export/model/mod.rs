@@ -10,9 +10,9 @@
 //! partition the engine leaves to the graph's reference is an `ExportError`.
 //!
 //! Prepared weights and constants are one read-only data object (`weights`). Intermediate
-//! buffers live in one arena per call, taken from the runtime's per-thread block cache
-//! (`tensorlift_alloc`): a call allocates nothing after a thread's first, and threads calling
-//! at once each use their own.
+//! buffers live in one arena per calling thread, allocated on its first call and kept until it
+//! exits (`native.c`): a call allocates nothing after a thread's first, and threads calling at
+//! once each use their own.
 
 mod level;
 mod weights;

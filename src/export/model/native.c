@@ -153,3 +153,21 @@ static void tl_n_permute(const uint8_t *src, int64_t n, int64_t c, int64_t plane
                     dst[nchw] = src[nhwc];
             }
 }
+
+/* The calling thread's buffers of the network's intermediate tensors (`TL_NET_ARENA` bytes),
+ * allocated on its first call and kept until it exits: a call allocates nothing after a
+ * thread's first, and threads calling at once each have their own. NULL if out of memory. */
+static pthread_key_t tl_net_key;
+static pthread_once_t tl_net_once = PTHREAD_ONCE_INIT;
+
+static void tl_net_key_init(void) { pthread_key_create(&tl_net_key, free); }
+
+static uint8_t *tl_net_arena(void) {
+    static _Thread_local uint8_t *arena;
+    if (!arena) {
+        pthread_once(&tl_net_once, tl_net_key_init);
+        arena = aligned_alloc(64, (TL_NET_ARENA + 63) / 64 * 64);
+        if (arena) pthread_setspecific(tl_net_key, arena);
+    }
+    return arena;
+}
