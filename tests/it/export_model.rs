@@ -378,3 +378,36 @@ fn the_native_add_and_quantize_equal_the_engine_on_every_operand_pair() {
         }
     }
 }
+
+/// `tensorlift export MODEL.onnx --out DIR --name NAME --isa LEVELS --format json`: the three
+/// files, the levels asked, the sizes and times reported; the subcommands still parse beside it.
+#[test]
+fn the_cli_exports_a_model_and_reports_it_as_json() {
+    let dir = out_dir("cli");
+    let file = model("resnet18_w8_s32_qdq_u8_pc.onnx").display().to_string();
+    let (ok, stdout, stderr) = crate::cli::tensorlift(&[
+        "export",
+        &file,
+        "--out",
+        &dir.display().to_string(),
+        "--name",
+        "clinet",
+        "--isa",
+        "scalar,avx2",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(report["isa_levels"], serde_json::json!(["scalar", "avx2"]));
+    for key in ["size_bytes", "weights_bytes", "plan_ms", "export_ms"] {
+        assert!(report[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {report}");
+    }
+    for f in ["libclinet.so", "libclinet.a", "clinet.h"] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    let header = std::fs::read_to_string(dir.join("clinet.h")).unwrap();
+    assert!(header.contains("int32_t clinet_run(DLTensor *const *args, int32_t nargs);"), "{header}");
+    let (ok, _, stderr) = crate::cli::tensorlift(&["export", "--out", &dir.display().to_string()]);
+    assert!(!ok && stderr.contains("MODEL"), "{stderr}");
+}
