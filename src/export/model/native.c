@@ -101,30 +101,41 @@ static void tl_n_add(const uint8_t *a, const uint8_t *b, int64_t count, float ra
         tl_n_add_soft(a, b, count, ra, rb, fixed, (float)lo, (float)hi, s8, c);
 }
 
-/* Max pooling NHWC `[n, h, w, c]` into `[n, oh, ow, c]`; positions in the padding never win. */
+/* Max pooling NHWC `[n, h, w, c]` into `[n, oh, ow, c]`; positions in the padding never win.
+ * Channels innermost (in chunks of `TL_POOL_CHUNK`), so that the loop over them vectorizes. */
+enum { TL_POOL_CHUNK = 512 };
 static void tl_n_max_pool(const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
                           const int64_t win[8], int s8, uint8_t *dst) {
     int32_t lo = s8 ? -128 : 0, hi = s8 ? 127 : 255;
+    int32_t best[TL_POOL_CHUNK];
     for (int64_t b = 0; b < n; b++)
         for (int64_t oy = 0; oy < oh; oy++)
-            for (int64_t ox = 0; ox < ow; ox++) {
-                uint8_t *out = dst + ((b * oh + oy) * ow + ox) * c;
-                for (int64_t ch = 0; ch < c; ch++) {
-                    int32_t best = lo;
+            for (int64_t ox = 0; ox < ow; ox++)
+                for (int64_t c0 = 0; c0 < c; c0 += TL_POOL_CHUNK) {
+                    int64_t cn = c - c0 < TL_POOL_CHUNK ? c - c0 : TL_POOL_CHUNK;
+                    for (int64_t ch = 0; ch < cn; ch++) best[ch] = lo;
                     for (int64_t ky = 0; ky < win[0]; ky++) {
                         int64_t y = oy * win[2] + ky * win[6] - win[4];
                         if (y < 0 || y >= h) continue;
                         for (int64_t kx = 0; kx < win[1]; kx++) {
                             int64_t x = ox * win[3] + kx * win[7] - win[5];
                             if (x < 0 || x >= w) continue;
-                            int32_t v = tl_value(src[((b * h + y) * w + x) * c + ch], s8);
-                            best = v > best ? v : best;
+                            const uint8_t *row = src + ((b * h + y) * w + x) * c + c0;
+                            if (s8)
+                                for (int64_t ch = 0; ch < cn; ch++) {
+                                    int32_t v = (int8_t)row[ch];
+                                    best[ch] = v > best[ch] ? v : best[ch];
+                                }
+                            else
+                                for (int64_t ch = 0; ch < cn; ch++) {
+                                    int32_t v = row[ch];
+                                    best[ch] = v > best[ch] ? v : best[ch];
+                                }
                         }
                     }
-                    best = best < hi ? best : hi;
-                    out[ch] = (uint8_t)best;
+                    uint8_t *out = dst + ((b * oh + oy) * ow + ox) * c + c0;
+                    for (int64_t ch = 0; ch < cn; ch++) out[ch] = (uint8_t)(best[ch] < hi ? best[ch] : hi);
                 }
-            }
 }
 
 /* Global average pooling NHWC `[n, hw, c]` into `[n, c]` (`native::global_avg_pool`): the sum
