@@ -132,9 +132,9 @@ fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
         let lib = export_model(&path, &no_records(), &options(name, &IsaLevel::ALL), &out_dir(name))
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         let graph = tensorlift::onnx::load(&path).unwrap().graph;
-        let specs = engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::Fusion), &Default::default())
-            .unwrap()
-            .input_specs();
+        let compiled =
+            engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::Fusion), &Default::default()).unwrap();
+        let specs = compiled.input_specs();
         let inputs: Vec<Value> = specs.iter().map(|(d, dims)| crate::engine::input(*d, dims, 7)).collect();
         let want = expected(&graph, &inputs, file);
 
@@ -155,6 +155,13 @@ fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
             }
         }
         assert!(m["weights_bytes"].as_u64().unwrap() > 0, "{file}");
+        // At this CPU's level the library runs the schedules the engine compiled.
+        let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar).name();
+        for (step, p) in compiled.steps().iter().zip(partitions) {
+            if let engine::Kernel::Conv(c) | engine::Kernel::Dense(c) = &step.kernel {
+                assert_eq!(p["tuning"][host]["knobs"], serde_json::to_value(c.knobs()).unwrap(), "{file}: {p}");
+            }
+        }
 
         check_from_c(&lib, &inputs, &want, &IsaLevel::ALL, file);
 
