@@ -14,6 +14,7 @@ use crate::layer::{LoweredQuantized, lower_qconv, lower_qdense};
 use crate::runtime::CheckedTensor;
 use crate::tune::apply::RecordKnobs;
 
+use super::places::Places;
 use super::weights::Weights;
 
 /// A level's code: the C function, the functions to emit as objects, and per step the compiled
@@ -25,16 +26,6 @@ pub(super) struct LevelCode {
     pub functions: Vec<(String, ir::Func)>,
     /// Per step: (function index, knobs, tuning) of a compiled kernel.
     pub kernels: Vec<Option<(usize, serde_json::Value, Tuning)>>,
-}
-
-/// Where each slot lives in C (`places[slot]`, an `uint8_t *` expression), and the scratch
-/// arena's size: what every level shares.
-pub(super) struct Places {
-    pub places: Vec<String>,
-    pub arena: usize,
-    /// C statements before the steps and after them (inputs and outputs stored NHWC).
-    pub prologue: String,
-    pub epilogue: String,
 }
 
 fn float(x: f32) -> String {

@@ -13,28 +13,32 @@
 //! buffers live in one arena per calling thread, allocated on its first call and kept until it
 //! exits (`native.c`): a call allocates nothing after a thread's first, and threads calling at
 //! once each use their own.
+//!
+//! Files: `places` (where each buffer lives, the run operator's parameters), `level` (one
+//! level's code), `weights` (the read-only data), `manifest` (the network's manifest keys),
+//! `native.c` (the native partitions' loops).
 
 mod level;
+mod manifest;
+mod places;
 mod weights;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
-use super::dlpack::dl_name;
 use super::files::create_build_dir;
 use super::interface::io_error;
 use super::object::{emit_data, emit_object};
 use super::operator::{OpInfo, ParamInfo};
 use super::{ExportError, ExportOptions, Library, Parts, check_library_name, levels_to_compile, link_library};
 use crate::CompileOptions;
-use crate::engine::{self, CompiledGraph, Kernel};
-use crate::graph::{DataType, FinalizedGraph, PartitionPolicy};
-use crate::isa::IsaLevel;
+use crate::engine;
+use crate::graph::{FinalizedGraph, PartitionPolicy};
 use crate::record::{Host, Record};
 use crate::tune::apply::RecordKnobs;
-use level::{LevelCode, Places, level_code, step_name};
+use level::level_code;
+use manifest::manifest;
+use places::places;
 use weights::Weights;
 
 /// The C loops of the native partitions.
@@ -150,161 +154,4 @@ fn write(dir: &Path, file: &str, bytes: &[u8]) -> Result<String, ExportError> {
     let path: PathBuf = dir.join(file);
     std::fs::write(&path, bytes).map_err(io_error(&path))?;
     Ok(file.to_string())
-}
-
-/// The DType of a graph dtype at the ABI.
-fn abi_dtype(d: DataType) -> ir::DType {
-    match d {
-        DataType::F16 => ir::DType::F16,
-        DataType::Bf16 => ir::DType::BF16,
-        DataType::F32 => ir::DType::F32,
-        DataType::S32 => ir::DType::I32,
-        DataType::S8 => ir::DType::I8,
-        DataType::U8 => ir::DType::U8,
-        DataType::Boolean => ir::DType::BOOL,
-    }
-}
-
-/// Where every slot lives: graph inputs and outputs in the caller's arguments (4-D 8-bit ones,
-/// which the engine keeps NHWC, in the arena, permuted from or into the arguments), constants in
-/// the read-only data, the rest in the arena. Returns the places and the run operator (its
-/// parameters; entries to fill).
-fn places(graph: &CompiledGraph, weights: &mut Weights) -> Result<(Places, OpInfo), ExportError> {
-    let slots = graph.slots();
-    let (ins, outs) = graph.io_slots();
-    let mut places = vec![String::new(); slots.len()];
-    let mut params = Vec::new();
-    let (mut arena, mut prologue, mut epilogue) = (0usize, String::new(), String::new());
-    let names: Vec<String> = graph
-        .graph()
-        .graph()
-        .inputs()
-        .iter()
-        .chain(graph.graph().graph().outputs())
-        .map(|&t| graph.graph().tensor(t).map_or_else(|| format!("{t}"), |lt| lt.name.clone()))
-        .collect();
-    for (k, &s) in ins.iter().chain(&outs).enumerate() {
-        let slot = &slots[s];
-        let output = k >= ins.len();
-        if !places[s].is_empty() {
-            return Err(ExportError::UnsupportedModel {
-                what: format!("graph tensor {}", names[k]),
-                expected: "each graph input and output once".into(),
-                found: "a tensor that is both, or listed twice".into(),
-            });
-        }
-        if slot.nhwc {
-            // Stored NHWC inside, as the engine stores it: permuted on the way in or out.
-            let place = format!("(arena + {arena})");
-            arena = (arena + slot.bytes.len()).next_multiple_of(64);
-            let [n, c, h, w] = slot.nchw();
-            let (from, to) =
-                if output { (place.clone(), format!("args[{k}]")) } else { (format!("args[{k}]"), place.clone()) };
-            let line = format!("    tl_n_permute({from}, {n}, {c}, {}, {}, {to});\n", h * w, i32::from(!output));
-            if output {
-                epilogue.push_str(&line)
-            } else {
-                prologue.push_str(&line)
-            }
-            places[s] = place;
-        } else {
-            places[s] = format!("((uint8_t *)args[{k}])");
-        }
-        let dtype = abi_dtype(slot.dtype);
-        params.push(ParamInfo {
-            name: names[k].clone(),
-            dtype,
-            shape: slot.dims.iter().map(|&d| d as i64).collect(),
-            output,
-            ranges: Vec::new(),
-        });
-    }
-    let written: Vec<usize> = graph.steps().iter().flat_map(|s| s.outputs.iter().copied()).collect();
-    for (s, slot) in slots.iter().enumerate() {
-        if !places[s].is_empty() {
-            continue;
-        }
-        if written.contains(&s) {
-            places[s] = format!("(arena + {arena})");
-            arena = (arena + slot.bytes.len()).next_multiple_of(64);
-        } else {
-            places[s] = format!("((uint8_t *)tl_weights + {})", weights.add(&slot.bytes));
-        }
-    }
-    let op = OpInfo { name: "run".into(), params, entries: Vec::new(), checked: Vec::new(), tuning: None };
-    Ok((Places { places, arena, prologue, epilogue }, op))
-}
-
-/// The manifest's network keys: `model`, `inputs`, `outputs`, `partitions`, `weights_bytes`.
-fn manifest(
-    model: &Path,
-    graph: &CompiledGraph,
-    levels: &[IsaLevel],
-    codes: &[LevelCode],
-    op: &OpInfo,
-    weights_bytes: usize,
-) -> serde_json::Map<String, serde_json::Value> {
-    let tensors = |output: bool| -> Vec<serde_json::Value> {
-        op.params
-            .iter()
-            .filter(|p| p.output == output)
-            .map(|p| json!({"name": p.name, "dtype": dl_name(p.dtype), "shape": p.shape}))
-            .collect()
-    };
-    let partitions: Vec<_> = graph
-        .steps()
-        .iter()
-        .enumerate()
-        .map(|(i, step)| {
-            let ops: Vec<String> = step
-                .partition
-                .ops
-                .iter()
-                .filter_map(|&o| graph.graph().op(o))
-                .map(|o| format!("{} {}", o.kind.name(), o.name))
-                .collect();
-            let mut entry = json!({
-                "id": step.partition.id.to_string(),
-                "name": step_name(graph, step),
-                "kind": step.partition.kind.name(),
-                "ops": ops,
-                "kernel": kernel_kind(&step.kernel),
-            });
-            if step.spec.is_some() {
-                let per_level = |f: &dyn Fn(&(usize, serde_json::Value, engine::Tuning)) -> serde_json::Value| {
-                    levels
-                        .iter()
-                        .zip(codes)
-                        .filter_map(|(l, c)| c.kernels[i].as_ref().map(|k| (l.name().to_string(), f(k))))
-                        .collect::<serde_json::Map<_, _>>()
-                };
-                entry["function"] = per_level(&|k| json!(format!("k{}", k.0))).into();
-                entry["tuning"] = per_level(&|k| json!({"source": k.2.name(), "knobs": k.1})).into();
-            }
-            entry
-        })
-        .collect();
-    let mut keys = serde_json::Map::new();
-    let file = model.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    keys.insert("model".into(), json!(file));
-    keys.insert("inputs".into(), json!(tensors(false)));
-    keys.insert("outputs".into(), json!(tensors(true)));
-    keys.insert("partitions".into(), json!(partitions));
-    keys.insert("weights_bytes".into(), json!(weights_bytes));
-    keys
-}
-
-/// The kind of code that runs a partition, as the manifest names it.
-fn kernel_kind(kernel: &Kernel) -> &'static str {
-    match kernel {
-        Kernel::Conv(_) => "compiled conv",
-        Kernel::Dense(_) => "compiled dense",
-        Kernel::Add { .. } => "native add",
-        Kernel::MaxPool { .. } => "native max pool",
-        Kernel::GlobalAvgPool { .. } => "native global avg pool",
-        Kernel::Quantize { .. } => "native quantize",
-        Kernel::Dequantize { .. } => "native dequantize",
-        Kernel::Copy => "copy",
-        Kernel::Reference { .. } => "reference",
-    }
 }
