@@ -7,6 +7,9 @@ arrays. Pure Python: needs numpy, and nothing compiled.
     c = lib.matmul(a, b)            # inputs only: outputs are allocated and returned
     lib.matmul(a, b, c)             # or every argument, outputs written in place
 
+    net = Library("out/libresnet.so")   # tensorlift export model.onnx --name resnet
+    y = net.run(x)                      # the whole network: its output, dtype and shape per the manifest
+
 Each operator checks its arguments in the library (dtype, shape, strides, overlap, ...); a failure
 raises `TensorliftError` with the library's error code and message.
 """

@@ -1,17 +1,31 @@
 //! `tensorlift export`: write a self-contained operator library (`tensorlift::export`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use clap::Subcommand;
 use tensorlift::IsaLevel;
-use tensorlift::export::{ExportOptions, Library, Operator, export, operators};
+use tensorlift::export::{
+    ExportOptions, Library, ModelExport, Operator, export, export_model as export_model_to, operators,
+};
+use tensorlift::record::pretuned;
 
-use super::common::{Format, WeightsChoice};
+use super::common::{Format, WeightsChoice, user_records};
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
     #[command(subcommand)]
-    what: ExportCommand,
+    what: Option<ExportCommand>,
+    /// A quantized ONNX model (QDQ or QOperator) exported whole as NAME_run(args, nargs): the
+    /// graph's inputs, then its outputs (docs/export.md, "Exporting a model").
+    model: Option<PathBuf>,
+    /// Tuning database whose best records for this CPU give the compiled layers' schedules, as
+    /// `tensorlift run --db` (the repository's pre-tuned records apply where it has none).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    #[command(flatten)]
+    common: Option<ExportArgs>,
 }
 
 #[derive(Subcommand)]
@@ -71,7 +85,12 @@ fn levels(args: &ExportArgs) -> Result<Vec<IsaLevel>, Box<dyn std::error::Error>
 }
 
 pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let (ops, args, default_name): (Vec<Operator>, ExportArgs, &str) = match args.what {
+    let what = match (args.what, args.model, args.common) {
+        (Some(what), _, _) => what,
+        (None, Some(model), Some(common)) => return export_model(&model, args.db.as_deref(), common),
+        _ => return Err("expected a model file (tensorlift export MODEL.onnx --out DIR) or a subcommand".into()),
+    };
+    let (ops, args, default_name): (Vec<Operator>, ExportArgs, &str) = match what {
         ExportCommand::Matmul { m, n, k, common } => {
             let levels = levels(&common)?;
             (vec![operators::matmul(m, n, k, &levels)?], common, "matmul")
@@ -93,6 +112,53 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     options.levels = levels(&args)?;
     let lib = export(&ops, &options, &args.out)?;
     report(&lib, ops.len(), args.format)
+}
+
+/// `tensorlift export MODEL.onnx`: the whole network as `NAME_run`.
+fn export_model(model: &Path, db: Option<&Path>, args: ExportArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let default_name = model.file_stem().and_then(|s| s.to_str()).unwrap_or("model").replace(['-', '.'], "_");
+    let mut options = ExportOptions::new(args.name.as_deref().unwrap_or(&default_name));
+    options.levels = levels(&args)?;
+    let user = match db {
+        Some(path) => user_records(path)?,
+        None => Vec::new(),
+    };
+    let max_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let export = ModelExport { user, pretuned: pretuned()?.records, max_threads };
+    let start = Instant::now();
+    let lib = export_model_to(model, &export, &options, &args.out)?;
+    let total = start.elapsed();
+    let size = std::fs::metadata(&lib.library.shared)?.len();
+    match args.format {
+        Format::Table => {
+            report(&lib.library, 1, Format::Table)?;
+            println!(
+                "network     {} partitions, {:.1} MiB of prepared weights; plan {:.0} ms, export {:.0} ms in all",
+                lib.library.manifest["partitions"].as_array().map_or(0, Vec::len),
+                lib.weights_bytes as f64 / (1 << 20) as f64,
+                lib.plan_time.as_secs_f64() * 1e3,
+                total.as_secs_f64() * 1e3
+            );
+        }
+        Format::Json => {
+            let l = &lib.library;
+            let json = serde_json::json!({
+                "name": l.name,
+                "shared": l.shared,
+                "archive": l.archive,
+                "header": l.header,
+                "isa_levels": l.levels.iter().map(|l| l.name()).collect::<Vec<_>>(),
+                "size_bytes": size,
+                "weights_bytes": lib.weights_bytes,
+                "plan_ms": lib.plan_time.as_secs_f64() * 1e3,
+                "codegen_ms": l.codegen_time.as_secs_f64() * 1e3,
+                "link_ms": l.link_time.as_secs_f64() * 1e3,
+                "export_ms": total.as_secs_f64() * 1e3,
+            });
+            println!("{json}");
+        }
+    }
+    Ok(())
 }
 
 fn report(lib: &Library, operators: usize, format: Format) -> Result<(), Box<dyn std::error::Error>> {

@@ -30,6 +30,16 @@ impl CompiledGraph {
         &self.options
     }
 
+    /// The buffers, one per tensor the engine keeps (`Step::inputs`, `outputs` index them).
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// The slots of the graph's inputs and of its outputs, in the graph's order.
+    pub fn io_slots(&self) -> (Vec<usize>, Vec<usize>) {
+        (self.inputs.iter().map(|&(_, s)| s).collect(), self.outputs.iter().map(|&(_, s)| s).collect())
+    }
+
     /// The graph inputs' dtypes and dimensions, in the graph's order.
     pub fn input_specs(&self) -> Vec<(crate::graph::DataType, Vec<usize>)> {
         self.inputs.iter().map(|&(_, s)| (self.slots[s].dtype, self.slots[s].dims.clone())).collect()

@@ -27,4 +27,5 @@ pub use compile::{CompiledGraph, KnobSource, Step, Tuning, Workload, compile, co
 pub use error::EngineError;
 pub use inputs::random_input;
 pub use kernel::Kernel;
+pub use slot::Slot;
 pub use spec::{Spec, partition_spec};

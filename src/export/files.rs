@@ -32,10 +32,11 @@ pub(super) fn write_library_source(
     levels: &[IsaLevel],
     ops: &[OpInfo],
     manifest: &serde_json::Value,
+    extra: &str,
 ) -> Result<String, ExportError> {
     let source = format!("{name}_lib.c");
     let source_path = build_dir.join(&source);
-    std::fs::write(&source_path, c_source::library_source(name, levels, ops, manifest))
+    std::fs::write(&source_path, c_source::library_source(name, levels, ops, manifest, extra))
         .map_err(io_error(&source_path))?;
     Ok(source)
 }

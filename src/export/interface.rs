@@ -56,6 +56,17 @@ pub enum ExportError {
     Compile { op: String, level: IsaLevel, source: CompileError },
     #[error("operator {op} at level {level}: writing the object failed: {message}")]
     Object { op: String, level: IsaLevel, message: String },
+    #[error("{path}: {message}")]
+    Model { path: PathBuf, message: String },
+    #[error(
+        "partition {partition} ({kind}): {why}; a library runs only the partitions the engine compiles or runs \
+         natively, not those it leaves to the graph's reference"
+    )]
+    UnsupportedPartition { partition: String, kind: String, why: String },
+    #[error("{what}: expected {expected}, found {found}")]
+    UnsupportedModel { what: String, expected: String, found: String },
+    #[error("partition {partition} at level {level}: {message}")]
+    Partition { partition: String, level: IsaLevel, message: String },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("`{command}` failed ({status}): {stderr}")]

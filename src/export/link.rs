@@ -40,7 +40,10 @@ impl<'a> Toolchain<'a> {
     /// The library source `source` compiled as `<name>_lib.o`; returns that file's name.
     pub(super) fn compile_library_source(&self, name: &str, source: &str) -> Result<String, ExportError> {
         let lib_object = format!("{name}_lib.o");
-        self.run(&self.cc, &["-std=c11", "-O3", "-fPIC", "-fvisibility=hidden", "-c", source, "-o", &lib_object])?;
+        self.run(
+            &self.cc,
+            &["-std=c11", "-O3", "-ffp-contract=off", "-fPIC", "-fvisibility=hidden", "-c", source, "-o", &lib_object],
+        )?;
         Ok(lib_object)
     }
 

@@ -161,6 +161,36 @@ impl LoadedLibrary {
         unsafe { self.call_raw(op, &mut pointers, args.len() as i32) }
     }
 
+    /// Calls `op` with `inputs` as its input arguments (in order) and returns its outputs,
+    /// allocated as the manifest describes them (Python's `lib.run(x)`): a network library's
+    /// `run(&[&x])`. A wrong count, dtype or shape is the library's error.
+    pub fn call_inputs(&self, op: &str, inputs: &[&Tensor]) -> Result<Vec<Tensor>, LoadError> {
+        let specs = self.args(op)?;
+        let mut given = inputs.iter();
+        let mut args: Vec<Tensor> = Vec::with_capacity(specs.len().max(inputs.len()));
+        let mut outputs = Vec::new();
+        for (i, a) in specs.iter().enumerate() {
+            if a.output {
+                let t = Tensor::zeros(a.dtype, &a.shape)
+                    .map_err(|e| LoadError::Manifest { name: self.name.clone(), message: format!("{op}: {e}") })?;
+                outputs.push(i);
+                args.push(t);
+            } else if let Some(t) = given.next() {
+                args.push((*t).clone());
+            }
+        }
+        args.extend(given.map(|t| (*t).clone()));
+        let mut refs: Vec<&mut Tensor> = args.iter_mut().collect();
+        self.call(op, &mut refs)?;
+        let mut args: Vec<Option<Tensor>> = args.into_iter().map(Some).collect();
+        Ok(outputs.iter().filter_map(|&i| args[i].take()).collect())
+    }
+
+    /// `call_inputs` of the operator `run`: a whole exported network.
+    pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, LoadError> {
+        self.call_inputs("run", inputs)
+    }
+
     /// Calls `op` on raw DLPack arguments, passing `nargs` as given.
     ///
     /// # Safety

@@ -20,7 +20,8 @@
 //! C side sees them), `object` (the objects per operator and level), `c_source` (the C side's
 //! text), `files` (the files `export` writes and moves), `link` (the C compiler and binutils);
 //! beside the export: `dlpack` (the DLPack types), `load` (loading a library into this process),
-//! `harness` (C programs that drive one), `operators` (ready-made operators).
+//! `harness` (C programs that drive one), `operators` (ready-made operators), `model` (a whole
+//! quantized ONNX network as one `NAME_run`, on the engine's plan).
 
 mod abi;
 mod c_source;
@@ -30,6 +31,7 @@ pub mod harness;
 mod interface;
 mod link;
 pub mod load;
+pub mod model;
 mod object;
 mod operator;
 pub mod operators;
@@ -46,6 +48,7 @@ pub use operator::Operator;
 
 use files::{create_build_dir, move_out, remove_build_dir, write_header, write_library_source, write_version_script};
 use link::Toolchain;
+pub use model::{ModelExport, ModelLibrary, export_graph, export_model};
 use object::emit_objects;
 // `c_source` takes the operators as `super::OpInfo`.
 use operator::OpInfo;
@@ -60,34 +63,60 @@ pub fn export(operators: &[Operator], options: &ExportOptions, out_dir: &Path) -
 
     let start = Instant::now();
     let (ops, objects) = emit_objects(operators, name, &levels, options.opt_level, &build_dir)?;
-    let codegen_time = start.elapsed();
+    let parts = Parts { ops, objects, source: String::new(), manifest: serde_json::Map::new() };
+    link_library(options, &levels, parts, (out_dir, &build_dir), start.elapsed())
+}
 
+/// What a library is made of before the C side is written: its operators as the C side sees
+/// them, the objects in the build directory, C text placed after the runtime (functions the
+/// operators' entries name) and keys added to the manifest.
+pub(crate) struct Parts {
+    pub ops: Vec<OpInfo>,
+    pub objects: Vec<String>,
+    pub source: String,
+    pub manifest: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The C side of `parts` written, compiled and linked with its objects into the libraries in
+/// `out_dir`; the build directory removed.
+pub(crate) fn link_library(
+    options: &ExportOptions,
+    levels: &[IsaLevel],
+    parts: Parts,
+    (out_dir, build_dir): (&Path, &Path),
+    codegen_time: std::time::Duration,
+) -> Result<Library, ExportError> {
+    let name = &options.name;
     let start = Instant::now();
-    let manifest = c_source::manifest(name, &levels, &ops);
+    let Parts { ops, objects, source: extra, manifest: keys } = parts;
+    let mut manifest = c_source::manifest(name, levels, &ops);
+    if let serde_json::Value::Object(map) = &mut manifest {
+        map.extend(keys);
+    }
     let header = write_header(out_dir, name, &ops)?;
-    let source = write_library_source(&build_dir, name, &levels, &ops, &manifest)?;
-    let version_script = write_version_script(&build_dir, name, &ops)?;
-    let toolchain = Toolchain::new(options.cc.as_deref(), &build_dir);
+    let source = write_library_source(build_dir, name, levels, &ops, &manifest, &extra)?;
+    let version_script = write_version_script(build_dir, name, &ops)?;
+    let toolchain = Toolchain::new(options.cc.as_deref(), build_dir);
     let lib_object = toolchain.compile_library_source(name, &source)?;
     let combined = toolchain.link_relocatable(name, &lib_object, &objects)?;
     let so_name = toolchain.link_shared(name, &combined, &version_script)?;
     let archive_name = toolchain.archive(name, &combined)?;
-    let (shared, archive) = move_out(&build_dir, out_dir, &so_name, &archive_name)?;
-    remove_build_dir(&build_dir)?;
+    let (shared, archive) = move_out(build_dir, out_dir, &so_name, &archive_name)?;
+    remove_build_dir(build_dir)?;
     Ok(Library {
         name: name.clone(),
         shared,
         archive,
         header,
         manifest,
-        levels,
+        levels: levels.to_vec(),
         codegen_time,
         link_time: start.elapsed(),
     })
 }
 
 /// The library name must be a C identifier: it prefixes every exported symbol.
-fn check_library_name(name: &str) -> Result<(), ExportError> {
+pub(crate) fn check_library_name(name: &str) -> Result<(), ExportError> {
     if !is_c_identifier(name) {
         return Err(ExportError::BadName { what: "library name", found: name.to_string() });
     }
@@ -95,7 +124,7 @@ fn check_library_name(name: &str) -> Result<(), ExportError> {
 }
 
 /// The levels asked, sorted and each once; at least one.
-fn levels_to_compile(asked: &[IsaLevel]) -> Result<Vec<IsaLevel>, ExportError> {
+pub(crate) fn levels_to_compile(asked: &[IsaLevel]) -> Result<Vec<IsaLevel>, ExportError> {
     let mut levels = asked.to_vec();
     levels.sort();
     levels.dedup();

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use cranelift_module::{Linkage, default_libcall_names};
+use cranelift_module::{DataDescription, Linkage, Module, default_libcall_names};
 use cranelift_object::{ObjectBuilder, ObjectModule};
 
 use super::interface::io_error;
@@ -63,13 +63,13 @@ pub(super) fn emit_objects(
 }
 
 /// A translation failure, before the operator's name is known.
-enum EmitError {
+pub(super) enum EmitError {
     Compile(CompileError),
     Object(String),
 }
 
 impl EmitError {
-    fn into_export(self, op: &str, level: IsaLevel) -> ExportError {
+    pub(super) fn into_export(self, op: &str, level: IsaLevel) -> ExportError {
         match self {
             EmitError::Compile(source) => ExportError::Compile { op: op.to_string(), level, source },
             EmitError::Object(message) => ExportError::Object { op: op.to_string(), level, message },
@@ -79,7 +79,7 @@ impl EmitError {
 
 /// The ELF object of `func` compiled for `level`, its entry named `symbol` (hidden), and which
 /// parameters it stores to.
-fn emit_object(
+pub(super) fn emit_object(
     func: &ir::Func,
     symbol: &str,
     level: IsaLevel,
@@ -94,4 +94,19 @@ fn emit_object(
     let translation = translate(&mut module, &func, Linkage::Hidden, level).map_err(EmitError::Compile)?;
     let bytes = module.finish().emit().map_err(|e| EmitError::Object(e.to_string()))?;
     Ok((bytes, translation.stored_params))
+}
+
+/// An ELF object holding `bytes` as read-only data under the hidden symbol `symbol`, aligned to
+/// `align` bytes.
+pub(super) fn emit_data(symbol: &str, bytes: Vec<u8>, align: u64) -> Result<Vec<u8>, String> {
+    let isa = build_object_isa(IsaLevel::Scalar, OptLevel::None).map_err(|e| e.to_string())?;
+    let builder =
+        ObjectBuilder::new(isa, symbol.as_bytes().to_vec(), default_libcall_names()).map_err(|e| e.to_string())?;
+    let mut module = ObjectModule::new(builder);
+    let id = module.declare_data(symbol, Linkage::Hidden, false, false).map_err(|e| e.to_string())?;
+    let mut data = DataDescription::new();
+    data.define(bytes.into_boxed_slice());
+    data.set_align(align);
+    module.define_data(id, &data).map_err(|e| e.to_string())?;
+    module.finish().emit().map_err(|e| e.to_string())
 }

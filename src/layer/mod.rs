@@ -14,7 +14,8 @@
 //! * `qconv`, `qdense`: the compile API of imported networks' quantized convolutions and matrix
 //!   products in onnxruntime's requantization order (`QConvSpec`, `QDenseSpec`,
 //!   `compile_qconv`, `compile_qdense`), `qprepare`, their weight preparation in plain Rust
-//!   (`prepare_weights`), `qcompiled`, what they give (`CompiledQuantized`), and
+//!   (`prepare_weights`), `qcompiled`, what they give (`CompiledQuantized`), `qlowered`, the
+//!   same lowered for a level without compiling (`LoweredQuantized`, for the export), and
 //!   `kernel_cache`, their functions shared between layers of one geometry, across threads
 //!   (`KernelCache`);
 //! * `error`: `LayerError`, `NotInTable`.
@@ -27,6 +28,7 @@ mod kernel_cache;
 mod qcompiled;
 mod qconv;
 mod qdense;
+mod qlowered;
 mod qprepare;
 mod reference;
 mod table;
@@ -38,8 +40,9 @@ pub use definition::Definition;
 pub use error::{LayerError, NotInTable, SpecError};
 pub use kernel_cache::KernelCache;
 pub use qcompiled::CompiledQuantized;
-pub use qconv::{ActQuant, QConvSpec, compile_qconv, compile_qconv_in};
-pub use qdense::{QDenseSpec, compile_qdense, compile_qdense_in};
+pub use qconv::{ActQuant, QConvSpec, compile_qconv, compile_qconv_in, lower_qconv};
+pub use qdense::{QDenseSpec, compile_qdense, compile_qdense_in, lower_qdense};
+pub use qlowered::LoweredQuantized;
 pub use qprepare::{PreparedWeights, prepare_weights};
 pub use reference::Reference;
 pub use table::TableLayer;

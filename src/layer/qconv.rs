@@ -17,16 +17,19 @@ use std::time::Instant;
 use ir::DType;
 use ir::te::placeholder_vec;
 use ir::workload::workload_key;
+use schedules::ops::GemmOperands;
 use schedules::ops::{Conv2dParams, Layout};
 use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
-use schedules::x86_conv::{Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, weight_range};
+use schedules::x86_conv::{Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, weight_range};
 
 use super::error::{LayerError, SpecError};
 use super::kernel_cache::KernelCache;
 use super::qcompiled::{CompiledQuantized, Prepared};
+use super::qlowered::LoweredQuantized;
 use super::qprepare::{PreparedWeights, prepare_weights};
 use crate::build::{BuildError, build, core_rate};
+use crate::isa::IsaLevel;
 use crate::runtime::{CompileOptions, Tensor};
 
 /// The quantization of an activation: `real = scale · (q − zero_point)`, `q` of `dtype` (u8 or
@@ -238,14 +241,19 @@ pub fn compile_qconv_in(
     let threads = options.threads.filter(|&t| t > 0);
     let max_threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let knobs = knobs.unwrap_or_else(|| default_conv_knobs(&spec.knob_layer(), core_rate(level), max_threads));
+    let (shapes, conv) = conv_shapes(spec);
+    build_quantized(cache, spec, &shapes, conv, knobs, options, spec.ops())
+}
+
+/// The per-call function's shapes and window of a convolution.
+fn conv_shapes(spec: &QConvSpec) -> (Shapes, Conv2dParams) {
     let (oh, ow) = spec.output_hw();
     let shapes = Shapes {
         src: vec![1, spec.h, spec.w, spec.ic],
         wei: vec![spec.oc, spec.ic, spec.kh, spec.kw],
         dst: vec![1, oh, ow, spec.oc],
     };
-    let conv = Conv2dParams { stride: spec.stride.0, pad: spec.pads[0] };
-    build_quantized(cache, spec, &shapes, conv, knobs, options, spec.ops())
+    (shapes, Conv2dParams { stride: spec.stride.0, pad: spec.pads[0] })
 }
 
 /// The shapes of the per-call function's source, weights and output.
@@ -253,6 +261,42 @@ struct Shapes {
     src: Vec<i64>,
     wei: Vec<i64>,
     dst: Vec<i64>,
+}
+
+/// The per-call function's schedule for `spec` (a convolution; a dense layer as its 1×1
+/// convolution) at `level`, and the GEMM operands its knobs give for the weights.
+fn schedule_quantized(
+    spec: &QConvSpec,
+    shapes: &Shapes,
+    conv: Conv2dParams,
+    knobs: Conv2dInt8Knobs,
+    level: IsaLevel,
+) -> Result<(Conv2dInt8, GemmOperands), LayerError> {
+    let operands = knobs.operands(level.has_vnni(), weight_range(spec.weights.iter().copied()));
+    let attrs = spec.attrs()?;
+    let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
+    let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
+    let layer = conv2d_int8(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs, operands, &spec.name)?;
+    Ok((layer, operands))
+}
+
+/// The weights of `spec` prepared for `layer`'s function (operands and `knobs.nr`): the
+/// per-call function's arguments between source and output.
+fn prepare_quantized(
+    cache: &KernelCache,
+    spec: &QConvSpec,
+    shapes: &Shapes,
+    layer: &Conv2dInt8,
+    knobs: Conv2dInt8Knobs,
+    operands: GemmOperands,
+) -> Result<(Tensor, Tensor, Vec<Tensor>), LayerError> {
+    let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
+    let src_q = (spec.src.dtype, spec.src.zero_point);
+    let PreparedWeights { packed, compensation } = cache.prepared((spec.name.clone(), knobs.nr, operands), || {
+        prepare_weights(&spec.weights, dims, knobs.nr, operands, src_q, spec.bias.as_deref())
+    })?;
+    let params = layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)).collect();
+    Ok((packed, compensation, params))
 }
 
 /// Builds the per-call function and the weight preparation of `spec` (a convolution; a dense
@@ -268,12 +312,8 @@ fn build_quantized(
 ) -> Result<CompiledQuantized, LayerError> {
     let start = Instant::now();
     let level = options.target.level().map_err(BuildError::from)?;
-    let operands = knobs.operands(level.has_vnni(), weight_range(spec.weights.iter().copied()));
-    let attrs = spec.attrs()?;
+    let (layer, operands) = schedule_quantized(spec, shapes, conv, knobs, level)?;
     let name = &spec.name;
-    let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
-    let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
-    let layer = conv2d_int8(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs, operands, name)?;
     let threads = options.threads.filter(|&t| t > 0);
     let key = (workload_key(&[&layer.layer.output]).key, knobs, level, threads, format!("{:?}", options.opt_level));
     let (kernel, cached) = cache.get_or_build(key, || {
@@ -282,15 +322,54 @@ fn build_quantized(
     let compile = start.elapsed();
 
     let start = Instant::now();
-    let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
-    let src_q = (spec.src.dtype, spec.src.zero_point);
-    let PreparedWeights { packed, compensation } = cache.prepared((name.clone(), knobs.nr, operands), || {
-        prepare_weights(&spec.weights, dims, knobs.nr, operands, src_q, spec.bias.as_deref())
-    })?;
-    let params = layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)).collect();
+    let (packed, compensation, params) = prepare_quantized(cache, spec, shapes, &layer, knobs, operands)?;
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
     CompiledQuantized::new(name.clone(), (kernel, cached), knobs, operands, prepared, io, (ops, compile))
+}
+
+/// `spec`'s per-call function lowered for `level` (not compiled: any level, whatever this CPU
+/// supports) with its weights prepared for it, as an exported library runs it.
+fn lower_quantized(
+    spec: &QConvSpec,
+    shapes: &Shapes,
+    conv: Conv2dParams,
+    knobs: Conv2dInt8Knobs,
+    level: IsaLevel,
+) -> Result<LoweredQuantized, LayerError> {
+    let (layer, operands) = schedule_quantized(spec, shapes, conv, knobs, level)?;
+    let key = format!("{} {knobs:?} {}", workload_key(&[&layer.layer.output]).key, level.name());
+    let func = ir::lower::lower(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), &spec.name)
+        .map_err(BuildError::from)?;
+    let (packed, compensation, params) = prepare_quantized(&KernelCache::new(), spec, shapes, &layer, knobs, operands)?;
+    let mut weights = vec![packed, compensation];
+    weights.extend(params);
+    Ok(LoweredQuantized { func, key, knobs, operands, weights })
+}
+
+/// `compile_qconv`'s definition lowered for `level` with its weights prepared, without
+/// compiling (`LoweredQuantized`); `knobs` default as `compile_qconv`'s for `max_threads`.
+pub fn lower_qconv(
+    spec: &QConvSpec,
+    knobs: Option<Conv2dInt8Knobs>,
+    level: IsaLevel,
+    max_threads: usize,
+) -> Result<LoweredQuantized, LayerError> {
+    spec.check()?;
+    let knobs = knobs.unwrap_or_else(|| default_conv_knobs(&spec.knob_layer(), core_rate(level), max_threads));
+    let (shapes, conv) = conv_shapes(spec);
+    lower_quantized(spec, &shapes, conv, knobs, level)
+}
+
+/// `compile_qdense`'s 1×1 convolution lowered (`lower_qconv`).
+pub(super) fn lower_as_conv(
+    spec: &QConvSpec,
+    knobs: Conv2dInt8Knobs,
+    level: IsaLevel,
+    (rows, k, n): (i64, i64, i64),
+) -> Result<LoweredQuantized, LayerError> {
+    let shapes = Shapes { src: vec![1, 1, rows, k], wei: vec![n, k, 1, 1], dst: vec![1, 1, rows, n] };
+    lower_quantized(spec, &shapes, Conv2dParams { stride: 1, pad: 0 }, knobs, level)
 }
 
 /// `compile_qconv`'s builder, for the dense layer's 1×1 convolution (`qdense`).

@@ -18,7 +18,11 @@ use schedules::x86_conv::{Conv2dInt8Knobs, default_dense_knobs};
 use super::error::{LayerError, SpecError};
 use super::kernel_cache::KernelCache;
 use super::qcompiled::CompiledQuantized;
-use super::qconv::{ActQuant, QConvSpec, build_as_conv, check_act, check_output_scales, check_weight_scales};
+use super::qconv::{
+    ActQuant, QConvSpec, build_as_conv, check_act, check_output_scales, check_weight_scales, lower_as_conv,
+};
+use super::qlowered::LoweredQuantized;
+use crate::isa::IsaLevel;
 use crate::runtime::CompileOptions;
 
 /// A quantized `[M, K] × [K, N]` product with constant s8 weights.
@@ -131,4 +135,17 @@ pub fn compile_qdense_in(
     let layer = DenseLayer { name: "qdense", in_features: spec.k, out_features: spec.n };
     let knobs = knobs.unwrap_or_else(|| default_dense_knobs(&layer, spec.m));
     build_as_conv(cache, &spec.as_conv(), knobs, options, spec.ops(), (spec.m, spec.k, spec.n))
+}
+
+/// `compile_qdense`'s definition lowered for `level` with its weights prepared, without
+/// compiling (`LoweredQuantized`; knobs default as `compile_qdense`'s).
+pub fn lower_qdense(
+    spec: &QDenseSpec,
+    knobs: Option<Conv2dInt8Knobs>,
+    level: IsaLevel,
+) -> Result<LoweredQuantized, LayerError> {
+    spec.check()?;
+    let layer = DenseLayer { name: "qdense", in_features: spec.k, out_features: spec.n };
+    let knobs = knobs.unwrap_or_else(|| default_dense_knobs(&layer, spec.m));
+    lower_as_conv(&spec.as_conv(), knobs, level, (spec.m, spec.k, spec.n))
 }

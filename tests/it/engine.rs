@@ -138,7 +138,7 @@ fn an_input_of_the_wrong_shape_or_dtype_is_a_typed_error() {
 /// A residual block built by hand with random weights, scales and zero points (seeded): u8 or
 /// s8 `x` → [DQ → Conv 3×3 (+ i32 bias) → ReLU → Q] twice → DQ/DQ → Add → ReLU → Q → MaxPool →
 /// DQ → GlobalAveragePool → Q → Reshape → DQ → MatMul(DQ(weights)) → Q → DQ.
-fn residual_block(seed: u64, act: DataType) -> tensorlift::graph::Graph {
+pub fn residual_block(seed: u64, act: DataType) -> tensorlift::graph::Graph {
     use tensorlift::graph::{
         BiasAddAttrs, ConvAttrs, MatMulAttrs, MaxPoolAttrs, OpKind, QuantParams, QuantizeAttrs, ReshapeAttrs,
     };

@@ -10,6 +10,7 @@ mod differential;
 mod engine;
 mod errors;
 mod export;
+mod export_model;
 mod golden;
 mod graph;
 mod indexing;

@@ -1,0 +1,226 @@
+//! One ISA level of an exported network: the engine's steps as C — calls of the quantized
+//! layers' functions (lowered for the level, one per distinct function, on weights prepared for
+//! it) and of the native loops (`native.c`) — in one function `tl_net_<level>` that the run
+//! operator's table names as the level's entry.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use crate::engine::native::Int8;
+use crate::engine::{CompiledGraph, Kernel, Spec, Step, Tuning, partition_spec};
+use crate::export::ExportError;
+use crate::isa::IsaLevel;
+use crate::layer::{LoweredQuantized, lower_qconv, lower_qdense};
+use crate::runtime::CheckedTensor;
+use crate::tune::apply::RecordKnobs;
+
+use super::places::Places;
+use super::weights::Weights;
+
+/// A level's code: the C function, the functions to emit as objects, and per step the compiled
+/// kernel's function, knobs and their source (manifest).
+pub(super) struct LevelCode {
+    pub entry: String,
+    pub source: String,
+    /// (symbol, function), each once.
+    pub functions: Vec<(String, ir::Func)>,
+    /// Per step: (function index, knobs, tuning) of a compiled kernel.
+    pub kernels: Vec<Option<(usize, serde_json::Value, Tuning)>>,
+}
+
+fn float(x: f32) -> String {
+    format!("tl_f32(0x{:08x}u)", x.to_bits())
+}
+
+fn s8(ty: Int8) -> i32 {
+    i32::from(ty == Int8::S8)
+}
+
+/// The name of a step's partition in errors and the manifest: its id and its first op's name.
+pub(super) fn step_name(graph: &CompiledGraph, step: &Step) -> String {
+    let op = step.partition.ops.first().and_then(|&o| graph.graph().op(o)).map(|o| o.name.clone());
+    format!("{} {}", step.partition.id, op.unwrap_or_default())
+}
+
+/// `lib`'s code for `level`: each step of `graph` as the engine binds it, its compiled kernels
+/// lowered for `level` with the knobs `records` gives there (else the defaults for
+/// `max_threads`), their weights added to `weights`.
+pub(super) fn level_code(
+    lib: &str,
+    level: IsaLevel,
+    graph: &CompiledGraph,
+    places: &Places,
+    (records, max_threads): (&RecordKnobs, usize),
+    weights: &mut Weights,
+) -> Result<LevelCode, ExportError> {
+    let tag = level.name().replace('-', "_");
+    let entry = format!("tl_net_{tag}");
+    let mut body = String::new();
+    let mut functions: Vec<(String, ir::Func)> = Vec::new();
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    let mut kernels = Vec::new();
+    let p = |s: usize| places.places[s].clone();
+    for step in graph.steps() {
+        let name = step_name(graph, step);
+        let fail = |message: String| ExportError::Partition { partition: name.clone(), level, message };
+        let slots = graph.slots();
+        let (ins, out) = (&step.inputs, step.outputs.first().copied());
+        let Some(out) = out.filter(|_| step.outputs.len() == 1) else {
+            return Err(unsupported(step, &name, format!("{} outputs", step.outputs.len())));
+        };
+        let mut kernel = None;
+        let spec = match &step.kernel {
+            Kernel::Conv(_) | Kernel::Dense(_) => {
+                Some(partition_spec(graph.graph(), &step.partition).map_err(|why| unsupported(step, &name, why))?)
+            }
+            _ => None,
+        };
+        match (&step.kernel, spec.as_ref()) {
+            (Kernel::Conv(_) | Kernel::Dense(_), Some(spec)) => {
+                let (knobs, tuning) =
+                    records.knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
+                let lowered = match spec {
+                    Spec::Conv(c) => lower_qconv(c, knobs, level, max_threads),
+                    Spec::Dense(d) => lower_qdense(d, knobs, level),
+                }
+                .map_err(|e| fail(e.to_string()))?;
+                let LoweredQuantized { func, key, knobs, weights: prepared, .. } = lowered;
+                // The packed weights must lie in the range the level's code relies on: checked
+                // here once, as the engine checks them once at compile time.
+                if let Some(range) = func.params.get(1).and_then(|p| p.value_range()) {
+                    CheckedTensor::new(prepared[0].clone(), range).map_err(|e| fail(e.to_string()))?;
+                }
+                let next = functions.len();
+                let index = *by_key.entry(key).or_insert(next);
+                if index == next {
+                    functions.push((format!("tlx_{lib}__k{index}__{tag}"), func));
+                }
+                let mut args = vec![p(ins[0])];
+                for t in &prepared {
+                    args.push(format!("(uint8_t *)tl_weights + {}", weights.add(t.as_bytes())));
+                }
+                args.push(p(out));
+                writeln!(
+                    body,
+                    "    {{ void *const a[] = {{{}}}; st = {}(a); if (st) goto done; }}",
+                    args.join(", "),
+                    functions[index].0
+                )
+                .unwrap();
+                let knobs = serde_json::to_value(knobs).expect("knobs serialize");
+                kernel = Some((index, knobs, tuning));
+            }
+            (Kernel::Add { params, ty, clamp }, _) => {
+                let (ra, rb, fixed) = params.constants();
+                writeln!(
+                    body,
+                    "    tl_n_add({}, {}, {}, {}, {}, {}, {}, {}, {}, {});",
+                    p(ins[0]),
+                    p(ins[1]),
+                    slots[out].bytes.len(),
+                    float(ra),
+                    float(rb),
+                    float(fixed),
+                    clamp.0,
+                    clamp.1,
+                    s8(*ty),
+                    p(out)
+                )
+                .unwrap();
+            }
+            (Kernel::MaxPool { window: w, ty }, _) => {
+                let [n, c, h, wd] = slots[ins[0]].nchw();
+                let [_, _, oh, ow] = slots[out].nchw();
+                let win = [w.kernel, w.stride, w.pad_begin, w.dilation].concat();
+                let win: Vec<String> = win.iter().map(usize::to_string).collect();
+                writeln!(
+                    body,
+                    "    {{ static const int64_t w[8] = {{{}}}; tl_n_max_pool({}, {n}, {h}, {wd}, {c}, {oh}, {ow}, w, {}, {}); }}",
+                    win.join(", "),
+                    p(ins[0]),
+                    s8(*ty),
+                    p(out)
+                )
+                .unwrap();
+            }
+            (Kernel::GlobalAvgPool { x, y, ty }, _) => {
+                let src = &slots[ins[0]];
+                let (n, c, hw) = (src.dims[0], src.dims[1], src.dims[2..].iter().product::<usize>());
+                let scale = x.0 / (y.0 * hw as f32);
+                let bias = (x.1 as i64 * hw as i64) as i32;
+                let (lo, hi) = ty.range();
+                writeln!(
+                    body,
+                    "    tl_n_global_avg_pool({}, {n}, {hw}, {c}, {}, {bias}, {}, {}, {}, {}, {});",
+                    p(ins[0]),
+                    float(scale),
+                    lo - y.1,
+                    hi - y.1,
+                    y.1,
+                    s8(*ty),
+                    p(out)
+                )
+                .unwrap();
+            }
+            (Kernel::Quantize { scale, zero_point, ty }, _) => {
+                let o = &slots[out];
+                let (n, c, plane) = extent(o.nhwc, &o.dims);
+                writeln!(
+                    body,
+                    "    tl_n_quantize((const float *)({}), {n}, {c}, {plane}, {}, {}, {zero_point}, {}, {});",
+                    p(ins[0]),
+                    i32::from(o.nhwc),
+                    float(*scale),
+                    s8(*ty),
+                    p(out)
+                )
+                .unwrap();
+            }
+            (Kernel::Dequantize { scale, zero_point, ty }, _) => {
+                let src = &slots[ins[0]];
+                let (n, c, plane) = extent(src.nhwc, &src.dims);
+                writeln!(
+                    body,
+                    "    tl_n_dequantize({}, {n}, {c}, {plane}, {}, {}, {zero_point}, {}, (float *)({}));",
+                    p(ins[0]),
+                    i32::from(src.nhwc),
+                    float(*scale),
+                    s8(*ty),
+                    p(out)
+                )
+                .unwrap();
+            }
+            (Kernel::Copy, _) => {
+                writeln!(body, "    memcpy({}, {}, {});", p(out), p(ins[0]), slots[out].bytes.len()).unwrap();
+            }
+            (Kernel::Reference { why }, _) => return Err(unsupported(step, &name, why.clone())),
+            (Kernel::Conv(_) | Kernel::Dense(_), None) => {
+                return Err(unsupported(step, &name, "a compiled kernel without its definition".into()));
+            }
+        }
+        kernels.push(kernel);
+    }
+    let mut source = String::new();
+    for (symbol, _) in &functions {
+        writeln!(source, "TL_HIDDEN int32_t {symbol}(void *const *args);").unwrap();
+    }
+    writeln!(
+        source,
+        "TL_HIDDEN int32_t {entry}(void *const *args) {{\n    \
+         uint8_t *arena = tl_net_arena();\n    \
+         if (!arena) return TL_STATUS_OUT_OF_MEMORY;\n    int32_t st = 0;\n{}{body}{}done:\n    \
+         return st;\n}}",
+        places.prologue, places.epilogue
+    )
+    .unwrap();
+    Ok(LevelCode { entry, source, functions, kernels })
+}
+
+/// `(n, c, plane)` of a 4-D NHWC buffer, or `(1, 1, elements)`.
+fn extent(nhwc: bool, dims: &[usize]) -> (usize, usize, usize) {
+    if nhwc { (dims[0], dims[1], dims[2] * dims[3]) } else { (1, 1, dims.iter().product()) }
+}
+
+fn unsupported(step: &Step, name: &str, why: String) -> ExportError {
+    ExportError::UnsupportedPartition { partition: name.to_string(), kind: step.partition.kind.name().to_string(), why }
+}

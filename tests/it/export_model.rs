@@ -1,0 +1,420 @@
+//! `tensorlift export MODEL.onnx` (`export::export_model`, `export_graph`): a whole quantized
+//! network as `NAME_run`, run from C (forced to every level this CPU has), Rust and Python
+//! (`python/test_network.py`), bit
+//! for bit equal to the engine (`tensorlift run`) and to the graph's reference on the same
+//! input; bad arguments are error codes with messages; a partition the engine leaves to the
+//! reference is a typed export error.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use tensorlift::engine;
+use tensorlift::export::load::ArgSpec;
+use tensorlift::export::{
+    ErrorCode, ExportError, ExportOptions, LoadError, LoadedLibrary, ModelExport, ModelLibrary, export_graph,
+    export_model, harness,
+};
+use tensorlift::graph::{Data, DataType, FinalizedGraph, PartitionPolicy, Value, reference};
+use tensorlift::{CompileOptions, IsaLevel, Tensor};
+
+fn out_dir(test: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("export_model").join(test)
+}
+
+fn model(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(name)
+}
+
+/// No tuning records: every layer takes its default knobs (the same in the engine and the
+/// library, which the manifest says).
+fn no_records() -> ModelExport {
+    ModelExport { user: Vec::new(), pretuned: Vec::new(), max_threads: 2 }
+}
+
+fn options(name: &str, levels: &[IsaLevel]) -> ExportOptions {
+    ExportOptions { levels: levels.to_vec(), ..ExportOptions::new(name) }
+}
+
+/// The little-endian bytes of a value's elements (logical order).
+fn value_bytes(v: &Value) -> Vec<u8> {
+    match v.data() {
+        Data::F32(x) => x.iter().flat_map(|e| e.to_le_bytes()).collect(),
+        Data::U8(x) => x.clone(),
+        Data::S8(x) => x.iter().map(|&e| e as u8).collect(),
+        other => panic!("no test bytes for {other:?}"),
+    }
+}
+
+fn tensor(v: &Value) -> Tensor {
+    let dims: Vec<i64> = v.dims().iter().map(|&d| d as i64).collect();
+    match v.data() {
+        Data::F32(x) => Tensor::from_slice(&dims, x),
+        Data::U8(x) => Tensor::from_slice(&dims, x),
+        Data::S8(x) => Tensor::from_slice(&dims, x),
+        other => panic!("no test tensor of {other:?}"),
+    }
+    .expect("tensor")
+}
+
+/// The network's outputs as the engine (what `tensorlift run` runs) and the graph's reference
+/// compute them on `inputs`; asserts the two agree.
+fn expected(graph: &FinalizedGraph, inputs: &[Value], what: &str) -> Vec<Vec<u8>> {
+    let partitions = graph.get_partitions(PartitionPolicy::Fusion);
+    let named: Vec<_> = graph.graph().inputs().iter().copied().zip(inputs.iter().cloned()).collect();
+    let reference = reference::run(graph, &partitions, &named).unwrap_or_else(|e| panic!("{what}: reference: {e}"));
+    let mut compiled = engine::compile(graph.clone(), partitions, &CompileOptions::default()).expect("engine");
+    let (outputs, _) = compiled.execute(inputs).expect("engine run");
+    for ((_, r), o) in reference.iter().zip(&outputs) {
+        assert!(o.bits_eq(r), "{what}: the engine differs from the reference");
+    }
+    outputs.iter().map(value_bytes).collect()
+}
+
+fn run(command: &mut Command) -> (bool, String, String) {
+    let out = command.output().expect("run command");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The run operator's arguments, from the manifest.
+fn run_args(lib: &ModelLibrary) -> Vec<ArgSpec> {
+    LoadedLibrary::open(&lib.library.shared).expect("load").args("run").expect("run").to_vec()
+}
+
+/// Builds `harness::network_program` against the static archive, writes `inputs`, and runs it
+/// at every level of `levels` this CPU has (forced by TENSORLIFT_ISA) on 1 and 2 threads,
+/// asserting each output equals `expected`.
+fn check_from_c(lib: &ModelLibrary, inputs: &[Value], expected: &[Vec<u8>], levels: &[IsaLevel], what: &str) {
+    let dir = lib.library.shared.parent().expect("out dir").to_path_buf();
+    let name = &lib.library.name;
+    let source = dir.join("call_run.c");
+    std::fs::write(&source, harness::network_program(name, &run_args(lib), 0)).unwrap();
+    let exe = dir.join("call_run");
+    let (ok, _, stderr) = run(Command::new("cc")
+        .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&source)
+        .arg("-I")
+        .arg(&dir)
+        .arg(&lib.library.archive)
+        .arg("-lpthread"));
+    assert!(ok, "{what}: cc: {stderr}");
+    for (i, v) in inputs.iter().enumerate() {
+        std::fs::write(dir.join(format!("in{i}.bin")), value_bytes(v)).unwrap();
+    }
+    for level in crate::skip::levels_here_for(levels.iter().copied(), what) {
+        for threads in ["1", "2"] {
+            let (ok, _, stderr) = run(Command::new(&exe)
+                .arg(&dir)
+                .env("TENSORLIFT_ISA", level.name())
+                .env("TENSORLIFT_NUM_THREADS", threads));
+            assert!(ok, "{what} at {level}, {threads} threads: {stderr}");
+            for (j, e) in expected.iter().enumerate() {
+                let out = std::fs::read(dir.join(format!("out{j}.bin"))).unwrap();
+                assert!(&out == e, "{what}: output {j} from C at {level} on {threads} threads differs from the engine");
+            }
+        }
+    }
+}
+
+/// The test models, QOperator and QDQ: exported at every level, run from C at each level this
+/// CPU has, from Rust, Python and `tensorlift run --output`, all bit for bit equal to the engine
+/// and the reference. The manifest describes the network.
+#[test]
+fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
+    for file in ["resnet18_w8_s32_qop_u8_pc.onnx", "resnet18_w8_s32_qdq_s8_pc.onnx"] {
+        let path = model(file);
+        let name = if file.contains("qop") { "netqop" } else { "netqdq" };
+        let lib = export_model(&path, &no_records(), &options(name, &IsaLevel::ALL), &out_dir(name))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let graph = tensorlift::onnx::load(&path).unwrap().graph;
+        let compiled =
+            engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::Fusion), &Default::default()).unwrap();
+        let specs = compiled.input_specs();
+        let inputs: Vec<Value> = specs.iter().map(|(d, dims)| crate::engine::input(*d, dims, 7)).collect();
+        let want = expected(&graph, &inputs, file);
+
+        // Manifest: inputs, outputs, partitions with their kernels and tuning per level.
+        let m = &lib.library.manifest;
+        assert_eq!(m["inputs"][0]["dtype"], "float32", "{file}");
+        assert_eq!(m["inputs"][0]["shape"], serde_json::json!(specs[0].1), "{file}");
+        assert_eq!(m["outputs"].as_array().map(Vec::len), Some(1), "{file}");
+        let partitions = m["partitions"].as_array().expect("partitions");
+        let convs: Vec<_> = partitions.iter().filter(|p| p["kernel"] == "compiled conv").collect();
+        assert!(convs.len() >= 10, "{file}: {} compiled convolutions", convs.len());
+        for kind in ["native quantize", "native dequantize", "native add", "compiled dense"] {
+            assert!(partitions.iter().any(|p| p["kernel"] == kind), "{file}: no {kind}");
+        }
+        for p in &convs {
+            for level in IsaLevel::ALL {
+                assert_eq!(p["tuning"][level.name()]["source"], "default", "{file}: {p}");
+            }
+        }
+        assert!(m["weights_bytes"].as_u64().unwrap() > 0, "{file}");
+        // At this CPU's level the library runs the schedules the engine compiled.
+        let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar).name();
+        for (step, p) in compiled.steps().iter().zip(partitions) {
+            if let engine::Kernel::Conv(c) | engine::Kernel::Dense(c) = &step.kernel {
+                assert_eq!(p["tuning"][host]["knobs"], serde_json::to_value(c.knobs()).unwrap(), "{file}: {p}");
+            }
+        }
+
+        check_from_c(&lib, &inputs, &want, &IsaLevel::ALL, file);
+
+        // Only the three NAME_ functions are exported, and libc is all the library needs.
+        let so = &lib.library.shared;
+        let (ok, symbols, _) = run(Command::new("nm").args(["-D", "--defined-only"]).arg(so));
+        assert!(ok, "{file}: nm");
+        let mut names: Vec<&str> = symbols.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
+        names.sort();
+        let expect = ["last_error", "manifest", "run"].map(|f| format!("{name}_{f}"));
+        assert_eq!(names, expect, "{file}: exported symbols");
+        let (ok, dynamic, _) = run(Command::new("readelf").arg("-d").arg(so));
+        assert!(ok, "{file}: readelf");
+        for line in dynamic.lines().filter(|l| l.contains("(NEEDED)")) {
+            assert!(line.contains("[libc.so.6]") || line.contains("[ld-linux"), "{file}: {line}");
+        }
+
+        let loaded = LoadedLibrary::open(&lib.library.shared).unwrap();
+        let outs = loaded.run(&inputs.iter().map(tensor).collect::<Vec<_>>().iter().collect::<Vec<_>>()).unwrap();
+        assert!(outs[0].as_bytes() == want[0].as_slice(), "{file}: Rust loader differs from the engine");
+        // Callers on several threads at once, each with its own buffers.
+        let tensors: Vec<Tensor> = inputs.iter().map(tensor).collect();
+        std::thread::scope(|s| {
+            let calls: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| loaded.run(&tensors.iter().collect::<Vec<_>>()).expect("concurrent call")))
+                .collect();
+            for call in calls {
+                assert!(call.join().unwrap()[0].as_bytes() == want[0].as_slice(), "{file}: a concurrent call differs");
+            }
+        });
+
+        let dir = out_dir(name);
+        if let Some(python) = crate::python::python_with(&["numpy"]) {
+            std::fs::write(dir.join("expected0.bin"), &want[0]).unwrap();
+            let loader_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+            let (ok, stdout, stderr) = run(Command::new(python)
+                .arg(loader_dir.join("test_network.py"))
+                .arg(&lib.library.shared)
+                .arg(&dir)
+                .env("PYTHONPATH", &loader_dir));
+            assert!(ok && stdout.contains("python network ok"), "{file}: {stdout}\n{stderr}");
+        }
+        let (input, output) = (dir.join("input.npy"), dir.join("run_output.npy"));
+        tensorlift::npy::write(&input, &inputs[0]).unwrap();
+        let (ok, _, stderr) = crate::cli::tensorlift(&[
+            "run",
+            &path.display().to_string(),
+            "--input",
+            &input.display().to_string(),
+            "--output",
+            &output.display().to_string(),
+            "--repeat",
+            "1",
+        ]);
+        assert!(ok, "{file}: tensorlift run: {stderr}");
+        let from_run = tensorlift::npy::read(&output).unwrap();
+        assert!(value_bytes(&from_run) == want[0], "{file}: tensorlift run --output differs from the library");
+    }
+}
+
+/// The hand-built residual block of `engine.rs` (u8 and s8, random scales and zero points):
+/// the native kernels (quantized add, max pool, global average pool, dequantize; the models
+/// above quantize their float input) and an 8-bit 4-D graph input, which the library permutes into NHWC, exported and run from
+/// C at the scalar level (software fma) and at AVX2 (fused multiply-add), bit for bit as the
+/// engine and the reference.
+#[test]
+fn every_native_kernel_in_the_library_equals_the_engine() {
+    for seed in 0..3 {
+        for act in [DataType::U8, DataType::S8] {
+            let what = format!("residual block {seed} {act}");
+            let graph = crate::engine::residual_block(seed, act).finalize().unwrap();
+            let name = format!("blk{seed}{}", if act == DataType::U8 { "u" } else { "s" });
+            let levels = [IsaLevel::Scalar, IsaLevel::Avx2];
+            let lib = export_graph(
+                graph.clone(),
+                Path::new("residual_block"),
+                &no_records(),
+                &options(&name, &levels),
+                &out_dir(&name),
+                Instant::now(),
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let kinds: Vec<&str> = lib.library.manifest["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|p| p["kernel"].as_str())
+                .collect();
+            for kind in ["native add", "native max pool", "native global avg pool", "native dequantize"] {
+                assert!(kinds.contains(&kind), "{what}: no {kind} in {kinds:?}");
+            }
+            let inputs = vec![crate::engine::input(act, &[1, 16, 10, 10], seed + 100)];
+            let want = expected(&graph, &inputs, &what);
+            check_from_c(&lib, &inputs, &want, &levels, &what);
+        }
+    }
+}
+
+/// Wrong shape, dtype, argument count: the library's error code and a message naming what it
+/// expected and found, from Rust.
+#[test]
+fn bad_arguments_to_run_are_error_codes_with_messages() {
+    let path = model("resnet18_w8_s32_qop_u8_pc.onnx");
+    let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar);
+    let lib = export_model(&path, &no_records(), &options("netbad", &[host]), &out_dir("netbad")).unwrap();
+    let loaded = LoadedLibrary::open(&lib.library.shared).unwrap();
+    let wrong_shape = Tensor::zeros(ir::DType::F32, &[1, 3, 32, 31]).unwrap();
+    let err = loaded.run(&[&wrong_shape]).unwrap_err();
+    assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::Shape), .. }), "{err}");
+    assert!(err.to_string().contains("expected shape [1, 3, 32, 32], found [1, 3, 32, 31]"), "{err}");
+    let wrong_dtype = Tensor::zeros(ir::DType::U8, &[1, 3, 32, 32]).unwrap();
+    let err = loaded.run(&[&wrong_dtype]).unwrap_err();
+    assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::Dtype), .. }), "{err}");
+    assert!(err.to_string().contains("expected dtype float32"), "{err}");
+    let x = Tensor::zeros(ir::DType::F32, &[1, 3, 32, 32]).unwrap();
+    let err = loaded.run(&[&x, &x]).unwrap_err();
+    assert!(matches!(err, LoadError::Call { code: Some(ErrorCode::Nargs), .. }), "{err}");
+    assert!(err.to_string().contains("expected 2 arguments, found 3"), "{err}");
+}
+
+/// A float model's convolutions run on the graph's reference in the engine: its export is an
+/// `UnsupportedPartition` error naming the partition, and writes no library.
+#[test]
+fn a_partition_the_engine_leaves_to_the_reference_is_a_typed_export_error() {
+    let dir = out_dir("float");
+    let err =
+        export_model(&model("resnet18_w2_s32_float.onnx"), &no_records(), &options("netf", &[IsaLevel::Scalar]), &dir)
+            .err()
+            .expect("a float model does not export");
+    match &err {
+        ExportError::UnsupportedPartition { partition, kind, why } => {
+            assert!(partition.starts_with("p0"), "{err}");
+            assert_eq!(kind, "Single", "{err}");
+            assert!(why.contains("no native kernel"), "{err}");
+        }
+        other => panic!("expected UnsupportedPartition, found {other}"),
+    }
+    assert!(!dir.join("libnetf.so").exists());
+}
+
+/// Every pair of 8-bit operands through the library's quantized add (u8 and s8, seeded scales
+/// and zero points, with and without a ReLU), and the quantization of float values that fall
+/// on rounding ties and beyond the range: from C at the scalar level (software fma) and at
+/// AVX2, bit for bit as the engine and the reference.
+#[test]
+fn the_native_add_and_quantize_equal_the_engine_on_every_operand_pair() {
+    use tensorlift::graph::{Graph, OpKind, QuantParams, QuantizeAttrs};
+    let levels = [IsaLevel::Scalar, IsaLevel::Avx2];
+    for seed in 0..4u32 {
+        for act in [DataType::U8, DataType::S8] {
+            let what = format!("add and quantize {seed} {act}");
+            let mut state = u64::from(seed) * 0x9E37_79B9 + 17;
+            let mut next = |m: u32| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((state >> 33) as u32) % m
+            };
+            let (lo, span) = if act == DataType::U8 { (0, 256) } else { (-128, 256) };
+            let mut zp = || lo + next(span) as i32;
+            let (za, zb, zc, zq) = (zp(), zp(), zp(), zp());
+            let mut scale = || (1 + next(4000)) as f32 / 8192.0;
+            let (sa, sb, sc) = (scale(), scale(), scale());
+            // Power-of-two scale on even seeds: x / scale is exact and ties are exact halves.
+            let sq = if seed % 2 == 0 { 0.125 } else { scale() };
+            let dq = |s: f32, z: i32| OpKind::Dequantize(QuantParams::per_tensor(s, z));
+            let q =
+                |s: f32, z: i32| OpKind::Quantize(QuantizeAttrs { params: QuantParams::per_tensor(s, z), dtype: act });
+            let mut g = Graph::new();
+            let a = g.input("a", act, [1, 256, 16, 16]);
+            let b = g.input("b", act, [1, 256, 16, 16]);
+            let f = g.input("f", DataType::F32, [64, 1024]);
+            let af = g.apply("dq_a", dq(sa, za), &[a]).unwrap();
+            let bf = g.apply("dq_b", dq(sb, zb), &[b]).unwrap();
+            let mut sum = g.apply("add", OpKind::Add, &[af, bf]).unwrap();
+            if seed % 2 == 1 {
+                sum = g.apply("relu", OpKind::ReLU, &[sum]).unwrap();
+            }
+            let c = g.apply("q_c", q(sc, zc), &[sum]).unwrap();
+            g.mark_output(c).unwrap();
+            let fq = g.apply("q_f", q(sq, zq), &[f]).unwrap();
+            let back = g.apply("dq_f", dq(sq, zq), &[fq]).unwrap();
+            g.mark_output(back).unwrap();
+            let graph = g.finalize().unwrap();
+            let name = format!("addq{seed}{}", if act == DataType::U8 { "u" } else { "s" });
+            let lib = export_graph(
+                graph.clone(),
+                Path::new("add_and_quantize"),
+                &no_records(),
+                &options(&name, &levels),
+                &out_dir(&name),
+                Instant::now(),
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let kinds: Vec<&str> = lib.library.manifest["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|p| p["kernel"].as_str())
+                .collect();
+            for kind in ["native add", "native quantize", "native dequantize"] {
+                assert!(kinds.contains(&kind), "{what}: no {kind} in {kinds:?}");
+            }
+            // a[i] = i / 256, b[i] = i % 256 (as bytes): every pair once.
+            let bytes = |f: fn(usize) -> usize| -> Vec<u8> { (0..65536).map(|i| f(i) as u8).collect() };
+            let value = |v: Vec<u8>| match act {
+                DataType::U8 => Value::new(&[1, 256, 16, 16], Data::U8(v)).unwrap(),
+                _ => Value::new(&[1, 256, 16, 16], Data::S8(v.into_iter().map(|x| x as i8).collect())).unwrap(),
+            };
+            // Floats on every half step of the scale across and beyond the range, then NaN and
+            // the infinities.
+            let mut floats: Vec<f32> = (0..65536).map(|i| (i as f32 - 32768.0) * sq / 64.0).collect();
+            floats[0] = f32::NAN;
+            floats[1] = f32::INFINITY;
+            floats[2] = f32::NEG_INFINITY;
+            let inputs = vec![
+                value(bytes(|i| i / 256)),
+                value(bytes(|i| i % 256)),
+                Value::new(&[64, 1024], Data::F32(floats)).unwrap(),
+            ];
+            let want = expected(&graph, &inputs, &what);
+            check_from_c(&lib, &inputs, &want, &levels, &what);
+        }
+    }
+}
+
+/// `tensorlift export MODEL.onnx --out DIR --name NAME --isa LEVELS --format json`: the three
+/// files, the levels asked, the sizes and times reported; the subcommands still parse beside it.
+#[test]
+fn the_cli_exports_a_model_and_reports_it_as_json() {
+    let dir = out_dir("cli");
+    let file = model("resnet18_w8_s32_qdq_u8_pc.onnx").display().to_string();
+    let (ok, stdout, stderr) = crate::cli::tensorlift(&[
+        "export",
+        &file,
+        "--out",
+        &dir.display().to_string(),
+        "--name",
+        "clinet",
+        "--isa",
+        "scalar,avx2",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(report["isa_levels"], serde_json::json!(["scalar", "avx2"]));
+    for key in ["size_bytes", "weights_bytes", "plan_ms", "export_ms"] {
+        assert!(report[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {report}");
+    }
+    for f in ["libclinet.so", "libclinet.a", "clinet.h"] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    let header = std::fs::read_to_string(dir.join("clinet.h")).unwrap();
+    assert!(header.contains("int32_t clinet_run(DLTensor *const *args, int32_t nargs);"), "{header}");
+    let (ok, _, stderr) = crate::cli::tensorlift(&["export", "--out", &dir.display().to_string()]);
+    assert!(!ok && stderr.contains("MODEL"), "{stderr}");
+}
