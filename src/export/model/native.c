@@ -77,9 +77,11 @@ static float tl_fmaf_soft(float a, float b, float c) {
         c[i] = (uint8_t)tl_round_clamped(v, lo, hi);                                                              \
     }
 
-__attribute__((target("avx2,fma"))) static void tl_n_add_fma(const uint8_t *a, const uint8_t *b, int64_t count,
-                                                              float ra, float rb, float fixed, float lo, float hi,
-                                                              int s8, uint8_t *c) {
+/* `noipa`: a constant-propagated clone of this function is not vectorized (GCC 12), the loop
+ * then runs an element at a time. */
+__attribute__((target("avx2,fma"), noipa)) static void tl_n_add_fma(const uint8_t *a, const uint8_t *b,
+                                                                     int64_t count, float ra, float rb, float fixed,
+                                                                     float lo, float hi, int s8, uint8_t *c) {
     if (s8) {
         TL_ADD_LOOP(__builtin_fmaf)
     } else {
