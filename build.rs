@@ -5,6 +5,8 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/onnx.proto");
     let descriptors = protox::compile(["onnx.proto"], ["proto"])?;
-    prost_build::Config::new().compile_fds(descriptors)?;
+    // `bytes` fields as `Bytes`: decoded from a file's buffer they are views of it, so that the
+    // weights are not copied while decoding.
+    prost_build::Config::new().bytes(["."]).compile_fds(descriptors)?;
     Ok(())
 }

@@ -20,7 +20,13 @@ pub const OPSETS: std::ops::RangeInclusive<i64> = 13..=21;
 
 /// Decodes and checks a model (module doc).
 pub fn read(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
-    let model = ModelProto::decode(bytes)?;
+    decode_checked(bytes)
+}
+
+/// `read` from any buffer: decoding from `Bytes` leaves every `bytes` field (tensors'
+/// `raw_data`) a view of the buffer rather than a copy.
+fn decode_checked(buf: impl prost::bytes::Buf) -> Result<ModelProto, OnnxError> {
+    let model = ModelProto::decode(buf)?;
     let graph = model.graph.as_ref().ok_or(OnnxError::NoGraph)?;
     opset(&model)?;
     check_graph(graph)?;
@@ -30,7 +36,7 @@ pub fn read(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
 /// Reads the file at `path` and decodes and checks it.
 pub fn read_file(path: &Path) -> Result<ModelProto, OnnxError> {
     let bytes = std::fs::read(path).map_err(|source| OnnxError::Io { path: path.display().to_string(), source })?;
-    read(&bytes)
+    decode_checked(prost::bytes::Bytes::from(bytes))
 }
 
 /// The default domain's opset version, which must be in `OPSETS`.

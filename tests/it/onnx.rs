@@ -231,7 +231,8 @@ fn malformed_models_are_typed_errors() {
     let err = import_edited(|m| {
         let t =
             m.graph.as_mut().expect("a graph").initializer.iter_mut().find(|t| t.dims.len() == 4).expect("a weight");
-        t.raw_data.as_mut().expect("raw data").pop();
+        let raw = t.raw_data.as_mut().expect("raw data");
+        raw.truncate(raw.len() - 1);
     });
     assert!(matches!(err, OnnxError::DataLength { field: "raw_data", .. }), "{err}");
 
@@ -242,7 +243,7 @@ fn malformed_models_are_typed_errors() {
         n.attribute.push(AttributeProto {
             name: Some("auto_pad".into()),
             r#type: Some(AttributeType::String as i32),
-            s: Some(b"SAME_UPPER".to_vec()),
+            s: Some(b"SAME_UPPER".to_vec().into()),
             ..Default::default()
         });
     });
@@ -472,7 +473,7 @@ fn tensor(name: &str, dtype: i32, dims: &[i64], raw: Vec<u8>) -> tensorlift::onn
         name: Some(name.into()),
         data_type: Some(dtype),
         dims: dims.to_vec(),
-        raw_data: Some(raw),
+        raw_data: Some(raw.into()),
         ..Default::default()
     }
 }
