@@ -15,7 +15,7 @@ use super::native::Int8;
 use super::native::add::AddParams;
 use super::native::max_pool::Window as PoolWindow;
 use super::slot::Slot;
-use super::spec::{Spec, give_back, partition_name, take_spec};
+use super::spec::{give_back, partition_name, take_spec};
 use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
 use crate::layer::{QConvSpec, QDenseSpec};
@@ -148,11 +148,7 @@ pub fn compile_with(
             Plan::Job(job) => {
                 let (result, time) = compiled.remove(&i).expect("every job is compiled");
                 let tuning = job.tuning;
-                let weights = match job.layer {
-                    Spec::Conv(c) => c.weights,
-                    Spec::Dense(d) => d.weights,
-                };
-                give_back(&mut partition, weights);
+                give_back(&mut partition, job.layer.into_weights());
                 let kernel = result.map_err(|e| EngineError::Layer {
                     partition: partition_name(&graph, &partition),
                     kind: partition.kind.name(),

@@ -27,6 +27,14 @@ impl Spec {
         }
     }
 
+    /// The weights, given up (`give_back` returns them to the partition they came from).
+    pub(super) fn into_weights(self) -> Vec<i8> {
+        match self {
+            Spec::Conv(c) => c.weights,
+            Spec::Dense(d) => d.weights,
+        }
+    }
+
     /// Operations per call (two per multiply-accumulate).
     pub fn ops(&self) -> u64 {
         match self {

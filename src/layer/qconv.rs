@@ -280,23 +280,22 @@ fn schedule_quantized(
     Ok((layer, operands))
 }
 
-/// The weights of `spec` prepared for `layer`'s function (operands and `knobs.nr`): the
-/// per-call function's arguments between source and output.
+/// The weights of `spec` prepared for its function's operands and `knobs.nr`: the per-call
+/// function's arguments between source and output, before the definition's parameters.
 fn prepare_quantized(
-    cache: &KernelCache,
     spec: &QConvSpec,
     shapes: &Shapes,
-    layer: &Conv2dInt8,
     knobs: Conv2dInt8Knobs,
     operands: GemmOperands,
-) -> Result<(Tensor, Tensor, Vec<Tensor>), LayerError> {
+) -> Result<PreparedWeights, LayerError> {
     let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
     let src_q = (spec.src.dtype, spec.src.zero_point);
-    let PreparedWeights { packed, compensation } = cache.prepared((spec.name.clone(), knobs.nr, operands), || {
-        prepare_weights(&spec.weights, dims, knobs.nr, operands, src_q, spec.bias.as_deref())
-    })?;
-    let params = layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)).collect();
-    Ok((packed, compensation, params))
+    prepare_weights(&spec.weights, dims, knobs.nr, operands, src_q, spec.bias.as_deref())
+}
+
+/// The definition's parameters (scales, zero points, bounds) as the function's last arguments.
+fn params(layer: &Conv2dInt8) -> Vec<Tensor> {
+    layer.layer.params.iter().map(|p| Tensor::from_array(&p.values)).collect()
 }
 
 /// Builds the per-call function and the weight preparation of `spec` (a convolution; a dense
@@ -322,8 +321,9 @@ fn build_quantized(
     let compile = start.elapsed();
 
     let start = Instant::now();
-    let (packed, compensation, params) = prepare_quantized(cache, spec, shapes, &layer, knobs, operands)?;
-    let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
+    let PreparedWeights { packed, compensation } =
+        cache.prepared((name.clone(), knobs.nr, operands), || prepare_quantized(spec, shapes, knobs, operands))?;
+    let prepared = Prepared { packed, compensation, params: params(&layer), time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
     CompiledQuantized::new(name.clone(), (kernel, cached), knobs, operands, prepared, io, (ops, compile))
 }
@@ -341,9 +341,9 @@ fn lower_quantized(
     let key = format!("{} {knobs:?} {}", workload_key(&[&layer.layer.output]).key, level.name());
     let func = ir::lower::lower(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), &spec.name)
         .map_err(BuildError::from)?;
-    let (packed, compensation, params) = prepare_quantized(&KernelCache::new(), spec, shapes, &layer, knobs, operands)?;
+    let PreparedWeights { packed, compensation } = prepare_quantized(spec, shapes, knobs, operands)?;
     let mut weights = vec![packed, compensation];
-    weights.extend(params);
+    weights.extend(params(&layer));
     Ok(LoweredQuantized { func, key, knobs, operands, weights })
 }
 

@@ -124,6 +124,33 @@ fn check_from_c(lib: &ModelLibrary, inputs: &[Value], expected: &[Vec<u8>], leve
 /// The test models, QOperator and QDQ: exported at every level, run from C at each level this
 /// CPU has, from Rust, Python and `tensorlift run --output`, all bit for bit equal to the engine
 /// and the reference. The manifest describes the network.
+/// `graph` exported as `name` at `levels` (no records), after checking that its manifest lists
+/// every kernel of `kernels` (what the test means to exercise).
+fn export_with_kernels(
+    graph: &FinalizedGraph,
+    model: &str,
+    name: &str,
+    levels: &[IsaLevel],
+    kernels: &[&str],
+    what: &str,
+) -> ModelLibrary {
+    let lib = export_graph(
+        graph.clone(),
+        Path::new(model),
+        &no_records(),
+        &options(name, levels),
+        &out_dir(name),
+        Instant::now(),
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let kinds: Vec<&str> =
+        lib.library.manifest["partitions"].as_array().unwrap().iter().filter_map(|p| p["kernel"].as_str()).collect();
+    for kind in kernels {
+        assert!(kinds.contains(kind), "{what}: no {kind} in {kinds:?}");
+    }
+    lib
+}
+
 #[test]
 fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
     for file in ["resnet18_w8_s32_qop_u8_pc.onnx", "resnet18_w8_s32_qdq_s8_pc.onnx"] {
@@ -235,24 +262,8 @@ fn every_native_kernel_in_the_library_equals_the_engine() {
             let graph = crate::engine::residual_block(seed, act).finalize().unwrap();
             let name = format!("blk{seed}{}", if act == DataType::U8 { "u" } else { "s" });
             let levels = [IsaLevel::Scalar, IsaLevel::Avx2];
-            let lib = export_graph(
-                graph.clone(),
-                Path::new("residual_block"),
-                &no_records(),
-                &options(&name, &levels),
-                &out_dir(&name),
-                Instant::now(),
-            )
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let kinds: Vec<&str> = lib.library.manifest["partitions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|p| p["kernel"].as_str())
-                .collect();
-            for kind in ["native add", "native max pool", "native global avg pool", "native dequantize"] {
-                assert!(kinds.contains(&kind), "{what}: no {kind} in {kinds:?}");
-            }
+            let kernels = ["native add", "native max pool", "native global avg pool", "native dequantize"];
+            let lib = export_with_kernels(&graph, "residual_block", &name, &levels, &kernels, &what);
             let inputs = vec![crate::engine::input(act, &[1, 16, 10, 10], seed + 100)];
             let want = expected(&graph, &inputs, &what);
             check_from_c(&lib, &inputs, &want, &levels, &what);
@@ -345,24 +356,8 @@ fn the_native_add_and_quantize_equal_the_engine_on_every_operand_pair() {
             g.mark_output(back).unwrap();
             let graph = g.finalize().unwrap();
             let name = format!("addq{seed}{}", if act == DataType::U8 { "u" } else { "s" });
-            let lib = export_graph(
-                graph.clone(),
-                Path::new("add_and_quantize"),
-                &no_records(),
-                &options(&name, &levels),
-                &out_dir(&name),
-                Instant::now(),
-            )
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let kinds: Vec<&str> = lib.library.manifest["partitions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|p| p["kernel"].as_str())
-                .collect();
-            for kind in ["native add", "native quantize", "native dequantize"] {
-                assert!(kinds.contains(&kind), "{what}: no {kind} in {kinds:?}");
-            }
+            let kernels = ["native add", "native quantize", "native dequantize"];
+            let lib = export_with_kernels(&graph, "add_and_quantize", &name, &levels, &kernels, &what);
             // a[i] = i / 256, b[i] = i % 256 (as bytes): every pair once.
             let bytes = |f: fn(usize) -> usize| -> Vec<u8> { (0..65536).map(|i| f(i) as u8).collect() };
             let value = |v: Vec<u8>| match act {
