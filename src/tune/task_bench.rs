@@ -7,19 +7,17 @@
 
 use std::time::{Duration, Instant};
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::measure::{Measurement, time_verified};
 use super::space::Space;
 use super::tasks::{ModelTasks, Task};
 use crate::CompileOptions;
-use crate::engine::Spec;
+use crate::engine::{Slot, Spec, random_input};
+use crate::graph::Value;
 use crate::graph::reference::{ReferenceError, run_partition};
-use crate::graph::{Data, Value};
 use crate::isa::IsaLevel;
-use crate::layer::{CompiledQuantized, KernelCache, compile_qconv_in, compile_qdense_in, permute_bytes};
+use crate::layer::{CompiledQuantized, KernelCache, compile_qconv_in, compile_qdense_in};
 use crate::record::{Status, WorkloadRef};
 use crate::runtime::peak::Probe;
 use crate::target::Target;
@@ -42,29 +40,11 @@ pub struct TaskBench {
     cache: KernelCache,
 }
 
-/// `[N, C, H, W]` of a conv's source or output, `None` for a product (row-major already).
-fn nchw(dims: &[usize]) -> Option<[usize; 4]> {
-    match *dims {
-        [n, c, h, w] => Some([n, c, h, w]),
-        _ => None,
-    }
-}
-
-/// The bytes of `value` in the compiled kernels' layout (NHWC for 4-D).
+/// The bytes of `value` as the engine stores them, the compiled kernels' layout (NHWC for 4-D).
 fn kernel_bytes(value: &Value) -> Vec<u8> {
-    let logical: Vec<u8> = match value.data() {
-        Data::U8(v) => v.clone(),
-        Data::S8(v) => v.iter().map(|&x| x as u8).collect(),
-        _ => Vec::new(),
-    };
-    match nchw(value.dims()) {
-        Some(dims) => {
-            let mut out = vec![0; logical.len()];
-            permute_bytes(&logical, dims, 1, true, &mut out);
-            out
-        }
-        None => logical,
-    }
+    let mut slot = Slot::new(value.dtype(), value.dims().to_vec());
+    slot.store(value);
+    slot.bytes
 }
 
 impl TaskBench {
@@ -84,19 +64,12 @@ impl TaskBench {
                     reason: "a source of unknown shape".into(),
                 }
             })?;
-        let mut rng = StdRng::seed_from_u64(INPUT_SEED);
-        let count: usize = dims.iter().product();
-        let bytes: Vec<u8> = (0..count).map(|_| rng.random()).collect();
-        let data = match dtype {
-            crate::graph::DataType::S8 => Data::S8(bytes.iter().map(|&b| b as i8).collect()),
-            _ => Data::U8(bytes),
-        };
         let fail = |reason: String| ReferenceError::Partition {
             partition: task.partition.id,
             kind: task.partition.kind.name(),
             reason,
         };
-        let input = Value::new(&dims, data).map_err(|e| fail(e.to_string()))?;
+        let input = random_input(dtype, &dims, INPUT_SEED).map_err(|e| fail(e.to_string()))?;
         let output = run_partition(&model.graph, &task.partition, std::slice::from_ref(&input))?;
         Ok(TaskBench {
             level,
