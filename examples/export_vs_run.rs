@@ -105,9 +105,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .arg("-lpthread"),
     )?;
 
-    println!("threads  library ms  run ms  library/run");
+    println!("threads  library ms  run ms  library/run  probe GOPS (run's, min-max)");
     for &threads in &args.threads {
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let (mut ours, mut theirs, mut probes) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.rounds {
             let text = output(Command::new(&exe).arg(out).env("TENSORLIFT_NUM_THREADS", threads.to_string()))?;
             ours.push(text.trim().parse::<f64>()? / 1e6);
@@ -115,10 +115,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             run.arg("run").arg(&args.model).arg("--input").arg(&npy);
             run.args(["--threads", &threads.to_string(), "--repeat", &args.repeat.to_string(), "--format", "json"]);
             with_db(&mut run, &args.db);
-            theirs.push(last_json(&output(&mut run)?)?["median_ms"].as_f64().ok_or("no median_ms")?);
+            let report = last_json(&output(&mut run)?)?;
+            theirs.push(report["median_ms"].as_f64().ok_or("no median_ms")?);
+            // The peak probe of the kernels' method, measured in the same run.
+            probes.extend(report["probes"].as_object().into_iter().flat_map(|p| p.values().filter_map(|v| v.as_f64())));
         }
         let (a, b) = (median(ours), median(theirs));
-        println!("{threads:>7}  {a:>10.3}  {b:>6.3}  {:>11.3}", a / b);
+        let (lo, hi) = probes.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &p| (lo.min(p), hi.max(p)));
+        println!("{threads:>7}  {a:>10.3}  {b:>6.3}  {:>11.3}  {lo:.1}-{hi:.1}", a / b);
     }
     Ok(())
 }
