@@ -7,6 +7,8 @@
 //! This crate depends on `ir` (and `serde`, in which tuning records store the knobs) only: no
 //! codegen, no timing.
 
+pub mod auto;
+pub mod catalog;
 pub mod cpu;
 pub mod generic;
 pub mod intrin;
