@@ -10,6 +10,7 @@
 //! `model::tune_model`; `latency` times the whole model with and without the records.
 
 pub mod apply;
+pub mod auto;
 pub mod budget;
 pub mod latency;
 pub mod measure;
