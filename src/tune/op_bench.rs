@@ -29,13 +29,13 @@ pub enum OpBenchError {
     Definition {
         op: String,
         #[source]
-        source: TeError,
+        source: Box<TeError>,
     },
     #[error("{op}: the reference interpreter: {source}")]
     Reference {
         op: String,
         #[source]
-        source: InterpError,
+        source: Box<InterpError>,
     },
 }
 
@@ -57,9 +57,14 @@ pub fn op_workload(spec: &OpSpec, def: &Definition) -> WorkloadRef {
     WorkloadRef { key: key.key, op: spec.kind().to_string(), summary: format!("{}: {}", spec.label(), key.summary) }
 }
 
+/// `spec`'s definition, or the typed error of a shape it rejects (naming the operator).
+pub fn definition(spec: &OpSpec) -> Result<Definition, OpBenchError> {
+    spec.build().map_err(|source| OpBenchError::Definition { op: spec.label(), source: Box::new(source) })
+}
+
 /// The workload of `spec` (a typed error for a shape its definition rejects).
 pub fn spec_workload(spec: &OpSpec) -> Result<WorkloadRef, OpBenchError> {
-    let def = spec.build().map_err(|source| OpBenchError::Definition { op: spec.label(), source })?;
+    let def = definition(spec)?;
     Ok(op_workload(spec, &def))
 }
 
@@ -97,11 +102,11 @@ impl OpReference {
     /// Builds `spec`'s definition and evaluates it on its inputs (slow for big shapes in a debug
     /// build: the interpreter visits every element of every stage).
     pub fn new(spec: &OpSpec) -> Result<OpReference, OpBenchError> {
-        let def = spec.build().map_err(|source| OpBenchError::Definition { op: spec.label(), source })?;
+        let def = definition(spec)?;
         let inputs = op_inputs(&def);
         let bound: Vec<_> = def.inputs.iter().zip(&inputs).collect();
         let outputs = eval_te(&def.output_refs(), &bound)
-            .map_err(|source| OpBenchError::Reference { op: spec.label(), source })?;
+            .map_err(|source| OpBenchError::Reference { op: spec.label(), source: Box::new(source) })?;
         Ok(OpReference { inputs, outputs })
     }
 }
@@ -125,7 +130,7 @@ impl OpBench {
         max_threads: usize,
         reference: Arc<OpReference>,
     ) -> Result<OpBench, OpBenchError> {
-        let definition = spec.build().map_err(|source| OpBenchError::Definition { op: spec.label(), source })?;
+        let definition = definition(spec)?;
         let space = Space::new(&definition.inputs, &definition.outputs, space_options(level, max_threads));
         let workload = op_workload(spec, &definition);
         Ok(OpBench { spec: spec.clone(), level, definition, space, workload, reference })

@@ -16,7 +16,7 @@ use schedules::auto::{AutoPoint, Space};
 use schedules::catalog::{MatmulDtype, OpSpec};
 use thiserror::Error;
 
-use super::op_bench::{OpBenchError, op_workload, space_options};
+use super::op_bench::{OpBenchError, definition, op_workload, space_options};
 use super::op_propose::propose;
 use super::worker::{Candidate, Worker};
 use super::{FINALISTS, LayerResult, VALIDATION_ROUNDS};
@@ -27,9 +27,9 @@ use crate::record::{DbError, Host, Phase, Phases, Record, WorkloadRef, append, s
 #[derive(Debug, Error)]
 pub enum OpTuneError {
     #[error(transparent)]
-    Bench(#[from] OpBenchError),
+    Bench(#[from] Box<OpBenchError>),
     #[error(transparent)]
-    Db(#[from] DbError),
+    Db(#[from] Box<DbError>),
     #[error("no template for {kind}: {reason}")]
     NoTemplate { kind: &'static str, reason: &'static str },
 }
@@ -73,7 +73,7 @@ pub fn op_candidate(spec: &OpSpec, point: AutoPoint, options: &OpTuneOptions, ph
 
 /// `spec`'s workload and space at `level` on at most `max_threads` threads.
 fn setup(spec: &OpSpec, level: IsaLevel, max_threads: usize) -> Result<(WorkloadRef, Space), OpBenchError> {
-    let def = spec.build().map_err(|source| OpBenchError::Definition { op: spec.label(), source })?;
+    let def = definition(spec)?;
     let space = Space::new(&def.inputs, &def.outputs, space_options(level, max_threads));
     Ok((op_workload(spec, &def), space))
 }
@@ -133,7 +133,7 @@ pub fn tune_op(
     mut progress: impl FnMut(&Record),
 ) -> Result<LayerResult, OpTuneError> {
     let start = Instant::now();
-    let (workload, space) = setup(spec, options.level, options.max_threads)?;
+    let (workload, space) = setup(spec, options.level, options.max_threads).map_err(Box::new)?;
     let mut measured = history(&known(db_records, &workload.key, options.level, options.max_threads));
     let mut records: Vec<Record> = Vec::new();
     worker.expect_setup();
@@ -150,7 +150,8 @@ pub fn tune_op(
     };
     let default = space.default_point();
     let host = Host::this(options.level);
-    let best_known = best_point(spec, db_records, &host, options.max_threads)?
+    let best_known = best_point(spec, db_records, &host, options.max_threads)
+        .map_err(Box::new)?
         .map(|(p, _)| p)
         .filter(|p| *p != default && space.apply(p).is_ok());
     let mut queue: Vec<AutoPoint> = std::iter::once(default.clone()).chain(best_known).collect();
@@ -165,7 +166,7 @@ pub fn tune_op(
             }
         }
         let point = queue.remove(0);
-        measure(point.clone(), Phase::Search, &mut records)?;
+        measure(point.clone(), Phase::Search, &mut records).map_err(Box::new)?;
         let phases = Phases::of(&records);
         let last = &records[records.len() - 1];
         measured.push((point, phases.seconds(last).filter(|_| last.ok())));
@@ -186,7 +187,7 @@ pub fn tune_op(
     if records.len() >= 2 {
         for _ in 0..VALIDATION_ROUNDS {
             for p in &finalists {
-                measure(p.clone(), Phase::Validation, &mut records)?;
+                measure(p.clone(), Phase::Validation, &mut records).map_err(Box::new)?;
             }
         }
     }
@@ -203,7 +204,7 @@ pub fn propose_candidates(
     records: &[Record],
     count: usize,
 ) -> Result<Vec<Candidate>, OpTuneError> {
-    let (workload, space) = setup(spec, options.level, options.max_threads)?;
+    let (workload, space) = setup(spec, options.level, options.max_threads).map_err(Box::new)?;
     let measured = history(&known(records, &workload.key, options.level, options.max_threads));
     let default = space.default_point();
     let mut points = Vec::new();

@@ -149,9 +149,14 @@ fn tune_op_writes_verified_records_reports_json_and_proposes_new_candidates() {
     assert_eq!(first[0].auto.as_ref(), Some(&default_point(&spec, 1)));
     assert!(!db.exists(), "--propose measures nothing and writes nothing");
 
-    let args =
-        [&["tune", "op", "matmul"], &shape[..], &["--trials", "4", "--repeat", "2", "--db", dbs, "--format", "json"]]
-            .concat();
+    let plot = tmp("matmul.svg");
+    let plots = plot.to_str().unwrap();
+    let args = [
+        &["tune", "op", "matmul"],
+        &shape[..],
+        &["--trials", "4", "--repeat", "2", "--db", dbs, "--format", "json", "--plot", plots],
+    ]
+    .concat();
     let (ok, stdout, stderr) = tensorlift(&args);
     assert!(ok, "{stderr}");
     let json: serde_json::Value = serde_json::from_str(stdout.trim()).expect(&stdout);
@@ -159,6 +164,7 @@ fn tune_op_writes_verified_records_reports_json_and_proposes_new_candidates() {
         assert!(json.get(key).is_some(), "{key} missing: {json}");
     }
     assert_eq!(json["verified"], true, "{json}");
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"), "the tuning curve");
     assert_eq!(json["op"], spec.label());
     let trials = json["trials"].as_u64().unwrap() as usize;
     assert!((1..=4).contains(&trials), "{json}");
