@@ -1,6 +1,6 @@
 //! Tuning any operator of the catalog (`tensorlift tune op`): the worker measures points of the
-//! auto-scheduler's space, verified against the reference interpreter; failed points are
-//! records; the command writes verified records, proposes new candidates from a database and
+//! auto-scheduler's space, verified against the reference interpreter (a differing output is a
+//! mismatch); failed points are records; the command writes verified records, proposes new candidates from a database and
 //! refuses bad shapes and missing templates with typed errors.
 
 use std::collections::HashSet;
@@ -253,4 +253,30 @@ fn records_written_before_auto_points_still_parse_and_keep_their_form() {
     let text = serde_json::to_string(r).unwrap();
     assert!(!text.contains("\"auto\""), "{text}");
     assert!(tensorlift::record::pretuned().unwrap().records.iter().all(|r| r.schedule.knobs.is_some()));
+}
+
+/// An output that differs from the reference by one element is a mismatch: not verified, no
+/// time, the element named; the true reference verifies the same point. Floats compare
+/// bitwise.
+#[test]
+fn an_output_that_differs_from_the_reference_is_a_mismatch_without_a_time() {
+    use std::sync::Arc;
+
+    use ir::interp::Scalar;
+    use tensorlift::tune::op_bench::{OpBench, OpReference};
+    let spec = OpSpec::Layernorm { rows: 3, cols: 10 };
+    let reference = OpReference::new(&spec).unwrap();
+    let point = default_point(&spec, 1);
+    let right = OpBench::new(&spec, level(), 1, Arc::new(reference)).unwrap();
+    let m = right.measure(&point, 1, None);
+    assert_eq!((m.status, m.verified), (Status::Ok, true), "{m:?}");
+    assert!(m.median_ns.is_some() && m.gops.is_some());
+
+    let mut wrong = OpReference::new(&spec).unwrap();
+    let Scalar::Float(v) = wrong.outputs[0].get(7) else { panic!("an f32 output") };
+    wrong.outputs[0].set(7, Scalar::Float(f64::from(f32::from_bits((v as f32).to_bits() ^ 1))));
+    let m = OpBench::new(&spec, level(), 1, Arc::new(wrong)).unwrap().measure(&point, 1, None);
+    assert_eq!((m.status, m.verified, m.median_ns, m.gops), (Status::Mismatch, false, None, None), "{m:?}");
+    assert!(m.error.as_deref().unwrap_or("").contains("element 7"), "{m:?}");
+    assert!(m.trace.is_some() && m.compile_ms.is_some(), "{m:?}");
 }
