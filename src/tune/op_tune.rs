@@ -7,12 +7,13 @@
 //! `propose_candidates` is the same search run from a database alone (`tune op --propose N`):
 //! a driver that measures elsewhere (Ray) asks it for the next batch, measures it with
 //! `tensorlift measure` and appends the records. `best_point` is what applies the records: the
-//! point of the best verified record for this operator on this CPU.
+//! point of the best verified record for this operator on this CPU (`schedule_op` applies it).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use schedules::auto::{AutoPoint, Space};
+use schedules::auto::{AutoError, AutoPoint, Scheduled, Space};
+use schedules::catalog::Definition;
 use schedules::catalog::{MatmulDtype, OpSpec};
 use thiserror::Error;
 
@@ -32,6 +33,12 @@ pub enum OpTuneError {
     Db(#[from] Box<DbError>),
     #[error("no template for {kind}: {reason}")]
     NoTemplate { kind: &'static str, reason: &'static str },
+    #[error("{op}: the point of the record to apply: {source}")]
+    Apply {
+        op: String,
+        #[source]
+        source: Box<AutoError>,
+    },
 }
 
 /// How to tune one operator.
@@ -117,6 +124,24 @@ pub fn best_point<'a>(
     let (workload, _) = setup(spec, host.level, max_threads)?;
     let fitting = records.iter().filter(|r| r.schedule.auto.is_some() && r.target.threads <= max_threads);
     Ok(select(fitting, &workload.key, host).and_then(|r| Some((r.schedule.auto.clone()?, r))))
+}
+
+/// `spec`'s definition scheduled at `host`'s level on at most `max_threads` threads by the
+/// point of the best verified record of `records` (`best_point`), or by the generic point when
+/// none applies: the definition, the applied point (its schedule, the call's arguments, its
+/// threads) and the record it came from. A record whose point this space rejects is an error.
+pub fn schedule_op<'a>(
+    spec: &OpSpec,
+    records: &'a [Record],
+    host: &Host,
+    max_threads: usize,
+) -> Result<(Definition, Scheduled, Option<&'a Record>), OpTuneError> {
+    let def = definition(spec).map_err(Box::new)?;
+    let space = Space::new(&def.inputs, &def.outputs, space_options(host.level, max_threads));
+    let best = best_point(spec, records, host, max_threads).map_err(Box::new)?;
+    let point = best.as_ref().map_or_else(|| space.default_point(), |(p, _)| p.clone());
+    let scheduled = space.apply(&point).map_err(|e| OpTuneError::Apply { op: spec.label(), source: Box::new(e) })?;
+    Ok((def, scheduled, best.map(|(_, r)| r)))
 }
 
 /// Tunes `spec` with `worker`: the generic point, the best point of `db_records` for this CPU

@@ -12,7 +12,7 @@ use schedules::catalog::{MatmulDtype, OpSpec};
 use tensorlift::IsaLevel;
 use tensorlift::record::{Database, Host, Phase, Record, Status};
 use tensorlift::tune::op_bench::{space_options, spec_workload};
-use tensorlift::tune::op_tune::{OpTuneOptions, best_point, op_candidate};
+use tensorlift::tune::op_tune::{OpTuneOptions, best_point, op_candidate, schedule_op};
 use tensorlift::tune::worker::{Candidate, serve};
 
 fn tmp(name: &str) -> PathBuf {
@@ -181,7 +181,22 @@ fn tune_op_writes_verified_records_reports_json_and_proposes_new_candidates() {
         best_point(&spec, &loaded.records, &Host::this(level()), 1).unwrap().expect("a record applies");
     assert!(record.ok() && searched.iter().any(|r| r.schedule.auto.as_ref() == Some(&point)));
     assert_eq!(json["applied"], serde_json::to_value(&point).unwrap());
-    assert_eq!(best_point(&spec, &loaded.records, &Host::this(level()), 1).unwrap().map(|(p, _)| p), Some(point));
+    assert_eq!(
+        best_point(&spec, &loaded.records, &Host::this(level()), 1).unwrap().map(|(p, _)| p),
+        Some(point.clone())
+    );
+    // Applied in Rust: the definition scheduled by that point compiles and computes the
+    // reference's result.
+    let (def, scheduled, from) = schedule_op(&spec, &loaded.records, &Host::this(level()), 1).unwrap();
+    assert_eq!(from.and_then(|r| r.schedule.auto.clone()).as_ref(), Some(&point));
+    let args: Vec<&ir::Tensor> = scheduled.args.iter().collect();
+    let kernel = tensorlift::build(&scheduled.schedule, &args, "mm", &tensorlift::CompileOptions::default()).unwrap();
+    let reference = tensorlift::tune::op_bench::OpReference::new(&spec).unwrap();
+    let mut tensors: Vec<tensorlift::Tensor> = reference.inputs.iter().map(tensorlift::Tensor::from_array).collect();
+    tensors.push(tensorlift::Tensor::zeros(def.outputs[0].dtype(), def.outputs[0].shape()).unwrap());
+    let mut refs: Vec<&mut tensorlift::Tensor> = tensors.iter_mut().collect();
+    kernel.compiled.call(&mut refs).unwrap();
+    assert!(tensors[2].to_array().bits_eq(&reference.outputs[0]));
     let other = OpSpec::Matmul { m: 16, n: 16, k: 8, dtype: MatmulDtype::U8 };
     assert!(best_point(&other, &loaded.records, &Host::this(level()), 1).unwrap().is_none());
 
