@@ -17,6 +17,7 @@ mod reference;
 mod resnet18;
 mod run;
 mod tune;
+mod tune_op;
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -55,8 +56,8 @@ enum Command {
     /// Write a self-contained operator library: lib<NAME>.so, lib<NAME>.a and <NAME>.h, every
     /// ISA level inside, dispatched on the CPU that loads it.
     Export(export::Args),
-    /// Search schedules (`tune MODEL.onnx`, `tune resnet18`): candidates compiled, verified bit
-    /// for bit and timed against the peak probe in a worker process, recorded in a database.
+    /// Search schedules (`tune MODEL.onnx`, `tune resnet18`, `tune op KIND`): candidates
+    /// compiled, verified bit for bit and timed in a worker process, recorded in a database.
     Tune(tune::Args),
     /// Measure candidate schedules given as JSON lines on stdin: one record per line on stdout
     /// (the tuner's worker; any engine can fan it out to machines with the target CPU).

@@ -249,7 +249,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         // The knobs of the best usable record for the layer: this run's database, else the
         // pre-tuned one, else the defaults for this level's cores and the threads available.
         let usable = |records: &[Record]| {
-            record_for(records, layer, weights.bits(), max_threads, &host).map(|r| r.schedule.knobs)
+            record_for(records, layer, weights.bits(), max_threads, &host).and_then(|r| r.schedule.knobs)
         };
         let (tuning, knobs) = match (usable(&tuned), usable(&pretuned)) {
             (Some(k), _) => ("tuned", k),

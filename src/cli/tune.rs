@@ -2,6 +2,8 @@
 //! (`tensorlift measure`), and report default and tuned speed per layer. `tensorlift tune
 //! MODEL.onnx`: the same search over the model's distinct workloads (`tune::tasks`), then the
 //! whole model timed with the default knobs, the pre-tuned records and the tuned ones.
+//! `tensorlift tune op KIND`, an operator of the catalog in the auto-scheduler's space, is
+//! `tune_op`'s.
 
 use std::error::Error;
 use std::path::{Path, PathBuf};
@@ -43,6 +45,10 @@ enum What {
     /// bit against the layer's reference (as `resnet18` verifies it), timed against the peak
     /// probe, in a worker process.
     Resnet18(Resnet18Args),
+    /// Search schedules for an operator of the catalog at any shape in the auto-scheduler's
+    /// space: each candidate compiled, verified bit for bit against the reference interpreter
+    /// and timed, in a worker process.
+    Op(super::tune_op::Args),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -130,8 +136,11 @@ impl SearchArgs {
 pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     match (args.what, args.model) {
         (Some(What::Resnet18(args)), _) => tune_resnet18(args),
+        (Some(What::Op(args)), _) => super::tune_op::run(args),
         (None, Some(model)) => tune_model(&model, &args.search),
-        (None, None) => Err("tune: expected a model (tune MODEL.onnx) or `resnet18`, found neither".into()),
+        (None, None) => {
+            Err("tune: expected a model (tune MODEL.onnx), `resnet18` or `op KIND`, found none of them".into())
+        }
     }
 }
 
@@ -172,7 +181,7 @@ fn tune_resnet18(args: Resnet18Args) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-fn bar(len: usize, prefix: &str) -> ProgressBar {
+pub(super) fn bar(len: usize, prefix: &str) -> ProgressBar {
     let bar = ProgressBar::new(len as u64);
     bar.set_style(ProgressStyle::with_template("{prefix:>4} {bar:30} {pos}/{len} {msg}").expect("valid template"));
     bar.set_prefix(prefix.to_string());
@@ -180,7 +189,7 @@ fn bar(len: usize, prefix: &str) -> ProgressBar {
 }
 
 /// The progress bar's message: measurements per second and the best so far.
-struct Progress<'a> {
+pub(super) struct Progress<'a> {
     bar: &'a ProgressBar,
     started: Instant,
     best: f64,
@@ -188,11 +197,11 @@ struct Progress<'a> {
 }
 
 impl<'a> Progress<'a> {
-    fn new(bar: &'a ProgressBar) -> Progress<'a> {
+    pub(super) fn new(bar: &'a ProgressBar) -> Progress<'a> {
         Progress { bar, started: Instant::now(), best: 0.0, best_pct: None }
     }
 
-    fn record(&mut self, r: &Record) {
+    pub(super) fn record(&mut self, r: &Record) {
         if r.status == Status::Ok && r.gops.unwrap_or(0.0) > self.best {
             self.best = r.gops.unwrap_or(0.0);
             self.best_pct = r.pct_peak();
@@ -326,16 +335,16 @@ fn tune_model(path: &Path, args: &SearchArgs) -> Result<(), Box<dyn Error>> {
 }
 
 /// Default and tuned speed of one layer or task, by probe-corrected GOPS (`Phases`).
-struct Summary<'a> {
-    default_gops: Option<f64>,
-    tuned_gops: Option<f64>,
-    speedup: Option<f64>,
-    best: Option<&'a Record>,
-    failed: usize,
+pub(super) struct Summary<'a> {
+    pub(super) default_gops: Option<f64>,
+    pub(super) tuned_gops: Option<f64>,
+    pub(super) speedup: Option<f64>,
+    pub(super) best: Option<&'a Record>,
+    pub(super) failed: usize,
 }
 
 impl<'a> Summary<'a> {
-    fn of(r: &'a LayerResult) -> Summary<'a> {
+    pub(super) fn of(r: &'a LayerResult) -> Summary<'a> {
         let (default, best, phases) = (r.default_record(), r.best(), r.phases());
         let gops = |r: Option<&Record>| r.filter(|r| r.status == Status::Ok).and_then(|r| phases.gops(r));
         let (default_gops, tuned_gops) = (gops(default), gops(best));
@@ -350,7 +359,7 @@ impl<'a> Summary<'a> {
 
 fn report(r: &LayerResult, level: IsaLevel, format: Format) {
     let Summary { default_gops: dg, tuned_gops: bg, speedup, best, failed } = Summary::of(r);
-    let point = best.map(|b| b.schedule.knobs);
+    let point = best.and_then(|b| b.schedule.knobs);
     match format {
         Format::Table => {
             let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));

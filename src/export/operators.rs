@@ -80,7 +80,7 @@ fn layer_knobs(
     tuning: Option<&Record>,
 ) -> (Conv2dInt8Knobs, GemmOperands) {
     let rate = if level == IsaLevel::Avx512Vnni { CoreRate::FullZmmVnni } else { CoreRate::Slower };
-    let knobs = tuning.map_or_else(|| default_knobs(layer, rate, LIBRARY_THREADS), |r| r.schedule.knobs);
+    let knobs = tuning.and_then(|r| r.schedule.knobs).unwrap_or_else(|| default_knobs(layer, rate, LIBRARY_THREADS));
     let knobs = Conv2dInt8Knobs { packing: Packing::Bytes, ..knobs };
     (knobs, knobs.operands(level.has_vnni(), weights.range()))
 }

@@ -26,6 +26,8 @@ pub enum DbError {
     Version { path: PathBuf, line: usize, found: u32, expected: u32 },
     #[error("{path}:{line}: a measured record with knobs no schedule accepts: {source}")]
     Knobs { path: PathBuf, line: usize, source: KnobError },
+    #[error("{path}:{line}: a measured record must carry exactly one schedule (`knobs` or `auto`), found {found}")]
+    Schedule { path: PathBuf, line: usize, found: &'static str },
 }
 
 /// The records of a database file, with the lines that were not records.
@@ -77,9 +79,15 @@ impl Database {
                     found: r.version,
                     expected: RECORD_VERSION,
                 }),
-                Ok(r) => match (r.ok(), r.schedule.knobs.check()) {
-                    (true, Err(source)) => db.errors.push(DbError::Knobs { path, line: line_number, source }),
-                    _ => db.records.push(r),
+                Ok(r) if !r.ok() => db.records.push(r),
+                Ok(r) => match (&r.schedule.knobs, &r.schedule.auto) {
+                    (Some(knobs), None) => match knobs.check() {
+                        Err(source) => db.errors.push(DbError::Knobs { path, line: line_number, source }),
+                        Ok(()) => db.records.push(r),
+                    },
+                    (None, Some(_)) => db.records.push(r),
+                    (None, None) => db.errors.push(DbError::Schedule { path, line: line_number, found: "neither" }),
+                    (Some(_), Some(_)) => db.errors.push(DbError::Schedule { path, line: line_number, found: "both" }),
                 },
                 Err(e) => db.errors.push(DbError::Malformed { path, line: line_number, message: e.to_string() }),
             }
@@ -197,7 +205,7 @@ mod tests {
         let path = dir.join("s.jsonl");
         let good = record("w", IsaLevel::Avx2, 1, 5.0);
         let mut zero_rows = good.clone();
-        zero_rows.schedule.knobs.mr = 0;
+        zero_rows.schedule.knobs.as_mut().expect("knobs").mr = 0;
         // A failed measurement of a point outside the ranges is what the tuner wrote for it.
         let failed = Record { status: super::super::Status::BuildError, median_ns: None, ..zero_rows.clone() };
         write(&path, &[good.clone(), zero_rows, failed]).unwrap();
@@ -215,6 +223,20 @@ mod tests {
         std::fs::write(&path, format!("{}\n\nnot json\n", serde_json::to_string(&good).unwrap())).unwrap();
         let err = Database::load_strict(&path).unwrap_err().to_string();
         assert!(err.contains("s.jsonl:3: not a tuning record"), "{err}");
+        // A measured record carries exactly one schedule: knobs or an auto point.
+        let auto = schedules::auto::AutoPoint { sketch: "generic".into(), values: vec![] };
+        let mut neither = good.clone();
+        neither.schedule.knobs = None;
+        let mut both = good.clone();
+        both.schedule.auto = Some(auto.clone());
+        let mut auto_only = neither.clone();
+        auto_only.schedule.auto = Some(auto);
+        write(&path, &[neither, both, auto_only]).unwrap();
+        let db = Database::load(&path).unwrap();
+        let errors: Vec<String> = db.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(db.records.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("s.jsonl:1: a measured record must carry exactly one schedule"), "{errors:?}");
+        assert!(errors[0].ends_with("found neither") && errors[1].ends_with("found both"), "{errors:?}");
         write(&path, &[good]).unwrap();
         assert_eq!(Database::load_strict(&path).unwrap().records.len(), 1);
         let missing = Database::load_strict(&dir.join("missing.jsonl")).unwrap_err();

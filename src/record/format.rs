@@ -1,8 +1,10 @@
 //! The record of one measurement, a public format (`Record`, JSON lines): what was measured
-//! (`WorkloadRef`), where (`TargetRef`), which schedule (`RecordSchedule`: the `x86_conv` knobs,
-//! the weights' range, the phase of the tuning run, the replayable trace) and how it went.
+//! (`WorkloadRef`), where (`TargetRef`), which schedule (`RecordSchedule`: the `x86_conv` knobs
+//! or the auto-scheduler's point, the weights' range, the phase of the tuning run, the
+//! replayable trace) and how it went.
 
 use ir::trace::Trace;
+use schedules::auto::AutoPoint;
 use schedules::resnet18::WeightBits;
 use schedules::x86_conv::Conv2dInt8Knobs;
 use serde::{Deserialize, Serialize};
@@ -77,13 +79,23 @@ pub enum Phase {
 }
 
 /// The schedule a record measured: `{"knobs": {...}, "weights": "full" | "7bit", "phase":
-/// "search" | "validation", "trace": {...} | null}`.
+/// "search" | "validation", "trace": {...} | null}` for the `x86_conv` template, or `{"auto":
+/// {"sketch": ..., "values": [...]}, "weights": "full", ...}` for a point of the
+/// auto-scheduler's space (`tensorlift tune op`). A record carries one of the two (records
+/// written before `auto` existed all carry knobs).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordSchedule {
     /// The `x86_conv` knobs: what applying the record applies (the GEMM operands follow from
     /// them, the level and the weights where it is applied: `Conv2dInt8Knobs::operands`).
-    pub knobs: Conv2dInt8Knobs,
-    /// The range of the weights it was measured on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knobs: Option<Conv2dInt8Knobs>,
+    /// The point of the auto-scheduler's space (`schedules::auto::Space`) of the workload's
+    /// definition at the record's level and threads: what applying an operator's record
+    /// applies (`tune::op_tune::best_point`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoPoint>,
+    /// The range of the weights it was measured on (`full` for an operator of the catalog,
+    /// whose inputs are deterministic patterns over each type's whole range).
     pub weights: WeightBits,
     #[serde(default)]
     pub phase: Phase,
@@ -91,6 +103,14 @@ pub struct RecordSchedule {
     /// failed to build).
     #[serde(default)]
     pub trace: Option<Trace>,
+}
+
+impl RecordSchedule {
+    /// Whether the two measured the same point: the same knobs and the same auto point (the
+    /// weights, phase and trace aside).
+    pub fn same_point(&self, other: &RecordSchedule) -> bool {
+        self.knobs == other.knobs && self.auto == other.auto
+    }
 }
 
 /// One measurement: the public JSON-lines format.

@@ -1,11 +1,12 @@
 //! Tuning records: the public JSON-lines format of one measured schedule (`Record`, whose
-//! `RecordSchedule` holds the `x86_conv` knobs), database files of them (load, locked append,
+//! `RecordSchedule` holds the `x86_conv` knobs or an auto-scheduler point), database files of them (load, locked append,
 //! merge), the comparison of their times on a machine with slow phases (`Phases`), the query
 //! that picks the record to apply on a host (`select`), and the repository's pre-tuned database
 //! (`pretuned`).
 //!
 //! The tuner (`tune`) writes records; `tensorlift resnet18` and the export apply them, taking
-//! the record's knobs (`RecordSchedule::knobs`).
+//! the record's knobs (`RecordSchedule::knobs`); `tensorlift tune op` writes and applies
+//! auto-scheduler points (`RecordSchedule::auto`).
 
 mod file;
 mod format;
@@ -44,7 +45,13 @@ mod fixtures {
                 features: isa.features().into_iter().map(String::from).collect(),
                 threads: 1,
             },
-            schedule: RecordSchedule { knobs: knobs(4), weights: WeightBits::Eight, phase: Phase::Search, trace: None },
+            schedule: RecordSchedule {
+                knobs: Some(knobs(4)),
+                auto: None,
+                weights: WeightBits::Eight,
+                phase: Phase::Search,
+                trace: None,
+            },
             status: Status::Ok,
             median_ns: Some(median_ns),
             gops: Some(1.0),

@@ -104,7 +104,7 @@ pub fn by(time: TimeOf, a: &Record, b: &Record) -> std::cmp::Ordering {
     time(a).unwrap_or(f64::MAX).total_cmp(&time(b).unwrap_or(f64::MAX))
 }
 
-/// One record per schedule (knobs, weights) and target (ISA level, CPU model, threads): the
+/// One record per schedule (knobs or auto point, weights) and target (ISA level, CPU model, threads): the
 /// one with the median `time`. A single measurement of a short multi-threaded layer varies
 /// widely on a shared machine, so the fastest record of many would mostly be the luckiest; when
 /// any record is a validation record (finalists measured again, in rounds), only those count.
@@ -114,6 +114,7 @@ pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>, time: Time
     let key = |r: &Record| {
         (
             r.schedule.knobs,
+            r.schedule.auto.clone(),
             r.schedule.weights,
             r.target.isa.clone(),
             (r.target.cpu.vendor.clone(), r.target.cpu.family, r.target.cpu.model),

@@ -129,7 +129,7 @@ mod tests {
                 peak_probe: Some("vpmaddwd+vpaddd ymm".into()),
                 ..record("w", IsaLevel::Avx2, 1, median_ns)
             };
-            (r.schedule.knobs, r.schedule.phase) = (knobs(mr), Phase::Validation);
+            (r.schedule.knobs, r.schedule.phase) = (Some(knobs(mr)), Phase::Validation);
             r.target.threads = threads;
             r
         };
@@ -150,10 +150,10 @@ mod tests {
         .into_iter()
         .map(|(mr, threads, ns, probe)| measured(mr, threads, ns, probe))
         .collect();
-        let chosen = |r: &Record| (r.schedule.knobs.mr, r.median_ns);
-        assert_eq!(select(&records, "w", &host).map(chosen), Some((4, Some(350.0))));
+        let chosen = |r: &Record| (r.schedule.knobs.map(|k| k.mr), r.median_ns);
+        assert_eq!(select(&records, "w", &host).map(chosen), Some((Some(4), Some(350.0))));
         let best = best_per_workload(&records);
-        assert_eq!(best.iter().map(chosen).collect::<Vec<_>>(), [(4, Some(350.0)), (2, Some(500.0))]);
+        assert_eq!(best.iter().map(chosen).collect::<Vec<_>>(), [(Some(4), Some(350.0)), (Some(2), Some(500.0))]);
         // Slow records are corrected by the fastest run of their probe on as many threads of
         // the same CPU: another CPU's faster run does not count.
         let mut xeon = measured(2, 2, 100.0, 760.0);

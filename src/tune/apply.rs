@@ -29,14 +29,15 @@ impl RecordKnobs {
         let (workload, weights) = workload_key(w);
         let table = table_layer(w);
         let found = |records: &[Record], tuning| {
-            let fitting =
-                records.iter().filter(|r| r.target.threads <= self.max_threads && r.schedule.weights == weights);
+            let fitting = records.iter().filter(|r| {
+                r.target.threads <= self.max_threads && r.schedule.weights == weights && r.schedule.knobs.is_some()
+            });
             select(fitting, &workload.key, &self.host)
                 .or_else(|| {
                     let (layer, weights) = table?;
                     record_for(records, layer, weights, self.max_threads, &self.host)
                 })
-                .map(|r| (r.schedule.knobs, tuning))
+                .and_then(|r| Some((r.schedule.knobs?, tuning)))
         };
         found(&self.user, Tuning::Tuned).or_else(|| found(&self.pretuned, Tuning::Pretuned))
     }

@@ -36,6 +36,8 @@ pub struct Measurement {
     pub error: Option<String>,
     /// The schedule's trace, when it was built.
     pub trace: Option<Trace>,
+    /// The threads the compiled point ran on, when it ran.
+    pub threads: Option<usize>,
 }
 
 impl Measurement {
@@ -51,13 +53,14 @@ impl Measurement {
             verified: false,
             error: Some(error),
             trace: None,
+            threads: None,
         }
     }
 }
 
 /// How `output` differs from `expected`, if it does: their types and shapes, or the first
 /// element that is not bit-identical.
-fn difference(output: &Array, expected: &Array) -> Option<String> {
+pub(super) fn difference(output: &Array, expected: &Array) -> Option<String> {
     if (output.dtype(), output.shape()) != (expected.dtype(), expected.shape()) {
         return Some(format!(
             "expected {}{:?}, found {}{:?}",
@@ -193,6 +196,7 @@ pub(super) fn time_verified<E: From<RuntimeError> + std::fmt::Display>(
             verified: true,
             error: None,
             trace,
+            threads: Some(threads),
         },
         Err(e) => Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) },
     }

@@ -8,6 +8,11 @@
 //! workloads (`tasks`) are searched in the same space on their own geometry and measured on
 //! the model's own partitions (`task_bench`), the budget split over them (`budget`), by
 //! `model::tune_model`; `latency` times the whole model with and without the records.
+//!
+//! Any operator of the catalog (`schedules::catalog`) is tuned in the auto-scheduler's space
+//! instead (`schedules::auto`): measured against the reference interpreter (`op_bench`), its
+//! points proposed by `op_propose`, the search, validation and applying of records in
+//! `op_tune` (`tensorlift tune op`).
 
 pub mod apply;
 pub mod auto;
@@ -15,6 +20,9 @@ pub mod budget;
 pub mod latency;
 pub mod measure;
 pub mod model;
+pub mod op_bench;
+pub mod op_propose;
+pub mod op_tune;
 pub mod plot;
 pub mod search;
 pub mod space;
@@ -96,9 +104,9 @@ impl LayerResult {
     /// The default point's validation record of median corrected time (its first record when
     /// there was no validation).
     pub fn default_record(&self) -> Option<&Record> {
-        let default = self.records.first()?.schedule.knobs;
+        let default = &self.records.first()?.schedule;
         let validated = self.validated(&self.phases());
-        validated.into_iter().find(|r| r.schedule.knobs == default).or_else(|| self.records.first())
+        validated.into_iter().find(|r| r.schedule.same_point(default)).or_else(|| self.records.first())
     }
 
     /// The result: the point whose validation records have the best median corrected time
@@ -153,7 +161,9 @@ pub fn tune_layer(
         isa: options.level.name().to_string(),
         weights: options.weights,
         max_threads: options.max_threads,
-        point: space.default_knobs(),
+        op: None,
+        point: Some(space.default_knobs()),
+        auto: None,
         repeat: options.repeat,
         budget_ms: None,
         phase: Phase::Search,
@@ -179,7 +189,7 @@ pub fn tune_space(
     let mut searcher = Searcher::new(space, options.strategy, options.seed).starting_at(starts);
     let mut records = Vec::new();
     let candidate = |point: Conv2dInt8Knobs, phase: Phase| Candidate {
-        point,
+        point: Some(point),
         budget_ms: options.search_budget.filter(|_| phase == Phase::Search).map(|b| b.as_secs_f64() * 1e3),
         phase,
         ..template.clone()
@@ -204,7 +214,7 @@ pub fn tune_space(
     let phases = Phases::of(&records);
     let mut ranked: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
     ranked.sort_by(|a, b| phases.by_time(a, b));
-    for p in ranked.iter().map(|r| r.schedule.knobs) {
+    for p in ranked.iter().filter_map(|r| r.schedule.knobs) {
         if finalists.len() > FINALISTS || records.len() < 2 {
             break;
         }
@@ -225,7 +235,8 @@ pub fn tune_space(
 }
 
 /// The record to apply to `layer` with weights in `weights`' range on `host`, from `records`:
-/// those of that weights range on at most `max_threads` threads, chosen by `record::select`.
+/// those with knobs, of that weights range, on at most `max_threads` threads, chosen by
+/// `record::select`.
 pub fn record_for<'a>(
     records: &'a [Record],
     layer: Layer,
@@ -233,7 +244,9 @@ pub fn record_for<'a>(
     max_threads: usize,
     host: &Host,
 ) -> Option<&'a Record> {
-    let fitting = records.iter().filter(|r| r.target.threads <= max_threads && r.schedule.weights == weights);
+    let fitting = records
+        .iter()
+        .filter(|r| r.target.threads <= max_threads && r.schedule.weights == weights && r.schedule.knobs.is_some());
     select(fitting, &workload(layer).key, host)
 }
 
@@ -284,7 +297,7 @@ mod tests {
             elapsed: Duration::ZERO,
         };
         let phases = result.phases();
-        let point = |r: Option<&Record>| r.map(|r| r.schedule.knobs.mr);
+        let point = |r: Option<&Record>| r.and_then(|r| r.schedule.knobs).map(|k| k.mr);
         assert_eq!(point(result.best()), Some(7));
         assert_eq!(point(result.default_record()), Some(4));
         let best = result.best().expect("a best record");

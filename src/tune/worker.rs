@@ -5,20 +5,26 @@
 //! measure`), the worker answers each with one `Record` on stdout. The same command serves any
 //! engine that fans candidates out to other machines (Ray, Slurm, Kubernetes jobs). The end of
 //! the worker's stderr goes into the record of a candidate it crashed or hung on. A candidate
-//! names a table layer, or a model file and one of its tasks (`tasks`, `task_bench`).
+//! names a table layer, or a model file and one of its tasks (`tasks`, `task_bench`), with
+//! `x86_conv` knobs; or an operator of the catalog with a point of the auto-scheduler's space
+//! (`op_bench`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::Duration;
 
+use schedules::auto::AutoPoint;
+use schedules::catalog::OpSpec;
 use schedules::resnet18::{self, WeightBits};
 use schedules::x86_conv::Conv2dInt8Knobs;
 use serde::{Deserialize, Serialize};
 
 use super::measure::{LayerBench, Measurement};
+use super::op_bench::{OpBench, OpReference};
 use super::tail::Tail;
 use super::task_bench::TaskBench;
 use super::tasks::{ModelTasks, extract};
@@ -30,7 +36,7 @@ use crate::record::{
 /// One point to measure.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
-    /// A resnet-18 table layer (`R1`..`R11`, `FC`); empty for a model's task.
+    /// A resnet-18 table layer (`R1`..`R11`, `FC`); empty for a model's task or an operator.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub layer: String,
     /// A model's task instead: the ONNX file ...
@@ -39,14 +45,23 @@ pub struct Candidate {
     /// ... and the task's workload key (`tasks::workload_key`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
+    /// An operator of the catalog instead (`{"kind": "matmul", "m": 64, ...}`), measured at
+    /// the point `auto` of its space.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<OpSpec>,
     /// `IsaLevel::name`.
     pub isa: String,
-    /// `full` or `7bit`.
+    /// `full` or `7bit` (default `full`; an operator's inputs are fixed patterns).
+    #[serde(default = "full_weights")]
     pub weights: WeightBits,
-    /// The threads the layer's space allows (the point picks its own).
+    /// The threads the layer's (or operator's) space allows (the point picks its own).
     pub max_threads: usize,
-    /// The knobs to measure.
-    pub point: Conv2dInt8Knobs,
+    /// The knobs to measure (a layer or a model's task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point: Option<Conv2dInt8Knobs>,
+    /// The point of the operator's space to measure (`schedules::auto::AutoPoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<AutoPoint>,
     pub repeat: usize,
     /// Time for the timed calls, in milliseconds: fewer than `repeat` when they would take
     /// longer (at least 1). The search uses a budget; validation does not.
@@ -57,13 +72,20 @@ pub struct Candidate {
     pub phase: Phase,
 }
 
+fn full_weights() -> WeightBits {
+    WeightBits::Eight
+}
+
 /// Layers set up in this process, by (layer, level, weights, max threads); models imported
-/// (once each) and their tasks set up, by (model, task key, level, max threads).
+/// (once each) and their tasks set up, by (model, task key, level, max threads); operators'
+/// references (once each) and the operators set up, by (operator, level, max threads).
 #[derive(Default)]
 pub struct Benches {
     benches: HashMap<(String, IsaLevel, WeightBits, usize), LayerBench>,
     models: HashMap<String, ModelTasks>,
     tasks: HashMap<(String, String, IsaLevel, usize), TaskBench>,
+    references: HashMap<OpSpec, Arc<OpReference>>,
+    ops: HashMap<(OpSpec, IsaLevel, usize), OpBench>,
 }
 
 /// The record of a candidate that could not be measured at all.
@@ -86,9 +108,15 @@ pub fn record(c: &Candidate, workload: WorkloadRef, m: &Measurement) -> Record {
                 name: "unknown CPU".into(),
             }),
             features: level.map(|l| l.features().into_iter().map(String::from).collect()).unwrap_or_default(),
-            threads: c.point.threads,
+            threads: c.point.map(|k| k.threads).or(m.threads).unwrap_or(1),
         },
-        schedule: RecordSchedule { knobs: c.point, weights: c.weights, phase: c.phase, trace: m.trace.clone() },
+        schedule: RecordSchedule {
+            knobs: c.point,
+            auto: c.auto.clone(),
+            weights: c.weights,
+            phase: c.phase,
+            trace: m.trace.clone(),
+        },
         status: m.status,
         median_ns: m.median_ns,
         gops: m.gops,
@@ -102,12 +130,19 @@ pub fn record(c: &Candidate, workload: WorkloadRef, m: &Measurement) -> Record {
 }
 
 impl Benches {
-    /// Measures `c` in this process (setting its layer up on first use).
+    /// Measures `c` in this process (setting its layer, task or operator up on first use).
     pub fn measure(&mut self, c: &Candidate) -> Record {
-        if let (Some(model), Some(task)) = (&c.model, &c.task) {
-            return self.measure_task(c, model, task);
-        }
         let unknown = |what: &str| WorkloadRef { key: String::new(), op: String::new(), summary: what.to_string() };
+        if let Some(op) = &c.op {
+            return self.measure_op(c, op);
+        }
+        let Some(point) = c.point else {
+            let error = "a candidate names a layer or a model's task with `point` (knobs), or an `op` with `auto`: found no `point` and no `op`";
+            return failed_record(c, unknown(&c.layer), Status::BuildError, error.to_string());
+        };
+        if let (Some(model), Some(task)) = (&c.model, &c.task) {
+            return self.measure_task(c, model, task, &point);
+        }
         let Some(layer) = resnet18::layer(&c.layer) else {
             return failed_record(
                 c,
@@ -138,14 +173,14 @@ impl Benches {
         let bench = &self.benches[&key];
         let budget =
             c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
-        record(c, workload, &bench.measure(&c.point, c.repeat, budget))
+        record(c, workload, &bench.measure(&point, c.repeat, budget))
     }
 }
 
 impl Benches {
     /// Measures `c`, a candidate for the task of workload `key` of `model` (importing the model
     /// and setting the task up on first use).
-    fn measure_task(&mut self, c: &Candidate, model: &str, key: &str) -> Record {
+    fn measure_task(&mut self, c: &Candidate, model: &str, key: &str, point: &Conv2dInt8Knobs) -> Record {
         let unknown = WorkloadRef { key: key.to_string(), op: String::new(), summary: format!("{model}: {key}") };
         let level = match IsaLevel::from_name(&c.isa) {
             Ok(l) => l,
@@ -182,7 +217,51 @@ impl Benches {
         let bench = &self.tasks[&id];
         let budget =
             c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
-        record(c, bench.workload.clone(), &bench.measure(&c.point, c.repeat, budget))
+        record(c, bench.workload.clone(), &bench.measure(point, c.repeat, budget))
+    }
+
+    /// Measures `c`, a candidate for the operator `op` at the point `c.auto` (computing the
+    /// operator's reference and setting it up at the level on first use).
+    fn measure_op(&mut self, c: &Candidate, op: &OpSpec) -> Record {
+        let workload = match super::op_bench::spec_workload(op) {
+            Ok(w) => w,
+            Err(e) => {
+                let unknown = WorkloadRef { key: String::new(), op: op.kind().to_string(), summary: op.label() };
+                return failed_record(c, unknown, Status::BuildError, e.to_string());
+            }
+        };
+        let Some(point) = &c.auto else {
+            let error = format!("a candidate for the operator {} names no `auto` point", op.label());
+            return failed_record(c, workload, Status::BuildError, error);
+        };
+        let level = match IsaLevel::from_name(&c.isa) {
+            Ok(l) => l,
+            Err(e) => return failed_record(c, workload, Status::UnsupportedIsa, e.to_string()),
+        };
+        if !level.is_supported() {
+            return failed_record(c, workload, Status::UnsupportedIsa, format!("this CPU does not support {level}"));
+        }
+        let id = (op.clone(), level, c.max_threads);
+        if !self.ops.contains_key(&id) {
+            if !self.references.contains_key(op) {
+                match OpReference::new(op) {
+                    Ok(r) => {
+                        self.references.insert(op.clone(), Arc::new(r));
+                    }
+                    Err(e) => return failed_record(c, workload, Status::BuildError, e.to_string()),
+                }
+            }
+            match OpBench::new(op, level, c.max_threads, self.references[op].clone()) {
+                Ok(b) => {
+                    self.ops.insert(id.clone(), b);
+                }
+                Err(e) => return failed_record(c, workload, Status::BuildError, e.to_string()),
+            }
+        }
+        let bench = &self.ops[&id];
+        let budget =
+            c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
+        record(c, workload, &bench.measure(point, c.repeat, budget))
     }
 }
 
@@ -367,7 +446,7 @@ mod tests {
         for (line, c) in lines.iter().zip(&candidates) {
             let packing = if line.contains(r#""packing": "i16""#) { Packing::I16 } else { Packing::Bytes };
             assert_eq!(
-                (c.point.packing, c.point.accumulation, c.phase),
+                (c.point.unwrap().packing, c.point.unwrap().accumulation, c.phase),
                 (packing, Accumulate::Whole, Phase::Validation)
             );
             assert_eq!(c.weights, WeightBits::Eight);
@@ -375,8 +454,9 @@ mod tests {
         let readme = r#"{"layer": "R4", "isa": "avx2", "weights": "full", "max_threads": 2,
             "point": {"mr": 7, "nr": 64, "lanes": 16, "order": "pixels_outer", "threads": 2}, "repeat": 10}"#;
         let c: Candidate = serde_json::from_str(readme).unwrap();
+        let point = c.point.unwrap();
         assert_eq!(
-            (c.point.mr, c.point.order, c.point.packing, c.phase),
+            (point.mr, point.order, point.packing, c.phase),
             (7, TileOrder::PixelsOuter, Packing::Bytes, Phase::Search)
         );
         let bad = readme.replace("\"full\"", "\"8bit\"");

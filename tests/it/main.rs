@@ -31,4 +31,5 @@ mod skip;
 mod tensorize;
 mod tune;
 mod tune_model;
+mod tune_op;
 mod vnni;

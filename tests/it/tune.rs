@@ -39,7 +39,9 @@ fn candidate(layer: &str) -> Candidate {
         isa: level().name().into(),
         weights: WeightBits::Eight,
         max_threads: 1,
-        point: Space::new(l, 1).default_knobs(),
+        op: None,
+        point: Some(Space::new(l, 1).default_knobs()),
+        auto: None,
         repeat: 2,
         budget_ms: None,
         phase: Phase::Search,
@@ -162,8 +164,8 @@ fn a_small_tuning_run_records_every_trial_and_starts_at_the_default() {
     assert!(validation.iter().all(Record::is_validation));
     // The default of this CPU at this level (its threads follow the core's rate).
     let default = Space::for_target(layer, 2, level(), WeightBits::Eight.range()).default_knobs();
-    assert_eq!(validation[0].schedule.knobs, default);
-    assert_eq!(result.records[0].schedule.knobs, default);
+    assert_eq!(validation[0].schedule.knobs, Some(default));
+    assert_eq!(result.records[0].schedule.knobs, Some(default));
     // The result is the median of its validation records by probe-corrected time, not its
     // luckiest one.
     let (best, phases) = (result.best().unwrap(), result.phases());
@@ -242,7 +244,7 @@ fn tensorlift(args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
 fn measure_answers_each_candidate_line_with_a_record_and_rejects_bad_points_with_the_reason() {
     let good = candidate("R10");
     let mut bad = good.clone();
-    bad.point.nr = 48;
+    bad.point.as_mut().unwrap().nr = 48;
     let mut unknown = good.clone();
     unknown.layer = "R99".into();
     let input: String = [&good, &bad, &unknown].iter().map(|c| serde_json::to_string(c).unwrap() + "\n").collect();
@@ -318,7 +320,7 @@ fn tune_cli_reports_json_writes_the_database_and_the_plot_and_db_merge_merges() 
         .unwrap()
         .best(&workload(resnet18::layer("R10").unwrap()).key, &Host::this(level()))
         .cloned();
-    let point = best.unwrap().schedule.knobs;
+    let point = best.unwrap().schedule.knobs.unwrap();
     assert_eq!((tuned["knobs"]["mr"].as_i64(), tuned["knobs"]["nr"].as_i64()), (Some(point.mr), Some(point.nr)));
     assert_eq!(run(&["--no-db"])["tuning"], "default");
     // Without --db: the repository's record for this CPU at one thread with full-range weights,

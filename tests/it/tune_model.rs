@@ -190,11 +190,13 @@ fn a_model_without_tasks_or_not_a_model_is_a_typed_error() {
         isa: IsaLevel::detect().unwrap().name().into(),
         weights: schedules::resnet18::WeightBits::Eight,
         max_threads: 1,
-        point: schedules::x86_conv::default_knobs(
+        op: None,
+        point: Some(schedules::x86_conv::default_knobs(
             schedules::resnet18::layers()[0],
             schedules::x86_conv::CoreRate::FullZmmVnni,
             1,
-        ),
+        )),
+        auto: None,
         repeat: 1,
         budget_ms: None,
         phase: tensorlift::record::Phase::Search,

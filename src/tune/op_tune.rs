@@ -1,0 +1,268 @@
+//! Tuning an operator of the catalog in the auto-scheduler's space (`tensorlift tune op`): the
+//! generic point measured first, the best point a database already has for this CPU next, then
+//! rounds of proposed points (`op_propose`), each measured in a worker process (`worker`, so a
+//! crash or a hang is a record), then the fastest few measured again in rounds (as
+//! `tune_space` validates), every record appended to the database as it comes.
+//!
+//! `propose_candidates` is the same search run from a database alone (`tune op --propose N`):
+//! a driver that measures elsewhere (Ray) asks it for the next batch, measures it with
+//! `tensorlift measure` and appends the records. `best_point` is what applies the records: the
+//! point of the best verified record for this operator on this CPU (`schedule_op` applies it).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use schedules::auto::{AutoError, AutoPoint, Scheduled, Space};
+use schedules::catalog::Definition;
+use schedules::catalog::{MatmulDtype, OpSpec};
+use thiserror::Error;
+
+use super::op_bench::{OpBenchError, definition, op_workload, space_options};
+use super::op_propose::propose;
+use super::worker::{Candidate, Worker};
+use super::{FINALISTS, LayerResult, VALIDATION_ROUNDS};
+use crate::isa::IsaLevel;
+use crate::record::{DbError, Host, Phase, Phases, Record, WorkloadRef, append, select};
+
+/// Errors of `tune_op`, `propose_candidates` and `template`.
+#[derive(Debug, Error)]
+pub enum OpTuneError {
+    #[error(transparent)]
+    Bench(#[from] Box<OpBenchError>),
+    #[error(transparent)]
+    Db(#[from] Box<DbError>),
+    #[error("no template for {kind}: {reason}")]
+    NoTemplate { kind: &'static str, reason: &'static str },
+    #[error("{op}: the point of the record to apply: {source}")]
+    Apply {
+        op: String,
+        #[source]
+        source: Box<AutoError>,
+    },
+}
+
+/// How to tune one operator.
+#[derive(Clone, Debug)]
+pub struct OpTuneOptions {
+    pub level: IsaLevel,
+    /// Most threads a point may use.
+    pub max_threads: usize,
+    /// Stop after this many search measurements (the generic point's included) ...
+    pub trials: usize,
+    /// ... or this much time, whichever comes first.
+    pub budget: Option<Duration>,
+    /// Timed calls per measurement ...
+    pub repeat: usize,
+    /// ... in the search, as many as fit in this (validation always runs `repeat`).
+    pub search_budget: Option<Duration>,
+    /// Points proposed per round of the search.
+    pub batch: usize,
+    pub seed: u64,
+}
+
+/// The candidate measuring `point` of `spec` in `phase`.
+pub fn op_candidate(spec: &OpSpec, point: AutoPoint, options: &OpTuneOptions, phase: Phase) -> Candidate {
+    Candidate {
+        layer: String::new(),
+        model: None,
+        task: None,
+        op: Some(spec.clone()),
+        isa: options.level.name().to_string(),
+        weights: schedules::resnet18::WeightBits::Eight,
+        max_threads: options.max_threads,
+        point: None,
+        auto: Some(point),
+        repeat: options.repeat,
+        budget_ms: options.search_budget.filter(|_| phase == Phase::Search).map(|b| b.as_secs_f64() * 1e3),
+        phase,
+    }
+}
+
+/// `spec`'s workload and space at `level` on at most `max_threads` threads.
+fn setup(spec: &OpSpec, level: IsaLevel, max_threads: usize) -> Result<(WorkloadRef, Space), OpBenchError> {
+    let def = definition(spec)?;
+    let space = Space::new(&def.inputs, &def.outputs, space_options(level, max_threads));
+    Ok((op_workload(spec, &def), space))
+}
+
+/// The records of `records` that measured a point of `workload` at `level` on at most
+/// `max_threads` threads: what the search already knows.
+fn known<'a>(records: &'a [Record], workload: &str, level: IsaLevel, max_threads: usize) -> Vec<&'a Record> {
+    let same = |r: &&Record| {
+        r.workload.key == workload
+            && r.schedule.auto.is_some()
+            && r.target.isa == level.name()
+            && r.target.threads <= max_threads
+    };
+    records.iter().filter(same).collect()
+}
+
+/// Per point of `records` (auto points), its corrected time (`Phases`) where it was measured
+/// and verified: what the proposer learns from.
+fn history(records: &[&Record]) -> Vec<(AutoPoint, Option<f64>)> {
+    let phases = Phases::of(records.iter().copied());
+    records.iter().filter_map(|r| Some((r.schedule.auto.clone()?, phases.seconds(r).filter(|_| r.ok())))).collect()
+}
+
+/// The next `count` points to measure, none in `measured`: the one place the search strategy
+/// enters (`op_propose::propose` today).
+fn next_points(space: &Space, measured: &[(AutoPoint, Option<f64>)], count: usize, seed: u64) -> Vec<AutoPoint> {
+    propose(space, measured, count, seed)
+}
+
+/// The point of the best verified record for `spec` on `host` among `records`, on at most
+/// `max_threads` threads (`record::select` among the records that carry an auto point), with
+/// that record; `None` when no record applies (the generic schedule then serves). The point
+/// applies to `spec`'s space at the record's level (`Space::new` with `space_options` of the
+/// record's level and threads, then `Space::apply`).
+pub fn best_point<'a>(
+    spec: &OpSpec,
+    records: &'a [Record],
+    host: &Host,
+    max_threads: usize,
+) -> Result<Option<(AutoPoint, &'a Record)>, OpBenchError> {
+    let (workload, _) = setup(spec, host.level, max_threads)?;
+    let fitting = records.iter().filter(|r| r.schedule.auto.is_some() && r.target.threads <= max_threads);
+    Ok(select(fitting, &workload.key, host).and_then(|r| Some((r.schedule.auto.clone()?, r))))
+}
+
+/// `spec`'s definition scheduled at `host`'s level on at most `max_threads` threads by the
+/// point of the best verified record of `records` (`best_point`), or by the generic point when
+/// none applies: the definition, the applied point (its schedule, the call's arguments, its
+/// threads) and the record it came from. A record whose point this space rejects is an error.
+pub fn schedule_op<'a>(
+    spec: &OpSpec,
+    records: &'a [Record],
+    host: &Host,
+    max_threads: usize,
+) -> Result<(Definition, Scheduled, Option<&'a Record>), OpTuneError> {
+    let def = definition(spec).map_err(Box::new)?;
+    let space = Space::new(&def.inputs, &def.outputs, space_options(host.level, max_threads));
+    let best = best_point(spec, records, host, max_threads).map_err(Box::new)?;
+    let point = best.as_ref().map_or_else(|| space.default_point(), |(p, _)| p.clone());
+    let scheduled = space.apply(&point).map_err(|e| OpTuneError::Apply { op: spec.label(), source: Box::new(e) })?;
+    Ok((def, scheduled, best.map(|(_, r)| r)))
+}
+
+/// Tunes `spec` with `worker`: the generic point, the best point of `db_records` for this CPU
+/// (when the space at this level accepts it), then rounds of `options.batch` proposed points
+/// not measured before (in this run or in `db_records` at this level) until `options.trials`
+/// search measurements or `options.budget`, then the validation rounds of the generic point
+/// and the fastest `FINALISTS`. Every record is appended to `db` (when given) as it comes and
+/// shown to `progress`.
+pub fn tune_op(
+    worker: &mut Worker,
+    spec: &OpSpec,
+    options: &OpTuneOptions,
+    (db_records, db): (&[Record], Option<&Path>),
+    mut progress: impl FnMut(&Record),
+) -> Result<LayerResult, OpTuneError> {
+    let start = Instant::now();
+    let (workload, space) = setup(spec, options.level, options.max_threads).map_err(Box::new)?;
+    let mut measured = history(&known(db_records, &workload.key, options.level, options.max_threads));
+    let mut records: Vec<Record> = Vec::new();
+    worker.expect_setup();
+    let mut measure = |point: AutoPoint, phase: Phase, records: &mut Vec<Record>| -> Result<(), DbError> {
+        let record = worker.measure(&op_candidate(spec, point, options, phase), workload.clone());
+        if let Some(path) = db {
+            append(path, std::slice::from_ref(&record))?;
+        }
+        if phase == Phase::Search {
+            progress(&record);
+        }
+        records.push(record);
+        Ok(())
+    };
+    let default = space.default_point();
+    let host = Host::this(options.level);
+    let best_known = best_point(spec, db_records, &host, options.max_threads)
+        .map_err(Box::new)?
+        .map(|(p, _)| p)
+        .filter(|p| *p != default && space.apply(p).is_ok());
+    let mut queue: Vec<AutoPoint> = std::iter::once(default.clone()).chain(best_known).collect();
+    let within_budget =
+        |records: &[Record]| records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b);
+    while within_budget(&records) {
+        if queue.is_empty() {
+            let count = options.batch.max(1).min(options.trials - records.len());
+            queue = next_points(&space, &measured, count, options.seed);
+            if queue.is_empty() {
+                break;
+            }
+        }
+        let point = queue.remove(0);
+        measure(point.clone(), Phase::Search, &mut records).map_err(Box::new)?;
+        let phases = Phases::of(&records);
+        let last = &records[records.len() - 1];
+        measured.push((point, phases.seconds(last).filter(|_| last.ok())));
+    }
+    // Validation: the generic point and the fastest few of the search, again in rounds.
+    let phases = Phases::of(&records);
+    let mut ranked: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
+    ranked.sort_by(|a, b| phases.by_time(a, b));
+    let mut finalists = vec![default];
+    for p in ranked.iter().filter_map(|r| r.schedule.auto.clone()) {
+        if finalists.len() > FINALISTS || records.len() < 2 {
+            break;
+        }
+        if !finalists.contains(&p) {
+            finalists.push(p);
+        }
+    }
+    if records.len() >= 2 {
+        for _ in 0..VALIDATION_ROUNDS {
+            for p in &finalists {
+                measure(p.clone(), Phase::Validation, &mut records).map_err(Box::new)?;
+            }
+        }
+    }
+    Ok(LayerResult { name: spec.label(), workload, records, elapsed: start.elapsed() })
+}
+
+/// `count` candidates for `spec` that `records` (a database) has not measured at this level:
+/// the generic point first when it has not, then the proposer's points given what the records
+/// measured (`tune op --propose N`). Distinct, and fewer than `count` when the space has no
+/// more points.
+pub fn propose_candidates(
+    spec: &OpSpec,
+    options: &OpTuneOptions,
+    records: &[Record],
+    count: usize,
+) -> Result<Vec<Candidate>, OpTuneError> {
+    let (workload, space) = setup(spec, options.level, options.max_threads).map_err(Box::new)?;
+    let measured = history(&known(records, &workload.key, options.level, options.max_threads));
+    let default = space.default_point();
+    let mut points = Vec::new();
+    if count > 0 && !measured.iter().any(|(p, _)| *p == default) {
+        points.push(default);
+    }
+    let mut taken = measured;
+    taken.extend(points.iter().map(|p| (p.clone(), None)));
+    points.extend(next_points(&space, &taken, count - points.len(), options.seed));
+    Ok(points.into_iter().map(|p| op_candidate(spec, p, options, Phase::Search)).collect())
+}
+
+/// A hand-written template this operator's knob search could run instead of the rules
+/// (`--strategy template`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Template {
+    /// `schedules::x86::gemm_int8` on B packed in the VNNI layout.
+    GemmInt8,
+}
+
+/// The template of `spec`, or why it has none.
+pub fn template(spec: &OpSpec) -> Result<Template, OpTuneError> {
+    let none = |reason| Err(OpTuneError::NoTemplate { kind: spec.kind(), reason });
+    match spec {
+        OpSpec::Matmul { dtype: MatmulDtype::U8, .. } => Ok(Template::GemmInt8),
+        OpSpec::Matmul { dtype: MatmulDtype::F32, .. } => {
+            none("expected a u8 x i8 matmul (the x86 int8 GEMM), found f32 operands")
+        }
+        OpSpec::Conv2d { .. } => none(
+            "the x86_conv template computes a requantized u8 convolution of OIHW weights; this definition is an i32 NHWC convolution of OHWI weights",
+        ),
+        OpSpec::BatchMatmul { .. } | OpSpec::Pool { .. } | OpSpec::Softmax { .. } | OpSpec::Layernorm { .. } => {
+            none("only the auto-scheduler's rules schedule it")
+        }
+    }
+}
