@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Subcommand, ValueEnum};
 use schedules::catalog::{MatmulDtype, OpSpec};
 use tensorlift::record::{Database, Host, Record};
+use tensorlift::tune::auto::Strategy;
 use tensorlift::tune::op_bench::spec_workload;
 use tensorlift::tune::op_tune::{OpTuneOptions, best_point, propose_candidates, template, tune_op};
 use tensorlift::tune::plot;
@@ -121,6 +122,14 @@ enum DtypeChoice {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SearchChoice {
+    /// Evolution guided by a cost model learned from the measurements.
+    Evolutionary,
+    /// Uniform random points: the baseline the learned search is compared with.
+    Random,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum StrategyChoice {
     /// The auto-scheduler's rules (`schedules::auto::Space`).
     Auto,
@@ -131,7 +140,8 @@ enum StrategyChoice {
 /// The flags of `tune op KIND` after the shape.
 #[derive(clap::Args)]
 struct OpSearchArgs {
-    /// Search measurements, the generic point's included (default 64).
+    /// Search measurements, the generic point's included (default 64). With --propose: the
+    /// database's search records of this operator to reach (no limit when not given).
     #[arg(long, value_parser = positive::<usize>, allow_negative_numbers = true)]
     trials: Option<usize>,
     /// Time of the search in seconds (stops at whichever of --trials and this comes first).
@@ -154,6 +164,9 @@ struct OpSearchArgs {
     format: Format,
     #[arg(long, value_enum, default_value_t = StrategyChoice::Auto)]
     strategy: StrategyChoice,
+    /// How the auto-scheduler proposes points.
+    #[arg(long, value_enum, default_value_t = SearchChoice::Evolutionary)]
+    search: SearchChoice,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Timed calls per measurement.
@@ -220,7 +233,10 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     }
     let level = args.isa.target().level()?;
     let max_threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let trials = args.trials.unwrap_or(DEFAULT_TRIALS);
+    let trials = match args.propose {
+        Some(_) => args.trials.unwrap_or(usize::MAX),
+        None => args.trials.unwrap_or(DEFAULT_TRIALS),
+    };
     let options = OpTuneOptions {
         level,
         max_threads,
@@ -230,6 +246,10 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         search_budget: (args.search_budget_ms > 0.0).then(|| Duration::from_secs_f64(args.search_budget_ms / 1e3)),
         batch: args.batch,
         seed: args.seed,
+        strategy: match args.search {
+            SearchChoice::Evolutionary => Strategy::Evolutionary,
+            SearchChoice::Random => Strategy::Random,
+        },
     };
     let db_records: Vec<Record> = match &args.db {
         Some(path) if args.propose.is_some() => Database::load(path)?.records,
@@ -252,7 +272,10 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let mut worker = Worker::new(std::env::current_exe()?, vec!["measure".into()]);
     let bar = bar(trials, spec.kind());
     let mut progress = Progress::new(&bar);
-    let result = tune_op(&mut worker, &spec, &options, (&db_records, args.db.as_deref()), |r| progress.record(r))?;
+    let tuned = tune_op(&mut worker, &spec, &options, (&db_records, args.db.as_deref()), |r| progress.record(r))?;
+    let result = tuned.result;
+    let correlations: Vec<f64> = tuned.held_out_spearman.iter().flatten().copied().collect();
+    let model_spearman = (!correlations.is_empty()).then(|| tensorlift::bench::median(correlations.clone()));
     bar.finish_and_clear();
 
     let summary = Summary::of(&result);
@@ -282,6 +305,9 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         "best": summary.best.map(|b| &b.schedule.auto),
         "applied": applied,
         "curve": result.curve(),
+        "search": if options.strategy == Strategy::Random { "random" } else { "evolutionary" },
+        "held_out_spearman": tuned.held_out_spearman,
+        "model_spearman": model_spearman,
     });
     match args.format {
         Format::Json => println!("{json}"),
@@ -305,6 +331,12 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             );
             if let Some(p) = summary.best.and_then(|b| b.schedule.auto.as_ref()) {
                 println!("best point: sketch {} values {:?} ({} failed)", p.sketch, p.values, summary.failed);
+            }
+            if let Some(rho) = model_spearman {
+                println!(
+                    "cost model: Spearman {rho:.2} (median over {} batches, each scored before it was measured)",
+                    correlations.len()
+                );
             }
         }
     }

@@ -11,8 +11,8 @@
 //!
 //! Any operator of the catalog (`schedules::catalog`) is tuned in the auto-scheduler's space
 //! instead (`schedules::auto`): measured against the reference interpreter (`op_bench`), its
-//! points proposed by `op_propose`, the search, validation and applying of records in
-//! `op_tune` (`tensorlift tune op`).
+//! points proposed by `auto` (features, the learned cost model, evolution), the search loop,
+//! validation and applying of records in `op_tune` (`tensorlift tune op`).
 
 pub mod apply;
 pub mod auto;
@@ -21,7 +21,6 @@ pub mod latency;
 pub mod measure;
 pub mod model;
 pub mod op_bench;
-pub mod op_propose;
 pub mod op_tune;
 pub mod plot;
 pub mod search;

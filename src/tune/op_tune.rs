@@ -1,6 +1,7 @@
 //! Tuning an operator of the catalog in the auto-scheduler's space (`tensorlift tune op`): the
 //! generic point measured first, the best point a database already has for this CPU next, then
-//! rounds of proposed points (`op_propose`), each measured in a worker process (`worker`, so a
+//! rounds of points the search proposes (`auto::resume`: evolution
+//! guided by the learned cost model, or random), each measured in a worker process (`worker`, so a
 //! crash or a hang is a record), then the fastest few measured again in rounds (as
 //! `tune_space` validates), every record appended to the database as it comes.
 //!
@@ -17,8 +18,8 @@ use schedules::catalog::Definition;
 use schedules::catalog::{MatmulDtype, OpSpec};
 use thiserror::Error;
 
+use super::auto::{LoweredSpace, SearchError, SearchOptions, Strategy, Trial, propose, resume};
 use super::op_bench::{OpBenchError, definition, op_workload, space_options};
-use super::op_propose::propose;
 use super::worker::{Candidate, Worker};
 use super::{FINALISTS, LayerResult, VALIDATION_ROUNDS};
 use crate::isa::IsaLevel;
@@ -31,6 +32,12 @@ pub enum OpTuneError {
     Bench(#[from] Box<OpBenchError>),
     #[error(transparent)]
     Db(#[from] Box<DbError>),
+    #[error("{op}: the search: {source}")]
+    Search {
+        op: String,
+        #[source]
+        source: SearchError,
+    },
     #[error("no template for {kind}: {reason}")]
     NoTemplate { kind: &'static str, reason: &'static str },
     #[error("{op}: the point of the record to apply: {source}")]
@@ -58,6 +65,15 @@ pub struct OpTuneOptions {
     /// Points proposed per round of the search.
     pub batch: usize,
     pub seed: u64,
+    /// How points are proposed: evolution guided by the learned cost model, or at random.
+    pub strategy: Strategy,
+}
+
+/// What `tune_op` did: the records and, per batch the learned model scored before it was
+/// measured, Spearman's correlation of its predictions with the measured speed.
+pub struct OpTuned {
+    pub result: LayerResult,
+    pub held_out_spearman: Vec<Option<f64>>,
 }
 
 /// The candidate measuring `point` of `spec` in `phase`.
@@ -104,10 +120,18 @@ fn history(records: &[&Record]) -> Vec<(AutoPoint, Option<f64>)> {
     records.iter().filter_map(|r| Some((r.schedule.auto.clone()?, phases.seconds(r).filter(|_| r.ok())))).collect()
 }
 
-/// The next `count` points to measure, none in `measured`: the one place the search strategy
-/// enters (`op_propose::propose` today).
-fn next_points(space: &Space, measured: &[(AutoPoint, Option<f64>)], count: usize, seed: u64) -> Vec<AutoPoint> {
-    propose(space, measured, count, seed)
+/// `history` as the search's trials.
+fn trials(history: &[(AutoPoint, Option<f64>)]) -> Vec<Trial> {
+    history.iter().map(|(point, seconds)| Trial { point: point.clone(), seconds: *seconds, predicted: None }).collect()
+}
+
+/// The search's options for `options`, starting at `starts`.
+fn search_options(options: &OpTuneOptions, trials: usize, starts: Vec<AutoPoint>) -> SearchOptions {
+    let mut search = SearchOptions::new(trials, options.strategy);
+    search.batch = options.batch.max(1);
+    search.seed = options.seed;
+    search.starts = starts;
+    search
 }
 
 /// The point of the best verified record for `spec` on `host` among `records`, on at most
@@ -156,7 +180,7 @@ pub fn tune_op(
     options: &OpTuneOptions,
     (db_records, db): (&[Record], Option<&Path>),
     mut progress: impl FnMut(&Record),
-) -> Result<LayerResult, OpTuneError> {
+) -> Result<OpTuned, OpTuneError> {
     let start = Instant::now();
     let (workload, space) = setup(spec, options.level, options.max_threads).map_err(Box::new)?;
     let mut measured = history(&known(db_records, &workload.key, options.level, options.max_threads));
@@ -179,22 +203,37 @@ pub fn tune_op(
         .map_err(Box::new)?
         .map(|(p, _)| p)
         .filter(|p| *p != default && space.apply(p).is_ok());
-    let mut queue: Vec<AutoPoint> = std::iter::once(default.clone()).chain(best_known).collect();
+    // The generic point and the database's best first, measured whatever the history holds
+    // (they are the report's baselines), then the search after every known measurement.
+    let firsts: Vec<AutoPoint> = std::iter::once(default.clone()).chain(best_known).collect();
     let within_budget =
         |records: &[Record]| records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b);
-    while within_budget(&records) {
-        if queue.is_empty() {
-            let count = options.batch.max(1).min(options.trials - records.len());
-            queue = next_points(&space, &measured, count, options.seed);
-            if queue.is_empty() {
+    let mut failure: Option<DbError> = None;
+    let mut run = |points: &[AutoPoint], records: &mut Vec<Record>| -> Vec<Option<f64>> {
+        let mut times = Vec::new();
+        for point in points {
+            if failure.is_some() || !within_budget(records) {
                 break;
             }
+            if let Err(e) = measure(point.clone(), Phase::Search, records) {
+                failure = Some(e);
+                break;
+            }
+            let phases = Phases::of(records.iter());
+            let last = &records[records.len() - 1];
+            times.push(phases.seconds(last).filter(|_| last.ok()));
         }
-        let point = queue.remove(0);
-        measure(point.clone(), Phase::Search, &mut records).map_err(Box::new)?;
-        let phases = Phases::of(&records);
-        let last = &records[records.len() - 1];
-        measured.push((point, phases.seconds(last).filter(|_| last.ok())));
+        times
+    };
+    let first_times = run(&firsts, &mut records);
+    measured.extend(firsts.iter().cloned().zip(first_times));
+    let mut search = search_options(options, options.trials.saturating_sub(records.len()), vec![]);
+    search.deadline = options.budget.map(|b| start + b);
+    let lowered = LoweredSpace::new(&space);
+    let log = resume(&lowered, &trials(&measured), &mut |points| run(points, &mut records), &search)
+        .map_err(|source| OpTuneError::Search { op: spec.label(), source })?;
+    if let Some(e) = failure {
+        return Err(Box::new(e).into());
     }
     // Validation: the generic point and the fastest few of the search, again in rounds.
     let phases = Phases::of(&records);
@@ -216,7 +255,8 @@ pub fn tune_op(
             }
         }
     }
-    Ok(LayerResult { name: spec.label(), workload, records, elapsed: start.elapsed() })
+    let result = LayerResult { name: spec.label(), workload, records, elapsed: start.elapsed() };
+    Ok(OpTuned { result, held_out_spearman: log.held_out_spearman })
 }
 
 /// `count` candidates for `spec` that `records` (a database) has not measured at this level:
@@ -230,15 +270,13 @@ pub fn propose_candidates(
     count: usize,
 ) -> Result<Vec<Candidate>, OpTuneError> {
     let (workload, space) = setup(spec, options.level, options.max_threads).map_err(Box::new)?;
-    let measured = history(&known(records, &workload.key, options.level, options.max_threads));
-    let default = space.default_point();
-    let mut points = Vec::new();
-    if count > 0 && !measured.iter().any(|(p, _)| *p == default) {
-        points.push(default);
-    }
-    let mut taken = measured;
-    taken.extend(points.iter().map(|p| (p.clone(), None)));
-    points.extend(next_points(&space, &taken, count - points.len(), options.seed));
+    let known = known(records, &workload.key, options.level, options.max_threads);
+    let searched = known.iter().filter(|r| !r.is_validation()).count();
+    let count = count.min(options.trials.saturating_sub(searched));
+    let history = trials(&history(&known));
+    let search = search_options(options, count, vec![space.default_point()]);
+    let points = propose(&LoweredSpace::new(&space), &history, count, &search)
+        .map_err(|source| OpTuneError::Search { op: spec.label(), source })?;
     Ok(points.into_iter().map(|p| op_candidate(spec, p, options, Phase::Search)).collect())
 }
 

@@ -11,6 +11,7 @@ use schedules::auto::{AutoPoint, Space};
 use schedules::catalog::{MatmulDtype, OpSpec};
 use tensorlift::IsaLevel;
 use tensorlift::record::{Database, Host, Phase, Record, Status};
+use tensorlift::tune::auto::Strategy;
 use tensorlift::tune::op_bench::{space_options, spec_workload};
 use tensorlift::tune::op_tune::{OpTuneOptions, best_point, op_candidate, schedule_op};
 use tensorlift::tune::worker::{Candidate, serve};
@@ -37,6 +38,7 @@ fn options(max_threads: usize) -> OpTuneOptions {
         search_budget: None,
         batch: 4,
         seed: 1,
+        strategy: Strategy::Evolutionary,
     }
 }
 

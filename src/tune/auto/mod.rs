@@ -13,5 +13,5 @@ pub mod space;
 
 pub use cost_model::{CostModel, ModelError, ModelOptions, Sample, spearman};
 pub use evolve::EvolveOptions;
-pub use search::{SearchError, SearchLog, SearchOptions, Strategy, Trial, resume, search};
+pub use search::{SearchError, SearchLog, SearchOptions, Strategy, Trial, propose, resume, search};
 pub use space::{LoweredSpace, SearchSpace, SketchDomain};

@@ -4,6 +4,7 @@
 //! has no new point.
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -38,6 +39,8 @@ pub struct SearchOptions {
     pub starts: Vec<AutoPoint>,
     pub evolve: EvolveOptions,
     pub model: ModelOptions,
+    /// No batch is proposed after this instant (a time budget).
+    pub deadline: Option<Instant>,
 }
 
 impl SearchOptions {
@@ -52,6 +55,7 @@ impl SearchOptions {
             starts: vec![],
             evolve: EvolveOptions::default(),
             model: ModelOptions::default(),
+            deadline: None,
         }
     }
 }
@@ -156,19 +160,9 @@ pub fn resume(
         }
     }
     let mut spent = 0;
-    while spent < options.trials {
+    while spent < options.trials && options.deadline.is_none_or(|d| Instant::now() < d) {
         let want = options.batch.max(1).min(options.trials - spent);
-        let mut batch: Vec<AutoPoint> = starts.drain(..starts.len().min(want)).collect();
-        let excluded: HashSet<AutoPoint> = measured.iter().chain(&batch).cloned().collect();
-        let rest = want - batch.len();
-        let proposed = match options.strategy {
-            Strategy::Evolutionary if model.is_trained() => {
-                let best = fastest(&log.trials);
-                propose_evolutionary(space, &model, (&excluded, best.as_slice()), rest, &options.evolve, &mut rng)?
-            }
-            _ => propose_random(space, &excluded, rest, &mut rng),
-        };
-        batch.extend(proposed);
+        let batch = next_batch(space, &model, (&measured, &log.trials), &mut starts, want, options, &mut rng)?;
         if batch.is_empty() {
             break;
         }
@@ -201,6 +195,60 @@ pub fn resume(
         }
     }
     Ok(log)
+}
+
+/// The next `want` points: the start points not yet measured first, then the strategy's
+/// proposals (evolution once `model` is trained, else random), none in `measured`.
+fn next_batch(
+    space: &impl SearchSpace,
+    model: &CostModel,
+    (measured, trials): (&HashSet<AutoPoint>, &[Trial]),
+    starts: &mut Vec<AutoPoint>,
+    want: usize,
+    options: &SearchOptions,
+    rng: &mut StdRng,
+) -> Result<Vec<AutoPoint>, SearchError> {
+    let mut batch: Vec<AutoPoint> = starts.drain(..starts.len().min(want)).collect();
+    let excluded: HashSet<AutoPoint> = measured.iter().chain(&batch).cloned().collect();
+    let rest = want - batch.len();
+    let proposed = match options.strategy {
+        Strategy::Evolutionary if model.is_trained() => {
+            let best = fastest(trials);
+            propose_evolutionary(space, model, (&excluded, best.as_slice()), rest, &options.evolve, rng)?
+        }
+        _ => propose_random(space, &excluded, rest, rng),
+    };
+    batch.extend(proposed);
+    Ok(batch)
+}
+
+/// The batch `resume` would measure next after `history`, without measuring it: up to `count`
+/// new points (the start points first), the model trained on `history`. What a driver that
+/// measures elsewhere asks for (`tune op --propose`); deterministic for the same seed and
+/// history.
+pub fn propose(
+    space: &impl SearchSpace,
+    history: &[Trial],
+    count: usize,
+    options: &SearchOptions,
+) -> Result<Vec<AutoPoint>, SearchError> {
+    let mut rng = StdRng::seed_from_u64(options.seed ^ (history.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut model = CostModel::new(options.model.clone());
+    let samples: Vec<Sample> = history
+        .iter()
+        .filter_map(|t| Some(Sample { features: space.features(&t.point)?, seconds: t.seconds }))
+        .collect();
+    if options.strategy == Strategy::Evolutionary {
+        model.fit(&[&samples])?;
+    }
+    let measured: HashSet<AutoPoint> = history.iter().map(|t| t.point.clone()).collect();
+    let mut starts: Vec<AutoPoint> = Vec::new();
+    for p in &options.starts {
+        if !measured.contains(p) && !starts.contains(p) && space.features(p).is_some() {
+            starts.push(p.clone());
+        }
+    }
+    next_batch(space, &model, (&measured, history), &mut starts, count, options, &mut rng)
 }
 
 /// The successful trials' points, fastest first.
