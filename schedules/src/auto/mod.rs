@@ -12,12 +12,19 @@
 //! Target knowledge enters only through `SpaceOptions` (threads, vector width, which int8
 //! kernel forms the level has); the space is otherwise target-independent.
 
+mod analysis;
+mod annotate;
+mod inline;
+mod sketch;
+mod tensorize;
+mod tiling;
+
 use ir::schedule::Schedule;
 use ir::{ScheduleError, TeError, Tensor};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::generic::default_schedule;
+use sketch::Plan;
 
 /// What the target offers the rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +114,8 @@ pub struct Space {
     outputs: Vec<Tensor>,
     options: SpaceOptions,
     sketches: Vec<Sketch>,
+    /// How each sketch is applied (same order as `sketches`).
+    plans: Vec<Plan>,
     notes: Vec<RuleNote>,
 }
 
@@ -115,9 +124,20 @@ pub const GENERIC: &str = "generic";
 
 impl Space {
     /// The space of the definition with these inputs (call order) and outputs.
+    ///
+    /// The sketches: `generic`; `rules` (AutoInline, multi-level tiling of every reduction,
+    /// vectorized element-wise stages, parallel outer loops); `tensorize.u8` or
+    /// `tensorize.i16` for an int8 contraction whose rewrite `tensorize` proves (module
+    /// `tensorize`).
     pub fn new(inputs: &[Tensor], outputs: &[Tensor], options: SpaceOptions) -> Space {
-        let sketches = vec![Sketch { name: GENERIC.to_string(), decisions: vec![] }];
-        Space { inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, sketches, notes: vec![] }
+        let mut sketches = vec![Sketch { name: GENERIC.to_string(), decisions: vec![] }];
+        let mut plans = vec![Plan::Generic];
+        let (generated, notes) = sketch::generate(outputs, &options);
+        for (sk, plan) in generated {
+            sketches.push(sk);
+            plans.push(plan);
+        }
+        Space { inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, sketches, plans, notes }
     }
 
     pub fn options(&self) -> &SpaceOptions {
@@ -157,10 +177,11 @@ impl Space {
 
     /// Checks `point` against its sketch's domains, then makes the schedule's calls.
     pub fn apply(&self, point: &AutoPoint) -> Result<Scheduled, AutoError> {
-        let Some(sketch) = self.sketches.iter().find(|s| s.name == point.sketch) else {
+        let Some(index) = self.sketches.iter().position(|s| s.name == point.sketch) else {
             let expected = self.sketches.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
             return Err(AutoError::UnknownSketch { expected, found: point.sketch.clone() });
         };
+        let sketch = &self.sketches[index];
         if point.values.len() != sketch.decisions.len() {
             return Err(AutoError::Arity {
                 sketch: sketch.name.clone(),
@@ -178,9 +199,7 @@ impl Space {
                 });
             }
         }
-        let outputs: Vec<&Tensor> = self.outputs.iter().collect();
-        let args = self.inputs.iter().chain(&self.outputs).cloned().collect();
-        Ok(Scheduled { schedule: default_schedule(&outputs), args, threads: 1 })
+        sketch::apply(&self.plans[index], &sketch.name, &point.values, &self.inputs, &self.outputs, &self.options)
     }
 }
 
@@ -199,3 +218,6 @@ mod tests {
         assert!(matches!(space.apply(&bad), Err(AutoError::UnknownSketch { .. })));
     }
 }
+
+#[cfg(test)]
+mod space_tests;
