@@ -35,17 +35,24 @@ pub fn vectorize_injective(s: &mut Schedule, t: &Tensor, lanes: i64) -> Result<V
 }
 
 /// With more than one thread, fuses `outer` (adjacent outermost loops of `t`, outermost first)
-/// into one loop and runs it on the thread pool.
-pub fn parallelize(s: &mut Schedule, t: &Tensor, outer: &[IterVar], threads: usize) -> Result<(), ScheduleError> {
+/// into one loop and runs it on the thread pool. Returns the loop one iteration of which is one
+/// outer tile (the fused loop, or the innermost of `outer`): where a producer may be computed.
+pub fn parallelize(
+    s: &mut Schedule,
+    t: &Tensor,
+    outer: &[IterVar],
+    threads: usize,
+) -> Result<Option<IterVar>, ScheduleError> {
     if threads <= 1 {
-        return Ok(());
+        return Ok(outer.last().cloned());
     }
-    let Some((first, rest)) = outer.split_first() else { return Ok(()) };
+    let Some((first, rest)) = outer.split_first() else { return Ok(None) };
     let mut fused = first.clone();
     for l in rest {
         fused = s.fuse(t, &fused, l)?;
     }
-    s.parallel(t, &fused)
+    s.parallel(t, &fused)?;
+    Ok(Some(fused))
 }
 
 /// The thread counts a point may choose: powers of two up to `max_threads`, and `max_threads`.

@@ -175,8 +175,24 @@ impl Space {
         AutoPoint { sketch: GENERIC.to_string(), values: vec![] }
     }
 
+    /// The outputs of the definition `point`'s schedule is made on, which its trace replays
+    /// onto (`ir::trace::Trace::replay` with `intrin::resolve`): the space's outputs, or for an
+    /// auto-tensorized point a fresh rewrite at its decisions. The call's arguments are the
+    /// space's inputs, then these.
+    pub fn definition(&self, point: &AutoPoint) -> Result<Vec<Tensor>, AutoError> {
+        let index = self.checked(point)?;
+        sketch::definition(&self.plans[index], &point.sketch, &point.values, &self.outputs)
+    }
+
     /// Checks `point` against its sketch's domains, then makes the schedule's calls.
     pub fn apply(&self, point: &AutoPoint) -> Result<Scheduled, AutoError> {
+        let index = self.checked(point)?;
+        let sketch = &self.sketches[index];
+        sketch::apply(&self.plans[index], &sketch.name, &point.values, &self.inputs, &self.outputs, &self.options)
+    }
+
+    /// The index of `point`'s sketch, once its values are checked against the domains.
+    fn checked(&self, point: &AutoPoint) -> Result<usize, AutoError> {
         let Some(index) = self.sketches.iter().position(|s| s.name == point.sketch) else {
             let expected = self.sketches.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
             return Err(AutoError::UnknownSketch { expected, found: point.sketch.clone() });
@@ -199,7 +215,7 @@ impl Space {
                 });
             }
         }
-        sketch::apply(&self.plans[index], &sketch.name, &point.values, &self.inputs, &self.outputs, &self.options)
+        Ok(index)
     }
 }
 

@@ -38,6 +38,8 @@ impl Values<'_> {
 /// stages, parallel outer loops.
 pub struct RulesPlan {
     inline: Vec<Tensor>,
+    /// Producers computed at an outer tile of their only consumer (the `rules.at` variant).
+    at: Vec<(Tensor, Tensor)>,
     tiles: Vec<TilePlan>,
     injective: Vec<Tensor>,
     threads: usize,
@@ -67,7 +69,40 @@ pub fn generate(outputs: &[Tensor], options: &SpaceOptions) -> (Vec<(Sketch, Pla
     let infos = stages(outputs);
     let inline = inline_candidates(&infos, &mut notes);
     let mut out = Vec::new();
-    out.push(rules_sketch(&infos, &inline, options, &mut notes));
+    out.push(rules_sketch(&infos, &inline, &[], options, &mut notes));
+    // The variant computing single-consumer producers at their consumer's outer tile.
+    let at: Vec<(Tensor, Tensor)> = inline
+        .iter()
+        .filter_map(|p| {
+            let mut readers = infos.iter().filter(|c| c.tensor.inputs().iter().any(|t| t.id() == p.id()));
+            match (readers.next(), readers.next()) {
+                (Some(c), None) if !inline.iter().any(|t| t.id() == c.tensor.id()) => {
+                    Some((p.clone(), c.tensor.clone()))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    if at.is_empty() {
+        notes.push(RuleNote {
+            rule: "compute-location",
+            stage: "*".into(),
+            outcome: Err("no inlined producer has a single consumer with loops".into()),
+        });
+    } else {
+        let rest: Vec<Tensor> = inline.iter().filter(|t| !at.iter().any(|(p, _)| p.id() == t.id())).cloned().collect();
+        for (p, c) in &at {
+            notes.push(RuleNote {
+                rule: "compute-location",
+                stage: p.name().into(),
+                outcome: Ok(format!("sketch rules.at: compute_at an outer tile of {}", c.name())),
+            });
+        }
+        let mut scratch = Vec::new();
+        let (mut sketch, plan) = rules_sketch(&infos, &rest, &at, options, &mut scratch);
+        sketch.name = "rules.at".into();
+        out.push((sketch, plan));
+    }
     for st in infos.iter().filter(|s| matches!(s.kind, StageKind::Reduction { .. })) {
         match recognize(st) {
             Err(why) => {
@@ -86,6 +121,7 @@ pub fn generate(outputs: &[Tensor], options: &SpaceOptions) -> (Vec<(Sketch, Pla
 fn rules_sketch(
     infos: &[StageInfo],
     inline: &[Tensor],
+    at: &[(Tensor, Tensor)],
     options: &SpaceOptions,
     notes: &mut Vec<RuleNote>,
 ) -> (Sketch, Plan) {
@@ -93,7 +129,7 @@ fn rules_sketch(
     let threads = d.add("threads".into(), thread_choices(options.max_threads));
     let (mut tiles, mut injective) = (Vec::new(), Vec::new());
     for st in infos {
-        if inline.iter().any(|t| t.id() == st.tensor.id()) {
+        if inline.iter().chain(at.iter().map(|(p, _)| p)).any(|t| t.id() == st.tensor.id()) {
             continue;
         }
         let stage = st.tensor.name().to_string();
@@ -128,7 +164,7 @@ fn rules_sketch(
         }
     }
     let sketch = Sketch { name: "rules".into(), decisions: d.decisions };
-    (sketch, Plan::Rules(RulesPlan { inline: inline.to_vec(), tiles, injective, threads }))
+    (sketch, Plan::Rules(RulesPlan { inline: inline.to_vec(), at: at.to_vec(), tiles, injective, threads }))
 }
 
 fn tensorize_sketch(
@@ -207,14 +243,22 @@ pub fn apply(
             let mut s = create_schedule(&refs);
             let mut run = || -> Result<(), ir::ScheduleError> {
                 apply_inline(&mut s, &p.inline)?;
+                let mut tile_loops = Vec::new();
                 for t in &p.tiles {
                     let outer = super::tiling::apply(&mut s, t, &v)?;
-                    parallelize(&mut s, &t.tensor, &outer, threads)?;
+                    tile_loops.push((t.tensor.clone(), parallelize(&mut s, &t.tensor, &outer, threads)?));
                 }
                 for t in &p.injective {
                     let lanes = lanes(options.vector_bytes, t.dtype().bytes());
                     let outer = vectorize_injective(&mut s, t, lanes)?;
-                    parallelize(&mut s, t, &outer, threads)?;
+                    tile_loops.push((t.clone(), parallelize(&mut s, t, &outer, threads)?));
+                }
+                for (producer, consumer) in &p.at {
+                    let tile = tile_loops.iter().find(|(t, _)| t.id() == consumer.id()).and_then(|(_, l)| l.clone());
+                    // Without an outer loop in the consumer, the producer stays at the root.
+                    if let Some(l) = tile {
+                        s.compute_at(producer, consumer, &l)?;
+                    }
                 }
                 Ok(())
             };
@@ -228,6 +272,20 @@ pub fn apply(
             })?;
             let args = inputs.iter().cloned().chain([output]).collect();
             Ok(Scheduled { schedule, args, threads: v.get(p.threads) as usize })
+        }
+    }
+}
+
+/// The outputs of the definition the point's schedule is made on: the space's own for the
+/// generic and rules sketches, a fresh rewrite at the point's decisions for auto-tensorize (what
+/// the point's trace replays onto).
+pub fn definition(plan: &Plan, sketch: &str, values: &[i64], outputs: &[Tensor]) -> Result<Vec<Tensor>, AutoError> {
+    match plan {
+        Plan::Generic | Plan::Rules(_) => Ok(outputs.to_vec()),
+        Plan::Tensorize(p) => {
+            let rw = super::tensorize::rewrite(&p.contraction, p.form, Values(values).get(p.nr))
+                .map_err(|e| AutoError::Rewrite { sketch: sketch.to_string(), source: Box::new(e) })?;
+            Ok(vec![rw.output])
         }
     }
 }

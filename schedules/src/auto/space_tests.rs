@@ -136,6 +136,8 @@ fn the_listing_names_each_rules_outcome() {
     let listing = Space::new(&def.inputs, &def.outputs, options(true)).listing();
     for line in [
         "sketch rules",
+        "sketch rules.at",
+        "compute-location at conv.pad: sketch rules.at",
         "auto-inline at conv.pad: compute_inline",
         "multi-level-tiling at conv: S_outer R R_inner S_inner",
         "auto-tensorize at conv: does not apply: 0 output axes index only the i8 operand",
@@ -162,21 +164,30 @@ fn a_point_outside_the_domains_is_a_typed_error() {
 }
 
 #[test]
-fn the_trace_of_a_rules_point_replays_onto_a_fresh_definition() {
-    let spec = OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::F32 };
-    let def = spec.build().unwrap();
-    let space = Space::new(&def.inputs, &def.outputs, options(true));
-    let sketch = space.sketches().iter().find(|s| s.name == "rules").unwrap();
-    let point = Rng(7).point(sketch);
-    let scheduled = check(&def, &space, &point, "replay");
-    let trace: Trace = scheduled.schedule.trace();
-    let fresh = spec.build().unwrap();
-    let replayed = trace.replay(&fresh.output_refs(), &crate::intrin::resolve).unwrap();
-    let fresh_args = fresh.args();
-    let args: Vec<&Tensor> = fresh_args.iter().collect();
-    let (a, b) = (
-        ir::lower::lower(&scheduled.schedule, &scheduled.args.iter().collect::<Vec<_>>(), "f").unwrap().to_string(),
-        ir::lower::lower(&replayed, &args, "f").unwrap().to_string(),
-    );
-    assert_eq!(a, b);
+fn the_trace_of_every_sketch_replays_onto_its_definition() {
+    let mut rng = Rng(7);
+    for spec in [
+        OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::F32 },
+        OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 },
+    ] {
+        let def = spec.build().unwrap();
+        for vnni in [true, false] {
+            let space = Space::new(&def.inputs, &def.outputs, options(vnni));
+            assert!(space.sketches().len() >= 2, "{}", space.listing());
+            for sketch in space.sketches() {
+                let point = rng.point(sketch);
+                let scheduled = check(&def, &space, &point, "replay");
+                let trace: Trace = scheduled.schedule.trace();
+                let outputs = space.definition(&point).unwrap();
+                let refs: Vec<&Tensor> = outputs.iter().collect();
+                let replayed = trace.replay(&refs, &crate::intrin::resolve).unwrap();
+                let args: Vec<&Tensor> = def.inputs.iter().chain(&outputs).collect();
+                let (a, b) = (
+                    ir::lower::lower(&scheduled.schedule, &scheduled.args.iter().collect::<Vec<_>>(), "f").unwrap(),
+                    ir::lower::lower(&replayed, &args, "f").unwrap(),
+                );
+                assert_eq!(a.to_string(), b.to_string(), "{point:?}");
+            }
+        }
+    }
 }
