@@ -194,6 +194,7 @@ pub fn form_for(c: &Contraction, vnni: bool) -> (GemmForm, String) {
 /// The rewritten definition.
 pub struct Rewritten {
     pub a_copy: Option<Tensor>,
+    pub packed_b: Tensor,
     pub output: Tensor,
     /// `K'`, the reduction padded to whole groups.
     pub k: i64,
@@ -300,7 +301,7 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64) -> Result<Rewritten, Te
         },
         name,
     )?;
-    Ok(Rewritten { a_copy, output, k: kp })
+    Ok(Rewritten { a_copy, packed_b, output, k: kp })
 }
 
 /// The decisions of a tensorized point.
@@ -354,17 +355,45 @@ pub fn schedule(
                     s.compute_inline(t)?;
                 }
             }
-            let last = copy.axis(copy.axes().len() - 1);
-            let f = dividing_tiles(rw.k, 2, lanes(vector_bytes, form.a_dtype().bytes()) * 2).into_iter().max();
+            // The flat reduction index split at the innermost reduction axis (a convolution's
+            // channels), so that its decoding folds away and each vector reads contiguous
+            // channels; where `K` was padded, the whole index in vectors.
+            let mut last = copy.axis(copy.axes().len() - 1);
+            let inner = c.reduce.last().map_or(1, |r| r.extent());
+            let k: i64 = c.reduce.iter().map(|r| r.extent()).product();
+            let mut span = rw.k;
+            if k == rw.k && inner > 1 && inner < k {
+                let (_, ki) = s.split(copy, &last, inner)?;
+                last = ki;
+                span = inner;
+            }
+            let f = dividing_tiles(span, 2, lanes(vector_bytes, form.a_dtype().bytes()) * 2).into_iter().max();
             if let Some(f) = f.filter(|f| *f > 1) {
-                let (_, vi) = s.split(copy, &last, f)?;
-                s.vectorize(copy, &vi)?;
+                if f < span {
+                    let (_, vi) = s.split(copy, &last, f)?;
+                    s.vectorize(copy, &vi)?;
+                } else {
+                    s.vectorize(copy, &last)?;
+                }
             }
             let first = copy.axes().iter().find(|a| a.extent() > 1).cloned();
             if let Some(first) = first {
                 parallelize(s, copy, &[first], point.threads)?;
             }
         }
+        // The packing: the panel's columns as one vector per `k` (contiguous in `B` for a
+        // matmul), panels on the thread pool.
+        let bp = &rw.packed_b;
+        let b_axes = bp.axes().to_vec();
+        let nb = c.batch.len();
+        let (jo, ko, ji, ki) = (&b_axes[nb], &b_axes[nb + 1], &b_axes[nb + 2], &b_axes[nb + 3]);
+        let mut order: Vec<&IterVar> = b_axes[..nb].iter().collect();
+        order.extend([jo, ko, ki, ji]);
+        s.reorder(bp, &order)?;
+        s.vectorize(bp, ji)?;
+        let mut panels: Vec<IterVar> = b_axes[..nb].to_vec();
+        panels.push(jo.clone());
+        parallelize(s, bp, &panels, point.threads)?;
         let out = &rw.output;
         let axes = out.axes().to_vec();
         let (m, n) = (axes[c.rows].extent(), axes[c.cols].extent());
