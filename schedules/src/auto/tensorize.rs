@@ -53,6 +53,9 @@ pub struct Contraction {
     pub reduce: Vec<IterVar>,
     /// Output axis positions indexing both operands.
     pub batch: Vec<usize>,
+    /// The output axes outside the GEMM tiles: the batch and the rows other than `rows`, in
+    /// output order.
+    pub outer: Vec<usize>,
     /// The output axis of the kernel's rows.
     pub rows: usize,
     /// The output axis of the kernel's columns.
@@ -157,9 +160,10 @@ pub fn recognize(st: &StageInfo) -> Result<Contraction, String> {
             cols.len()
         ));
     };
-    // The other row axes are outer loops of the GEMM, like the batch.
-    batch.extend(rows.iter().filter(|&&i| i != row));
-    batch.sort_unstable();
+    // The other row axes are outer loops of the GEMM, like the batch (which also indexes B).
+    let mut outer = batch.clone();
+    outer.extend(rows.iter().filter(|&&i| i != row));
+    outer.sort_unstable();
     Ok(Contraction {
         output: st.tensor.clone(),
         a,
@@ -167,6 +171,7 @@ pub fn recognize(st: &StageInfo) -> Result<Contraction, String> {
         axes: st.spatial.clone(),
         reduce: r.axes.clone(),
         batch,
+        outer,
         rows: row,
         cols: col,
     })
@@ -400,7 +405,7 @@ pub fn schedule(
         let (mr, nr) = (point.mr.min(m), point.nr.min(n));
         let (ro, ri) = s.split(out, &axes[c.rows], mr)?;
         let (co, ci) = s.split(out, &axes[c.cols], nr)?;
-        let mut outer: Vec<IterVar> = c.batch.iter().map(|&i| axes[i].clone()).collect();
+        let mut outer: Vec<IterVar> = c.outer.iter().map(|&i| axes[i].clone()).collect();
         if point.cols_outer {
             outer.extend([co, ro]);
         } else {
