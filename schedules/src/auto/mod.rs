@@ -12,12 +12,19 @@
 //! Target knowledge enters only through `SpaceOptions` (threads, vector width, which int8
 //! kernel forms the level has); the space is otherwise target-independent.
 
+mod analysis;
+mod annotate;
+mod inline;
+mod sketch;
+mod tensorize;
+mod tiling;
+
 use ir::schedule::Schedule;
 use ir::{ScheduleError, TeError, Tensor};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::generic::default_schedule;
+use sketch::Plan;
 
 /// What the target offers the rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +114,8 @@ pub struct Space {
     outputs: Vec<Tensor>,
     options: SpaceOptions,
     sketches: Vec<Sketch>,
+    /// How each sketch is applied (same order as `sketches`).
+    plans: Vec<Plan>,
     notes: Vec<RuleNote>,
 }
 
@@ -115,9 +124,20 @@ pub const GENERIC: &str = "generic";
 
 impl Space {
     /// The space of the definition with these inputs (call order) and outputs.
+    ///
+    /// The sketches: `generic`; `rules` (AutoInline, multi-level tiling of every reduction,
+    /// vectorized element-wise stages, parallel outer loops); `tensorize.u8` or
+    /// `tensorize.i16` for an int8 contraction whose rewrite `tensorize` proves (module
+    /// `tensorize`).
     pub fn new(inputs: &[Tensor], outputs: &[Tensor], options: SpaceOptions) -> Space {
-        let sketches = vec![Sketch { name: GENERIC.to_string(), decisions: vec![] }];
-        Space { inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, sketches, notes: vec![] }
+        let mut sketches = vec![Sketch { name: GENERIC.to_string(), decisions: vec![] }];
+        let mut plans = vec![Plan::Generic];
+        let (generated, notes) = sketch::generate(outputs, &options);
+        for (sk, plan) in generated {
+            sketches.push(sk);
+            plans.push(plan);
+        }
+        Space { inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, sketches, plans, notes }
     }
 
     pub fn options(&self) -> &SpaceOptions {
@@ -155,12 +175,29 @@ impl Space {
         AutoPoint { sketch: GENERIC.to_string(), values: vec![] }
     }
 
+    /// The outputs of the definition `point`'s schedule is made on, which its trace replays
+    /// onto (`ir::trace::Trace::replay` with `intrin::resolve`): the space's outputs, or for an
+    /// auto-tensorized point a fresh rewrite at its decisions. The call's arguments are the
+    /// space's inputs, then these.
+    pub fn definition(&self, point: &AutoPoint) -> Result<Vec<Tensor>, AutoError> {
+        let index = self.checked(point)?;
+        sketch::definition(&self.plans[index], &point.sketch, &point.values, &self.outputs)
+    }
+
     /// Checks `point` against its sketch's domains, then makes the schedule's calls.
     pub fn apply(&self, point: &AutoPoint) -> Result<Scheduled, AutoError> {
-        let Some(sketch) = self.sketches.iter().find(|s| s.name == point.sketch) else {
+        let index = self.checked(point)?;
+        let sketch = &self.sketches[index];
+        sketch::apply(&self.plans[index], &sketch.name, &point.values, &self.inputs, &self.outputs, &self.options)
+    }
+
+    /// The index of `point`'s sketch, once its values are checked against the domains.
+    fn checked(&self, point: &AutoPoint) -> Result<usize, AutoError> {
+        let Some(index) = self.sketches.iter().position(|s| s.name == point.sketch) else {
             let expected = self.sketches.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
             return Err(AutoError::UnknownSketch { expected, found: point.sketch.clone() });
         };
+        let sketch = &self.sketches[index];
         if point.values.len() != sketch.decisions.len() {
             return Err(AutoError::Arity {
                 sketch: sketch.name.clone(),
@@ -178,9 +215,7 @@ impl Space {
                 });
             }
         }
-        let outputs: Vec<&Tensor> = self.outputs.iter().collect();
-        let args = self.inputs.iter().chain(&self.outputs).cloned().collect();
-        Ok(Scheduled { schedule: default_schedule(&outputs), args, threads: 1 })
+        Ok(index)
     }
 }
 
@@ -199,3 +234,6 @@ mod tests {
         assert!(matches!(space.apply(&bad), Err(AutoError::UnknownSketch { .. })));
     }
 }
+
+#[cfg(test)]
+mod space_tests;

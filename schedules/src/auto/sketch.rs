@@ -1,0 +1,291 @@
+//! Sketch generation: the rules applied to a definition's stages, each sketch a plan of
+//! schedule primitive calls whose open decisions a point fills in.
+
+use ir::Tensor;
+use ir::schedule::{Schedule, create_schedule};
+
+use super::analysis::{StageInfo, StageKind, stages};
+use super::annotate::{lanes, parallelize, thread_choices, vectorize_injective};
+use super::inline::{apply_inline, inline_candidates};
+use super::tensorize::{Contraction, GemmForm, GemmPoint, TensorizeError, form_for, mr_choices, nr_choices, recognize};
+use super::tiling::{TilePlan, plan as tile_plan};
+use super::{AutoError, Decision, RuleNote, Scheduled, Sketch, SpaceOptions};
+
+/// The decisions of a sketch being built.
+#[derive(Default)]
+pub struct DecisionSet {
+    pub decisions: Vec<Decision>,
+}
+
+impl DecisionSet {
+    /// Declares a decision; returns its index in the point's values.
+    pub fn add(&mut self, name: String, choices: Vec<i64>) -> usize {
+        self.decisions.push(Decision { name, choices });
+        self.decisions.len() - 1
+    }
+}
+
+/// A point's values, by decision index.
+pub struct Values<'a>(pub &'a [i64]);
+
+impl Values<'_> {
+    pub fn get(&self, i: usize) -> i64 {
+        self.0[i]
+    }
+}
+
+/// The rule-based CPU sketch: inlining, tiling of every reduction, vectorized element-wise
+/// stages, parallel outer loops.
+pub struct RulesPlan {
+    inline: Vec<Tensor>,
+    /// Producers computed at an outer tile of their only consumer (the `rules.at` variant).
+    at: Vec<(Tensor, Tensor)>,
+    tiles: Vec<TilePlan>,
+    injective: Vec<Tensor>,
+    threads: usize,
+}
+
+/// The auto-tensorized sketch of an int8 contraction.
+pub struct TensorizePlan {
+    contraction: Contraction,
+    form: GemmForm,
+    inline: Vec<Tensor>,
+    mr: usize,
+    nr: usize,
+    cols_outer: usize,
+    threads: usize,
+}
+
+/// How a sketch is applied.
+pub enum Plan {
+    Generic,
+    Rules(RulesPlan),
+    Tensorize(Box<TensorizePlan>),
+}
+
+/// The sketches (after the generic one, which the caller adds) and the rules' notes.
+pub fn generate(outputs: &[Tensor], options: &SpaceOptions) -> (Vec<(Sketch, Plan)>, Vec<RuleNote>) {
+    let mut notes = Vec::new();
+    let infos = stages(outputs);
+    let inline = inline_candidates(&infos, &mut notes);
+    let mut out = Vec::new();
+    out.push(rules_sketch(&infos, &inline, &[], options, &mut notes));
+    // The variant computing single-consumer producers at their consumer's outer tile.
+    let at: Vec<(Tensor, Tensor)> = inline
+        .iter()
+        .filter_map(|p| {
+            let mut readers = infos.iter().filter(|c| c.tensor.inputs().iter().any(|t| t.id() == p.id()));
+            match (readers.next(), readers.next()) {
+                (Some(c), None) if !inline.iter().any(|t| t.id() == c.tensor.id()) => {
+                    Some((p.clone(), c.tensor.clone()))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    if at.is_empty() {
+        notes.push(RuleNote {
+            rule: "compute-location",
+            stage: "*".into(),
+            outcome: Err("no inlined producer has a single consumer with loops".into()),
+        });
+    } else {
+        let rest: Vec<Tensor> = inline.iter().filter(|t| !at.iter().any(|(p, _)| p.id() == t.id())).cloned().collect();
+        for (p, c) in &at {
+            notes.push(RuleNote {
+                rule: "compute-location",
+                stage: p.name().into(),
+                outcome: Ok(format!("sketch rules.at: compute_at an outer tile of {}", c.name())),
+            });
+        }
+        let mut scratch = Vec::new();
+        let (mut sketch, plan) = rules_sketch(&infos, &rest, &at, options, &mut scratch);
+        sketch.name = "rules.at".into();
+        out.push((sketch, plan));
+    }
+    for st in infos.iter().filter(|s| matches!(s.kind, StageKind::Reduction { .. })) {
+        match recognize(st) {
+            Err(why) => {
+                notes.push(RuleNote { rule: "auto-tensorize", stage: st.tensor.name().into(), outcome: Err(why) })
+            }
+            Ok(c) => {
+                if let Some(sketch) = tensorize_sketch(st, c, &infos, options, &mut notes) {
+                    out.push(sketch);
+                }
+            }
+        }
+    }
+    (out, notes)
+}
+
+fn rules_sketch(
+    infos: &[StageInfo],
+    inline: &[Tensor],
+    at: &[(Tensor, Tensor)],
+    options: &SpaceOptions,
+    notes: &mut Vec<RuleNote>,
+) -> (Sketch, Plan) {
+    let mut d = DecisionSet::default();
+    let threads = d.add("threads".into(), thread_choices(options.max_threads));
+    let (mut tiles, mut injective) = (Vec::new(), Vec::new());
+    for st in infos {
+        if inline.iter().chain(at.iter().map(|(p, _)| p)).any(|t| t.id() == st.tensor.id()) {
+            continue;
+        }
+        let stage = st.tensor.name().to_string();
+        let vector_tile = lanes(options.vector_bytes, st.tensor.dtype().bytes()) * 4;
+        match st.kind {
+            StageKind::Reduction { ordered } => {
+                let plan = tile_plan(st, vector_tile, &mut d);
+                let what = format!(
+                    "S_outer R R_inner S_inner over {} spatial and {} reduction axes{}",
+                    st.spatial.len(),
+                    st.reduce.len(),
+                    if ordered { "; the float fold keeps its order, only spatial loops vectorize" } else { "" }
+                );
+                notes.push(RuleNote { rule: "multi-level-tiling", stage: stage.clone(), outcome: Ok(what) });
+                if st.spatial.iter().all(|a| a.extent() == 1) {
+                    notes.push(RuleNote {
+                        rule: "parallel-vectorize",
+                        stage,
+                        outcome: Err("no spatial loop longer than 1".into()),
+                    });
+                }
+                tiles.push(plan);
+            }
+            StageKind::Injective => {
+                notes.push(RuleNote {
+                    rule: "parallel-vectorize",
+                    stage,
+                    outcome: Ok(format!("innermost axis in vectors of up to {} lanes", vector_tile / 4)),
+                });
+                injective.push(st.tensor.clone());
+            }
+        }
+    }
+    let sketch = Sketch { name: "rules".into(), decisions: d.decisions };
+    (sketch, Plan::Rules(RulesPlan { inline: inline.to_vec(), at: at.to_vec(), tiles, injective, threads }))
+}
+
+fn tensorize_sketch(
+    st: &StageInfo,
+    c: Contraction,
+    infos: &[StageInfo],
+    options: &SpaceOptions,
+    notes: &mut Vec<RuleNote>,
+) -> Option<(Sketch, Plan)> {
+    let stage = st.tensor.name().to_string();
+    let (form, why) = form_for(&c, options.vnni);
+    let mut d = DecisionSet::default();
+    let mr = d.add("gemm.mr".into(), mr_choices(&c));
+    let nr = d.add("gemm.nr".into(), nr_choices(&c));
+    let cols_outer = d.add("gemm.cols_outer".into(), vec![0, 1]);
+    let threads = d.add("threads".into(), thread_choices(options.max_threads));
+    let inline = infos.iter().filter(|s| matches!(s.kind, StageKind::Injective) && !s.is_output);
+    let inline: Vec<Tensor> = inline.map(|s| s.tensor.clone()).collect();
+    let plan = TensorizePlan { contraction: c, form, inline, mr, nr, cols_outer, threads };
+    let sketch = Sketch { name: format!("tensorize.{}", form.name()), decisions: d.decisions };
+    // Kept only if the proof succeeds at the sketch's first point.
+    let first: Vec<i64> = sketch.decisions.iter().map(|d| d.choices[0]).collect();
+    match apply_tensorize(&plan, &Values(&first), options) {
+        Ok(_) => {
+            let what = format!(
+                "rows {}, columns {}, K {} as a GEMM; {why}",
+                plan.contraction.axes[plan.contraction.rows].name(),
+                plan.contraction.axes[plan.contraction.cols].name(),
+                plan.contraction.reduce.iter().map(|r| r.name()).collect::<Vec<_>>().join("·"),
+            );
+            notes.push(RuleNote { rule: "auto-tensorize", stage, outcome: Ok(what) });
+            Some((sketch, Plan::Tensorize(Box::new(plan))))
+        }
+        Err(e) => {
+            let why = match e {
+                TensorizeError::Rewrite(e) => format!("the rewrite failed: {e}"),
+                TensorizeError::Schedule(e) => format!("the proof or a primitive failed: {e}"),
+            };
+            notes.push(RuleNote { rule: "auto-tensorize", stage, outcome: Err(why) });
+            None
+        }
+    }
+}
+
+fn apply_tensorize(
+    p: &TensorizePlan,
+    v: &Values,
+    options: &SpaceOptions,
+) -> Result<(Schedule, Tensor), TensorizeError> {
+    let point = GemmPoint {
+        mr: v.get(p.mr),
+        nr: v.get(p.nr),
+        cols_outer: v.get(p.cols_outer) == 1,
+        threads: v.get(p.threads) as usize,
+    };
+    super::tensorize::schedule(&p.contraction, p.form, point, options.vector_bytes, &p.inline)
+}
+
+/// Makes the calls of `plan` at the point's `values` (already checked against the domains).
+pub fn apply(
+    plan: &Plan,
+    sketch: &str,
+    values: &[i64],
+    inputs: &[Tensor],
+    outputs: &[Tensor],
+    options: &SpaceOptions,
+) -> Result<Scheduled, AutoError> {
+    let v = Values(values);
+    let schedule_err = |e| AutoError::Schedule { sketch: sketch.to_string(), source: Box::new(e) };
+    let refs: Vec<&Tensor> = outputs.iter().collect();
+    let args = inputs.iter().chain(outputs).cloned().collect();
+    match plan {
+        Plan::Generic => Ok(Scheduled { schedule: create_schedule(&refs), args, threads: 1 }),
+        Plan::Rules(p) => {
+            let threads = v.get(p.threads) as usize;
+            let mut s = create_schedule(&refs);
+            let mut run = || -> Result<(), ir::ScheduleError> {
+                apply_inline(&mut s, &p.inline)?;
+                let mut tile_loops = Vec::new();
+                for t in &p.tiles {
+                    let outer = super::tiling::apply(&mut s, t, &v)?;
+                    tile_loops.push((t.tensor.clone(), parallelize(&mut s, &t.tensor, &outer, threads)?));
+                }
+                for t in &p.injective {
+                    let lanes = lanes(options.vector_bytes, t.dtype().bytes());
+                    let outer = vectorize_injective(&mut s, t, lanes)?;
+                    tile_loops.push((t.clone(), parallelize(&mut s, t, &outer, threads)?));
+                }
+                for (producer, consumer) in &p.at {
+                    let tile = tile_loops.iter().find(|(t, _)| t.id() == consumer.id()).and_then(|(_, l)| l.clone());
+                    // Without an outer loop in the consumer, the producer stays at the root.
+                    if let Some(l) = tile {
+                        s.compute_at(producer, consumer, &l)?;
+                    }
+                }
+                Ok(())
+            };
+            run().map_err(schedule_err)?;
+            Ok(Scheduled { schedule: s, args, threads })
+        }
+        Plan::Tensorize(p) => {
+            let (schedule, output) = apply_tensorize(p, &v, options).map_err(|e| match e {
+                TensorizeError::Rewrite(e) => AutoError::Rewrite { sketch: sketch.to_string(), source: Box::new(e) },
+                TensorizeError::Schedule(e) => schedule_err(e),
+            })?;
+            let args = inputs.iter().cloned().chain([output]).collect();
+            Ok(Scheduled { schedule, args, threads: v.get(p.threads) as usize })
+        }
+    }
+}
+
+/// The outputs of the definition the point's schedule is made on: the space's own for the
+/// generic and rules sketches, a fresh rewrite at the point's decisions for auto-tensorize (what
+/// the point's trace replays onto).
+pub fn definition(plan: &Plan, sketch: &str, values: &[i64], outputs: &[Tensor]) -> Result<Vec<Tensor>, AutoError> {
+    match plan {
+        Plan::Generic | Plan::Rules(_) => Ok(outputs.to_vec()),
+        Plan::Tensorize(p) => {
+            let rw = super::tensorize::rewrite(&p.contraction, p.form, Values(values).get(p.nr))
+                .map_err(|e| AutoError::Rewrite { sketch: sketch.to_string(), source: Box::new(e) })?;
+            Ok(vec![rw.output])
+        }
+    }
+}
