@@ -23,6 +23,7 @@ mod ort_requant;
 mod plain_reference;
 mod python;
 mod quant;
+mod ray_driver;
 mod readme;
 mod run_cli;
 mod shapes;
