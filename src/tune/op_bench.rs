@@ -102,11 +102,15 @@ impl OpReference {
     /// Builds `spec`'s definition and evaluates it on its inputs (slow for big shapes in a debug
     /// build: the interpreter visits every element of every stage).
     pub fn new(spec: &OpSpec) -> Result<OpReference, OpBenchError> {
-        let def = definition(spec)?;
-        let inputs = op_inputs(&def);
+        OpReference::of(&spec.label(), &definition(spec)?)
+    }
+
+    /// The same for any definition (`label` names it in errors).
+    pub fn of(label: &str, def: &Definition) -> Result<OpReference, OpBenchError> {
+        let inputs = op_inputs(def);
         let bound: Vec<_> = def.inputs.iter().zip(&inputs).collect();
         let outputs = eval_te(&def.output_refs(), &bound)
-            .map_err(|source| OpBenchError::Reference { op: spec.label(), source: Box::new(source) })?;
+            .map_err(|source| OpBenchError::Reference { op: label.to_string(), source: Box::new(source) })?;
         Ok(OpReference { inputs, outputs })
     }
 }
@@ -114,7 +118,6 @@ impl OpReference {
 /// An operator set up for measurement at one level on at most `max_threads` threads: its
 /// definition, space, workload and (shared) reference.
 pub struct OpBench {
-    pub spec: OpSpec,
     pub level: IsaLevel,
     pub definition: Definition,
     pub space: Space,
@@ -131,9 +134,20 @@ impl OpBench {
         reference: Arc<OpReference>,
     ) -> Result<OpBench, OpBenchError> {
         let definition = definition(spec)?;
-        let space = Space::new(&definition.inputs, &definition.outputs, space_options(level, max_threads));
         let workload = op_workload(spec, &definition);
-        Ok(OpBench { spec: spec.clone(), level, definition, space, workload, reference })
+        Ok(OpBench::of(definition, workload, level, max_threads, reference))
+    }
+
+    /// Any definition set up the same way, under `workload`.
+    pub fn of(
+        definition: Definition,
+        workload: WorkloadRef,
+        level: IsaLevel,
+        max_threads: usize,
+        reference: Arc<OpReference>,
+    ) -> OpBench {
+        let space = Space::new(&definition.inputs, &definition.outputs, space_options(level, max_threads));
+        OpBench { level, definition, space, workload, reference }
     }
 
     /// Applies `point`, compiles it, runs it on the operator's inputs, checks every output

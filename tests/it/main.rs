@@ -3,6 +3,7 @@
 /// The level type the shared skip helpers (`skip`) name.
 use tensorlift::IsaLevel;
 
+mod autoschedule;
 mod cli;
 mod conv_knobs;
 mod databases;

@@ -5,12 +5,14 @@
 //! (`search`). `space` says what the search needs of a space, and implements it for the
 //! rules' space.
 
+pub mod autoschedule;
 pub mod cost_model;
 pub mod evolve;
 pub mod random;
 pub mod search;
 pub mod space;
 
+pub use autoschedule::{AutoOptions, AutoScheduled, AutoscheduleError, autoschedule};
 pub use cost_model::{CostModel, ModelError, ModelOptions, Sample, spearman};
 pub use evolve::EvolveOptions;
 pub use search::{SearchError, SearchLog, SearchOptions, Strategy, Trial, propose, resume, search};
