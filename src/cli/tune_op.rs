@@ -11,7 +11,7 @@ use clap::{Subcommand, ValueEnum};
 use schedules::catalog::{MatmulDtype, OpSpec};
 use tensorlift::record::{Database, Host, Record};
 use tensorlift::tune::auto::Strategy;
-use tensorlift::tune::op_bench::spec_workload;
+use tensorlift::tune::op_bench::{space_options, spec_workload};
 use tensorlift::tune::op_tune::{OpTuneOptions, best_point, propose_candidates, template, tune_op};
 use tensorlift::tune::plot;
 use tensorlift::tune::worker::Worker;
@@ -183,6 +183,10 @@ struct OpSearchArgs {
     /// records of --db, measure nothing and exit.
     #[arg(long, value_parser = positive::<usize>, allow_negative_numbers = true)]
     propose: Option<usize>,
+    /// Print the space (its sketches, their decisions, and what each rule did or why it does
+    /// not apply) and exit.
+    #[arg(long)]
+    list_space: bool,
 }
 
 /// Trials when --trials is not given.
@@ -251,6 +255,12 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             SearchChoice::Random => Strategy::Random,
         },
     };
+    if args.list_space {
+        let def = spec.build()?;
+        let space = schedules::auto::Space::new(&def.inputs, &def.outputs, space_options(level, max_threads));
+        print!("{}", space.listing());
+        return Ok(());
+    }
     let db_records: Vec<Record> = match &args.db {
         Some(path) if args.propose.is_some() => Database::load(path)?.records,
         Some(path) => user_records(path)?,
