@@ -360,17 +360,22 @@ pub fn schedule(
                     s.compute_inline(t)?;
                 }
             }
-            // The flat reduction index split at the innermost reduction axis (a convolution's
-            // channels), so that its decoding folds away and each vector reads contiguous
-            // channels; where `K` was padded, the whole index in vectors.
+            // The flat reduction index split into one loop per reduction axis, so that its
+            // decoding folds away and each vector reads contiguous elements of the innermost
+            // one (a convolution's channels); where `K` was padded, the whole index in vectors.
             let mut last = copy.axis(copy.axes().len() - 1);
-            let inner = c.reduce.last().map_or(1, |r| r.extent());
-            let k: i64 = c.reduce.iter().map(|r| r.extent()).product();
+            let extents: Vec<i64> = c.reduce.iter().map(|r| r.extent()).collect();
             let mut span = rw.k;
-            if k == rw.k && inner > 1 && inner < k {
-                let (_, ki) = s.split(copy, &last, inner)?;
-                last = ki;
-                span = inner;
+            if extents.iter().product::<i64>() == rw.k {
+                // One loop per reduction axis (`k = ((r0·E1 + r1)·E2 + r2)…`).
+                for i in 1..extents.len() {
+                    let factor: i64 = extents[i..].iter().product();
+                    if factor > 1 && factor < span {
+                        let (_, inner) = s.split(copy, &last, factor)?;
+                        last = inner;
+                        span = factor;
+                    }
+                }
             }
             let f = dividing_tiles(span, 2, lanes(vector_bytes, form.a_dtype().bytes()) * 2).into_iter().max();
             if let Some(f) = f.filter(|f| *f > 1) {
