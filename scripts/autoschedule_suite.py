@@ -1,0 +1,132 @@
+"""The auto-scheduler's operator suite side by side: for each operator of
+`schedules::catalog::OpSpec::suite`, `tensorlift tune op` with the learned search and with the
+random search (same trials, same seed, interleaved op by op), then onnxruntime's node on the
+same op (scripts/peers/ort_ops.py) in the same sitting. Prints a Markdown table and writes every
+JSON result to --out.
+
+Columns: generic and tuned GOPS (validated medians, probe-corrected as `tune op` reports them),
+the speedup, the tuned point's % of the peak probe measured beside it (int8 kernels), the
+trials the learned search needed to reach the random search's best (within --tolerance) and
+the random search's own, the seconds until the learned search first reached 95% of its final
+speed (trial index × the run's seconds per trial), the model's held-out Spearman, and
+onnxruntime's GOPS.
+
+  python3 scripts/autoschedule_suite.py --tensorlift target/release/tensorlift --trials 64 \\
+      --threads 1 --python /tmp/peers-venv/bin/python --out /tmp/suite
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+SUITE = [
+    ("depthwise", ["conv2d", "--ic", "32", "--oc", "32", "--h", "112", "--w", "112", "--kh", "3", "--kw", "3",
+                   "--pad", "1", "--groups", "32"], "conv2d 112x112 32->32 3x3 s1 p1 g32"),
+    ("batch-matmul", ["batch-matmul", "--b", "12", "--m", "128", "--n", "64", "--k", "128"],
+     "batch-matmul 12x128x64x128"),
+    ("conv1x1", ["conv2d", "--ic", "256", "--oc", "64", "--h", "56", "--w", "56", "--kh", "1", "--kw", "1"],
+     "conv2d 56x56 256->64 1x1 s1 p0 g1"),
+    ("conv3x3", ["conv2d", "--ic", "128", "--oc", "128", "--h", "28", "--w", "28", "--kh", "3", "--kw", "3",
+                 "--pad", "1"], "conv2d 28x28 128->128 3x3 s1 p1 g1"),
+    ("matmul-f32", ["matmul", "--m", "512", "--n", "512", "--k", "512", "--dtype", "f32"], "matmul 512x512x512 f32"),
+    ("softmax", ["softmax", "--rows", "1024", "--cols", "1024"], "softmax 1024x1024"),
+    ("layernorm", ["layernorm", "--rows", "512", "--cols", "768"], "layernorm 512x768"),
+    ("maxpool", ["pool", "--c", "64", "--h", "112", "--w", "112", "--k", "3", "--stride", "2"],
+     "pool 112x112x64 k3 s2"),
+]
+
+
+def tune(args, op, search, db):
+    cmd = [args.tensorlift, "tune", "op", *op, "--trials", str(args.trials), "--threads", str(args.threads),
+           "--search", search, "--seed", str(args.seed), "--format", "json", "--db", db]
+    out = subprocess.run(cmd, text=True, capture_output=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def best_pct(db, point):
+    """% of the probe of the tuned point's validation records (median), where they have one."""
+    pcts = []
+    with open(db) as f:
+        for line in f:
+            r = json.loads(line)
+            s = r["schedule"]
+            if s.get("auto") == point and s.get("phase") == "validation" and r.get("gops") and r.get("peak_gops"):
+                pcts.append(100 * r["gops"] / r["peak_gops"])
+    pcts.sort()
+    return pcts[len(pcts) // 2] if pcts else None
+
+
+def trials_to(curve, target):
+    for i, v in enumerate(curve):
+        if v is not None and v >= target:
+            return i + 1
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tensorlift", default="target/release/tensorlift")
+    ap.add_argument("--trials", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tolerance", type=float, default=0.03, help="reaching a best means within this fraction")
+    ap.add_argument("--python", default=sys.executable, help="an interpreter with onnxruntime (for the peer)")
+    ap.add_argument("--out", required=True, help="a directory for the databases and JSON results")
+    ap.add_argument("--only", nargs="*", default=None, help="short names of the ops to run")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    rows = []
+    for short, op, label in SUITE:
+        if a.only and short not in a.only:
+            continue
+        res = {}
+        for search in ("evolutionary", "random"):
+            db = os.path.join(a.out, f"{short}.{search}.jsonl")
+            if os.path.exists(db):
+                os.remove(db)
+            res[search] = tune(a, op, search, db)
+            res[search]["pct_probe"] = best_pct(db, res[search]["best"])
+            print(f"{short} {search}: {res[search]['tuned_gops']} GOPS", file=sys.stderr, flush=True)
+        peer = subprocess.run([a.python, os.path.join(os.path.dirname(__file__), "peers", "ort_ops.py"), "--threads",
+                               str(a.threads), "--ops", label], text=True, capture_output=True)
+        ort = [json.loads(l) for l in peer.stdout.splitlines() if l.strip()]
+        res["onnxruntime"] = ort[0] if ort else {"error": peer.stderr.strip()[-500:]}
+        ev, rnd = res["evolutionary"], res["random"]
+        random_best = max(v for v in rnd["curve"] if v is not None)
+        target = random_best * (1 - a.tolerance)
+        final = max(v for v in ev["curve"] if v is not None)
+        per_trial = ev["seconds"] / max(ev["trials"], 1)
+        t95 = trials_to(ev["curve"], 0.95 * final)
+        row = dict(op=label, default_gops=ev["default_gops"], tuned_gops=ev["tuned_gops"], speedup=ev["speedup"],
+                   pct_probe=ev["pct_probe"], learned_trials=trials_to(ev["curve"], target),
+                   random_trials=trials_to(rnd["curve"], target), random_tuned_gops=rnd["tuned_gops"],
+                   s_to_95=t95 * per_trial if t95 else None, seconds=ev["seconds"], spearman=ev["model_spearman"],
+                   ort_gops=res["onnxruntime"].get("gops"))
+        rows.append(row)
+        with open(os.path.join(a.out, f"{short}.json"), "w") as f:
+            json.dump(res, f)
+    fmt = lambda v, p=1: "-" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))  # noqa: E731
+    print("| op | generic GOPS | tuned GOPS | speedup | % probe | trials to random's best: learned / random | "
+          "s to 95% | tune s | Spearman | random-search GOPS | onnxruntime GOPS |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['op']} | {fmt(r['default_gops'], 2)} | {fmt(r['tuned_gops'], 2)} | {fmt(r['speedup'])}x | "
+              f"{fmt(r['pct_probe'], 0)} | {fmt(r['learned_trials'])} / {fmt(r['random_trials'])} | "
+              f"{fmt(r['s_to_95'])} | {fmt(r['seconds'])} | {fmt(r['spearman'], 2)} | {fmt(r['random_tuned_gops'], 2)} | "
+              f"{fmt(r['ort_gops'], 2)} |")
+    speedups = [r["speedup"] for r in rows if r["speedup"]]
+    if speedups:
+        print(f"\ngeometric mean speedup over the generic schedule: "
+              f"{math.exp(sum(map(math.log, speedups)) / len(speedups)):.1f}x over {len(speedups)} ops")
+    halves = sum(1 for r in rows if r["learned_trials"] and r["random_trials"]
+                 and r["learned_trials"] <= r["random_trials"] / 2)
+    print(f"learned search reached the random search's best in at most half its trials on {halves} of {len(rows)} ops")
+
+
+if __name__ == "__main__":
+    main()
