@@ -136,12 +136,19 @@ fn rules_sketch(
         let vector_tile = lanes(options.vector_bytes, st.tensor.dtype().bytes()) * 4;
         match st.kind {
             StageKind::Reduction { ordered } => {
-                let plan = tile_plan(st, vector_tile, &mut d);
+                // The accumulator-tile variant moves the definition to a new stage, which
+                // compute_at of a producer at this stage would not see: only without `at`.
+                let plan = tile_plan(st, vector_tile, at.is_empty(), &mut d);
                 let what = format!(
-                    "S_outer R R_inner S_inner over {} spatial and {} reduction axes{}",
+                    "S_outer R R_inner S_inner over {} spatial and {} reduction axes{}{}",
                     st.spatial.len(),
                     st.reduce.len(),
-                    if ordered { "; the float fold keeps its order, only spatial loops vectorize" } else { "" }
+                    if ordered { "; the float fold keeps its order, only spatial loops vectorize" } else { "" },
+                    if plan.cache.is_some() {
+                        "; or S_outer S_inner over a .local tile computed R S_inner in registers"
+                    } else {
+                        ""
+                    }
                 );
                 notes.push(RuleNote { rule: "multi-level-tiling", stage: stage.clone(), outcome: Ok(what) });
                 if st.spatial.iter().all(|a| a.extent() == 1) {
@@ -245,8 +252,13 @@ pub fn apply(
                 apply_inline(&mut s, &p.inline)?;
                 let mut tile_loops = Vec::new();
                 for t in &p.tiles {
-                    let outer = super::tiling::apply(&mut s, t, &v)?;
-                    tile_loops.push((t.tensor.clone(), parallelize(&mut s, &t.tensor, &outer, threads)?));
+                    let tiled = super::tiling::apply(&mut s, t, &v)?;
+                    let tile = parallelize(&mut s, &t.tensor, &tiled.outer, threads)?;
+                    // Without an outer loop the accumulator stage stays at the root.
+                    if let (Some(local), Some(l)) = (&tiled.local, &tile) {
+                        s.compute_at(local, &t.tensor, l)?;
+                    }
+                    tile_loops.push((t.tensor.clone(), tile));
                 }
                 for t in &p.injective {
                     let lanes = lanes(options.vector_bytes, t.dtype().bytes());
