@@ -16,7 +16,7 @@ mod query;
 
 pub use file::{Database, DbError, append, lines, merge, write};
 pub use format::{CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef, WorkloadRef, now_rfc3339};
-pub use phases::{Phases, QUIET, TimeOf, by, representatives};
+pub use phases::{Phases, QUIET, SLOWEST_PHASE, TimeOf, by, representatives};
 pub use pretuned::{PRETUNED, pretuned};
 pub use query::{Host, best_per_workload, select};
 

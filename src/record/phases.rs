@@ -70,11 +70,25 @@ impl Phases {
 
     /// `r`'s median time in seconds, corrected; uncorrected when it has no probe.
     pub fn seconds(&self, r: &Record) -> Option<f64> {
-        let seconds = r.median_ns? * 1e-9;
-        Some(match (r.peak_gops, self.fastest(r)) {
-            (Some(probe), Some(fastest)) if probe > 0.0 => seconds * probe / fastest,
-            _ => seconds,
-        })
+        Some(r.median_ns? * 1e-9 * self.factor(r))
+    }
+
+    /// The correction of `r`'s time: its probe ÷ the fastest run of that probe, bounded. The
+    /// correction assumes the candidate and the probe beside it ran in the same phase; a
+    /// candidate that outran its own probe (more GOPS than the peak of the method it runs) did
+    /// not, so its time stands as measured; and no phase is slower than `SLOWEST_PHASE`, so a
+    /// probe that read lower than that is not trusted further.
+    fn factor(&self, r: &Record) -> f64 {
+        match (r.peak_gops, self.fastest(r)) {
+            (Some(probe), Some(fastest)) if probe > 0.0 => {
+                if r.gops.is_some_and(|gops| gops > probe) {
+                    1.0
+                } else {
+                    (probe / fastest).clamp(SLOWEST_PHASE, 1.0)
+                }
+            }
+            _ => 1.0,
+        }
     }
 
     /// Records by corrected time, fastest first; records without a time last.
@@ -98,6 +112,11 @@ impl Phases {
 /// shared guest can bring the two-thread probe down to one thread's speed, far below the
 /// variation of a quiet phase, and the threshold lies between.
 pub const QUIET: f64 = 0.9;
+
+/// The slowest phase the correction believes, as a share of the fastest probe: a shared guest's
+/// two-thread probe falls to one thread's speed (half) in its slow phases; a probe reading well
+/// below that ran in worse conditions than its candidate.
+pub const SLOWEST_PHASE: f64 = 0.4;
 
 /// Records by `time`, fastest first; records without one last.
 pub fn by(time: TimeOf, a: &Record, b: &Record) -> std::cmp::Ordering {
@@ -135,4 +154,47 @@ pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>, time: Time
             g[(g.len() - 1) / 2]
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-thread record of `micros` at `gops`, beside a probe of `probe` GOPS.
+    fn record(micros: f64, gops: f64, probe: f64) -> Record {
+        serde_json::from_value(serde_json::json!({
+            "version": crate::record::RECORD_VERSION,
+            "workload": {"key": "k", "op": "conv2d_int8", "summary": "conv"},
+            "target": {"isa": "avx2", "cpu": {"vendor": "AuthenticAMD", "family": 23, "model": 1, "name": "zen"},
+                       "features": [], "threads": 1},
+            "schedule": {"weights": "full", "phase": "validation"},
+            "status": "ok", "median_ns": micros * 1e3, "gops": gops, "compile_ms": 1.0,
+            "verified": true, "measured_at": "2026-11-26T00:00:00Z", "peak_gops": probe,
+            "peak_probe": "vpmaddwd+vpaddd ymm",
+        }))
+        .expect("a valid record")
+    }
+
+    #[test]
+    fn the_correction_is_bounded_by_the_slowest_phase_and_by_the_probe_itself() {
+        let fastest = record(100.0, 38.0, 40.0);
+        // Beside a probe at 80% of its fastest: corrected by 0.8.
+        let slow = record(125.0, 30.4, 32.0);
+        // The probe read at 30% of its fastest while the candidate beside it ran at 25 GOPS,
+        // more than the probe's 12: they ran in different phases, so it stands as measured.
+        let outran = record(152.0, 25.0, 12.0);
+        // The probe read at 30% and the candidate below it: corrected by the slowest phase only.
+        let slowest = record(400.0, 9.5, 12.0);
+        let records = [fastest.clone(), slow.clone(), outran.clone(), slowest.clone()];
+        let phases = Phases::of(&records);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(close(phases.seconds(&fastest).unwrap(), 100e-6));
+        assert!(close(phases.seconds(&slow).unwrap(), 100e-6));
+        assert!(close(phases.seconds(&outran).unwrap(), 152e-6));
+        assert!(close(phases.seconds(&slowest).unwrap(), 160e-6));
+        // GOPS follow the corrected times and never exceed what was measured beside a probe
+        // that misread.
+        assert!((phases.gops(&outran).unwrap() - 25.0).abs() < 1e-9);
+        assert!((phases.gops(&slowest).unwrap() - 23.75).abs() < 1e-9);
+    }
 }
