@@ -15,10 +15,10 @@ use super::native::Int8;
 use super::native::add::AddParams;
 use super::native::max_pool::Window as PoolWindow;
 use super::slot::Slot;
-use super::spec::{give_back, partition_name, take_spec};
+use super::spec::{auto_spec, give_back, partition_name, take_spec};
 use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
-use crate::layer::{QConvSpec, QDenseSpec};
+use crate::layer::{QConvSpec, QDenseSpec, compile_qconv_auto};
 use crate::runtime::CompileOptions;
 
 /// Where a compiled kernel's knobs came from.
@@ -131,7 +131,7 @@ pub fn compile_with(
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let begin = Instant::now();
-        let plan = plan(&graph, &mut partition, &ins, &outs, &slots, knobs)?;
+        let plan = plan(&graph, &mut partition, &ins, &outs, &slots, (knobs, options))?;
         planned.push((partition, ins, outs, plan, begin.elapsed()));
     }
     let mut compiled = compile_jobs(
@@ -210,7 +210,7 @@ fn plan(
     ins: &[usize],
     outs: &[usize],
     slots: &[Slot],
-    knobs: KnobSource<'_>,
+    (knobs, options): (KnobSource<'_>, &CompileOptions),
 ) -> Result<Plan, EngineError> {
     if outs.len() != 1 {
         return Ok(Plan::Chosen(reference(format!("{} outputs", outs.len()))));
@@ -222,7 +222,18 @@ fn plan(
                 let (chosen, tuning) = knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
                 Plan::Job(Job { layer: spec, knobs: chosen, tuning })
             }
-            Err(why) => Plan::Chosen(reference(why)),
+            // A convolution the x86 path does not take: the auto-scheduled definition.
+            Err(why) => match auto_spec(graph, p) {
+                Ok(spec) => {
+                    let kernel = compile_qconv_auto(&spec, options).map_err(|e| EngineError::Layer {
+                        partition: partition_name(graph, p),
+                        kind: p.kind.name(),
+                        source: Box::new(e),
+                    })?;
+                    Plan::Chosen((Kernel::Auto(Box::new(kernel)), None))
+                }
+                Err(auto_why) => Plan::Chosen(reference(format!("{why}; {auto_why}"))),
+            },
         },
         PartitionKind::QuantizedAdd(a) => Plan::Chosen(quantized_add(a, ins, slots)),
         PartitionKind::QuantizedMaxPool(m) => Plan::Chosen(quantized_max_pool(m, ins.first().map(|&i| &slots[i]), out)),

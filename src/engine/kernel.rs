@@ -7,7 +7,7 @@ use super::native::global_avg_pool::global_avg_pool;
 use super::native::max_pool::{Window, max_pool};
 use super::native::quantize::quantize;
 use super::slot::{Slot, as_f32};
-use crate::layer::{CompiledQuantized, LayerError};
+use crate::layer::{CompiledAuto, CompiledQuantized, LayerError};
 
 /// The code that computes a partition.
 pub enum Kernel {
@@ -15,6 +15,10 @@ pub enum Kernel {
     Conv(Box<CompiledQuantized>),
     /// A quantized matrix product compiled as a 1×1 convolution.
     Dense(Box<CompiledQuantized>),
+    /// A quantized convolution the x86 path does not take (groups, depthwise, dilations,
+    /// per-side pads, batch), its whole partition one definition scheduled by the
+    /// auto-scheduler's rules (`layer::compile_qconv_auto`), NHWC in and out.
+    Auto(Box<CompiledAuto>),
     /// The quantized add (`native::add`) on same-shaped operands.
     Add { params: AddParams, ty: Int8, clamp: (i32, i32) },
     /// Max pooling on 8-bit integers, NHWC.
@@ -36,6 +40,7 @@ impl Kernel {
     pub fn ops(&self) -> u64 {
         match self {
             Kernel::Conv(c) | Kernel::Dense(c) => c.ops(),
+            Kernel::Auto(c) => c.ops(),
             _ => 0,
         }
     }
@@ -44,6 +49,7 @@ impl Kernel {
     pub fn describe(&self) -> String {
         match self {
             Kernel::Conv(c) | Kernel::Dense(c) => c.kernel_description(),
+            Kernel::Auto(c) => c.kernel_description(),
             Kernel::Add { .. } => "native add (fma)".to_string(),
             Kernel::MaxPool { .. } => "native max pool".to_string(),
             Kernel::GlobalAvgPool { .. } => "native global avg pool".to_string(),
@@ -59,6 +65,7 @@ impl Kernel {
     pub fn run(&self, inputs: &[&Slot], output: &mut Slot) -> Result<(), LayerError> {
         match self {
             Kernel::Conv(c) | Kernel::Dense(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
+            Kernel::Auto(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
             Kernel::Add { params, ty, clamp } => {
                 add(&inputs[0].bytes, &inputs[1].bytes, params, *ty, *clamp, &mut output.bytes)
             }

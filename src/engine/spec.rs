@@ -9,7 +9,7 @@ use super::compile::Workload;
 use crate::graph::partition::{QConv, QMatMul, QuantTensor};
 use crate::graph::window::Window;
 use crate::graph::{FinalizedGraph, Partition, PartitionKind};
-use crate::layer::{ActQuant, QConvSpec, QDenseSpec};
+use crate::layer::{ActQuant, QConvAutoSpec, QConvSpec, QDenseSpec};
 
 /// The spec of a partition the x86 kernels compute.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,4 +160,52 @@ fn dense(name: String, m: &QMatMul, dims: &[usize]) -> Result<QDenseSpec, String
         dst: act(&m.dst),
         relu,
     })
+}
+
+/// The spec of a `QuantizedConv` partition for the auto-scheduled kernel
+/// (`layer::compile_qconv_auto`): any 2-D geometry, or why not (the engine then runs the graph's
+/// reference).
+pub(super) fn auto_spec(graph: &FinalizedGraph, p: &Partition) -> Result<QConvAutoSpec, String> {
+    let PartitionKind::QuantizedConv(c) = &p.kind else {
+        return Err(format!("a {} partition, not a quantized convolution", p.kind.name()));
+    };
+    let src = p.inputs.first().and_then(|&t| graph.tensor(t)).ok_or("no source")?;
+    let dims = src.shape.concrete().ok_or_else(|| format!("a source of unknown shape {}", src.shape))?;
+    let (&[n, ic, h, w], &[oc, _, kh, kw]) = (dims.as_slice(), c.weight_dims.as_slice()) else {
+        return Err(format!("a source of rank {} and weights of rank {}, not 2-D", dims.len(), c.weight_dims.len()));
+    };
+    let w2 = &c.window;
+    if w2.rank() != 2 || w2.pads_begin.len() != 2 || w2.pads_end.len() != 2 || w2.dilations.len() != 2 {
+        return Err(format!("a window of rank {}, not 2", w2.rank()));
+    }
+    if w2.ceil_mode {
+        return Err("output sizes rounded up".into());
+    }
+    let i = |v: usize| v as i64;
+    let spec = QConvAutoSpec {
+        name: partition_name(graph, p).replace(' ', "_"),
+        src: act(&c.src),
+        n: i(n),
+        h: i(h),
+        w: i(w),
+        ic: i(ic),
+        oc: i(oc),
+        kh: i(kh),
+        kw: i(kw),
+        groups: i(c.groups),
+        strides: (i(w2.strides[0]), i(w2.strides[1])),
+        pads: [i(w2.pads_begin[0]), i(w2.pads_begin[1]), i(w2.pads_end[0]), i(w2.pads_end[1])],
+        dilations: (i(w2.dilations[0]), i(w2.dilations[1])),
+        weights: c.weights.clone(),
+        weight_scales: c.weight_scales.clone(),
+        bias: c.bias.clone(),
+        dst: act(&c.dst),
+        clamp: c.clamp,
+    };
+    let (oh, ow) = spec.output_hw();
+    let out = p.outputs.first().and_then(|&t| graph.tensor(t)).and_then(|t| t.shape.concrete());
+    if out.as_deref() != Some(&[n, oc, oh as usize, ow as usize][..]) {
+        return Err(format!("an output of {out:?}, expected [{n}, {oc}, {oh}, {ow}]"));
+    }
+    Ok(spec)
 }

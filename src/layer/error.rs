@@ -2,6 +2,7 @@
 //! `NotInTable`, a layer the table does not have.
 
 use ir::interp::InterpError;
+use schedules::auto::AutoError;
 use schedules::quant::QuantError;
 use schedules::x86_conv::Conv2dInt8Error;
 use thiserror::Error;
@@ -39,6 +40,8 @@ pub enum LayerError {
     Quant(Box<QuantError>),
     #[error(transparent)]
     Conv(Box<Conv2dInt8Error>),
+    #[error(transparent)]
+    Auto(Box<AutoError>),
     #[error(transparent)]
     Build(#[from] BuildError),
     #[error(transparent)]

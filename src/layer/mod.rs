@@ -17,7 +17,9 @@
 //!   (`prepare_weights`), `qcompiled`, what they give (`CompiledQuantized`), `qlowered`, the
 //!   same lowered for a level without compiling (`LoweredQuantized`, for the export), and
 //!   `kernel_cache`, their functions shared between layers of one geometry, across threads
-//!   (`KernelCache`);
+//!   (`KernelCache`); `qauto`, the convolutions the x86 template does not take (groups,
+//!   depthwise, dilations, per-side pads, batch) as one definition scheduled by the
+//!   auto-scheduler's rules (`QConvAutoSpec`, `compile_qconv_auto`, `CompiledAuto`);
 //! * `error`: `LayerError`, `NotInTable`.
 
 mod compiled;
@@ -25,6 +27,7 @@ mod data;
 mod definition;
 mod error;
 mod kernel_cache;
+mod qauto;
 mod qcompiled;
 mod qconv;
 mod qdense;
@@ -39,6 +42,7 @@ pub use data::LayerData;
 pub use definition::Definition;
 pub use error::{LayerError, NotInTable, SpecError};
 pub use kernel_cache::KernelCache;
+pub use qauto::{CompiledAuto, QConvAutoSpec, compile_qconv_auto};
 pub use qcompiled::CompiledQuantized;
 pub use qconv::{ActQuant, QConvSpec, compile_qconv, compile_qconv_in, lower_qconv};
 pub use qdense::{QDenseSpec, compile_qdense, compile_qdense_in, lower_qdense};

@@ -47,7 +47,7 @@ fn compiled(path: &Path, level: IsaLevel, threads: usize) -> CompiledGraph {
 }
 
 /// Runs `g` on a seeded input and checks every step and the outputs against the reference.
-fn check_against_reference(g: &mut CompiledGraph, seed: u64, what: &str) {
+pub fn check_against_reference(g: &mut CompiledGraph, seed: u64, what: &str) {
     let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, seed)).collect();
     let (outputs, _) = g.execute(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
     for step in g.steps() {

@@ -9,6 +9,7 @@ mod conv_knobs;
 mod databases;
 mod differential;
 mod engine;
+mod engine_grouped;
 mod errors;
 mod export;
 mod export_model;

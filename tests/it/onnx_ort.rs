@@ -74,3 +74,46 @@ fn reduced_range_models_equal_onnxruntime_in_every_tensor() {
         std::fs::remove_dir_all(&ort.dir).ok();
     }
 }
+
+#[test]
+fn mobilenet_models_equal_onnxruntime_in_every_tensor() {
+    let Some(python) = crate::python::python_with(&["numpy", "onnx", "onnxruntime"]) else { return };
+    let seeds = 20;
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "the MobileNet-style comparison with onnxruntime");
+    // The 7-bit-weight models, on which onnxruntime's x86 kernels are exact; their depthwise
+    // and grouped convolutions run on `Kernel::Auto`.
+    for path in crate::engine_grouped::mobilenet_models().iter().filter(|p| p.to_string_lossy().ends_with("_rr.onnx")) {
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        let ort = run_onnxruntime(&python, path, seeds, file.trim_end_matches(".onnx"));
+        assert!(ort.names.len() >= 8, "{file}: {} intermediate tensors", ort.names.len());
+        for &level in &levels {
+            let model = tensorlift::onnx::load(path).unwrap();
+            let tensors: Vec<_> = ort
+                .names
+                .iter()
+                .map(|n| {
+                    let t = model.values.iter().find(|(name, _)| name == n).map(|&(_, t)| t);
+                    (n.clone(), t.unwrap_or_else(|| panic!("{file}: onnxruntime's tensor {n} is not in the graph")))
+                })
+                .collect();
+            let partitions = model.graph.get_partitions(PartitionPolicy::Fusion);
+            let options =
+                CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
+            let mut g = engine::compile(model.graph, partitions, &options).unwrap();
+            let auto = g.steps().iter().filter(|s| matches!(s.kernel, engine::Kernel::Auto(_))).count();
+            assert_eq!(auto, 3, "{file}: the depthwise and grouped convolutions auto-scheduled");
+            for seed in 0..seeds {
+                let d = ort.dir.join(seed.to_string());
+                let (outputs, _) = g.execute(&[npy(&d.join("input_0.npy"))]).unwrap();
+                let expected = npy(&d.join("output_0.npy"));
+                assert!(outputs[0].bits_eq(&expected), "{file} at {level}, seed {seed}: the network's output differs");
+                for (k, (name, t)) in tensors.iter().enumerate() {
+                    let ours = g.value(*t).unwrap_or_else(|| panic!("{file}: no buffer for {name}"));
+                    let theirs = npy(&d.join(format!("t_{k}.npy")));
+                    assert!(ours.bits_eq(&theirs), "{file} at {level}, seed {seed}: {name} differs from onnxruntime's");
+                }
+            }
+        }
+        std::fs::remove_dir_all(&ort.dir).ok();
+    }
+}

@@ -44,6 +44,22 @@ pub(super) fn check_layer_attrs(
     sum_input: Option<&Tensor>,
     attrs: &QuantAttrs,
 ) -> Result<(PerTensor, PerTensor), QuantError> {
+    check_layer_attrs_dims(op, src, weights, weights.shape(), bias, out_dims, sum_input, attrs)
+}
+
+/// `check_layer_attrs` for weights stored in another order than the one the attributes name:
+/// `weights_dims` are their dimensions in that order (`[OC, ...]`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn check_layer_attrs_dims(
+    op: &str,
+    src: &Tensor,
+    weights: &Tensor,
+    weights_dims: &[i64],
+    bias: Option<&Tensor>,
+    out_dims: &[i64],
+    sum_input: Option<&Tensor>,
+    attrs: &QuantAttrs,
+) -> Result<(PerTensor, PerTensor), QuantError> {
     require_int8_src(op, src)?;
     require_s8_weights(op, weights)?;
     if !is_dst_type(attrs.dst_dtype) {
@@ -59,8 +75,8 @@ pub(super) fn check_layer_attrs(
             found: attrs.wei_scales.mask,
         });
     }
-    attrs.wei_scales.check("weights scales", weights.shape())?;
-    let oc = weights.shape()[0];
+    attrs.wei_scales.check("weights scales", weights_dims)?;
+    let oc = weights_dims.first().copied().unwrap_or(0);
     if let Some(b) = bias {
         if b.dtype() != DType::F32 {
             return Err(dtype_error(op, "the bias", "f32", b.dtype()));

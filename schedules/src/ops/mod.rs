@@ -13,6 +13,8 @@
 //! * `conv`: `conv2d_nchw_int8`, the reference convolution, and the geometry every convolution
 //!   checks;
 //! * `direct_conv`: `conv2d_int8_direct`, the convolution as x86 schedules tensorize it;
+//! * `grouped_conv`: `conv2d_nhwc_grouped_int8`, the convolution of any 2-D geometry (groups,
+//!   depthwise, per-side pads, dilations, batch) as one definition for generated schedules;
 //! * `dense`: `dense_int8`;
 //! * `layer`: what they share: `QuantizedLayer`, the attribute checks, the requantization (as a
 //!   stage and as a `Map` declaration);
@@ -32,6 +34,7 @@ mod dense;
 mod direct_conv;
 mod elementwise;
 mod gemm_operands;
+mod grouped_conv;
 mod layer;
 mod layout;
 mod packing;
@@ -43,6 +46,7 @@ pub use dense::dense_int8;
 pub use direct_conv::{DirectConvLayer, conv2d_int8_direct};
 pub use elementwise::{add_int8, relu_int8};
 pub use gemm_operands::{GemmOperands, source_shift};
+pub use grouped_conv::{GroupedConvParams, conv2d_nhwc_grouped_int8};
 pub use layer::QuantizedLayer;
 pub use layout::{Layout, convert_layout, nchw_to_nchwc, nchwc_to_nchw};
 pub use packing::{conv_row_bytes, oihw_to_vnni_blocked, pack_conv2d_weights};

@@ -194,6 +194,10 @@ pub(super) fn level_code(
                 writeln!(body, "    memcpy({}, {}, {});", p(out), p(ins[0]), slots[out].bytes.len()).unwrap();
             }
             (Kernel::Reference { why }, _) => return Err(unsupported(step, &name, why.clone())),
+            // Exporting the auto-scheduled convolutions is not built yet.
+            (Kernel::Auto(_), _) => {
+                return Err(unsupported(step, &name, "an auto-scheduled convolution (not exported yet)".into()));
+            }
             (Kernel::Conv(_) | Kernel::Dense(_), None) => {
                 return Err(unsupported(step, &name, "a compiled kernel without its definition".into()));
             }

@@ -76,6 +76,7 @@ fn kernel_kind(kernel: &Kernel) -> &'static str {
     match kernel {
         Kernel::Conv(_) => "compiled conv",
         Kernel::Dense(_) => "compiled dense",
+        Kernel::Auto(_) => "auto-scheduled conv",
         Kernel::Add { .. } => "native add",
         Kernel::MaxPool { .. } => "native max pool",
         Kernel::GlobalAvgPool { .. } => "native global avg pool",
