@@ -1,8 +1,9 @@
 //! Auto-scheduling operators that have no hand schedule: two definitions written here — an int8
-//! dense layer with its weights stored one row per output (`W[n, k]`) and f32 squared
-//! distances between two sets of points — each searched in the rules' space by the learned
-//! search (`tune::auto::autoschedule`), every point checked bit for bit against the reference
-//! interpreter; prints the space's sketches, the generic and tuned times and the best point.
+//! dense layer with its weights stored one row per output (`W[n, k]`), declared constant, and
+//! f32 squared distances between two sets of points — each searched in the rules' space by the
+//! learned search (`tune::auto::autoschedule`), every point checked bit for bit against the
+//! reference interpreter; prints the space's sketches, the generic and tuned times and the best
+//! point, then compiles the best point, prepares its constants once and runs it.
 //!
 //! `cargo run --release --example autoschedule [-- --trials N --threads N]`
 
@@ -11,8 +12,10 @@ use tensorlift::ir::TeError;
 use tensorlift::prelude::*;
 use tensorlift::schedules::catalog::Definition;
 use tensorlift::tune::auto::{AutoOptions, autoschedule};
+use tensorlift::tune::op_bench::op_inputs;
 
-/// `C[i, j] = Σ_k i32(A[i, k]) · i32(W[j, k])`, u8 activations and i8 weights.
+/// `C[i, j] = Σ_k i32(A[i, k]) · i32(W[j, k])`, u8 activations and i8 weights known when the
+/// function is compiled (a constant: an auto-tensorized point packs them once, not per call).
 fn dense_nt(m: i64, n: i64, k: i64) -> Result<Definition, TeError> {
     let a = placeholder([m, k], DType::U8, "A")?;
     let w = placeholder([n, k], DType::I8, "W")?;
@@ -22,7 +25,7 @@ fn dense_nt(m: i64, n: i64, k: i64) -> Result<Definition, TeError> {
         |i| sum(DType::I32, &[&r], a.at([&i[0], &r]).cast(DType::I32) * w.at([&i[1], &r]).cast(DType::I32)),
         "C",
     )?;
-    Ok(Definition { inputs: vec![a, w], outputs: vec![c], ops: (2 * m * n * k) as f64 })
+    Ok(Definition { inputs: vec![a, w.clone()], outputs: vec![c], constants: vec![w], ops: (2 * m * n * k) as f64 })
 }
 
 /// `D[i, j] = Σ_d (X[i, d] − Y[j, d])²` in f32, summed in increasing `d`.
@@ -38,7 +41,7 @@ fn squared_distances(m: i64, n: i64, dims: i64) -> Result<Definition, TeError> {
         },
         "D",
     )?;
-    Ok(Definition { inputs: vec![x, y], outputs: vec![d], ops: (3 * m * n * dims) as f64 })
+    Ok(Definition { inputs: vec![x, y], outputs: vec![d], constants: vec![], ops: (3 * m * n * dims) as f64 })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -56,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     for (name, def) in ops {
         let work = def.ops;
-        let result = autoschedule(name, def, &options)?;
+        let result = autoschedule(name, def.clone(), &options)?;
         let sketches: Vec<&str> = result.listing.lines().filter_map(|l| l.strip_prefix("sketch ")).collect();
         let gops = |s: f64| work / s / 1e9;
         println!("{name}: sketches {sketches:?}");
@@ -71,6 +74,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             result.elapsed.as_secs_f64(),
         );
         println!("  best point: sketch {} values {:?}", result.point.sketch, result.point.values);
+        // Compiled with its prepare functions: the constants prepared once, then called.
+        let compiled = result.compile()?;
+        let mut args = compiled.prepare(op_inputs(&def).iter().map(Tensor::from_array).collect())?;
+        for out in &def.outputs {
+            args.push(Tensor::zeros(out.dtype(), out.shape())?);
+        }
+        let mut refs: Vec<&mut Tensor> = args.iter_mut().collect();
+        compiled.main.compiled.call(&mut refs)?;
+        println!("  compiled: {} prepare function(s) run once, then the call", compiled.prepare.len());
     }
     Ok(())
 }

@@ -257,7 +257,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     };
     if args.list_space {
         let def = spec.build()?;
-        let space = schedules::auto::Space::new(&def.inputs, &def.outputs, space_options(level, max_threads));
+        let space = schedules::auto::Space::of(&def, space_options(level, max_threads));
         print!("{}", space.listing());
         return Ok(());
     }

@@ -2,7 +2,10 @@
 //! of the catalog (`schedules::catalog::OpSpec`): the point applied to the definition, compiled
 //! at an ISA level, run on deterministic inputs, its outputs checked bit for bit (floats
 //! bitwise) against the reference interpreter's (`eval_te` of the definition, computed once per
-//! operator: `OpReference`), then timed as a table layer is (`measure::time_verified`).
+//! operator: `OpReference`), then timed as a table layer is (`measure::time_verified`). A
+//! point's prepare functions (a constant `B` packed once: `schedules::auto::Prepare`) run once
+//! on the raw inputs before the call is checked and timed; only the call is timed, and its
+//! outputs are checked against the definition's on the raw inputs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,9 +16,9 @@ use schedules::auto::{AutoPoint, Space, SpaceOptions};
 use schedules::catalog::{Definition, OpSpec};
 use thiserror::Error;
 
+use super::auto::CompiledPoint;
 use super::measure::{Measurement, difference, time_verified};
 use crate::bench::{pattern, pattern_value};
-use crate::build::build;
 use crate::isa::IsaLevel;
 use crate::record::{Status, WorkloadRef};
 use crate::runtime::peak::Probe;
@@ -146,7 +149,7 @@ impl OpBench {
         max_threads: usize,
         reference: Arc<OpReference>,
     ) -> OpBench {
-        let space = Space::new(&definition.inputs, &definition.outputs, space_options(level, max_threads));
+        let space = Space::of(&definition, space_options(level, max_threads));
         OpBench { level, definition, space, workload, reference }
     }
 
@@ -185,13 +188,18 @@ impl OpBench {
             threads: Some(scheduled.threads),
             ..Default::default()
         };
-        let args: Vec<&ir::Tensor> = scheduled.args.iter().collect();
-        let kernel = match build(&scheduled.schedule, &args, "op", &options) {
+        let point = match CompiledPoint::build(&scheduled, "op", &options) {
             Ok(k) => k,
             Err(e) => return failed(Status::BuildError, e.to_string(), None),
         };
-        let compile_ms = Some(kernel.compile_time().as_secs_f64() * 1e3);
-        let mut tensors: Vec<Tensor> = self.reference.inputs.iter().map(Tensor::from_array).collect();
+        let compile_ms = Some(point.compile_time().as_secs_f64() * 1e3);
+        let raw: Vec<Tensor> = self.reference.inputs.iter().map(Tensor::from_array).collect();
+        // Once, untimed: the constants the call takes prepared.
+        let mut tensors = match point.prepare(raw) {
+            Ok(t) => t,
+            Err(e) => return failed(Status::RunError, e.to_string(), compile_ms),
+        };
+        let kernel = &point.main;
         for out in &scheduled.args[n_inputs..] {
             match Tensor::zeros(out.dtype(), out.shape()) {
                 Ok(t) => tensors.push(t),

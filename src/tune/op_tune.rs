@@ -97,7 +97,7 @@ pub fn op_candidate(spec: &OpSpec, point: AutoPoint, options: &OpTuneOptions, ph
 /// `spec`'s workload and space at `level` on at most `max_threads` threads.
 fn setup(spec: &OpSpec, level: IsaLevel, max_threads: usize) -> Result<(WorkloadRef, Space), OpBenchError> {
     let def = definition(spec)?;
-    let space = Space::new(&def.inputs, &def.outputs, space_options(level, max_threads));
+    let space = Space::of(&def, space_options(level, max_threads));
     Ok((op_workload(spec, &def), space))
 }
 
@@ -137,7 +137,7 @@ fn search_options(options: &OpTuneOptions, trials: usize, starts: Vec<AutoPoint>
 /// The point of the best verified record for `spec` on `host` among `records`, on at most
 /// `max_threads` threads (`record::select` among the records that carry an auto point), with
 /// that record; `None` when no record applies (the generic schedule then serves). The point
-/// applies to `spec`'s space at the record's level (`Space::new` with `space_options` of the
+/// applies to `spec`'s space at the record's level (`Space::of` with `space_options` of the
 /// record's level and threads, then `Space::apply`).
 pub fn best_point<'a>(
     spec: &OpSpec,
@@ -153,7 +153,8 @@ pub fn best_point<'a>(
 /// `spec`'s definition scheduled at `host`'s level on at most `max_threads` threads by the
 /// point of the best verified record of `records` (`best_point`), or by the generic point when
 /// none applies: the definition, the applied point (its schedule, the call's arguments, its
-/// threads) and the record it came from. A record whose point this space rejects is an error.
+/// threads, the functions that prepare its constants: build them with
+/// `tune::auto::CompiledPoint`) and the record it came from. A record whose point this space rejects is an error.
 pub fn schedule_op<'a>(
     spec: &OpSpec,
     records: &'a [Record],
@@ -161,7 +162,7 @@ pub fn schedule_op<'a>(
     max_threads: usize,
 ) -> Result<(Definition, Scheduled, Option<&'a Record>), OpTuneError> {
     let def = definition(spec).map_err(Box::new)?;
-    let space = Space::new(&def.inputs, &def.outputs, space_options(host.level, max_threads));
+    let space = Space::of(&def, space_options(host.level, max_threads));
     let best = best_point(spec, records, host, max_threads).map_err(Box::new)?;
     let point = best.as_ref().map_or_else(|| space.default_point(), |(p, _)| p.clone());
     let scheduled = space.apply(&point).map_err(|e| OpTuneError::Apply { op: spec.label(), source: Box::new(e) })?;

@@ -1,6 +1,6 @@
 //! `tune::auto::autoschedule` on a user's own definition (one the catalog does not have): the
 //! search measures only verified points, never one twice, and the schedule it returns computes
-//! the reference interpreter's bits.
+//! the reference interpreter's bits (its constant weights prepared once).
 
 use std::collections::HashSet;
 
@@ -23,7 +23,7 @@ fn dense_nt(m: i64, n: i64, k: i64) -> Definition {
         "C",
     )
     .unwrap();
-    Definition { inputs: vec![a, w], outputs: vec![c], ops: (2 * m * n * k) as f64 }
+    Definition { inputs: vec![a, w.clone()], outputs: vec![c], constants: vec![w], ops: (2 * m * n * k) as f64 }
 }
 
 #[test]
@@ -42,13 +42,13 @@ fn a_users_definition_is_auto_scheduled_and_the_result_is_exact() {
     assert!(result.listing.contains("sketch generic"), "{}", result.listing);
     assert!(result.default_seconds > 0.0 && result.best_seconds > 0.0);
 
-    // The returned schedule builds and computes the interpreter's bits.
-    let args: Vec<&tensorlift::ir::Tensor> = result.scheduled.args.iter().collect();
-    let opts = CompileOptions { threads: Some(result.scheduled.threads), ..CompileOptions::default() };
-    let kernel = build(&result.scheduled.schedule, &args, "dense_nt", &opts).unwrap();
+    // The returned point builds and, its constants prepared, computes the interpreter's bits.
+    let compiled = result.compile().unwrap();
+    assert_eq!(compiled.prepare.len(), result.scheduled.prepare.len());
     let inputs = op_inputs(&def);
-    let mut tensors: Vec<Tensor> = inputs.iter().map(Tensor::from_array).collect();
+    let mut tensors = compiled.prepare(inputs.iter().map(Tensor::from_array).collect()).unwrap();
     tensors.push(Tensor::zeros(DType::I32, &[12, 40]).unwrap());
+    let kernel = &compiled.main;
     let mut refs: Vec<&mut Tensor> = tensors.iter_mut().collect();
     kernel.compiled.call(&mut refs).unwrap();
     let bound: Vec<_> = def.inputs.iter().zip(&inputs).collect();

@@ -11,7 +11,7 @@ use schedules::auto::{AutoPoint, Space};
 use schedules::catalog::{MatmulDtype, OpSpec};
 use tensorlift::IsaLevel;
 use tensorlift::record::{Database, Host, Phase, Record, Status};
-use tensorlift::tune::auto::Strategy;
+use tensorlift::tune::auto::{CompiledPoint, Strategy};
 use tensorlift::tune::op_bench::{space_options, spec_workload};
 use tensorlift::tune::op_tune::{OpTuneOptions, best_point, op_candidate, schedule_op};
 use tensorlift::tune::worker::{Candidate, serve};
@@ -60,7 +60,7 @@ fn small_ops() -> Vec<OpSpec> {
 /// The generic point of `spec`'s space at this CPU's level.
 fn default_point(spec: &OpSpec, max_threads: usize) -> AutoPoint {
     let def = spec.build().unwrap();
-    Space::new(&def.inputs, &def.outputs, space_options(level(), max_threads)).default_point()
+    Space::of(&def, space_options(level(), max_threads)).default_point()
 }
 
 /// Candidates through `tensorlift measure`'s loop (`serve`), records back.
@@ -191,10 +191,11 @@ fn tune_op_writes_verified_records_reports_json_and_proposes_new_candidates() {
     // reference's result.
     let (def, scheduled, from) = schedule_op(&spec, &loaded.records, &Host::this(level()), 1).unwrap();
     assert_eq!(from.and_then(|r| r.schedule.auto.clone()).as_ref(), Some(&point));
-    let args: Vec<&ir::Tensor> = scheduled.args.iter().collect();
-    let kernel = tensorlift::build(&scheduled.schedule, &args, "mm", &tensorlift::CompileOptions::default()).unwrap();
+    let compiled = CompiledPoint::build(&scheduled, "mm", &tensorlift::CompileOptions::default()).unwrap();
+    let kernel = &compiled.main;
     let reference = tensorlift::tune::op_bench::OpReference::new(&spec).unwrap();
-    let mut tensors: Vec<tensorlift::Tensor> = reference.inputs.iter().map(tensorlift::Tensor::from_array).collect();
+    let raw: Vec<tensorlift::Tensor> = reference.inputs.iter().map(tensorlift::Tensor::from_array).collect();
+    let mut tensors = compiled.prepare(raw).unwrap();
     tensors.push(tensorlift::Tensor::zeros(def.outputs[0].dtype(), def.outputs[0].shape()).unwrap());
     let mut refs: Vec<&mut tensorlift::Tensor> = tensors.iter_mut().collect();
     kernel.compiled.call(&mut refs).unwrap();
@@ -296,4 +297,50 @@ fn an_output_that_differs_from_the_reference_is_a_mismatch_without_a_time() {
     assert_eq!((m.status, m.verified, m.median_ns, m.gops), (Status::Mismatch, false, None, None), "{m:?}");
     assert!(m.error.as_deref().unwrap_or("").contains("element 7"), "{m:?}");
     assert!(m.trace.is_some() && m.compile_ms.is_some(), "{m:?}");
+}
+
+#[test]
+fn constant_weights_are_packed_once_outside_the_timed_call_and_verified() {
+    use std::sync::Arc;
+    use tensorlift::tune::op_bench::{OpBench, OpReference, op_workload};
+    for spec in [
+        OpSpec::Matmul { m: 8, n: 32, k: 20, dtype: MatmulDtype::U8 },
+        OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 },
+    ] {
+        let reference = Arc::new(OpReference::new(&spec).unwrap());
+        for constants in [true, false] {
+            let def = spec.build().unwrap();
+            assert_eq!(def.constants.len(), 1, "{}: the catalog declares the weights constant", spec.label());
+            let def = if constants { def } else { def.with_runtime_inputs() };
+            let workload = op_workload(&spec, &def);
+            let bench = OpBench::of(def, workload, level(), 2, reference.clone());
+            let sketch = bench.space.sketches().iter().find(|s| s.name.starts_with("tensorize.")).unwrap();
+            let ends = [0, 1].map(|end| AutoPoint {
+                sketch: sketch.name.clone(),
+                values: sketch
+                    .decisions
+                    .iter()
+                    .map(|d| if end == 0 { d.choices[0] } else { d.choices[d.choices.len() - 1] })
+                    .collect(),
+            });
+            for point in ends {
+                let label = format!("{} constants={constants} {point:?}", spec.label());
+                // Verified bit for bit: the call on the prepared weights against the definition
+                // on the raw ones.
+                let m = bench.measure(&point, 2, None);
+                assert_eq!((m.status, m.verified), (Status::Ok, true), "{label}: {m:?}");
+                let scheduled = bench.space.apply(&point).unwrap();
+                let compiled = CompiledPoint::build(&scheduled, "op", &tensorlift::CompileOptions::default()).unwrap();
+                let allocates_packed_b =
+                    |ir: String| ir.lines().any(|l| l.trim_start().starts_with("allocate") && l.contains(".gemm_b"));
+                // The timed call packs the weights only when they are a runtime input.
+                assert_eq!(allocates_packed_b(compiled.main.lowered.to_string()), !constants, "{label}");
+                assert_eq!(compiled.prepare.len(), usize::from(constants), "{label}");
+                for p in &compiled.prepare {
+                    assert_eq!(p.input, 1, "{label}");
+                    assert!(p.kernel.lowered.to_string().contains(".gemm_b["), "{label}");
+                }
+            }
+        }
+    }
 }

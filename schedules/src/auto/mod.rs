@@ -9,6 +9,11 @@
 //! a stage says why in `Space::notes` (the debug listing, `Space::listing`); a point whose calls
 //! a primitive rejects is an `AutoError`, never compiled.
 //!
+//! A definition may declare some inputs constants (`Space::with_constants`, the catalog's
+//! `Definition::constants`): known when the function is compiled, as a layer's weights are. A
+//! rewrite may then move work on a constant out of the call into a prepare function
+//! (`Prepare`) that runs once: auto-tensorize packs a constant `B` there.
+//!
 //! Target knowledge enters only through `SpaceOptions` (threads, vector width, which int8
 //! kernel forms the level has); the space is otherwise target-independent.
 
@@ -24,6 +29,7 @@ use ir::{ScheduleError, TeError, Tensor};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::catalog::Definition;
 use sketch::Plan;
 
 /// What the target offers the rules.
@@ -78,11 +84,39 @@ pub struct RuleNote {
 
 /// A point applied: the schedule (its trace recorded), the call's arguments (the definition's
 /// inputs, then its outputs, which a rewrite such as auto-tensorize may have rebuilt) and the
-/// threads the point runs on.
+/// threads the point runs on. Where a constant is prepared (`prepare`), the call's argument at
+/// that input's position is the prepared tensor, not the raw constant.
 pub struct Scheduled {
     pub schedule: Schedule,
     pub args: Vec<Tensor>,
     pub threads: usize,
+    /// The functions to run once, before any call, on constants (none for most points).
+    pub prepare: Vec<Prepare>,
+}
+
+/// A function that prepares a constant input once (auto-tensorize's packing of a constant `B`):
+/// run on the raw constant, its output is what the call takes at position `input`.
+pub struct Prepare {
+    /// The constant's position among the definition's inputs (and the prepared tensor's among
+    /// the call's arguments).
+    pub input: usize,
+    pub schedule: Schedule,
+    /// The function's arguments: the raw constant, then the prepared tensor (its output).
+    pub args: Vec<Tensor>,
+    pub threads: usize,
+}
+
+/// What a point's schedules are made on, as fresh tensors (`Space::definition_of`): what their
+/// traces replay onto.
+pub struct PointDefinition {
+    /// The call's arguments: the inputs (a prepared constant replaced by its prepared tensor),
+    /// then the outputs.
+    pub args: Vec<Tensor>,
+    /// The outputs the call's schedule is made on.
+    pub outputs: Vec<Tensor>,
+    /// Per prepared constant: its input position, the raw constant and the prepared tensor's
+    /// definition (the prepare function's output).
+    pub prepare: Vec<(usize, Tensor, Tensor)>,
 }
 
 /// Why a point could not be applied.
@@ -112,6 +146,8 @@ pub enum AutoError {
 pub struct Space {
     inputs: Vec<Tensor>,
     outputs: Vec<Tensor>,
+    /// The inputs known when the function is compiled.
+    constants: Vec<Tensor>,
     options: SpaceOptions,
     sketches: Vec<Sketch>,
     /// How each sketch is applied (same order as `sketches`).
@@ -129,15 +165,36 @@ impl Space {
     /// vectorized element-wise stages, parallel outer loops); `tensorize.u8` or
     /// `tensorize.i16` for an int8 contraction whose rewrite `tensorize` proves (module
     /// `tensorize`).
+    /// No input is a constant (`with_constants` with none).
     pub fn new(inputs: &[Tensor], outputs: &[Tensor], options: SpaceOptions) -> Space {
+        Space::with_constants(inputs, outputs, &[], options)
+    }
+
+    /// The space of the definition whose `constants` (some of `inputs`) are known when the
+    /// function is compiled: where `B` of an auto-tensorized contraction is one, its packing is
+    /// a prepare function run once (`Scheduled::prepare`) and the call takes the packed `B`.
+    /// A tensor of `constants` that is not one of `inputs` is ignored.
+    pub fn with_constants(inputs: &[Tensor], outputs: &[Tensor], constants: &[Tensor], options: SpaceOptions) -> Space {
+        let constants: Vec<Tensor> =
+            constants.iter().filter(|c| inputs.iter().any(|i| i.id() == c.id())).cloned().collect();
         let mut sketches = vec![Sketch { name: GENERIC.to_string(), decisions: vec![] }];
         let mut plans = vec![Plan::Generic];
-        let (generated, notes) = sketch::generate(outputs, &options);
+        let (generated, notes) = sketch::generate(outputs, &constants, &options);
         for (sk, plan) in generated {
             sketches.push(sk);
             plans.push(plan);
         }
-        Space { inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, sketches, plans, notes }
+        Space { inputs: inputs.to_vec(), outputs: outputs.to_vec(), constants, options, sketches, plans, notes }
+    }
+
+    /// The space of a catalog definition, its `constants` declared.
+    pub fn of(definition: &Definition, options: SpaceOptions) -> Space {
+        Space::with_constants(&definition.inputs, &definition.outputs, &definition.constants, options)
+    }
+
+    /// The inputs declared constant.
+    pub fn constants(&self) -> &[Tensor] {
+        &self.constants
     }
 
     pub fn options(&self) -> &SpaceOptions {
@@ -180,8 +237,14 @@ impl Space {
     /// auto-tensorized point a fresh rewrite at its decisions. The call's arguments are the
     /// space's inputs, then these.
     pub fn definition(&self, point: &AutoPoint) -> Result<Vec<Tensor>, AutoError> {
+        Ok(self.definition_of(point)?.outputs)
+    }
+
+    /// `definition` with the call's arguments and the prepare functions' definitions: a
+    /// prepared point's call takes the prepared constant in place of the raw one.
+    pub fn definition_of(&self, point: &AutoPoint) -> Result<PointDefinition, AutoError> {
         let index = self.checked(point)?;
-        sketch::definition(&self.plans[index], &point.sketch, &point.values, &self.outputs)
+        sketch::definition(&self.plans[index], &point.sketch, &point.values, &self.inputs, &self.outputs)
     }
 
     /// Checks `point` against its sketch's domains, then makes the schedule's calls.

@@ -2,14 +2,15 @@
 //! schedule primitive calls whose open decisions a point fills in.
 
 use ir::Tensor;
-use ir::schedule::{Schedule, create_schedule};
+use ir::schedule::create_schedule;
 
 use super::analysis::{StageInfo, StageKind, stages};
 use super::annotate::{lanes, parallelize, thread_choices, vectorize_injective};
 use super::inline::{apply_inline, inline_candidates};
+use super::tensorize::Tensorized;
 use super::tensorize::{Contraction, GemmForm, GemmPoint, TensorizeError, form_for, mr_choices, nr_choices, recognize};
 use super::tiling::{TilePlan, plan as tile_plan};
-use super::{AutoError, Decision, RuleNote, Scheduled, Sketch, SpaceOptions};
+use super::{AutoError, Decision, PointDefinition, Prepare, RuleNote, Scheduled, Sketch, SpaceOptions};
 
 /// The decisions of a sketch being built.
 #[derive(Default)]
@@ -54,6 +55,8 @@ pub struct TensorizePlan {
     nr: usize,
     cols_outer: usize,
     threads: usize,
+    /// `B` is a constant placeholder: packed by a prepare function, not in the call.
+    prepare_b: bool,
 }
 
 /// How a sketch is applied.
@@ -64,7 +67,11 @@ pub enum Plan {
 }
 
 /// The sketches (after the generic one, which the caller adds) and the rules' notes.
-pub fn generate(outputs: &[Tensor], options: &SpaceOptions) -> (Vec<(Sketch, Plan)>, Vec<RuleNote>) {
+pub fn generate(
+    outputs: &[Tensor],
+    constants: &[Tensor],
+    options: &SpaceOptions,
+) -> (Vec<(Sketch, Plan)>, Vec<RuleNote>) {
     let mut notes = Vec::new();
     let infos = stages(outputs);
     let inline = inline_candidates(&infos, &mut notes);
@@ -109,7 +116,7 @@ pub fn generate(outputs: &[Tensor], options: &SpaceOptions) -> (Vec<(Sketch, Pla
                 notes.push(RuleNote { rule: "auto-tensorize", stage: st.tensor.name().into(), outcome: Err(why) })
             }
             Ok(c) => {
-                if let Some(sketch) = tensorize_sketch(st, c, &infos, options, &mut notes) {
+                if let Some(sketch) = tensorize_sketch(st, c, &infos, constants, options, &mut notes) {
                     out.push(sketch);
                 }
             }
@@ -178,10 +185,13 @@ fn tensorize_sketch(
     st: &StageInfo,
     c: Contraction,
     infos: &[StageInfo],
+    constants: &[Tensor],
     options: &SpaceOptions,
     notes: &mut Vec<RuleNote>,
 ) -> Option<(Sketch, Plan)> {
     let stage = st.tensor.name().to_string();
+    let b = c.b.tensor.clone();
+    let prepare_b = b.is_placeholder() && constants.iter().any(|t| t.id() == b.id());
     let (form, why) = form_for(&c, options.vnni);
     let mut d = DecisionSet::default();
     let mr = d.add("gemm.mr".into(), mr_choices(&c));
@@ -190,14 +200,19 @@ fn tensorize_sketch(
     let threads = d.add("threads".into(), thread_choices(options.max_threads));
     let inline = infos.iter().filter(|s| matches!(s.kind, StageKind::Injective) && !s.is_output);
     let inline: Vec<Tensor> = inline.map(|s| s.tensor.clone()).collect();
-    let plan = TensorizePlan { contraction: c, form, inline, mr, nr, cols_outer, threads };
+    let plan = TensorizePlan { contraction: c, form, inline, mr, nr, cols_outer, threads, prepare_b };
     let sketch = Sketch { name: format!("tensorize.{}", form.name()), decisions: d.decisions };
     // Kept only if the proof succeeds at the sketch's first point.
     let first: Vec<i64> = sketch.decisions.iter().map(|d| d.choices[0]).collect();
     match apply_tensorize(&plan, &Values(&first), options) {
         Ok(_) => {
+            let packing = if plan.prepare_b {
+                format!("{} is a constant: packed once by a prepare function", b.name())
+            } else {
+                format!("{} is a runtime input: packed on every call", b.name())
+            };
             let what = format!(
-                "rows {}, columns {}, K {} as a GEMM; {why}",
+                "rows {}, columns {}, K {} as a GEMM; {why}; {packing}",
                 plan.contraction.axes[plan.contraction.rows].name(),
                 plan.contraction.axes[plan.contraction.cols].name(),
                 plan.contraction.reduce.iter().map(|r| r.name()).collect::<Vec<_>>().join("·"),
@@ -216,18 +231,20 @@ fn tensorize_sketch(
     }
 }
 
-fn apply_tensorize(
-    p: &TensorizePlan,
-    v: &Values,
-    options: &SpaceOptions,
-) -> Result<(Schedule, Tensor), TensorizeError> {
+fn apply_tensorize(p: &TensorizePlan, v: &Values, options: &SpaceOptions) -> Result<Tensorized, TensorizeError> {
     let point = GemmPoint {
         mr: v.get(p.mr),
         nr: v.get(p.nr),
         cols_outer: v.get(p.cols_outer) == 1,
         threads: v.get(p.threads) as usize,
     };
-    super::tensorize::schedule(&p.contraction, p.form, point, options.vector_bytes, &p.inline)
+    super::tensorize::schedule(&p.contraction, p.form, point, options.vector_bytes, &p.inline, p.prepare_b)
+}
+
+/// The position of the constant `b` among `inputs` (the space keeps only constants that are
+/// inputs, so it is one).
+fn input_position(inputs: &[Tensor], b: &Tensor) -> usize {
+    inputs.iter().position(|t| t.id() == b.id()).unwrap_or(0)
 }
 
 /// Makes the calls of `plan` at the point's `values` (already checked against the domains).
@@ -244,7 +261,7 @@ pub fn apply(
     let refs: Vec<&Tensor> = outputs.iter().collect();
     let args = inputs.iter().chain(outputs).cloned().collect();
     match plan {
-        Plan::Generic => Ok(Scheduled { schedule: create_schedule(&refs), args, threads: 1 }),
+        Plan::Generic => Ok(Scheduled { schedule: create_schedule(&refs), args, threads: 1, prepare: vec![] }),
         Plan::Rules(p) => {
             let threads = v.get(p.threads) as usize;
             let mut s = create_schedule(&refs);
@@ -275,29 +292,55 @@ pub fn apply(
                 Ok(())
             };
             run().map_err(schedule_err)?;
-            Ok(Scheduled { schedule: s, args, threads })
+            Ok(Scheduled { schedule: s, args, threads, prepare: vec![] })
         }
         Plan::Tensorize(p) => {
-            let (schedule, output) = apply_tensorize(p, &v, options).map_err(|e| match e {
+            let t = apply_tensorize(p, &v, options).map_err(|e| match e {
                 TensorizeError::Rewrite(e) => AutoError::Rewrite { sketch: sketch.to_string(), source: Box::new(e) },
                 TensorizeError::Schedule(e) => schedule_err(e),
             })?;
-            let args = inputs.iter().cloned().chain([output]).collect();
-            Ok(Scheduled { schedule, args, threads: v.get(p.threads) as usize })
+            let threads = v.get(p.threads) as usize;
+            let mut args: Vec<Tensor> = inputs.iter().cloned().chain([t.output]).collect();
+            let mut prepare = Vec::new();
+            if let Some((schedule, packed, arg)) = t.prepare {
+                let raw = &p.contraction.b.tensor;
+                let input = input_position(inputs, raw);
+                args[input] = arg;
+                prepare.push(Prepare { input, schedule, args: vec![raw.clone(), packed], threads });
+            }
+            Ok(Scheduled { schedule: t.schedule, args, threads, prepare })
         }
     }
 }
 
-/// The outputs of the definition the point's schedule is made on: the space's own for the
-/// generic and rules sketches, a fresh rewrite at the point's decisions for auto-tensorize (what
-/// the point's trace replays onto).
-pub fn definition(plan: &Plan, sketch: &str, values: &[i64], outputs: &[Tensor]) -> Result<Vec<Tensor>, AutoError> {
+/// What the point's schedules are made on: the space's own definition for the generic and rules
+/// sketches, a fresh rewrite at the point's decisions for auto-tensorize (what the point's
+/// traces replay onto).
+pub fn definition(
+    plan: &Plan,
+    sketch: &str,
+    values: &[i64],
+    inputs: &[Tensor],
+    outputs: &[Tensor],
+) -> Result<PointDefinition, AutoError> {
     match plan {
-        Plan::Generic | Plan::Rules(_) => Ok(outputs.to_vec()),
+        Plan::Generic | Plan::Rules(_) => Ok(PointDefinition {
+            args: inputs.iter().chain(outputs).cloned().collect(),
+            outputs: outputs.to_vec(),
+            prepare: vec![],
+        }),
         Plan::Tensorize(p) => {
-            let rw = super::tensorize::rewrite(&p.contraction, p.form, Values(values).get(p.nr))
+            let rw = super::tensorize::rewrite(&p.contraction, p.form, Values(values).get(p.nr), p.prepare_b)
                 .map_err(|e| AutoError::Rewrite { sketch: sketch.to_string(), source: Box::new(e) })?;
-            Ok(vec![rw.output])
+            let mut args: Vec<Tensor> = inputs.iter().cloned().chain([rw.output.clone()]).collect();
+            let mut prepare = Vec::new();
+            if let Some(arg) = rw.prepared_b {
+                let raw = p.contraction.b.tensor.clone();
+                let input = input_position(inputs, &raw);
+                args[input] = arg;
+                prepare.push((input, raw, rw.packed_b));
+            }
+            Ok(PointDefinition { args, outputs: vec![rw.output], prepare })
         }
     }
 }

@@ -53,7 +53,8 @@ impl Rng {
     }
 }
 
-/// Applies `point`, lowers and interprets it; compares with `eval_te` of the definition.
+/// Applies `point`, lowers and interprets it (its prepare functions first, on the raw
+/// constants); compares with `eval_te` of the definition.
 fn check(def: &Definition, space: &Space, point: &AutoPoint, label: &str) -> Scheduled {
     let scheduled = space.apply(point).unwrap_or_else(|e| panic!("{label} {point:?}: {e}"));
     let args: Vec<&Tensor> = scheduled.args.iter().collect();
@@ -62,6 +63,14 @@ fn check(def: &Definition, space: &Space, point: &AutoPoint, label: &str) -> Sch
     let pairs: Vec<(&Tensor, &Array)> = def.inputs.iter().zip(&inputs).collect();
     let want = eval_te(&def.output_refs(), &pairs).unwrap();
     let mut arrays = inputs.clone();
+    for p in &scheduled.prepare {
+        assert_eq!(p.args[0].id(), def.inputs[p.input].id(), "{label} {point:?}: prepares a constant input");
+        let args: Vec<&Tensor> = p.args.iter().collect();
+        let g = ir::lower::lower(&p.schedule, &args, "prepare").unwrap_or_else(|e| panic!("{label} {point:?}: {e}"));
+        let mut pa = vec![inputs[p.input].clone(), Array::zeros(p.args[1].dtype(), p.args[1].shape())];
+        run_func(&g, &mut pa).unwrap_or_else(|e| panic!("{label} {point:?}: {e}\n{g}"));
+        arrays[p.input] = pa.pop().unwrap();
+    }
     arrays.extend(def.outputs.iter().map(|o| Array::zeros(o.dtype(), o.shape())));
     // The call's arguments keep the definition's shapes and dtypes.
     for (a, t) in arrays.iter().zip(&scheduled.args) {
@@ -83,10 +92,14 @@ fn options(vnni: bool) -> SpaceOptions {
 fn random_points_of_every_sketch_match_the_reference() {
     let mut rng = Rng(24);
     for spec in small_ops() {
-        for vnni in [true, false] {
+        for (vnni, constants) in [(true, true), (false, true), (false, false)] {
             let def = spec.build().unwrap();
-            let space = Space::new(&def.inputs, &def.outputs, options(vnni));
-            let label = format!("{} vnni={vnni}", spec.label());
+            if !constants && def.constants.is_empty() {
+                continue;
+            }
+            let def = if constants { def } else { def.with_runtime_inputs() };
+            let space = Space::of(&def, options(vnni));
+            let label = format!("{} vnni={vnni} constants={constants}", spec.label());
             for sketch in space.sketches() {
                 let first = AutoPoint {
                     sketch: sketch.name.clone(),
@@ -170,24 +183,84 @@ fn the_trace_of_every_sketch_replays_onto_its_definition() {
         OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::F32 },
         OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 },
     ] {
-        let def = spec.build().unwrap();
-        for vnni in [true, false] {
-            let space = Space::new(&def.inputs, &def.outputs, options(vnni));
+        for (vnni, constants) in [(true, true), (false, true), (false, false)] {
+            let def = spec.build().unwrap();
+            let def = if constants { def } else { def.with_runtime_inputs() };
+            let space = Space::of(&def, options(vnni));
             assert!(space.sketches().len() >= 2, "{}", space.listing());
             for sketch in space.sketches() {
                 let point = rng.point(sketch);
                 let scheduled = check(&def, &space, &point, "replay");
-                let trace: Trace = scheduled.schedule.trace();
-                let outputs = space.definition(&point).unwrap();
-                let refs: Vec<&Tensor> = outputs.iter().collect();
-                let replayed = trace.replay(&refs, &crate::intrin::resolve).unwrap();
-                let args: Vec<&Tensor> = def.inputs.iter().chain(&outputs).collect();
-                let (a, b) = (
-                    ir::lower::lower(&scheduled.schedule, &scheduled.args.iter().collect::<Vec<_>>(), "f").unwrap(),
-                    ir::lower::lower(&replayed, &args, "f").unwrap(),
-                );
-                assert_eq!(a.to_string(), b.to_string(), "{point:?}");
+                let fresh = space.definition_of(&point).unwrap();
+                assert_eq!(space.definition(&point).unwrap().len(), fresh.outputs.len());
+                let refs: Vec<&Tensor> = fresh.outputs.iter().collect();
+                let replayed = scheduled.schedule.trace().replay(&refs, &crate::intrin::resolve).unwrap();
+                let lowered = |s: &ir::schedule::Schedule, args: &[Tensor]| {
+                    ir::lower::lower(s, &args.iter().collect::<Vec<_>>(), "f").unwrap().to_string()
+                };
+                assert_eq!(lowered(&scheduled.schedule, &scheduled.args), lowered(&replayed, &fresh.args), "{point:?}");
+                // The prepare functions replay onto theirs.
+                assert_eq!(scheduled.prepare.len(), fresh.prepare.len(), "{point:?}");
+                for (p, (input, raw, packed)) in scheduled.prepare.iter().zip(&fresh.prepare) {
+                    assert_eq!(p.input, *input);
+                    let trace: Trace = p.schedule.trace();
+                    let replayed = trace.replay(&[packed], &crate::intrin::resolve).unwrap();
+                    let args = [raw.clone(), packed.clone()];
+                    assert_eq!(lowered(&p.schedule, &p.args), lowered(&replayed, &args), "{point:?}");
+                }
             }
         }
     }
+}
+
+/// The tensorized point of `def` at its first values, and whether its call's IR writes the
+/// packed `B` (`<out>.gemm_b`).
+fn first_tensorized(def: &Definition) -> (Scheduled, bool) {
+    let space = Space::of(def, options(false));
+    let sketch = space.sketches().iter().find(|s| s.name == "tensorize.i16").expect("a tensorized sketch");
+    let point =
+        AutoPoint { sketch: sketch.name.clone(), values: sketch.decisions.iter().map(|d| d.choices[0]).collect() };
+    let scheduled = check(def, &space, &point, "first tensorized");
+    let args: Vec<&Tensor> = scheduled.args.iter().collect();
+    let f = ir::lower::lower(&scheduled.schedule, &args, "f").unwrap();
+    let s = &scheduled.schedule;
+    let computes = s.order().iter().map(|&st| &s.stage_data(st).tensor).filter(|t| !t.is_placeholder());
+    let packing_stage = computes.clone().any(|t| t.name().ends_with(".gemm_b"));
+    // The lowered call allocates and writes the packed B exactly where it has the stage.
+    let allocates = f.to_string().lines().any(|l| l.trim_start().starts_with("allocate") && l.contains(".gemm_b"));
+    assert_eq!(allocates, packing_stage, "{f}");
+    (scheduled, packing_stage)
+}
+
+#[test]
+fn a_constant_b_is_packed_by_a_prepare_function_and_a_runtime_b_in_the_call() {
+    for spec in [
+        OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::U8 },
+        OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 },
+    ] {
+        let def = spec.build().unwrap();
+        assert_eq!(def.constants.len(), 1, "{}", spec.label());
+        let (scheduled, packs) = first_tensorized(&def);
+        assert!(!packs, "{}: the call packs a constant B", spec.label());
+        assert_eq!(scheduled.prepare.len(), 1);
+        let p = &scheduled.prepare[0];
+        assert_eq!((p.input, p.args[0].id()), (1, def.inputs[1].id()));
+        assert!(p.args[1].name().ends_with(".gemm_b"));
+        // The call takes the packed B in the raw one's place.
+        assert_eq!((scheduled.args[1].shape(), scheduled.args[1].dtype()), (p.args[1].shape(), p.args[1].dtype()));
+        assert!(scheduled.args[1].is_placeholder());
+
+        let (scheduled, packs) = first_tensorized(&def.with_runtime_inputs());
+        assert!(packs, "{}: a runtime B is packed in the call", spec.label());
+        assert!(scheduled.prepare.is_empty());
+    }
+    let def = OpSpec::BatchMatmul { b: 2, m: 8, n: 16, k: 12 }.build().unwrap();
+    assert!(def.constants.is_empty());
+    let (scheduled, packs) = first_tensorized(&def);
+    assert!(packs && scheduled.prepare.is_empty());
+    let listing = Space::of(&def, options(false)).listing();
+    assert!(listing.contains("B is a runtime input: packed on every call"), "{listing}");
+    let def = OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::U8 }.build().unwrap();
+    let listing = Space::of(&def, options(false)).listing();
+    assert!(listing.contains("B is a constant: packed once by a prepare function"), "{listing}");
 }

@@ -18,6 +18,11 @@
 //!   i32(Bp[.., n/nr, ko, n%nr, ki])`, equal to the definition for every input (the padding
 //!   multiplies zeros), so the call's arguments are the original inputs and the output.
 //!
+//! Where `B` is a constant (a placeholder the definition declares known at compile time, as
+//! weights are), the packing is not part of the call: the output reads a placeholder
+//! `<out>.gemm_b` of the packed shape instead, and the packing stage is a function of its own
+//! (`Prepared`), scheduled like the per-call one, that the caller runs once on the raw `B`.
+//!
 //! The kernel form: u8 bytes and `vpdpbusd` with VNNI, or without it where the operands' value
 //! ranges prove the AVX2 triple exact (`ir::intrin::pair_sums_fit_i16`); otherwise both
 //! operands pre-widened to i16 pairs (`Int16Gemm`, exact on every input).
@@ -28,7 +33,7 @@ use ir::expr::{ExprKind, select};
 use ir::intrin::pair_sums_fit_i16;
 use ir::mutator::substitute_map;
 use ir::schedule::{Schedule, create_schedule};
-use ir::te::{IterVar, Reducer, Tensor, compute_vec, reduce_axis, sum};
+use ir::te::{IterVar, Reducer, Tensor, compute_vec, placeholder_vec, placeholder_vec_in_range, reduce_axis, sum};
 use ir::{DType, Expr, ScheduleError, TeError, Var};
 
 use super::analysis::{StageInfo, StageKind};
@@ -199,7 +204,11 @@ pub fn form_for(c: &Contraction, vnni: bool) -> (GemmForm, String) {
 /// The rewritten definition.
 pub struct Rewritten {
     pub a_copy: Option<Tensor>,
+    /// The packing of `B` (a compute over the raw `B`).
     pub packed_b: Tensor,
+    /// Where `B` is prepared once: the placeholder of the packed `B` the output reads (the
+    /// main function's argument in place of the raw `B`); `None`: the output reads `packed_b`.
+    pub prepared_b: Option<Tensor>,
     pub output: Tensor,
     /// `K'`, the reduction padded to whole groups.
     pub k: i64,
@@ -226,8 +235,9 @@ fn substituted(read: &Read, map: &HashMap<Var, Expr>) -> Expr {
     read.tensor.at_vec(read.indices.iter().map(|e| substitute_map(e, map)).collect())
 }
 
-/// Rewrites `c` for the kernel `form` with panels of `nr` columns.
-pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64) -> Result<Rewritten, TeError> {
+/// Rewrites `c` for the kernel `form` with panels of `nr` columns; with `prepare_b`, the output
+/// reads the packed `B` as a placeholder (`Rewritten::prepared_b`).
+pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Result<Rewritten, TeError> {
     let p = form.pack();
     let k: i64 = c.reduce.iter().map(|r| r.extent()).product();
     let kp = ceil_div(k, p) * p;
@@ -278,6 +288,19 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64) -> Result<Rewritten, Te
         },
         &format!("{name}.gemm_b"),
     )?;
+    // The packed `B` as an argument: of the packing's shape and dtype, in `B`'s declared range
+    // widened to hold the padding's zeros.
+    let prepared_b = if prepare_b {
+        let shape = packed_b.shape().to_vec();
+        let dtype = packed_b.dtype();
+        Some(match c.b.tensor.value_range() {
+            Some((lo, hi)) => placeholder_vec_in_range(shape, dtype, lo.min(0)..=hi.max(0), packed_b.name())?,
+            None => placeholder_vec(shape, dtype, packed_b.name())?,
+        })
+    } else {
+        None
+    };
+    let read_b = prepared_b.as_ref().unwrap_or(&packed_b);
     let (ko, ki) = (reduce_axis(kp / p, "ko")?, reduce_axis(p, "ki")?);
     let output = compute_vec(
         c.axes.iter().map(|a| a.extent()).collect(),
@@ -301,12 +324,12 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64) -> Result<Rewritten, Te
             let mut idx: Vec<Expr> = c.batch.iter().map(|&ax| i[ax].clone()).collect();
             let col = &i[c.cols];
             idx.extend([col / nr, ko.to_expr(), col % nr, ki.to_expr()]);
-            let b = packed_b.at_vec(idx);
+            let b = read_b.at_vec(idx);
             sum(DType::I32, &[&ko, &ki], a.cast(DType::I32) * b.cast(DType::I32))
         },
         name,
     )?;
-    Ok(Rewritten { a_copy, packed_b, output, k: kp })
+    Ok(Rewritten { a_copy, packed_b, prepared_b, output, k: kp })
 }
 
 /// The decisions of a tensorized point.
@@ -339,16 +362,28 @@ pub fn nr_choices(c: &Contraction) -> Vec<i64> {
     out
 }
 
+/// A tensorized point's schedules.
+pub struct Tensorized {
+    /// The per-call function's schedule, on `output`.
+    pub schedule: Schedule,
+    pub output: Tensor,
+    /// Where `B` is prepared once: the packing's own schedule, the packing (its output) and the
+    /// placeholder the per-call function reads in its place.
+    pub prepare: Option<(Schedule, Tensor, Tensor)>,
+}
+
 /// Rewrites and schedules `c` at `point`: inlines the definition's injective stages into the
-/// `A` copy, vectorizes the copy, tiles the output by `mr × nr` and tensorizes each tile.
+/// `A` copy, vectorizes the copy, tiles the output by `mr × nr` and tensorizes each tile; the
+/// packing of `B` is a stage of the call, or with `prepare_b` a function of its own.
 pub fn schedule(
     c: &Contraction,
     form: GemmForm,
     point: GemmPoint,
     vector_bytes: i64,
     inline: &[Tensor],
-) -> Result<(Schedule, Tensor), TensorizeError> {
-    let rw = rewrite(c, form, point.nr).map_err(TensorizeError::Rewrite)?;
+    prepare_b: bool,
+) -> Result<Tensorized, TensorizeError> {
+    let rw = rewrite(c, form, point.nr, prepare_b).map_err(TensorizeError::Rewrite)?;
     let (m, n) = (c.axes[c.rows].extent(), c.axes[c.cols].extent());
     let intrin = gemm_segmented_microkernel(point.mr.min(m), point.nr.min(n), 1, rw.k, form.a_dtype())
         .map_err(TensorizeError::Rewrite)?;
@@ -391,19 +426,9 @@ pub fn schedule(
                 parallelize(s, copy, &[first], point.threads)?;
             }
         }
-        // The packing: the panel's columns as one vector per `k` (contiguous in `B` for a
-        // matmul), panels on the thread pool.
-        let bp = &rw.packed_b;
-        let b_axes = bp.axes().to_vec();
-        let nb = c.batch.len();
-        let (jo, ko, ji, ki) = (&b_axes[nb], &b_axes[nb + 1], &b_axes[nb + 2], &b_axes[nb + 3]);
-        let mut order: Vec<&IterVar> = b_axes[..nb].iter().collect();
-        order.extend([jo, ko, ki, ji]);
-        s.reorder(bp, &order)?;
-        s.vectorize(bp, ji)?;
-        let mut panels: Vec<IterVar> = b_axes[..nb].to_vec();
-        panels.push(jo.clone());
-        parallelize(s, bp, &panels, point.threads)?;
+        if rw.prepared_b.is_none() {
+            schedule_packing(s, &rw.packed_b, c.batch.len(), point.threads)?;
+        }
         let out = &rw.output;
         let axes = out.axes().to_vec();
         let (m, n) = (axes[c.rows].extent(), axes[c.cols].extent());
@@ -424,7 +449,30 @@ pub fn schedule(
         s.tensorize(out, &reduce[0], &intrin)
     };
     run(&mut s).map_err(TensorizeError::Schedule)?;
-    Ok((s, rw.output))
+    let prepare = match rw.prepared_b {
+        None => None,
+        Some(arg) => {
+            let mut p = create_schedule(&[&rw.packed_b]);
+            schedule_packing(&mut p, &rw.packed_b, c.batch.len(), point.threads).map_err(TensorizeError::Schedule)?;
+            Some((p, rw.packed_b, arg))
+        }
+    };
+    Ok(Tensorized { schedule: s, output: rw.output, prepare })
+}
+
+/// The packing of `B` (`bp`, with `nb` batch axes first): the panel's columns as one vector per
+/// `k` (contiguous in `B` for a matmul), panels on the thread pool.
+fn schedule_packing(s: &mut Schedule, bp: &Tensor, nb: usize, threads: usize) -> Result<(), ScheduleError> {
+    let b_axes = bp.axes().to_vec();
+    let (jo, ko, ji, ki) = (&b_axes[nb], &b_axes[nb + 1], &b_axes[nb + 2], &b_axes[nb + 3]);
+    let mut order: Vec<&IterVar> = b_axes[..nb].iter().collect();
+    order.extend([jo, ko, ki, ji]);
+    s.reorder(bp, &order)?;
+    s.vectorize(bp, ji)?;
+    let mut panels: Vec<IterVar> = b_axes[..nb].to_vec();
+    panels.push(jo.clone());
+    parallelize(s, bp, &panels, threads)?;
+    Ok(())
 }
 
 /// Why a tensorized point could not be built.

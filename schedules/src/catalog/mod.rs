@@ -51,6 +51,10 @@ pub enum OpSpec {
 pub struct Definition {
     pub inputs: Vec<Tensor>,
     pub outputs: Vec<Tensor>,
+    /// The inputs known when the function is compiled (a layer's weights): the auto-scheduler
+    /// may prepare them once, outside the call (`auto::Space::with_constants`). Empty: every
+    /// input is a runtime input.
+    pub constants: Vec<Tensor>,
     /// Arithmetic operations of one evaluation (a multiply-add is 2), for GOPS.
     pub ops: f64,
 }
@@ -59,6 +63,12 @@ impl Definition {
     /// The call's arguments: the inputs, then the outputs.
     pub fn args(&self) -> Vec<Tensor> {
         self.inputs.iter().chain(&self.outputs).cloned().collect()
+    }
+
+    /// This definition with every input a runtime input (no constants).
+    pub fn with_runtime_inputs(mut self) -> Definition {
+        self.constants.clear();
+        self
     }
 
     /// The outputs as references, as `create_schedule` and `workload_key` take them.
@@ -108,7 +118,8 @@ impl OpSpec {
                 let a = placeholder([m, k], ad, "A")?;
                 let b = placeholder([k, n], bd, "B")?;
                 let c = nn::matmul(&a, &b, out, "C")?;
-                Ok(Definition { inputs: vec![a, b], outputs: vec![c], ops: 2.0 * (m * n * k) as f64 })
+                let constants = vec![b.clone()];
+                Ok(Definition { inputs: vec![a, b], outputs: vec![c], constants, ops: 2.0 * (m * n * k) as f64 })
             }
             OpSpec::Conv2d { ic, oc, h, w, kh, kw, stride, pad, groups } => {
                 let src = placeholder([1, h, w, ic], DType::U8, "src")?;
@@ -116,25 +127,36 @@ impl OpSpec {
                 let weights = placeholder([oc, kh, kw, icg], DType::I8, "weights")?;
                 let out = conv2d_nhwc_int8(&src, &weights, stride, pad, groups, "conv")?;
                 let ops = 2.0 * out.shape().iter().product::<i64>() as f64 * (kh * kw * icg) as f64;
-                Ok(Definition { inputs: vec![src, weights], outputs: vec![out], ops })
+                let constants = vec![weights.clone()];
+                Ok(Definition { inputs: vec![src, weights], outputs: vec![out], constants, ops })
             }
             OpSpec::BatchMatmul { b, m, n, k } => {
                 let a = placeholder([b, m, k], DType::U8, "A")?;
                 let bt = placeholder([b, k, n], DType::I8, "B")?;
                 let c = batch_matmul_int8(&a, &bt, "C")?;
-                Ok(Definition { inputs: vec![a, bt], outputs: vec![c], ops: 2.0 * (b * m * n * k) as f64 })
+                Ok(Definition {
+                    inputs: vec![a, bt],
+                    outputs: vec![c],
+                    constants: vec![],
+                    ops: 2.0 * (b * m * n * k) as f64,
+                })
             }
             OpSpec::Pool { c, h, w, k, stride } => {
                 let src = placeholder([1, h, w, c], DType::U8, "src")?;
                 let out = max_pool_nhwc(&src, k, stride, "pool")?;
                 let ops = out.shape().iter().product::<i64>() as f64 * (k * k) as f64;
-                Ok(Definition { inputs: vec![src], outputs: vec![out], ops })
+                Ok(Definition { inputs: vec![src], outputs: vec![out], constants: vec![], ops })
             }
             OpSpec::Softmax { rows, cols } => {
                 let x = placeholder([rows, cols], DType::F32, "x")?;
                 let sm = nn::softmax(&x, "softmax")?;
                 // max, subtract + exp (counted as one), sum, divide.
-                Ok(Definition { inputs: vec![x], outputs: vec![sm.output], ops: 4.0 * (rows * cols) as f64 })
+                Ok(Definition {
+                    inputs: vec![x],
+                    outputs: vec![sm.output],
+                    constants: vec![],
+                    ops: 4.0 * (rows * cols) as f64,
+                })
             }
             OpSpec::Layernorm { rows, cols } => {
                 let x = placeholder([rows, cols], DType::F32, "x")?;
@@ -145,6 +167,7 @@ impl OpSpec {
                 Ok(Definition {
                     inputs: vec![x, gamma, beta],
                     outputs: vec![ln.output],
+                    constants: vec![],
                     ops: 8.0 * (rows * cols) as f64,
                 })
             }

@@ -15,11 +15,15 @@ use schedules::auto::{AutoPoint, Scheduled};
 use schedules::catalog::Definition;
 use thiserror::Error;
 
+use super::compiled_point::CompiledPoint;
 use super::search::{SearchError, SearchLog, SearchOptions, Strategy, search};
 use super::space::LoweredSpace;
 use crate::bench::median;
+use crate::build::BuildError;
 use crate::isa::IsaLevel;
 use crate::record::{Status, WorkloadRef};
+use crate::runtime::CompileOptions;
+use crate::target::Target;
 use crate::tune::op_bench::{OpBench, OpBenchError, OpReference};
 
 /// How to auto-schedule.
@@ -60,8 +64,11 @@ impl AutoOptions {
 /// The result: the best point applied, and the report.
 pub struct AutoScheduled {
     /// The best point, applied to the definition: schedule (with its trace), the call's
-    /// arguments, threads. Build it with `build::build` as any schedule.
+    /// arguments, threads, and the functions that prepare its constants once (`prepare`: a
+    /// constant `B` packed). `compile` builds them all.
     pub scheduled: Scheduled,
+    /// The level it was measured at.
+    pub level: IsaLevel,
     pub point: AutoPoint,
     /// The generic schedule's and the best point's median seconds per call, measured again
     /// after the search, interleaved.
@@ -72,9 +79,22 @@ pub struct AutoScheduled {
     /// The space's sketches, decisions and rule notes (`Space::listing`).
     pub listing: String,
     pub elapsed: Duration,
+    /// The definition's name (what `compile` names the function).
+    pub workload_name: String,
 }
 
 impl AutoScheduled {
+    /// The best point compiled at its level on its threads: `prepare` the definition's inputs
+    /// once (constants packed), then call `main` on them and the outputs as often as needed.
+    pub fn compile(&self) -> Result<CompiledPoint, BuildError> {
+        let options = CompileOptions {
+            target: Target::Level(self.level),
+            threads: Some(self.scheduled.threads),
+            ..Default::default()
+        };
+        CompiledPoint::build(&self.scheduled, &self.workload_name, &options)
+    }
+
     /// How many times faster than the generic schedule.
     pub fn speedup(&self) -> f64 {
         self.default_seconds / self.best_seconds
@@ -156,6 +176,8 @@ pub fn autoschedule(
     })?;
     Ok(AutoScheduled {
         scheduled,
+        level: options.level,
+        workload_name: name.to_string(),
         point,
         default_seconds,
         best_seconds: best.1,

@@ -3,9 +3,11 @@
 //! the measurements (`cost_model`), proposals by evolution guided by the model (`evolve`) or at
 //! random (`random`), and the loop that measures batches through a caller's function
 //! (`search`). `space` says what the search needs of a space, and implements it for the
-//! rules' space.
+//! rules' space. `compiled_point` compiles an applied point with the functions that prepare its
+//! constants once.
 
 pub mod autoschedule;
+pub mod compiled_point;
 pub mod cost_model;
 pub mod evolve;
 pub mod random;
@@ -13,6 +15,7 @@ pub mod search;
 pub mod space;
 
 pub use autoschedule::{AutoOptions, AutoScheduled, AutoscheduleError, autoschedule};
+pub use compiled_point::{CompiledPoint, PrepareError, PrepareKernel};
 pub use cost_model::{CostModel, ModelError, ModelOptions, Sample, spearman};
 pub use evolve::EvolveOptions;
 pub use search::{SearchError, SearchLog, SearchOptions, Strategy, Trial, propose, resume, search};
