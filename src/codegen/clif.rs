@@ -22,6 +22,7 @@ impl Clif {
 
     /// Every function in the order generated: `; NAME` then its CLIF text.
     pub fn text(&self) -> &str {
-        self.text.get_or_init(|| self.functions.iter().map(|(name, f)| format!("; {name}\n{}\n", f.display())).collect())
+        self.text
+            .get_or_init(|| self.functions.iter().map(|(name, f)| format!("; {name}\n{}\n", f.display())).collect())
     }
 }

@@ -15,8 +15,8 @@ use ir::stmt::BufferId;
 use ir::{Buffer, ForKind, Stmt, StmtKind, Var};
 
 use super::DefinedFunction;
-use super::clif::Clif;
 use super::analysis::{self, Promotion};
+use super::clif::Clif;
 use super::cse::{ExprCache, loop_invariants};
 use super::host;
 use super::intrin::KernelKey;

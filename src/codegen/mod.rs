@@ -36,8 +36,8 @@ mod vector;
 use cranelift_module::{FuncId, Linkage, Module};
 
 pub use backend::cranelift_flags;
-pub use clif::Clif;
 pub(crate) use backend::{build_isa, build_object_isa};
+pub use clif::Clif;
 
 use crate::error::CompileError;
 use crate::isa::{IsaLevel, KernelVariant};
