@@ -16,6 +16,7 @@ use ir::{Buffer, ForKind, Stmt, StmtKind, Var};
 
 use super::DefinedFunction;
 use super::analysis::{self, Promotion};
+use super::clif::Clif;
 use super::cse::{ExprCache, loop_invariants};
 use super::host;
 use super::intrin::KernelKey;
@@ -38,7 +39,7 @@ pub(crate) struct ModuleCtx<'m, M: Module> {
     pub name: String,
     pub outlined: usize,
     /// CLIF of every function, as generated (before Cranelift's own passes).
-    pub clif: String,
+    pub clif: Clif,
     pub host: HashMap<HostFn, FuncId>,
     /// Buffers no statement stores to: their loads may be hoisted and merged.
     pub readonly: HashSet<BufferId>,
@@ -68,7 +69,7 @@ impl<'m, M: Module> ModuleCtx<'m, M> {
             module,
             name: func.name.clone(),
             outlined: 0,
-            clif: String::new(),
+            clif: Clif::default(),
             host,
             readonly,
             level,
@@ -139,7 +140,7 @@ pub(crate) fn build_function<M: Module>(
         tx.b.seal_all_blocks();
         tx.b.finalize(config);
     }
-    cx.clif.push_str(&format!("; {name}\n{}\n", ctx.func.display()));
+    cx.clif.push(name, &ctx.func);
     cx.module.define_function(id, &mut ctx).map_err(|err| match err {
         ModuleError::Compilation(CodegenError::Verifier(errors)) => CompileError::Cranelift {
             func: name.to_string(),

@@ -22,6 +22,7 @@
 mod analysis;
 pub(crate) mod backend;
 mod cast;
+mod clif;
 mod cse;
 mod expr;
 mod func;
@@ -36,6 +37,7 @@ use cranelift_module::{FuncId, Linkage, Module};
 
 pub use backend::cranelift_flags;
 pub(crate) use backend::{build_isa, build_object_isa};
+pub use clif::Clif;
 
 use crate::error::CompileError;
 use crate::isa::{IsaLevel, KernelVariant};
@@ -61,8 +63,8 @@ pub struct DefinedFunction {
 pub struct Translation {
     /// The entry function, declared with the linkage given to `translate`.
     pub entry: FuncId,
-    /// CLIF text of every generated function, as generated.
-    pub clif: String,
+    /// CLIF of every generated function, as generated.
+    pub clif: Clif,
     /// For each parameter, whether the function stores to it.
     pub stored_params: Vec<bool>,
     /// Whether the function calls `tensorlift_parallel_for`.

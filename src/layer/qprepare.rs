@@ -1,9 +1,12 @@
-//! The weight preparation of a quantized layer in plain Rust (`prepare_weights`): the panels of
+//! The weight preparation of a quantized layer in plain Rust: the panels of
 //! `ops::pack_conv2d_weights` and the compensation of `ops::compensation_for_gemm` with the i32
 //! bias folded in, computed in one pass over the weights instead of by a compiled function under
-//! the generic schedule, writing the packed tensor once in place (the weights of a network
-//! prepare at memory speed). `tests/it/ort_requant.rs` checks it against that function bit for
-//! bit.
+//! the generic schedule, writing the packed tensor once in place. `prepare_weights` is the fast
+//! path (a network's weights prepare at memory speed): each panel's channels gathered into
+//! reduction rows, then interleaved four bytes (one packed group: four i8, or two i16) at a time.
+//! `prepare_weights_scalar` is its slow twin, element by element as the definition reads;
+//! the tests here compare the two bit for bit, and `tests/it/ort_requant.rs` checks the fast one
+//! against the compiled definition.
 
 use ir::DType;
 use schedules::ops::{GemmOperands, conv_row_bytes, source_shift};
@@ -35,61 +38,179 @@ pub fn prepare_weights(
 ) -> Result<PreparedWeights, LayerError> {
     let [oc, ic, kh, kw] = dims.map(|d| d as usize);
     let (nr, row, pack) = (nr as usize, conv_row_bytes(dims[1], dims[3]) as usize, operands.pack() as usize);
-    let panels = oc.div_ceil(nr);
-    let groups = kh * row / pack;
-    let k_len = kh * row;
-    let taps = ic * kh * kw;
-    let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
+    let (k_len, taps, panels) = (kh * row, ic * kh * kw, oc.div_ceil(nr));
+    let groups = k_len / pack;
     let dtype = operands.weight_dtype();
     let wide = dtype == DType::I16;
-    // Written once, in place: the tensor starts zeroed (the padding of rows and panels), and
-    // no copy of the weights is made besides one channel's reduction row at a time.
     let mut packed = Tensor::zeros(dtype, &[panels as i64, groups as i64, nr as i64, pack as i64])?;
-    let out = packed.as_mut_bytes();
-    let mut compensation = Vec::with_capacity(oc);
-    // Panel by panel: its channels' reduction rows (`k = ky·row + kx·ic + i`, zeros where a
-    // kernel row is padded to `row`) gathered in a scratch that stays in cache (the weights
-    // themselves where they are already in that order), then the panel written in sequence.
+    let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
+    let compensation: Vec<i32> = weights
+        .chunks_exact(taps)
+        .take(oc)
+        .enumerate()
+        .map(|(o, w)| {
+            let sum = w.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
+            sum.wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o]))
+        })
+        .collect();
+    // A 1×1 kernel whose channels need no padding is already in reduction order.
     let direct = kh * kw == 1 && row == ic;
+    // Reduction rows of one panel, `k = ky·row + kx·ic + i`; the bytes that pad a kernel row to
+    // `row` are never written, so they stay zero.
     let mut scratch = vec![0i8; if direct { 0 } else { nr * k_len }];
-    let panel_bytes = groups * nr * pack * dtype.bytes();
-    for (p, panel) in out.chunks_exact_mut(panel_bytes).enumerate() {
+    // Every (group, channel) entry is four bytes: `pack` i8, or `pack` (two) i16.
+    const ENTRY: usize = 4;
+    for (p, panel) in packed.as_mut_bytes().chunks_exact_mut(groups * nr * ENTRY).enumerate() {
         let first = p * nr;
         let channels = nr.min(oc - first);
-        for j in 0..channels {
-            let o = first + j;
-            let w = &weights[o * taps..][..taps];
-            let sum = w.iter().fold(0i32, |s, &w| s.wrapping_add(i32::from(w)));
-            compensation.push(sum.wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o])));
-            if !direct {
-                let rows = &mut scratch[j * k_len..][..k_len];
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        let taps = w.iter().skip(ky * kw + kx).step_by(kh * kw);
-                        for (r, &v) in rows[ky * row + kx * ic..][..ic].iter_mut().zip(taps) {
-                            *r = v;
+        let block = &weights[first * taps..][..channels * taps];
+        let rows: &[i8] = if direct {
+            block
+        } else {
+            for (w, rows) in block.chunks_exact(taps).zip(scratch.chunks_exact_mut(k_len)) {
+                gather_rows(w, [ic, kh, kw], row, rows);
+            }
+            &scratch[..channels * k_len]
+        };
+        // Group by group: `channels` rows read in step (each stays in one cache line for 16 or 32
+        // groups), the panel written in sequence. Channels past `OC` stay zero.
+        for (g, entries) in panel.chunks_exact_mut(nr * ENTRY).enumerate() {
+            let at = g * pack;
+            for (entry, r) in entries.chunks_exact_mut(ENTRY).zip(rows.chunks_exact(k_len)) {
+                let v = &r[at..at + pack];
+                let bytes = if wide {
+                    let [a, b] = [i16::from(v[0]).to_le_bytes(), i16::from(v[1]).to_le_bytes()];
+                    [a[0], a[1], b[0], b[1]]
+                } else {
+                    [v[0] as u8, v[1] as u8, v[2] as u8, v[3] as u8]
+                };
+                entry.copy_from_slice(&bytes);
+            }
+        }
+    }
+    Ok(PreparedWeights { packed, compensation: Tensor::from_slice(&[oc as i64], &compensation)? })
+}
+
+/// One channel's weights `w: [IC, KH, KW]` as its reduction row (`rows[ky·row + kx·ic + i] =
+/// w[i, ky, kx]`), written tap by tap so that the writes run in sequence.
+fn gather_rows(w: &[i8], [ic, kh, kw]: [usize; 3], row: usize, rows: &mut [i8]) {
+    let khkw = kh * kw;
+    for ky in 0..kh {
+        for kx in 0..kw {
+            let t = ky * kw + kx;
+            let dst = &mut rows[ky * row + kx * ic..][..ic];
+            if khkw == 1 {
+                dst.copy_from_slice(&w[..ic]);
+            } else {
+                for (d, taps) in dst.iter_mut().zip(w.chunks_exact(khkw)) {
+                    *d = taps[t];
+                }
+            }
+        }
+    }
+}
+
+/// `prepare_weights`' slow twin: the same result, each packed element computed from the
+/// definition's index mapping in turn (what the tests compare the fast path with).
+pub fn prepare_weights_scalar(
+    weights: &[i8],
+    dims: [i64; 4],
+    nr: i64,
+    operands: GemmOperands,
+    (src_dtype, src_zp): (DType, i32),
+    bias: Option<&[i32]>,
+) -> Result<PreparedWeights, LayerError> {
+    let [oc, ic, kh, kw] = dims.map(|d| d as usize);
+    let (nr, row, pack) = (nr as usize, conv_row_bytes(dims[1], dims[3]) as usize, operands.pack() as usize);
+    let (panels, groups) = (oc.div_ceil(nr), kh * row / pack);
+    let dtype = operands.weight_dtype();
+    let mut packed = Tensor::zeros(dtype, &[panels as i64, groups as i64, nr as i64, pack as i64])?;
+    let size = dtype.bytes();
+    let out = packed.as_mut_bytes();
+    for p in 0..panels {
+        for ko in 0..groups {
+            for j in 0..nr {
+                for ki in 0..pack {
+                    let (o, k) = (p * nr + j, ko * pack + ki);
+                    let r = k % row;
+                    let value = if o < oc && r < kw * ic {
+                        let (i, y, x) = (r % ic, k / row, r / ic);
+                        weights[((o * ic + i) * kh + y) * kw + x]
+                    } else {
+                        0
+                    };
+                    let at = (((p * groups + ko) * nr + j) * pack + ki) * size;
+                    out[at..at + size].copy_from_slice(&i16::from(value).to_le_bytes()[..size]);
+                }
+            }
+        }
+    }
+    let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
+    let taps = ic * kh * kw;
+    let mut compensation = vec![0i32; oc];
+    for (o, c) in compensation.iter_mut().enumerate() {
+        let mut sum = 0i32;
+        for t in 0..taps {
+            sum = sum.wrapping_add(i32::from(weights[o * taps + t]));
+        }
+        *c = sum.wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o]));
+    }
+    Ok(PreparedWeights { packed, compensation: Tensor::from_slice(&[oc as i64], &compensation)? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic pseudo-random weights over the whole i8 range.
+    fn weights(count: usize, seed: u64) -> Vec<i8> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..count)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as i8
+            })
+            .collect()
+    }
+
+    /// The fast path against its slow twin over kernel sizes, channel counts that pad rows
+    /// and panels, panel widths, every GEMM operand type and source dtype, with and without a
+    /// bias: bit for bit.
+    #[test]
+    fn the_fast_preparation_equals_the_scalar_one() {
+        let operands = [
+            GemmOperands { source: DType::U8, weights: (-128, 127) },
+            GemmOperands { source: DType::I8, weights: (-127, 127) },
+            GemmOperands { source: DType::I16, weights: (-128, 127) },
+        ];
+        let shapes = [[8i64, 3, 7, 7], [24, 16, 3, 3], [40, 24, 1, 1], [12, 5, 3, 1], [33, 7, 1, 1], [5, 1, 2, 3]];
+        let mut cases = 0;
+        for (n, dims) in shapes.iter().enumerate() {
+            let count = dims.iter().product::<i64>() as usize;
+            let w = weights(count, n as u64 + 1);
+            let bias: Vec<i32> = weights(dims[0] as usize * 4, n as u64 + 7)
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0] as u8, c[1] as u8, c[2] as u8, c[3] as u8]))
+                .collect();
+            for &ops in &operands {
+                for nr in [4, 8, 16, 32] {
+                    for (src, zp) in [(DType::U8, 131), (DType::I8, -9)] {
+                        for b in [None, Some(bias.as_slice())] {
+                            let fast = prepare_weights(&w, *dims, nr, ops, (src, zp), b).unwrap();
+                            let slow = prepare_weights_scalar(&w, *dims, nr, ops, (src, zp), b).unwrap();
+                            let what = format!("{dims:?} nr {nr} {ops:?} {src} bias {}", b.is_some());
+                            assert_eq!(fast.packed.shape(), slow.packed.shape(), "{what}");
+                            assert_eq!(fast.packed.dtype(), slow.packed.dtype(), "{what}");
+                            assert_eq!(fast.packed.as_bytes(), slow.packed.as_bytes(), "{what}");
+                            assert_eq!(fast.compensation.as_bytes(), slow.compensation.as_bytes(), "{what}");
+                            cases += 1;
                         }
                     }
                 }
             }
         }
-        let rows: &[i8] = if direct { &weights[first * taps..][..channels * taps] } else { &scratch };
-        let width = pack * dtype.bytes();
-        let mut lanes_of: Vec<_> = rows.chunks_exact(k_len).take(channels).map(|r| r.chunks_exact(pack)).collect();
-        for group in panel.chunks_exact_mut(nr * width) {
-            for (out, lanes) in group.chunks_exact_mut(width).zip(lanes_of.iter_mut()) {
-                let values = lanes.next().unwrap_or_default();
-                if wide {
-                    for (d, &v) in out.chunks_exact_mut(2).zip(values) {
-                        d.copy_from_slice(&i16::from(v).to_le_bytes());
-                    }
-                } else {
-                    for (d, &v) in out.iter_mut().zip(values) {
-                        *d = v as u8;
-                    }
-                }
-            }
-        }
+        assert_eq!(cases, 6 * 3 * 4 * 2 * 2);
     }
-    Ok(PreparedWeights { packed, compensation: Tensor::from_slice(&[oc as i64], &compensation)? })
 }

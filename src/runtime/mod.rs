@@ -108,7 +108,7 @@ pub struct CompiledFunc {
     params: Vec<Param>,
     /// Names of the buffers gathers are checked against, numbered as the statuses number them.
     checked: Vec<String>,
-    clif: String,
+    clif: crate::codegen::Clif,
     machine_code: Vec<MachineCode>,
     level: IsaLevel,
     compile_time: Duration,
@@ -327,7 +327,7 @@ impl CompiledFunc {
 
     /// CLIF of every generated function, as emitted before Cranelift's passes.
     pub fn clif_text(&self) -> &str {
-        &self.clif
+        self.clif.text()
     }
 
     /// Intel-syntax disassembly of every function the call runs (entry, outlined parallel

@@ -80,8 +80,7 @@ pub enum VerifyError {
 /// Does not check semantics the types cannot show: bounds of accesses (`guard_accesses` makes
 /// them safe), reads of uninitialized memory, or races between `Parallel` iterations.
 pub fn verify(func: &Func, level: VerifyLevel) -> Result<(), Vec<VerifyError>> {
-    let mut v =
-        Verifier { level, vars: HashMap::new(), buffers: HashMap::new(), errors: Vec::new(), stmt_line: String::new() };
+    let mut v = Verifier { level, vars: HashMap::new(), buffers: HashMap::new(), errors: Vec::new(), current: None };
     for param in &func.params {
         *v.buffers.entry(param.clone()).or_default() += 1;
     }
@@ -89,14 +88,16 @@ pub fn verify(func: &Func, level: VerifyLevel) -> Result<(), Vec<VerifyError>> {
     if v.errors.is_empty() { Ok(()) } else { Err(v.errors) }
 }
 
-struct Verifier {
+struct Verifier<'f> {
     level: VerifyLevel,
     /// How many enclosing scopes bind each variable / provide each buffer.
     vars: HashMap<Var, u32>,
     buffers: HashMap<Buffer, u32>,
     errors: Vec<VerifyError>,
-    /// The printed first line of the statement being checked.
-    stmt_line: String,
+    /// The statement being checked (the innermost that is not a `Seq`), printed only when an
+    /// error names it: printing every statement's subtree as it is entered would make the
+    /// verifier quadratic in the nesting depth.
+    current: Option<&'f Stmt>,
 }
 
 fn headline(stmt: &Stmt) -> String {
@@ -115,7 +116,12 @@ fn leave<K: std::hash::Hash + Eq>(map: &mut HashMap<K, u32>, key: &K) {
     }
 }
 
-impl Verifier {
+impl<'f> Verifier<'f> {
+    /// The first line of the statement being checked, as printed.
+    fn stmt_line(&self) -> String {
+        self.current.map(headline).unwrap_or_default()
+    }
+
     fn report(&mut self, error: VerifyError) {
         if !self.errors.contains(&error) {
             self.errors.push(error);
@@ -124,28 +130,28 @@ impl Verifier {
 
     fn expect_dtype(&mut self, what: impl FnOnce() -> String, expected: DType, found: DType) {
         if expected != found {
-            let stmt = self.stmt_line.clone();
+            let stmt = self.stmt_line();
             self.report(VerifyError::DType { what: what(), expected: expected.to_string(), found, stmt });
         }
     }
 
     fn dtype_error(&mut self, what: String, expected: String, found: DType) {
-        let stmt = self.stmt_line.clone();
+        let stmt = self.stmt_line();
         self.report(VerifyError::DType { what, expected, found, stmt });
     }
 
-    fn stmt(&mut self, s: &Stmt) {
+    fn stmt(&mut self, s: &'f Stmt) {
         if !matches!(s.kind(), StmtKind::Seq(_)) {
-            self.stmt_line = headline(s);
+            self.current = Some(s);
         }
         match s.kind() {
             StmtKind::For { var, extent, kind, body } => {
                 if *extent < 0 {
-                    self.report(VerifyError::NegativeExtent { extent: *extent, stmt: self.stmt_line.clone() });
+                    self.report(VerifyError::NegativeExtent { extent: *extent, stmt: self.stmt_line() });
                 }
                 self.expect_dtype(|| format!("loop variable {var}"), DType::INDEX, var.dtype());
                 if self.level == VerifyLevel::Final && matches!(kind, ForKind::Vectorized | ForKind::Unrolled) {
-                    self.report(VerifyError::LoopKind { kind: kind.keyword(), stmt: self.stmt_line.clone() });
+                    self.report(VerifyError::LoopKind { kind: kind.keyword(), stmt: self.stmt_line() });
                 }
                 enter(&mut self.vars, var);
                 self.stmt(body);
@@ -187,7 +193,7 @@ impl Verifier {
             StmtKind::Call { intrin, operands, reset, fallback } => {
                 let tensors = intrin.operand_tensors();
                 if *reset && crate::intrin::reset_value(intrin).is_none() {
-                    let stmt = self.stmt_line.clone();
+                    let stmt = self.stmt_line();
                     self.report(VerifyError::Call {
                         intrin: intrin.name.clone(),
                         what: "a reset".into(),
@@ -196,8 +202,8 @@ impl Verifier {
                         stmt,
                     });
                 }
-                let call_error = |what: String, expected: String, found: String, v: &mut Verifier| {
-                    let stmt = v.stmt_line.clone();
+                let call_error = |what: String, expected: String, found: String, v: &mut Verifier<'f>| {
+                    let stmt = v.stmt_line();
                     v.report(VerifyError::Call { intrin: intrin.name.clone(), what, expected, found, stmt });
                 };
                 if operands.len() != tensors.len() {
@@ -229,15 +235,19 @@ impl Verifier {
     /// Checks the buffer and indices of an access; returns its lane count.
     fn access(&mut self, buffer: &Buffer, indices: &[Expr]) -> u16 {
         if !self.buffers.contains_key(buffer) {
-            self.report(VerifyError::UnknownBuffer { buffer: buffer.name().to_string(), stmt: self.stmt_line.clone() });
+            self.report(VerifyError::UnknownBuffer { buffer: buffer.name().to_string(), stmt: self.stmt_line() });
         }
         let dims = buffer.shape().len();
-        let (ok, expected) = match self.level {
-            VerifyLevel::Final => (indices.len() == 1, "1 flat index".to_string()),
-            VerifyLevel::Lowered => (indices.len() == dims || indices.len() == 1, format!("{dims} or 1 flat index")),
+        let ok = match self.level {
+            VerifyLevel::Final => indices.len() == 1,
+            VerifyLevel::Lowered => indices.len() == dims || indices.len() == 1,
         };
         if !ok {
-            let stmt = self.stmt_line.clone();
+            let expected = match self.level {
+                VerifyLevel::Final => "1 flat index".to_string(),
+                VerifyLevel::Lowered => format!("{dims} or 1 flat index"),
+            };
+            let stmt = self.stmt_line();
             self.report(VerifyError::IndexCount {
                 buffer: buffer.name().to_string(),
                 dims,
@@ -275,7 +285,7 @@ impl Verifier {
             ExprKind::Int(_) | ExprKind::Float(_) => {}
             ExprKind::Var(v) => {
                 if !self.vars.contains_key(v) {
-                    self.report(VerifyError::UnboundVar { var: v.name().to_string(), stmt: self.stmt_line.clone() });
+                    self.report(VerifyError::UnboundVar { var: v.name().to_string(), stmt: self.stmt_line() });
                 }
             }
             ExprKind::Binary(op, a, b) => {
@@ -322,7 +332,7 @@ impl Verifier {
                 self.expect_dtype(|| format!("`{e}`"), t.dtype(), dtype);
             }
             ExprKind::TensorRead(..) | ExprKind::Reduce(_) => {
-                self.report(VerifyError::TensorExpr { expr: e.to_string(), stmt: self.stmt_line.clone() })
+                self.report(VerifyError::TensorExpr { expr: e.to_string(), stmt: self.stmt_line() })
             }
             ExprKind::Load(buffer, indices) => {
                 let lanes = self.access(buffer, indices);

@@ -174,24 +174,13 @@ pub fn conv2d_int8(
         let outer = s.fuse(acc, &outer, tiles[3])?;
         s.parallel(acc, &outer)?;
     }
-    // One call per tile runs every kernel row (a segment of the reduction, one padded row
-    // apart), so the accumulators stay in registers across the rows.
-    let kh = weights.shape()[2];
-    let intrin = gemm_segmented_microkernel(mr, knobs.nr, kh, row, operands.source)
-        .expect("tile sizes passed split and R is a multiple of 4");
-    s.tensorize(acc, if kh > 1 { &ky } else { &ko }, &intrin)?;
 
     let out = &layer.output;
     let axes = [0, 1, 2, 3].map(|d| out.axis(d));
-    match layout {
-        // A row's pixels × channels are one block, contiguous along the channels in the
-        // accumulator, the parameters and the output: the map kernel of the level.
-        Layout::Nhwc => s.tensorize(out, &axes[2], &layer.requantize_row)?,
-        Layout::Nchw => {
-            let (channels, lanes) = s.split(out, &axes[1], knobs.lanes)?;
-            s.reorder(out, &[&axes[0], &axes[2], &axes[3], &channels, &lanes])?;
-            s.vectorize(out, &lanes)?;
-        }
+    if layout == Layout::Nchw {
+        let (channels, lanes) = s.split(out, &axes[1], knobs.lanes)?;
+        s.reorder(out, &[&axes[0], &axes[2], &axes[3], &channels, &lanes])?;
+        s.vectorize(out, &lanes)?;
     }
     let oy = if layout == Layout::Nhwc { &axes[1] } else { &axes[2] };
     if per_row {
@@ -202,6 +191,19 @@ pub fn conv2d_int8(
     }
     if knobs.parallel() {
         s.parallel(out, oy)?;
+    }
+    // The tensorize requests last: every later primitive re-proves each of them, so placed
+    // here each is proved once (and again by lowering). One call per tile runs every kernel
+    // row (a segment of the reduction, one padded row apart), so the accumulators stay in
+    // registers across the rows.
+    let kh = weights.shape()[2];
+    let intrin = gemm_segmented_microkernel(mr, knobs.nr, kh, row, operands.source)
+        .expect("tile sizes passed split and R is a multiple of 4");
+    s.tensorize(acc, if kh > 1 { &ky } else { &ko }, &intrin)?;
+    // In NHWC a row's pixels × channels are one block, contiguous along the channels in the
+    // accumulator, the parameters and the output: the map kernel of the level.
+    if layout == Layout::Nhwc {
+        s.tensorize(out, &axes[2], &layer.requantize_row)?;
     }
 
     let mut args = vec![src.clone(), layer.packed_weights.clone(), layer.compensation.clone()];
