@@ -9,11 +9,13 @@ pub mod autoschedule;
 pub mod cost_model;
 pub mod evolve;
 pub mod random;
+pub mod replay;
 pub mod search;
 pub mod space;
 
 pub use autoschedule::{AutoOptions, AutoScheduled, AutoscheduleError, autoschedule};
-pub use cost_model::{CostModel, ModelError, ModelOptions, Sample, spearman};
+pub use cost_model::{CostModel, ModelError, ModelOptions, Sample, Target, spearman};
 pub use evolve::EvolveOptions;
-pub use search::{SearchError, SearchLog, SearchOptions, Strategy, Trial, propose, resume, search};
+pub use replay::{Race, Row, TableSpace, race, replay};
+pub use search::{FirstBatch, SearchError, SearchLog, SearchOptions, Strategy, Trial, propose, resume, search};
 pub use space::{LoweredSpace, SearchSpace, SketchDomain};
