@@ -281,6 +281,22 @@ pub fn propose_candidates(
     Ok(points.into_iter().map(|p| op_candidate(spec, p, options, Phase::Search)).collect())
 }
 
+/// `spec`'s space at `level` on at most `max_threads` threads, and what the search phase of
+/// `records` measured of it: each point with its corrected time (`None`: it failed), in the
+/// records' order, validation records left out. The table an offline replay of the search
+/// reads (`auto::replay`).
+pub fn op_table(
+    spec: &OpSpec,
+    level: IsaLevel,
+    max_threads: usize,
+    records: &[Record],
+) -> Result<(Space, Vec<(AutoPoint, Option<f64>)>), OpBenchError> {
+    let (workload, space) = setup(spec, level, max_threads)?;
+    let known = known(records, &workload.key, level, max_threads);
+    let searched: Vec<&Record> = known.into_iter().filter(|r| !r.is_validation()).collect();
+    Ok((space, history(&searched)))
+}
+
 /// A hand-written template this operator's knob search could run instead of the rules
 /// (`--strategy template`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,9 +20,22 @@ pub struct Sample {
     pub seconds: Option<f64>,
 }
 
+/// What the trees learn of a workload's measurements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `ln(best / seconds)`: 0 for the fastest point, negative for slower ones; a failure one
+    /// below the slowest success.
+    LogSpeed,
+    /// The speed's rank among the workload's successes, from 0 (slowest) to 1 (fastest); a
+    /// failure -0.5. Insensitive to how far apart the times are, so a few very slow points do
+    /// not dominate the squared error.
+    Rank,
+}
+
 /// How the trees are grown.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelOptions {
+    pub target: Target,
     pub trees: usize,
     pub max_depth: u32,
     /// The learning rate: each tree's share of the prediction.
@@ -33,7 +46,7 @@ pub struct ModelOptions {
 
 impl Default for ModelOptions {
     fn default() -> ModelOptions {
-        ModelOptions { trees: 60, max_depth: 5, shrinkage: 0.15, min_leaf: 2 }
+        ModelOptions { target: Target::LogSpeed, trees: 60, max_depth: 5, shrinkage: 0.15, min_leaf: 2 }
     }
 }
 
@@ -78,7 +91,11 @@ impl CostModel {
             if samples.iter().filter(|s| s.seconds.is_some_and(is_time)).count() < 2 {
                 continue;
             }
-            for (sample, score) in samples.iter().zip(scores(samples)) {
+            let targets = match self.options.target {
+                Target::LogSpeed => scores(samples),
+                Target::Rank => rank_scores(samples),
+            };
+            for (sample, score) in samples.iter().zip(targets) {
                 data.push(Data::new_training_data(sample.features.clone(), 1.0, score, None));
             }
         }
@@ -127,6 +144,22 @@ pub fn scores(samples: &[Sample]) -> Vec<f32> {
     let score = |t: f64| (best / t).ln() as f32;
     let failed = times().map(score).min_by(f32::total_cmp).unwrap_or(0.0) - 1.0;
     samples.iter().map(|s| s.seconds.filter(|&t| is_time(t)).map_or(failed, score)).collect()
+}
+
+/// The `Target::Rank` score of each sample of one workload: its speed's rank among the
+/// successes scaled to 0 (slowest) ..= 1 (fastest), ties sharing their mean rank; -0.5 for a
+/// failure.
+pub fn rank_scores(samples: &[Sample]) -> Vec<f32> {
+    let ok: Vec<(usize, f64)> =
+        samples.iter().enumerate().filter_map(|(i, s)| s.seconds.filter(|&t| is_time(t)).map(|t| (i, -t))).collect();
+    let mut out = vec![-0.5; samples.len()];
+    let speeds: Vec<f64> = ok.iter().map(|&(_, v)| v).collect();
+    let ranks = ranks(&speeds);
+    let top = (ok.len().max(2) - 1) as f64;
+    for (&(i, _), r) in ok.iter().zip(ranks) {
+        out[i] = (r / top) as f32;
+    }
+    out
 }
 
 /// Spearman's rank correlation of `x` and `y` (ties get their average rank): 1 when they are
@@ -198,6 +231,11 @@ mod tests {
         assert!((s[0] - 0.5f32.ln()).abs() < 1e-6);
         assert!((s[3] - 0.25f32.ln()).abs() < 1e-6);
         assert!((s[2] - (0.25f32.ln() - 1.0)).abs() < 1e-6);
+        // Ranks: 4 s slowest (0), 2 s in the middle (0.5), 1 s fastest (1), the failure -0.5.
+        assert_eq!(
+            rank_scores(&[sample(Some(2.0)), sample(Some(1.0)), sample(None), sample(Some(4.0))]),
+            vec![0.5, 1.0, -0.5, 0.0]
+        );
     }
 
     #[test]

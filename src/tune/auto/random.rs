@@ -29,13 +29,21 @@ pub fn random_point(domains: &[SketchDomain], rng: &mut StdRng) -> Option<AutoPo
 }
 
 /// Up to `batch` distinct points the space accepts (features not `None`) and `excluded` does
-/// not hold; fewer only when the space has no more.
+/// not hold; fewer only when the space has no more. A listed space (`SearchSpace::listed`)
+/// draws uniformly from its list.
 pub fn propose_random(
     space: &impl SearchSpace,
     excluded: &HashSet<AutoPoint>,
     batch: usize,
     rng: &mut StdRng,
 ) -> Vec<AutoPoint> {
+    if let Some(list) = space.listed() {
+        let mut rest: Vec<AutoPoint> = list.into_iter().filter(|p| !excluded.contains(p)).collect();
+        rest.shuffle(rng);
+        let mut seen: HashSet<AutoPoint> = HashSet::new();
+        let fresh = rest.into_iter().filter(|p| seen.insert(p.clone()) && space.features(p).is_some());
+        return fresh.take(batch).collect();
+    }
     let domains = space.sketches();
     let mut taken: HashSet<AutoPoint> = HashSet::new();
     let mut out = Vec::new();
@@ -69,6 +77,69 @@ pub fn propose_random(
         }
     }
     out
+}
+
+/// Up to `batch` distinct new points as `propose_random` draws them, but stratified by sketch:
+/// the sketches in a random order, one point of each in turn, so a batch at least as large as
+/// the number of sketches holds a point of every sketch that has one left.
+pub fn propose_stratified(
+    space: &impl SearchSpace,
+    excluded: &HashSet<AutoPoint>,
+    batch: usize,
+    rng: &mut StdRng,
+) -> Vec<AutoPoint> {
+    let mut names: Vec<String> = match space.listed() {
+        Some(list) => {
+            let mut names: Vec<String> = Vec::new();
+            for p in list {
+                if !names.contains(&p.sketch) {
+                    names.push(p.sketch);
+                }
+            }
+            names
+        }
+        None => space.sketches().into_iter().map(|(name, _)| name).collect(),
+    };
+    names.shuffle(rng);
+    let mut taken = excluded.clone();
+    let mut out = Vec::new();
+    let mut open = names;
+    while out.len() < batch && !open.is_empty() {
+        let mut still = Vec::new();
+        for name in open {
+            if out.len() == batch {
+                break;
+            }
+            let one = OneSketch { space, name: &name };
+            if let Some(p) = propose_random(&one, &taken, 1, rng).pop() {
+                taken.insert(p.clone());
+                out.push(p);
+                still.push(name);
+            }
+        }
+        open = still;
+    }
+    out
+}
+
+/// The points of one sketch of a space.
+struct OneSketch<'a, S> {
+    space: &'a S,
+    name: &'a str,
+}
+
+impl<S: SearchSpace> SearchSpace for OneSketch<'_, S> {
+    fn sketches(&self) -> Vec<SketchDomain> {
+        self.space.sketches().into_iter().filter(|(name, _)| name == self.name).collect()
+    }
+
+    fn features(&self, point: &AutoPoint) -> Option<Vec<f32>> {
+        (point.sketch == self.name).then(|| self.space.features(point)).flatten()
+    }
+
+    fn listed(&self) -> Option<Vec<AutoPoint>> {
+        self.space.listed().map(|list| list.into_iter().filter(|p| p.sketch == self.name).collect())
+    }
 }
 
 /// The number of points of the space (before `features` rejects any).
@@ -134,5 +205,38 @@ mod tests {
         let all: HashSet<AutoPoint> = excluded.into_iter().chain(rest).collect();
         assert!(propose_random(&Small, &all, 4, &mut rng).is_empty());
         assert_eq!(size(&Small.sketches()), 7.0);
+    }
+
+    #[test]
+    fn a_stratified_batch_holds_a_point_of_every_sketch_that_has_one() {
+        // Three sketches of very different sizes: uniform draws over sketches would often
+        // miss one in a batch of three; stratified draws never do.
+        struct Three;
+        impl SearchSpace for Three {
+            fn sketches(&self) -> Vec<SketchDomain> {
+                vec![("big".into(), vec![(0..50).collect(); 3]), ("one".into(), vec![vec![1]]), ("none".into(), vec![])]
+            }
+            fn features(&self, p: &AutoPoint) -> Option<Vec<f32>> {
+                Some(vec![p.values.len() as f32])
+            }
+        }
+        for seed in 0..20 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let batch = propose_stratified(&Three, &HashSet::new(), 3, &mut rng);
+            let mut sketches: Vec<&str> = batch.iter().map(|p| p.sketch.as_str()).collect();
+            sketches.sort();
+            assert_eq!(sketches, ["big", "none", "one"], "seed {seed}");
+            // With `one` and `none` measured, a larger batch fills up from `big`, distinct.
+            let excluded: HashSet<AutoPoint> = batch.into_iter().collect();
+            let more = propose_stratified(&Three, &excluded, 6, &mut rng);
+            assert_eq!(more.len(), 6);
+            assert!(more.iter().all(|p| p.sketch == "big" && !excluded.contains(p)));
+            assert_eq!(more.iter().collect::<HashSet<_>>().len(), 6);
+        }
+        // A space without points left gives nothing.
+        let all: HashSet<AutoPoint> =
+            propose_random(&Small, &HashSet::new(), 10, &mut StdRng::seed_from_u64(0)).into_iter().collect();
+        assert_eq!(all.len(), 5);
+        assert!(propose_stratified(&Small, &all, 3, &mut StdRng::seed_from_u64(0)).is_empty());
     }
 }

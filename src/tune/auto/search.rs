@@ -13,17 +13,27 @@ use thiserror::Error;
 
 use super::cost_model::{CostModel, ModelError, ModelOptions, Sample, spearman};
 use super::evolve::{EvolveOptions, propose_evolutionary};
-use super::random::propose_random;
+use super::random::{propose_random, propose_stratified};
 use super::space::SearchSpace;
 
 /// How batches are proposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strategy {
     /// Evolution guided by the learned cost model (`evolve`); the first batch, before the
-    /// model has anything to learn from, is random.
+    /// model has anything to learn from, is drawn as `SearchOptions::first` says.
     Evolutionary,
     /// Uniform random points (`random`): the baseline.
     Random,
+}
+
+/// How the learned search draws its points before the model is trained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirstBatch {
+    /// As the random search (`random::propose_random`).
+    Random,
+    /// One point of each sketch in turn (`random::propose_stratified`), so the model sees
+    /// every sketch from its first training.
+    Stratified,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +47,9 @@ pub struct SearchOptions {
     /// Points measured first, in the first batch (such as `Space::default_point`), where new
     /// and accepted by the space.
     pub starts: Vec<AutoPoint>,
+    /// The learned search's points before its model is trained (the random search always
+    /// draws at random).
+    pub first: FirstBatch,
     pub evolve: EvolveOptions,
     pub model: ModelOptions,
     /// No batch is proposed after this instant (a time budget).
@@ -44,8 +57,8 @@ pub struct SearchOptions {
 }
 
 impl SearchOptions {
-    /// `trials` measurements by `strategy`, in batches of 16, seed 0, default evolution and
-    /// model.
+    /// `trials` measurements by `strategy`, in batches of 16, seed 0, a stratified first batch,
+    /// default evolution and model.
     pub fn new(trials: usize, strategy: Strategy) -> SearchOptions {
         SearchOptions {
             trials,
@@ -53,6 +66,7 @@ impl SearchOptions {
             seed: 0,
             strategy,
             starts: vec![],
+            first: FirstBatch::Stratified,
             evolve: EvolveOptions::default(),
             model: ModelOptions::default(),
             deadline: None,
@@ -215,6 +229,9 @@ fn next_batch(
         Strategy::Evolutionary if model.is_trained() => {
             let best = fastest(trials);
             propose_evolutionary(space, model, (&excluded, best.as_slice()), rest, &options.evolve, rng)?
+        }
+        Strategy::Evolutionary if options.first == FirstBatch::Stratified => {
+            propose_stratified(space, &excluded, rest, rng)
         }
         _ => propose_random(space, &excluded, rest, rng),
     };

@@ -18,6 +18,12 @@ pub trait SearchSpace {
     /// The point's features, all of one length; `None`: the point cannot be built (a schedule
     /// primitive rejects it), so it is never proposed.
     fn features(&self, point: &AutoPoint) -> Option<Vec<f32>>;
+    /// Every point the space accepts, when it is a finite list (a table of measured points,
+    /// `replay::TableSpace`) rather than every combination of `sketches`: random proposals then
+    /// draw from the list. `None` (the default): draw from `sketches`.
+    fn listed(&self) -> Option<Vec<AutoPoint>> {
+        None
+    }
 }
 
 /// `Space` as a `SearchSpace`: `Space::apply`, then `ir::lower::lower`, then

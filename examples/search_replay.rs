@@ -1,0 +1,198 @@
+//! Offline evaluation of the auto-scheduler's search (`tune::auto::replay`): replays the
+//! learned search against the random search over many seeds on tables of points measured once,
+//! and prints, per operator of the suite and per configuration, how often the learned search
+//! reached the random search's best (within the tolerance) in at most half the random search's
+//! trials — the suite's target — with the median trials of each and the model's held-out
+//! Spearman correlation.
+//!
+//! ```sh
+//! python3 scripts/search_table.py --tensorlift target/release/tensorlift --points 300 \
+//!     --threads 1 --out /tmp/search_table
+//! cargo run --release --example search_replay -- --table /tmp/search_table --seeds 20 \
+//!     --configs before,default,rank+batch4
+//! ```
+//!
+//! `--table DIR`: every `*.jsonl` database in DIR (the suite's operators measured by the random
+//! search on this CPU, at `--threads`). A replay sees only the table: a point the evolution
+//! breeds outside it is rejected as an unbuildable point would be, so the replay ranks the
+//! table's points by the model rather than exploring the whole space; the random search draws
+//! from the table, as its real draws are what the table holds. A configuration is `before` (the
+//! search as it was when the suite target was first measured: random first batch, log-speed
+//! target, batches of 8), `default` (`SearchOptions::new` with `--batch`), or either followed
+//! by `+`-joined changes: `stratified`, `random-first`, `rank`, `log-speed`, `batchN`, `epsN`
+//! (ε in percent), `popN`, `genN`, `treesN`, `depthN`. The random search always runs
+//! `SearchOptions::new` with `--batch` and the same seed.
+
+use std::path::PathBuf;
+
+use schedules::catalog::OpSpec;
+use tensorlift::isa::IsaLevel;
+use tensorlift::record::{Database, Record};
+use tensorlift::tune::auto::{
+    EvolveOptions, FirstBatch, LoweredSpace, ModelOptions, Row, SearchOptions, SearchSpace, Strategy, TableSpace,
+    Target, race, replay,
+};
+use tensorlift::tune::op_tune::op_table;
+
+type Error = Box<dyn std::error::Error>;
+
+struct Args {
+    table: PathBuf,
+    seeds: u64,
+    trials: usize,
+    batch: usize,
+    tolerance: f64,
+    threads: usize,
+    configs: Vec<String>,
+}
+
+fn parse_args() -> Result<Args, Error> {
+    let mut args = Args {
+        table: PathBuf::new(),
+        seeds: 20,
+        trials: 64,
+        batch: 8,
+        tolerance: 0.03,
+        threads: 1,
+        configs: vec!["before".into(), "default".into()],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} expects a value"));
+        match flag.as_str() {
+            "--table" => args.table = value()?.into(),
+            "--seeds" => args.seeds = value()?.parse()?,
+            "--trials" => args.trials = value()?.parse()?,
+            "--batch" => args.batch = value()?.parse()?,
+            "--tolerance" => args.tolerance = value()?.parse()?,
+            "--threads" => args.threads = value()?.parse()?,
+            "--configs" => args.configs = value()?.split(',').map(str::to_string).collect(),
+            other => return Err(format!("unknown flag {other:?}").into()),
+        }
+    }
+    if args.table.as_os_str().is_empty() {
+        return Err("expected --table DIR (see scripts/search_table.py)".into());
+    }
+    Ok(args)
+}
+
+/// The learned search's options of configuration `name` (see the module doc).
+fn config(name: &str, args: &Args) -> Result<SearchOptions, Error> {
+    let mut parts = name.split('+');
+    let mut o = match parts.next() {
+        Some("before") => SearchOptions {
+            batch: 8,
+            first: FirstBatch::Random,
+            evolve: EvolveOptions {
+                population: 128,
+                generations: 4,
+                measured_seeds: 16,
+                crossover: 0.2,
+                epsilon: 0.1,
+                tournament: 3,
+            },
+            model: ModelOptions { target: Target::LogSpeed, trees: 60, max_depth: 5, shrinkage: 0.15, min_leaf: 2 },
+            ..SearchOptions::new(args.trials, Strategy::Evolutionary)
+        },
+        Some("default") => {
+            SearchOptions { batch: args.batch, ..SearchOptions::new(args.trials, Strategy::Evolutionary) }
+        }
+        other => return Err(format!("configuration {other:?}: expected `before` or `default` first").into()),
+    };
+    for part in parts {
+        let number = |prefix: &str| part.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok());
+        match part {
+            "stratified" => o.first = FirstBatch::Stratified,
+            "random-first" => o.first = FirstBatch::Random,
+            "rank" => o.model.target = Target::Rank,
+            "log-speed" => o.model.target = Target::LogSpeed,
+            _ if number("batch").is_some() => o.batch = number("batch").unwrap_or(8),
+            _ if number("eps").is_some() => o.evolve.epsilon = number("eps").unwrap_or(10) as f64 / 100.0,
+            _ if number("pop").is_some() => o.evolve.population = number("pop").unwrap_or(128),
+            _ if number("gen").is_some() => o.evolve.generations = number("gen").unwrap_or(4),
+            _ if number("trees").is_some() => o.model.trees = number("trees").unwrap_or(60),
+            _ if number("depth").is_some() => o.model.max_depth = number("depth").unwrap_or(5) as u32,
+            _ => return Err(format!("configuration {name:?}: unknown change {part:?}").into()),
+        }
+    }
+    Ok(o)
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[v.len() / 2])
+}
+
+fn main() -> Result<(), Error> {
+    let args = parse_args()?;
+    let level = IsaLevel::detect().ok_or("no supported ISA level on this CPU")?;
+    let mut records: Vec<Record> = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&args.table)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    for f in &files {
+        records.extend(Database::load(f)?.records);
+    }
+    let configs: Vec<(String, SearchOptions)> =
+        args.configs.iter().map(|c| config(c, &args).map(|o| (c.clone(), o))).collect::<Result<_, _>>()?;
+    println!(
+        "{} seeds, {} trials, random batches of {}, tolerance {}, level {level}, {} thread(s)",
+        args.seeds, args.trials, args.batch, args.tolerance, args.threads
+    );
+    println!("| op | table points | config | learned wins | median trials learned / random | median Spearman |");
+    println!("|---|---|---|---|---|---|");
+    let mut summary: Vec<(String, usize, f64)> = configs.iter().map(|(c, _)| (c.clone(), 0, 0.0)).collect();
+    let mut ops = 0;
+    for spec in OpSpec::suite() {
+        let (space, measured) = op_table(&spec, level, args.threads, &records)?;
+        if measured.is_empty() {
+            eprintln!("{}: no records in {}", spec.label(), args.table.display());
+            continue;
+        }
+        ops += 1;
+        let lowered = LoweredSpace::new(&space);
+        let rows: Vec<Row> = measured
+            .into_iter()
+            .filter_map(|(point, seconds)| Some(Row { features: lowered.features(&point)?, point, seconds }))
+            .collect();
+        let table = TableSpace::new(lowered.sketches(), rows);
+        let first = [space.default_point()];
+        for ((name, learned), total) in configs.iter().zip(summary.iter_mut()) {
+            let (mut wins, mut l, mut r, mut rho) = (0, vec![], vec![], vec![]);
+            for seed in 0..args.seeds {
+                let learned = SearchOptions { seed, ..learned.clone() };
+                let random =
+                    SearchOptions { seed, batch: args.batch, ..SearchOptions::new(args.trials, Strategy::Random) };
+                let outcome = race(&table, &first, (&learned, &random), args.tolerance)?;
+                wins += outcome.learned_wins() as usize;
+                l.push(outcome.learned.map_or(f64::INFINITY, |t| t as f64));
+                r.push(outcome.random.map_or(f64::INFINITY, |t| t as f64));
+                let log = replay(&table, &first, &SearchOptions { strategy: Strategy::Evolutionary, ..learned })?;
+                rho.extend(median(log.held_out_spearman.iter().flatten().copied().collect()));
+            }
+            let share = wins as f64 / args.seeds as f64;
+            total.1 += (share >= 0.5) as usize;
+            total.2 += share;
+            let fmt =
+                |v: Option<f64>| v.map_or("-".into(), |v| if v.is_finite() { format!("{v}") } else { "never".into() });
+            println!(
+                "| {} | {} | {name} | {wins}/{} | {} / {} | {} |",
+                spec.label(),
+                table.len(),
+                args.seeds,
+                fmt(median(l)),
+                fmt(median(r)),
+                median(rho).map_or("-".into(), |v| format!("{v:.2}"))
+            );
+        }
+    }
+    for (name, majority, shares) in summary {
+        println!(
+            "{name}: learned wins on most seeds on {majority} of {ops} ops; mean win rate {:.2}",
+            shares / ops.max(1) as f64
+        );
+    }
+    Ok(())
+}
