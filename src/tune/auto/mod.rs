@@ -2,9 +2,9 @@
 //! each point's lowered function (`ir::analysis::features`), a cost model learned online from
 //! the measurements (`cost_model`), proposals by evolution guided by the model (`evolve`) or at
 //! random (`random`), the loop that measures batches through a caller's function (`search`),
-//! and its offline twin over a table of measured points (`replay`). `space` says what the search needs of a space, and implements it for the
-//! rules' space. `compiled_point` compiles an applied point with the functions that prepare its
-//! constants once.
+//! and its offline twin over a table of measured points (`replay`). `space` says what the
+//! search needs of a space, and implements it for the rules' space. `compiled_point` compiles
+//! an applied point with the functions that prepare its constants once.
 
 pub mod autoschedule;
 pub mod compiled_point;
