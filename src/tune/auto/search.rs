@@ -57,7 +57,7 @@ pub struct SearchOptions {
 }
 
 impl SearchOptions {
-    /// `trials` measurements by `strategy`, in batches of 16, seed 0, a stratified first batch,
+    /// `trials` measurements by `strategy`, in batches of 16, seed 0, a random first batch,
     /// default evolution and model.
     pub fn new(trials: usize, strategy: Strategy) -> SearchOptions {
         SearchOptions {
@@ -66,7 +66,7 @@ impl SearchOptions {
             seed: 0,
             strategy,
             starts: vec![],
-            first: FirstBatch::Stratified,
+            first: FirstBatch::Random,
             evolve: EvolveOptions::default(),
             model: ModelOptions::default(),
             deadline: None,
