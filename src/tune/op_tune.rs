@@ -115,7 +115,10 @@ fn known<'a>(records: &'a [Record], workload: &str, level: IsaLevel, max_threads
 
 /// Per point of `records` (auto points), its corrected time (`Phases`) where it was measured
 /// and verified: what the proposer learns from.
-fn history(records: &[&Record]) -> Vec<(AutoPoint, Option<f64>)> {
+/// A point and its corrected time in seconds (`None`: it failed).
+pub type Measured = (AutoPoint, Option<f64>);
+
+fn history(records: &[&Record]) -> Vec<Measured> {
     let phases = Phases::of(records.iter().copied());
     records.iter().filter_map(|r| Some((r.schedule.auto.clone()?, phases.seconds(r).filter(|_| r.ok())))).collect()
 }
@@ -290,7 +293,7 @@ pub fn op_table(
     level: IsaLevel,
     max_threads: usize,
     records: &[Record],
-) -> Result<(Space, Vec<(AutoPoint, Option<f64>)>), OpBenchError> {
+) -> Result<(Space, Vec<Measured>), OpBenchError> {
     let (workload, space) = setup(spec, level, max_threads)?;
     let known = known(records, &workload.key, level, max_threads);
     let searched: Vec<&Record> = known.into_iter().filter(|r| !r.is_validation()).collect();
