@@ -15,6 +15,8 @@ fn small_ops() -> Vec<OpSpec> {
         OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 1, kw: 1, stride: 1, pad: 0, groups: 1 },
         OpSpec::Conv2d { ic: 8, oc: 8, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 8 },
         OpSpec::Conv2d { ic: 6, oc: 12, h: 7, w: 7, kh: 3, kw: 3, stride: 2, pad: 1, groups: 1 },
+        // K = 3·3·3 is odd: padded for i16 pairs as well as for bytes.
+        OpSpec::Conv2d { ic: 3, oc: 8, h: 7, w: 7, kh: 3, kw: 3, stride: 2, pad: 1, groups: 1 },
         OpSpec::BatchMatmul { b: 2, m: 8, n: 16, k: 12 },
         OpSpec::Pool { c: 8, h: 7, w: 7, k: 3, stride: 2 },
         OpSpec::Softmax { rows: 4, cols: 37 },

@@ -11,7 +11,8 @@
 //!   matmul, a 1×1 convolution) and already the kernel's dtype; otherwise a copy
 //!   `<out>.gemm_a[batch…, rows…, K']` (im2col for a convolution; padding stages inlined into
 //!   it) holds it in the kernel's dtype, `K` padded to `K'` (a multiple of the packing) with
-//!   zeros;
+//!   zeros by padding one reduction axis (`padded_extents`), so the copy still has one loop
+//!   per axis;
 //! * `B` is packed per batch as `nn::pack_b_vnni` (bytes) or `nn::pack_b_i16` (i16 pairs) lay it
 //!   out: `<out>.gemm_b[batch…, ⌈N/nr⌉, K'/P, nr, P]`, zeros outside `B`;
 //! * the output keeps its name, shape and dtype: `Σ_{ko, ki} i32(A'[.., ko·P + ki]) ·
@@ -212,6 +213,42 @@ pub struct Rewritten {
     pub output: Tensor,
     /// `K'`, the reduction padded to whole groups.
     pub k: i64,
+    /// The reduction axes' extents as `K'` lays them out (`k = ((r0·E1 + r1)·E2 + r2)…`): the
+    /// declared ones, one of them padded where `K` is not a whole number of groups.
+    pub extents: Vec<i64>,
+}
+
+/// The reduction extents padded so that their product is a multiple of `p`: `K` is padded by
+/// padding one axis (the one that adds the fewest zeros, the outermost on ties), not the flat
+/// index, so that the copy of `A` still splits into one loop per axis and decodes no index.
+fn padded_extents(extents: &[i64], p: i64) -> Vec<i64> {
+    let k: i64 = extents.iter().product();
+    if k % p == 0 || extents.is_empty() {
+        return extents.to_vec();
+    }
+    let mut best: Option<Vec<i64>> = None;
+    for j in 0..extents.len() {
+        let others = k / extents[j];
+        let e = (extents[j]..).find(|e| (others * e) % p == 0).unwrap_or(extents[j]);
+        let mut candidate = extents.to_vec();
+        candidate[j] = e;
+        let product = |v: &Vec<i64>| v.iter().product::<i64>();
+        if best.as_ref().is_none_or(|b| product(&candidate) < product(b)) {
+            best = Some(candidate);
+        }
+    }
+    best.unwrap_or_else(|| extents.to_vec())
+}
+
+/// Whether the reduction index `k` (laid out by `padded`) falls inside the declared extents.
+fn inside(reduce: &[IterVar], padded: &[i64], map: &HashMap<Var, Expr>) -> Option<Expr> {
+    reduce.iter().zip(padded).filter(|(r, e)| r.extent() != **e).fold(None, |acc, (r, _)| {
+        let c = map[r.var()].lt(r.extent());
+        Some(match acc {
+            Some(a) => a & c,
+            None => c,
+        })
+    })
 }
 
 fn ceil_div(a: i64, b: i64) -> i64 {
@@ -219,14 +256,14 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 }
 
 /// The reduction axes' values at flat reduction index `k` (declaration order, last fastest).
-fn decode(reduce: &[IterVar], k: &Expr) -> HashMap<Var, Expr> {
+fn decode(reduce: &[IterVar], extents: &[i64], k: &Expr) -> HashMap<Var, Expr> {
     let mut map = HashMap::new();
     let mut stride = 1;
-    for (i, r) in reduce.iter().enumerate().rev() {
+    for (i, (r, &e)) in reduce.iter().zip(extents).enumerate().rev() {
         let q = if stride == 1 { k.clone() } else { k / stride };
-        let v = if i == 0 { q } else { &q % r.extent() };
+        let v = if i == 0 { q } else { &q % e };
         map.insert(r.var().clone(), v);
-        stride *= r.extent();
+        stride *= e;
     }
     map
 }
@@ -240,7 +277,8 @@ fn substituted(read: &Read, map: &HashMap<Var, Expr>) -> Expr {
 pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Result<Rewritten, TeError> {
     let p = form.pack();
     let k: i64 = c.reduce.iter().map(|r| r.extent()).product();
-    let kp = ceil_div(k, p) * p;
+    let extents = padded_extents(&c.reduce.iter().map(|r| r.extent()).collect::<Vec<_>>(), p);
+    let kp: i64 = extents.iter().product();
     let n = c.axes[c.cols].extent();
     let name = c.output.name();
     // A in place: a placeholder read at `[.., r]` by the only reduction axis, of the kernel's dtype.
@@ -260,12 +298,16 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
             shape,
             |i| {
                 let kk = &i[a_axes.len()];
-                let mut map = decode(&c.reduce, kk);
+                let mut map = decode(&c.reduce, &extents, kk);
+                let valid = inside(&c.reduce, &extents, &map);
                 for (pos, &ax) in a_axes.iter().enumerate() {
                     map.insert(c.axes[ax].var().clone(), i[pos].clone());
                 }
                 let value = substituted(&c.a, &map).cast(form.a_dtype());
-                if k == kp { value } else { select(kk.lt(k), value, Expr::int(form.a_dtype(), 0)) }
+                match valid {
+                    Some(valid) => select(valid, value, Expr::int(form.a_dtype(), 0)),
+                    None => value,
+                }
             },
             &format!("{name}.gemm_a"),
         )?)
@@ -273,18 +315,27 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
     let nb = c.batch.len();
     let mut shape: Vec<i64> = c.batch.iter().map(|&i| c.axes[i].extent()).collect();
     shape.extend([ceil_div(n, nr), kp / p, nr, p]);
-    let padded = k != kp || n % nr != 0;
     let packed_b = compute_vec(
         shape,
         |i| {
             let (col, kk) = (&i[nb] * nr + &i[nb + 2], &i[nb + 1] * p + &i[nb + 3]);
-            let mut map = decode(&c.reduce, &kk);
+            let mut map = decode(&c.reduce, &extents, &kk);
+            let valid = inside(&c.reduce, &extents, &map);
             for (pos, &ax) in c.batch.iter().enumerate() {
                 map.insert(c.axes[ax].var().clone(), i[pos].clone());
             }
             map.insert(c.axes[c.cols].var().clone(), col.clone());
             let value = substituted(&c.b, &map).cast(form.b_dtype());
-            if padded { select(kk.lt(k) & col.lt(n), value, Expr::int(form.b_dtype(), 0)) } else { value }
+            let valid = match (valid, n % nr != 0) {
+                (Some(v), true) => Some(v & col.lt(n)),
+                (Some(v), false) => Some(v),
+                (None, true) => Some(col.lt(n)),
+                (None, false) => None,
+            };
+            match valid {
+                Some(valid) => select(valid, value, Expr::int(form.b_dtype(), 0)),
+                None => value,
+            }
         },
         &format!("{name}.gemm_b"),
     )?;
@@ -329,7 +380,7 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
         },
         name,
     )?;
-    Ok(Rewritten { a_copy, packed_b, prepared_b, output, k: kp })
+    Ok(Rewritten { a_copy, packed_b, prepared_b, output, k: kp, extents })
 }
 
 /// The decisions of a tensorized point.
@@ -397,9 +448,9 @@ pub fn schedule(
             }
             // The flat reduction index split into one loop per reduction axis, so that its
             // decoding folds away and each vector reads contiguous elements of the innermost
-            // one (a convolution's channels); where `K` was padded, the whole index in vectors.
+            // one (a convolution's channels).
             let mut last = copy.axis(copy.axes().len() - 1);
-            let extents: Vec<i64> = c.reduce.iter().map(|r| r.extent()).collect();
+            let extents = &rw.extents;
             let mut span = rw.k;
             if extents.iter().product::<i64>() == rw.k {
                 // One loop per reduction axis (`k = ((r0·E1 + r1)·E2 + r2)…`).
@@ -480,4 +531,21 @@ fn schedule_packing(s: &mut Schedule, bp: &Tensor, nb: usize, threads: usize) ->
 pub enum TensorizeError {
     Rewrite(TeError),
     Schedule(ScheduleError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::padded_extents;
+
+    #[test]
+    fn k_is_padded_on_the_axis_that_adds_the_fewest_zeros() {
+        // R1's 7·7·3 = 147: a 7 padded to 8 (168) beats the channels padded to 4 (196).
+        assert_eq!(padded_extents(&[7, 7, 3], 2), [8, 7, 3]);
+        assert_eq!(padded_extents(&[7, 7, 3], 4), [8, 7, 3]);
+        assert_eq!(padded_extents(&[3, 3, 6], 4), [4, 3, 6]);
+        // Whole groups already, or one axis: unchanged, or padded as the flat index would be.
+        assert_eq!(padded_extents(&[3, 3, 8], 4), [3, 3, 8]);
+        assert_eq!(padded_extents(&[147], 4), [148]);
+        assert_eq!(padded_extents(&[], 4), Vec::<i64>::new());
+    }
 }
