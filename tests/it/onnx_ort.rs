@@ -36,6 +36,42 @@ fn npy(path: &Path) -> Value {
     tensorlift::npy::read(path).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `path` compiled at each of `levels` equals onnxruntime's run `ort` in the network's output
+/// and every tensor `ort` names, on every seed; `auto`, when given, is how many partitions must
+/// run on `Kernel::Auto`.
+fn equals_onnxruntime(path: &Path, ort: &OrtRun, seeds: usize, levels: &[IsaLevel], auto: Option<usize>) {
+    let file = path.file_name().unwrap().to_string_lossy().to_string();
+    for &level in levels {
+        let model = tensorlift::onnx::load(path).unwrap();
+        let tensors: Vec<_> = ort
+            .names
+            .iter()
+            .map(|n| {
+                let t = model.values.iter().find(|(name, _)| name == n).map(|&(_, t)| t);
+                (n.clone(), t.unwrap_or_else(|| panic!("{file}: onnxruntime's tensor {n} is not in the graph")))
+            })
+            .collect();
+        let partitions = model.graph.get_partitions(PartitionPolicy::Fusion);
+        let options = CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
+        let mut g = engine::compile(model.graph, partitions, &options).unwrap();
+        if let Some(auto) = auto {
+            let found = g.steps().iter().filter(|s| matches!(s.kernel, engine::Kernel::Auto(_))).count();
+            assert_eq!(found, auto, "{file}: the depthwise and grouped convolutions auto-scheduled");
+        }
+        for seed in 0..seeds {
+            let d = ort.dir.join(seed.to_string());
+            let (outputs, _) = g.execute(&[npy(&d.join("input_0.npy"))]).unwrap();
+            let expected = npy(&d.join("output_0.npy"));
+            assert!(outputs[0].bits_eq(&expected), "{file} at {level}, seed {seed}: the network's output differs");
+            for (k, (name, t)) in tensors.iter().enumerate() {
+                let ours = g.value(*t).unwrap_or_else(|| panic!("{file}: no buffer for {name}"));
+                let theirs = npy(&d.join(format!("t_{k}.npy")));
+                assert!(ours.bits_eq(&theirs), "{file} at {level}, seed {seed}: {name} differs from onnxruntime's");
+            }
+        }
+    }
+}
+
 #[test]
 fn reduced_range_models_equal_onnxruntime_in_every_tensor() {
     let Some(python) = crate::python::python_with(&["numpy", "onnx", "onnxruntime"]) else { return };
@@ -45,32 +81,7 @@ fn reduced_range_models_equal_onnxruntime_in_every_tensor() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(file);
         let ort = run_onnxruntime(&python, &path, seeds, file.trim_end_matches(".onnx"));
         assert!(ort.names.len() >= 30, "{file}: {} intermediate tensors", ort.names.len());
-        for &level in &levels {
-            let model = tensorlift::onnx::load(&path).unwrap();
-            let tensors: Vec<_> = ort
-                .names
-                .iter()
-                .map(|n| {
-                    let t = model.values.iter().find(|(name, _)| name == n).map(|&(_, t)| t);
-                    (n.clone(), t.unwrap_or_else(|| panic!("{file}: onnxruntime's tensor {n} is not in the graph")))
-                })
-                .collect();
-            let partitions = model.graph.get_partitions(PartitionPolicy::Fusion);
-            let options =
-                CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
-            let mut g = engine::compile(model.graph, partitions, &options).unwrap();
-            for seed in 0..seeds {
-                let d = ort.dir.join(seed.to_string());
-                let (outputs, _) = g.execute(&[npy(&d.join("input_0.npy"))]).unwrap();
-                let expected = npy(&d.join("output_0.npy"));
-                assert!(outputs[0].bits_eq(&expected), "{file} at {level}, seed {seed}: the network's output differs");
-                for (k, (name, t)) in tensors.iter().enumerate() {
-                    let ours = g.value(*t).unwrap_or_else(|| panic!("{file}: no buffer for {name}"));
-                    let theirs = npy(&d.join(format!("t_{k}.npy")));
-                    assert!(ours.bits_eq(&theirs), "{file} at {level}, seed {seed}: {name} differs from onnxruntime's");
-                }
-            }
-        }
+        equals_onnxruntime(&path, &ort, seeds, &levels, None);
         std::fs::remove_dir_all(&ort.dir).ok();
     }
 }
@@ -86,34 +97,7 @@ fn mobilenet_models_equal_onnxruntime_in_every_tensor() {
         let file = path.file_name().unwrap().to_string_lossy().to_string();
         let ort = run_onnxruntime(&python, path, seeds, file.trim_end_matches(".onnx"));
         assert!(ort.names.len() >= 8, "{file}: {} intermediate tensors", ort.names.len());
-        for &level in &levels {
-            let model = tensorlift::onnx::load(path).unwrap();
-            let tensors: Vec<_> = ort
-                .names
-                .iter()
-                .map(|n| {
-                    let t = model.values.iter().find(|(name, _)| name == n).map(|&(_, t)| t);
-                    (n.clone(), t.unwrap_or_else(|| panic!("{file}: onnxruntime's tensor {n} is not in the graph")))
-                })
-                .collect();
-            let partitions = model.graph.get_partitions(PartitionPolicy::Fusion);
-            let options =
-                CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
-            let mut g = engine::compile(model.graph, partitions, &options).unwrap();
-            let auto = g.steps().iter().filter(|s| matches!(s.kernel, engine::Kernel::Auto(_))).count();
-            assert_eq!(auto, 3, "{file}: the depthwise and grouped convolutions auto-scheduled");
-            for seed in 0..seeds {
-                let d = ort.dir.join(seed.to_string());
-                let (outputs, _) = g.execute(&[npy(&d.join("input_0.npy"))]).unwrap();
-                let expected = npy(&d.join("output_0.npy"));
-                assert!(outputs[0].bits_eq(&expected), "{file} at {level}, seed {seed}: the network's output differs");
-                for (k, (name, t)) in tensors.iter().enumerate() {
-                    let ours = g.value(*t).unwrap_or_else(|| panic!("{file}: no buffer for {name}"));
-                    let theirs = npy(&d.join(format!("t_{k}.npy")));
-                    assert!(ours.bits_eq(&theirs), "{file} at {level}, seed {seed}: {name} differs from onnxruntime's");
-                }
-            }
-        }
+        equals_onnxruntime(path, &ort, seeds, &levels, Some(3));
         std::fs::remove_dir_all(&ort.dir).ok();
     }
 }
