@@ -128,16 +128,33 @@ pub fn time_against_peak_after<E: From<RuntimeError>>(
     let iterations = probe.calibrate(warm_up.min(MAX_PROBE_RUN));
     let (mut times, mut peaks) = (Vec::new(), Vec::new());
     for _ in 0..repeat.max(1) {
-        peaks.push(if threads > 1 {
-            probe.gops_on_pool(iterations, threads)?
-        } else {
-            probe.gops(iterations, probe.run(iterations).as_secs_f64())
-        });
+        peaks.push(probe_gops(probe, threads, iterations)?);
         let start = Instant::now();
         call()?;
         times.push(start.elapsed().as_secs_f64());
     }
     Ok(Timing { runs: times.len(), median_s: median(times), peak_gops: Some(median(peaks)) })
+}
+
+/// One run of `probe` (`iterations` loop iterations) on each of `threads` threads: the summed
+/// GOPS (on one thread the probe runs on the calling thread).
+fn probe_gops(probe: &Probe, threads: usize, iterations: u64) -> Result<f64, RuntimeError> {
+    if threads > 1 {
+        probe.gops_on_pool(iterations, threads)
+    } else {
+        Ok(probe.gops(iterations, probe.run(iterations).as_secs_f64()))
+    }
+}
+
+/// The timing of one call already made, which took `call`: that time, with one run of `probe`
+/// beside it (as long as the call, at most `MAX_PROBE_RUN`). The tuner's search times a
+/// candidate this way when its verification call left no room in its budget for another.
+pub fn one_call_against_peak(probe: Option<&Probe>, threads: usize, call: Duration) -> Result<Timing, RuntimeError> {
+    let peak_gops = match probe {
+        Some(probe) => Some(probe_gops(probe, threads, probe.calibrate(call.min(MAX_PROBE_RUN)))?),
+        None => None,
+    };
+    Ok(Timing { runs: 1, median_s: call.as_secs_f64(), peak_gops })
 }
 
 #[cfg(test)]

@@ -91,8 +91,9 @@ struct SearchArgs {
     /// Timed calls per measurement.
     #[arg(long, default_value_t = 10, value_parser = positive::<usize>)]
     repeat: usize,
-    /// In the search (not the validation), time the timed calls of a candidate may take, in
-    /// milliseconds: fewer than --repeat for slow layers, at least 1. 0: always --repeat.
+    /// In the search (not the validation), time the calls of a candidate may take, its
+    /// verification call included, in milliseconds: fewer than --repeat timed calls for slow layers,
+    /// none beyond the verification call for those slower than half of it. 0: always --repeat.
     #[arg(long, default_value_t = 6.0)]
     search_budget_ms: f64,
     #[arg(long, default_value_t = 1)]

@@ -172,8 +172,9 @@ struct OpSearchArgs {
     /// Timed calls per measurement.
     #[arg(long, default_value_t = 10, value_parser = positive::<usize>, allow_negative_numbers = true)]
     repeat: usize,
-    /// In the search (not the validation), time the timed calls of a candidate may take, in
-    /// milliseconds: fewer than --repeat for slow points, at least 1. 0: always --repeat.
+    /// In the search (not the validation), time the calls of a candidate may take, its
+    /// verification call included, in milliseconds: fewer than --repeat timed calls for slow points,
+    /// none beyond the verification call for those slower than half of it. 0: always --repeat.
     #[arg(long, default_value_t = 6.0)]
     search_budget_ms: f64,
     /// Points proposed per round of the search.

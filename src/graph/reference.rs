@@ -266,33 +266,30 @@ impl Geometry {
         }
     }
 
+    /// The taps inside the input of flat output position `out` (row-major over `o`): (flat
+    /// spatial index in the input, flat index in the kernel), in `for_each`'s order.
+    fn taps_of(&self, out: usize, taps: &mut Vec<(usize, usize)>) {
+        taps.clear();
+        let (o0, o1, o2) = (out / (self.o[1] * self.o[2]), out / self.o[2] % self.o[1], out % self.o[2]);
+        for k0 in 0..self.k[0] {
+            for k1 in 0..self.k[1] {
+                for k2 in 0..self.k[2] {
+                    if let (Some(i0), Some(i1), Some(i2)) = (self.at(0, o0, k0), self.at(1, o1, k1), self.at(2, o2, k2))
+                    {
+                        taps.push(((i0 * self.d[1] + i1) * self.d[2] + i2, (k0 * self.k[1] + k1) * self.k[2] + k2));
+                    }
+                }
+            }
+        }
+    }
+
     /// The flat index in the kernel of each tap inside the input, in the same order as
     /// `for_each` gives taps.
     fn for_each_with_kernel(&self, mut f: impl FnMut(usize, &[(usize, usize)])) {
-        let mut out = 0;
         let mut taps = Vec::with_capacity(self.k.iter().product());
-        for o0 in 0..self.o[0] {
-            for o1 in 0..self.o[1] {
-                for o2 in 0..self.o[2] {
-                    taps.clear();
-                    for k0 in 0..self.k[0] {
-                        for k1 in 0..self.k[1] {
-                            for k2 in 0..self.k[2] {
-                                if let (Some(i0), Some(i1), Some(i2)) =
-                                    (self.at(0, o0, k0), self.at(1, o1, k1), self.at(2, o2, k2))
-                                {
-                                    taps.push((
-                                        (i0 * self.d[1] + i1) * self.d[2] + i2,
-                                        (k0 * self.k[1] + k1) * self.k[2] + k2,
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                    f(out, &taps);
-                    out += 1;
-                }
-            }
+        for out in 0..self.out_len() {
+            self.taps_of(out, &mut taps);
+            f(out, &taps);
         }
     }
 
@@ -374,25 +371,66 @@ fn quantized_conv(c: &QConv, x: &Value) -> Result<Value, String> {
         c.src.scale * ws / c.dst.scale
     };
     let zp = c.src.zero_point;
+    // The operands with the channels innermost, so that each tap is a dot product of two
+    // contiguous rows: the source less its zero point `[n, spatial, ch]`, the weights
+    // `[oc, taps, cg]`.
+    let mut xt = vec![0i32; n * sp * ch];
+    for b in 0..n {
+        for i in 0..ch {
+            for p in 0..sp {
+                xt[(b * sp + p) * ch + i] = xs[(b * ch + i) * sp + p].wrapping_sub(zp);
+            }
+        }
+    }
+    let mut wt = vec![0i32; oc * klen * cg];
+    for o in 0..oc {
+        for i in 0..cg {
+            for k in 0..klen {
+                wt[(o * klen + k) * cg + i] = i32::from(c.weights[(o * cg + i) * klen + k]);
+            }
+        }
+    }
+    let dot = |x: &[i32], w: &[i32]| x.iter().zip(w).fold(0i32, |acc, (a, b)| acc.wrapping_add(a.wrapping_mul(*b)));
+    // Output positions `[n · olen]`, each `oc` values (position-major; transposed at the end).
+    let position = |bp: usize, row: &mut [i32], taps: &mut Vec<(usize, usize)>| {
+        let (b, pos) = (bp / olen, bp % olen);
+        geo.taps_of(pos, taps);
+        for (o, y) in row.iter_mut().enumerate() {
+            let g = o / ocg;
+            let mut acc = 0i32;
+            for &(xi, ki) in taps.iter() {
+                let x = &xt[(b * sp + xi) * ch + g * cg..][..cg];
+                acc = acc.wrapping_add(dot(x, &wt[(o * klen + ki) * cg..][..cg]));
+            }
+            let bias = c.bias.as_ref().map_or(0, |v| v[o]);
+            *y = requantize(acc.wrapping_add(bias) as f32 * scale(o), c.dst.zero_point, c.clamp);
+        }
+    };
+    let mut by_position = vec![0i32; n * olen * oc];
+    // The positions are independent: spread over the cores (the tuner computes a task's
+    // reference before its search, and the tests compare many partitions with it).
+    if oc > 0 && olen > 0 {
+        let positions = n * olen;
+        let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).clamp(1, positions);
+        let per = positions.div_ceil(threads);
+        std::thread::scope(|scope| {
+            for (t, chunk) in by_position.chunks_mut(per * oc).enumerate() {
+                let position = &position;
+                scope.spawn(move || {
+                    let mut taps = Vec::with_capacity(klen);
+                    for (i, row) in chunk.chunks_mut(oc).enumerate() {
+                        position(t * per + i, row, &mut taps);
+                    }
+                });
+            }
+        });
+    }
     let mut out = vec![0i32; n * oc * olen];
     for b in 0..n {
-        for o in 0..oc {
-            let g = o / ocg;
-            let s = scale(o);
-            let bias = c.bias.as_ref().map_or(0, |v| v[o]);
-            geo.for_each_with_kernel(|pos, taps| {
-                let mut acc = 0i32;
-                for ic in 0..cg {
-                    let xbase = (b * ch + g * cg + ic) * sp;
-                    let wbase = (o * cg + ic) * klen;
-                    for &(xi, ki) in taps {
-                        let prod = (xs[xbase + xi] - zp) * i32::from(c.weights[wbase + ki]);
-                        acc = acc.wrapping_add(prod);
-                    }
-                }
-                let v = acc.wrapping_add(bias) as f32 * s;
-                out[(b * oc + o) * olen + pos] = requantize(v, c.dst.zero_point, c.clamp);
-            });
+        for pos in 0..olen {
+            for o in 0..oc {
+                out[(b * oc + o) * olen + pos] = by_position[(b * olen + pos) * oc + o];
+            }
         }
     }
     let mut out_dims = vec![n, oc];

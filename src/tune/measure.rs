@@ -13,7 +13,7 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::space::Space;
 use crate::CompileOptions;
-use crate::bench::time_against_peak_after;
+use crate::bench::{one_call_against_peak, time_against_peak_after};
 use crate::error::RuntimeError;
 use crate::isa::IsaLevel;
 use crate::kernels::peak::ProbeKind;
@@ -168,10 +168,24 @@ impl LayerBench {
     }
 }
 
-/// Times a compiled point whose output was verified by a call of `warm_up`: `repeat` timed
-/// calls, or with a `budget`, as many as fit in it as that call's time says, at least 1; each
-/// interleaved with `probe` on `threads` (`bench::time_against_peak_after`). `ops`: operations
-/// of one call.
+/// Timed calls after a verification call that took `warm_up`: `repeat`, or with a `budget`
+/// (the search), as many as fit in what the verification call left of it, at most `repeat`.
+/// 0: the verification call is the only timed call (its time is the measurement): a candidate
+/// slower than half the budget costs one call, not two. The validation (no budget) always
+/// makes `repeat` calls.
+pub fn timed_calls(repeat: usize, budget: Option<Duration>, warm_up: Duration) -> usize {
+    match budget {
+        Some(b) if !warm_up.is_zero() => {
+            repeat.min((b.saturating_sub(warm_up).as_secs_f64() / warm_up.as_secs_f64()) as usize)
+        }
+        _ => repeat,
+    }
+}
+
+/// Times a compiled point whose output was verified by a call of `warm_up`: `timed_calls`
+/// calls, each interleaved with `probe` on `threads` (`bench::time_against_peak_after`), or
+/// none, the verification call's time with one probe run beside it
+/// (`bench::one_call_against_peak`). `ops`: operations of one call.
 pub(super) fn time_verified<E: From<RuntimeError> + std::fmt::Display>(
     (probe, threads): (Option<Probe>, usize),
     ops: u64,
@@ -180,12 +194,11 @@ pub(super) fn time_verified<E: From<RuntimeError> + std::fmt::Display>(
     (compile_ms, trace): (Option<f64>, Option<Trace>),
     call: impl FnMut() -> Result<(), E>,
 ) -> Measurement {
-    let seconds = warm_up.as_secs_f64();
-    let repeat = match budget {
-        Some(b) if seconds > 0.0 => repeat.min(((b.as_secs_f64() / seconds) as usize).max(1)),
-        _ => repeat,
+    let timing = match timed_calls(repeat, budget, warm_up) {
+        0 => one_call_against_peak(probe.as_ref(), threads, warm_up).map_err(E::from),
+        repeat => time_against_peak_after(probe.as_ref(), threads, repeat, warm_up, call),
     };
-    match time_against_peak_after(probe.as_ref(), threads, repeat, warm_up, call) {
+    match timing {
         Ok(timing) => Measurement {
             status: Status::Ok,
             median_ns: Some(timing.median_s * 1e9),
@@ -199,5 +212,25 @@ pub(super) fn time_verified<E: From<RuntimeError> + std::fmt::Display>(
             threads: Some(threads),
         },
         Err(e) => Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verification_call_counts_against_the_search_budget() {
+        let ms = Duration::from_millis;
+        // Room for two more calls of 2 ms in 6 ms after the first; capped by `repeat`.
+        assert_eq!(timed_calls(10, Some(ms(6)), ms(2)), 2);
+        assert_eq!(timed_calls(1, Some(ms(6)), ms(2)), 1);
+        assert_eq!(timed_calls(10, Some(ms(60)), ms(1)), 10);
+        // A call slower than half the budget: the verification call is the timing.
+        assert_eq!(timed_calls(10, Some(ms(6)), ms(4)), 0);
+        assert_eq!(timed_calls(10, Some(ms(6)), ms(9)), 0);
+        // No budget (the validation), or a call too quick to time: `repeat`.
+        assert_eq!(timed_calls(10, None, ms(9)), 10);
+        assert_eq!(timed_calls(7, Some(ms(6)), Duration::ZERO), 7);
     }
 }
