@@ -20,8 +20,9 @@
 //! search as it was when the suite target was first measured: random first batch, log-speed
 //! target, batches of 8), `default` (`SearchOptions::new` with `--batch`), or either followed
 //! by `+`-joined changes: `stratified`, `random-first`, `rank`, `log-speed`, `batchN`, `epsN`
-//! (ε in percent), `popN`, `genN`, `treesN`, `depthN`. The random search always runs
-//! `SearchOptions::new` with `--batch` and the same seed.
+//! (ε in percent), `popN`, `genN`, `treesN`, `depthN`; or `random-control`: another random
+//! search (seeded apart) in the learned search's place, the win rate chance alone gives. The
+//! random search always runs `SearchOptions::new` with `--batch` and the same seed.
 
 use std::path::PathBuf;
 
@@ -97,7 +98,10 @@ fn config(name: &str, args: &Args) -> Result<SearchOptions, Error> {
         Some("default") => {
             SearchOptions { batch: args.batch, ..SearchOptions::new(args.trials, Strategy::Evolutionary) }
         }
-        other => return Err(format!("configuration {other:?}: expected `before` or `default` first").into()),
+        Some("random-control") => SearchOptions { batch: args.batch, ..SearchOptions::new(args.trials, Strategy::Random) },
+        other => {
+            return Err(format!("configuration {other:?}: expected `before`, `default` or `random-control` first").into());
+        }
     };
     for part in parts {
         let number = |prefix: &str| part.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok());
@@ -162,15 +166,19 @@ fn main() -> Result<(), Error> {
         for ((name, learned), total) in configs.iter().zip(summary.iter_mut()) {
             let (mut wins, mut l, mut r, mut rho) = (0, vec![], vec![], vec![]);
             for seed in 0..args.seeds {
-                let learned = SearchOptions { seed, ..learned.clone() };
+                // The control's random search draws apart from the one it races.
+                let own_seed = if learned.strategy == Strategy::Random { seed + 1_000_003 } else { seed };
+                let learned = SearchOptions { seed: own_seed, ..learned.clone() };
                 let random =
                     SearchOptions { seed, batch: args.batch, ..SearchOptions::new(args.trials, Strategy::Random) };
                 let outcome = race(&table, &first, (&learned, &random), args.tolerance)?;
                 wins += outcome.learned_wins() as usize;
                 l.push(outcome.learned.map_or(f64::INFINITY, |t| t as f64));
                 r.push(outcome.random.map_or(f64::INFINITY, |t| t as f64));
-                let log = replay(&table, &first, &SearchOptions { strategy: Strategy::Evolutionary, ..learned })?;
-                rho.extend(median(log.held_out_spearman.iter().flatten().copied().collect()));
+                if learned.strategy == Strategy::Evolutionary {
+                    let log = replay(&table, &first, &learned)?;
+                    rho.extend(median(log.held_out_spearman.iter().flatten().copied().collect()));
+                }
             }
             let share = wins as f64 / args.seeds as f64;
             total.1 += (share >= 0.5) as usize;

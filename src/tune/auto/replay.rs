@@ -108,16 +108,17 @@ pub fn replay(table: &TableSpace, first: &[AutoPoint], options: &SearchOptions) 
     resume(table, &history, &mut |points| table.measure(points), &rest)
 }
 
-/// The race of the learned search (`learned`, run as `Strategy::Evolutionary`) against the
-/// random search (`random`, run as `Strategy::Random`), both from `first`: the trials each
-/// needed to reach within `tolerance` of the random search's best speed.
+/// The race of a contender (`learned`: the learned search, or for a control another random
+/// search, run with its own strategy) against the random search (`random`, run as
+/// `Strategy::Random`), both from `first`: the trials each needed to reach within `tolerance`
+/// of the random search's best speed.
 pub fn race(
     table: &TableSpace,
     first: &[AutoPoint],
     (learned, random): (&SearchOptions, &SearchOptions),
     tolerance: f64,
 ) -> Result<Race, SearchError> {
-    let learned_log = replay(table, first, &SearchOptions { strategy: Strategy::Evolutionary, ..learned.clone() })?;
+    let learned_log = replay(table, first, learned)?;
     let random_log = replay(table, first, &SearchOptions { strategy: Strategy::Random, ..random.clone() })?;
     let Some(best) = random_log.best().and_then(|t| t.seconds) else {
         return Ok(Race { learned: None, random: None });
