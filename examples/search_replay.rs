@@ -98,9 +98,13 @@ fn config(name: &str, args: &Args) -> Result<SearchOptions, Error> {
         Some("default") => {
             SearchOptions { batch: args.batch, ..SearchOptions::new(args.trials, Strategy::Evolutionary) }
         }
-        Some("random-control") => SearchOptions { batch: args.batch, ..SearchOptions::new(args.trials, Strategy::Random) },
+        Some("random-control") => {
+            SearchOptions { batch: args.batch, ..SearchOptions::new(args.trials, Strategy::Random) }
+        }
         other => {
-            return Err(format!("configuration {other:?}: expected `before`, `default` or `random-control` first").into());
+            return Err(
+                format!("configuration {other:?}: expected `before`, `default` or `random-control` first").into()
+            );
         }
     };
     for part in parts {

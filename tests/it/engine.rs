@@ -11,14 +11,20 @@ use tensorlift::{CompileOptions, IsaLevel, Target};
 
 /// The committed test models (`scripts/models/make_models.py`).
 pub fn models() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models");
+    let files = onnx_files("tests/models");
+    assert!(files.len() >= 6, "expected the test models in tests/models, found {files:?}");
+    files
+}
+
+/// The `.onnx` files of the repository's directory `dir`, sorted.
+pub fn onnx_files(dir: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/models")
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
         .collect();
     files.sort();
-    assert!(files.len() >= 6, "expected the test models in {}", dir.display());
     files
 }
 

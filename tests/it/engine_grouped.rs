@@ -5,7 +5,7 @@
 //! convolution of every odd geometry (i8 source, batch 2, groups with several output channels
 //! each, per-side pads, dilations, a clamp below the type's top) against plain Rust.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use tensorlift::engine::{self, Kernel};
 use tensorlift::graph::PartitionPolicy;
@@ -17,14 +17,8 @@ use crate::engine::check_against_reference;
 
 /// The committed MobileNet-style models.
 pub fn mobilenet_models() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/mobilenet");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/models/mobilenet")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
-        .collect();
-    files.sort();
-    assert_eq!(files.len(), 3, "expected the MobileNet-style test models in {}", dir.display());
+    let files = crate::engine::onnx_files("tests/models/mobilenet");
+    assert_eq!(files.len(), 3, "expected the MobileNet-style test models in tests/models/mobilenet, found {files:?}");
     files
 }
 
