@@ -179,8 +179,11 @@ pub fn uniform(len: usize, seed: u64, lo: i64, hi: i64) -> Vec<i64> {
 #[derive(Clone, Debug)]
 pub struct LayerQuant {
     pub attrs: QuantAttrs,
-    /// `s32` bias in -1000..1000 with scale `src_scale · wei_scale[oc]`, as f32.
+    /// `s32` bias in -1000..1000 with scale `src_scale · wei_scale[oc]`, as f32 (`bias_q` times
+    /// that scale).
     pub bias: Vec<f32>,
+    /// The same bias as the integers drawn, before scaling (what a QDQ model's bias holds).
+    pub bias_q: Vec<i32>,
     /// `[N, C, H, W]` of the source (`[1, IC]` for the dense layer) and `[OC, IC, KH, KW]` of the
     /// weights (`[OC, IC]`).
     pub src_dims: Vec<i64>,
@@ -196,11 +199,8 @@ pub fn quantization(layer: Layer, seed: u64) -> Result<LayerQuant, QuantError> {
     let (oc, fan_in) = (wei_dims[0], wei_dims[1..].iter().product::<i64>());
     let wei_scales: Vec<f32> =
         uniform(oc as usize, seed + 2, 0, 9999).iter().map(|&u| 0.005 + 0.01 * u as f32 / 1e4).collect();
-    let bias = uniform(oc as usize, seed + 3, -1000, 999)
-        .iter()
-        .zip(&wei_scales)
-        .map(|(&b, &s)| b as f32 * (SRC_SCALE * s))
-        .collect();
+    let bias_q: Vec<i32> = uniform(oc as usize, seed + 3, -1000, 999).iter().map(|&b| b as i32).collect();
+    let bias = bias_q.iter().zip(&wei_scales).map(|(&b, &s)| b as f32 * (SRC_SCALE * s)).collect();
     let mean_scale = wei_scales.iter().sum::<f32>() / oc as f32;
     let output_std = SRC_SCALE * mean_scale * (fan_in as f32).sqrt() * SRC_STD * WEI_STD;
     let attrs = QuantAttrs {
@@ -211,7 +211,7 @@ pub fn quantization(layer: Layer, seed: u64) -> Result<LayerQuant, QuantError> {
         post_ops: Vec::new(),
         requantization: Requantization::OneDnn,
     };
-    Ok(LayerQuant { attrs, bias, src_dims, wei_dims })
+    Ok(LayerQuant { attrs, bias, bias_q, src_dims, wei_dims })
 }
 
 /// Every layer in table order: R1..R11, then FC.

@@ -1,7 +1,7 @@
-//! `tensorlift resnet18`: the resnet-18 int8 layers (R1..R11, FC) set up as `layer::TableLayer`
-//! (data, weights prepared once, the reference), compiled with the x86 schedules and the knobs
-//! of a tuning record or the defaults, verified against the reference and timed against the
-//! peak probe of each kernel's method.
+//! `tensorlift resnet18`: the resnet-18 int8 layers (R1..R11, FC), each a graph of one quantized
+//! partition (`engine::TableGraph`), compiled as the engine compiles a network's partition
+//! (`Spec::compile_in`) with the knobs of a tuning record or the defaults, verified against the
+//! graph's reference (`run_partition`) and timed against the peak probe of each kernel's method.
 
 use std::error::Error;
 
@@ -11,9 +11,11 @@ use schedules::ops::{GemmOperands, Layout};
 use schedules::resnet18::{self, Layer};
 use schedules::x86_conv::{Conv2dInt8Knobs, default_knobs};
 use tensorlift::bench::time_against_peak;
+use tensorlift::engine::{EngineError, TableGraph};
+use tensorlift::graph::Data;
 use tensorlift::isa::KernelVariant;
 use tensorlift::kernels::peak::ProbeKind;
-use tensorlift::layer::{LayerError, TableLayer};
+use tensorlift::layer::{CompiledQuantized, KernelCache, LayerError, permute_bytes};
 use tensorlift::record::{Host, Record, pretuned};
 use tensorlift::runtime::peak::Probe;
 use tensorlift::tune::record_for;
@@ -37,9 +39,9 @@ pub struct Args {
     #[arg(long, default_value_t = 10, value_parser = positive::<usize>, allow_negative_numbers = true)]
     repeat: usize,
     /// Activation layout of the convolutions' source and output: `nhwc` (the layout the x86
-    /// schedule computes in, as layers chained in it run: the default, like a oneDNN
-    /// primitive timed in the memory format it chose) or `nchw` (transposed to channels
-    /// last and back inside the call).
+    /// kernels compute in, as layers chained in a network run: the default, like a oneDNN
+    /// primitive timed in the memory format it chose) or `nchw` (the source transposed to
+    /// channels last and the output back around each call, timed with it).
     #[arg(long, value_enum, default_value_t = LayoutChoice::Nhwc)]
     layout: LayoutChoice,
     /// The weights' range: `full` (s8 in [-127, 127]) or `7bit` ([-64, 63], what onnxruntime's
@@ -126,37 +128,105 @@ fn schedule_name(layer: Layer) -> &'static str {
     }
 }
 
-/// Compiles `table` with `knobs` on `operands` (a convolution in `layout`), checks its output
-/// against the table layer's reference and times it against the peak probe.
+/// Errors of one layer's run.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error(transparent)]
+    Layer(#[from] LayerError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// A convolution's source and output in NCHW, transposed to and from the kernel's NHWC.
+struct Nchw {
+    src: Vec<u8>,
+    src_dims: [usize; 4],
+    dst: Vec<u8>,
+    dst_dims: [usize; 4],
+}
+
+/// A layer's buffers: the kernel's (NHWC; FC: rows) and, with `--layout nchw`, the NCHW ones.
+struct Buffers {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+    nchw: Option<Nchw>,
+}
+
+impl Buffers {
+    /// The buffers of `table`, its source stored; NCHW ones for a convolution where `nchw`.
+    fn new(table: &TableGraph, nchw: bool) -> Result<Buffers, EngineError> {
+        let (src, dst) = (table.src_bytes(), vec![0u8; table.expected_bytes()?.len()]);
+        let reference = table.reference()?;
+        let (sd, dd) = (table.input.dims(), reference.dims());
+        let nchw = match (nchw, table.input.data(), sd.len(), dd.len()) {
+            (true, Data::U8(logical), 4, 4) => Some(Nchw {
+                src: logical.clone(),
+                src_dims: [sd[0], sd[1], sd[2], sd[3]],
+                dst: vec![0u8; dst.len()],
+                dst_dims: [dd[0], dd[1], dd[2], dd[3]],
+            }),
+            _ => None,
+        };
+        Ok(Buffers { src, dst, nchw })
+    }
+
+    /// One call of `compiled`; in NCHW, the source transposed to NHWC before and the output
+    /// back after (part of the call, timed with it).
+    fn call(&mut self, compiled: &CompiledQuantized) -> Result<(), LayerError> {
+        match &mut self.nchw {
+            Some(n) => {
+                permute_bytes(&n.src, n.src_dims, 1, true, &mut self.src);
+                compiled.run(&self.src, &mut self.dst)?;
+                permute_bytes(&self.dst, n.dst_dims, 1, false, &mut n.dst);
+                Ok(())
+            }
+            None => compiled.run(&self.src, &mut self.dst),
+        }
+    }
+
+    /// The output in the command's layout.
+    fn output(&self) -> &[u8] {
+        self.nchw.as_ref().map_or(&self.dst, |n| &n.dst)
+    }
+}
+
+/// Compiles `table` with `knobs` (a convolution's activations in `layout`), checks its output
+/// against the graph's reference and times it against the peak probe.
 fn run_layer(
-    table: &TableLayer,
-    (knobs, operands, layout): (Conv2dInt8Knobs, GemmOperands, Layout),
+    table: &TableGraph,
+    (knobs, layout): (Conv2dInt8Knobs, Layout),
     options: &CompileOptions,
     repeat: usize,
     progress: &ProgressBar,
-) -> Result<LayerReport, LayerError> {
-    let layer = table.data.layer;
+) -> Result<(LayerReport, GemmOperands), RunError> {
+    let layer = table.layer();
     let name = layer.name();
     progress.set_message(format!("{name}: prepare weights, compile"));
-    let mut compiled = table.compile(knobs, operands, layout, options)?;
-    compiled.call()?;
-    let output = compiled.output();
-
-    progress.set_message(format!("{name}: verify against {}", table.reference_kind.name()));
-    let verified = output.bits_eq(table.reference()?);
-    let values = output.to_i64_vec();
-    let saturated = values.iter().filter(|&&v| v == 0 || v == 255).count();
+    let compiled = table.compile(&KernelCache::new(), Some(knobs), options)?;
+    progress.set_message(format!("{name}: reference"));
+    let reference = table.reference()?;
+    let mut io = Buffers::new(table, layout == Layout::Nchw)?;
+    io.call(&compiled)?;
+    progress.set_message(format!("{name}: verify against the graph's reference"));
+    let verified = match (&io.nchw, reference.data()) {
+        (Some(n), Data::U8(logical)) => n.dst == *logical,
+        (None, _) => io.dst == table.expected_bytes()?,
+        (Some(_), _) => false,
+    };
+    let output = io.output();
+    let saturated = output.iter().filter(|&&v| v == 0 || v == 255).count();
+    let saturated_pct = 100.0 * saturated as f64 / output.len().max(1) as f64;
 
     progress.set_message(format!("{name}: time {repeat} runs"));
-    let threads = compiled.func().threads().unwrap_or(1);
-    let probe = Probe::for_function(compiled.func());
-    let timing = time_against_peak(probe.as_ref(), threads, repeat, || compiled.call())?;
     let func = compiled.func();
-    Ok(LayerReport {
+    let threads = func.threads().unwrap_or(1);
+    let probe = Probe::for_function(func);
+    let timing = time_against_peak(probe.as_ref(), threads, repeat, || io.call(&compiled))?;
+    let report = LayerReport {
         layer: name,
         verified,
-        prepare_ms: compiled.prepare.as_secs_f64() * 1e3,
-        compile_ms: compiled.compile.as_secs_f64() * 1e3,
+        prepare_ms: compiled.prepare_time().as_secs_f64() * 1e3,
+        compile_ms: compiled.compile_time().as_secs_f64() * 1e3,
         median_ms: timing.median_s * 1e3,
         runs: timing.runs,
         gops: layer.ops() as f64 / timing.median_s / 1e9,
@@ -165,8 +235,9 @@ fn run_layer(
         kernels: func.kernel_variants(),
         isa: func.isa_level(),
         threads,
-        saturated_pct: 100.0 * saturated as f64 / values.len().max(1) as f64,
-    })
+        saturated_pct,
+    };
+    Ok((report, compiled.operands()))
 }
 
 /// The knobs as records spell them, with the GEMM operands they gave here: `gemm_source` (u8,
@@ -205,20 +276,18 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     if format == Format::Table {
         let (w_lo, w_hi) = weights.bits().range();
         println!(
-            "resnet-18 int8 layers, batch 1: u8 src (zp {}) x s8 weights in [{w_lo}, {w_hi}] (per-channel scales) + bias -> u8, relu off",
+            "resnet-18 int8 layers, batch 1: u8 src (zp {}) x s8 weights in [{w_lo}, {w_hi}] (per-channel scales) + i32 bias -> u8 (onnxruntime's QLinearConv requantization), relu off",
             resnet18::SRC_ZERO_POINT
         );
         println!("cpu        {} (level {level})", tensorlift::isa::cpu_name());
         let api = match layout {
-            Layout::Nchw => "conv2d_int8, NCHW source and output",
-            Layout::Nhwc => "conv2d_int8, NHWC source and output",
+            Layout::Nchw => "NHWC, the source and output transposed from and to NCHW in each call",
+            Layout::Nhwc => "NHWC source and output",
         };
         println!(
-            "schedule   conv: x86_conv (schedules::x86_conv::{api}, shown as mr x nr); FC: x86_dense (schedules::x86_conv::dense_int8, a 1x1 convolution over a row of pixels); knobs and threads per layer from a tuning record (column tuning: tuned from --db, pretuned from tuning/pretuned.jsonl) or default_knobs (default: no record for this layer on this CPU)"
+            "schedule   each layer a graph of one quantized partition, compiled as `tensorlift run` compiles one: conv: x86_conv (schedules::x86_conv::conv2d_int8, {api}, shown as mr x nr); FC: x86_dense (a 1x1 convolution over a row of pixels); knobs and threads per layer from a tuning record (column tuning: tuned from --db, pretuned from tuning/pretuned.jsonl) or default_knobs (default: no record for this layer on this CPU)"
         );
-        println!(
-            "reference  conv: generic-jit (the generic schedule of ops::conv2d_nchw_int8, compiled at the scalar level); FC: eval_te (the interpreter)"
-        );
+        println!("reference  run_partition (the graph's reference: the partition evaluated in plain Rust)");
         println!(
             "peak       the probe of the method of the layer's kernel (vpdpbusd, the vpmaddubsw triple, sign transfer, vpmaddwd), on every thread of the layer's pool at once, median of runs interleaved with the layer's own"
         );
@@ -245,7 +314,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         progress.set_message(format!("{}: define", layer.name()));
         // Data seeded by the layer's position in the table (`layer::LayerData`): the same layer
         // gets the same data whether it runs alone (`--layer`) or in the table.
-        let table = TableLayer::new(layer, weights.bits())?;
+        let table = TableGraph::new(layer, weights.bits())?;
         // The knobs of the best usable record for the layer: this run's database, else the
         // pre-tuned one, else the defaults for this level's cores and the threads available.
         let usable = |records: &[Record]| {
@@ -256,10 +325,9 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             (None, Some(k)) => ("pretuned", k),
             (None, None) => ("default", default_knobs(layer, tensorlift::build::core_rate(level), max_threads)),
         };
-        // The kernel family follows from the level and the prepared weights' proven range.
-        let operands = knobs.operands(level.has_vnni(), table.data.range);
+        // The kernel family follows from the level and the weights' range (`operands`).
         let layer_options = CompileOptions { threads: Some(knobs.threads), ..options.clone() };
-        let report = run_layer(&table, (knobs, operands, layout), &layer_options, repeat, &progress)?;
+        let (report, operands) = run_layer(&table, (knobs, layout), &layer_options, repeat, &progress)?;
         let schedule = format!("{} {}x{}", schedule_name(layer), knobs.mr, knobs.nr);
         let layout_name = match (layer, layout) {
             (Layer::Dense(_), _) => "nc",
@@ -296,7 +364,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                     "knobs": knobs_json(knobs, operands),
                     "kernel": kernel_names(&report.kernels),
                     "weights": weights.bits().name(),
-                    "reference": table.reference_kind.name(),
+                    "reference": "run_partition",
                     "layout": layout_name,
                     "prepare_ms": report.prepare_ms,
                     "compile_ms": report.compile_ms,

@@ -33,4 +33,10 @@ pub enum EngineError {
     RandomInput { dtype: DataType },
     #[error(transparent)]
     Value(#[from] ValueError),
+    #[error("table layer {layer}: {what}: {source}")]
+    Table { layer: &'static str, what: String, source: Box<LayerError> },
+    #[error(
+        "table layer {layer}: expected one quantized convolution or matmul partition the x86 kernels compute, found {found}"
+    )]
+    TablePartition { layer: &'static str, found: String },
 }

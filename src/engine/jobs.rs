@@ -13,7 +13,7 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 use super::compile::Tuning;
 use super::kernel::Kernel;
 use super::spec::Spec;
-use crate::layer::{KernelCache, LayerError, compile_qconv_in, compile_qdense_in};
+use crate::layer::{KernelCache, LayerError};
 use crate::runtime::CompileOptions;
 
 /// A layer to compile with its knobs (`None`: the defaults) and where they came from.
@@ -39,9 +39,10 @@ impl Job {
     }
 
     fn compile(&self, cache: &KernelCache, options: &CompileOptions) -> Result<Kernel, LayerError> {
+        let compiled = Box::new(self.layer.compile_in(cache, self.knobs, options)?);
         Ok(match &self.layer {
-            Spec::Conv(spec) => Kernel::Conv(Box::new(compile_qconv_in(cache, spec, self.knobs, options)?)),
-            Spec::Dense(spec) => Kernel::Dense(Box::new(compile_qdense_in(cache, spec, self.knobs, options)?)),
+            Spec::Conv(_) => Kernel::Conv(compiled),
+            Spec::Dense(_) => Kernel::Dense(compiled),
         })
     }
 }

@@ -10,6 +10,9 @@
 //! The convolutions and products compile on every core, one function per geometry (`jobs`).
 //! `CompiledGraph::execute` checks the inputs, runs the steps in order and times each.
 //!
+//! A layer of the resnet-18 table is a graph of one such partition (`TableGraph`), compiled
+//! through the same function (`Spec::compile_in`) by `tensorlift resnet18` and the tuner.
+//!
 //! Every kernel here computes its partition's definition bit for bit; the graph's reference is
 //! the slow twin the tests compare with (`tests/it/engine.rs`).
 
@@ -22,6 +25,7 @@ mod kernel;
 pub mod native;
 mod slot;
 mod spec;
+mod table;
 
 pub use compile::{CompiledGraph, KnobSource, Step, Tuning, Workload, compile, compile_with};
 pub use error::EngineError;
@@ -29,3 +33,4 @@ pub use inputs::random_input;
 pub use kernel::Kernel;
 pub use slot::Slot;
 pub use spec::{Spec, partition_spec};
+pub use table::{TableGraph, kernel_bytes};

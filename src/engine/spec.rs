@@ -5,11 +5,17 @@
 
 use ir::DType;
 
+use schedules::x86_conv::Conv2dInt8Knobs;
+
 use super::compile::Workload;
 use crate::graph::partition::{QConv, QMatMul, QuantTensor};
 use crate::graph::window::Window;
 use crate::graph::{FinalizedGraph, Partition, PartitionKind};
-use crate::layer::{ActQuant, QConvAutoSpec, QConvSpec, QDenseSpec};
+use crate::layer::{
+    ActQuant, CompiledQuantized, KernelCache, LayerError, QConvAutoSpec, QConvSpec, QDenseSpec, compile_qconv_in,
+    compile_qdense_in,
+};
+use crate::runtime::CompileOptions;
 
 /// The spec of a partition the x86 kernels compute.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +46,29 @@ impl Spec {
         match self {
             Spec::Conv(c) => c.ops(),
             Spec::Dense(d) => d.ops(),
+        }
+    }
+
+    /// The weights (`[OC, IC, KH, KW]` of a convolution, `[K, N]` of a product).
+    pub fn weights(&self) -> &[i8] {
+        match self {
+            Spec::Conv(c) => &c.weights,
+            Spec::Dense(d) => &d.weights,
+        }
+    }
+
+    /// Compiles the spec with `knobs` (`None`: the defaults for its geometry), taking the
+    /// function from `cache` where an earlier spec compiled it (`layer::compile_qconv_in`,
+    /// `compile_qdense_in`): what the engine compiles each partition with.
+    pub fn compile_in(
+        &self,
+        cache: &KernelCache,
+        knobs: Option<Conv2dInt8Knobs>,
+        options: &CompileOptions,
+    ) -> Result<CompiledQuantized, LayerError> {
+        match self {
+            Spec::Conv(c) => compile_qconv_in(cache, c, knobs, options),
+            Spec::Dense(d) => compile_qdense_in(cache, d, knobs, options),
         }
     }
 }

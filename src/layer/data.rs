@@ -1,6 +1,7 @@
 //! `LayerData`: a table layer's data, the same in every command that runs it and in
 //! `scripts/peers/layers.py`: u8 source (zero point 128), s8 weights in the range of
-//! `WeightBits` with per-output-channel scales, an f32 bias, u8 output, relu off
+//! `WeightBits` with per-output-channel scales, an i32 bias (`LayerQuant::bias_q`), u8 output,
+//! relu off
 //! (`resnet18::quantization`), drawn from seeds that follow the layer's position in the table,
 //! so that a layer gets the same data whether it runs alone or with the others.
 
@@ -21,8 +22,6 @@ pub struct LayerData {
     pub src: Array,
     /// i8 `[OC, IC, KH, KW]` (the dense layer's `[OC, IC]`), in `weights`' range.
     pub wei: Array,
-    /// f32 `[OC]`.
-    pub bias: Array,
     /// The smallest and largest weight: the range the x86 kernels may rely on
     /// (`Conv2dInt8Knobs::operands`).
     pub range: (i8, i8),
@@ -53,9 +52,7 @@ impl LayerData {
         let wei_values = uniform(count(&quant.wei_dims), seed + 1, lo.into(), hi.into());
         let range = weight_range(wei_values.iter().map(|&w| w as i8));
         let wei = Array::from_i64(DType::I8, &quant.wei_dims, &wei_values);
-        let bias_values: Vec<f64> = quant.bias.iter().map(|&b| f64::from(b)).collect();
-        let bias = Array::from_f64(DType::F32, &[quant.wei_dims[0]], &bias_values);
-        Ok(LayerData { layer, weights, quant, src, wei, bias, range })
+        Ok(LayerData { layer, weights, quant, src, wei, range })
     }
 
     /// The output's shape in the definition's layout: `[1, OC, OH, OW]` (the dense layer's

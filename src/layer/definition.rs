@@ -1,7 +1,7 @@
 //! `Definition`: a table layer as the operator library defines it (`ops::conv2d_nchw_int8` or
 //! `ops::dense_int8` with the table's quantization), with its weight preparation
-//! (`ops::compensation`). Its workload key is what tuning records name; its generic schedule
-//! is the reference (`Reference`).
+//! (`ops::compensation`). Its workload key is what tuning records name (`tune::workload`); the
+//! layer runs as a one-partition graph (`engine::TableGraph`), not from this definition.
 
 use ir::DType;
 use ir::te::{Tensor as TeTensor, placeholder_vec};

@@ -28,7 +28,7 @@ pub struct SpecError {
     pub found: String,
 }
 
-/// Errors of `LayerData`, `TableLayer`, `Reference` and the quantized operators' compile API
+/// Errors of `LayerData` and the quantized operators' compile API
 /// (the definitions' errors boxed: they are the large ones).
 #[derive(Debug, Error)]
 pub enum LayerError {

@@ -1,15 +1,13 @@
-//! The layers of the resnet-18 int8 table (`schedules::resnet18`) set up to run, once for every
-//! command that runs them: `tensorlift resnet18` and the tuner (`tune::measure`) compile and check
-//! them here, and the export and the workload keys take their quantization from here.
+//! Quantized layers on the x86 path, and the data of the resnet-18 int8 table's layers
+//! (`schedules::resnet18`; `engine::TableGraph` sets each up as a one-partition graph for
+//! `tensorlift resnet18` and the tuner; the export and the workload keys take their
+//! quantization from here).
 //!
-//! * `data`: a layer's data as the table defines it (`LayerData`: source, weights, bias and
-//!   quantization, drawn from seeds that follow the layer's position in the table);
-//! * `definition`: the layer's definition (`ops::conv2d_nchw_int8` or `ops::dense_int8`) with
-//!   its weight preparation, the workload a tuning record names;
-//! * `reference`: what every schedule's output must equal (`Reference`);
-//! * `table`: a layer ready to compile on the x86 path (`TableLayer`), its weights prepared once
-//!   per panel width and GEMM operands;
-//! * `compiled`: one compiled schedule with its arguments bound (`CompiledLayer`);
+//! * `data`: a layer's data as the table defines it (`LayerData`: source, weights and
+//!   quantization with the i32 bias, drawn from seeds that follow the layer's position in the
+//!   table);
+//! * `definition`: the layer's definition in the operator library (`ops::conv2d_nchw_int8` or
+//!   `ops::dense_int8`), kept for the workload key tuning records name (`tune::workload`);
 //! * `transpose`: activations between NCHW and NHWC, in plain Rust;
 //! * `qconv`, `qdense`: the compile API of imported networks' quantized convolutions and matrix
 //!   products in onnxruntime's requantization order (`QConvSpec`, `QDenseSpec`,
@@ -22,7 +20,6 @@
 //!   auto-scheduler's rules (`QConvAutoSpec`, `compile_qconv_auto`, `CompiledAuto`);
 //! * `error`: `LayerError`, `NotInTable`.
 
-mod compiled;
 mod data;
 mod definition;
 mod error;
@@ -33,11 +30,8 @@ mod qconv;
 mod qdense;
 mod qlowered;
 mod qprepare;
-mod reference;
-mod table;
 mod transpose;
 
-pub use compiled::CompiledLayer;
 pub use data::LayerData;
 pub use definition::Definition;
 pub use error::{LayerError, NotInTable, SpecError};
@@ -48,6 +42,4 @@ pub use qconv::{ActQuant, QConvSpec, compile_qconv, compile_qconv_in, lower_qcon
 pub use qdense::{QDenseSpec, compile_qdense, compile_qdense_in, lower_qdense};
 pub use qlowered::LoweredQuantized;
 pub use qprepare::{PreparedWeights, prepare_weights, prepare_weights_scalar};
-pub use reference::Reference;
-pub use table::TableLayer;
 pub use transpose::{nchw_to_nhwc, nhwc_to_nchw, permute_bytes};

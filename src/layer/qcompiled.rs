@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ir::DType;
+use ir::trace::Trace;
 use schedules::ops::GemmOperands;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
@@ -48,6 +49,8 @@ pub struct CompiledQuantized {
     ops: u64,
     compile: Duration,
     prepare: Duration,
+    /// The per-call function's schedule as replayable data.
+    trace: Trace,
 }
 
 impl CompiledQuantized {
@@ -58,7 +61,7 @@ impl CompiledQuantized {
         operands: GemmOperands,
         prepared: Prepared,
         (src, dst): ((DType, Vec<i64>), (DType, Vec<i64>)),
-        (ops, compile): (u64, Duration),
+        (ops, compile, trace): (u64, Duration, Trace),
     ) -> Result<CompiledQuantized, LayerError> {
         let Prepared { packed, compensation, params, time } = prepared;
         let packed = match kernel.scanned_range(1) {
@@ -79,6 +82,7 @@ impl CompiledQuantized {
             ops,
             compile,
             prepare: time,
+            trace,
         })
     }
 
@@ -187,5 +191,10 @@ impl CompiledQuantized {
     /// Building and running the weight preparation.
     pub fn prepare_time(&self) -> Duration {
         self.prepare
+    }
+
+    /// The per-call function's schedule as replayable data (what a tuning record carries).
+    pub fn trace(&self) -> &Trace {
+        &self.trace
     }
 }

@@ -325,7 +325,8 @@ fn build_quantized(
         cache.prepared((name.clone(), knobs.nr, operands), || prepare_quantized(spec, shapes, knobs, operands))?;
     let prepared = Prepared { packed, compensation, params: params(&layer), time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
-    CompiledQuantized::new(name.clone(), (kernel, cached), knobs, operands, prepared, io, (ops, compile))
+    let trace = layer.schedule.trace();
+    CompiledQuantized::new(name.clone(), (kernel, cached), knobs, operands, prepared, io, (ops, compile, trace))
 }
 
 /// `spec`'s per-call function lowered for `level` (not compiled: any level, whatever this CPU

@@ -1,26 +1,18 @@
-//! Measuring one point of a layer's space: compile, verify bit for bit against the reference,
-//! then time (median of repeats after a warm-up, interleaved with the peak probe of the kernel's
-//! method, as `tensorlift resnet18` does). The layer's data, prepared weights and reference
-//! are `layer::TableLayer`'s, the ones `tensorlift resnet18` runs.
+//! What measuring one point gives (`Measurement`), and the timing every bench shares
+//! (`time_verified`: median of repeats after a warm-up, interleaved with the peak probe of the
+//! kernel's method, as `tensorlift resnet18` does). A table layer's or a model task's point is
+//! measured by `task_bench::TaskBench`, an operator's by `op_bench`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ir::interp::{Array, Scalar};
 use ir::trace::Trace;
-use schedules::ops::Layout;
-use schedules::resnet18::{Layer, WeightBits};
-use schedules::x86_conv::Conv2dInt8Knobs;
 
-use super::space::Space;
-use crate::CompileOptions;
 use crate::bench::{one_call_against_peak, time_against_peak_after};
 use crate::error::RuntimeError;
-use crate::isa::IsaLevel;
 use crate::kernels::peak::ProbeKind;
-use crate::layer::{LayerError, TableLayer};
-use crate::record::{Status, WorkloadRef};
+use crate::record::Status;
 use crate::runtime::peak::Probe;
-use crate::target::Target;
 
 /// What measuring a point gave.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,96 +68,6 @@ pub(super) fn difference(output: &Array, expected: &Array) -> Option<String> {
         Scalar::Float(v) => v.to_string(),
     };
     Some(format!("element {index}: expected {}, found {}", value(wanted), value(found)))
-}
-
-/// A layer of the resnet-18 table set up for tuning at one ISA level: the table layer (data,
-/// prepared weights, reference output: computed here, so that no candidate's time limit pays
-/// for it) and the layer's space.
-pub struct LayerBench {
-    pub level: IsaLevel,
-    pub space: Space,
-    pub workload: WorkloadRef,
-    pub table: TableLayer,
-}
-
-impl LayerBench {
-    /// Sets up `layer` for tuning at `level` on `max_threads` with weights in `weights`' range.
-    pub fn new(
-        layer: Layer,
-        level: IsaLevel,
-        weights: WeightBits,
-        max_threads: usize,
-        workload: WorkloadRef,
-    ) -> Result<LayerBench, LayerError> {
-        let table = TableLayer::new(layer, weights)?;
-        table.reference()?;
-        let space = Space::for_target(layer, max_threads, level, table.data.range);
-        Ok(LayerBench { level, space, workload, table })
-    }
-
-    /// What every point's output must equal (`TableLayer::reference`).
-    pub fn reference(&self) -> Result<&Array, LayerError> {
-        self.table.reference()
-    }
-
-    /// Operations of one call (`2·OC·OH·OW·IC·KH·KW`).
-    pub fn ops(&self) -> u64 {
-        self.table.data.layer.ops()
-    }
-
-    /// Compiles, verifies against the layer's reference and times `point`: `measure_against`
-    /// the reference.
-    pub fn measure(&self, point: &Conv2dInt8Knobs, repeat: usize, budget: Option<Duration>) -> Measurement {
-        match self.reference() {
-            Ok(reference) => self.measure_against(point, reference, repeat, budget),
-            Err(e) => Measurement::failed(Status::BuildError, format!("the reference: {e}"), None),
-        }
-    }
-
-    /// Compiles `point` (NHWC, the layout the schedule computes in), checks its output against
-    /// `expected` (in the definition's layout, `CompiledLayer::output`) and, if equal, times
-    /// it: `repeat` timed calls, or with a `budget`, as many as fit in it as the verification
-    /// call's time says, at least 1 (the validation times the fastest again with `repeat`
-    /// calls). An output that differs is `Mismatch`, unverified and untimed. Never panics on a
-    /// bad point: a point the space rejects is `BuildError` with the reason.
-    pub fn measure_against(
-        &self,
-        point: &Conv2dInt8Knobs,
-        expected: &Array,
-        repeat: usize,
-        budget: Option<Duration>,
-    ) -> Measurement {
-        if let Err(reason) = self.space.check(point) {
-            return Measurement::failed(Status::BuildError, reason.to_string(), None);
-        }
-        if !self.level.is_supported() {
-            return Measurement::failed(Status::UnsupportedIsa, format!("this CPU lacks {}", self.level), None);
-        }
-        let operands = point.operands(self.level.has_vnni(), self.table.data.range);
-        let options =
-            CompileOptions { target: Target::Level(self.level), threads: Some(point.threads), ..Default::default() };
-        let mut compiled = match self.table.compile(*point, operands, Layout::Nhwc, &options) {
-            Ok(c) => c,
-            Err(e) => return Measurement::failed(Status::BuildError, e.to_string(), None),
-        };
-        let compile_ms = Some(compiled.compile.as_secs_f64() * 1e3);
-        let trace = Some(compiled.trace.clone());
-        let start = Instant::now();
-        if let Err(e) = compiled.call() {
-            return Measurement { trace, ..Measurement::failed(Status::RunError, e.to_string(), compile_ms) };
-        }
-        let warm_up = start.elapsed();
-        if let Some(difference) = difference(&compiled.output(), expected) {
-            let error =
-                format!("the output differs from the reference ({}): {difference}", self.table.reference_kind.name());
-            return Measurement { trace, ..Measurement::failed(Status::Mismatch, error, compile_ms) };
-        }
-        let probe = Probe::for_function(compiled.func());
-        let threads = compiled.func().threads().unwrap_or(1);
-        // The verification call warmed the function up.
-        let ops = self.ops();
-        time_verified((probe, threads), ops, (repeat, budget), warm_up, (compile_ms, trace), || compiled.call())
-    }
 }
 
 /// Timed calls after a verification call that took `warm_up`: `repeat`, or with a `budget`

@@ -1,6 +1,7 @@
 //! Auto-scheduling of the resnet-18 int8 layers: a typed search space of the `x86_conv` knobs
 //! per layer (`space`), search strategies (`search`), measurement — compile, verify bit for bit,
-//! time against the peak probe (`measure`, on `layer::TableLayer`) — in a worker process
+//! time against the peak probe (`task_bench`, on `engine::TableGraph`: a table layer as a
+//! one-partition graph, compiled as the engine compiles a network's partition) — in a worker process
 //! (`worker`, which keeps the end of its stderr: `tail`), each measurement a `record::Record`.
 //!
 //! `tune_layer` is what `tensorlift tune resnet18` runs per layer; `tensorlift resnet18` applies

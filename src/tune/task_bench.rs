@@ -1,9 +1,10 @@
-//! Measuring one point of a model task's space (`tasks::Task`): the task's spec compiled with
-//! the point's knobs (`layer::compile_qconv`, `compile_qdense`, as `tensorlift run` compiles
-//! it), its output checked bit for bit against the graph's reference of the task's partition
-//! (`graph::reference::run_partition`, which shares no code with the compiled path) on one
-//! seeded input, then timed against the peak probe as a table layer is (`measure`). Compiled
-//! functions and prepared weights are kept per task (`KernelCache::keeping_weights`).
+//! Measuring one point of a model task's space (`tasks::Task`) or of a resnet-18 table layer's
+//! (`engine::TableGraph`, a graph of one partition): the partition's spec compiled with the
+//! point's knobs (`Spec::compile_in`, as `tensorlift run` compiles it), its output checked bit
+//! for bit against the graph's reference of the partition (`graph::reference::run_partition`,
+//! which shares no code with the compiled path) on one input (a task's seeded one, a table
+//! layer's own data), then timed against the peak probe (`measure::time_verified`). Compiled
+//! functions and prepared weights are kept per bench (`KernelCache::keeping_weights`).
 
 use std::time::{Duration, Instant};
 
@@ -13,11 +14,10 @@ use super::measure::{Measurement, time_verified};
 use super::space::Space;
 use super::tasks::{ModelTasks, Task};
 use crate::CompileOptions;
-use crate::engine::{Slot, Spec, random_input};
-use crate::graph::Value;
+use crate::engine::{EngineError, Spec, TableGraph, kernel_bytes, random_input};
 use crate::graph::reference::{ReferenceError, run_partition};
 use crate::isa::IsaLevel;
-use crate::layer::{CompiledQuantized, KernelCache, compile_qconv_in, compile_qdense_in};
+use crate::layer::KernelCache;
 use crate::record::{Status, WorkloadRef};
 use crate::runtime::peak::Probe;
 use crate::target::Target;
@@ -38,13 +38,6 @@ pub struct TaskBench {
     /// Functions and prepared weights of the points measured so far (a validation round
     /// compiles nothing again, a panel width prepares the weights once).
     cache: KernelCache,
-}
-
-/// The bytes of `value` as the engine stores them, the compiled kernels' layout (NHWC for 4-D).
-fn kernel_bytes(value: &Value) -> Vec<u8> {
-    let mut slot = Slot::new(value.dtype(), value.dims().to_vec());
-    slot.store(value);
-    slot.bytes
 }
 
 impl TaskBench {
@@ -82,10 +75,51 @@ impl TaskBench {
         })
     }
 
-    /// Compiles `point`, runs it on the task's source, checks the output against the
-    /// reference's bit for bit and, if equal, times it (`measure::time_verified`). A point the
-    /// space rejects is `BuildError` with the reason, an output that differs `Mismatch`.
+    /// Table layer `table` set up for code at `level` on at most `max_threads` threads, its
+    /// records of `workload`: its own data as the source, the graph's reference for it.
+    pub fn for_table(
+        table: &TableGraph,
+        level: IsaLevel,
+        max_threads: usize,
+        workload: WorkloadRef,
+    ) -> Result<TaskBench, EngineError> {
+        Ok(TaskBench {
+            level,
+            space: Space::for_target(table.layer(), max_threads, level, table.data.range),
+            workload,
+            spec: table.spec.clone(),
+            src: table.src_bytes(),
+            expected: table.expected_bytes()?,
+            cache: KernelCache::keeping_weights(),
+        })
+    }
+
+    /// The reference's output, in the kernel's layout (NHWC, or `[M, N]`).
+    pub fn expected(&self) -> &[u8] {
+        &self.expected
+    }
+
+    /// Operations of one call.
+    pub fn ops(&self) -> u64 {
+        self.spec.ops()
+    }
+
+    /// `measure_against` the reference's output.
     pub fn measure(&self, point: &Conv2dInt8Knobs, repeat: usize, budget: Option<Duration>) -> Measurement {
+        self.measure_against(point, &self.expected, repeat, budget)
+    }
+
+    /// Compiles `point`, runs it on the bench's source, checks the output against `expected`
+    /// bit for bit and, if equal, times it (`measure::time_verified`). A point the space
+    /// rejects is `BuildError` with the reason, an output that differs (or has another length)
+    /// `Mismatch`, untimed.
+    pub fn measure_against(
+        &self,
+        point: &Conv2dInt8Knobs,
+        expected: &[u8],
+        repeat: usize,
+        budget: Option<Duration>,
+    ) -> Measurement {
         if let Err(reason) = self.space.check(point) {
             return Measurement::failed(Status::BuildError, reason.to_string(), None);
         }
@@ -94,11 +128,7 @@ impl TaskBench {
         }
         let options =
             CompileOptions { target: Target::Level(self.level), threads: Some(point.threads), ..Default::default() };
-        let compiled: Result<CompiledQuantized, _> = match &self.spec {
-            Spec::Conv(c) => compile_qconv_in(&self.cache, c, Some(*point), &options),
-            Spec::Dense(d) => compile_qdense_in(&self.cache, d, Some(*point), &options),
-        };
-        let compiled = match compiled {
+        let compiled = match self.spec.compile_in(&self.cache, Some(*point), &options) {
             Ok(c) => c,
             Err(e) => return Measurement::failed(Status::BuildError, e.to_string(), None),
         };
@@ -111,17 +141,22 @@ impl TaskBench {
             return Measurement::failed(Status::RunError, e.to_string(), compile_ms);
         }
         let warm_up = start.elapsed();
-        if let Some(i) = (0..dst.len()).find(|&i| dst[i] != self.expected[i]) {
+        if expected.len() != dst.len() {
+            let error = format!("expected {} output bytes to compare with, found {}", dst.len(), expected.len());
+            return Measurement::failed(Status::Mismatch, error, compile_ms);
+        }
+        if let Some(i) = (0..dst.len()).find(|&i| dst[i] != expected[i]) {
             let error = format!(
                 "the output differs from the graph reference's: byte {i} (NHWC): expected {}, found {}",
-                self.expected[i], dst[i]
+                expected[i], dst[i]
             );
             return Measurement::failed(Status::Mismatch, error, compile_ms);
         }
         let probe = Probe::for_function(compiled.func());
         let threads = compiled.func().threads().unwrap_or(1);
         let ops = self.spec.ops();
-        time_verified((probe, threads), ops, (repeat, budget), warm_up, (compile_ms, None), || {
+        let trace = Some(compiled.trace().clone());
+        time_verified((probe, threads), ops, (repeat, budget), warm_up, (compile_ms, trace), || {
             compiled.run(&self.src, &mut dst)
         })
     }

@@ -23,11 +23,12 @@ use schedules::resnet18::{self, WeightBits};
 use schedules::x86_conv::Conv2dInt8Knobs;
 use serde::{Deserialize, Serialize};
 
-use super::measure::{LayerBench, Measurement};
+use super::measure::Measurement;
 use super::op_bench::{OpBench, OpReference};
 use super::tail::Tail;
 use super::task_bench::TaskBench;
 use super::tasks::{ModelTasks, extract};
+use crate::engine::TableGraph;
 use crate::isa::IsaLevel;
 use crate::record::{
     CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef, WorkloadRef, now_rfc3339,
@@ -81,7 +82,7 @@ fn full_weights() -> WeightBits {
 /// references (once each) and the operators set up, by (operator, level, max threads).
 #[derive(Default)]
 pub struct Benches {
-    benches: HashMap<(String, IsaLevel, WeightBits, usize), LayerBench>,
+    benches: HashMap<(String, IsaLevel, WeightBits, usize), TaskBench>,
     models: HashMap<String, ModelTasks>,
     tasks: HashMap<(String, String, IsaLevel, usize), TaskBench>,
     references: HashMap<OpSpec, Arc<OpReference>>,
@@ -161,7 +162,9 @@ impl Benches {
         }
         let key = (c.layer.clone(), level, c.weights, c.max_threads);
         if !self.benches.contains_key(&key) {
-            match LayerBench::new(layer, level, c.weights, c.max_threads, workload.clone()) {
+            let bench = TableGraph::new(layer, c.weights)
+                .and_then(|table| TaskBench::for_table(&table, level, c.max_threads, workload.clone()));
+            match bench {
                 Ok(b) => {
                     self.benches.insert(key.clone(), b);
                 }

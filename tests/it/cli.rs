@@ -415,14 +415,14 @@ fn resnet18_runs_the_nchw_layout_verified() {
 }
 
 #[test]
-fn resnet18_runs_fc_on_the_tensorized_path_verified_by_the_interpreter() {
+fn resnet18_runs_fc_on_the_tensorized_path_verified_by_the_graph_reference() {
     let (ok, stdout, stderr) =
         tensorlift(&["resnet18", "--layer", "FC", "--repeat", "1", "--format", "json", "--no-db"]);
     assert!(ok, "{stderr}");
     let fc: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
     assert_eq!(fc["verified"], true, "{fc}");
     assert_eq!(fc["ops"], 2 * 512 * 1000);
-    assert_eq!((&fc["schedule"], &fc["reference"]), (&"x86_dense".into(), &"eval_te".into()), "{fc}");
+    assert_eq!((&fc["schedule"], &fc["reference"]), (&"x86_dense".into(), &"run_partition".into()), "{fc}");
     // The default knobs: one source row, a 1-row tile; OC 1000 takes 16-wide panels, the last
     // one padded.
     assert_eq!(fc["tuning"], "default");

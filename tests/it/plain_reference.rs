@@ -1,21 +1,23 @@
-//! Every resnet-18 table layer (R1..R11, FC), as `tensorlift resnet18` runs it, against a
-//! reference in plain Rust that shares no code with the compiled path: a direct convolution
-//! (a dense layer) in i32 from the raw u8 and s8 arrays, then the requantization written out
-//! from the definition's documented semantics (`schedules/src/quant.rs`: f32 operations in its
-//! order, round half to even, saturation). `tensorlift resnet18` itself checks against the
-//! generic schedule, which shares the definition and the requantization code with the x86
-//! schedule; this check does not.
+//! Every resnet-18 table layer (R1..R11, FC), as `tensorlift resnet18` runs it (a graph of one
+//! quantized partition, `engine::TableGraph`, compiled by the engine's `Spec::compile_in`),
+//! against two references that share no code with the compiled path: the graph's own
+//! (`reference::run_partition`), and one in plain Rust written here, a direct convolution (a
+//! dense layer) in i32 from the raw u8 and s8 arrays, then the requantization written out from
+//! the partition's documented semantics (onnxruntime's QLinearConv order: `f32(acc + bias)`
+//! times `(src_scale · w_scale[c]) / dst_scale`, round half to even, plus the zero point,
+//! saturated). The two references must agree with each other as well.
 //!
-//! The data are the command's (`layer::TableLayer`, full-range weights), the knobs its defaults
-//! (`--no-db`) on every core, the layout NHWC; every level this CPU has is checked, on the
-//! whole output of every layer, bit for bit (no sampling: the plain reference, the costly part
-//! in a debug build, is computed once per layer and serves every level).
+//! The data are the command's (`layer::LayerData`, full-range weights), the knobs the engine's
+//! defaults on every core, the layout NHWC; every level this CPU has is checked (the levels it
+//! lacks are reported skipped), on the whole output of every layer, bit for bit (the
+//! references, the costly part in a debug build, are computed once per layer and serve every
+//! level).
 
 use ir::interp::Array;
-use schedules::ops::Layout;
 use schedules::resnet18::{self, ConvLayer, DenseLayer, Layer, WeightBits};
-use schedules::x86_conv::default_knobs;
-use tensorlift::layer::{LayerData, TableLayer};
+use tensorlift::engine::TableGraph;
+use tensorlift::graph::Data;
+use tensorlift::layer::{KernelCache, LayerData};
 use tensorlift::{CompileOptions, IsaLevel, Target};
 
 /// The values of an integer array, as raw bytes of its type.
@@ -28,12 +30,12 @@ fn i8s(a: &Array) -> Vec<i8> {
 }
 
 /// The layer's quantization as plain numbers: source scale and zero point, per-channel weight
-/// scales, bias, destination scale and zero point.
+/// scales, the i32 bias, destination scale and zero point.
 struct Quant {
     src_scale: f32,
     src_zp: i32,
     wei_scales: Vec<f32>,
-    bias: Vec<f32>,
+    bias: Vec<i32>,
     dst_scale: f32,
     dst_zp: i32,
 }
@@ -49,22 +51,21 @@ impl Quant {
             src_scale: attrs.src.scales.values[0],
             src_zp: attrs.src.zero_points.values[0],
             wei_scales: attrs.wei_scales.values.clone(),
-            bias: data.quant.bias.clone(),
+            bias: data.quant.bias_q.clone(),
             dst_scale: attrs.dst.scales.values[0],
             dst_zp: attrs.dst.zero_points.values[0],
         }
     }
 
-    /// `quant.rs`'s requantization of output channel `oc` from `acc − comp`, the exact sum of
-    /// `(src − zp_src) · wei`: `M = scale_src · scale_wei[oc]`, `x = M · f32(acc − comp) +
-    /// bias[oc]`, `y = x / scale_dst + f32(zp_dst)`, each one f32 rounding (no fused
-    /// multiply-add), then round half to even and saturate to u8 (NaN stores 0).
+    /// onnxruntime's requantization of output channel `oc` from `centered`, the exact sum of
+    /// `(src − zp_src) · wei`: `S = (scale_src · scale_wei[oc]) / scale_dst` (two f32
+    /// roundings, this order), `v = f32(centered + bias[oc]) · S`, then round half to even,
+    /// plus `zp_dst`, saturated to u8.
     fn requantize(&self, oc: usize, centered: i32) -> u8 {
-        let m = self.src_scale * self.wei_scales[oc];
-        let x = m * centered as f32 + self.bias[oc];
-        let y = x / self.dst_scale + self.dst_zp as f32;
-        let r = y.round_ties_even();
-        if r.is_nan() { 0 } else { r.clamp(0.0, 255.0) as u8 }
+        let s = self.src_scale * self.wei_scales[oc] / self.dst_scale;
+        let v = centered.wrapping_add(self.bias[oc]) as f32 * s;
+        let r = v.round_ties_even() + self.dst_zp as f32;
+        r.clamp(0.0, 255.0) as u8
     }
 }
 
@@ -170,32 +171,32 @@ fn first_difference(layer: Layer, expected: &[u8], found: &[u8]) -> Option<Strin
 }
 
 #[test]
-fn every_table_layer_at_every_level_here_equals_a_plain_rust_reference() {
+fn every_table_layer_at_every_level_here_equals_the_graph_and_a_plain_rust_reference() {
     let levels = crate::skip::levels_here(IsaLevel::ALL);
     assert!(levels.contains(&IsaLevel::Scalar));
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut failures = Vec::new();
     for layer in resnet18::layers() {
-        let table = TableLayer::new(layer, WeightBits::Eight).expect("a table layer");
-        let expected = match layer {
+        let table = TableGraph::new(layer, WeightBits::Eight).expect("a table layer");
+        let plain = match layer {
             Layer::Conv(c) => plain_conv(&c, &table.data),
             Layer::Dense(d) => plain_dense(&d, &table.data),
         };
         // The data exercise the requantization: most outputs are neither 0 nor 255.
-        let inside = expected.iter().filter(|&&v| v != 0 && v != 255).count();
-        assert!(inside * 10 > expected.len() * 9, "{}: {inside} of {} inside (0, 255)", layer.name(), expected.len());
+        let inside = plain.iter().filter(|&&v| v != 0 && v != 255).count();
+        assert!(inside * 10 > plain.len() * 9, "{}: {inside} of {} inside (0, 255)", layer.name(), plain.len());
+        let reference = table.reference().expect("the graph's reference");
+        let Data::U8(graph) = reference.data() else { panic!("{}: a u8 reference, found {reference}", layer.name()) };
+        assert!(graph == &plain, "{}: the graph's reference differs from the plain one", layer.name());
+        let src = table.src_bytes();
         for &level in &levels {
-            let knobs = default_knobs(layer, tensorlift::build::core_rate(level), threads);
-            let operands = knobs.operands(level.has_vnni(), table.data.range);
-            let options =
-                CompileOptions { target: Target::Level(level), threads: Some(knobs.threads), ..Default::default() };
-            let mut compiled = table.compile(knobs, operands, Layout::Nhwc, &options).expect("compiles");
-            compiled.call().expect("runs");
-            let found = compiled.raw_output().expect("an output").as_bytes().to_vec();
-            if let Some(difference) = first_difference(layer, &expected, &found) {
-                failures.push(format!("{} at {level} ({knobs:?}): {difference}", layer.name()));
+            let options = CompileOptions { target: Target::Level(level), ..Default::default() };
+            let compiled = table.compile(&KernelCache::new(), None, &options).expect("compiles");
+            let mut found = vec![0u8; plain.len()];
+            compiled.run(&src, &mut found).expect("runs");
+            if let Some(difference) = first_difference(layer, &plain, &found) {
+                failures.push(format!("{} at {level} ({:?}): {difference}", layer.name(), compiled.knobs()));
             }
         }
     }
-    assert!(failures.is_empty(), "outputs that differ from the plain reference:\n{}", failures.join("\n"));
+    assert!(failures.is_empty(), "outputs that differ from the references:\n{}", failures.join("\n"));
 }

@@ -106,24 +106,25 @@ fn a_crashed_workers_record_keeps_the_end_of_its_stderr() {
 /// and one output element off by one does not.
 #[test]
 fn a_candidate_whose_output_differs_from_the_reference_is_a_mismatch_without_a_time() {
-    use ir::interp::Scalar;
-    use tensorlift::tune::measure::LayerBench;
+    use tensorlift::engine::TableGraph;
+    use tensorlift::tune::task_bench::TaskBench;
     let layer = resnet18::layer("R10").unwrap();
-    let bench = LayerBench::new(layer, level(), WeightBits::Eight, 1, workload(layer)).expect("set up R10");
+    let table = TableGraph::new(layer, WeightBits::Eight).expect("set up R10");
+    let bench = TaskBench::for_table(&table, level(), 1, workload(layer)).expect("set up R10");
     let point = bench.space.default_knobs();
-    let reference = bench.reference().expect("the reference").clone();
+    let reference = bench.expected().to_vec();
     let right = bench.measure_against(&point, &reference, 1, None);
     assert_eq!((right.status, right.verified), (Status::Ok, true), "{right:?}");
     assert!(right.median_ns.is_some() && right.gops.is_some());
 
     let mut wrong = reference.clone();
     let at = wrong.len() / 2;
-    let Scalar::Int(v) = wrong.get(at) else { panic!("a u8 output") };
-    wrong.set(at, Scalar::Int((v + 1) % 256));
+    let v = wrong[at];
+    wrong[at] = v.wrapping_add(1);
     let m = bench.measure_against(&point, &wrong, 1, None);
     assert_eq!((m.status, m.verified), (Status::Mismatch, false), "{m:?}");
     assert_eq!((m.median_ns, m.gops, m.peak_gops, m.probe), (None, None, None, None), "{m:?}");
-    let needle = format!("element {at}: expected {}, found {v}", (v + 1) % 256);
+    let needle = format!("byte {at} (NHWC): expected {}, found {v}", v.wrapping_add(1));
     assert!(m.error.as_deref().is_some_and(|e| e.contains(&needle)), "{m:?}");
     // As the worker records it: a record that does not count, its time absent.
     let mut c = candidate("R10");
@@ -133,9 +134,8 @@ fn a_candidate_whose_output_differs_from_the_reference_is_a_mismatch_without_a_t
     assert_eq!((&json["status"], &json["verified"]), (&"mismatch".into(), &false.into()), "{json}");
     assert!(json["median_ns"].is_null() && json["gops"].is_null(), "{json}");
     assert!(!record.ok());
-    // A reference of another shape is a mismatch too, not a panic.
-    let other = ir::interp::Array::zeros(ir::DType::U8, &[3]);
-    let m = bench.measure_against(&point, &other, 1, None);
+    // A reference of another length is a mismatch too, not a panic.
+    let m = bench.measure_against(&point, &[0u8; 3], 1, None);
     assert_eq!(m.status, Status::Mismatch, "{m:?}");
 }
 
