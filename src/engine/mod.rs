@@ -32,5 +32,5 @@ pub use error::EngineError;
 pub use inputs::random_input;
 pub use kernel::Kernel;
 pub use slot::Slot;
-pub use spec::{Spec, partition_spec};
+pub use spec::{Spec, auto_spec, partition_spec};
 pub use table::{TableGraph, kernel_bytes};

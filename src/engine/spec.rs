@@ -193,8 +193,8 @@ fn dense(name: String, m: &QMatMul, dims: &[usize]) -> Result<QDenseSpec, String
 
 /// The spec of a `QuantizedConv` partition for the auto-scheduled kernel
 /// (`layer::compile_qconv_auto`): any 2-D geometry, or why not (the engine then runs the graph's
-/// reference).
-pub(super) fn auto_spec(graph: &FinalizedGraph, p: &Partition) -> Result<QConvAutoSpec, String> {
+/// reference). The export lowers an `Auto` step's convolution again from it, per level.
+pub fn auto_spec(graph: &FinalizedGraph, p: &Partition) -> Result<QConvAutoSpec, String> {
     let PartitionKind::QuantizedConv(c) = &p.kind else {
         return Err(format!("a {} partition, not a quantized convolution", p.kind.name()));
     };

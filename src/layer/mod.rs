@@ -17,7 +17,8 @@
 //!   `kernel_cache`, their functions shared between layers of one geometry, across threads
 //!   (`KernelCache`); `qauto`, the convolutions the x86 template does not take (groups,
 //!   depthwise, dilations, per-side pads, batch) as one definition scheduled by the
-//!   auto-scheduler's rules (`QConvAutoSpec`, `compile_qconv_auto`, `CompiledAuto`);
+//!   auto-scheduler's rules (`QConvAutoSpec`, `compile_qconv_auto`, `CompiledAuto`; for the
+//!   export, `lower_qconv_auto` and `LoweredAuto`, the same lowered for a level);
 //! * `error`: `LayerError`, `NotInTable`.
 
 mod data;
@@ -36,7 +37,7 @@ pub use data::LayerData;
 pub use definition::Definition;
 pub use error::{LayerError, NotInTable, SpecError};
 pub use kernel_cache::KernelCache;
-pub use qauto::{CompiledAuto, QConvAutoSpec, compile_qconv_auto};
+pub use qauto::{CompiledAuto, LoweredAuto, QConvAutoSpec, compile_qconv_auto, lower_qconv_auto};
 pub use qcompiled::CompiledQuantized;
 pub use qconv::{ActQuant, QConvSpec, compile_qconv, compile_qconv_in, lower_qconv};
 pub use qdense::{QDenseSpec, compile_qdense, compile_qdense_in, lower_qdense};

@@ -4,6 +4,8 @@
 //! (`ops::conv2d_nhwc_grouped_int8`: the int8 convolution, onnxruntime's requantization, the
 //! clamp), schedules it at a fixed point of the auto-scheduler's `rules` sketch and builds it.
 //! The weights are constants: reordered and their compensation computed once, here.
+//! `lower_qconv_auto` is the same definition at the same point lowered for one ISA level without
+//! compiling (`LoweredAuto`), with its constants: what an exported network links in.
 //!
 //! Semantics, for output `(n, y, x, o)` of group `g = o / (OC/G)` (NHWC in and out):
 //!
@@ -19,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use ir::DType;
 use ir::te::placeholder_vec;
-use schedules::auto::{AutoPoint, GENERIC, Space, SpaceOptions};
+use ir::workload::workload_key;
+use schedules::auto::{AutoPoint, GENERIC, Scheduled, Space, SpaceOptions};
 use schedules::ops::{GroupedConvParams, conv2d_nhwc_grouped_int8, source_shift};
 use schedules::quant::{QuantAttrs, QuantError, Requantization, Scales, TensorQuant};
 
@@ -312,20 +315,26 @@ fn rules_point(space: &Space, acc: &ir::Tensor, threads: usize) -> Option<AutoPo
     Some(AutoPoint { sketch: sketch.name.clone(), values })
 }
 
+/// `spec` defined and scheduled for one level and thread count, with its constants.
+struct ScheduledAuto {
+    scheduled: Scheduled,
+    point: AutoPoint,
+    /// The arguments between the source and the output.
+    constants: Vec<Tensor>,
+    /// The definition's output (what the workload key hashes).
+    output: ir::Tensor,
+    src_shape: Vec<i64>,
+    dst_shape: Vec<i64>,
+}
+
 /// Defines `spec` (`ops::conv2d_nhwc_grouped_int8`, onnxruntime's order), schedules it at the
 /// `rules` sketch's fixed point (`rules_point`; the generic schedule where that point does not
-/// apply) on the threads of `options`, builds it with `build::build` and binds its constants:
-/// the weights reordered, the compensation with the bias folded in, the per-channel scales,
-/// zero points and the clamp's lower bound. Errors: the spec's (`QConvAutoSpec::check`), the
-/// definition's, code generation.
-pub fn compile_qconv_auto(spec: &QConvAutoSpec, options: &CompileOptions) -> Result<CompiledAuto, LayerError> {
+/// apply) for `level` on `threads` and prepares its constants: the weights reordered, the
+/// compensation with the bias folded in, the per-channel scales, zero points and the clamp's
+/// lower bound. A point with prepare functions (`Scheduled::prepare`) is an error: the space
+/// declares no constant, so none is expected.
+fn schedule_qconv_auto(spec: &QConvAutoSpec, level: IsaLevel, threads: usize) -> Result<ScheduledAuto, LayerError> {
     spec.check()?;
-    let start = Instant::now();
-    let level = options.target.level().map_err(BuildError::from)?;
-    let threads = options
-        .threads
-        .filter(|&t| t > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let (oh, ow) = spec.output_hw();
     let icg = spec.ic / spec.groups;
     let src_shape = vec![spec.n, spec.h, spec.w, spec.ic];
@@ -357,6 +366,25 @@ pub fn compile_qconv_auto(spec: &QConvAutoSpec, options: &CompileOptions) -> Res
             (generic, s)
         }
     };
+    if !scheduled.prepare.is_empty() {
+        let found = format!("{} prepare functions at point {point:?}", scheduled.prepare.len());
+        return Err(spec.error("the schedule", "no prepare function (no input is declared constant)", found).into());
+    }
+    Ok(ScheduledAuto { scheduled, point, constants, output: layer.output, src_shape, dst_shape })
+}
+
+/// Defines and schedules `spec` (`schedule_qconv_auto`) on the threads of `options`, builds it
+/// with `build::build` and binds its constants. Errors: the spec's (`QConvAutoSpec::check`),
+/// the definition's, code generation.
+pub fn compile_qconv_auto(spec: &QConvAutoSpec, options: &CompileOptions) -> Result<CompiledAuto, LayerError> {
+    let start = Instant::now();
+    let level = options.target.level().map_err(BuildError::from)?;
+    let threads = options
+        .threads
+        .filter(|&t| t > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let ScheduledAuto { scheduled, point, constants, src_shape, dst_shape, .. } =
+        schedule_qconv_auto(spec, level, threads)?;
     let args: Vec<&ir::Tensor> = scheduled.args.iter().collect();
     let build_options = CompileOptions { threads: Some(scheduled.threads), ..options.clone() };
     let kernel = build(&scheduled.schedule, &args, &spec.name, &build_options)?.compiled;
@@ -370,4 +398,30 @@ pub fn compile_qconv_auto(spec: &QConvAutoSpec, options: &CompileOptions) -> Res
         ops: spec.ops(),
         compile: start.elapsed(),
     })
+}
+
+/// An auto-scheduled convolution's function lowered for one ISA level but not compiled, with
+/// its constants (`lower_qconv_auto`): what an exported network library links in, for levels
+/// this CPU may not have.
+pub struct LoweredAuto {
+    /// Arguments: source, the `constants` in order, output (as `CompiledAuto::run` binds them).
+    pub func: ir::Func,
+    /// Equal for two convolutions whose functions are equal (definition, point, level, threads):
+    /// one function serves both.
+    pub key: String,
+    pub point: AutoPoint,
+    /// Weights reordered, compensation (bias folded in), then the per-channel parameters.
+    pub constants: Vec<Tensor>,
+}
+
+/// `compile_qconv_auto`'s definition scheduled for `level` on `threads` (its point chosen as
+/// `compile_qconv_auto` chooses it there) and lowered, without compiling. Errors: as
+/// `compile_qconv_auto`'s, lowering instead of code generation.
+pub fn lower_qconv_auto(spec: &QConvAutoSpec, level: IsaLevel, threads: usize) -> Result<LoweredAuto, LayerError> {
+    let threads = threads.max(1);
+    let ScheduledAuto { scheduled, point, constants, output, .. } = schedule_qconv_auto(spec, level, threads)?;
+    let key = format!("{} {point:?} {} {}", workload_key(&[&output]).key, scheduled.threads, level.name());
+    let args: Vec<&ir::Tensor> = scheduled.args.iter().collect();
+    let func = ir::lower::lower(&scheduled.schedule, &args, &spec.name).map_err(BuildError::from)?;
+    Ok(LoweredAuto { func, key, point, constants })
 }

@@ -1,9 +1,10 @@
 //! `tensorlift export MODEL.onnx` (`export::export_model`, `export_graph`): a whole quantized
-//! network as `NAME_run`, run from C (forced to every level this CPU has), Rust and Python
-//! (`python/test_network.py`), bit
-//! for bit equal to the engine (`tensorlift run`) and to the graph's reference on the same
-//! input; bad arguments are error codes with messages; a partition the engine leaves to the
-//! reference is a typed export error.
+//! network as `NAME_run` — the ResNet-style models' template kernels and the MobileNet-style
+//! models' auto-scheduled grouped and depthwise convolutions — run from C (forced to every
+//! level this CPU has), Rust and Python (`python/test_network.py`), bit for bit equal to the
+//! engine (`tensorlift run`) and to the graph's reference on the same input; bad arguments are
+//! error codes with messages; a partition the engine leaves to the reference is a typed export
+//! error.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -121,9 +122,6 @@ fn check_from_c(lib: &ModelLibrary, inputs: &[Value], expected: &[Vec<u8>], leve
     }
 }
 
-/// The test models, QOperator and QDQ: exported at every level, run from C at each level this
-/// CPU has, from Rust, Python and `tensorlift run --output`, all bit for bit equal to the engine
-/// and the reference. The manifest describes the network.
 /// `graph` exported as `name` at `levels` (no records), after checking that its manifest lists
 /// every kernel of `kernels` (what the test means to exercise).
 fn export_with_kernels(
@@ -151,11 +149,24 @@ fn export_with_kernels(
     lib
 }
 
-#[test]
-fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
-    for file in ["resnet18_w8_s32_qop_u8_pc.onnx", "resnet18_w8_s32_qdq_s8_pc.onnx"] {
+/// The manifest's `kernel` of an engine step.
+fn kernel_name(kernel: &engine::Kernel) -> Option<String> {
+    match kernel {
+        engine::Kernel::Conv(_) => Some("compiled conv".into()),
+        engine::Kernel::Dense(_) => Some("compiled dense".into()),
+        engine::Kernel::Auto(a) => Some(format!("auto {}", a.point().sketch)),
+        _ => None,
+    }
+}
+
+/// `file` (under `tests/models`) exported as `name` at every level, run from C at each level
+/// this CPU has, from Rust, Python and `tensorlift run --output`, all bit for bit equal to the
+/// engine and the reference. The manifest describes the network: every kernel of `kinds`
+/// (what the caller means to exercise), `autos` auto-scheduled convolutions, and per compiled
+/// partition the engine's kernel, with at this CPU's level the knobs or point the engine chose.
+fn check_exported_model(file: &str, name: &str, kinds: &[&str], autos: usize) {
+    {
         let path = model(file);
-        let name = if file.contains("qop") { "netqop" } else { "netqdq" };
         let lib = export_model(&path, &no_records(), &options(name, &IsaLevel::ALL), &out_dir(name))
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         let graph = tensorlift::onnx::load(&path).unwrap().graph;
@@ -171,22 +182,36 @@ fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
         assert_eq!(m["inputs"][0]["shape"], serde_json::json!(specs[0].1), "{file}");
         assert_eq!(m["outputs"].as_array().map(Vec::len), Some(1), "{file}");
         let partitions = m["partitions"].as_array().expect("partitions");
-        let convs: Vec<_> = partitions.iter().filter(|p| p["kernel"] == "compiled conv").collect();
-        assert!(convs.len() >= 10, "{file}: {} compiled convolutions", convs.len());
-        for kind in ["native quantize", "native dequantize", "native add", "compiled dense"] {
-            assert!(partitions.iter().any(|p| p["kernel"] == kind), "{file}: no {kind}");
+        for kind in kinds {
+            assert!(partitions.iter().any(|p| p["kernel"] == *kind), "{file}: no {kind}");
         }
-        for p in &convs {
-            for level in IsaLevel::ALL {
-                assert_eq!(p["tuning"][level.name()]["source"], "default", "{file}: {p}");
-            }
-        }
+        let auto: Vec<_> = partitions.iter().filter(|p| p["kernel"] == "auto rules").collect();
+        assert_eq!(auto.len(), autos, "{file}: auto-scheduled convolutions");
         assert!(m["weights_bytes"].as_u64().unwrap() > 0, "{file}");
-        // At this CPU's level the library runs the schedules the engine compiled.
+        // At this CPU's level the library runs the schedules the engine compiled; every level
+        // has a function for each compiled partition.
         let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar).name();
+        assert_eq!(compiled.steps().len(), partitions.len(), "{file}");
         for (step, p) in compiled.steps().iter().zip(partitions) {
-            if let engine::Kernel::Conv(c) | engine::Kernel::Dense(c) = &step.kernel {
-                assert_eq!(p["tuning"][host]["knobs"], serde_json::to_value(c.knobs()).unwrap(), "{file}: {p}");
+            let Some(kernel) = kernel_name(&step.kernel) else { continue };
+            assert_eq!(p["kernel"], kernel.as_str(), "{file}: {p}");
+            for level in IsaLevel::ALL {
+                assert!(p["function"][level.name()].as_str().is_some_and(|f| f.starts_with('k')), "{file}: {p}");
+            }
+            match &step.kernel {
+                engine::Kernel::Conv(c) | engine::Kernel::Dense(c) => {
+                    for level in IsaLevel::ALL {
+                        assert_eq!(p["tuning"][level.name()]["source"], "default", "{file}: {p}");
+                    }
+                    assert_eq!(p["tuning"][host]["knobs"], serde_json::to_value(c.knobs()).unwrap(), "{file}: {p}");
+                }
+                engine::Kernel::Auto(a) => {
+                    for level in IsaLevel::ALL {
+                        assert_eq!(p["point"][level.name()]["sketch"], "rules", "{file}: {p}");
+                    }
+                    assert_eq!(p["point"][host], serde_json::to_value(a.point()).unwrap(), "{file}: {p}");
+                }
+                _ => {}
             }
         }
 
@@ -247,6 +272,25 @@ fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
         let from_run = tensorlift::npy::read(&output).unwrap();
         assert!(value_bytes(&from_run) == want[0], "{file}: tensorlift run --output differs from the library");
     }
+}
+
+/// The ResNet-style test models, QOperator and QDQ: template convolutions and products, the
+/// native kernels (`check_exported_model`).
+#[test]
+fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
+    let kinds = ["compiled conv", "native quantize", "native dequantize", "native add", "compiled dense"];
+    check_exported_model("resnet18_w8_s32_qop_u8_pc.onnx", "netqop", &kinds, 0);
+    check_exported_model("resnet18_w8_s32_qdq_s8_pc.onnx", "netqdq", &kinds, 0);
+}
+
+/// The MobileNet-style test models, QOperator and QDQ: two depthwise convolutions and a grouped
+/// one, auto-scheduled (`auto rules`), beside the template's pointwise ones
+/// (`check_exported_model`).
+#[test]
+fn exported_mobilenet_models_with_auto_scheduled_convolutions_equal_the_engine() {
+    let kinds = ["compiled conv", "auto rules", "native quantize", "native dequantize"];
+    check_exported_model("mobilenet/mobilenet_w8_s16_qop_u8_pc.onnx", "mbqop", &kinds, 3);
+    check_exported_model("mobilenet/mobilenet_w8_s16_qdq_u8_pc_rr.onnx", "mbqdq", &kinds, 3);
 }
 
 /// The hand-built residual block of `engine.rs` (u8 and s8, random scales and zero points):

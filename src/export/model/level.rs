@@ -1,31 +1,86 @@
-//! One ISA level of an exported network: the engine's steps as C — calls of the quantized
-//! layers' functions (lowered for the level, one per distinct function, on weights prepared for
-//! it) and of the native loops (`native.c`) — in one function `tl_net_<level>` that the run
-//! operator's table names as the level's entry.
+//! One ISA level of an exported network: the engine's steps as C — calls of the compiled
+//! convolutions' and products' functions (the x86 template's, `layer::lower_qconv`,
+//! `lower_qdense`, and the auto-scheduled ones, `lower_qconv_auto`: each lowered for the level,
+//! one per distinct function, on constants prepared for it) and of the native loops
+//! (`native.c`) — in one function `tl_net_<level>` that the run operator's table names as the
+//! level's entry.
 
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use schedules::auto::AutoPoint;
+
 use crate::engine::native::Int8;
-use crate::engine::{CompiledGraph, Kernel, Spec, Step, Tuning, partition_spec};
+use crate::engine::{CompiledGraph, Kernel, Spec, Step, Tuning, auto_spec, partition_spec};
 use crate::export::ExportError;
 use crate::isa::IsaLevel;
-use crate::layer::{LoweredQuantized, lower_qconv, lower_qdense};
-use crate::runtime::CheckedTensor;
+use crate::layer::{LoweredAuto, LoweredQuantized, lower_qconv, lower_qconv_auto, lower_qdense};
+use crate::runtime::{CheckedTensor, Tensor};
 use crate::tune::apply::RecordKnobs;
 
 use super::places::Places;
 use super::weights::Weights;
 
 /// A level's code: the C function, the functions to emit as objects, and per step the compiled
-/// kernel's function, knobs and their source (manifest).
+/// kernel's function and schedule (manifest).
 pub(super) struct LevelCode {
     pub entry: String,
     pub source: String,
     /// (symbol, function), each once.
     pub functions: Vec<(String, ir::Func)>,
-    /// Per step: (function index, knobs, tuning) of a compiled kernel.
-    pub kernels: Vec<Option<(usize, serde_json::Value, Tuning)>>,
+    /// Per step: the function index and schedule of a compiled kernel.
+    pub kernels: Vec<Option<(usize, Schedule)>>,
+}
+
+/// How a step's function was scheduled at a level.
+pub(super) enum Schedule {
+    /// The x86 template's knobs and where they came from.
+    Knobs(serde_json::Value, Tuning),
+    /// The auto-scheduler's point.
+    Auto(AutoPoint),
+}
+
+/// The distinct functions of a level and the C calls of them.
+#[derive(Default)]
+struct Functions {
+    list: Vec<(String, ir::Func)>,
+    by_key: HashMap<String, usize>,
+}
+
+impl Functions {
+    /// The index of the function of `key` (`func` added under a symbol of `lib` and `tag`
+    /// unless one of that key already was), and a C statement calling it on `src`, `constants`
+    /// (added to `weights`) and `dst`. Each constant must lie in the range the function
+    /// declares for its parameter: checked here once, as the engine checks at compile time.
+    fn call(
+        &mut self,
+        (lib, tag): (&str, &str),
+        (key, func): (String, ir::Func),
+        (src, constants, dst): (String, &[Tensor], String),
+        weights: &mut Weights,
+    ) -> Result<(usize, String), String> {
+        for (i, t) in constants.iter().enumerate() {
+            if let Some(range) = func.params.get(1 + i).and_then(|p| p.value_range()) {
+                CheckedTensor::new(t.clone(), range).map_err(|e| e.to_string())?;
+            }
+        }
+        let next = self.list.len();
+        let index = *self.by_key.entry(key).or_insert(next);
+        if index == next {
+            self.list.push((format!("tlx_{lib}__k{index}__{tag}"), func));
+        }
+        let mut args = vec![src];
+        for t in constants {
+            args.push(format!("(uint8_t *)tl_weights + {}", weights.add(t.as_bytes())));
+        }
+        args.push(dst);
+        let line = format!(
+            "    {{ void *const a[] = {{{}}}; st = {}(a); if (st) goto done; }}\n",
+            args.join(", "),
+            self.list[index].0
+        );
+        Ok((index, line))
+    }
 }
 
 fn float(x: f32) -> String {
@@ -43,8 +98,9 @@ pub(super) fn step_name(graph: &CompiledGraph, step: &Step) -> String {
 }
 
 /// `lib`'s code for `level`: each step of `graph` as the engine binds it, its compiled kernels
-/// lowered for `level` with the knobs `records` gives there (else the defaults for
-/// `max_threads`), their weights added to `weights`.
+/// lowered for `level` — the template's with the knobs `records` gives there (else the defaults
+/// for `max_threads`), the auto-scheduled ones at the point `compile_qconv_auto` chooses there on
+/// `max_threads` — their constants added to `weights`.
 pub(super) fn level_code(
     lib: &str,
     level: IsaLevel,
@@ -56,8 +112,7 @@ pub(super) fn level_code(
     let tag = level.name().replace('-', "_");
     let entry = format!("tl_net_{tag}");
     let mut body = String::new();
-    let mut functions: Vec<(String, ir::Func)> = Vec::new();
-    let mut by_key: HashMap<String, usize> = HashMap::new();
+    let mut functions = Functions::default();
     let mut kernels = Vec::new();
     let p = |s: usize| places.places[s].clone();
     for step in graph.steps() {
@@ -85,30 +140,20 @@ pub(super) fn level_code(
                 }
                 .map_err(|e| fail(e.to_string()))?;
                 let LoweredQuantized { func, key, knobs, weights: prepared, .. } = lowered;
-                // The packed weights must lie in the range the level's code relies on: checked
-                // here once, as the engine checks them once at compile time.
-                if let Some(range) = func.params.get(1).and_then(|p| p.value_range()) {
-                    CheckedTensor::new(prepared[0].clone(), range).map_err(|e| fail(e.to_string()))?;
-                }
-                let next = functions.len();
-                let index = *by_key.entry(key).or_insert(next);
-                if index == next {
-                    functions.push((format!("tlx_{lib}__k{index}__{tag}"), func));
-                }
-                let mut args = vec![p(ins[0])];
-                for t in &prepared {
-                    args.push(format!("(uint8_t *)tl_weights + {}", weights.add(t.as_bytes())));
-                }
-                args.push(p(out));
-                writeln!(
-                    body,
-                    "    {{ void *const a[] = {{{}}}; st = {}(a); if (st) goto done; }}",
-                    args.join(", "),
-                    functions[index].0
-                )
-                .unwrap();
+                let (index, line) =
+                    functions.call((lib, &tag), (key, func), (p(ins[0]), &prepared, p(out)), weights).map_err(fail)?;
+                body.push_str(&line);
                 let knobs = serde_json::to_value(knobs).expect("knobs serialize");
-                kernel = Some((index, knobs, tuning));
+                kernel = Some((index, Schedule::Knobs(knobs, tuning)));
+            }
+            (Kernel::Auto(_), _) => {
+                let spec = auto_spec(graph.graph(), &step.partition).map_err(|why| unsupported(step, &name, why))?;
+                let LoweredAuto { func, key, point, constants } =
+                    lower_qconv_auto(&spec, level, max_threads).map_err(|e| fail(e.to_string()))?;
+                let (index, line) =
+                    functions.call((lib, &tag), (key, func), (p(ins[0]), &constants, p(out)), weights).map_err(fail)?;
+                body.push_str(&line);
+                kernel = Some((index, Schedule::Auto(point)));
             }
             (Kernel::Add { params, ty, clamp }, _) => {
                 let (ra, rb, fixed) = params.constants();
@@ -194,16 +239,13 @@ pub(super) fn level_code(
                 writeln!(body, "    memcpy({}, {}, {});", p(out), p(ins[0]), slots[out].bytes.len()).unwrap();
             }
             (Kernel::Reference { why }, _) => return Err(unsupported(step, &name, why.clone())),
-            // Exporting the auto-scheduled convolutions is not built yet.
-            (Kernel::Auto(_), _) => {
-                return Err(unsupported(step, &name, "an auto-scheduled convolution (not exported yet)".into()));
-            }
             (Kernel::Conv(_) | Kernel::Dense(_), None) => {
                 return Err(unsupported(step, &name, "a compiled kernel without its definition".into()));
             }
         }
         kernels.push(kernel);
     }
+    let functions = functions.list;
     let mut source = String::new();
     for (symbol, _) in &functions {
         writeln!(source, "TL_HIDDEN int32_t {symbol}(void *const *args);").unwrap();

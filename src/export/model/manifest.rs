@@ -1,13 +1,14 @@
 //! The keys an exported network adds to its library's manifest: the model, its inputs and
 //! outputs, the prepared weights' size, and per engine step the partition, its kernel and, for
-//! compiled kernels, each level's function and tuning.
+//! compiled kernels, each level's function and schedule (the template's knobs and their tuning,
+//! or the auto-scheduler's point).
 
 use std::path::Path;
 
 use serde_json::json;
 
-use super::level::{LevelCode, step_name};
-use crate::engine::{CompiledGraph, Kernel, Tuning};
+use super::level::{LevelCode, Schedule, step_name};
+use crate::engine::{CompiledGraph, Kernel};
 use crate::export::dlpack::dl_name;
 use crate::export::operator::OpInfo;
 use crate::isa::IsaLevel;
@@ -47,16 +48,29 @@ pub(super) fn manifest(
                 "ops": ops,
                 "kernel": kernel_kind(&step.kernel),
             });
+            let per_level = |f: &dyn Fn(&(usize, Schedule)) -> Option<serde_json::Value>| {
+                levels
+                    .iter()
+                    .zip(codes)
+                    .filter_map(|(l, c)| c.kernels[i].as_ref().and_then(f).map(|v| (l.name().to_string(), v)))
+                    .collect::<serde_json::Map<_, _>>()
+            };
+            if codes.iter().any(|c| c.kernels[i].is_some()) {
+                entry["function"] = per_level(&|k| Some(json!(format!("k{}", k.0)))).into();
+            }
             if matches!(step.kernel, Kernel::Conv(_) | Kernel::Dense(_)) {
-                let per_level = |f: &dyn Fn(&(usize, serde_json::Value, Tuning)) -> serde_json::Value| {
-                    levels
-                        .iter()
-                        .zip(codes)
-                        .filter_map(|(l, c)| c.kernels[i].as_ref().map(|k| (l.name().to_string(), f(k))))
-                        .collect::<serde_json::Map<_, _>>()
-                };
-                entry["function"] = per_level(&|k| json!(format!("k{}", k.0))).into();
-                entry["tuning"] = per_level(&|k| json!({"source": k.2.name(), "knobs": k.1})).into();
+                entry["tuning"] = per_level(&|k| match &k.1 {
+                    Schedule::Knobs(knobs, tuning) => Some(json!({"source": tuning.name(), "knobs": knobs})),
+                    Schedule::Auto(_) => None,
+                })
+                .into();
+            }
+            if matches!(step.kernel, Kernel::Auto(_)) {
+                entry["point"] = per_level(&|k| match &k.1 {
+                    Schedule::Auto(point) => Some(json!(point)),
+                    Schedule::Knobs(..) => None,
+                })
+                .into();
             }
             entry
         })
@@ -71,12 +85,13 @@ pub(super) fn manifest(
     keys
 }
 
-/// The kind of code that runs a partition, as the manifest names it.
-fn kernel_kind(kernel: &Kernel) -> &'static str {
-    match kernel {
+/// The kind of code that runs a partition, as the manifest names it (an auto-scheduled
+/// convolution by its sketch, as `tensorlift run`'s table: "auto rules").
+fn kernel_kind(kernel: &Kernel) -> String {
+    let kind = match kernel {
         Kernel::Conv(_) => "compiled conv",
         Kernel::Dense(_) => "compiled dense",
-        Kernel::Auto(_) => "auto-scheduled conv",
+        Kernel::Auto(c) => return format!("auto {}", c.point().sketch),
         Kernel::Add { .. } => "native add",
         Kernel::MaxPool { .. } => "native max pool",
         Kernel::GlobalAvgPool { .. } => "native global avg pool",
@@ -84,5 +99,6 @@ fn kernel_kind(kernel: &Kernel) -> &'static str {
         Kernel::Dequantize { .. } => "native dequantize",
         Kernel::Copy => "copy",
         Kernel::Reference { .. } => "reference",
-    }
+    };
+    kind.to_string()
 }

@@ -5,9 +5,10 @@
 //! (`engine::compile_with`, knobs from `RecordKnobs` as `tensorlift run` takes them): that fixes
 //! which partition runs which kernel, the buffers, and the NHWC layout of 8-bit activations
 //! between partitions. Then for every ISA level (`level`) each compiled convolution or product
-//! is lowered again for the level (`layer::lower_qconv`, `lower_qdense`) with its weights
-//! prepared for it, and the native partitions become calls of the C loops in `native.c`. A
-//! partition the engine leaves to the graph's reference is an `ExportError`.
+//! is lowered again for the level (`layer::lower_qconv`, `lower_qdense`; the auto-scheduled
+//! convolutions at the level's point, `lower_qconv_auto`) with its weights prepared for it, and
+//! the native partitions become calls of the C loops in `native.c`. A partition the engine
+//! leaves to the graph's reference is an `ExportError::UnsupportedPartition` naming it and why.
 //!
 //! Prepared weights and constants are one read-only data object (`weights`). Intermediate
 //! buffers live in one arena per calling thread, allocated on its first call and kept until it
