@@ -90,24 +90,37 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let options = CompileOptions { target: isa.target(), threads, ..CompileOptions::default() };
     let level = options.target.level()?;
     let start = Instant::now();
-    let imported = tensorlift::onnx::load(&model)?;
+    // The tuning records are parsed on another core while the model is imported and
+    // partitioned (neither needs the other).
+    let (imported, records) = std::thread::scope(|scope| {
+        let records = scope.spawn(|| -> Result<_, String> {
+            let user = match &db {
+                Some(path) => user_records(path).map_err(|e| e.to_string())?,
+                None => Vec::new(),
+            };
+            let pretuned = if no_db { Vec::new() } else { pretuned().map_err(|e| e.to_string())?.records };
+            Ok((user, pretuned))
+        });
+        let imported = tensorlift::onnx::load(&model);
+        (imported, records.join())
+    });
+    let imported = imported?;
     let import = start.elapsed();
     let policy = match policy {
         PolicyChoice::Fusion => PartitionPolicy::Fusion,
         PolicyChoice::Debug => PartitionPolicy::Debug,
     };
     let partitions = imported.graph.get_partitions(policy);
+    let partition = start.elapsed() - import;
     let reference_partitions = verify.then(|| partitions.clone());
     let max_threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let user = match &db {
-        Some(path) => user_records(path)?,
-        None => Vec::new(),
-    };
-    let pretuned = if no_db { Vec::new() } else { pretuned()?.records };
+    let (user, pretuned) = records.map_err(|_| "the thread parsing the tuning records panicked")??;
     let records = RecordKnobs { user, pretuned, host: Host::this(level), max_threads };
     let knobs = |w: Workload<'_>| records.knobs(w);
+    let engine_start = Instant::now();
     let mut compiled = engine::compile_with(imported.graph, partitions, &options, &knobs)?;
     let compile = start.elapsed();
+    let phases = Phases { import, partition, engine: engine_start.elapsed(), jobs: compiled.jobs_time() };
 
     let specs = compiled.input_specs();
     let inputs: Vec<Value> = match (&input, specs.as_slice()) {
@@ -151,7 +164,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let threads_used = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let rows = rows(&compiled, &per_step);
     let probes = probe_rates(&rows, threads_used)?;
-    let run = Run { import, compile, median_ms, threads: threads_used, isa: level.name(), verified };
+    let run = Run { phases, compile, median_ms, threads: threads_used, isa: level.name(), verified };
     report(&compiled, &rows, &probes, &run, output.as_ref(), format);
     Ok(())
 }
@@ -211,9 +224,21 @@ fn probe_rates(rows: &[Row], threads: usize) -> Result<BTreeMap<String, f64>, Bo
     Ok(rates)
 }
 
+/// Where the compile time went (wall time of each phase, in order).
+struct Phases {
+    /// Reading, decoding and importing the file (the tuning records parsed meanwhile).
+    import: Duration,
+    /// `get_partitions`.
+    partition: Duration,
+    /// `engine::compile_with`: planning, the jobs, the buffers.
+    engine: Duration,
+    /// Of `engine`, the convolutions and products compiled and prepared on every core.
+    jobs: Duration,
+}
+
 /// The whole run's figures.
 struct Run {
-    import: Duration,
+    phases: Phases,
     compile: Duration,
     median_ms: f64,
     threads: usize,
@@ -230,7 +255,9 @@ fn report(
     output: Option<&PathBuf>,
     format: Format,
 ) {
-    let Run { import, compile, median_ms, threads, isa, verified } = *run;
+    let Run { ref phases, compile, median_ms, threads, isa, verified } = *run;
+    let import = phases.import;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let pct = |r: &Row| Some(100.0 * r.gops? / probes.get(&r.probe?.to_string())?);
     let compile_ms = compile.as_secs_f64() * 1e3;
     if format == Format::Json {
@@ -245,7 +272,10 @@ fn report(
             .collect();
         let json = serde_json::json!({
             "compile_ms": compile_ms,
-            "import_ms": import.as_secs_f64() * 1e3,
+            "import_ms": ms(import),
+            "phases_ms": {
+                "import": ms(import), "partition": ms(phases.partition), "engine": ms(phases.engine), "jobs": ms(phases.jobs),
+            },
             "median_ms": median_ms,
             "threads": threads,
             "isa": isa,

@@ -9,7 +9,7 @@ use cranelift_entity::SecondaryMap;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::EngineError;
-use super::jobs::{Job, compile_jobs};
+use super::jobs::{Job, Work, compile_jobs};
 use super::kernel::Kernel;
 use super::native::Int8;
 use super::native::add::AddParams;
@@ -18,7 +18,7 @@ use super::slot::Slot;
 use super::spec::{auto_spec, give_back, partition_name, take_spec};
 use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
-use crate::layer::{QConvSpec, QDenseSpec, compile_qconv_auto};
+use crate::layer::{QConvSpec, QDenseSpec};
 use crate::runtime::CompileOptions;
 
 /// Where a compiled kernel's knobs came from.
@@ -77,6 +77,8 @@ pub struct CompiledGraph {
     pub(super) slot_of: SecondaryMap<TensorId, Option<usize>>,
     pub(super) options: CompileOptions,
     pub(super) compile_time: Duration,
+    /// Of `compile_time`, the convolutions and products compiled on every core.
+    pub(super) jobs_time: Duration,
 }
 
 /// Compiles `partitions` (from `graph.get_partitions`) with `options` (ISA level, threads).
@@ -131,9 +133,10 @@ pub fn compile_with(
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let begin = Instant::now();
-        let plan = plan(&graph, &mut partition, &ins, &outs, &slots, (knobs, options))?;
+        let plan = plan(&graph, &mut partition, &ins, &outs, &slots, knobs)?;
         planned.push((partition, ins, outs, plan, begin.elapsed()));
     }
+    let jobs_start = Instant::now();
     let mut compiled = compile_jobs(
         planned.iter().enumerate().filter_map(|(i, (.., plan, _))| match plan {
             Plan::Job(job) => Some((i, job)),
@@ -141,20 +144,26 @@ pub fn compile_with(
         }),
         options,
     );
+    let jobs_time = jobs_start.elapsed();
     let mut steps = Vec::with_capacity(planned.len());
     for (i, (mut partition, ins, outs, plan, planning)) in planned.into_iter().enumerate() {
         let (kernel, tuning, compile) = match plan {
             Plan::Chosen((kernel, tuning)) => (kernel, tuning, planning),
             Plan::Job(job) => {
                 let (result, time) = compiled.remove(&i).expect("every job is compiled");
-                let tuning = job.tuning;
-                give_back(&mut partition, job.layer.into_weights());
+                let tuning = match job.work {
+                    Work::Layer { layer, tuning, .. } => {
+                        give_back(&mut partition, layer.into_weights());
+                        Some(tuning)
+                    }
+                    Work::Auto(_) => None,
+                };
                 let kernel = result.map_err(|e| EngineError::Layer {
                     partition: partition_name(&graph, &partition),
                     kind: partition.kind.name(),
                     source: Box::new(e),
                 })?;
-                (kernel, Some(tuning), planning + time)
+                (kernel, tuning, planning + time)
             }
         };
         steps.push(Step { partition, kernel, inputs: ins, outputs: outs, compile, tuning });
@@ -174,6 +183,7 @@ pub fn compile_with(
         slot_of,
         options: options.clone(),
         compile_time: start.elapsed(),
+        jobs_time,
     })
 }
 
@@ -210,7 +220,7 @@ fn plan(
     ins: &[usize],
     outs: &[usize],
     slots: &[Slot],
-    (knobs, options): (KnobSource<'_>, &CompileOptions),
+    knobs: KnobSource<'_>,
 ) -> Result<Plan, EngineError> {
     if outs.len() != 1 {
         return Ok(Plan::Chosen(reference(format!("{} outputs", outs.len()))));
@@ -220,18 +230,11 @@ fn plan(
         PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_) => match take_spec(graph, p) {
             Ok(spec) => {
                 let (chosen, tuning) = knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-                Plan::Job(Job { layer: spec, knobs: chosen, tuning })
+                Plan::Job(Job { work: Work::Layer { layer: spec, knobs: chosen, tuning } })
             }
             // A convolution the x86 path does not take: the auto-scheduled definition.
             Err(why) => match auto_spec(graph, p) {
-                Ok(spec) => {
-                    let kernel = compile_qconv_auto(&spec, options).map_err(|e| EngineError::Layer {
-                        partition: partition_name(graph, p),
-                        kind: p.kind.name(),
-                        source: Box::new(e),
-                    })?;
-                    Plan::Chosen((Kernel::Auto(Box::new(kernel)), None))
-                }
+                Ok(spec) => Plan::Job(Job { work: Work::Auto(spec) }),
                 Err(auto_why) => Plan::Chosen(reference(format!("{why}; {auto_why}"))),
             },
         },

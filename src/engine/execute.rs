@@ -20,6 +20,12 @@ impl CompiledGraph {
         self.compile_time
     }
 
+    /// Of `compile_time`, the wall time of the convolutions and products compiled and their
+    /// weights prepared on every core (`engine::compile`'s jobs).
+    pub fn jobs_time(&self) -> Duration {
+        self.jobs_time
+    }
+
     /// The graph this was compiled from.
     pub fn graph(&self) -> &crate::graph::FinalizedGraph {
         &self.graph

@@ -1,7 +1,9 @@
 //! `compile_jobs`: the quantized convolutions and products of a network compiled on every core
 //! (`std::thread::scope`) with one shared `KernelCache`, so that distinct functions compile in
 //! parallel and layers of one geometry share one. The first layer of each geometry is taken
-//! first, so that a thread seldom waits for a function another thread is compiling.
+//! first, so that a thread seldom waits for a function another thread is compiling. The
+//! auto-scheduled convolutions (`Work::Auto`) are jobs of the same queue, taken before the
+//! others since each compiles its own function.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -13,36 +15,48 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 use super::compile::Tuning;
 use super::kernel::Kernel;
 use super::spec::Spec;
-use crate::layer::{KernelCache, LayerError};
+use crate::layer::{KernelCache, LayerError, QConvAutoSpec, compile_qconv_auto};
 use crate::runtime::CompileOptions;
 
-/// A layer to compile with its knobs (`None`: the defaults) and where they came from.
+/// What a job compiles.
+pub(super) enum Work {
+    /// A layer of the x86 path with its knobs (`None`: the defaults) and where they came from.
+    Layer { layer: Spec, knobs: Option<Conv2dInt8Knobs>, tuning: Tuning },
+    /// A convolution the x86 path does not take: the auto-scheduled definition.
+    Auto(QConvAutoSpec),
+}
+
+/// One partition's compile.
 pub(super) struct Job {
-    pub(super) layer: Spec,
-    pub(super) knobs: Option<Conv2dInt8Knobs>,
-    pub(super) tuning: Tuning,
+    pub(super) work: Work,
 }
 
 impl Job {
     /// What the function of the layer depends on besides what it takes as arguments (zero
-    /// points, scales, weights): layers that agree here most likely share it.
-    fn geometry(&self) -> String {
-        match &self.layer {
+    /// points, scales, weights): layers that agree here most likely share it. `None`: an
+    /// auto-scheduled convolution, which compiles its own.
+    fn geometry(&self) -> Option<String> {
+        let Work::Layer { layer, knobs, .. } = &self.work else { return None };
+        let knobs = *knobs;
+        Some(match layer {
             Spec::Conv(s) => format!(
                 "conv {} {} {} {} {} {} {:?} {:?} {} {} {:?}",
-                s.h, s.w, s.ic, s.oc, s.kh, s.kw, s.stride, s.pads, s.src.dtype, s.dst.dtype, self.knobs
+                s.h, s.w, s.ic, s.oc, s.kh, s.kw, s.stride, s.pads, s.src.dtype, s.dst.dtype, knobs
             ),
-            Spec::Dense(s) => {
-                format!("dense {} {} {} {} {} {:?}", s.m, s.k, s.n, s.src.dtype, s.dst.dtype, self.knobs)
-            }
-        }
+            Spec::Dense(s) => format!("dense {} {} {} {} {} {:?}", s.m, s.k, s.n, s.src.dtype, s.dst.dtype, knobs),
+        })
     }
 
     fn compile(&self, cache: &KernelCache, options: &CompileOptions) -> Result<Kernel, LayerError> {
-        let compiled = Box::new(self.layer.compile_in(cache, self.knobs, options)?);
-        Ok(match &self.layer {
-            Spec::Conv(_) => Kernel::Conv(compiled),
-            Spec::Dense(_) => Kernel::Dense(compiled),
+        Ok(match &self.work {
+            Work::Layer { layer, knobs, .. } => {
+                let compiled = Box::new(layer.compile_in(cache, *knobs, options)?);
+                match layer {
+                    Spec::Conv(_) => Kernel::Conv(compiled),
+                    Spec::Dense(_) => Kernel::Dense(compiled),
+                }
+            }
+            Work::Auto(spec) => Kernel::Auto(Box::new(compile_qconv_auto(spec, options)?)),
         })
     }
 }
@@ -58,8 +72,12 @@ pub(super) fn compile_jobs<'a>(
 ) -> HashMap<usize, Compiled> {
     let jobs: Vec<(usize, &Job)> = jobs.collect();
     let mut seen = HashSet::new();
-    let (first, rest): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|(_, job)| seen.insert(job.geometry()));
-    let order: Vec<(usize, &Job)> = first.into_iter().chain(rest).collect();
+    let (first, rest): (Vec<_>, Vec<_>) =
+        jobs.into_iter().partition(|(_, job)| job.geometry().is_none_or(|g| seen.insert(g)));
+    // Auto-scheduled convolutions first (each compiles its own function), then the first layer
+    // of each geometry, then the layers that find theirs.
+    let (auto, first): (Vec<_>, Vec<_>) = first.into_iter().partition(|(_, job)| job.geometry().is_none());
+    let order: Vec<(usize, &Job)> = auto.into_iter().chain(first).chain(rest).collect();
     let cache = KernelCache::new();
     let next = AtomicUsize::new(0);
     let results = Mutex::new(HashMap::with_capacity(order.len()));

@@ -61,10 +61,15 @@ impl Graph {
     /// Declares a constant (weights, biases): its type and shape are the value's, its layout
     /// dense and row-major; the graph holds the data.
     pub fn constant(&mut self, name: &str, value: Value) -> TensorId {
+        self.constant_shared(name, Arc::new(value))
+    }
+
+    /// `constant` with a value shared with the caller (an importer's decoded tensor), not copied.
+    pub fn constant_shared(&mut self, name: &str, value: Arc<Value>) -> TensorId {
         let shape = Shape::known(value.dims());
         let layout = Layout::row_major(&shape);
         let id = self.add_tensor(LogicalTensor { name: name.to_string(), dtype: value.dtype(), shape, layout });
-        self.constants.insert(id, Arc::new(value));
+        self.constants.insert(id, value);
         id
     }
 

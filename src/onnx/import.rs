@@ -189,9 +189,9 @@ impl<'m> Importer<'m> {
         let c = if let Some(t) = n.tensor("value")? {
             decode(t)?
         } else if n.has("value_float") {
-            Constant::Value(
+            Constant::Value(Arc::new(
                 Value::f32(&[], vec![n.float("value_float", 0.0)?]).map_err(|e| n.unsupported(e.to_string()))?,
-            )
+            ))
         } else if n.has("value_int") {
             Constant::I64 { dims: vec![], data: vec![n.int("value_int", 0)?] }
         } else if let Some(v) = n.ints("value_ints")? {
@@ -283,7 +283,7 @@ impl<'m> Importer<'m> {
                 None => OnnxError::UnsupportedDtype { tensor: name.to_string(), dtype: "i64".into() },
             });
         };
-        let t = self.g.constant(name, v.clone());
+        let t = self.g.constant_shared(name, Arc::clone(v));
         self.tensors.insert(name.to_string(), t);
         Ok(t)
     }

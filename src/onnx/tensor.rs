@@ -2,6 +2,8 @@
 //! every size checked before anything is allocated: dimensions non-negative, their product at
 //! most `MAX_ELEMENTS`, and the stored data exactly as long as the dimensions say.
 
+use std::sync::Arc;
+
 use crate::graph::{Data, DataType, Value};
 
 use super::error::OnnxError;
@@ -11,11 +13,12 @@ use super::proto::tensor_proto::DataType as Code;
 /// The largest number of elements a tensor (or a declared shape) may have.
 pub const MAX_ELEMENTS: u64 = 1 << 31;
 
-/// A decoded constant: a graph value (f32, s32, s8, u8), or i64 data, which no graph op reads
-/// but shapes (`Reshape`) and zero points of other importers' files are given in.
+/// A decoded constant: a graph value (f32, s32, s8, u8; shared with the graph constant made
+/// from it, not copied), or i64 data, which no graph op reads but shapes (`Reshape`) and zero
+/// points of other importers' files are given in.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Constant {
-    Value(Value),
+    Value(Arc<Value>),
     I64 { dims: Vec<usize>, data: Vec<i64> },
 }
 
@@ -136,7 +139,7 @@ pub fn decode(t: &TensorProto) -> Result<Constant, OnnxError> {
         _ => return Err(OnnxError::UnsupportedDtype { tensor: name.to_string(), dtype: dtype_name(t.data_type()) }),
     };
     let found = data.len() as u64;
-    Value::new(&dims, data).map(Constant::Value).map_err(|e| OnnxError::DataLength {
+    Value::new(&dims, data).map(|v| Constant::Value(Arc::new(v))).map_err(|e| OnnxError::DataLength {
         tensor: name.to_string(),
         field: "data",
         unit: "elements",
