@@ -7,9 +7,12 @@ thread) and its u8 outputs are compared with three references computed here:
               requantized as onnxruntime requantizes an int32 accumulator (MLAS):
               clamp(round_half_even(f32(acc + bias) * f32(x_scale * w_scale[oc] / y_scale)) + 128)
               so that an output differing from it comes from the accumulation alone;
-  tensorlift  the same exact accumulator requantized by tensorlift's formula (oneDNN's, see
-              schedules/src/quant.rs): round(((x_scale * w_scale[oc]) * f32(acc) + bias_f32)
-              / y_scale + 128); onnxruntime's order of operations may differ from it by 1;
+  onednn      the same exact accumulator requantized in oneDNN's order
+              (`Requantization::OneDnn` in schedules/src/quant.rs, which tensorlift's
+              quantization library computes when asked for it):
+              round(((x_scale * w_scale[oc]) * f32(acc) + bias_f32) / y_scale + 128);
+              onnxruntime's order may differ from it by 1. tensorlift's networks and table
+              layers requantize in onnxruntime's order, i.e. as `exact`;
   saturating  what VPMADDUBSW computes (the AVX2 u8 x s8 kernels without VNNI): raw u8 source
               (padding = the zero point 128) times s8 weights, the products of adjacent input
               channels of one kernel position summed in pairs, each pair sum saturated to int16,
@@ -27,7 +30,7 @@ The control and adversarial cases set the output scale to spread the exact resul
 
 Prints one JSON object per line, layer and case: peer, version, cpu, isa_flags, layer, weights,
 case, outputs, differ_exact (outputs differing from `exact`), differ_exact_pct, max_diff_exact,
-differ_tensorlift, differ_tensorlift_over_1, differ_saturating, pairs, pairs_saturated (pair sums
+differ_onednn, differ_onednn_over_1, differ_saturating, pairs, pairs_saturated (pair sums
 outside int16 in the emulation), exact_saturated_pct (exact outputs at 0 or 255, the
 `saturated_pct` of `tensorlift resnet18 --format json` on the table case); a summary on stderr.
 
@@ -118,8 +121,8 @@ def requantize_mlas(acc, layer):
     return np.clip(np.rint(v) + layers.DST_ZERO_POINT, 0, 255).astype(np.uint8)
 
 
-def requantize_tensorlift(acc, layer):
-    """tensorlift's requantization (oneDNN's formula, left to right in f32)."""
+def requantize_onednn(acc, layer):
+    """oneDNN's requantization order, left to right in f32."""
     m = layers.SRC_SCALE * layer.wei_scales
     bias = layer.bias.astype(np.float32) * m
     x = m[None, :] * acc.astype(np.float32) + bias[None, :]
@@ -172,19 +175,19 @@ def check(name, case, weights, cpu, flags):
     acc = exact_accumulator(cols, wrows)
     sat, pairs, pairs_saturated = saturating_accumulator(cols, wrows)
     exact = to_output_layout(requantize_mlas(acc, layer), layer)
-    ours = to_output_layout(requantize_tensorlift(acc, layer), layer)
+    onednn = to_output_layout(requantize_onednn(acc, layer), layer)
     emulated = to_output_layout(requantize_mlas(sat, layer), layer)
     got = run_onnxruntime(layer)
     differ, _, max_diff = compare(got, exact)
-    differ_tl, differ_tl_over_1, _ = compare(got, ours)
+    differ_dnn, differ_dnn_over_1, _ = compare(got, onednn)
     return dict(peer="onnxruntime", version=ort.__version__, cpu=cpu, isa_flags=flags,
                 layer=name, weights=weights, case=case, outputs=int(got.size),
                 differ_exact=differ, differ_exact_pct=round(100 * differ / got.size, 2),
-                max_diff_exact=max_diff, differ_tensorlift=differ_tl,
-                differ_tensorlift_over_1=differ_tl_over_1,
+                max_diff_exact=max_diff, differ_onednn=differ_dnn,
+                differ_onednn_over_1=differ_dnn_over_1,
                 differ_saturating=compare(got, emulated)[0], pairs=pairs,
                 pairs_saturated=pairs_saturated,
-                exact_saturated_pct=round(100 * float(np.isin(ours, (0, 255)).mean()), 2))
+                exact_saturated_pct=round(100 * float(np.isin(exact, (0, 255)).mean()), 2))
 
 
 def main():
@@ -207,8 +210,8 @@ def main():
             measure.note(
                 f"{name:3} {case:11} {args.weights}: differ from exact {r['differ_exact']}/"
                 f"{r['outputs']} ({r['differ_exact_pct']}%, max {r['max_diff_exact']}), from "
-                f"tensorlift's requantization {r['differ_tensorlift']} (>1: "
-                f"{r['differ_tensorlift_over_1']}), from the saturating emulation "
+                f"oneDNN's order {r['differ_onednn']} (>1: "
+                f"{r['differ_onednn_over_1']}), from the saturating emulation "
                 f"{r['differ_saturating']}; saturated pairs {r['pairs_saturated']}/{r['pairs']}")
 
 
