@@ -11,6 +11,8 @@ fn small_ops() -> Vec<OpSpec> {
     vec![
         OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::U8 },
         OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::F32 },
+        // No panel width divides N = 72: the GEMM's columns are padded to whole panels.
+        OpSpec::Matmul { m: 4, n: 72, k: 20, dtype: MatmulDtype::U8 },
         OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 },
         OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 1, kw: 1, stride: 1, pad: 0, groups: 1 },
         OpSpec::Conv2d { ic: 8, oc: 8, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 8 },
@@ -183,6 +185,8 @@ fn the_trace_of_every_sketch_replays_onto_its_definition() {
     let mut rng = Rng(7);
     for spec in [
         OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::F32 },
+        // No panel width divides N = 72: the GEMM's columns are padded to whole panels.
+        OpSpec::Matmul { m: 4, n: 72, k: 20, dtype: MatmulDtype::U8 },
         OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 },
     ] {
         for (vnni, constants) in [(true, true), (false, true), (false, false)] {
@@ -265,4 +269,23 @@ fn a_constant_b_is_packed_by_a_prepare_function_and_a_runtime_b_in_the_call() {
     let def = OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::U8 }.build().unwrap();
     let listing = Space::of(&def, options(false)).listing();
     assert!(listing.contains("B is a constant: packed once by a prepare function"), "{listing}");
+}
+
+#[test]
+fn a_gemm_whose_panels_do_not_divide_n_runs_the_kernel_on_every_tile() {
+    // N = 1000 (the resnet-18 classifier): 16, 32 and 64 pad it by at most an eighth.
+    let def = OpSpec::Matmul { m: 1, n: 1000, k: 8, dtype: MatmulDtype::U8 }.build().unwrap();
+    let space = Space::of(&def, options(false));
+    let sketch = space.sketches().iter().find(|s| s.name == "tensorize.i16").expect("a tensorized sketch");
+    let nr = sketch.decisions.iter().find(|d| d.name == "gemm.nr").expect("an nr decision");
+    assert_eq!(nr.choices, vec![16, 32, 64]);
+    // N = 72: 16 pads it to 80; the tile sticking out of C is computed into the padded
+    // `C.gemm_c` by the kernel (no guarded loop nest), and C copies its 72 columns.
+    let def = OpSpec::Matmul { m: 1, n: 72, k: 20, dtype: MatmulDtype::U8 }.build().unwrap();
+    let (scheduled, _) = first_tensorized(&def);
+    let args: Vec<&Tensor> = scheduled.args.iter().collect();
+    let text = ir::lower::lower(&scheduled.schedule, &args, "f").unwrap().to_string();
+    assert!(text.contains("allocate C.gemm_c: i32[1, 80]"), "{text}");
+    assert!(text.contains("for j.outer in 0..5 {\n    call reset int16_gemm_1x16x20("), "{text}");
+    assert!(!text.contains("if "), "{text}");
 }

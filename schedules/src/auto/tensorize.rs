@@ -38,7 +38,7 @@ use ir::te::{IterVar, Reducer, Tensor, compute_vec, placeholder_vec, placeholder
 use ir::{DType, Expr, ScheduleError, TeError, Var};
 
 use super::analysis::{StageInfo, StageKind};
-use super::annotate::{lanes, parallelize};
+use super::annotate::{lanes, parallelize, vectorize_injective};
 use super::tiling::dividing_tiles;
 use crate::intrin::gemm_segmented_microkernel;
 
@@ -210,6 +210,11 @@ pub struct Rewritten {
     /// Where `B` is prepared once: the placeholder of the packed `B` the output reads (the
     /// main function's argument in place of the raw `B`); `None`: the output reads `packed_b`.
     pub prepared_b: Option<Tensor>,
+    /// The tensorized GEMM: the output itself, or where `nr` does not divide the columns
+    /// `<out>.gemm_c`, the output with its columns padded to whole panels (the padding
+    /// multiplies the packed `B`'s zero columns).
+    pub gemm: Tensor,
+    /// The definition's output (its name, shape and dtype): the GEMM, or a copy of its columns.
     pub output: Tensor,
     /// `K'`, the reduction padded to whole groups.
     pub k: i64,
@@ -353,8 +358,13 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
     };
     let read_b = prepared_b.as_ref().unwrap_or(&packed_b);
     let (ko, ki) = (reduce_axis(kp / p, "ko")?, reduce_axis(p, "ki")?);
-    let output = compute_vec(
-        c.axes.iter().map(|a| a.extent()).collect(),
+    // The GEMM's columns padded to whole panels, so that every tile runs the kernel.
+    let mut gemm_shape: Vec<i64> = c.axes.iter().map(|a| a.extent()).collect();
+    gemm_shape[c.cols] = ceil_div(n, nr) * nr;
+    let padded = n % nr != 0;
+    let gemm_name = if padded { format!("{name}.gemm_c") } else { name.to_string() };
+    let gemm = compute_vec(
+        gemm_shape,
         |i| {
             let kk = &ko * p + &ki;
             let a = match &a_copy {
@@ -378,9 +388,14 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
             let b = read_b.at_vec(idx);
             sum(DType::I32, &[&ko, &ki], a.cast(DType::I32) * b.cast(DType::I32))
         },
-        name,
+        &gemm_name,
     )?;
-    Ok(Rewritten { a_copy, packed_b, prepared_b, output, k: kp, extents })
+    let output = if padded {
+        compute_vec(c.axes.iter().map(|a| a.extent()).collect(), |i| gemm.at_vec(i.to_vec()), name)?
+    } else {
+        gemm.clone()
+    };
+    Ok(Rewritten { a_copy, packed_b, prepared_b, gemm, output, k: kp, extents })
 }
 
 /// The decisions of a tensorized point.
@@ -403,10 +418,19 @@ pub fn mr_choices(c: &Contraction) -> Vec<i64> {
     out
 }
 
-/// The `nr` choices: 16, 32 and 64 where they divide `N`, and `N` itself up to 64.
+/// The `nr` choices: 16, 32 and 64 where they divide `N` or pad it by at most an eighth (the
+/// GEMM's columns are padded to whole panels, `Rewritten::gemm`), and `N` itself up to 64.
 pub fn nr_choices(c: &Contraction) -> Vec<i64> {
     let n = c.axes[c.cols].extent();
     let mut out: Vec<i64> = dividing_tiles(n, 16, 64).into_iter().filter(|d| *d >= 16 || *d == n).collect();
+    for nr in [16, 32, 64] {
+        let waste = ceil_div(n, nr) * nr - n;
+        if nr < n && waste > 0 && waste * 8 <= n {
+            out.push(nr);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
     if out.is_empty() {
         out.push(16);
     }
@@ -480,7 +504,11 @@ pub fn schedule(
         if rw.prepared_b.is_none() {
             schedule_packing(s, &rw.packed_b, c.batch.len(), point.threads)?;
         }
-        let out = &rw.output;
+        if rw.output.id() != rw.gemm.id() {
+            let outer = vectorize_injective(s, &rw.output, lanes(vector_bytes, rw.output.dtype().bytes()))?;
+            parallelize(s, &rw.output, &outer, point.threads)?;
+        }
+        let out = &rw.gemm;
         let axes = out.axes().to_vec();
         let (m, n) = (axes[c.rows].extent(), axes[c.cols].extent());
         let (mr, nr) = (point.mr.min(m), point.nr.min(n));
