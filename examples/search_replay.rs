@@ -30,8 +30,8 @@ use schedules::catalog::OpSpec;
 use tensorlift::isa::IsaLevel;
 use tensorlift::record::{Database, Record};
 use tensorlift::tune::auto::{
-    EvolveOptions, FirstBatch, LoweredSpace, ModelOptions, Row, SearchOptions, SearchSpace, Strategy, TableSpace,
-    Target, race, replay,
+    EvolveOptions, FirstBatch, LoweredSpace, ModelOptions, Row, Sample, SearchOptions, SearchSpace, Strategy,
+    TableSpace, Target, race, replay,
 };
 use tensorlift::tune::op_tune::op_table;
 
@@ -77,8 +77,10 @@ fn parse_args() -> Result<Args, Error> {
     Ok(args)
 }
 
-/// The learned search's options of configuration `name` (see the module doc).
-fn config(name: &str, args: &Args) -> Result<SearchOptions, Error> {
+/// The learned search's options of configuration `name` (see the module doc), and whether it
+/// trains on the other operators' tables from the start (`transfer`).
+fn config(name: &str, args: &Args) -> Result<(SearchOptions, bool), Error> {
+    let mut transfer = false;
     let mut parts = name.split('+');
     let mut o = match parts.next() {
         Some("before") => SearchOptions {
@@ -110,6 +112,7 @@ fn config(name: &str, args: &Args) -> Result<SearchOptions, Error> {
     for part in parts {
         let number = |prefix: &str| part.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok());
         match part {
+            "transfer" => transfer = true,
             "stratified" => o.first = FirstBatch::Stratified,
             "random-first" => o.first = FirstBatch::Random,
             "rank" => o.model.target = Target::Rank,
@@ -123,7 +126,7 @@ fn config(name: &str, args: &Args) -> Result<SearchOptions, Error> {
             _ => return Err(format!("configuration {name:?}: unknown change {part:?}").into()),
         }
     }
-    Ok(o)
+    Ok((o, transfer))
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -143,7 +146,7 @@ fn main() -> Result<(), Error> {
     for f in &files {
         records.extend(Database::load(f)?.records);
     }
-    let configs: Vec<(String, SearchOptions)> =
+    let configs: Vec<(String, (SearchOptions, bool))> =
         args.configs.iter().map(|c| config(c, &args).map(|o| (c.clone(), o))).collect::<Result<_, _>>()?;
     println!(
         "{} seeds, {} trials, random batches of {}, tolerance {}, level {level}, {} thread(s)",
@@ -152,35 +155,43 @@ fn main() -> Result<(), Error> {
     println!("| op | table points | config | learned wins | median trials learned / random | median Spearman |");
     println!("|---|---|---|---|---|---|");
     let mut summary: Vec<(String, usize, f64)> = configs.iter().map(|(c, _)| (c.clone(), 0, 0.0)).collect();
-    let mut ops = 0;
+    // Every operator's table first: a `transfer` configuration trains on the others'.
+    let mut tables = Vec::new();
     for spec in OpSpec::suite() {
         let (space, measured) = op_table(&spec, level, args.threads, &records)?;
         if measured.is_empty() {
             eprintln!("{}: no records in {}", spec.label(), args.table.display());
             continue;
         }
-        ops += 1;
         let lowered = LoweredSpace::new(&space);
         let rows: Vec<Row> = measured
             .into_iter()
             .filter_map(|(point, seconds)| Some(Row { features: lowered.features(&point)?, point, seconds }))
             .collect();
-        let table = TableSpace::new(lowered.sketches(), rows);
-        let first = [space.default_point()];
-        for ((name, learned), total) in configs.iter().zip(summary.iter_mut()) {
+        let samples: Vec<Sample> =
+            rows.iter().map(|r| Sample { features: r.features.clone(), seconds: r.seconds }).collect();
+        tables.push((spec.clone(), space.default_point(), TableSpace::new(lowered.sketches(), rows), samples));
+    }
+    let ops = tables.len();
+    for (index, (spec, default_point, table, _)) in tables.iter().enumerate() {
+        let first = [default_point.clone()];
+        let others: Vec<Vec<Sample>> =
+            tables.iter().enumerate().filter(|(j, _)| *j != index).map(|(_, t)| t.3.clone()).collect();
+        for ((name, (learned, transfer)), total) in configs.iter().zip(summary.iter_mut()) {
             let (mut wins, mut l, mut r, mut rho) = (0, vec![], vec![], vec![]);
+            let prior = if *transfer { others.clone() } else { vec![] };
             for seed in 0..args.seeds {
                 // The control's random search draws apart from the one it races.
                 let own_seed = if learned.strategy == Strategy::Random { seed + 1_000_003 } else { seed };
-                let learned = SearchOptions { seed: own_seed, ..learned.clone() };
+                let learned = SearchOptions { seed: own_seed, prior: prior.clone(), ..learned.clone() };
                 let random =
                     SearchOptions { seed, batch: args.batch, ..SearchOptions::new(args.trials, Strategy::Random) };
-                let outcome = race(&table, &first, (&learned, &random), args.tolerance)?;
+                let outcome = race(table, &first, (&learned, &random), args.tolerance)?;
                 wins += outcome.learned_wins() as usize;
                 l.push(outcome.learned.map_or(f64::INFINITY, |t| t as f64));
                 r.push(outcome.random.map_or(f64::INFINITY, |t| t as f64));
                 if learned.strategy == Strategy::Evolutionary {
-                    let log = replay(&table, &first, &learned)?;
+                    let log = replay(table, &first, &learned)?;
                     rho.extend(median(log.held_out_spearman.iter().flatten().copied().collect()));
                 }
             }
