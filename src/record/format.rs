@@ -135,6 +135,11 @@ pub struct Record {
     pub peak_gops: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_probe: Option<String>,
+    /// The auto-scheduler's features of the measured point (`ir::analysis::features` of its
+    /// lowered function), where the search computed them: what a search of another workload on
+    /// this CPU trains its cost model on before its first batch (`SearchOptions::prior`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_features: Option<Vec<f32>>,
 }
 
 impl Record {

@@ -61,6 +61,7 @@ mod fixtures {
             error: None,
             peak_gops: None,
             peak_probe: None,
+            point_features: None,
         }
     }
 

@@ -18,7 +18,7 @@ use schedules::catalog::Definition;
 use schedules::catalog::{MatmulDtype, OpSpec};
 use thiserror::Error;
 
-use super::auto::{LoweredSpace, SearchError, SearchOptions, Strategy, Trial, propose, resume};
+use super::auto::{LoweredSpace, Sample, SearchError, SearchOptions, SearchSpace, Strategy, Trial, propose, resume};
 use super::op_bench::{OpBenchError, definition, op_workload, space_options};
 use super::worker::{Candidate, Worker};
 use super::{FINALISTS, LayerResult, VALIDATION_ROUNDS};
@@ -128,13 +128,58 @@ fn trials(history: &[(AutoPoint, Option<f64>)]) -> Vec<Trial> {
     history.iter().map(|(point, seconds)| Trial { point: point.clone(), seconds: *seconds, predicted: None }).collect()
 }
 
-/// The search's options for `options`, starting at `starts`.
-fn search_options(options: &OpTuneOptions, trials: usize, starts: Vec<AutoPoint>) -> SearchOptions {
+/// The search's options for `options`, starting at `starts`, with `prior` (`prior`).
+fn search_options(
+    options: &OpTuneOptions,
+    trials: usize,
+    starts: Vec<AutoPoint>,
+    prior: Vec<Vec<Sample>>,
+) -> SearchOptions {
     let mut search = SearchOptions::new(trials, options.strategy);
     search.batch = options.batch.max(1);
     search.seed = options.seed;
     search.starts = starts;
+    search.prior = prior;
     search
+}
+
+/// What `records` measured of other workloads than `workload` on `host`'s CPU at `level` on
+/// at most `max_threads` threads, where they kept their points' features: per workload (in the
+/// order they first appear), each search measurement's features and corrected time (`None`:
+/// it failed). The learned search's model trains on them before its first batch
+/// (`SearchOptions::prior`).
+pub fn prior(records: &[Record], workload: &str, host: &Host, max_threads: usize) -> Vec<Vec<Sample>> {
+    let width = ir::analysis::features::Features::len();
+    let mut groups: Vec<(&str, Vec<&Record>)> = Vec::new();
+    for r in records {
+        let other = r.workload.key != workload
+            && r.schedule.auto.is_some()
+            && !r.is_validation()
+            && r.target.isa == host.level.name()
+            && r.target.threads <= max_threads
+            && host.cpu.as_ref() == Some(&r.target.cpu)
+            && r.point_features.as_ref().is_some_and(|f| f.len() == width);
+        if !other {
+            continue;
+        }
+        match groups.iter_mut().find(|(k, _)| *k == r.workload.key) {
+            Some((_, group)) => group.push(r),
+            None => groups.push((&r.workload.key, vec![r])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, group)| {
+            let phases = Phases::of(group.iter().copied());
+            group
+                .iter()
+                .filter_map(|r| {
+                    let seconds = phases.seconds(r).filter(|_| r.ok());
+                    Some(Sample { features: r.point_features.clone()?, seconds })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The point of the best verified record for `spec` on `host` among `records`, on at most
@@ -189,9 +234,12 @@ pub fn tune_op(
     let (workload, space) = setup(spec, options.level, options.max_threads).map_err(Box::new)?;
     let mut measured = history(&known(db_records, &workload.key, options.level, options.max_threads));
     let mut records: Vec<Record> = Vec::new();
+    let lowered = LoweredSpace::new(&space);
     worker.expect_setup();
     let mut measure = |point: AutoPoint, phase: Phase, records: &mut Vec<Record>| -> Result<(), DbError> {
-        let record = worker.measure(&op_candidate(spec, point, options, phase), workload.clone());
+        let features = if phase == Phase::Search { lowered.features(&point) } else { None };
+        let mut record = worker.measure(&op_candidate(spec, point, options, phase), workload.clone());
+        record.point_features = features;
         if let Some(path) = db {
             append(path, std::slice::from_ref(&record))?;
         }
@@ -231,9 +279,9 @@ pub fn tune_op(
     };
     let first_times = run(&firsts, &mut records);
     measured.extend(firsts.iter().cloned().zip(first_times));
-    let mut search = search_options(options, options.trials.saturating_sub(records.len()), vec![]);
+    let prior = prior(db_records, &workload.key, &host, options.max_threads);
+    let mut search = search_options(options, options.trials.saturating_sub(records.len()), vec![], prior);
     search.deadline = options.budget.map(|b| start + b);
-    let lowered = LoweredSpace::new(&space);
     let log = resume(&lowered, &trials(&measured), &mut |points| run(points, &mut records), &search)
         .map_err(|source| OpTuneError::Search { op: spec.label(), source })?;
     if let Some(e) = failure {
@@ -278,7 +326,8 @@ pub fn propose_candidates(
     let searched = known.iter().filter(|r| !r.is_validation()).count();
     let count = count.min(options.trials.saturating_sub(searched));
     let history = trials(&history(&known));
-    let search = search_options(options, count, vec![space.default_point()]);
+    let prior = prior(records, &workload.key, &Host::this(options.level), options.max_threads);
+    let search = search_options(options, count, vec![space.default_point()], prior);
     let points = propose(&LoweredSpace::new(&space), &history, count, &search)
         .map_err(|source| OpTuneError::Search { op: spec.label(), source })?;
     Ok(points.into_iter().map(|p| op_candidate(spec, p, options, Phase::Search)).collect())

@@ -127,6 +127,7 @@ pub fn record(c: &Candidate, workload: WorkloadRef, m: &Measurement) -> Record {
         error: m.error.clone(),
         peak_gops: m.peak_gops,
         peak_probe: m.probe.map(|p| p.to_string()),
+        point_features: None,
     }
 }
 

@@ -648,6 +648,7 @@ fn an_exported_layer_takes_the_knobs_of_its_tuning_record_and_the_manifest_carri
         error: None,
         peak_gops: None,
         peak_probe: None,
+        point_features: None,
     };
     let levels = [IsaLevel::Scalar];
     let ops = operators::resnet18_layer(layer, &levels, WeightBits::Eight, Some(&record)).unwrap();

@@ -13,7 +13,7 @@ use tensorlift::IsaLevel;
 use tensorlift::record::{Database, Host, Phase, Record, Status};
 use tensorlift::tune::auto::{CompiledPoint, Strategy};
 use tensorlift::tune::op_bench::{space_options, spec_workload};
-use tensorlift::tune::op_tune::{OpTuneOptions, best_point, op_candidate, schedule_op};
+use tensorlift::tune::op_tune::{OpTuneOptions, best_point, op_candidate, prior, schedule_op};
 use tensorlift::tune::worker::{Candidate, serve};
 
 fn tmp(name: &str) -> PathBuf {
@@ -202,6 +202,21 @@ fn tune_op_writes_verified_records_reports_json_and_proposes_new_candidates() {
     assert!(tensors[2].to_array().bits_eq(&reference.outputs[0]));
     let other = OpSpec::Matmul { m: 16, n: 16, k: 8, dtype: MatmulDtype::U8 };
     assert!(best_point(&other, &loaded.records, &Host::this(level()), 1).unwrap().is_none());
+    // Search records keep their points' features: another workload's search trains on them
+    // (one prior workload, a sample per search record), this workload's own search does not.
+    let width = tensorlift::ir::analysis::features::Features::len();
+    for r in &loaded.records {
+        let expected = if r.is_validation() { None } else { Some(width) };
+        assert_eq!(r.point_features.as_ref().map(Vec::len), expected, "{r:?}");
+    }
+    let other_key = spec_workload(&other).unwrap().key;
+    let from_other = prior(&loaded.records, &other_key, &Host::this(level()), 1);
+    assert_eq!(from_other.iter().map(Vec::len).collect::<Vec<_>>(), vec![searched.len()]);
+    assert_eq!(
+        from_other[0].iter().filter(|s| s.seconds.is_some()).count(),
+        searched.iter().filter(|r| r.ok()).count()
+    );
+    assert!(prior(&loaded.records, &key, &Host::this(level()), 1).is_empty());
 
     // Proposals from the database: distinct, none measured before, as many as the space has.
     let (ok, stdout, stderr) =
