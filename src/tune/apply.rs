@@ -54,6 +54,10 @@ impl RecordKnobs {
     /// record applies, the rules' point serves; also when the spec has no definition, which
     /// its compile then reports).
     pub fn auto_point(&self, spec: &QConvAutoSpec) -> Option<(AutoPoint, Tuning)> {
+        // No record of a point: no definition to build for its key.
+        if !self.user.iter().chain(&self.pretuned).any(|r| r.schedule.auto.is_some()) {
+            return None;
+        }
         let key = qconv_auto_key(spec).ok()?.key;
         let found = |records: &[Record], tuning| {
             let fitting = records.iter().filter(|r| {

@@ -53,6 +53,9 @@ mod tests {
         // A tiny share still measures the default point.
         assert_eq!(split_trials(10, &[0.99, 0.01]), [9, 1]);
         assert_eq!(split_trials(2, &[0.4, 0.3, 0.3]), [1, 1, 1]);
+        // Measured times as shares: a negative or NaN time counts as none; all none, equal.
+        assert_eq!(shares_of(&[3.0, 1.0, -2.0, f64::NAN]), [0.75, 0.25, 0.0, 0.0]);
+        assert_eq!(shares_of(&[0.0, 0.0]), [0.5, 0.5]);
         assert_eq!(
             split_time(Duration::from_secs(10), &[0.25, 0.75]),
             [Duration::from_millis(2500), Duration::from_millis(7500)]

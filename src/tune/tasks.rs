@@ -222,6 +222,7 @@ impl ModelTasks {
 
     /// The index in `all` of the task of each partition that has one.
     pub fn task_of_partitions(&self) -> HashMap<PartitionId, usize> {
+        let all = self.all();
         let mut found = HashMap::new();
         for p in &self.partitions {
             let key = match partition_spec(&self.graph, p) {
@@ -231,7 +232,7 @@ impl ModelTasks {
                     _ => continue,
                 },
             };
-            if let Some(i) = self.all().iter().position(|(w, ..)| w.key == key) {
+            if let Some(i) = all.iter().position(|(w, ..)| w.key == key) {
                 found.insert(p.id, i);
             }
         }
