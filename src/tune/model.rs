@@ -47,10 +47,10 @@ pub fn task_options(shares: &[f64], options: &TuneOptions) -> Vec<TuneOptions> {
 /// Tunes every task of `model` (the file `model.path`, which the worker imports itself) with
 /// `worker`, each with its options of `per_task` (`task_options`; `options` gives the level and
 /// threads), appending every record to `db` when given; `progress` sees each record with its
-/// task's workload. The results are in `ModelTasks::all`'s order. A task's weights range is its own (`Task::weights`), not `options.weights`. The point
-/// `tensorlift run` would apply without this run's records (of `db`, else pre-tuned:
-/// `apply::RecordKnobs`) is measured right after the default, so the result is never slower
-/// than either, up to noise.
+/// task's workload. The results are in `ModelTasks::all`'s order. A task's weights range is
+/// its own (`Task::weights`), not `options.weights`. The point `tensorlift run` would apply
+/// without this run's records (of `db`, else pre-tuned: `apply::RecordKnobs`) is measured right
+/// after the default, so the result is never slower than either, up to noise.
 pub fn tune_model(
     worker: &mut Worker,
     model: &ModelTasks,
