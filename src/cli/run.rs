@@ -13,6 +13,7 @@ use tensorlift::bench::median;
 use tensorlift::engine::{self, CompiledGraph, Kernel, Tuning, Workload};
 use tensorlift::graph::{PartitionPolicy, Value, reference};
 use tensorlift::kernels::peak::ProbeKind;
+use tensorlift::layer::QConvAutoSpec;
 use tensorlift::record::{Host, pretuned};
 use tensorlift::runtime::peak::Probe;
 use tensorlift::tune::apply::RecordKnobs;
@@ -117,8 +118,12 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let (user, pretuned) = records.map_err(|_| "the thread parsing the tuning records panicked")??;
     let records = RecordKnobs { user, pretuned, host: Host::this(level), max_threads };
     let knobs = |w: Workload<'_>| records.knobs(w);
+    let points = |spec: &QConvAutoSpec| records.auto_point(spec);
     let engine_start = Instant::now();
-    let mut compiled = engine::compile_with(imported.graph, partitions, &options, &knobs)?;
+    let mut compiled = engine::compile_tuned(imported.graph, partitions, &options, &knobs, &points)?;
+    for warning in compiled.warnings() {
+        eprintln!("warning: {warning}");
+    }
     let compile = start.elapsed();
     let phases = Phases { import, partition, engine: engine_start.elapsed(), jobs: compiled.jobs_time() };
 

@@ -12,12 +12,15 @@ use std::time::{Duration, Instant};
 use clap::{Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use schedules::resnet18::{self, Layer, WeightBits};
-use tensorlift::engine::{KnobSource, Workload};
+use tensorlift::engine::{AutoSource, KnobSource, Workload};
+use tensorlift::layer::QConvAutoSpec;
 use tensorlift::record::{Database, Host, Record, Status, pretuned};
 use tensorlift::target::Target;
 use tensorlift::tune::apply::RecordKnobs;
+use tensorlift::tune::budget::shares_of;
 use tensorlift::tune::latency::model_latency;
-use tensorlift::tune::model::task_options;
+use tensorlift::tune::latency::task_times;
+use tensorlift::tune::model::{estimated_shares, task_options};
 use tensorlift::tune::search::Strategy;
 use tensorlift::tune::tasks::extract;
 use tensorlift::tune::worker::Worker;
@@ -111,6 +114,8 @@ struct SearchArgs {
 const DEFAULT_TRIALS: usize = 64;
 /// Rounds of the whole-model timing after a model's search.
 const LATENCY_ROUNDS: usize = 15;
+/// Runs of the model with the defaults whose per-task medians spread the budget.
+const PROFILE_ROUNDS: usize = 5;
 
 impl SearchArgs {
     /// The options of a search of `trials` measurements on weights in `weights`' range.
@@ -219,27 +224,45 @@ impl<'a> Progress<'a> {
 fn tune_model(path: &Path, args: &SearchArgs) -> Result<(), Box<dyn Error>> {
     let started = Instant::now();
     let model = extract(path)?;
-    let trials = args.trials.unwrap_or(DEFAULT_TRIALS * model.tasks.len());
+    let all = model.all();
+    let trials = args.trials.unwrap_or(DEFAULT_TRIALS * all.len());
     let options = args.options(WeightBits::Eight, trials)?;
     let (level, max_threads) = (options.level, options.max_threads);
-    let per_task = task_options(&model, &options);
+    // The budget follows each task's share of the model's time, measured with the defaults
+    // (estimated from operations where the model cannot be run here).
+    let compile = CompileOptions { target: Target::Level(level), threads: Some(max_threads), ..Default::default() };
+    let (shares, measured) = match task_times(&model, &compile, PROFILE_ROUNDS) {
+        Ok(times) => (shares_of(&times), true),
+        Err(e) => {
+            eprintln!("warning: profiling the model with the defaults: {e}; the budget follows operations × uses");
+            (estimated_shares(&model), false)
+        }
+    };
+    let per_task = task_options(&shares, &options);
     if args.format == Format::Table {
         println!(
-            "{}: {} tasks, cpu {}, level {level}, up to {max_threads} thread(s), {trials} trials in total",
+            "{}: {} tasks ({} auto-scheduled), cpu {}, level {level}, up to {max_threads} thread(s), {trials} trials in total",
             path.display(),
-            model.tasks.len(),
+            all.len(),
+            model.auto_tasks.len(),
             tensorlift::isa::cpu_name(),
         );
     }
     let mut worker = Worker::new(std::env::current_exe()?, vec!["measure".into()]);
     let bar = bar(per_task.iter().map(|o| o.trials).sum(), "");
     let mut progress = Progress::new(&bar);
-    let results = tensorlift::tune::model::tune_model(&mut worker, &model, &options, args.db.as_deref(), |task, r| {
-        if !r.is_validation() {
-            bar.set_prefix(task.workload.summary.clone());
-            progress.record(r);
-        }
-    })?;
+    let results = tensorlift::tune::model::tune_model(
+        &mut worker,
+        &model,
+        (&options, &per_task),
+        args.db.as_deref(),
+        |task, r| {
+            if !r.is_validation() {
+                bar.set_prefix(task.summary.clone());
+                progress.record(r);
+            }
+        },
+    )?;
     bar.finish_and_clear();
     let search_s = started.elapsed().as_secs_f64();
     let measurements: usize = results.iter().map(|r| r.records.len()).sum();
@@ -257,25 +280,31 @@ fn tune_model(path: &Path, args: &SearchArgs) -> Result<(), Box<dyn Error>> {
     let with_tuned = RecordKnobs { user: tuned, pretuned, host, max_threads };
     let (pretuned_knobs, tuned_knobs) =
         (|w: Workload<'_>| with_pretuned.knobs(w), |w: Workload<'_>| with_tuned.knobs(w));
-    let compile = CompileOptions { target: Target::Level(level), threads: Some(max_threads), ..Default::default() };
-    let sources: [(&str, KnobSource<'_>); 3] =
-        [("default", &|_| None), ("pretuned", &pretuned_knobs), ("tuned", &tuned_knobs)];
+    let (pretuned_points, tuned_points) =
+        (|s: &QConvAutoSpec| with_pretuned.auto_point(s), |s: &QConvAutoSpec| with_tuned.auto_point(s));
+    let sources: [(&str, KnobSource<'_>, AutoSource<'_>); 3] = [
+        ("default", &|_| None, &|_| None),
+        ("pretuned", &pretuned_knobs, &pretuned_points),
+        ("tuned", &tuned_knobs, &tuned_points),
+    ];
     let latency = model_latency(&model, &compile, &sources, LATENCY_ROUNDS)?;
     let [default_ms, pretuned_ms, tuned_ms] = latency[..] else { return Err("three latencies expected".into()) };
 
-    let tasks: Vec<serde_json::Value> = model
-        .tasks
+    let weights = model.tasks.iter().map(|t| Some(t.weights)).chain(model.auto_tasks.iter().map(|_| None));
+    let tasks: Vec<serde_json::Value> = all
         .iter()
+        .zip(weights)
         .zip(&results)
-        .zip(&per_task)
-        .map(|((task, r), o)| {
+        .zip(per_task.iter().zip(&shares))
+        .map(|((((_, ops, uses), weights), r), (o, share))| {
             let s = Summary::of(r);
-            let ms = |g: Option<f64>| g.map(|g| task.ops() as f64 / g / 1e6);
+            let ms = |g: Option<f64>| g.map(|g| *ops as f64 / g / 1e6);
+            let kernel = if weights.is_some() { "template" } else { "auto" };
             serde_json::json!({
-                "workload": r.workload, "uses": task.uses, "ops": task.ops(), "weights": task.weights,
+                "workload": r.workload, "kernel": kernel, "uses": uses, "ops": ops, "weights": weights,
                 "default_gops": s.default_gops, "tuned_gops": s.tuned_gops,
                 "default_ms": ms(s.default_gops), "tuned_ms": ms(s.tuned_gops),
-                "speedup": s.speedup, "trials": r.trials(), "allotted_trials": o.trials, "failed": s.failed,
+                "speedup": s.speedup, "trials": r.trials(), "allotted_trials": o.trials, "share": share, "failed": s.failed,
                 "seconds": r.elapsed.as_secs_f64(), "best": s.best.map(|b| &b.schedule),
             })
         })
@@ -287,6 +316,7 @@ fn tune_model(path: &Path, args: &SearchArgs) -> Result<(), Box<dyn Error>> {
                 "isa": level.name(),
                 "threads": max_threads,
                 "tasks": tasks,
+                "budget_by": if measured { "measured time" } else { "operations" },
                 "measurements": measurements,
                 "verified": verified,
                 "search_seconds": search_s,
@@ -300,15 +330,16 @@ fn tune_model(path: &Path, args: &SearchArgs) -> Result<(), Box<dyn Error>> {
         Format::Table => {
             let f = |v: &serde_json::Value, p: usize| v.as_f64().map_or("-".to_string(), |v| format!("{v:.p$}"));
             println!(
-                "{:<40} {:>4} {:>8} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}",
-                "task", "uses", "MOPS", "def GOPS", "tun GOPS", "def ms", "tun ms", "speedup", "trials"
+                "{:<40} {:>4} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}",
+                "task", "uses", "MOPS", "%time", "def GOPS", "tun GOPS", "def ms", "tun ms", "speedup", "trials"
             );
             for t in &tasks {
                 println!(
-                    "{:<40} {:>4} {:>8.1} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}",
+                    "{:<40} {:>4} {:>8.1} {:>6.1} {:>9} {:>9} {:>9} {:>9} {:>7} {:>6}",
                     t["workload"]["summary"].as_str().unwrap_or(""),
                     t["uses"],
                     t["ops"].as_f64().unwrap_or(0.0) / 1e6,
+                    t["share"].as_f64().unwrap_or(0.0) * 1e2,
                     f(&t["default_gops"], 1),
                     f(&t["tuned_gops"], 1),
                     f(&t["default_ms"], 4),

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use cranelift_entity::SecondaryMap;
+use schedules::auto::AutoPoint;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::EngineError;
@@ -18,7 +19,7 @@ use super::slot::Slot;
 use super::spec::{auto_spec, give_back, partition_name, take_spec};
 use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
-use crate::layer::{QConvSpec, QDenseSpec};
+use crate::layer::{QConvAutoSpec, QConvSpec, QDenseSpec};
 use crate::runtime::CompileOptions;
 
 /// Where a compiled kernel's knobs came from.
@@ -52,6 +53,10 @@ pub enum Workload<'a> {
 /// Chooses the knobs of a workload (`None`: the defaults). `compile` chooses none.
 pub type KnobSource<'a> = &'a dyn Fn(Workload<'_>) -> Option<(Conv2dInt8Knobs, Tuning)>;
 
+/// Chooses the point of the auto-scheduler's space an auto-scheduled convolution is compiled
+/// at (`None`: the rules' point, `layer::compile_qconv_auto`). `compile_with` chooses none.
+pub type AutoSource<'a> = &'a dyn Fn(&QConvAutoSpec) -> Option<(AutoPoint, Tuning)>;
+
 /// One partition bound to its kernel and buffers.
 pub struct Step {
     pub partition: Partition,
@@ -79,6 +84,8 @@ pub struct CompiledGraph {
     pub(super) compile_time: Duration,
     /// Of `compile_time`, the convolutions and products compiled on every core.
     pub(super) jobs_time: Duration,
+    /// Tuning records that could not be applied, and why (their partitions run the defaults).
+    pub(super) warnings: Vec<String>,
 }
 
 /// Compiles `partitions` (from `graph.get_partitions`) with `options` (ISA level, threads).
@@ -98,6 +105,19 @@ pub fn compile_with(
     partitions: Vec<Partition>,
     options: &CompileOptions,
     knobs: KnobSource<'_>,
+) -> Result<CompiledGraph, EngineError> {
+    compile_tuned(graph, partitions, options, knobs, &|_| None)
+}
+
+/// `compile_with`, and the point of each auto-scheduled convolution chosen by `auto`. A point
+/// its space rejects falls back to the rules' point, its partition `Tuning::Default`, with a
+/// warning (`CompiledGraph::warnings`).
+pub fn compile_tuned(
+    graph: FinalizedGraph,
+    partitions: Vec<Partition>,
+    options: &CompileOptions,
+    knobs: KnobSource<'_>,
+    auto: AutoSource<'_>,
 ) -> Result<CompiledGraph, EngineError> {
     let start = Instant::now();
     let mut slots: Vec<Slot> = Vec::new();
@@ -133,7 +153,7 @@ pub fn compile_with(
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let begin = Instant::now();
-        let plan = plan(&graph, &mut partition, &ins, &outs, &slots, knobs)?;
+        let plan = plan(&graph, &mut partition, &ins, &outs, &slots, (knobs, auto))?;
         planned.push((partition, ins, outs, plan, begin.elapsed()));
     }
     let jobs_start = Instant::now();
@@ -146,23 +166,33 @@ pub fn compile_with(
     );
     let jobs_time = jobs_start.elapsed();
     let mut steps = Vec::with_capacity(planned.len());
+    let mut warnings = Vec::new();
     for (i, (mut partition, ins, outs, plan, planning)) in planned.into_iter().enumerate() {
         let (kernel, tuning, compile) = match plan {
             Plan::Chosen((kernel, tuning)) => (kernel, tuning, planning),
             Plan::Job(job) => {
                 let (result, time) = compiled.remove(&i).expect("every job is compiled");
-                let tuning = match job.work {
+                let mut tuning = match job.work {
                     Work::Layer { layer, tuning, .. } => {
                         give_back(&mut partition, layer.into_weights());
                         Some(tuning)
                     }
-                    Work::Auto(_) => None,
+                    Work::Auto { tuning, .. } => Some(tuning),
                 };
                 let kernel = result.map_err(|e| EngineError::Layer {
                     partition: partition_name(&graph, &partition),
                     kind: partition.kind.name(),
                     source: Box::new(e),
                 })?;
+                if let Kernel::Auto(c) = &kernel
+                    && let Some(why) = c.rejected()
+                {
+                    let name = partition_name(&graph, &partition);
+                    warnings.push(format!(
+                        "partition {name}: the tuning record is not applied ({why}): the rules' point runs"
+                    ));
+                    tuning = Some(Tuning::Default);
+                }
                 (kernel, tuning, planning + time)
             }
         };
@@ -184,6 +214,7 @@ pub fn compile_with(
         options: options.clone(),
         compile_time: start.elapsed(),
         jobs_time,
+        warnings,
     })
 }
 
@@ -220,7 +251,7 @@ fn plan(
     ins: &[usize],
     outs: &[usize],
     slots: &[Slot],
-    knobs: KnobSource<'_>,
+    (knobs, auto): (KnobSource<'_>, AutoSource<'_>),
 ) -> Result<Plan, EngineError> {
     if outs.len() != 1 {
         return Ok(Plan::Chosen(reference(format!("{} outputs", outs.len()))));
@@ -234,7 +265,10 @@ fn plan(
             }
             // A convolution the x86 path does not take: the auto-scheduled definition.
             Err(why) => match auto_spec(graph, p) {
-                Ok(spec) => Plan::Job(Job { work: Work::Auto(spec) }),
+                Ok(spec) => {
+                    let (point, tuning) = auto(&spec).map_or((None, Tuning::Default), |(p, t)| (Some(p), t));
+                    Plan::Job(Job { work: Work::Auto { spec, point: point.map(Box::new), tuning } })
+                }
                 Err(auto_why) => Plan::Chosen(reference(format!("{why}; {auto_why}"))),
             },
         },

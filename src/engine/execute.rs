@@ -26,6 +26,11 @@ impl CompiledGraph {
         self.jobs_time
     }
 
+    /// Tuning records that could not be applied, and why (`engine::compile_tuned`).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     /// The graph this was compiled from.
     pub fn graph(&self) -> &crate::graph::FinalizedGraph {
         &self.graph

@@ -10,20 +10,22 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use schedules::auto::AutoPoint;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::compile::Tuning;
 use super::kernel::Kernel;
 use super::spec::Spec;
-use crate::layer::{KernelCache, LayerError, QConvAutoSpec, compile_qconv_auto};
+use crate::layer::{KernelCache, LayerError, QConvAutoSpec, compile_qconv_auto_at};
 use crate::runtime::CompileOptions;
 
 /// What a job compiles.
 pub(super) enum Work {
     /// A layer of the x86 path with its knobs (`None`: the defaults) and where they came from.
     Layer { layer: Spec, knobs: Option<Conv2dInt8Knobs>, tuning: Tuning },
-    /// A convolution the x86 path does not take: the auto-scheduled definition.
-    Auto(QConvAutoSpec),
+    /// A convolution the x86 path does not take: the auto-scheduled definition, at a tuning
+    /// record's point (`None`: the rules') and where it came from.
+    Auto { spec: QConvAutoSpec, point: Option<Box<AutoPoint>>, tuning: Tuning },
 }
 
 /// One partition's compile.
@@ -56,7 +58,9 @@ impl Job {
                     Spec::Dense(_) => Kernel::Dense(compiled),
                 }
             }
-            Work::Auto(spec) => Kernel::Auto(Box::new(compile_qconv_auto(spec, options)?)),
+            Work::Auto { spec, point, .. } => {
+                Kernel::Auto(Box::new(compile_qconv_auto_at(spec, options, point.as_deref())?))
+            }
         })
     }
 }

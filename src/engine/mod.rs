@@ -27,7 +27,9 @@ mod slot;
 mod spec;
 mod table;
 
-pub use compile::{CompiledGraph, KnobSource, Step, Tuning, Workload, compile, compile_with};
+pub use compile::{
+    AutoSource, CompiledGraph, KnobSource, Step, Tuning, Workload, compile, compile_tuned, compile_with,
+};
 pub use error::EngineError;
 pub use inputs::random_input;
 pub use kernel::Kernel;

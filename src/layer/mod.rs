@@ -37,7 +37,10 @@ pub use data::LayerData;
 pub use definition::Definition;
 pub use error::{LayerError, NotInTable, SpecError};
 pub use kernel_cache::KernelCache;
-pub use qauto::{CompiledAuto, LoweredAuto, QConvAutoSpec, compile_qconv_auto, lower_qconv_auto};
+pub use qauto::{
+    CompiledAuto, LoweredAuto, QConvAutoSpace, QConvAutoSpec, compile_qconv_auto, compile_qconv_auto_at,
+    lower_qconv_auto, lower_qconv_auto_at, qconv_auto_key, qconv_auto_space,
+};
 pub use qcompiled::CompiledQuantized;
 pub use qconv::{ActQuant, QConvSpec, compile_qconv, compile_qconv_in, lower_qconv};
 pub use qdense::{QDenseSpec, compile_qdense, compile_qdense_in, lower_qdense};

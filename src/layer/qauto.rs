@@ -5,7 +5,10 @@
 //! clamp), schedules it at a fixed point of the auto-scheduler's `rules` sketch and builds it.
 //! The weights are constants: reordered and their compensation computed once, here.
 //! `lower_qconv_auto` is the same definition at the same point lowered for one ISA level without
-//! compiling (`LoweredAuto`), with its constants: what an exported network links in.
+//! compiling (`LoweredAuto`), with its constants: what an exported network links in. The `_at`
+//! variants take another point of the same space (a tuning record's: `qconv_auto_space` is the
+//! space `tensorlift tune MODEL.onnx` searches); a point the space rejects falls back to the
+//! rules' point, and the caller is told why.
 //!
 //! Semantics, for output `(n, y, x, o)` of group `g = o / (OC/G)` (NHWC in and out):
 //!
@@ -21,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use ir::DType;
 use ir::te::placeholder_vec;
-use ir::workload::workload_key;
+use ir::trace::Trace;
+use ir::workload::{WorkloadKey, workload_key};
 use schedules::auto::{AutoPoint, GENERIC, Scheduled, Space, SpaceOptions};
-use schedules::ops::{GroupedConvParams, conv2d_nhwc_grouped_int8, source_shift};
+use schedules::ops::{GroupedConvParams, QuantizedLayer, conv2d_nhwc_grouped_int8, source_shift};
 use schedules::quant::{QuantAttrs, QuantError, Requantization, Scales, TensorQuant};
 
 use super::error::{LayerError, SpecError};
@@ -209,6 +213,10 @@ pub struct CompiledAuto {
     /// The arguments between the source and the output: weights, compensation, parameters.
     constants: Vec<Tensor>,
     point: AutoPoint,
+    /// The point's schedule as replayable data (what a tuning record carries).
+    trace: Trace,
+    /// Why the point asked for was not applied (the rules' point was instead).
+    rejected: Option<String>,
     src: (DType, Vec<i64>),
     dst: (DType, Vec<i64>),
     ops: u64,
@@ -259,6 +267,17 @@ impl CompiledAuto {
     /// The compiled function.
     pub fn func(&self) -> &CompiledFunc {
         &self.kernel
+    }
+
+    /// The schedule of the function as replayable data.
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// Why the point `compile_qconv_auto_at` was asked for was not applied (`None`: it was, or
+    /// none was asked for).
+    pub fn rejected(&self) -> Option<&str> {
+        self.rejected.as_deref()
     }
 
     /// Defining, scheduling, lowering and generating code, and preparing the constants.
@@ -315,10 +334,12 @@ fn rules_point(space: &Space, acc: &ir::Tensor, threads: usize) -> Option<AutoPo
     Some(AutoPoint { sketch: sketch.name.clone(), values })
 }
 
-/// `spec` defined and scheduled for one level and thread count, with its constants.
-struct ScheduledAuto {
-    scheduled: Scheduled,
-    point: AutoPoint,
+/// `spec`'s definition in the auto-scheduler's space for one level and thread count, with its
+/// constants.
+struct DefinedAuto {
+    space: Space,
+    /// The accumulator stage (whose axes the rules' point tiles).
+    acc: ir::Tensor,
     /// The arguments between the source and the output.
     constants: Vec<Tensor>,
     /// The definition's output (what the workload key hashes).
@@ -327,21 +348,34 @@ struct ScheduledAuto {
     dst_shape: Vec<i64>,
 }
 
-/// Defines `spec` (`ops::conv2d_nhwc_grouped_int8`, onnxruntime's order), schedules it at the
-/// `rules` sketch's fixed point (`rules_point`; the generic schedule where that point does not
-/// apply) for `level` on `threads` and prepares its constants: the weights reordered, the
-/// compensation with the bias folded in, the per-channel scales, zero points and the clamp's
-/// lower bound. A point with prepare functions (`Scheduled::prepare`) is an error: the space
-/// declares no constant, so none is expected.
-fn schedule_qconv_auto(spec: &QConvAutoSpec, level: IsaLevel, threads: usize) -> Result<ScheduledAuto, LayerError> {
+/// `spec` checked and defined (`ops::conv2d_nhwc_grouped_int8`): the source and weights
+/// placeholders and the layer.
+fn definition(spec: &QConvAutoSpec) -> Result<(ir::Tensor, ir::Tensor, QuantizedLayer), LayerError> {
     spec.check()?;
+    let icg = spec.ic / spec.groups;
+    let src =
+        placeholder_vec(vec![spec.n, spec.h, spec.w, spec.ic], spec.src.dtype, "src").map_err(QuantError::from)?;
+    let wei = placeholder_vec(vec![spec.kh, spec.kw, icg, spec.oc], DType::I8, "weights").map_err(QuantError::from)?;
+    let layer = conv2d_nhwc_grouped_int8(&src, &wei, spec.window(), &spec.attrs()?, &spec.name)?;
+    Ok((src, wei, layer))
+}
+
+/// The workload key of `spec`'s definition (`QConvAutoSpace::key`), without its space. Errors:
+/// the spec's, the definition's.
+pub fn qconv_auto_key(spec: &QConvAutoSpec) -> Result<WorkloadKey, LayerError> {
+    let (_, _, layer) = definition(spec)?;
+    Ok(workload_key(&[&layer.output]))
+}
+
+/// Defines `spec` (`ops::conv2d_nhwc_grouped_int8`, onnxruntime's order) and its space for
+/// `level` on `threads`, and prepares its constants: the weights reordered, the compensation
+/// with the bias folded in, the per-channel scales, zero points and the clamp's lower bound.
+fn define_qconv_auto(spec: &QConvAutoSpec, level: IsaLevel, threads: usize) -> Result<DefinedAuto, LayerError> {
+    let (src, wei, layer) = definition(spec)?;
     let (oh, ow) = spec.output_hw();
     let icg = spec.ic / spec.groups;
     let src_shape = vec![spec.n, spec.h, spec.w, spec.ic];
     let dst_shape = vec![spec.n, oh, ow, spec.oc];
-    let src = placeholder_vec(src_shape.clone(), spec.src.dtype, "src").map_err(QuantError::from)?;
-    let wei = placeholder_vec(vec![spec.kh, spec.kw, icg, spec.oc], DType::I8, "weights").map_err(QuantError::from)?;
-    let layer = conv2d_nhwc_grouped_int8(&src, &wei, spec.window(), &spec.attrs()?, &spec.name)?;
     let mut constants = vec![
         Tensor::from_slice(&[spec.kh, spec.kw, icg, spec.oc], &spec.weights_hwio())?,
         Tensor::from_slice(&[spec.oc], &spec.compensation())?,
@@ -357,8 +391,63 @@ fn schedule_qconv_auto(spec: &QConvAutoSpec, level: IsaLevel, threads: usize) ->
     let mut inputs = vec![src, wei, layer.compensation.clone()];
     inputs.extend(layer.params.iter().map(|p| p.tensor.clone()));
     let space = Space::new(&inputs, std::slice::from_ref(&layer.output), space_options(level, threads));
+    Ok(DefinedAuto { space, acc: layer.acc, constants, output: layer.output, src_shape, dst_shape })
+}
+
+/// The space of `spec`'s definition at `level` on at most `threads` threads, the point
+/// `compile_qconv_auto` applies there (the `rules` sketch's fixed point, else the generic one)
+/// and the definition's workload key (independent of names, weights and scales: equal for
+/// every convolution of the same geometry, types and quantization layout).
+pub struct QConvAutoSpace {
+    pub space: Space,
+    pub rules: AutoPoint,
+    pub key: WorkloadKey,
+}
+
+/// `QConvAutoSpace` of `spec`. Errors: the spec's (`QConvAutoSpec::check`), the definition's.
+pub fn qconv_auto_space(spec: &QConvAutoSpec, level: IsaLevel, threads: usize) -> Result<QConvAutoSpace, LayerError> {
+    let threads = threads.max(1);
+    let defined = define_qconv_auto(spec, level, threads)?;
+    let rules = rules_point(&defined.space, &defined.acc, threads)
+        .filter(|p| defined.space.apply(p).is_ok())
+        .unwrap_or_else(|| AutoPoint { sketch: GENERIC.to_string(), values: vec![] });
+    Ok(QConvAutoSpace { key: workload_key(&[&defined.output]), space: defined.space, rules })
+}
+
+/// `spec` scheduled for one level and thread count, with its constants.
+struct ScheduledAuto {
+    scheduled: Scheduled,
+    point: AutoPoint,
+    /// Why the point asked for was not applied.
+    rejected: Option<String>,
+    constants: Vec<Tensor>,
+    output: ir::Tensor,
+    src_shape: Vec<i64>,
+    dst_shape: Vec<i64>,
+}
+
+/// Defines `spec` (`define_qconv_auto`) and schedules it at `point` when given and the space
+/// accepts it, else at the `rules` sketch's fixed point (`rules_point`; the generic schedule
+/// where that point does not apply). A point with prepare functions (`Scheduled::prepare`) is an
+/// error: the space declares no constant, so none is expected.
+fn schedule_qconv_auto(
+    spec: &QConvAutoSpec,
+    level: IsaLevel,
+    threads: usize,
+    point: Option<&AutoPoint>,
+) -> Result<ScheduledAuto, LayerError> {
+    let DefinedAuto { space, acc, constants, output, src_shape, dst_shape } = define_qconv_auto(spec, level, threads)?;
+    let mut rejected = None;
+    let asked = point.and_then(|p| match space.apply(p) {
+        Ok(s) => Some((p.clone(), s)),
+        Err(e) => {
+            rejected = Some(format!("the point {} {:?} does not apply: {e}", p.sketch, p.values));
+            None
+        }
+    });
     let generic = AutoPoint { sketch: GENERIC.to_string(), values: vec![] };
-    let chosen = rules_point(&space, &layer.acc, threads).and_then(|p| space.apply(&p).ok().map(|s| (p, s)));
+    let chosen =
+        asked.or_else(|| rules_point(&space, &acc, threads).and_then(|p| space.apply(&p).ok().map(|s| (p, s))));
     let (point, scheduled) = match chosen {
         Some(found) => found,
         None => {
@@ -370,21 +459,32 @@ fn schedule_qconv_auto(spec: &QConvAutoSpec, level: IsaLevel, threads: usize) ->
         let found = format!("{} prepare functions at point {point:?}", scheduled.prepare.len());
         return Err(spec.error("the schedule", "no prepare function (no input is declared constant)", found).into());
     }
-    Ok(ScheduledAuto { scheduled, point, constants, output: layer.output, src_shape, dst_shape })
+    Ok(ScheduledAuto { scheduled, point, rejected, constants, output, src_shape, dst_shape })
 }
 
 /// Defines and schedules `spec` (`schedule_qconv_auto`) on the threads of `options`, builds it
 /// with `build::build` and binds its constants. Errors: the spec's (`QConvAutoSpec::check`),
 /// the definition's, code generation.
 pub fn compile_qconv_auto(spec: &QConvAutoSpec, options: &CompileOptions) -> Result<CompiledAuto, LayerError> {
+    compile_qconv_auto_at(spec, options, None)
+}
+
+/// `compile_qconv_auto` at `point` of the space (`qconv_auto_space` at the level and threads of
+/// `options`) when given; a point the space rejects falls back to the rules' point
+/// (`CompiledAuto::rejected` says why).
+pub fn compile_qconv_auto_at(
+    spec: &QConvAutoSpec,
+    options: &CompileOptions,
+    point: Option<&AutoPoint>,
+) -> Result<CompiledAuto, LayerError> {
     let start = Instant::now();
     let level = options.target.level().map_err(BuildError::from)?;
     let threads = options
         .threads
         .filter(|&t| t > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let ScheduledAuto { scheduled, point, constants, src_shape, dst_shape, .. } =
-        schedule_qconv_auto(spec, level, threads)?;
+    let ScheduledAuto { scheduled, point, rejected, constants, src_shape, dst_shape, .. } =
+        schedule_qconv_auto(spec, level, threads, point)?;
     let args: Vec<&ir::Tensor> = scheduled.args.iter().collect();
     let build_options = CompileOptions { threads: Some(scheduled.threads), ..options.clone() };
     let kernel = build(&scheduled.schedule, &args, &spec.name, &build_options)?.compiled;
@@ -392,7 +492,9 @@ pub fn compile_qconv_auto(spec: &QConvAutoSpec, options: &CompileOptions) -> Res
         name: spec.name.clone(),
         kernel,
         constants,
+        trace: scheduled.schedule.trace(),
         point,
+        rejected,
         src: (spec.src.dtype, src_shape),
         dst: (spec.dst.dtype, dst_shape),
         ops: spec.ops(),
@@ -418,10 +520,22 @@ pub struct LoweredAuto {
 /// `compile_qconv_auto` chooses it there) and lowered, without compiling. Errors: as
 /// `compile_qconv_auto`'s, lowering instead of code generation.
 pub fn lower_qconv_auto(spec: &QConvAutoSpec, level: IsaLevel, threads: usize) -> Result<LoweredAuto, LayerError> {
+    lower_qconv_auto_at(spec, level, threads, None).map(|(lowered, _)| lowered)
+}
+
+/// `lower_qconv_auto` at `point` when given and the space accepts it (as
+/// `compile_qconv_auto_at`), with why the point was rejected when it was.
+pub fn lower_qconv_auto_at(
+    spec: &QConvAutoSpec,
+    level: IsaLevel,
+    threads: usize,
+    point: Option<&AutoPoint>,
+) -> Result<(LoweredAuto, Option<String>), LayerError> {
     let threads = threads.max(1);
-    let ScheduledAuto { scheduled, point, constants, output, .. } = schedule_qconv_auto(spec, level, threads)?;
+    let ScheduledAuto { scheduled, point, rejected, constants, output, .. } =
+        schedule_qconv_auto(spec, level, threads, point)?;
     let key = format!("{} {point:?} {} {}", workload_key(&[&output]).key, scheduled.threads, level.name());
     let args: Vec<&ir::Tensor> = scheduled.args.iter().collect();
     let func = ir::lower::lower(&scheduled.schedule, &args, &spec.name).map_err(BuildError::from)?;
-    Ok(LoweredAuto { func, key, point, constants })
+    Ok((LoweredAuto { func, key, point, constants }, rejected))
 }

@@ -6,13 +6,19 @@
 //! A workload's records are found by its own key (`tasks::workload_key`: what `tensorlift tune
 //! MODEL.onnx` records), else by the table layer of the same geometry (`table_layer`: what
 //! `tensorlift tune resnet18` and the pre-tuned records carry), with weights in its range.
+//!
+//! An auto-scheduled convolution takes the point of the best record of its definition's key
+//! (`tasks::auto_workload_key`) measured at the same ISA level (the space depends on the
+//! level's vector width), on at most `max_threads` threads.
 
+use schedules::auto::AutoPoint;
 use schedules::resnet18::{self, ConvLayer, Layer, WeightBits};
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::record_for;
 use super::tasks::workload_key;
 use crate::engine::{Tuning, Workload};
+use crate::layer::{QConvAutoSpec, qconv_auto_key};
 use crate::record::{Host, Record, select};
 
 /// Records to apply, on `host`, to schedules of at most `max_threads` threads.
@@ -38,6 +44,28 @@ impl RecordKnobs {
                     record_for(records, layer, weights, self.max_threads, &self.host)
                 })
                 .and_then(|r| Some((r.schedule.knobs?, tuning)))
+        };
+        found(&self.user, Tuning::Tuned).or_else(|| found(&self.pretuned, Tuning::Pretuned))
+    }
+}
+
+impl RecordKnobs {
+    /// The point of the auto-scheduled convolution `spec` and where it came from (`None`: no
+    /// record applies, the rules' point serves; also when the spec has no definition, which
+    /// its compile then reports).
+    pub fn auto_point(&self, spec: &QConvAutoSpec) -> Option<(AutoPoint, Tuning)> {
+        // No record of a point: no definition to build for its key.
+        if !self.user.iter().chain(&self.pretuned).any(|r| r.schedule.auto.is_some()) {
+            return None;
+        }
+        let key = qconv_auto_key(spec).ok()?.key;
+        let found = |records: &[Record], tuning| {
+            let fitting = records.iter().filter(|r| {
+                r.schedule.auto.is_some()
+                    && r.target.isa == self.host.level.name()
+                    && r.target.threads <= self.max_threads
+            });
+            select(fitting, &key, &self.host).and_then(|r| Some((r.schedule.auto.clone()?, tuning)))
         };
         found(&self.user, Tuning::Tuned).or_else(|| found(&self.pretuned, Tuning::Pretuned))
     }

@@ -1,7 +1,10 @@
 //! The whole model's latency under several knob sources (the defaults, the pre-tuned records,
-//! the tuned ones), each compiled once (`engine::compile_with`) and run on the same seeded
+//! the tuned ones: knobs and auto-scheduled points), each compiled once
+//! (`engine::compile_tuned`) and run on the same seeded
 //! input, interleaved round by round so that a slow phase of a shared machine hits them alike.
 //! The outputs must be equal bit for bit: a schedule changes the time, never the result.
+//! `task_times` is the same model with the defaults, profiled per task: what the search budget
+//! is spread by.
 
 use std::time::Instant;
 
@@ -9,7 +12,7 @@ use thiserror::Error;
 
 use super::tasks::ModelTasks;
 use crate::bench::median;
-use crate::engine::{CompiledGraph, EngineError, KnobSource, compile_with, random_input};
+use crate::engine::{AutoSource, CompiledGraph, EngineError, KnobSource, compile_tuned, random_input};
 use crate::runtime::CompileOptions;
 
 /// Why the model could not be timed.
@@ -21,17 +24,18 @@ pub enum LatencyError {
     Differs { expected: String, found: String },
 }
 
-/// The median latency, in milliseconds, of `model` compiled with each of `sources` (named), over
-/// `rounds` rounds after a warm-up, in the order of `sources`.
+/// The median latency, in milliseconds, of `model` compiled with each of `sources` (named, with
+/// the knobs and the auto-scheduled points they choose), over `rounds` rounds after a warm-up,
+/// in the order of `sources`.
 pub fn model_latency(
     model: &ModelTasks,
     options: &CompileOptions,
-    sources: &[(&str, KnobSource<'_>)],
+    sources: &[(&str, KnobSource<'_>, AutoSource<'_>)],
     rounds: usize,
 ) -> Result<Vec<f64>, LatencyError> {
     let mut compiled: Vec<CompiledGraph> = sources
         .iter()
-        .map(|(_, knobs)| compile_with(model.graph.clone(), model.partitions.clone(), options, *knobs))
+        .map(|(_, knobs, auto)| compile_tuned(model.graph.clone(), model.partitions.clone(), options, *knobs, *auto))
         .collect::<Result<_, _>>()?;
     let Some(first) = compiled.first() else { return Ok(Vec::new()) };
     let inputs = first
@@ -41,7 +45,7 @@ pub fn model_latency(
         .map(|(i, (dtype, dims))| random_input(*dtype, dims, i as u64))
         .collect::<Result<Vec<_>, _>>()?;
     let mut expected = None;
-    for (c, (name, _)) in compiled.iter_mut().zip(sources) {
+    for (c, (name, ..)) in compiled.iter_mut().zip(sources) {
         let (outputs, _) = c.execute(&inputs)?;
         match &expected {
             None => expected = Some((name, outputs)),
@@ -61,4 +65,34 @@ pub fn model_latency(
         }
     }
     Ok(times.into_iter().map(median).collect())
+}
+
+/// Per task of `model` (`ModelTasks::all`'s order), the time its partitions take in one run of
+/// the model compiled with the defaults (`options`), in milliseconds: the median of `rounds`
+/// runs after a warm-up, per partition, summed over the task's partitions.
+pub fn task_times(model: &ModelTasks, options: &CompileOptions, rounds: usize) -> Result<Vec<f64>, LatencyError> {
+    let mut compiled = compile_tuned(model.graph.clone(), model.partitions.clone(), options, &|_| None, &|_| None)?;
+    let inputs = compiled
+        .input_specs()
+        .iter()
+        .enumerate()
+        .map(|(i, (dtype, dims))| random_input(*dtype, dims, i as u64))
+        .collect::<Result<Vec<_>, _>>()?;
+    compiled.execute(&inputs)?;
+    let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); compiled.steps().len()];
+    for _ in 0..rounds.max(1) {
+        let (_, times) = compiled.execute(&inputs)?;
+        for (t, d) in per_step.iter_mut().zip(times) {
+            t.push(d.as_secs_f64() * 1e3);
+        }
+    }
+    let ids: Vec<_> = compiled.steps().iter().map(|s| s.partition.id).collect();
+    let task_of = model.task_of_partitions();
+    let mut times = vec![0.0; model.all().len()];
+    for (id, t) in ids.iter().zip(per_step) {
+        if let Some(&task) = task_of.get(id) {
+            times[task] += median(t);
+        }
+    }
+    Ok(times)
 }

@@ -8,7 +8,10 @@
 //! the best record of a database (`record_for`, by `record::select`). A model's distinct
 //! workloads (`tasks`) are searched in the same space on their own geometry and measured on
 //! the model's own partitions (`task_bench`), the budget split over them (`budget`), by
-//! `model::tune_model`; `latency` times the whole model with and without the records.
+//! `model::tune_model`; `latency` times the whole model with and without the records. A
+//! model's auto-scheduled convolutions (`tasks::AutoTask`) are searched in the
+//! auto-scheduler's space as `tune op` searches an operator (`op_tune::tune_auto_space`),
+//! measured on their partitions (`auto_task_bench`).
 //!
 //! Any operator of the catalog (`schedules::catalog`) is tuned in the auto-scheduler's space
 //! instead (`schedules::auto`): measured against the reference interpreter (`op_bench`), its
@@ -17,6 +20,7 @@
 
 pub mod apply;
 pub mod auto;
+pub mod auto_task_bench;
 pub mod budget;
 pub mod latency;
 pub mod measure;

@@ -3,7 +3,9 @@
 //! rounds of points the search proposes (`auto::resume`: evolution
 //! guided by the learned cost model, or random), each measured in a worker process (`worker`, so a
 //! crash or a hang is a record), then the fastest few measured again in rounds (as
-//! `tune_space` validates), every record appended to the database as it comes.
+//! `tune_space` validates), every record appended to the database as it comes. That loop is
+//! `tune_auto_space`, any space's: `tune MODEL.onnx` runs it on a model's auto-scheduled
+//! convolutions, their rules' point as the baseline.
 //!
 //! `propose_candidates` is the same search run from a database alone (`tune op --propose N`):
 //! a driver that measures elsewhere (Ray) asks it for the next batch, measures it with
@@ -45,6 +47,12 @@ pub enum OpTuneError {
         op: String,
         #[source]
         source: Box<AutoError>,
+    },
+    #[error("{op}: the definition: {source}")]
+    Definition {
+        op: String,
+        #[source]
+        source: Box<crate::layer::LayerError>,
     },
 }
 
@@ -103,7 +111,7 @@ fn setup(spec: &OpSpec, level: IsaLevel, max_threads: usize) -> Result<(Workload
 
 /// The records of `records` that measured a point of `workload` at `level` on at most
 /// `max_threads` threads: what the search already knows.
-fn known<'a>(records: &'a [Record], workload: &str, level: IsaLevel, max_threads: usize) -> Vec<&'a Record> {
+pub fn known<'a>(records: &'a [Record], workload: &str, level: IsaLevel, max_threads: usize) -> Vec<&'a Record> {
     let same = |r: &&Record| {
         r.workload.key == workload
             && r.schedule.auto.is_some()
@@ -113,12 +121,12 @@ fn known<'a>(records: &'a [Record], workload: &str, level: IsaLevel, max_threads
     records.iter().filter(same).collect()
 }
 
-/// Per point of `records` (auto points), its corrected time (`Phases`) where it was measured
-/// and verified: what the proposer learns from.
 /// A point and its corrected time in seconds (`None`: it failed).
 pub type Measured = (AutoPoint, Option<f64>);
 
-fn history(records: &[&Record]) -> Vec<Measured> {
+/// Per point of `records` (auto points), its corrected time (`Phases`) where it was measured
+/// and verified: what the proposer learns from.
+pub fn history(records: &[&Record]) -> Vec<Measured> {
     let phases = Phases::of(records.iter().copied());
     records.iter().filter_map(|r| Some((r.schedule.auto.clone()?, phases.seconds(r).filter(|_| r.ok())))).collect()
 }
@@ -221,24 +229,72 @@ pub fn schedule_op<'a>(
 /// (when the space at this level accepts it), then rounds of `options.batch` proposed points
 /// not measured before (in this run or in `db_records` at this level) until `options.trials`
 /// search measurements or `options.budget`, then the validation rounds of the generic point
-/// and the fastest `FINALISTS`. Every record is appended to `db` (when given) as it comes and
-/// shown to `progress`.
+/// and the fastest `FINALISTS` (`tune_auto_space`). Every record is appended to `db` (when
+/// given) as it comes and shown to `progress`.
 pub fn tune_op(
     worker: &mut Worker,
     spec: &OpSpec,
     options: &OpTuneOptions,
     (db_records, db): (&[Record], Option<&Path>),
+    progress: impl FnMut(&Record),
+) -> Result<OpTuned, OpTuneError> {
+    let (workload, space) = setup(spec, options.level, options.max_threads).map_err(Box::new)?;
+    let host = Host::this(options.level);
+    let default = space.default_point();
+    let best_known = best_point(spec, db_records, &host, options.max_threads).map_err(Box::new)?.map(|(p, _)| p);
+    let history = history(&known(db_records, &workload.key, options.level, options.max_threads));
+    let prior = prior(db_records, &workload.key, &host, options.max_threads);
+    let search = AutoSearch {
+        label: spec.label(),
+        workload,
+        space: &space,
+        default,
+        known: best_known.into_iter().collect(),
+        history,
+        prior,
+    };
+    tune_auto_space(worker, search, &|point, phase| op_candidate(spec, point, options, phase), options, db, progress)
+}
+
+/// One space of the auto-scheduler to search (`tune_auto_space`).
+pub struct AutoSearch<'a> {
+    /// Names the space in errors.
+    pub label: String,
+    pub workload: WorkloadRef,
+    pub space: &'a Space,
+    /// The baseline, measured first: an operator's generic point, a model convolution's
+    /// rules' point (what runs without a record).
+    pub default: AutoPoint,
+    /// Points measured right after it, whatever the history holds: the database's best.
+    pub known: Vec<AutoPoint>,
+    /// What the search already knows: points of earlier runs with their corrected times.
+    pub history: Vec<Measured>,
+    /// Other workloads' measurements the cost model starts from (`prior`).
+    pub prior: Vec<Vec<Sample>>,
+}
+
+/// Searches `search.space` with `worker`, each point measured as `candidate` makes it: the
+/// default point, the known ones the space accepts, then rounds of `options.batch` proposed
+/// points not measured before (`auto::resume`: evolution guided by the learned cost model, or
+/// random) until `options.trials` search measurements or `options.budget`, then the validation
+/// rounds of the default and the fastest `FINALISTS`. Every record is appended to `db` (when
+/// given) as it comes; `progress` sees each search record.
+pub fn tune_auto_space(
+    worker: &mut Worker,
+    search: AutoSearch<'_>,
+    candidate: &dyn Fn(AutoPoint, Phase) -> Candidate,
+    options: &OpTuneOptions,
+    db: Option<&Path>,
     mut progress: impl FnMut(&Record),
 ) -> Result<OpTuned, OpTuneError> {
     let start = Instant::now();
-    let (workload, space) = setup(spec, options.level, options.max_threads).map_err(Box::new)?;
-    let mut measured = history(&known(db_records, &workload.key, options.level, options.max_threads));
+    let AutoSearch { label, workload, space, default, known, history: mut measured, prior } = search;
     let mut records: Vec<Record> = Vec::new();
-    let lowered = LoweredSpace::new(&space);
+    let lowered = LoweredSpace::new(space);
     worker.expect_setup();
     let mut measure = |point: AutoPoint, phase: Phase, records: &mut Vec<Record>| -> Result<(), DbError> {
         let features = if phase == Phase::Search { lowered.features(&point) } else { None };
-        let mut record = worker.measure(&op_candidate(spec, point, options, phase), workload.clone());
+        let mut record = worker.measure(&candidate(point, phase), workload.clone());
         record.point_features = features;
         if let Some(path) = db {
             append(path, std::slice::from_ref(&record))?;
@@ -249,15 +305,15 @@ pub fn tune_op(
         records.push(record);
         Ok(())
     };
-    let default = space.default_point();
-    let host = Host::this(options.level);
-    let best_known = best_point(spec, db_records, &host, options.max_threads)
-        .map_err(Box::new)?
-        .map(|(p, _)| p)
-        .filter(|p| *p != default && space.apply(p).is_ok());
-    // The generic point and the database's best first, measured whatever the history holds
-    // (they are the report's baselines), then the search after every known measurement.
-    let firsts: Vec<AutoPoint> = std::iter::once(default.clone()).chain(best_known).collect();
+    let known = known.into_iter().filter(|p| *p != default && space.apply(p).is_ok());
+    // The default and the database's best first, measured whatever the history holds (they
+    // are the report's baselines), then the search after every known measurement.
+    let mut firsts: Vec<AutoPoint> = vec![default.clone()];
+    for p in known {
+        if !firsts.contains(&p) {
+            firsts.push(p);
+        }
+    }
     let within_budget =
         |records: &[Record]| records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b);
     let mut failure: Option<DbError> = None;
@@ -279,15 +335,14 @@ pub fn tune_op(
     };
     let first_times = run(&firsts, &mut records);
     measured.extend(firsts.iter().cloned().zip(first_times));
-    let prior = prior(db_records, &workload.key, &host, options.max_threads);
     let mut search = search_options(options, options.trials.saturating_sub(records.len()), vec![], prior);
     search.deadline = options.budget.map(|b| start + b);
     let log = resume(&lowered, &trials(&measured), &mut |points| run(points, &mut records), &search)
-        .map_err(|source| OpTuneError::Search { op: spec.label(), source })?;
+        .map_err(|source| OpTuneError::Search { op: label.clone(), source })?;
     if let Some(e) = failure {
         return Err(Box::new(e).into());
     }
-    // Validation: the generic point and the fastest few of the search, again in rounds.
+    // Validation: the default point and the fastest few of the search, again in rounds.
     let phases = Phases::of(&records);
     let mut ranked: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
     ranked.sort_by(|a, b| phases.by_time(a, b));
@@ -307,7 +362,7 @@ pub fn tune_op(
             }
         }
     }
-    let result = LayerResult { name: spec.label(), workload, records, elapsed: start.elapsed() };
+    let result = LayerResult { name: label, workload, records, elapsed: start.elapsed() };
     Ok(OpTuned { result, held_out_spearman: log.held_out_spearman })
 }
 

@@ -15,6 +15,7 @@ use super::space::Space;
 use super::tasks::{ModelTasks, Task};
 use crate::CompileOptions;
 use crate::engine::{EngineError, Spec, TableGraph, kernel_bytes, random_input};
+use crate::graph::Partition;
 use crate::graph::reference::{ReferenceError, run_partition};
 use crate::isa::IsaLevel;
 use crate::layer::KernelCache;
@@ -40,6 +41,22 @@ pub struct TaskBench {
     cache: KernelCache,
 }
 
+/// The seeded source of `partition` of `model` (`INPUT_SEED`) and the graph reference's output
+/// for it, both in the compiled kernels' layout (NHWC, or `[M, K]`).
+pub fn partition_data(model: &ModelTasks, partition: &Partition) -> Result<(Vec<u8>, Vec<u8>), ReferenceError> {
+    let fail =
+        |reason: String| ReferenceError::Partition { partition: partition.id, kind: partition.kind.name(), reason };
+    let source = partition.inputs.first().copied().ok_or_else(|| fail("no source".into()))?;
+    let (dtype, dims) = model
+        .graph
+        .tensor(source)
+        .and_then(|t| Some((t.dtype, t.shape.concrete()?)))
+        .ok_or_else(|| fail("a source of unknown shape".into()))?;
+    let input = random_input(dtype, &dims, INPUT_SEED).map_err(|e| fail(e.to_string()))?;
+    let output = run_partition(&model.graph, partition, std::slice::from_ref(&input))?;
+    Ok((kernel_bytes(&input), kernel_bytes(&output)))
+}
+
 impl TaskBench {
     /// Sets `task` of `model` up for code at `level` on at most `max_threads` threads.
     pub fn new(
@@ -48,29 +65,14 @@ impl TaskBench {
         level: IsaLevel,
         max_threads: usize,
     ) -> Result<TaskBench, ReferenceError> {
-        let source = task.partition.inputs[0];
-        let (dtype, dims) =
-            model.graph.tensor(source).and_then(|t| Some((t.dtype, t.shape.concrete()?))).ok_or_else(|| {
-                ReferenceError::Partition {
-                    partition: task.partition.id,
-                    kind: task.partition.kind.name(),
-                    reason: "a source of unknown shape".into(),
-                }
-            })?;
-        let fail = |reason: String| ReferenceError::Partition {
-            partition: task.partition.id,
-            kind: task.partition.kind.name(),
-            reason,
-        };
-        let input = random_input(dtype, &dims, INPUT_SEED).map_err(|e| fail(e.to_string()))?;
-        let output = run_partition(&model.graph, &task.partition, std::slice::from_ref(&input))?;
+        let (src, expected) = partition_data(model, &task.partition)?;
         Ok(TaskBench {
             level,
             space: task.space(max_threads, level),
             workload: task.workload.clone(),
             spec: task.spec.clone(),
-            src: kernel_bytes(&input),
-            expected: kernel_bytes(&output),
+            src,
+            expected,
             cache: KernelCache::keeping_weights(),
         })
     }

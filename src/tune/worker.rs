@@ -6,8 +6,9 @@
 //! engine that fans candidates out to other machines (Ray, Slurm, Kubernetes jobs). The end of
 //! the worker's stderr goes into the record of a candidate it crashed or hung on. A candidate
 //! names a table layer, or a model file and one of its tasks (`tasks`, `task_bench`), with
-//! `x86_conv` knobs; or an operator of the catalog with a point of the auto-scheduler's space
-//! (`op_bench`).
+//! `x86_conv` knobs; or a model file and one of its auto-scheduled convolutions
+//! (`auto_task_bench`), or an operator of the catalog (`op_bench`), with a point of the
+//! auto-scheduler's space.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -23,6 +24,7 @@ use schedules::resnet18::{self, WeightBits};
 use schedules::x86_conv::Conv2dInt8Knobs;
 use serde::{Deserialize, Serialize};
 
+use super::auto_task_bench::AutoTaskBench;
 use super::measure::Measurement;
 use super::op_bench::{OpBench, OpReference};
 use super::tail::Tail;
@@ -43,7 +45,8 @@ pub struct Candidate {
     /// A model's task instead: the ONNX file ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// ... and the task's workload key (`tasks::workload_key`).
+    /// ... and the task's workload key (`tasks::workload_key`, or `tasks::auto_workload_key`
+    /// with an `auto` point).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
     /// An operator of the catalog instead (`{"kind": "matmul", "m": 64, ...}`), measured at
@@ -60,7 +63,8 @@ pub struct Candidate {
     /// The knobs to measure (a layer or a model's task).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub point: Option<Conv2dInt8Knobs>,
-    /// The point of the operator's space to measure (`schedules::auto::AutoPoint`).
+    /// The point of the operator's (or the model's auto-scheduled task's) space to measure
+    /// (`schedules::auto::AutoPoint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto: Option<AutoPoint>,
     pub repeat: usize,
@@ -85,6 +89,7 @@ pub struct Benches {
     benches: HashMap<(String, IsaLevel, WeightBits, usize), TaskBench>,
     models: HashMap<String, ModelTasks>,
     tasks: HashMap<(String, String, IsaLevel, usize), TaskBench>,
+    auto_tasks: HashMap<(String, String, IsaLevel, usize), AutoTaskBench>,
     references: HashMap<OpSpec, Arc<OpReference>>,
     ops: HashMap<(OpSpec, IsaLevel, usize), OpBench>,
 }
@@ -137,6 +142,9 @@ impl Benches {
         let unknown = |what: &str| WorkloadRef { key: String::new(), op: String::new(), summary: what.to_string() };
         if let Some(op) = &c.op {
             return self.measure_op(c, op);
+        }
+        if let (Some(model), Some(task), Some(point)) = (&c.model, &c.task, &c.auto) {
+            return self.measure_auto_task(c, model, task, point);
         }
         let Some(point) = c.point else {
             let error = "a candidate names a layer or a model's task with `point` (knobs), or an `op` with `auto`: found no `point` and no `op`";
@@ -193,13 +201,8 @@ impl Benches {
         if !level.is_supported() {
             return failed_record(c, unknown, Status::UnsupportedIsa, format!("this CPU does not support {level}"));
         }
-        if !self.models.contains_key(model) {
-            match extract(Path::new(model)) {
-                Ok(m) => {
-                    self.models.insert(model.to_string(), m);
-                }
-                Err(e) => return failed_record(c, unknown, Status::BuildError, e.to_string()),
-            }
+        if let Err(e) = self.import(model) {
+            return failed_record(c, unknown, Status::BuildError, e);
         }
         let tasks = &self.models[model];
         let task = match tasks.task(key) {
@@ -219,6 +222,52 @@ impl Benches {
             }
         }
         let bench = &self.tasks[&id];
+        let budget =
+            c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
+        record(c, bench.workload.clone(), &bench.measure(point, c.repeat, budget))
+    }
+
+    /// Imports `model` and extracts its tasks, once.
+    fn import(&mut self, model: &str) -> Result<(), String> {
+        if !self.models.contains_key(model) {
+            let m = extract(Path::new(model)).map_err(|e| e.to_string())?;
+            self.models.insert(model.to_string(), m);
+        }
+        Ok(())
+    }
+
+    /// Measures `c`, a candidate at `point` for the auto-scheduled task of workload `key` of
+    /// `model` (importing the model and setting the task up on first use).
+    fn measure_auto_task(&mut self, c: &Candidate, model: &str, key: &str, point: &AutoPoint) -> Record {
+        let unknown = WorkloadRef { key: key.to_string(), op: String::new(), summary: format!("{model}: {key}") };
+        let level = match IsaLevel::from_name(&c.isa) {
+            Ok(l) => l,
+            Err(e) => return failed_record(c, unknown, Status::UnsupportedIsa, e.to_string()),
+        };
+        if !level.is_supported() {
+            return failed_record(c, unknown, Status::UnsupportedIsa, format!("this CPU does not support {level}"));
+        }
+        if let Err(e) = self.import(model) {
+            return failed_record(c, unknown, Status::BuildError, e);
+        }
+        let tasks = &self.models[model];
+        let task = match tasks.auto_task(key) {
+            Ok(t) => t,
+            Err(e) => return failed_record(c, unknown, Status::BuildError, e.to_string()),
+        };
+        let id = (model.to_string(), key.to_string(), level, c.max_threads);
+        if !self.auto_tasks.contains_key(&id) {
+            match AutoTaskBench::new(tasks, task, level, c.max_threads) {
+                Ok(b) => {
+                    self.auto_tasks.insert(id.clone(), b);
+                }
+                Err(e) => {
+                    let error = format!("setting up {}: {e}", task.workload.summary);
+                    return failed_record(c, task.workload.clone(), Status::BuildError, error);
+                }
+            }
+        }
+        let bench = &self.auto_tasks[&id];
         let budget =
             c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
         record(c, bench.workload.clone(), &bench.measure(point, c.repeat, budget))

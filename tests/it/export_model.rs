@@ -293,6 +293,63 @@ fn exported_mobilenet_models_with_auto_scheduled_convolutions_equal_the_engine()
     check_exported_model("mobilenet/mobilenet_w8_s16_qdq_u8_pc_rr.onnx", "mbqdq", &kinds, 3);
 }
 
+/// With a tuning record of an auto-scheduled convolution (a verified point other than the
+/// rules'), the library runs that convolution at the record's point (the manifest says which),
+/// the others at the rules', and still equals the engine and the reference bit for bit.
+#[test]
+fn an_exported_mobilenet_takes_the_point_of_its_auto_tuning_record() {
+    use tensorlift::tune::auto::{LoweredSpace, SearchOptions, Strategy, propose};
+    use tensorlift::tune::auto_task_bench::AutoTaskBench;
+    use tensorlift::tune::worker::{Candidate, record};
+
+    let path = model("mobilenet/mobilenet_w8_s16_qop_u8_pc.onnx");
+    let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar);
+    let tasks = tensorlift::tune::tasks::extract(&path).unwrap();
+    let task = &tasks.auto_tasks[0];
+    let bench = AutoTaskBench::new(&tasks, task, host, 2).unwrap();
+    let search = SearchOptions { seed: 3, ..SearchOptions::new(8, Strategy::Random) };
+    let points = propose(&LoweredSpace::new(&bench.space), &[], 8, &search).unwrap();
+    let (point, measured) = points
+        .into_iter()
+        .filter(|p| *p != bench.rules)
+        .map(|p| {
+            let m = bench.measure(&p, 1, None);
+            (p, m)
+        })
+        .find(|(_, m)| m.verified)
+        .expect("a verified point other than the rules'");
+    let candidate = Candidate {
+        layer: String::new(),
+        model: Some(path.display().to_string()),
+        task: Some(task.workload.key.clone()),
+        isa: host.name().into(),
+        weights: schedules::resnet18::WeightBits::Eight,
+        max_threads: 2,
+        op: None,
+        point: None,
+        auto: Some(point.clone()),
+        repeat: 1,
+        budget_ms: None,
+        phase: tensorlift::record::Phase::Validation,
+    };
+    let tuned = record(&candidate, task.workload.clone(), &measured);
+    let export = ModelExport { user: vec![tuned], pretuned: Vec::new(), max_threads: 2 };
+    let lib = export_model(&path, &export, &options("mbtuned", &[host]), &out_dir("mbtuned")).unwrap();
+    let partitions = lib.library.manifest["partitions"].as_array().unwrap().clone();
+    let points: Vec<&serde_json::Value> =
+        partitions.iter().filter(|p| !p["point"].is_null()).map(|p| &p["point"][host.name()]).collect();
+    assert_eq!(points.len(), 3);
+    let want = serde_json::to_value(&point).unwrap();
+    assert_eq!(points.iter().filter(|p| ***p == want).count(), 1, "{points:?}");
+    let graph = tensorlift::onnx::load(&path).unwrap().graph;
+    let specs = engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::Fusion), &Default::default())
+        .unwrap()
+        .input_specs();
+    let inputs: Vec<Value> = specs.iter().map(|(d, dims)| crate::engine::input(*d, dims, 7)).collect();
+    let want = expected(&graph, &inputs, "mbtuned");
+    check_from_c(&lib, &inputs, &want, &[host], "mobilenet with a tuned point");
+}
+
 /// The hand-built residual block of `engine.rs` (u8 and s8, random scales and zero points):
 /// the native kernels (quantized add, max pool, global average pool, dequantize; the models
 /// above quantize their float input) and an 8-bit 4-D graph input, which the library permutes into NHWC, exported and run from

@@ -1,7 +1,10 @@
 //! `tensorlift tune MODEL.onnx`: a model's distinct workloads extracted as tasks (counted,
 //! keyed stably, 7-bit weights apart), each task's space defaulting to what the engine
 //! compiles, a short tuning run whose records `run --db` applies without changing the output,
-//! and models without tasks or not models at all as typed errors.
+//! and models without tasks or not models at all as typed errors. A MobileNet-style model's
+//! auto-scheduled convolutions are tasks too: their points measured against the graph
+//! reference, applied by the engine (a point the space rejects falls back to the rules' with a
+//! warning), tuned by `tune MODEL` and applied by `run --db`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +15,8 @@ use tensorlift::engine::Spec;
 use tensorlift::layer::{compile_qconv, compile_qdense};
 use tensorlift::record::{Database, Status};
 use tensorlift::target::Target;
+use tensorlift::tune::auto::{LoweredSpace, SearchOptions, Strategy, propose};
+use tensorlift::tune::auto_task_bench::AutoTaskBench;
 use tensorlift::tune::budget::{shares, split_trials};
 use tensorlift::tune::task_bench::TaskBench;
 use tensorlift::tune::tasks::{TaskError, extract};
@@ -54,6 +59,12 @@ fn a_models_tasks_are_its_distinct_workloads_counted_with_their_uses() {
     let tasks = extract(&model("resnet18_w8_s32_qop_u8_pc.onnx")).expect("tasks");
     let found: BTreeMap<String, usize> = tasks.tasks.iter().map(|t| (t.workload.summary.clone(), t.uses)).collect();
     assert_eq!(found, resnet18_w8_tasks());
+    // ResNet-18 has no convolution the template does not take.
+    assert!(
+        tasks.auto_tasks.is_empty(),
+        "{:?}",
+        tasks.auto_tasks.iter().map(|t| &t.workload.summary).collect::<Vec<_>>()
+    );
     assert_eq!(tasks.tasks.iter().map(|t| t.uses).sum::<usize>(), 21);
     // Keys are distinct, name geometry and weights range, and are the same on a second import.
     let keys: Vec<&str> = tasks.tasks.iter().map(|t| t.workload.key.as_str()).collect();
@@ -207,4 +218,163 @@ fn a_model_without_tasks_or_not_a_model_is_a_typed_error() {
         r.error.as_deref().is_some_and(|e| e.contains("expected a task of workload \"conv2d_int8:nothing\"")),
         "{r:?}"
     );
+}
+
+fn mobilenet() -> PathBuf {
+    model("mobilenet/mobilenet_w8_s16_qop_u8_pc.onnx")
+}
+
+#[test]
+fn auto_scheduled_convolutions_are_tasks_measured_against_the_reference_and_applied_by_the_engine() {
+    use schedules::auto::AutoPoint;
+    use tensorlift::engine::{self, Kernel, Tuning};
+    use tensorlift::layer::QConvAutoSpec;
+
+    let level = IsaLevel::detect().unwrap();
+    let tasks = extract(&mobilenet()).expect("tasks");
+    // Two depthwise convolutions (strides 1 and 2) and a grouped dilated one, each used once;
+    // the stem, the pointwise convolutions and the classifier stay the template's.
+    let summaries: Vec<&str> = tasks.auto_tasks.iter().map(|t| t.workload.summary.as_str()).collect();
+    assert_eq!(
+        summaries,
+        ["dwconv 8x8x8→8 k3x3 s1 p1 g8 u8", "dwconv 8x8x8→8 k3x3 s2 p1 g8 u8", "conv 4x4x16→16 k3x3 s1 p2 d2x2 g2 u8"]
+    );
+    assert_eq!(tasks.tasks.len(), 4);
+    assert!(tasks.auto_tasks.iter().all(|t| t.uses == 1 && t.workload.op == "qconv_auto"));
+    // Keyed by the definition: the same on a second import, distinct per geometry.
+    let again = extract(&mobilenet()).expect("tasks");
+    let keys = |m: &tensorlift::tune::tasks::ModelTasks| {
+        m.auto_tasks.iter().map(|t| t.workload.key.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&tasks), keys(&again));
+
+    // Each point is verified against the graph reference of its partition; the rules' point
+    // and random points of the space measure, a point outside it is a build error.
+    let mut other: Option<(String, AutoPoint)> = None;
+    for task in &tasks.auto_tasks {
+        let bench = AutoTaskBench::new(&tasks, task, level, 1).expect("set up");
+        let m = bench.measure(&bench.rules, 2, None);
+        assert_eq!((m.status, m.verified), (Status::Ok, true), "{}: {m:?}", task.workload.summary);
+        let options = SearchOptions { seed: 7, ..SearchOptions::new(4, Strategy::Random) };
+        let points = propose(&LoweredSpace::new(&bench.space), &[], 4, &options).expect("proposals");
+        assert!(!points.is_empty());
+        for p in points.into_iter().filter(|p| *p != bench.rules) {
+            let m = bench.measure(&p, 1, None);
+            assert!(
+                m.status == Status::Ok || m.status == Status::BuildError,
+                "{}: {p:?}: {m:?}",
+                task.workload.summary
+            );
+            if m.status == Status::Ok && other.is_none() {
+                other = Some((task.workload.key.clone(), p));
+            }
+        }
+        let bad = AutoPoint { sketch: bench.rules.sketch.clone(), values: vec![999; bench.rules.values.len()] };
+        let m = bench.measure(&bad, 1, None);
+        assert_eq!(m.status, Status::BuildError, "{m:?}");
+        assert!(m.error.as_deref().is_some_and(|e| e.contains("999")), "{m:?}");
+    }
+    let (key, point) = other.expect("a verified point other than the rules'");
+
+    // The engine compiles that task's partition at the point (tuned), the others at the rules'
+    // (default); the output is the untuned graph's and the reference's, bit for bit.
+    let options = CompileOptions { target: Target::Level(level), threads: Some(1), ..Default::default() };
+    let key_of = |s: &QConvAutoSpec| tensorlift::tune::tasks::auto_workload_key(s).unwrap().key;
+    let chosen = |s: &QConvAutoSpec| (key_of(s) == key).then(|| (point.clone(), Tuning::Tuned));
+    let compile = |auto: tensorlift::engine::AutoSource<'_>| {
+        let m = tensorlift::onnx::load(mobilenet()).unwrap();
+        let partitions = m.graph.get_partitions(tensorlift::graph::PartitionPolicy::Fusion);
+        engine::compile_tuned(m.graph, partitions, &options, &|_| None, auto).expect("compiles")
+    };
+    let mut tuned = compile(&chosen);
+    let mut plain = compile(&|_| None);
+    assert!(tuned.warnings().is_empty(), "{:?}", tuned.warnings());
+    let autos = |g: &engine::CompiledGraph| -> Vec<(AutoPoint, Option<Tuning>)> {
+        g.steps()
+            .iter()
+            .filter_map(|s| match &s.kernel {
+                Kernel::Auto(c) => Some((c.point().clone(), s.tuning)),
+                _ => None,
+            })
+            .collect()
+    };
+    let (t, d) = (autos(&tuned), autos(&plain));
+    assert_eq!(t.iter().filter(|(p, tuning)| *p == point && *tuning == Some(Tuning::Tuned)).count(), 1, "{t:?}");
+    assert_eq!(t.iter().filter(|(_, tuning)| *tuning == Some(Tuning::Default)).count(), 2, "{t:?}");
+    assert!(d.iter().all(|(p, tuning)| *p != point && *tuning == Some(Tuning::Default)), "{d:?}");
+    let input = tensorlift::engine::random_input(plain.input_specs()[0].0, &plain.input_specs()[0].1, 5).unwrap();
+    let (a, _) = tuned.execute(std::slice::from_ref(&input)).unwrap();
+    let (b, _) = plain.execute(std::slice::from_ref(&input)).unwrap();
+    assert!(a[0].bits_eq(&b[0]), "the tuned point changed the output");
+    crate::engine::check_against_reference(&mut tuned, 9, "mobilenet at a tuned point");
+
+    // A point the space does not have (a record from another space): the rules' point runs,
+    // the partition is `default`, and a warning says why.
+    let bad = AutoPoint { sketch: "no such sketch".into(), values: vec![] };
+    let g = compile(&|_| Some((bad.clone(), Tuning::Tuned)));
+    assert_eq!(g.warnings().len(), 3, "{:?}", g.warnings());
+    assert!(g.warnings()[0].contains("no such sketch"), "{:?}", g.warnings());
+    assert_eq!(autos(&g), d);
+}
+
+#[test]
+fn tuning_a_mobilenet_records_its_auto_scheduled_convolutions_and_run_applies_them_bit_for_bit() {
+    let db = tmp("mobilenet.jsonl");
+    let file = mobilenet().display().to_string();
+    let db_s = db.display().to_string();
+    let args = ["tune", &file, "--trials", "40", "--threads", "1", "--repeat", "2", "--db", &db_s, "--format", "json"];
+    let (ok, stdout, stderr) = tensorlift(&args);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let reported = json["tasks"].as_array().expect("tasks");
+    assert_eq!(reported.len(), 7, "{json}");
+    let auto: Vec<&serde_json::Value> = reported.iter().filter(|t| t["kernel"] == "auto").collect();
+    assert_eq!(auto.len(), 3, "{json}");
+    for t in &auto {
+        assert!(t["default_gops"].as_f64().is_some_and(|g| g > 0.0), "{t}");
+        assert!(t["tuned_gops"].as_f64().is_some_and(|g| g > 0.0), "{t}");
+        assert!(t["best"]["auto"]["sketch"].is_string(), "{t}");
+    }
+    // The database holds verified records of every auto task, with their points.
+    let tasks = extract(&mobilenet()).expect("tasks");
+    let records = Database::load(&db).expect("the database").records;
+    for task in &tasks.auto_tasks {
+        let mine: Vec<_> = records.iter().filter(|r| r.workload.key == task.workload.key).collect();
+        assert!(!mine.is_empty(), "no record of {}", task.workload.summary);
+        assert!(mine.iter().all(|r| r.schedule.auto.is_some() && r.schedule.knobs.is_none()), "{mine:?}");
+        assert!(mine.iter().all(|r| r.status == Status::Ok && r.verified), "{mine:?}");
+    }
+    // The search measured more than the rules' point somewhere.
+    let points: std::collections::HashSet<_> =
+        records.iter().filter_map(|r| r.schedule.auto.as_ref().map(|p| (&r.workload.key, p))).collect();
+    assert!(points.len() > tasks.auto_tasks.len(), "{points:?}");
+
+    // `run --db` applies them: every convolution tuned, the auto-scheduled ones included, the
+    // output bit for bit the untuned run's (and the reference's: --verify).
+    let (with, without) = (tmp("mobilenet_tuned.npy"), tmp("mobilenet_default.npy"));
+    let run = |extra: &[&str], out: &Path| {
+        let out = out.display().to_string();
+        let mut args = vec!["run", &file, "--repeat", "1", "--threads", "1", "--format", "json", "--output", &out];
+        args.extend_from_slice(extra);
+        let (ok, stdout, stderr) = tensorlift(&args);
+        assert!(ok, "{stderr}");
+        assert!(!stderr.contains("warning"), "{stderr}");
+        serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("one JSON object")
+    };
+    let tuned = run(&["--db", &db_s, "--verify"], &with);
+    assert_eq!(tuned["verified"], true);
+    let convs: Vec<&serde_json::Value> = tuned["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "QuantizedConv" || p["kind"] == "QuantizedMatMul")
+        .collect();
+    assert_eq!(convs.len(), 7);
+    assert_eq!(convs.iter().filter(|p| p["kernel"].as_str().is_some_and(|k| k.contains("auto"))).count(), 3);
+    assert!(convs.iter().all(|p| p["tuning"] == "tuned"), "{convs:?}");
+    let default = run(&["--no-db", "--verify"], &without);
+    assert_eq!(default["verified"], true);
+    assert!(default["partitions"].as_array().unwrap().iter().all(|p| p["tuning"] != "tuned"));
+    let (a, b) = (tensorlift::npy::read(&with).unwrap(), tensorlift::npy::read(&without).unwrap());
+    assert!(a.bits_eq(&b), "the tuned model's output differs from the default's");
 }

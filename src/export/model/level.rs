@@ -14,7 +14,7 @@ use crate::engine::native::Int8;
 use crate::engine::{CompiledGraph, Kernel, Spec, Step, Tuning, auto_spec, partition_spec};
 use crate::export::ExportError;
 use crate::isa::IsaLevel;
-use crate::layer::{LoweredAuto, LoweredQuantized, lower_qconv, lower_qconv_auto, lower_qdense};
+use crate::layer::{LoweredAuto, LoweredQuantized, lower_qconv, lower_qconv_auto_at, lower_qdense};
 use crate::runtime::{CheckedTensor, Tensor};
 use crate::tune::apply::RecordKnobs;
 
@@ -99,8 +99,8 @@ pub(super) fn step_name(graph: &CompiledGraph, step: &Step) -> String {
 
 /// `lib`'s code for `level`: each step of `graph` as the engine binds it, its compiled kernels
 /// lowered for `level` — the template's with the knobs `records` gives there (else the defaults
-/// for `max_threads`), the auto-scheduled ones at the point `compile_qconv_auto` chooses there on
-/// `max_threads` — their constants added to `weights`.
+/// for `max_threads`), the auto-scheduled ones at the point of `records` for the level, else the
+/// one `compile_qconv_auto` chooses there on `max_threads` — their constants added to `weights`.
 pub(super) fn level_code(
     lib: &str,
     level: IsaLevel,
@@ -148,8 +148,12 @@ pub(super) fn level_code(
             }
             (Kernel::Auto(_), _) => {
                 let spec = auto_spec(graph.graph(), &step.partition).map_err(|why| unsupported(step, &name, why))?;
-                let LoweredAuto { func, key, point, constants } =
-                    lower_qconv_auto(&spec, level, max_threads).map_err(|e| fail(e.to_string()))?;
+                let asked = records.auto_point(&spec).map(|(p, _)| p);
+                let (LoweredAuto { func, key, point, constants }, rejected) =
+                    lower_qconv_auto_at(&spec, level, max_threads, asked.as_ref()).map_err(|e| fail(e.to_string()))?;
+                if let Some(why) = rejected {
+                    eprintln!("warning: {name} at {level}: the tuning record is not applied ({why}): the rules' point");
+                }
                 let (index, line) =
                     functions.call((lib, &tag), (key, func), (p(ins[0]), &constants, p(out)), weights).map_err(fail)?;
                 body.push_str(&line);

@@ -100,8 +100,9 @@ pub fn export_graph(
     };
     let host_records = knobs_at(host);
     let knobs = |w: engine::Workload<'_>| host_records.knobs(w);
-    let graph =
-        engine::compile_with(graph, partitions, &CompileOptions::default(), &knobs).map_err(|e| bad(e.to_string()))?;
+    let points = |spec: &crate::layer::QConvAutoSpec| host_records.auto_point(spec);
+    let graph = engine::compile_tuned(graph, partitions, &CompileOptions::default(), &knobs, &points)
+        .map_err(|e| bad(e.to_string()))?;
     let plan_time = start.elapsed();
 
     let start = Instant::now();
