@@ -1,9 +1,8 @@
-//! One ISA level of an exported network: the engine's steps as C — calls of the compiled
-//! convolutions' and products' functions (the x86 template's, `layer::lower_qconv`,
-//! `lower_qdense`, and the auto-scheduled ones, `lower_qconv_auto`: each lowered for the level,
-//! one per distinct function, on constants prepared for it) and of the native loops
-//! (`native.c`) — in one function `tl_net_<level>` that the run operator's table names as the
-//! level's entry.
+//! One ISA level and thread count of an exported network: the engine's steps as C — calls of
+//! the compiled convolutions' and products' functions (the x86 template's, `layer::lower_qconv`,
+//! `lower_qdense`, and the auto-scheduled ones, `lower_qconv_auto`: each lowered for the level
+//! and the thread count, one per distinct function, on constants prepared for it) and of the
+//! native loops (`native.c`) — the body of one of the level's network functions (`variants`).
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -21,18 +20,16 @@ use crate::tune::apply::RecordKnobs;
 use super::places::Places;
 use super::weights::Weights;
 
-/// A level's code: the C function, the functions to emit as objects, and per step the compiled
+/// The steps at one level and thread count: the C statements, and per step the compiled
 /// kernel's function and schedule (manifest).
-pub(super) struct LevelCode {
-    pub entry: String,
-    pub source: String,
-    /// (symbol, function), each once.
-    pub functions: Vec<(String, ir::Func)>,
+pub(super) struct StepsCode {
+    pub body: String,
     /// Per step: the function index and schedule of a compiled kernel.
     pub kernels: Vec<Option<(usize, Schedule)>>,
 }
 
 /// How a step's function was scheduled at a level.
+#[derive(Clone)]
 pub(super) enum Schedule {
     /// The x86 template's knobs and where they came from.
     Knobs(serde_json::Value, Tuning),
@@ -40,10 +37,11 @@ pub(super) enum Schedule {
     Auto(AutoPoint),
 }
 
-/// The distinct functions of a level and the C calls of them.
+/// The distinct functions of a level (over its thread counts) and the C calls of them.
 #[derive(Default)]
-struct Functions {
-    list: Vec<(String, ir::Func)>,
+pub(super) struct Functions {
+    /// (symbol, function), each once.
+    pub list: Vec<(String, ir::Func)>,
     by_key: HashMap<String, usize>,
 }
 
@@ -97,22 +95,21 @@ pub(super) fn step_name(graph: &CompiledGraph, step: &Step) -> String {
     format!("{} {}", step.partition.id, op.unwrap_or_default())
 }
 
-/// `lib`'s code for `level`: each step of `graph` as the engine binds it, its compiled kernels
-/// lowered for `level` — the template's with the knobs `records` gives there (else the defaults
-/// for `max_threads`), the auto-scheduled ones at the point `compile_qconv_auto` chooses there on
-/// `max_threads` — their constants added to `weights`.
+/// `lib`'s steps for `level` on `max_threads` threads: each step of `graph` as the engine binds
+/// it, its compiled kernels lowered for `level` — the template's with the knobs `records` gives
+/// there (else the defaults for `max_threads`), the auto-scheduled ones at the point
+/// `compile_qconv_auto` chooses there on `max_threads` — their functions added to `functions`
+/// (the level's), their constants to `weights`.
 pub(super) fn level_code(
     lib: &str,
     level: IsaLevel,
     graph: &CompiledGraph,
     places: &Places,
     (records, max_threads): (&RecordKnobs, usize),
-    weights: &mut Weights,
-) -> Result<LevelCode, ExportError> {
+    (functions, weights): (&mut Functions, &mut Weights),
+) -> Result<StepsCode, ExportError> {
     let tag = level.name().replace('-', "_");
-    let entry = format!("tl_net_{tag}");
     let mut body = String::new();
-    let mut functions = Functions::default();
     let mut kernels = Vec::new();
     let p = |s: usize| places.places[s].clone();
     for step in graph.steps() {
@@ -245,21 +242,7 @@ pub(super) fn level_code(
         }
         kernels.push(kernel);
     }
-    let functions = functions.list;
-    let mut source = String::new();
-    for (symbol, _) in &functions {
-        writeln!(source, "TL_HIDDEN int32_t {symbol}(void *const *args);").unwrap();
-    }
-    writeln!(
-        source,
-        "TL_HIDDEN int32_t {entry}(void *const *args) {{\n    \
-         uint8_t *arena = tl_net_arena();\n    \
-         if (!arena) return TL_STATUS_OUT_OF_MEMORY;\n    int32_t st = 0;\n{}{body}{}done:\n    \
-         return st;\n}}",
-        places.prologue, places.epilogue
-    )
-    .unwrap();
-    Ok(LevelCode { entry, source, functions, kernels })
+    Ok(StepsCode { body, kernels })
 }
 
 /// `(n, c, plane)` of a 4-D NHWC buffer, or `(1, 1, elements)`.
