@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use schedules::x86_conv::Conv2dInt8Knobs;
 use tensorlift::engine;
 use tensorlift::export::load::ArgSpec;
 use tensorlift::export::{
@@ -18,6 +19,7 @@ use tensorlift::export::{
     export_model, harness,
 };
 use tensorlift::graph::{Data, DataType, FinalizedGraph, PartitionPolicy, Value, reference};
+use tensorlift::record::{CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef};
 use tensorlift::{CompileOptions, IsaLevel, Tensor};
 
 fn out_dir(test: &str) -> PathBuf {
@@ -235,6 +237,9 @@ fn check_exported_model(file: &str, name: &str, kinds: &[&str], autos: usize, va
             for (step, p) in compiled.steps().iter().zip(partitions) {
                 let Some(kernel) = kernel_name(&step.kernel) else { continue };
                 assert_eq!(p["kernel"], kernel.as_str(), "{file}: {p}");
+                // The defaults' and points' weights do not depend on the threads: every count
+                // runs its own choice (else `weights_of`, which the test below exercises).
+                assert!(p.get("weights_of").is_none(), "{file}: {p}");
                 for level in IsaLevel::ALL {
                     let f = &p["function"][level.name()][t];
                     assert!(f.as_str().is_some_and(|f| f.starts_with('k')), "{file}: {t} threads: {p}");
@@ -352,6 +357,82 @@ fn exported_mobilenet_models_with_auto_scheduled_convolutions_equal_the_engine()
     let kinds = ["compiled conv", "auto rules", "native quantize", "native dequantize"];
     check_exported_model("mobilenet/mobilenet_w8_s16_qop_u8_pc.onnx", "mbqop", &kinds, 3, Some(&THREADS));
     check_exported_model("mobilenet/mobilenet_w8_s16_qdq_u8_pc_rr.onnx", "mbqdq", &kinds, 3, Some(&THREADS));
+}
+
+/// A verified user record of `task` on this CPU at `host`, with `knobs` for `threads` threads
+/// and a median of `ns`.
+fn record(task: &tensorlift::tune::tasks::Task, knobs: Conv2dInt8Knobs, threads: usize, ns: f64) -> Record {
+    let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar);
+    let cpu = tensorlift::isa::cpu_id().as_ref().map(CpuRef::from);
+    let cpu = cpu.unwrap_or(CpuRef { vendor: "v".into(), family: 1, model: 2, name: "n".into() });
+    Record {
+        version: RECORD_VERSION,
+        workload: task.workload.clone(),
+        target: TargetRef { isa: host.name().into(), cpu, features: vec![], threads },
+        schedule: RecordSchedule {
+            knobs: Some(knobs),
+            auto: None,
+            weights: task.weights,
+            phase: Phase::Validation,
+            trace: None,
+        },
+        status: Status::Ok,
+        median_ns: Some(ns),
+        gops: Some(1.0 / ns),
+        compile_ms: Some(1.0),
+        verified: true,
+        measured_at: tensorlift::record::now_rfc3339(),
+        error: None,
+        peak_gops: None,
+        peak_probe: None,
+    }
+}
+
+/// Records whose 1-thread knobs pack every layer's weights in other panels than the 2-thread
+/// ones (as ResNet-18's pre-tuned records do): the 1-thread variant keeps the 2-thread
+/// weights, so the library's weights are those of a `--threads 2` export, and the manifest says
+/// so (`weights_of`, the 2-thread knobs on one thread, their source); the library still equals
+/// the engine and the reference at 1 and 2 threads.
+#[test]
+fn smaller_thread_counts_keep_the_weights_of_the_largest() {
+    let path = model("resnet18_w8_s32_qop_u8_pc.onnx");
+    let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar);
+    let tasks = tensorlift::tune::tasks::extract(&path).expect("tasks");
+    let mut user = Vec::new();
+    for task in &tasks.tasks {
+        let mut one = task.space(1, host).default_knobs();
+        one.nr = if one.nr == 16 { 32 } else { 16 };
+        user.push(record(task, one, 1, 2.0));
+        user.push(record(task, task.space(2, host).default_knobs(), 2, 1.0));
+    }
+    let export = |threads: &[usize], name: &str| {
+        let export = ModelExport { user: user.clone(), pretuned: Vec::new(), threads: threads.to_vec() };
+        export_model(&path, &export, &options(name, &[host]), &out_dir(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let (both, two, one) = (export(&[1, 2], "kw12"), export(&[2], "kw2"), export(&[1], "kw1"));
+    assert_ne!(one.weights_bytes, two.weights_bytes, "the 1-thread records pack the weights otherwise");
+    assert_eq!(both.weights_bytes, two.weights_bytes, "a 1-thread variant adds no weights");
+
+    let h = host.name();
+    let partitions = both.library.manifest["partitions"].as_array().expect("partitions").clone();
+    let compiled: Vec<_> =
+        partitions.iter().filter(|p| p["kernel"].as_str().is_some_and(|k| k.starts_with("compiled"))).collect();
+    assert!(!compiled.is_empty());
+    for p in compiled {
+        let (t1, t2) = (&p["tuning"][h]["1"], &p["tuning"][h]["2"]);
+        assert_eq!(p["weights_of"][h]["1"], 2, "{p}");
+        assert_eq!((&t1["source"], &t2["source"]), (&"tuned".into(), &"tuned".into()), "{p}");
+        let mut knobs = t2["knobs"].clone();
+        knobs["threads"] = 1.into();
+        assert_eq!(t1["knobs"], knobs, "the 2-thread knobs on one thread: {p}");
+        assert!(p["weights_of"][h].get("2").is_none(), "{p}");
+    }
+
+    let graph = tensorlift::onnx::load(&path).unwrap().graph;
+    let inputs: Vec<Value> =
+        engine_on(&graph, 1).input_specs().iter().map(|(d, dims)| crate::engine::input(*d, dims, 7)).collect();
+    let want = expected(&graph, &inputs, "kw12");
+    check_from_c(&both, &inputs, &want, &[host], "kw12");
 }
 
 /// The hand-built residual block of `engine.rs` (u8 and s8, random scales and zero points):

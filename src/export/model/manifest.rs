@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::level::{Schedule, step_name};
+use super::level::{Compiled, Schedule, step_name};
 use super::variants::LevelCode;
 use crate::engine::{CompiledGraph, Kernel};
 use crate::export::dlpack::dl_name;
@@ -17,7 +17,10 @@ use crate::isa::IsaLevel;
 /// The manifest's network keys: `model`, `inputs`, `outputs`, `partitions`, `weights_bytes`,
 /// `threads` (the counts asked) and `thread_variants` (per level, the counts with a network
 /// function of their own; the others run a smaller count's, whose steps are the same).
-/// A partition's `function`, `tuning` and `point` are keyed by level, then by thread count.
+/// A partition's `function`, `tuning` and `point` are keyed by level, then by thread count;
+/// its `weights_of`, by level and count too, names the larger count whose weight layout a
+/// count kept instead of its own choice of schedule (its `tuning` then the larger count's
+/// knobs on its own threads and their source, or the larger count's function and schedule).
 pub(super) fn manifest(
     model: &Path,
     graph: &CompiledGraph,
@@ -52,7 +55,7 @@ pub(super) fn manifest(
                 "ops": ops,
                 "kernel": kernel_kind(&step.kernel),
             });
-            let per_level = |f: &dyn Fn(&(usize, Schedule)) -> Option<serde_json::Value>| {
+            let per_level = |f: &dyn Fn(&Compiled) -> Option<serde_json::Value>| {
                 let per_count = |c: &LevelCode| {
                     let counts: serde_json::Map<_, _> = c
                         .variants
@@ -68,17 +71,21 @@ pub(super) fn manifest(
                     .collect::<serde_json::Map<_, _>>()
             };
             if codes.iter().any(|c| c.variants.iter().any(|v| v.kernels[i].is_some())) {
-                entry["function"] = per_level(&|k| Some(json!(format!("k{}", k.0)))).into();
+                entry["function"] = per_level(&|k| Some(json!(format!("k{}", k.function)))).into();
+                let kept = per_level(&|k| k.weights_of.map(|n| json!(n)));
+                if !kept.is_empty() {
+                    entry["weights_of"] = kept.into();
+                }
             }
             if matches!(step.kernel, Kernel::Conv(_) | Kernel::Dense(_)) {
-                entry["tuning"] = per_level(&|k| match &k.1 {
+                entry["tuning"] = per_level(&|k| match &k.schedule {
                     Schedule::Knobs(knobs, tuning) => Some(json!({"source": tuning.name(), "knobs": knobs})),
                     Schedule::Auto(_) => None,
                 })
                 .into();
             }
             if matches!(step.kernel, Kernel::Auto(_)) {
-                entry["point"] = per_level(&|k| match &k.1 {
+                entry["point"] = per_level(&|k| match &k.schedule {
                     Schedule::Auto(point) => Some(json!(point)),
                     Schedule::Knobs(..) => None,
                 })

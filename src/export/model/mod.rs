@@ -10,8 +10,9 @@
 //! the native partitions become calls of the C loops in `native.c`. A partition the engine
 //! leaves to the graph's reference is an `ExportError::UnsupportedPartition` naming it and why.
 //! Schedules depend on the threads they are made for, so each level is lowered once per thread
-//! count asked (`ModelExport::threads`; counts with the same code share it), and the level's
-//! entry picks one by the size of the library's pool at call time (`variants`).
+//! count asked (`ModelExport::threads`; counts with the same code share it, and the smaller
+//! counts keep the largest count's prepared weights), and the level's entry picks one by the
+//! size of the library's pool at call time (`variants`).
 //!
 //! Prepared weights and constants are one read-only data object (`weights`). Intermediate
 //! buffers live in one arena per calling thread, allocated on its first call and kept until it
@@ -57,7 +58,9 @@ pub struct ModelExport {
     pub pretuned: Vec<Record>,
     /// Each a pool size (1 to `MAX_THREADS`) the network is scheduled for; a call runs the
     /// schedules of the largest count within the library's pool (the smallest count when none
-    /// is). `default_threads()`: 1 and this machine's cores.
+    /// is). The weights are prepared for the largest count's schedules and stored once: a
+    /// smaller count whose own schedules would prepare them otherwise runs schedules adapted to
+    /// them (`variants`). `default_threads()`: 1 and this machine's cores.
     pub threads: Vec<usize>,
 }
 

@@ -1,8 +1,10 @@
 //! A level's network functions, one per thread count asked: generated code is scheduled for a
 //! number of threads (the template's default knobs, the auto-scheduler's point), and a schedule
 //! made for more threads than the library's pool has runs slower there. Each count's steps are
-//! lowered (`level_code`); a count whose steps are those of another count (the same functions
-//! on the same constants) shares that count's function. The level's entry `tl_net_<level>`
+//! lowered (`level_code`), the largest count's first: the smaller counts keep its prepared
+//! weights (a schedule that would prepare them otherwise gives way to the largest count's), so
+//! the weights are stored once whatever the counts. A count whose steps are those of another
+//! count (the same functions on the same constants) shares that count's function. The level's entry `tl_net_<level>`
 //! dispatches at call time on the pool's size to the largest count that fits (the smallest
 //! count when none does).
 
@@ -13,7 +15,7 @@ use crate::export::ExportError;
 use crate::isa::IsaLevel;
 use crate::tune::apply::RecordKnobs;
 
-use super::level::{Functions, Schedule, level_code};
+use super::level::{Compiled, Functions, Layout, level_code};
 use super::places::Places;
 use super::weights::Weights;
 
@@ -34,8 +36,8 @@ pub(super) struct Variant {
     /// The count whose network function runs this one: itself, or a smaller count with the same
     /// steps.
     pub runs_as: usize,
-    /// Per step: the function index and schedule of a compiled kernel.
-    pub kernels: Vec<Option<(usize, Schedule)>>,
+    /// Per step: a compiled kernel.
+    pub kernels: Vec<Option<Compiled>>,
 }
 
 /// `lib`'s code for `level` on each of `threads` (ascending, distinct), the records of
@@ -55,8 +57,15 @@ pub(super) fn level_variants(
     let mut variants: Vec<Variant> = Vec::new();
     let mut bodies: Vec<(usize, String)> = Vec::new();
     let mut source = String::new();
-    for &count in threads {
-        let steps = level_code(lib, level, graph, places, (&records(count), count), (&mut functions, weights))?;
+    let (&largest, smaller) = threads.split_last().expect("at least one thread count");
+    let big = level_code(lib, level, graph, places, (&records(largest), largest, None), (&mut functions, weights))?;
+    let mut steps = Vec::new();
+    for &count in smaller {
+        let layout = Some(Layout { threads: largest, steps: &big });
+        steps.push(level_code(lib, level, graph, places, (&records(count), count, layout), (&mut functions, weights))?);
+    }
+    steps.push(big);
+    for (&count, steps) in threads.iter().zip(steps) {
         let runs_as = match bodies.iter().find(|(_, body)| *body == steps.body) {
             Some(&(same, _)) => same,
             None => {
