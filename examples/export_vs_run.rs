@@ -4,7 +4,7 @@
 //! library's size and export time. For the lead's "within 3% of `tensorlift run`" check.
 //!
 //! `cargo build --release && cargo run --release --example export_vs_run -- MODEL.onnx
-//!  [--threads 1,2] [--rounds 5] [--repeat 30] [--db FILE]`
+//!  [--threads 1,2] [--rounds 5] [--repeat 30] [--db FILE] [--export-threads LIST]`
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -26,6 +26,9 @@ struct Args {
     /// Timed calls per measurement (median).
     #[arg(long, default_value_t = 30)]
     repeat: usize,
+    /// The thread counts the library is scheduled for (`export --threads`; default: export's).
+    #[arg(long)]
+    export_threads: Option<String>,
     /// Tuning database, passed to both `export` and `run`.
     #[arg(long)]
     db: Option<PathBuf>,
@@ -70,13 +73,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut export = Command::new(&args.tensorlift);
     export.arg("export").arg(&args.model).arg("--out").arg(out).args(["--name", "net", "--format", "json"]);
     with_db(&mut export, &args.db);
+    if let Some(threads) = &args.export_threads {
+        export.args(["--threads", threads]);
+    }
     let report = last_json(&output(&mut export)?)?;
     println!(
-        "library: {:.1} MiB ({:.1} MiB of weights), export {:.0} ms, levels {}",
+        "library: {:.1} MiB ({:.1} MiB of weights), export {:.0} ms, levels {}, threads {} (own functions: {})",
         report["size_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
         report["weights_bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
         report["export_ms"].as_f64().unwrap_or(0.0),
-        report["isa_levels"]
+        report["isa_levels"],
+        report["threads"],
+        report["thread_variants"]
     );
 
     let lib = LoadedLibrary::open(&out.join("libnet.so"))?;

@@ -73,6 +73,11 @@ struct ExportArgs {
     /// the best one the CPU supports. Default: every level.
     #[arg(long, value_delimiter = ',')]
     isa: Option<Vec<String>>,
+    /// A model's thread counts, comma-separated: the network is scheduled for each, and a call
+    /// runs the schedules of the largest one within the library's pool (TENSORLIFT_NUM_THREADS).
+    /// Default: 1 and this machine's cores.
+    #[arg(long, value_delimiter = ',')]
+    threads: Option<Vec<usize>>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
 }
@@ -108,6 +113,9 @@ pub fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             (operators::resnet18(&levels, bits, tuning)?, common, "resnet18")
         }
     };
+    if args.threads.is_some() {
+        return Err("--threads applies to a model (tensorlift export MODEL.onnx --threads LIST)".into());
+    }
     let mut options = ExportOptions::new(args.name.as_deref().unwrap_or(default_name));
     options.levels = levels(&args)?;
     let lib = export(&ops, &options, &args.out)?;
@@ -123,8 +131,8 @@ fn export_model(model: &Path, db: Option<&Path>, args: ExportArgs) -> Result<(),
         Some(path) => user_records(path)?,
         None => Vec::new(),
     };
-    let max_threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let export = ModelExport { user, pretuned: pretuned()?.records, max_threads };
+    let threads = args.threads.clone().unwrap_or_else(ModelExport::default_threads);
+    let export = ModelExport { user, pretuned: pretuned()?.records, threads };
     let start = Instant::now();
     let lib = export_model_to(model, &export, &options, &args.out)?;
     let total = start.elapsed();
@@ -139,6 +147,10 @@ fn export_model(model: &Path, db: Option<&Path>, args: ExportArgs) -> Result<(),
                 lib.plan_time.as_secs_f64() * 1e3,
                 total.as_secs_f64() * 1e3
             );
+            println!(
+                "threads     scheduled for {}; network functions per level: {}",
+                lib.library.manifest["threads"], lib.library.manifest["thread_variants"]
+            );
         }
         Format::Json => {
             let l = &lib.library;
@@ -150,6 +162,8 @@ fn export_model(model: &Path, db: Option<&Path>, args: ExportArgs) -> Result<(),
                 "isa_levels": l.levels.iter().map(|l| l.name()).collect::<Vec<_>>(),
                 "size_bytes": size,
                 "weights_bytes": lib.weights_bytes,
+                "threads": l.manifest["threads"],
+                "thread_variants": l.manifest["thread_variants"],
                 "plan_ms": lib.plan_time.as_secs_f64() * 1e3,
                 "codegen_ms": l.codegen_time.as_secs_f64() * 1e3,
                 "link_ms": l.link_time.as_secs_f64() * 1e3,

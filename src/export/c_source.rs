@@ -126,7 +126,7 @@ fn dims(shape: &[i64]) -> String {
     shape.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// The manifest, without `selected_isa` (chosen when the library loads).
+/// The manifest, without `selected_isa` and `pool_threads` (known when the library runs).
 pub(super) fn manifest(name: &str, levels: &[IsaLevel], ops: &[OpInfo]) -> serde_json::Value {
     let operators: Vec<_> = ops
         .iter()
@@ -191,6 +191,7 @@ pub(super) fn header(name: &str, ops: &[OpInfo]) -> String {
     writeln!(
         h,
         "\n/* JSON: abi_version, dlpack_version, name, isa_levels (compiled), selected_isa (this CPU),\n   \
+         pool_threads (the size of the library's thread pool, which this call starts),\n   \
          and per operator its args (name, dtype, shape, role) in order. */"
     )
     .unwrap();
@@ -331,7 +332,7 @@ pub(super) fn library_source(
         .unwrap();
     }
 
-    // The manifest with `selected_isa` first, filled in on first use.
+    // The manifest with `selected_isa` and `pool_threads` first, filled in on first use.
     let rest = manifest.to_string();
     let rest = rest.strip_prefix('{').unwrap_or(&rest);
     writeln!(
@@ -340,7 +341,7 @@ pub(super) fn library_source(
          static char tl_manifest[sizeof tl_manifest_rest + 64];\n\
          static pthread_once_t tl_manifest_once = PTHREAD_ONCE_INIT;\n\
          static void tl_manifest_build(void) {{\n    \
-         snprintf(tl_manifest, sizeof tl_manifest, \"{{\\\"selected_isa\\\":\\\"%s\\\",%s\", tl_level_name(), tl_manifest_rest);\n}}\n\
+         snprintf(tl_manifest, sizeof tl_manifest, \"{{\\\"selected_isa\\\":\\\"%s\\\",\\\"pool_threads\\\":%lld,%s\", tl_level_name(), (long long)tl_pool_threads(), tl_manifest_rest);\n}}\n\
          __attribute__((visibility(\"default\"))) const char *{name}_manifest(void) {{\n    \
          pthread_once(&tl_manifest_once, tl_manifest_build);\n    return tl_manifest;\n}}\n\
          __attribute__((visibility(\"default\"))) const char *{name}_last_error(void) {{ return tl_last_error(); }}",

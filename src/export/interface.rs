@@ -56,6 +56,8 @@ pub enum ExportError {
     Compile { op: String, level: IsaLevel, source: CompileError },
     #[error("operator {op} at level {level}: writing the object failed: {message}")]
     Object { op: String, level: IsaLevel, message: String },
+    #[error("thread counts {found:?}: expected one or more, each from 1 to {max}")]
+    Threads { found: Vec<usize>, max: usize },
     #[error("{path}: {message}")]
     Model { path: PathBuf, message: String },
     #[error(
@@ -80,7 +82,8 @@ pub struct Library {
     pub shared: PathBuf,
     pub archive: PathBuf,
     pub header: PathBuf,
-    /// The manifest `NAME_manifest()` returns, with `selected_isa` left out (it is chosen at load).
+    /// The manifest `NAME_manifest()` returns, with `selected_isa` and `pool_threads` left out (they
+    /// are known where the library runs).
     pub manifest: serde_json::Value,
     pub levels: Vec<IsaLevel>,
     /// Lowered-function translation to objects, and C compilation and linking.

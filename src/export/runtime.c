@@ -223,6 +223,12 @@ static void tl_pool_start(void) {
     pthread_attr_destroy(&attr);
 }
 
+/* The pool's size: its workers and the caller (starting it if it has not started). */
+TL_HIDDEN int64_t tl_pool_threads(void) {
+    pthread_once(&tl_pool_once, tl_pool_start);
+    return (int64_t)tl_pool.workers + 1;
+}
+
 TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int64_t n) {
     if (n <= 0) return 0;
     pthread_once(&tl_pool_once, tl_pool_start);

@@ -482,6 +482,7 @@ fn export_rejects_bad_levels_names_and_sizes_with_messages() {
         (vec!["--isa", "avx3"], "ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"avx3\""),
         (vec!["--name", "my lib"], "library name \"my lib\": expected a C identifier"),
         (vec!["--k", "0"], "K: expected a positive size, found 0"),
+        (vec!["--threads", "1,2"], "--threads applies to a model"),
     ] {
         let mut all = vec!["export", "matmul", "--m", "8", "--n", "16", "--out", out_arg];
         if args[0] != "--k" {

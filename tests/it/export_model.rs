@@ -2,7 +2,8 @@
 //! network as `NAME_run` — the ResNet-style models' template kernels and the MobileNet-style
 //! models' auto-scheduled grouped and depthwise convolutions — run from C (forced to every
 //! level this CPU has), Rust and Python (`python/test_network.py`), bit for bit equal to the
-//! engine (`tensorlift run`) and to the graph's reference on the same input; bad arguments are
+//! engine (`tensorlift run`) and to the graph's reference on the same input, with the library's
+//! pool at 1 and at 2 threads, each thread variant of the library reached; bad arguments are
 //! error codes with messages; a partition the engine leaves to the reference is a typed export
 //! error.
 
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use schedules::x86_conv::Conv2dInt8Knobs;
 use tensorlift::engine;
 use tensorlift::export::load::ArgSpec;
 use tensorlift::export::{
@@ -17,6 +19,7 @@ use tensorlift::export::{
     export_model, harness,
 };
 use tensorlift::graph::{Data, DataType, FinalizedGraph, PartitionPolicy, Value, reference};
+use tensorlift::record::{CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef};
 use tensorlift::{CompileOptions, IsaLevel, Tensor};
 
 fn out_dir(test: &str) -> PathBuf {
@@ -27,10 +30,19 @@ fn model(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models").join(name)
 }
 
+/// The thread counts the tests export for (and run the library's pool at).
+const THREADS: [usize; 2] = [1, 2];
+
 /// No tuning records: every layer takes its default knobs (the same in the engine and the
-/// library, which the manifest says).
+/// library, which the manifest says), scheduled for each of `THREADS`.
 fn no_records() -> ModelExport {
-    ModelExport { user: Vec::new(), pretuned: Vec::new(), max_threads: 2 }
+    ModelExport { user: Vec::new(), pretuned: Vec::new(), threads: THREADS.to_vec() }
+}
+
+/// The engine on `threads` threads (what `tensorlift run --threads` compiles).
+fn engine_on(graph: &FinalizedGraph, threads: usize) -> engine::CompiledGraph {
+    let options = CompileOptions { threads: Some(threads), ..CompileOptions::default() };
+    engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::Fusion), &options).expect("engine")
 }
 
 fn options(name: &str, levels: &[IsaLevel]) -> ExportOptions {
@@ -58,18 +70,19 @@ fn tensor(v: &Value) -> Tensor {
     .expect("tensor")
 }
 
-/// The network's outputs as the engine (what `tensorlift run` runs) and the graph's reference
-/// compute them on `inputs`; asserts the two agree.
+/// The network's outputs as the engine (what `tensorlift run` runs, compiled for each of
+/// `THREADS`) and the graph's reference compute them on `inputs`; asserts they all agree.
 fn expected(graph: &FinalizedGraph, inputs: &[Value], what: &str) -> Vec<Vec<u8>> {
     let partitions = graph.get_partitions(PartitionPolicy::Fusion);
     let named: Vec<_> = graph.graph().inputs().iter().copied().zip(inputs.iter().cloned()).collect();
     let reference = reference::run(graph, &partitions, &named).unwrap_or_else(|e| panic!("{what}: reference: {e}"));
-    let mut compiled = engine::compile(graph.clone(), partitions, &CompileOptions::default()).expect("engine");
-    let (outputs, _) = compiled.execute(inputs).expect("engine run");
-    for ((_, r), o) in reference.iter().zip(&outputs) {
-        assert!(o.bits_eq(r), "{what}: the engine differs from the reference");
+    for threads in THREADS {
+        let (outputs, _) = engine_on(graph, threads).execute(inputs).expect("engine run");
+        for ((_, r), o) in reference.iter().zip(&outputs) {
+            assert!(o.bits_eq(r), "{what}: the engine on {threads} threads differs from the reference");
+        }
     }
-    outputs.iter().map(value_bytes).collect()
+    reference.iter().map(|(_, r)| value_bytes(r)).collect()
 }
 
 fn run(command: &mut Command) -> (bool, String, String) {
@@ -86,39 +99,64 @@ fn run_args(lib: &ModelLibrary) -> Vec<ArgSpec> {
     LoadedLibrary::open(&lib.library.shared).expect("load").args("run").expect("run").to_vec()
 }
 
-/// Builds `harness::network_program` against the static archive, writes `inputs`, and runs it
-/// at every level of `levels` this CPU has (forced by TENSORLIFT_ISA) on 1 and 2 threads,
-/// asserting each output equals `expected`.
-fn check_from_c(lib: &ModelLibrary, inputs: &[Value], expected: &[Vec<u8>], levels: &[IsaLevel], what: &str) {
+/// `source` compiled against `lib`'s static archive into `DIR/exe`.
+fn build_c(lib: &ModelLibrary, exe: &str, source: &str, what: &str) -> PathBuf {
     let dir = lib.library.shared.parent().expect("out dir").to_path_buf();
-    let name = &lib.library.name;
-    let source = dir.join("call_run.c");
-    std::fs::write(&source, harness::network_program(name, &run_args(lib), 0)).unwrap();
-    let exe = dir.join("call_run");
+    let (c, exe) = (dir.join(format!("{exe}.c")), dir.join(exe));
+    std::fs::write(&c, source).unwrap();
     let (ok, _, stderr) = run(Command::new("cc")
         .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
         .arg(&exe)
-        .arg(&source)
+        .arg(&c)
         .arg("-I")
         .arg(&dir)
         .arg(&lib.library.archive)
         .arg("-lpthread"));
     assert!(ok, "{what}: cc: {stderr}");
+    exe
+}
+
+/// Builds `harness::network_program` against the static archive, writes `inputs`, and runs it
+/// at every level of `levels` this CPU has (forced by TENSORLIFT_ISA) with the library's pool
+/// at each of `THREADS`, asserting each output equals `expected`. The manifest, read from C on
+/// the same pool, has the pool's size; the thread variant of the level the dispatch takes there
+/// (the largest count within it) is thus reached, and every variant of each level is.
+fn check_from_c(lib: &ModelLibrary, inputs: &[Value], expected: &[Vec<u8>], levels: &[IsaLevel], what: &str) {
+    let dir = lib.library.shared.parent().expect("out dir").to_path_buf();
+    let name = &lib.library.name;
+    let exe = build_c(lib, "call_run", &harness::network_program(name, &run_args(lib), 0), what);
+    let manifest_source =
+        format!("#include <stdio.h>\n#include \"{name}.h\"\nint main(void) {{ puts({name}_manifest()); return 0; }}\n");
+    let print_manifest = build_c(lib, "print_manifest", &manifest_source, what);
     for (i, v) in inputs.iter().enumerate() {
         std::fs::write(dir.join(format!("in{i}.bin")), value_bytes(v)).unwrap();
     }
+    assert_eq!(lib.library.manifest["threads"], serde_json::json!(THREADS), "{what}");
     for level in crate::skip::levels_here_for(levels.iter().copied(), what) {
-        for threads in ["1", "2"] {
-            let (ok, _, stderr) = run(Command::new(&exe)
-                .arg(&dir)
-                .env("TENSORLIFT_ISA", level.name())
-                .env("TENSORLIFT_NUM_THREADS", threads));
+        let variants: Vec<usize> =
+            serde_json::from_value(lib.library.manifest["thread_variants"][level.name()].clone())
+                .unwrap_or_else(|e| panic!("{what}: thread_variants at {level}: {e}"));
+        let mut reached = Vec::new();
+        for threads in THREADS {
+            let env = [("TENSORLIFT_ISA", level.name().to_string()), ("TENSORLIFT_NUM_THREADS", threads.to_string())];
+            let (ok, _, stderr) = run(Command::new(&exe).arg(&dir).envs(env.clone()));
             assert!(ok, "{what} at {level}, {threads} threads: {stderr}");
             for (j, e) in expected.iter().enumerate() {
                 let out = std::fs::read(dir.join(format!("out{j}.bin"))).unwrap();
                 assert!(&out == e, "{what}: output {j} from C at {level} on {threads} threads differs from the engine");
             }
+            let (ok, stdout, stderr) = run(Command::new(&print_manifest).envs(env));
+            assert!(ok, "{what}: manifest: {stderr}");
+            let m: serde_json::Value = serde_json::from_str(stdout.trim()).expect("manifest JSON");
+            assert_eq!(
+                (m["selected_isa"].as_str(), m["pool_threads"].as_u64()),
+                (Some(level.name()), Some(threads as u64))
+            );
+            let taken = variants.iter().copied().filter(|&v| v <= threads).max().unwrap_or(variants[0]);
+            reached.push(taken);
         }
+        reached.dedup();
+        assert_eq!(reached, variants, "{what} at {level}: the thread variants the runs reach");
     }
 }
 
@@ -163,16 +201,18 @@ fn kernel_name(kernel: &engine::Kernel) -> Option<String> {
 /// this CPU has, from Rust, Python and `tensorlift run --output`, all bit for bit equal to the
 /// engine and the reference. The manifest describes the network: every kernel of `kinds`
 /// (what the caller means to exercise), `autos` auto-scheduled convolutions, and per compiled
-/// partition the engine's kernel, with at this CPU's level the knobs or point the engine chose.
-fn check_exported_model(file: &str, name: &str, kinds: &[&str], autos: usize) {
+/// partition the engine's kernel, with at this CPU's level and each thread count the knobs or
+/// point the engine chose on that many threads; a level's thread variants are the counts whose
+/// functions differ from every smaller count's. `variants`: the host level's thread variants
+/// where the caller knows them.
+fn check_exported_model(file: &str, name: &str, kinds: &[&str], autos: usize, variants: Option<&[usize]>) {
     {
         let path = model(file);
         let lib = export_model(&path, &no_records(), &options(name, &IsaLevel::ALL), &out_dir(name))
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         let graph = tensorlift::onnx::load(&path).unwrap().graph;
-        let compiled =
-            engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::Fusion), &Default::default()).unwrap();
-        let specs = compiled.input_specs();
+        let engines: Vec<_> = THREADS.iter().map(|&t| engine_on(&graph, t)).collect();
+        let specs = engines[0].input_specs();
         let inputs: Vec<Value> = specs.iter().map(|(d, dims)| crate::engine::input(*d, dims, 7)).collect();
         let want = expected(&graph, &inputs, file);
 
@@ -188,31 +228,56 @@ fn check_exported_model(file: &str, name: &str, kinds: &[&str], autos: usize) {
         let auto: Vec<_> = partitions.iter().filter(|p| p["kernel"] == "auto rules").collect();
         assert_eq!(auto.len(), autos, "{file}: auto-scheduled convolutions");
         assert!(m["weights_bytes"].as_u64().unwrap() > 0, "{file}");
-        // At this CPU's level the library runs the schedules the engine compiled; every level
-        // has a function for each compiled partition.
+        // At this CPU's level, each thread count's schedules are those the engine compiles on
+        // that many threads; every level has a function for each compiled partition and count.
         let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar).name();
-        assert_eq!(compiled.steps().len(), partitions.len(), "{file}");
-        for (step, p) in compiled.steps().iter().zip(partitions) {
-            let Some(kernel) = kernel_name(&step.kernel) else { continue };
-            assert_eq!(p["kernel"], kernel.as_str(), "{file}: {p}");
-            for level in IsaLevel::ALL {
-                assert!(p["function"][level.name()].as_str().is_some_and(|f| f.starts_with('k')), "{file}: {p}");
-            }
-            match &step.kernel {
-                engine::Kernel::Conv(c) | engine::Kernel::Dense(c) => {
-                    for level in IsaLevel::ALL {
-                        assert_eq!(p["tuning"][level.name()]["source"], "default", "{file}: {p}");
-                    }
-                    assert_eq!(p["tuning"][host]["knobs"], serde_json::to_value(c.knobs()).unwrap(), "{file}: {p}");
+        let counts: Vec<String> = THREADS.iter().map(usize::to_string).collect();
+        for (compiled, t) in engines.iter().zip(&counts) {
+            assert_eq!(compiled.steps().len(), partitions.len(), "{file}");
+            for (step, p) in compiled.steps().iter().zip(partitions) {
+                let Some(kernel) = kernel_name(&step.kernel) else { continue };
+                assert_eq!(p["kernel"], kernel.as_str(), "{file}: {p}");
+                // The defaults' and points' weights do not depend on the threads: every count
+                // runs its own choice (else `weights_of`, which the test below exercises).
+                assert!(p.get("weights_of").is_none(), "{file}: {p}");
+                for level in IsaLevel::ALL {
+                    let f = &p["function"][level.name()][t];
+                    assert!(f.as_str().is_some_and(|f| f.starts_with('k')), "{file}: {t} threads: {p}");
                 }
-                engine::Kernel::Auto(a) => {
-                    for level in IsaLevel::ALL {
-                        assert_eq!(p["point"][level.name()]["sketch"], "rules", "{file}: {p}");
+                match &step.kernel {
+                    engine::Kernel::Conv(c) | engine::Kernel::Dense(c) => {
+                        for level in IsaLevel::ALL {
+                            assert_eq!(p["tuning"][level.name()][t]["source"], "default", "{file}: {p}");
+                        }
+                        let knobs = serde_json::to_value(c.knobs()).unwrap();
+                        assert_eq!(p["tuning"][host][t]["knobs"], knobs, "{file}: {t} threads: {p}");
                     }
-                    assert_eq!(p["point"][host], serde_json::to_value(a.point()).unwrap(), "{file}: {p}");
+                    engine::Kernel::Auto(a) => {
+                        for level in IsaLevel::ALL {
+                            assert_eq!(p["point"][level.name()][t]["sketch"], "rules", "{file}: {p}");
+                        }
+                        let point = serde_json::to_value(a.point()).unwrap();
+                        assert_eq!(p["point"][host][t], point, "{file}: {t} threads: {p}");
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
+        }
+        for level in IsaLevel::ALL {
+            let functions = |t: &String| -> Vec<serde_json::Value> {
+                partitions.iter().map(|p| p["function"][level.name()][t].clone()).collect()
+            };
+            let own: Vec<usize> = THREADS
+                .iter()
+                .zip(&counts)
+                .enumerate()
+                .filter(|&(i, (_, t))| counts[..i].iter().all(|smaller| functions(smaller) != functions(t)))
+                .map(|(_, (&n, _))| n)
+                .collect();
+            assert_eq!(m["thread_variants"][level.name()], serde_json::json!(own), "{file} at {level}");
+        }
+        if let Some(variants) = variants {
+            assert_eq!(m["thread_variants"][host], serde_json::json!(variants), "{file}");
         }
 
         check_from_c(&lib, &inputs, &want, &IsaLevel::ALL, file);
@@ -279,18 +344,95 @@ fn check_exported_model(file: &str, name: &str, kinds: &[&str], autos: usize) {
 #[test]
 fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
     let kinds = ["compiled conv", "native quantize", "native dequantize", "native add", "compiled dense"];
-    check_exported_model("resnet18_w8_s32_qop_u8_pc.onnx", "netqop", &kinds, 0);
-    check_exported_model("resnet18_w8_s32_qdq_s8_pc.onnx", "netqdq", &kinds, 0);
+    check_exported_model("resnet18_w8_s32_qop_u8_pc.onnx", "netqop", &kinds, 0, None);
+    check_exported_model("resnet18_w8_s32_qdq_s8_pc.onnx", "netqdq", &kinds, 0, None);
 }
 
 /// The MobileNet-style test models, QOperator and QDQ: two depthwise convolutions and a grouped
 /// one, auto-scheduled (`auto rules`), beside the template's pointwise ones
-/// (`check_exported_model`).
+/// (`check_exported_model`). The auto-scheduled points take the threads they are made for, so
+/// the library has a variant for 1 and for 2 threads, and the runs reach both.
 #[test]
 fn exported_mobilenet_models_with_auto_scheduled_convolutions_equal_the_engine() {
     let kinds = ["compiled conv", "auto rules", "native quantize", "native dequantize"];
-    check_exported_model("mobilenet/mobilenet_w8_s16_qop_u8_pc.onnx", "mbqop", &kinds, 3);
-    check_exported_model("mobilenet/mobilenet_w8_s16_qdq_u8_pc_rr.onnx", "mbqdq", &kinds, 3);
+    check_exported_model("mobilenet/mobilenet_w8_s16_qop_u8_pc.onnx", "mbqop", &kinds, 3, Some(&THREADS));
+    check_exported_model("mobilenet/mobilenet_w8_s16_qdq_u8_pc_rr.onnx", "mbqdq", &kinds, 3, Some(&THREADS));
+}
+
+/// A verified user record of `task` on this CPU at `host`, with `knobs` for `threads` threads
+/// and a median of `ns`.
+fn record(task: &tensorlift::tune::tasks::Task, knobs: Conv2dInt8Knobs, threads: usize, ns: f64) -> Record {
+    let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar);
+    let cpu = tensorlift::isa::cpu_id().as_ref().map(CpuRef::from);
+    let cpu = cpu.unwrap_or(CpuRef { vendor: "v".into(), family: 1, model: 2, name: "n".into() });
+    Record {
+        version: RECORD_VERSION,
+        workload: task.workload.clone(),
+        target: TargetRef { isa: host.name().into(), cpu, features: vec![], threads },
+        schedule: RecordSchedule {
+            knobs: Some(knobs),
+            auto: None,
+            weights: task.weights,
+            phase: Phase::Validation,
+            trace: None,
+        },
+        status: Status::Ok,
+        median_ns: Some(ns),
+        gops: Some(1.0 / ns),
+        compile_ms: Some(1.0),
+        verified: true,
+        measured_at: tensorlift::record::now_rfc3339(),
+        error: None,
+        peak_gops: None,
+        peak_probe: None,
+    }
+}
+
+/// Records whose 1-thread knobs pack every layer's weights in other panels than the 2-thread
+/// ones (as ResNet-18's pre-tuned records do): the 1-thread variant keeps the 2-thread
+/// weights, so the library's weights are those of a `--threads 2` export, and the manifest says
+/// so (`weights_of`, the 2-thread knobs on one thread, their source); the library still equals
+/// the engine and the reference at 1 and 2 threads.
+#[test]
+fn smaller_thread_counts_keep_the_weights_of_the_largest() {
+    let path = model("resnet18_w8_s32_qop_u8_pc.onnx");
+    let host = IsaLevel::detect().unwrap_or(IsaLevel::Scalar);
+    let tasks = tensorlift::tune::tasks::extract(&path).expect("tasks");
+    let mut user = Vec::new();
+    for task in &tasks.tasks {
+        let mut one = task.space(1, host).default_knobs();
+        one.nr = if one.nr == 16 { 32 } else { 16 };
+        user.push(record(task, one, 1, 2.0));
+        user.push(record(task, task.space(2, host).default_knobs(), 2, 1.0));
+    }
+    let export = |threads: &[usize], name: &str| {
+        let export = ModelExport { user: user.clone(), pretuned: Vec::new(), threads: threads.to_vec() };
+        export_model(&path, &export, &options(name, &[host]), &out_dir(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let (both, two, one) = (export(&[1, 2], "kw12"), export(&[2], "kw2"), export(&[1], "kw1"));
+    assert_ne!(one.weights_bytes, two.weights_bytes, "the 1-thread records pack the weights otherwise");
+    assert_eq!(both.weights_bytes, two.weights_bytes, "a 1-thread variant adds no weights");
+
+    let h = host.name();
+    let partitions = both.library.manifest["partitions"].as_array().expect("partitions").clone();
+    let compiled: Vec<_> =
+        partitions.iter().filter(|p| p["kernel"].as_str().is_some_and(|k| k.starts_with("compiled"))).collect();
+    assert!(!compiled.is_empty());
+    for p in compiled {
+        let (t1, t2) = (&p["tuning"][h]["1"], &p["tuning"][h]["2"]);
+        assert_eq!(p["weights_of"][h]["1"], 2, "{p}");
+        assert_eq!((&t1["source"], &t2["source"]), (&"tuned".into(), &"tuned".into()), "{p}");
+        let mut knobs = t2["knobs"].clone();
+        knobs["threads"] = 1.into();
+        assert_eq!(t1["knobs"], knobs, "the 2-thread knobs on one thread: {p}");
+        assert!(p["weights_of"][h].get("2").is_none(), "{p}");
+    }
+
+    let graph = tensorlift::onnx::load(&path).unwrap().graph;
+    let inputs: Vec<Value> =
+        engine_on(&graph, 1).input_specs().iter().map(|(d, dims)| crate::engine::input(*d, dims, 7)).collect();
+    let want = expected(&graph, &inputs, "kw12");
+    check_from_c(&both, &inputs, &want, &[host], "kw12");
 }
 
 /// With a tuning record of an auto-scheduled convolution (a verified point other than the
@@ -497,12 +639,16 @@ fn the_cli_exports_a_model_and_reports_it_as_json() {
         "clinet",
         "--isa",
         "scalar,avx2",
+        "--threads",
+        "2,1,2",
         "--format",
         "json",
     ]);
     assert!(ok, "{stderr}");
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
     assert_eq!(report["isa_levels"], serde_json::json!(["scalar", "avx2"]));
+    assert_eq!(report["threads"], serde_json::json!([1, 2]));
+    assert!(report["thread_variants"]["avx2"].as_array().is_some_and(|v| v.first() == Some(&1.into())), "{report}");
     for key in ["size_bytes", "weights_bytes", "plan_ms", "export_ms"] {
         assert!(report[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {report}");
     }
@@ -513,4 +659,22 @@ fn the_cli_exports_a_model_and_reports_it_as_json() {
     assert!(header.contains("int32_t clinet_run(DLTensor *const *args, int32_t nargs);"), "{header}");
     let (ok, _, stderr) = crate::cli::tensorlift(&["export", "--out", &dir.display().to_string()]);
     assert!(!ok && stderr.contains("MODEL"), "{stderr}");
+}
+
+/// Thread counts out of range (none, zero, more than the pool can have) are a typed error
+/// naming them, and write no library.
+#[test]
+fn thread_counts_out_of_range_are_a_typed_export_error() {
+    let path = model("resnet18_w8_s32_qop_u8_pc.onnx");
+    let dir = out_dir("netthr");
+    for threads in [vec![], vec![0, 2], vec![1, ModelExport::MAX_THREADS + 1]] {
+        let export = ModelExport { threads: threads.clone(), ..no_records() };
+        let err = export_model(&path, &export, &options("netthr", &[IsaLevel::Scalar]), &dir).err().expect("an error");
+        match &err {
+            ExportError::Threads { found, max } => assert_eq!((found, *max), (&threads, ModelExport::MAX_THREADS)),
+            other => panic!("expected Threads, found {other}"),
+        }
+        assert!(err.to_string().contains("expected one or more, each from 1 to 256"), "{err}");
+    }
+    assert!(!dir.join("libnetthr.so").exists());
 }

@@ -1,14 +1,14 @@
-//! One ISA level of an exported network: the engine's steps as C — calls of the compiled
-//! convolutions' and products' functions (the x86 template's, `layer::lower_qconv`,
-//! `lower_qdense`, and the auto-scheduled ones, `lower_qconv_auto`: each lowered for the level,
-//! one per distinct function, on constants prepared for it) and of the native loops
-//! (`native.c`) — in one function `tl_net_<level>` that the run operator's table names as the
-//! level's entry.
+//! One ISA level and thread count of an exported network: the engine's steps as C — calls of
+//! the compiled convolutions' and products' functions (the x86 template's, `layer::lower_qconv`,
+//! `lower_qdense`, and the auto-scheduled ones, `lower_qconv_auto`: each lowered for the level
+//! and the thread count, one per distinct function, on constants prepared for it) and of the
+//! native loops (`native.c`) — the body of one of the level's network functions (`variants`).
 
 use std::collections::HashMap;
 use std::fmt::Write;
 
 use schedules::auto::AutoPoint;
+use schedules::x86_conv::Conv2dInt8Knobs;
 
 use crate::engine::native::Int8;
 use crate::engine::{CompiledGraph, Kernel, Spec, Step, Tuning, auto_spec, partition_spec};
@@ -21,29 +21,50 @@ use crate::tune::apply::RecordKnobs;
 use super::places::Places;
 use super::weights::Weights;
 
-/// A level's code: the C function, the functions to emit as objects, and per step the compiled
-/// kernel's function and schedule (manifest).
-pub(super) struct LevelCode {
-    pub entry: String,
-    pub source: String,
-    /// (symbol, function), each once.
-    pub functions: Vec<(String, ir::Func)>,
-    /// Per step: the function index and schedule of a compiled kernel.
-    pub kernels: Vec<Option<(usize, Schedule)>>,
+/// The steps at one level and thread count: the C statements, and per step the compiled
+/// kernel (manifest, and the schedule a smaller count's step keeps the weights of).
+pub(super) struct StepsCode {
+    pub body: String,
+    /// Per step: a compiled kernel.
+    pub kernels: Vec<Option<Compiled>>,
+}
+
+/// A compiled step at one level and thread count.
+#[derive(Clone)]
+pub(super) struct Compiled {
+    /// Index into the level's `Functions::list`.
+    pub function: usize,
+    pub schedule: Schedule,
+    /// The larger count whose weight layout this count kept instead of its own choice of
+    /// schedule, which would prepare the weights otherwise (`None`: its own choice).
+    pub weights_of: Option<usize>,
+    /// The C statement calling the function.
+    line: String,
+    /// The prepared constants (weights, compensation, parameters) the function reads.
+    constants: Vec<Tensor>,
+}
+
+/// The largest thread count's steps, whose prepared weights the other counts keep.
+#[derive(Clone, Copy)]
+pub(super) struct Layout<'a> {
+    pub threads: usize,
+    pub steps: &'a StepsCode,
 }
 
 /// How a step's function was scheduled at a level.
+#[derive(Clone)]
 pub(super) enum Schedule {
     /// The x86 template's knobs and where they came from.
-    Knobs(serde_json::Value, Tuning),
+    Knobs(Conv2dInt8Knobs, Tuning),
     /// The auto-scheduler's point.
     Auto(AutoPoint),
 }
 
-/// The distinct functions of a level and the C calls of them.
+/// The distinct functions of a level (over its thread counts) and the C calls of them.
 #[derive(Default)]
-struct Functions {
-    list: Vec<(String, ir::Func)>,
+pub(super) struct Functions {
+    /// (symbol, function), each once.
+    pub list: Vec<(String, ir::Func)>,
     by_key: HashMap<String, usize>,
 }
 
@@ -83,6 +104,11 @@ impl Functions {
     }
 }
 
+/// Whether two lists of constants hold the same bytes (would be stored as one copy).
+fn same_bytes(a: &[Tensor], b: &[Tensor]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.as_bytes() == y.as_bytes())
+}
+
 fn float(x: f32) -> String {
     format!("tl_f32(0x{:08x}u)", x.to_bits())
 }
@@ -97,25 +123,28 @@ pub(super) fn step_name(graph: &CompiledGraph, step: &Step) -> String {
     format!("{} {}", step.partition.id, op.unwrap_or_default())
 }
 
-/// `lib`'s code for `level`: each step of `graph` as the engine binds it, its compiled kernels
-/// lowered for `level` — the template's with the knobs `records` gives there (else the defaults
-/// for `max_threads`), the auto-scheduled ones at the point of `records` for the level, else the
-/// one `compile_qconv_auto` chooses there on `max_threads` — their constants added to `weights`.
+/// `lib`'s steps for `level` on `max_threads` threads: each step of `graph` as the engine binds
+/// it, its compiled kernels lowered for `level` — the template's with the knobs `records` gives
+/// there (else the defaults for `max_threads`), the auto-scheduled ones at the point of `records`
+/// for the level, else the one `compile_qconv_auto` chooses there on `max_threads` — their
+/// functions added to `functions` (the level's), their constants to `weights`. With the largest
+/// count's steps (`layout`), a kernel whose own choice would prepare its weights otherwise than
+/// the largest count's keeps the latter's weights: the largest count's knobs with the threads
+/// lowered to `max_threads` where those prepare the same weights, else the largest count's
+/// function itself (`Compiled::weights_of`). So no count adds weights the largest count did not.
 pub(super) fn level_code(
     lib: &str,
     level: IsaLevel,
     graph: &CompiledGraph,
     places: &Places,
-    (records, max_threads): (&RecordKnobs, usize),
-    weights: &mut Weights,
-) -> Result<LevelCode, ExportError> {
+    (records, max_threads, layout): (&RecordKnobs, usize, Option<Layout<'_>>),
+    (functions, weights): (&mut Functions, &mut Weights),
+) -> Result<StepsCode, ExportError> {
     let tag = level.name().replace('-', "_");
-    let entry = format!("tl_net_{tag}");
     let mut body = String::new();
-    let mut functions = Functions::default();
     let mut kernels = Vec::new();
     let p = |s: usize| places.places[s].clone();
-    for step in graph.steps() {
+    for (i, step) in graph.steps().iter().enumerate() {
         let name = step_name(graph, step);
         let fail = |message: String| ExportError::Partition { partition: name.clone(), level, message };
         let slots = graph.slots();
@@ -130,34 +159,72 @@ pub(super) fn level_code(
             }
             _ => None,
         };
+        // The largest count's kernel of this step, when this is a smaller count.
+        let largest = layout.and_then(|l| l.steps.kernels[i].as_ref().map(|k| (l.threads, k)));
+        let mut call = |(key, func): (String, ir::Func), constants: &[Tensor]| {
+            functions.call((lib, &tag), (key, func), (p(ins[0]), constants, p(out)), weights).map_err(&fail)
+        };
         match (&step.kernel, spec.as_ref()) {
             (Kernel::Conv(_) | Kernel::Dense(_), Some(spec)) => {
+                let lower = |knobs: Option<Conv2dInt8Knobs>| {
+                    match spec {
+                        Spec::Conv(c) => lower_qconv(c, knobs, level, max_threads),
+                        Spec::Dense(d) => lower_qdense(d, knobs, level),
+                    }
+                    .map_err(|e| fail(e.to_string()))
+                };
                 let (knobs, tuning) =
                     records.knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-                let lowered = match spec {
-                    Spec::Conv(c) => lower_qconv(c, knobs, level, max_threads),
-                    Spec::Dense(d) => lower_qdense(d, knobs, level),
-                }
-                .map_err(|e| fail(e.to_string()))?;
-                let LoweredQuantized { func, key, knobs, weights: prepared, .. } = lowered;
-                let (index, line) =
-                    functions.call((lib, &tag), (key, func), (p(ins[0]), &prepared, p(out)), weights).map_err(fail)?;
-                body.push_str(&line);
-                let knobs = serde_json::to_value(knobs).expect("knobs serialize");
-                kernel = Some((index, Schedule::Knobs(knobs, tuning)));
+                let own = lower(knobs)?;
+                let mut compile = |lowered: LoweredQuantized, tuning, weights_of| {
+                    let LoweredQuantized { func, key, knobs, weights: constants, .. } = lowered;
+                    let (function, line) = call((key, func), &constants)?;
+                    let schedule = Schedule::Knobs(knobs, tuning);
+                    Ok::<_, ExportError>(Compiled { function, schedule, weights_of, line, constants })
+                };
+                let compiled = match largest {
+                    Some((n, big)) if !same_bytes(&own.weights, &big.constants) => {
+                        // The largest count's knobs on this count's threads, if their weights
+                        // are the same (the threads play no part in them); else its function.
+                        let Schedule::Knobs(big_knobs, big_tuning) = &big.schedule else {
+                            return Err(fail("a template kernel whose largest count's is not one".into()));
+                        };
+                        let big_tuning = *big_tuning;
+                        let fewer = Conv2dInt8Knobs { threads: big_knobs.threads.min(max_threads), ..*big_knobs };
+                        let adapted = lower(Some(fewer))?;
+                        if same_bytes(&adapted.weights, &big.constants) {
+                            compile(adapted, big_tuning, Some(n))?
+                        } else {
+                            Compiled { weights_of: Some(n), ..big.clone() }
+                        }
+                    }
+                    _ => compile(own, tuning, None)?,
+                };
+                body.push_str(&compiled.line);
+                kernel = Some(compiled);
             }
             (Kernel::Auto(_), _) => {
                 let spec = auto_spec(graph.graph(), &step.partition).map_err(|why| unsupported(step, &name, why))?;
                 let asked = records.auto_point(&spec).map(|(p, _)| p);
-                let (LoweredAuto { func, key, point, constants }, rejected) =
+                let (own, rejected) =
                     lower_qconv_auto_at(&spec, level, max_threads, asked.as_ref()).map_err(|e| fail(e.to_string()))?;
                 if let Some(why) = rejected {
                     eprintln!("warning: {name} at {level}: the tuning record is not applied ({why}): the rules' point");
                 }
-                let (index, line) =
-                    functions.call((lib, &tag), (key, func), (p(ins[0]), &constants, p(out)), weights).map_err(fail)?;
-                body.push_str(&line);
-                kernel = Some((index, Schedule::Auto(point)));
+                let compiled = match largest {
+                    // The points' constants do not depend on the threads; were they to, the
+                    // largest count's function keeps its weights.
+                    Some((n, big)) if !same_bytes(&own.constants, &big.constants) => {
+                        Compiled { weights_of: Some(n), ..big.clone() }
+                    }
+                    _ => {
+                        let LoweredAuto { func, key, point, constants } = own;
+                        let (function, line) = call((key, func), &constants)?;
+                        Compiled { function, schedule: Schedule::Auto(point), weights_of: None, line, constants }
+                    }
+                };
+                body.push_str(&compiled.line);
+                kernel = Some(compiled);
             }
             (Kernel::Add { params, ty, clamp }, _) => {
                 let (ra, rb, fixed) = params.constants();
@@ -249,21 +316,7 @@ pub(super) fn level_code(
         }
         kernels.push(kernel);
     }
-    let functions = functions.list;
-    let mut source = String::new();
-    for (symbol, _) in &functions {
-        writeln!(source, "TL_HIDDEN int32_t {symbol}(void *const *args);").unwrap();
-    }
-    writeln!(
-        source,
-        "TL_HIDDEN int32_t {entry}(void *const *args) {{\n    \
-         uint8_t *arena = tl_net_arena();\n    \
-         if (!arena) return TL_STATUS_OUT_OF_MEMORY;\n    int32_t st = 0;\n{}{body}{}done:\n    \
-         return st;\n}}",
-        places.prologue, places.epilogue
-    )
-    .unwrap();
-    Ok(LevelCode { entry, source, functions, kernels })
+    Ok(StepsCode { body, kernels })
 }
 
 /// `(n, c, plane)` of a 4-D NHWC buffer, or `(1, 1, elements)`.

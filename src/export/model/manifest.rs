@@ -1,23 +1,30 @@
 //! The keys an exported network adds to its library's manifest: the model, its inputs and
-//! outputs, the prepared weights' size, and per engine step the partition, its kernel and, for
-//! compiled kernels, each level's function and schedule (the template's knobs and their tuning,
-//! or the auto-scheduler's point).
+//! outputs, the prepared weights' size, the thread counts, and per engine step the partition, its
+//! kernel and, for compiled kernels, each level's function and schedule per thread count (the
+//! template's knobs and their tuning, or the auto-scheduler's point).
 
 use std::path::Path;
 
 use serde_json::json;
 
-use super::level::{LevelCode, Schedule, step_name};
+use super::level::{Compiled, Schedule, step_name};
+use super::variants::LevelCode;
 use crate::engine::{CompiledGraph, Kernel};
 use crate::export::dlpack::dl_name;
 use crate::export::operator::OpInfo;
 use crate::isa::IsaLevel;
 
-/// The manifest's network keys: `model`, `inputs`, `outputs`, `partitions`, `weights_bytes`.
+/// The manifest's network keys: `model`, `inputs`, `outputs`, `partitions`, `weights_bytes`,
+/// `threads` (the counts asked) and `thread_variants` (per level, the counts with a network
+/// function of their own; the others run a smaller count's, whose steps are the same).
+/// A partition's `function`, `tuning` and `point` are keyed by level, then by thread count;
+/// its `weights_of`, by level and count too, names the larger count whose weight layout a
+/// count kept instead of its own choice of schedule (its `tuning` then the larger count's
+/// knobs on its own threads and their source, or the larger count's function and schedule).
 pub(super) fn manifest(
     model: &Path,
     graph: &CompiledGraph,
-    levels: &[IsaLevel],
+    (levels, threads): (&[IsaLevel], &[usize]),
     codes: &[LevelCode],
     op: &OpInfo,
     weights_bytes: usize,
@@ -48,25 +55,37 @@ pub(super) fn manifest(
                 "ops": ops,
                 "kernel": kernel_kind(&step.kernel),
             });
-            let per_level = |f: &dyn Fn(&(usize, Schedule)) -> Option<serde_json::Value>| {
+            let per_level = |f: &dyn Fn(&Compiled) -> Option<serde_json::Value>| {
+                let per_count = |c: &LevelCode| {
+                    let counts: serde_json::Map<_, _> = c
+                        .variants
+                        .iter()
+                        .filter_map(|v| v.kernels[i].as_ref().and_then(f).map(|x| (v.threads.to_string(), x)))
+                        .collect();
+                    Some(counts).filter(|m| !m.is_empty())
+                };
                 levels
                     .iter()
                     .zip(codes)
-                    .filter_map(|(l, c)| c.kernels[i].as_ref().and_then(f).map(|v| (l.name().to_string(), v)))
+                    .filter_map(|(l, c)| per_count(c).map(|v| (l.name().to_string(), serde_json::Value::from(v))))
                     .collect::<serde_json::Map<_, _>>()
             };
-            if codes.iter().any(|c| c.kernels[i].is_some()) {
-                entry["function"] = per_level(&|k| Some(json!(format!("k{}", k.0)))).into();
+            if codes.iter().any(|c| c.variants.iter().any(|v| v.kernels[i].is_some())) {
+                entry["function"] = per_level(&|k| Some(json!(format!("k{}", k.function)))).into();
+                let kept = per_level(&|k| k.weights_of.map(|n| json!(n)));
+                if !kept.is_empty() {
+                    entry["weights_of"] = kept.into();
+                }
             }
             if matches!(step.kernel, Kernel::Conv(_) | Kernel::Dense(_)) {
-                entry["tuning"] = per_level(&|k| match &k.1 {
+                entry["tuning"] = per_level(&|k| match &k.schedule {
                     Schedule::Knobs(knobs, tuning) => Some(json!({"source": tuning.name(), "knobs": knobs})),
                     Schedule::Auto(_) => None,
                 })
                 .into();
             }
             if matches!(step.kernel, Kernel::Auto(_)) {
-                entry["point"] = per_level(&|k| match &k.1 {
+                entry["point"] = per_level(&|k| match &k.schedule {
                     Schedule::Auto(point) => Some(json!(point)),
                     Schedule::Knobs(..) => None,
                 })
@@ -82,6 +101,13 @@ pub(super) fn manifest(
     keys.insert("outputs".into(), json!(tensors(true)));
     keys.insert("partitions".into(), json!(partitions));
     keys.insert("weights_bytes".into(), json!(weights_bytes));
+    keys.insert("threads".into(), json!(threads));
+    let own = |c: &LevelCode| -> Vec<usize> {
+        c.variants.iter().filter(|v| v.runs_as == v.threads).map(|v| v.threads).collect()
+    };
+    let variants: serde_json::Map<_, _> =
+        levels.iter().zip(codes).map(|(l, c)| (l.name().to_string(), json!(own(c)))).collect();
+    keys.insert("thread_variants".into(), variants.into());
     keys
 }
 

@@ -9,19 +9,25 @@
 //! convolutions at the level's point, `lower_qconv_auto`) with its weights prepared for it, and
 //! the native partitions become calls of the C loops in `native.c`. A partition the engine
 //! leaves to the graph's reference is an `ExportError::UnsupportedPartition` naming it and why.
+//! Schedules depend on the threads they are made for, so each level is lowered once per thread
+//! count asked (`ModelExport::threads`; counts with the same code share it, and the smaller
+//! counts keep the largest count's prepared weights), and the level's entry picks one by the
+//! size of the library's pool at call time (`variants`).
 //!
 //! Prepared weights and constants are one read-only data object (`weights`). Intermediate
 //! buffers live in one arena per calling thread, allocated on its first call and kept until it
 //! exits (`native.c`): a call allocates nothing after a thread's first, and threads calling at
 //! once each use their own.
 //!
-//! Files: `places` (where each buffer lives, the run operator's parameters), `level` (one
-//! level's code), `weights` (the read-only data), `manifest` (the network's manifest keys),
+//! Files: `places` (where each buffer lives, the run operator's parameters), `level` (the steps
+//! at one level and thread count), `variants` (a level's thread counts and their dispatch),
+//! `weights` (the read-only data), `manifest` (the network's manifest keys),
 //! `native.c` (the native partitions' loops).
 
 mod level;
 mod manifest;
 mod places;
+mod variants;
 mod weights;
 
 use std::path::{Path, PathBuf};
@@ -37,20 +43,38 @@ use crate::engine;
 use crate::graph::{FinalizedGraph, PartitionPolicy};
 use crate::record::{Host, Record};
 use crate::tune::apply::RecordKnobs;
-use level::level_code;
 use manifest::manifest;
 use places::places;
+use variants::level_variants;
 use weights::Weights;
 
 /// The C loops of the native partitions.
 const NATIVE: &str = include_str!("native.c");
 
 /// What to export besides the library options: the tuning records (`RecordKnobs`' user and
-/// pre-tuned ones) and the threads default knobs are chosen for.
+/// pre-tuned ones) and the thread counts schedules are made for.
 pub struct ModelExport {
     pub user: Vec<Record>,
     pub pretuned: Vec<Record>,
-    pub max_threads: usize,
+    /// Each a pool size (1 to `MAX_THREADS`) the network is scheduled for; a call runs the
+    /// schedules of the largest count within the library's pool (the smallest count when none
+    /// is). The weights are prepared for the largest count's schedules and stored once: a
+    /// smaller count whose own schedules would prepare them otherwise runs schedules adapted to
+    /// them (`variants`). `default_threads()`: 1 and this machine's cores.
+    pub threads: Vec<usize>,
+}
+
+impl ModelExport {
+    /// The largest pool the library's runtime starts (`runtime.c`).
+    pub const MAX_THREADS: usize = 256;
+
+    /// One thread and this machine's cores.
+    pub fn default_threads() -> Vec<usize> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut threads = vec![1, cores.min(Self::MAX_THREADS)];
+        threads.dedup();
+        threads
+    }
 }
 
 /// What `export_model` wrote, and how long its phases took.
@@ -89,16 +113,18 @@ pub fn export_graph(
     let name = &options.name;
     check_library_name(name)?;
     let levels = levels_to_compile(&options.levels)?;
+    let threads = thread_counts(&export.threads)?;
     let bad = |message: String| ExportError::Model { path: model.to_path_buf(), message };
     let partitions = graph.get_partitions(PartitionPolicy::Fusion);
     let host = CompileOptions::default().target.level().map_err(|e| bad(e.to_string()))?;
-    let knobs_at = |level| RecordKnobs {
+    let knobs_at = |level, max_threads| RecordKnobs {
         user: export.user.clone(),
         pretuned: export.pretuned.clone(),
         host: Host::this(level),
-        max_threads: export.max_threads,
+        max_threads,
     };
-    let host_records = knobs_at(host);
+    // The plan (kernels, buffers, layouts) does not depend on the threads.
+    let host_records = knobs_at(host, threads[threads.len() - 1]);
     let knobs = |w: engine::Workload<'_>| host_records.knobs(w);
     let points = |spec: &crate::layer::QConvAutoSpec| host_records.auto_point(spec);
     let graph = engine::compile_tuned(graph, partitions, &CompileOptions::default(), &knobs, &points)
@@ -110,7 +136,8 @@ pub fn export_graph(
     let (places, op) = places(&graph, &mut weights)?;
     let mut codes = Vec::new();
     for &level in &levels {
-        codes.push(level_code(name, level, &graph, &places, (&knobs_at(level), export.max_threads), &mut weights)?);
+        let records = |count| knobs_at(level, count);
+        codes.push(level_variants(name, level, &graph, &places, (&records, &threads), &mut weights)?);
     }
     let build_dir = create_build_dir(out_dir, name)?;
     let mut objects = Vec::new();
@@ -146,10 +173,21 @@ pub fn export_graph(
         checked: vec![Vec::new(); levels.len()],
         ..op
     };
-    let manifest = manifest(model, &graph, &levels, &codes, &op, weights_bytes);
+    let manifest = manifest(model, &graph, (&levels, &threads), &codes, &op, weights_bytes);
     let parts = Parts { ops: vec![op], objects, source, manifest };
     let library = link_library(options, &levels, parts, (out_dir, &build_dir), start.elapsed())?;
     Ok(ModelLibrary { library, plan_time, weights_bytes })
+}
+
+/// `asked` sorted, each once: at least one, each within 1..=`MAX_THREADS`.
+fn thread_counts(asked: &[usize]) -> Result<Vec<usize>, ExportError> {
+    let mut threads = asked.to_vec();
+    threads.sort_unstable();
+    threads.dedup();
+    if threads.is_empty() || threads[0] == 0 || threads[threads.len() - 1] > ModelExport::MAX_THREADS {
+        return Err(ExportError::Threads { found: asked.to_vec(), max: ModelExport::MAX_THREADS });
+    }
+    Ok(threads)
 }
 
 fn write(dir: &Path, file: &str, bytes: &[u8]) -> Result<String, ExportError> {
