@@ -385,6 +385,7 @@ fn record(task: &tensorlift::tune::tasks::Task, knobs: Conv2dInt8Knobs, threads:
         error: None,
         peak_gops: None,
         peak_probe: None,
+        point_features: None,
     }
 }
 
@@ -475,11 +476,11 @@ fn an_exported_mobilenet_takes_the_point_of_its_auto_tuning_record() {
         phase: tensorlift::record::Phase::Validation,
     };
     let tuned = record(&candidate, task.workload.clone(), &measured);
-    let export = ModelExport { user: vec![tuned], pretuned: Vec::new(), max_threads: 2 };
+    let export = ModelExport { user: vec![tuned], pretuned: Vec::new(), threads: vec![1, 2] };
     let lib = export_model(&path, &export, &options("mbtuned", &[host]), &out_dir("mbtuned")).unwrap();
     let partitions = lib.library.manifest["partitions"].as_array().unwrap().clone();
     let points: Vec<&serde_json::Value> =
-        partitions.iter().filter(|p| !p["point"].is_null()).map(|p| &p["point"][host.name()]).collect();
+        partitions.iter().filter(|p| !p["point"].is_null()).map(|p| &p["point"][host.name()]["2"]).collect();
     assert_eq!(points.len(), 3);
     let want = serde_json::to_value(&point).unwrap();
     assert_eq!(points.iter().filter(|p| ***p == want).count(), 1, "{points:?}");
