@@ -74,13 +74,16 @@ pub(super) fn compile_jobs<'a>(
     jobs: impl Iterator<Item = (usize, &'a Job)>,
     options: &CompileOptions,
 ) -> HashMap<usize, Compiled> {
-    let jobs: Vec<(usize, &Job)> = jobs.collect();
-    let mut seen = HashSet::new();
-    let (first, rest): (Vec<_>, Vec<_>) =
-        jobs.into_iter().partition(|(_, job)| job.geometry().is_none_or(|g| seen.insert(g)));
     // Auto-scheduled convolutions first (each compiles its own function), then the first layer
-    // of each geometry, then the layers that find theirs.
-    let (auto, first): (Vec<_>, Vec<_>) = first.into_iter().partition(|(_, job)| job.geometry().is_none());
+    // of each geometry, then the layers that find theirs; each geometry is formatted once.
+    let (mut auto, mut first, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+    let mut seen = HashSet::new();
+    for (index, job) in jobs {
+        match job.geometry() {
+            None => auto.push((index, job)),
+            Some(g) => if seen.insert(g) { &mut first } else { &mut rest }.push((index, job)),
+        }
+    }
     let order: Vec<(usize, &Job)> = auto.into_iter().chain(first).chain(rest).collect();
     let cache = KernelCache::new();
     let next = AtomicUsize::new(0);
