@@ -2,7 +2,10 @@
 `schedules::catalog::OpSpec::suite`, `tensorlift tune op` with the learned search and with the
 random search (same trials, same seed, interleaved op by op), then onnxruntime's node on the
 same op (scripts/peers/ort_ops.py) in the same sitting. Prints a Markdown table and writes every
-JSON result to --out.
+JSON result to --out. With --shared-db, the learned searches append to one database in suite
+order, so each operator's cost model starts from the earlier operators' search records (their
+points' features and times: `SearchOptions::prior`, transfer across operators); the random
+searches keep one database each.
 
 Columns: generic and tuned GOPS (validated medians, probe-corrected as `tune op` reports them),
 the speedup, the tuned point's % of the peak probe measured beside it (int8 kernels), the
@@ -48,13 +51,16 @@ def tune(args, op, search, db):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def best_pct(db, point):
-    """% of the probe of the tuned point's validation records (median), where they have one."""
+def best_pct(db, point, label):
+    """% of the probe of the tuned point's validation records of op `label` (median), where they
+    have one."""
     pcts = []
     with open(db) as f:
         for line in f:
             r = json.loads(line)
             s = r["schedule"]
+            if not r["workload"]["summary"].startswith(label + ":"):
+                continue
             if s.get("auto") == point and s.get("phase") == "validation" and r.get("gops") and r.get("peak_gops"):
                 pcts.append(100 * r["gops"] / r["peak_gops"])
     pcts.sort()
@@ -78,19 +84,27 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="an interpreter with onnxruntime (for the peer)")
     ap.add_argument("--out", required=True, help="a directory for the databases and JSON results")
     ap.add_argument("--only", nargs="*", default=None, help="short names of the ops to run")
+    ap.add_argument("--shared-db", action="store_true",
+                    help="the learned searches share one database (each starts from the earlier ops' records)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    shared = os.path.join(a.out, "learned.shared.jsonl")
+    if a.shared_db and os.path.exists(shared):
+        os.remove(shared)
     rows = []
     for short, op, label in SUITE:
         if a.only and short not in a.only:
             continue
         res = {}
         for search in ("evolutionary", "random"):
-            db = os.path.join(a.out, f"{short}.{search}.jsonl")
-            if os.path.exists(db):
-                os.remove(db)
+            if a.shared_db and search == "evolutionary":
+                db = shared
+            else:
+                db = os.path.join(a.out, f"{short}.{search}.jsonl")
+                if os.path.exists(db):
+                    os.remove(db)
             res[search] = tune(a, op, search, db)
-            res[search]["pct_probe"] = best_pct(db, res[search]["best"])
+            res[search]["pct_probe"] = best_pct(db, res[search]["best"], label)
             print(f"{short} {search}: {res[search]['tuned_gops']} GOPS", file=sys.stderr, flush=True)
         peer = subprocess.run([a.python, os.path.join(os.path.dirname(__file__), "peers", "ort_ops.py"), "--threads",
                                str(a.threads), "--ops", label], text=True, capture_output=True)
