@@ -484,6 +484,16 @@ fn an_exported_mobilenet_takes_the_point_of_its_auto_tuning_record() {
     assert_eq!(points.len(), 3);
     let want = serde_json::to_value(&point).unwrap();
     assert_eq!(points.iter().filter(|p| ***p == want).count(), 1, "{points:?}");
+    // The manifest says where each point came from: the record's `tuned`, the others `default`.
+    let sources: Vec<(&serde_json::Value, &serde_json::Value)> = partitions
+        .iter()
+        .filter(|p| !p["point"].is_null())
+        .map(|p| (&p["tuning"][host.name()]["2"]["source"], &p["tuning"][host.name()]["2"]["point"]))
+        .collect();
+    for (source, point) in &sources {
+        let expected = if **point == want { "tuned" } else { "default" };
+        assert_eq!(source.as_str(), Some(expected), "{sources:?}");
+    }
     let graph = tensorlift::onnx::load(&path).unwrap().graph;
     let specs = engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::Fusion), &Default::default())
         .unwrap()

@@ -56,8 +56,8 @@ pub(super) struct Layout<'a> {
 pub(super) enum Schedule {
     /// The x86 template's knobs and where they came from.
     Knobs(Conv2dInt8Knobs, Tuning),
-    /// The auto-scheduler's point.
-    Auto(AutoPoint),
+    /// The auto-scheduler's point and where it came from (a record, else the rules': default).
+    Auto(AutoPoint, Tuning),
 }
 
 /// The distinct functions of a level (over its thread counts) and the C calls of them.
@@ -205,9 +205,13 @@ pub(super) fn level_code(
             }
             (Kernel::Auto(_), _) => {
                 let spec = auto_spec(graph.graph(), &step.partition).map_err(|why| unsupported(step, &name, why))?;
-                let asked = records.auto_point(&spec).map(|(p, _)| p);
-                let (own, rejected) =
-                    lower_qconv_auto_at(&spec, level, max_threads, asked.as_ref()).map_err(|e| fail(e.to_string()))?;
+                let asked = records.auto_point(&spec);
+                let (own, rejected) = lower_qconv_auto_at(&spec, level, max_threads, asked.as_ref().map(|(p, _)| p))
+                    .map_err(|e| fail(e.to_string()))?;
+                let tuning = match (&asked, &rejected) {
+                    (Some((_, tuning)), None) => *tuning,
+                    _ => Tuning::Default,
+                };
                 if let Some(why) = rejected {
                     eprintln!("warning: {name} at {level}: the tuning record is not applied ({why}): the rules' point");
                 }
@@ -220,7 +224,13 @@ pub(super) fn level_code(
                     _ => {
                         let LoweredAuto { func, key, point, constants } = own;
                         let (function, line) = call((key, func), &constants)?;
-                        Compiled { function, schedule: Schedule::Auto(point), weights_of: None, line, constants }
+                        Compiled {
+                            function,
+                            schedule: Schedule::Auto(point, tuning),
+                            weights_of: None,
+                            line,
+                            constants,
+                        }
                     }
                 };
                 body.push_str(&compiled.line);

@@ -80,13 +80,18 @@ pub(super) fn manifest(
             if matches!(step.kernel, Kernel::Conv(_) | Kernel::Dense(_)) {
                 entry["tuning"] = per_level(&|k| match &k.schedule {
                     Schedule::Knobs(knobs, tuning) => Some(json!({"source": tuning.name(), "knobs": knobs})),
-                    Schedule::Auto(_) => None,
+                    Schedule::Auto(..) => None,
                 })
                 .into();
             }
             if matches!(step.kernel, Kernel::Auto(_)) {
                 entry["point"] = per_level(&|k| match &k.schedule {
-                    Schedule::Auto(point) => Some(json!(point)),
+                    Schedule::Auto(point, _) => Some(json!(point)),
+                    Schedule::Knobs(..) => None,
+                })
+                .into();
+                entry["tuning"] = per_level(&|k| match &k.schedule {
+                    Schedule::Auto(point, tuning) => Some(json!({"source": tuning.name(), "point": point})),
                     Schedule::Knobs(..) => None,
                 })
                 .into();
