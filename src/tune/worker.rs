@@ -183,8 +183,7 @@ impl Benches {
             }
         }
         let bench = &self.benches[&key];
-        let budget =
-            c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
+        let budget = search_budget(c);
         record(c, workload, &bench.measure(&point, c.repeat, budget))
     }
 }
@@ -194,16 +193,10 @@ impl Benches {
     /// and setting the task up on first use).
     fn measure_task(&mut self, c: &Candidate, model: &str, key: &str, point: &Conv2dInt8Knobs) -> Record {
         let unknown = WorkloadRef { key: key.to_string(), op: String::new(), summary: format!("{model}: {key}") };
-        let level = match IsaLevel::from_name(&c.isa) {
+        let level = match self.model_at_level(c, model) {
             Ok(l) => l,
-            Err(e) => return failed_record(c, unknown, Status::UnsupportedIsa, e.to_string()),
+            Err((status, e)) => return failed_record(c, unknown, status, e),
         };
-        if !level.is_supported() {
-            return failed_record(c, unknown, Status::UnsupportedIsa, format!("this CPU does not support {level}"));
-        }
-        if let Err(e) = self.import(model) {
-            return failed_record(c, unknown, Status::BuildError, e);
-        }
         let tasks = &self.models[model];
         let task = match tasks.task(key) {
             Ok(t) => t,
@@ -222,9 +215,19 @@ impl Benches {
             }
         }
         let bench = &self.tasks[&id];
-        let budget =
-            c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
+        let budget = search_budget(c);
         record(c, bench.workload.clone(), &bench.measure(point, c.repeat, budget))
+    }
+
+    /// The level `c` asks for, where this CPU has it, with `model` imported (`import`); else
+    /// the failed record's status and error.
+    fn model_at_level(&mut self, c: &Candidate, model: &str) -> Result<IsaLevel, (Status, String)> {
+        let level = IsaLevel::from_name(&c.isa).map_err(|e| (Status::UnsupportedIsa, e.to_string()))?;
+        if !level.is_supported() {
+            return Err((Status::UnsupportedIsa, format!("this CPU does not support {level}")));
+        }
+        self.import(model).map_err(|e| (Status::BuildError, e))?;
+        Ok(level)
     }
 
     /// Imports `model` and extracts its tasks, once.
@@ -240,16 +243,10 @@ impl Benches {
     /// `model` (importing the model and setting the task up on first use).
     fn measure_auto_task(&mut self, c: &Candidate, model: &str, key: &str, point: &AutoPoint) -> Record {
         let unknown = WorkloadRef { key: key.to_string(), op: String::new(), summary: format!("{model}: {key}") };
-        let level = match IsaLevel::from_name(&c.isa) {
+        let level = match self.model_at_level(c, model) {
             Ok(l) => l,
-            Err(e) => return failed_record(c, unknown, Status::UnsupportedIsa, e.to_string()),
+            Err((status, e)) => return failed_record(c, unknown, status, e),
         };
-        if !level.is_supported() {
-            return failed_record(c, unknown, Status::UnsupportedIsa, format!("this CPU does not support {level}"));
-        }
-        if let Err(e) = self.import(model) {
-            return failed_record(c, unknown, Status::BuildError, e);
-        }
         let tasks = &self.models[model];
         let task = match tasks.auto_task(key) {
             Ok(t) => t,
@@ -268,8 +265,7 @@ impl Benches {
             }
         }
         let bench = &self.auto_tasks[&id];
-        let budget =
-            c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
+        let budget = search_budget(c);
         record(c, bench.workload.clone(), &bench.measure(point, c.repeat, budget))
     }
 
@@ -312,8 +308,7 @@ impl Benches {
             }
         }
         let bench = &self.ops[&id];
-        let budget =
-            c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3));
+        let budget = search_budget(c);
         record(c, workload, &bench.measure(point, c.repeat, budget))
     }
 }
@@ -481,6 +476,11 @@ impl Drop for Worker {
             let _ = p.child.wait();
         }
     }
+}
+
+/// The time a search-phase measurement may take (`Candidate::budget_ms`, when positive).
+fn search_budget(c: &Candidate) -> Option<std::time::Duration> {
+    c.budget_ms.filter(|b| b.is_finite() && *b > 0.0).map(|b| std::time::Duration::from_secs_f64(b / 1e3))
 }
 
 #[cfg(test)]
