@@ -136,6 +136,9 @@ fn export_model(model: &Path, db: Option<&Path>, args: ExportArgs) -> Result<(),
     let start = Instant::now();
     let lib = export_model_to(model, &export, &options, &args.out)?;
     let total = start.elapsed();
+    for warning in &lib.warnings {
+        eprintln!("warning: {warning}");
+    }
     let size = std::fs::metadata(&lib.library.shared)?.len();
     match args.format {
         Format::Table => {
@@ -168,6 +171,7 @@ fn export_model(model: &Path, db: Option<&Path>, args: ExportArgs) -> Result<(),
                 "codegen_ms": l.codegen_time.as_secs_f64() * 1e3,
                 "link_ms": l.link_time.as_secs_f64() * 1e3,
                 "export_ms": total.as_secs_f64() * 1e3,
+                "warnings": lib.warnings,
             });
             println!("{json}");
         }

@@ -501,6 +501,23 @@ fn an_exported_mobilenet_takes_the_point_of_its_auto_tuning_record() {
     let inputs: Vec<Value> = specs.iter().map(|(d, dims)| crate::engine::input(*d, dims, 7)).collect();
     let want = expected(&graph, &inputs, "mbtuned");
     check_from_c(&lib, &inputs, &want, &[host], "mobilenet with a tuned point");
+    assert!(lib.warnings.is_empty(), "{:?}", lib.warnings);
+
+    // A record whose point the space does not have: the export goes on at the rules' point and
+    // says so once at planning and once per thread count, never silently.
+    let mut bad = record(&candidate, task.workload.clone(), &measured);
+    bad.schedule.auto = Some(schedules::auto::AutoPoint { sketch: "no such sketch".into(), values: vec![] });
+    let export = ModelExport { user: vec![bad], pretuned: Vec::new(), threads: vec![1, 2] };
+    let lib = export_model(&path, &export, &options("mbbad", &[host]), &out_dir("mbbad")).unwrap();
+    assert_eq!(lib.warnings.len(), 3, "{:?}", lib.warnings);
+    assert!(lib.warnings.iter().all(|w| w.contains("no such sketch")), "{:?}", lib.warnings);
+    for threads in ["1 threads", "2 threads"] {
+        assert!(lib.warnings.iter().any(|w| w.contains(threads)), "{threads}: {:?}", lib.warnings);
+    }
+    let partitions = lib.library.manifest["partitions"].as_array().unwrap().clone();
+    for p in partitions.iter().filter(|p| !p["point"].is_null()) {
+        assert_eq!(p["tuning"][host.name()]["2"]["source"], "default", "{p}");
+    }
 }
 
 /// The hand-built residual block of `engine.rs` (u8 and s8, random scales and zero points):

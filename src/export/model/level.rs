@@ -27,6 +27,9 @@ pub(super) struct StepsCode {
     pub body: String,
     /// Per step: a compiled kernel.
     pub kernels: Vec<Option<Compiled>>,
+    /// What the user should know and the export went on without: a tuning record whose point
+    /// the auto-scheduler's space rejects (the rules' point serves instead).
+    pub warnings: Vec<String>,
 }
 
 /// A compiled step at one level and thread count.
@@ -143,6 +146,7 @@ pub(super) fn level_code(
     let tag = level.name().replace('-', "_");
     let mut body = String::new();
     let mut kernels = Vec::new();
+    let mut warnings = Vec::new();
     let p = |s: usize| places.places[s].clone();
     for (i, step) in graph.steps().iter().enumerate() {
         let name = step_name(graph, step);
@@ -213,7 +217,9 @@ pub(super) fn level_code(
                     _ => Tuning::Default,
                 };
                 if let Some(why) = rejected {
-                    eprintln!("warning: {name} at {level}: the tuning record is not applied ({why}): the rules' point");
+                    warnings.push(format!(
+                        "{name} at {level}, {max_threads} threads: the tuning record is not applied ({why}): the rules' point"
+                    ));
                 }
                 let compiled = match largest {
                     // The points' constants do not depend on the threads; were they to, the
@@ -326,7 +332,7 @@ pub(super) fn level_code(
         }
         kernels.push(kernel);
     }
-    Ok(StepsCode { body, kernels })
+    Ok(StepsCode { body, kernels, warnings })
 }
 
 /// `(n, c, plane)` of a 4-D NHWC buffer, or `(1, 1, elements)`.

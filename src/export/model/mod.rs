@@ -84,6 +84,10 @@ pub struct ModelLibrary {
     pub plan_time: Duration,
     /// Bytes of read-only data (prepared weights and constants).
     pub weights_bytes: usize,
+    /// What the export went on without and the user should know: the engine's compile warnings
+    /// (`CompiledGraph::warnings`) and, per level and thread count, each tuning record whose
+    /// point was not applied.
+    pub warnings: Vec<String>,
 }
 
 /// Writes `lib<NAME>.so`, `lib<NAME>.a`, `<NAME>.h` running the network of `model` (an ONNX
@@ -173,10 +177,12 @@ pub fn export_graph(
         checked: vec![Vec::new(); levels.len()],
         ..op
     };
+    let mut warnings = graph.warnings().to_vec();
+    warnings.extend(codes.iter().flat_map(|c| c.warnings.iter().cloned()));
     let manifest = manifest(model, &graph, (&levels, &threads), &codes, &op, weights_bytes);
     let parts = Parts { ops: vec![op], objects, source, manifest };
     let library = link_library(options, &levels, parts, (out_dir, &build_dir), start.elapsed())?;
-    Ok(ModelLibrary { library, plan_time, weights_bytes })
+    Ok(ModelLibrary { library, plan_time, weights_bytes, warnings })
 }
 
 /// `asked` sorted, each once: at least one, each within 1..=`MAX_THREADS`.

@@ -28,6 +28,8 @@ pub(super) struct LevelCode {
     pub functions: Vec<(String, ir::Func)>,
     /// Per thread count asked (ascending).
     pub variants: Vec<Variant>,
+    /// The counts' `StepsCode::warnings`, largest count's first.
+    pub warnings: Vec<String>,
 }
 
 /// One thread count at a level.
@@ -64,6 +66,8 @@ pub(super) fn level_variants(
         let layout = Some(Layout { threads: largest, steps: &big });
         steps.push(level_code(lib, level, graph, places, (&records(count), count, layout), (&mut functions, weights))?);
     }
+    let mut warnings = big.warnings.clone();
+    warnings.extend(steps.iter().flat_map(|s| s.warnings.iter().cloned()));
     steps.push(big);
     for (&count, steps) in threads.iter().zip(steps) {
         let runs_as = match bodies.iter().find(|(_, body)| *body == steps.body) {
@@ -90,7 +94,7 @@ pub(super) fn level_variants(
     }
     source.insert_str(0, &declarations);
     writeln!(source, "{}", dispatch(&entry, &variants)).unwrap();
-    Ok(LevelCode { entry, source, functions: functions.list, variants })
+    Ok(LevelCode { entry, source, functions: functions.list, variants, warnings })
 }
 
 /// The entry: on a pool of `n` threads, the function of the largest count ≤ `n`, else the
