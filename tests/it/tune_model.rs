@@ -154,14 +154,7 @@ fn a_short_model_tuning_writes_verified_records_that_run_applies_without_changin
     // `run --db` applies them: every compiled partition tuned, the output bit for bit the
     // defaults' (and the reference's: --verify).
     let (with, without) = (tmp("tuned.npy"), tmp("default.npy"));
-    let run = |extra: &[&str], out: &Path| {
-        let out = out.display().to_string();
-        let mut args = vec!["run", &file, "--repeat", "1", "--threads", "1", "--format", "json", "--output", &out];
-        args.extend_from_slice(extra);
-        let (ok, stdout, stderr) = tensorlift(&args);
-        assert!(ok, "{stderr}");
-        serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("one JSON object")
-    };
+    let run = |extra: &[&str], out: &Path| run_json(&file, extra, out).0;
     let tuned = run(&["--db", &db_s, "--verify"], &with);
     assert_eq!(tuned["verified"], true);
     let compiled: Vec<&serde_json::Value> = tuned["partitions"]
@@ -353,13 +346,9 @@ fn tuning_a_mobilenet_records_its_auto_scheduled_convolutions_and_run_applies_th
     // output bit for bit the untuned run's (and the reference's: --verify).
     let (with, without) = (tmp("mobilenet_tuned.npy"), tmp("mobilenet_default.npy"));
     let run = |extra: &[&str], out: &Path| {
-        let out = out.display().to_string();
-        let mut args = vec!["run", &file, "--repeat", "1", "--threads", "1", "--format", "json", "--output", &out];
-        args.extend_from_slice(extra);
-        let (ok, stdout, stderr) = tensorlift(&args);
-        assert!(ok, "{stderr}");
+        let (json, stderr) = run_json(&file, extra, out);
         assert!(!stderr.contains("warning"), "{stderr}");
-        serde_json::from_str::<serde_json::Value>(stdout.trim()).expect("one JSON object")
+        json
     };
     let tuned = run(&["--db", &db_s, "--verify"], &with);
     assert_eq!(tuned["verified"], true);
@@ -377,4 +366,15 @@ fn tuning_a_mobilenet_records_its_auto_scheduled_convolutions_and_run_applies_th
     assert!(default["partitions"].as_array().unwrap().iter().all(|p| p["tuning"] != "tuned"));
     let (a, b) = (tensorlift::npy::read(&with).unwrap(), tensorlift::npy::read(&without).unwrap());
     assert!(a.bits_eq(&b), "the tuned model's output differs from the default's");
+}
+
+/// `tensorlift run FILE --repeat 1 --threads 1 --format json --output OUT EXTRA..`, which must
+/// succeed: its JSON and its stderr.
+fn run_json(file: &str, extra: &[&str], out: &Path) -> (serde_json::Value, String) {
+    let out = out.display().to_string();
+    let mut args = vec!["run", file, "--repeat", "1", "--threads", "1", "--format", "json", "--output", &out];
+    args.extend_from_slice(extra);
+    let (ok, stdout, stderr) = tensorlift(&args);
+    assert!(ok, "{stderr}");
+    (serde_json::from_str(stdout.trim()).expect("one JSON object"), stderr)
 }
