@@ -19,7 +19,8 @@
 //! from the table, as its real draws are what the table holds. A configuration is `before` (the
 //! search as it was when the suite target was first measured: random first batch, log-speed
 //! target, batches of 8), `default` (`SearchOptions::new` with `--batch`), or either followed
-//! by `+`-joined changes: `stratified`, `random-first`, `rank`, `log-speed`, `batchN`, `epsN`
+//! by `+`-joined changes: `transfer` (the model trains on the other operators' tables first),
+//! `shipped-prior` (on the shipped prior, `tune::prior`), `stratified`, `random-first`, `rank`, `log-speed`, `batchN`, `epsN`
 //! (ε in percent), `popN`, `genN`, `treesN`, `depthN`; or `random-control`: another random
 //! search (seeded apart) in the learned search's place, the win rate chance alone gives. The
 //! random search always runs `SearchOptions::new` with `--batch` and the same seed.
@@ -33,7 +34,9 @@ use tensorlift::tune::auto::{
     EvolveOptions, FirstBatch, LoweredSpace, ModelOptions, Row, Sample, SearchOptions, SearchSpace, Strategy,
     TableSpace, Target, race, replay,
 };
+use tensorlift::tune::op_bench::spec_workload;
 use tensorlift::tune::op_tune::op_table;
+use tensorlift::tune::prior::{samples, shipped};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -77,10 +80,19 @@ fn parse_args() -> Result<Args, Error> {
     Ok(args)
 }
 
-/// The learned search's options of configuration `name` (see the module doc), and whether it
-/// trains on the other operators' tables from the start (`transfer`).
-fn config(name: &str, args: &Args) -> Result<(SearchOptions, bool), Error> {
-    let mut transfer = false;
+/// Where a configuration's model starts from, besides the operator's own table.
+#[derive(Clone, Copy, Default)]
+struct Prior {
+    /// The other operators' tables (`transfer`).
+    transfer: bool,
+    /// The shipped prior (`shipped-prior`, `tune::prior`).
+    shipped: bool,
+}
+
+/// The learned search's options of configuration `name` (see the module doc), and what its
+/// model trains on from the start.
+fn config(name: &str, args: &Args) -> Result<(SearchOptions, Prior), Error> {
+    let mut prior = Prior::default();
     let mut parts = name.split('+');
     let mut o = match parts.next() {
         Some("before") => SearchOptions {
@@ -112,7 +124,8 @@ fn config(name: &str, args: &Args) -> Result<(SearchOptions, bool), Error> {
     for part in parts {
         let number = |prefix: &str| part.strip_prefix(prefix).and_then(|n| n.parse::<usize>().ok());
         match part {
-            "transfer" => transfer = true,
+            "transfer" => prior.transfer = true,
+            "shipped-prior" => prior.shipped = true,
             "stratified" => o.first = FirstBatch::Stratified,
             "random-first" => o.first = FirstBatch::Random,
             "rank" => o.model.target = Target::Rank,
@@ -126,7 +139,7 @@ fn config(name: &str, args: &Args) -> Result<(SearchOptions, bool), Error> {
             _ => return Err(format!("configuration {name:?}: unknown change {part:?}").into()),
         }
     }
-    Ok((o, transfer))
+    Ok((o, prior))
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -146,7 +159,7 @@ fn main() -> Result<(), Error> {
     for f in &files {
         records.extend(Database::load(f)?.records);
     }
-    let configs: Vec<(String, (SearchOptions, bool))> =
+    let configs: Vec<(String, (SearchOptions, Prior))> =
         args.configs.iter().map(|c| config(c, &args).map(|o| (c.clone(), o))).collect::<Result<_, _>>()?;
     println!(
         "{} seeds, {} trials, random batches of {}, tolerance {}, level {level}, {} thread(s)",
@@ -173,13 +186,18 @@ fn main() -> Result<(), Error> {
         tables.push((spec.clone(), space.default_point(), TableSpace::new(lowered.sketches(), rows), samples));
     }
     let ops = tables.len();
+    let shipped = shipped()?;
     for (index, (spec, default_point, table, _)) in tables.iter().enumerate() {
         let first = [default_point.clone()];
         let others: Vec<Vec<Sample>> =
             tables.iter().enumerate().filter(|(j, _)| *j != index).map(|(_, t)| t.3.clone()).collect();
-        for ((name, (learned, transfer)), total) in configs.iter().zip(summary.iter_mut()) {
+        for ((name, (learned, from)), total) in configs.iter().zip(summary.iter_mut()) {
             let (mut wins, mut l, mut r, mut rho) = (0, vec![], vec![], vec![]);
-            let prior = if *transfer { others.clone() } else { vec![] };
+            let mut prior = if from.transfer { others.clone() } else { vec![] };
+            if from.shipped {
+                let key = spec_workload(spec)?.key;
+                prior.extend(samples(&shipped, level, args.threads, &key));
+            }
             for seed in 0..args.seeds {
                 // The control's random search draws apart from the one it races.
                 let own_seed = if learned.strategy == Strategy::Random { seed + 1_000_003 } else { seed };

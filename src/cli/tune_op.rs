@@ -169,6 +169,11 @@ struct OpSearchArgs {
     search: SearchChoice,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Start the learned model without the shipped prior (`tuning/prior.jsonl`: the catalog's
+    /// operator kinds measured at other shapes); only the --db records of other workloads on
+    /// this CPU then train it before the first batch.
+    #[arg(long)]
+    no_prior: bool,
     /// Timed calls per measurement.
     #[arg(long, default_value_t = 10, value_parser = positive::<usize>, allow_negative_numbers = true)]
     repeat: usize,
@@ -255,6 +260,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
             SearchChoice::Evolutionary => Strategy::Evolutionary,
             SearchChoice::Random => Strategy::Random,
         },
+        shipped_prior: !args.no_prior,
     };
     if args.list_space {
         let def = spec.build()?;

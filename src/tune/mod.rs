@@ -28,6 +28,7 @@ pub mod model;
 pub mod op_bench;
 pub mod op_tune;
 pub mod plot;
+pub mod prior;
 pub mod search;
 pub mod space;
 mod tail;

@@ -122,6 +122,9 @@ fn options_for_auto(options: &TuneOptions) -> OpTuneOptions {
             Strategy::Evolutionary => auto::Strategy::Evolutionary,
             Strategy::Random => auto::Strategy::Random,
         },
+        // A model's convolutions start from the database's records only: the prior's
+        // convolutions are the catalog's, not the requantized ones of a model.
+        shipped_prior: false,
     }
 }
 

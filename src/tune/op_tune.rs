@@ -48,6 +48,8 @@ pub enum OpTuneError {
         #[source]
         source: Box<AutoError>,
     },
+    #[error(transparent)]
+    Prior(#[from] Box<super::prior::PriorError>),
     #[error("{op}: the definition: {source}")]
     Definition {
         op: String,
@@ -75,6 +77,9 @@ pub struct OpTuneOptions {
     pub seed: u64,
     /// How points are proposed: evolution guided by the learned cost model, or at random.
     pub strategy: Strategy,
+    /// Whether the learned model also starts from the shipped prior (`tune::prior`), besides
+    /// the database's records of other workloads on this CPU.
+    pub shipped_prior: bool,
 }
 
 /// What `tune_op` did: the records and, per batch the learned model scored before it was
@@ -190,6 +195,23 @@ pub fn prior(records: &[Record], workload: &str, host: &Host, max_threads: usize
         .collect()
 }
 
+/// What the learned model of a search of `workload` starts from: the database's measurements
+/// of other workloads on this CPU (`prior`), then, where `options.shipped_prior`, the shipped
+/// prior's at this level (`tune::prior::samples`). Each workload weighs as its samples count.
+pub fn starting_prior(
+    records: &[Record],
+    workload: &str,
+    host: &Host,
+    options: &OpTuneOptions,
+) -> Result<Vec<Vec<Sample>>, OpTuneError> {
+    let mut out = prior(records, workload, host, options.max_threads);
+    if options.shipped_prior {
+        let shipped = super::prior::shipped().map_err(Box::new)?;
+        out.extend(super::prior::samples(&shipped, options.level, options.max_threads, workload));
+    }
+    Ok(out)
+}
+
 /// The point of the best verified record for `spec` on `host` among `records`, on at most
 /// `max_threads` threads (`record::select` among the records that carry an auto point), with
 /// that record; `None` when no record applies (the generic schedule then serves). The point
@@ -243,7 +265,7 @@ pub fn tune_op(
     let default = space.default_point();
     let best_known = best_point(spec, db_records, &host, options.max_threads).map_err(Box::new)?.map(|(p, _)| p);
     let history = history(&known(db_records, &workload.key, options.level, options.max_threads));
-    let prior = prior(db_records, &workload.key, &host, options.max_threads);
+    let prior = starting_prior(db_records, &workload.key, &host, options)?;
     let search = AutoSearch {
         label: spec.label(),
         workload,
@@ -381,7 +403,7 @@ pub fn propose_candidates(
     let searched = known.iter().filter(|r| !r.is_validation()).count();
     let count = count.min(options.trials.saturating_sub(searched));
     let history = trials(&history(&known));
-    let prior = prior(records, &workload.key, &Host::this(options.level), options.max_threads);
+    let prior = starting_prior(records, &workload.key, &Host::this(options.level), options)?;
     let search = search_options(options, count, vec![space.default_point()], prior);
     let points = propose(&LoweredSpace::new(&space), &history, count, &search)
         .map_err(|source| OpTuneError::Search { op: spec.label(), source })?;

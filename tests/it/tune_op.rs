@@ -13,7 +13,9 @@ use tensorlift::IsaLevel;
 use tensorlift::record::{Database, Host, Phase, Record, Status};
 use tensorlift::tune::auto::{CompiledPoint, Strategy};
 use tensorlift::tune::op_bench::{space_options, spec_workload};
-use tensorlift::tune::op_tune::{OpTuneOptions, best_point, op_candidate, prior, schedule_op};
+use tensorlift::tune::op_tune::{
+    OpTuneOptions, best_point, op_candidate, prior, propose_candidates, schedule_op, starting_prior,
+};
 use tensorlift::tune::worker::{Candidate, serve};
 
 fn tmp(name: &str) -> PathBuf {
@@ -39,6 +41,7 @@ fn options(max_threads: usize) -> OpTuneOptions {
         batch: 4,
         seed: 1,
         strategy: Strategy::Evolutionary,
+        shipped_prior: true,
     }
 }
 
@@ -358,4 +361,28 @@ fn constant_weights_are_packed_once_outside_the_timed_call_and_verified() {
             }
         }
     }
+}
+
+#[test]
+fn the_shipped_prior_ranks_the_first_proposals_and_can_be_turned_off() {
+    // An f32 matmul (a kind the prior measured, at a shape it did not), nothing measured yet.
+    let spec = OpSpec::Matmul { m: 32, n: 48, k: 64, dtype: MatmulDtype::F32 };
+    let key = spec_workload(&spec).unwrap().key;
+    let host = Host::this(level());
+    let with = OpTuneOptions { trials: 64, batch: 8, ..options(1) };
+    let without = OpTuneOptions { shipped_prior: false, ..with.clone() };
+    let prior_of = |o: &OpTuneOptions| starting_prior(&[], &key, &host, o).unwrap();
+    assert!(prior_of(&without).is_empty());
+    let shipped = prior_of(&with);
+    assert!(shipped.len() >= 8 && shipped.iter().all(|w| w.len() >= 2), "{} workloads", shipped.len());
+    let points = |o: &OpTuneOptions| -> Vec<AutoPoint> {
+        propose_candidates(&spec, o, &[], 8).unwrap().into_iter().map(|c| c.auto.unwrap()).collect()
+    };
+    let (a, b) = (points(&with), points(&without));
+    assert_eq!(a.len(), 8);
+    assert_eq!(a[0], default_point(&spec, 1), "the generic point first, prior or not");
+    assert_eq!(points(&with), a, "deterministic");
+    // Without the prior the first batch is random; with it the model, trained before any
+    // measurement of this workload, chooses it.
+    assert_ne!(a, b, "the prior changed nothing");
 }

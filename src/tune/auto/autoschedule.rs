@@ -42,6 +42,9 @@ pub struct AutoOptions {
     /// Rounds of those measurements.
     pub rounds: usize,
     pub seed: u64,
+    /// Whether the learned model starts from the shipped prior (`tune::prior`, the catalog's
+    /// kinds measured at other shapes).
+    pub prior: bool,
 }
 
 impl AutoOptions {
@@ -57,6 +60,7 @@ impl AutoOptions {
             finalists: 3,
             rounds: 3,
             seed: 1,
+            prior: true,
         }
     }
 }
@@ -107,6 +111,8 @@ pub enum AutoscheduleError {
     Setup(#[from] OpBenchError),
     #[error(transparent)]
     Search(#[from] SearchError),
+    #[error(transparent)]
+    Prior(#[from] crate::tune::prior::PriorError),
     #[error("{name}: no point of the space was verified and timed (the generic one: {generic})")]
     NothingMeasured { name: String, generic: String },
 }
@@ -134,6 +140,11 @@ pub fn autoschedule(
     let mut search_options = SearchOptions::new(options.trials, options.strategy);
     search_options.seed = options.seed;
     search_options.starts = vec![default.clone()];
+    if options.prior {
+        let shipped = crate::tune::prior::shipped()?;
+        search_options.prior =
+            crate::tune::prior::samples(&shipped, options.level, options.max_threads, &bench.workload.key);
+    }
     let lowered = LoweredSpace::new(&bench.space);
     let mut measure = |points: &[AutoPoint]| -> Vec<Option<f64>> {
         points.iter().map(|p| seconds(p, options.search_budget).ok()).collect()
