@@ -283,6 +283,9 @@ fn schedule_quantized(
     Ok((layer, operands))
 }
 
+/// A definition, its GEMM operands, and the source and weight placeholders it reads.
+type Defined = (DirectConvLayer, GemmOperands, (ir::te::Tensor, ir::te::Tensor));
+
 /// `schedule_quantized`'s definition without its schedule (`ops::conv2d_int8_direct` for
 /// checked `knobs`), the GEMM operands, and the source and weight placeholders it reads.
 fn define_quantized(
@@ -291,7 +294,7 @@ fn define_quantized(
     conv: Conv2dParams,
     knobs: Conv2dInt8Knobs,
     level: IsaLevel,
-) -> Result<(DirectConvLayer, GemmOperands, (ir::te::Tensor, ir::te::Tensor)), LayerError> {
+) -> Result<Defined, LayerError> {
     let operands = knobs.operands(level.has_vnni(), weight_range(spec.weights.iter().copied()));
     let attrs = spec.attrs()?;
     let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
