@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use ir::trace::Trace;
 use schedules::ops::GemmOperands;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
@@ -23,8 +24,9 @@ use crate::runtime::CompiledFunc;
 /// level, the threads and the optimization level (its `Debug` text).
 pub(super) type CacheKey = (String, Conv2dInt8Knobs, IsaLevel, Option<usize>, String);
 
-/// A function once compiled (`None` while compiling or after a failed build).
-type Slot = Arc<Mutex<Option<Arc<CompiledFunc>>>>;
+/// A function once compiled, with the schedule it was lowered from as replayable data (`None`
+/// while compiling or after a failed build).
+type Slot = Arc<Mutex<Option<(Arc<CompiledFunc>, Trace)>>>;
 
 /// Compiled functions by `CacheKey`.
 #[derive(Default)]
@@ -81,22 +83,24 @@ impl KernelCache {
         self.hits.load(Ordering::Relaxed)
     }
 
-    /// The function of `key`, built by `build` unless built before; and whether it was. While
-    /// one thread builds a key, others asking for it wait (a failed build leaves the key to the
-    /// next to try).
+    /// The function of `key` and its schedule's trace, built by `build` unless built before
+    /// (then `build`, which schedules, lowers and compiles, is not called); and whether it was.
+    /// While one thread builds a key, others asking for it wait (a failed build leaves the key
+    /// to the next to try).
     pub(super) fn get_or_build(
         &self,
         key: CacheKey,
-        build: impl FnOnce() -> Result<CompiledFunc, LayerError>,
-    ) -> Result<(Arc<CompiledFunc>, bool), LayerError> {
+        build: impl FnOnce() -> Result<(CompiledFunc, Trace), LayerError>,
+    ) -> Result<((Arc<CompiledFunc>, Trace), bool), LayerError> {
         let slot = Arc::clone(self.kernels.lock().unwrap_or_else(PoisonError::into_inner).entry(key).or_default());
         let mut kernel = slot.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(kernel) = &*kernel {
+        if let Some((kernel, trace)) = &*kernel {
             self.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok((Arc::clone(kernel), true));
+            return Ok(((Arc::clone(kernel), trace.clone()), true));
         }
-        let built = Arc::new(build()?);
-        *kernel = Some(Arc::clone(&built));
-        Ok((built, false))
+        let (built, trace) = build()?;
+        let built = Arc::new(built);
+        *kernel = Some((Arc::clone(&built), trace.clone()));
+        Ok(((built, trace), false))
     }
 }

@@ -19,9 +19,12 @@ use ir::te::placeholder_vec;
 use ir::workload::workload_key;
 use schedules::ops::GemmOperands;
 use schedules::ops::{Conv2dParams, Layout};
+use schedules::ops::{DirectConvLayer, conv2d_int8_direct};
 use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
-use schedules::x86_conv::{Conv2dInt8, Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, weight_range};
+use schedules::x86_conv::{
+    Conv2dInt8, Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, schedule_conv2d_int8, weight_range,
+};
 
 use super::error::{LayerError, SpecError};
 use super::kernel_cache::KernelCache;
@@ -280,6 +283,26 @@ fn schedule_quantized(
     Ok((layer, operands))
 }
 
+/// A definition, its GEMM operands, and the source and weight placeholders it reads.
+type Defined = (DirectConvLayer, GemmOperands, (ir::te::Tensor, ir::te::Tensor));
+
+/// `schedule_quantized`'s definition without its schedule (`ops::conv2d_int8_direct` for
+/// checked `knobs`), the GEMM operands, and the source and weight placeholders it reads.
+fn define_quantized(
+    spec: &QConvSpec,
+    shapes: &Shapes,
+    conv: Conv2dParams,
+    knobs: Conv2dInt8Knobs,
+    level: IsaLevel,
+) -> Result<Defined, LayerError> {
+    let operands = knobs.operands(level.has_vnni(), weight_range(spec.weights.iter().copied()));
+    let attrs = spec.attrs()?;
+    let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
+    let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
+    let layer = conv2d_int8_direct(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs.nr, operands, &spec.name)?;
+    Ok((layer, operands, (src, wei)))
+}
+
 /// The weights of `spec` prepared for its function's operands and `knobs.nr`: the per-call
 /// function's arguments between source and output, before the definition's parameters.
 fn prepare_quantized(
@@ -311,21 +334,26 @@ fn build_quantized(
 ) -> Result<CompiledQuantized, LayerError> {
     let start = Instant::now();
     let level = options.target.level().map_err(BuildError::from)?;
-    let (layer, operands) = schedule_quantized(spec, shapes, conv, knobs, level)?;
+    // The definition alone first: its key finds a function compiled for an earlier layer, and
+    // only a new one is scheduled (as `schedule_quantized` does), lowered and compiled.
+    knobs.check().map_err(Conv2dInt8Error::from)?;
+    let (definition, operands, (src, wei)) = define_quantized(spec, shapes, conv, knobs, level)?;
     let name = &spec.name;
     let threads = options.threads.filter(|&t| t > 0);
-    let key = (workload_key(&[&layer.layer.output]).key, knobs, level, threads, format!("{:?}", options.opt_level));
-    let (kernel, cached) = cache.get_or_build(key, || {
-        Ok(build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), name, options)?.compiled)
+    let key = (workload_key(&[&definition.output]).key, knobs, level, threads, format!("{:?}", options.opt_level));
+    let params = definition.params.iter().map(|p| Tensor::from_array(&p.values)).collect();
+    let ((kernel, trace), cached) = cache.get_or_build(key, || {
+        let layer = schedule_conv2d_int8(definition, &src, &wei, None, None, Layout::Nhwc, knobs, operands)?;
+        let compiled = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), name, options)?.compiled;
+        Ok((compiled, layer.schedule.trace()))
     })?;
     let compile = start.elapsed();
 
     let start = Instant::now();
     let PreparedWeights { packed, compensation } =
         cache.prepared((name.clone(), knobs.nr, operands), || prepare_quantized(spec, shapes, knobs, operands))?;
-    let prepared = Prepared { packed, compensation, params: params(&layer), time: start.elapsed() };
+    let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
-    let trace = layer.schedule.trace();
     CompiledQuantized::new(name.clone(), (kernel, cached), knobs, operands, prepared, io, (ops, compile, trace))
 }
 

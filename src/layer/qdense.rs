@@ -92,7 +92,7 @@ impl QDenseSpec {
     /// `alpha · scale_src` as the source scale (QGemm forms `alpha · scale_src` first).
     fn as_conv(&self) -> QConvSpec {
         let (k, n) = (self.k as usize, self.n as usize);
-        let weights = (0..n * k).map(|i| self.weights[(i % k) * n + i / k]).collect();
+        let weights = super::transpose::transpose_i8(&self.weights, k, n);
         QConvSpec {
             name: self.name.clone(),
             src: ActQuant { scale: self.alpha * self.src.scale, ..self.src },

@@ -252,12 +252,36 @@ pub fn record_for<'a>(
     let fitting = records
         .iter()
         .filter(|r| r.target.threads <= max_threads && r.schedule.weights == weights && r.schedule.knobs.is_some());
-    select(fitting, &workload(layer).key, host)
+    select(fitting, &table_key(layer), host)
+}
+
+/// `workload(layer).key`, computed once per table layer in a process (building the definition
+/// for its key costs more than the lookup it serves, and every compile of a network asks for
+/// the keys of its layers' table geometries).
+fn table_key(layer: Layer) -> String {
+    static KEYS: std::sync::Mutex<Vec<(Layer, String)>> = std::sync::Mutex::new(Vec::new());
+    let known = |keys: &[(Layer, String)]| keys.iter().find(|(l, _)| *l == layer).map(|(_, k)| k.clone());
+    if let Some(key) = known(&KEYS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) {
+        return key;
+    }
+    let key = workload(layer).key;
+    KEYS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((layer, key.clone()));
+    key
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_remembered_table_key_is_the_one_its_definition_gives() {
+        for layer in schedules::resnet18::layers() {
+            let key = workload(layer).key;
+            assert!(!key.is_empty(), "{layer:?}");
+            assert_eq!(table_key(layer), key, "{layer:?} on first use");
+            assert_eq!(table_key(layer), key, "{layer:?} remembered");
+        }
+    }
 
     /// A measurement of R5 at `mr`, on `threads`, in `phase`, beside a probe of `probe` GOPS.
     fn record(mr: i64, threads: usize, phase: &str, micros: f64, probe: f64) -> Record {

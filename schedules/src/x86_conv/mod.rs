@@ -29,4 +29,5 @@ pub use knobs::{
 pub use layer::table_layer;
 pub use schedule::{
     Conv2dInt8, Conv2dInt8Error, Conv2dInt8Prepare, conv2d_int8, dense_int8, prepare_conv2d_int8, prepare_dense_int8,
+    schedule_conv2d_int8,
 };

@@ -117,6 +117,24 @@ pub fn conv2d_int8(
 ) -> Result<Conv2dInt8, Conv2dInt8Error> {
     knobs.check()?;
     let layer = conv2d_int8_direct(src, weights, bias, sum_input, conv, attrs, layout, knobs.nr, operands, name)?;
+    schedule_conv2d_int8(layer, src, weights, bias, sum_input, layout, knobs, operands)
+}
+
+/// `conv2d_int8`'s schedule of `layer`, the definition `ops::conv2d_int8_direct` made from the
+/// same `src`, `weights`, `bias`, `sum_input`, `layout`, `knobs.nr` and `operands` (checked
+/// `knobs`): what a caller that wants the definition alone first (its workload key, its
+/// parameters) schedules afterwards, if at all.
+#[allow(clippy::too_many_arguments)]
+pub fn schedule_conv2d_int8(
+    layer: DirectConvLayer,
+    src: &Tensor,
+    weights: &Tensor,
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    layout: Layout,
+    knobs: Conv2dInt8Knobs,
+    operands: GemmOperands,
+) -> Result<Conv2dInt8, Conv2dInt8Error> {
     let mut s = create_schedule(&[&layer.output]);
     if let Some(shifted) = &layer.shifted {
         s.compute_inline(shifted)?;
