@@ -207,3 +207,24 @@ fn ramps_and_broadcasts_of_every_kind() {
         check(&func, &[array_of(ty, n as usize, &[1.0, 250.0, -3.0, 0.5, 7.0]), Array::zeros(d, &[n])]);
     }
 }
+
+/// `i32(u8) * i32(i8)` 16 lanes at a time runs as 16-bit products widened to i32 (the
+/// translator's byte multiply: two multiplies per 16 lanes); 8 lanes at a time, its slow twin,
+/// as the 32-bit multiply. Both equal the interpreter on every pair of bytes.
+#[test]
+fn byte_products_from_16_bit_multiplies_are_exact_for_every_pair() {
+    let n = 256 * 256;
+    let u: Vec<f64> = (0..n).map(|i| (i / 256) as f64).collect();
+    let s: Vec<f64> = (0..n).map(|i| (i % 256) as f64 - 128.0).collect();
+    let mul = |x: &[Expr]| x[0].cast(DType::I32) * x[1].cast(DType::I32);
+    for lanes in [16u16, 8] {
+        let func = elementwise(&format!("byte_mul_x{lanes}"), &[DType::U8, DType::I8], &[(DType::I32, &mul)], n, lanes);
+        let mut args = vec![array_of(ScalarType::U8, n as usize, &u), array_of(ScalarType::I8, n as usize, &s)];
+        args.extend(zeros_like(&func, 2));
+        let clif = check(&func, &args).clif_text().to_string();
+        // Multiplies of two values (the index's multiply by a constant aside).
+        let multiplies = clif.lines().filter(|l| l.contains("= imul v") && !l.contains("; v")).count();
+        assert_eq!(multiplies, 2, "x{lanes}: two multiplies per loop body\n{clif}");
+        assert_eq!(clif.contains("swiden_low"), lanes == 16, "x{lanes}: products widened from i16\n{clif}");
+    }
+}
