@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use tensorlift::isa::IsaLevel;
-use tensorlift::record::{CpuRef, Database, Record};
+use tensorlift::record::{CpuRef, Database};
 use tensorlift::tune::prior::{build, specs};
 
 type Error = Box<dyn std::error::Error>;
@@ -35,15 +35,7 @@ fn main() -> Result<(), Error> {
     };
     let level = IsaLevel::detect().ok_or("no supported ISA level on this CPU")?;
     let cpu = tensorlift::isa::cpu_id().as_ref().map(CpuRef::from).ok_or("this CPU does not identify itself")?;
-    let mut records: Vec<Record> = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&table)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
-    files.sort();
-    for f in &files {
-        records.extend(Database::load(f)?.records);
-    }
+    let records = Database::load_dir(&table)?;
     let prior = build(&specs(), &records, level, threads, &cpu)?;
     let mut file = std::fs::File::create(&out)?;
     for w in &prior {

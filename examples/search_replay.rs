@@ -29,7 +29,7 @@ use std::path::PathBuf;
 
 use schedules::catalog::OpSpec;
 use tensorlift::isa::IsaLevel;
-use tensorlift::record::{Database, Record};
+use tensorlift::record::Database;
 use tensorlift::tune::auto::{
     EvolveOptions, FirstBatch, LoweredSpace, ModelOptions, Row, Sample, SearchOptions, SearchSpace, Strategy,
     TableSpace, Target, race, replay,
@@ -150,15 +150,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 fn main() -> Result<(), Error> {
     let args = parse_args()?;
     let level = IsaLevel::detect().ok_or("no supported ISA level on this CPU")?;
-    let mut records: Vec<Record> = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&args.table)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
-    files.sort();
-    for f in &files {
-        records.extend(Database::load(f)?.records);
-    }
+    let records = Database::load_dir(&args.table)?;
     let configs: Vec<(String, (SearchOptions, Prior))> =
         args.configs.iter().map(|c| config(c, &args).map(|o| (c.clone(), o))).collect::<Result<_, _>>()?;
     println!(

@@ -48,6 +48,25 @@ impl Database {
         }
     }
 
+    /// The records of every `.jsonl` file in `dir`, in file-name order (`load` each: lines
+    /// that are not records are left out, as their errors are).
+    pub fn load_dir(dir: &Path) -> Result<Vec<Record>, DbError> {
+        let io = |source| DbError::Io { path: dir.to_path_buf(), source };
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let path = entry.map_err(io)?.path();
+            if path.extension().is_some_and(|x| x == "jsonl") {
+                files.push(path);
+            }
+        }
+        files.sort();
+        let mut records = Vec::new();
+        for f in &files {
+            records.extend(Database::load(f)?.records);
+        }
+        Ok(records)
+    }
+
     /// Reads `path` where no line may be lost (what an exported library ships): a missing file
     /// is an error, and so is a line that is not a record (the first one's error).
     pub fn load_strict(path: &Path) -> Result<Database, DbError> {
@@ -147,6 +166,22 @@ mod tests {
     use super::super::query::best_per_workload;
     use super::*;
     use crate::isa::IsaLevel;
+
+    #[test]
+    fn a_directory_is_its_jsonl_files_in_name_order() {
+        let dir = std::env::temp_dir().join(format!("tensorlift-db-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (record("a", IsaLevel::Avx2, 1, 5.0), record("b", IsaLevel::Avx2, 1, 6.0));
+        let line = |r: &Record| serde_json::to_string(r).unwrap() + "\n";
+        std::fs::write(dir.join("2.jsonl"), line(&b)).unwrap();
+        std::fs::write(dir.join("1.jsonl"), line(&a)).unwrap();
+        std::fs::write(dir.join("notes.txt"), line(&a)).unwrap();
+        let keys: Vec<String> = Database::load_dir(&dir).unwrap().iter().map(|r| r.workload.key.clone()).collect();
+        assert_eq!(keys, [a.workload.key.clone(), b.workload.key.clone()]);
+        assert!(Database::load_dir(&dir.join("missing")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn malformed_lines_are_named_and_the_rest_serve_and_merge_dedups() {
