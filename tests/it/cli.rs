@@ -220,6 +220,7 @@ fn gemm_is_verified_at_every_level_this_cpu_has_and_forcing_another_is_an_error(
             tensorlift::IsaLevel::Avx2 => "\"kernels\":[\"avx2-madd16 kernel for int16_gemm_5x16x36: ",
             tensorlift::IsaLevel::AvxVnni => "\"kernels\":[\"avx-vnni kernel for int8_gemm_5x32x36: ",
             tensorlift::IsaLevel::Avx512Vnni => "\"kernels\":[\"avx512-vnni kernel for int8_gemm_5x32x36: ",
+            tensorlift::IsaLevel::Amx => "\"kernels\":[\"amx-int8 kernel for int8_gemm_5x32x36: ",
         };
         assert!(stdout.contains(kernel), "{stdout}");
     }
@@ -246,6 +247,7 @@ fn gemm_prints_a_table_and_with_asm_the_disassembly_of_every_function() {
         IsaLevel::Avx512Vnni => {
             ("nr 32), tiles 5x32", Some(("avx512-vnni kernel for int8_gemm_5x32x36: ", "vpdpbusd", "zmm")))
         }
+        IsaLevel::Amx => ("nr 32), tiles 5x32", Some(("amx-int8 kernel for int8_gemm_5x32x36: ", "tdpbusd", "tmm"))),
     };
     let header = format!("gemm 20x64x36 u8 x i8 -> i32, B pre-packed ({panel}, isa {level}, ");
     assert!(stdout.starts_with(&header), "{header}\n{stdout}");
@@ -284,7 +286,7 @@ fn the_isa_environment_variable_forces_the_level_of_auto_and_unknown_names_are_e
     let (ok, _, stderr) = tensorlift_env(&SMALL_GEMM, ("TENSORLIFT_ISA", "sse9"));
     assert!(!ok);
     assert!(
-        stderr.contains("error: ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"sse9\""),
+        stderr.contains("error: ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni|amx, found \"sse9\""),
         "{stderr}"
     );
 }
@@ -360,6 +362,7 @@ fn resnet18_prints_one_verified_json_object_per_layer() {
     assert_eq!(r7["weights"], "full", "{r7}");
     // Full-range weights: VNNI where the level has it, else pre-widened operands.
     let (kernel, probe) = match tensorlift::IsaLevel::detect() {
+        Some(tensorlift::IsaLevel::Amx) => ("amx-int8", "tdpbusd tmm"),
         Some(tensorlift::IsaLevel::Avx512Vnni) => ("avx512-vnni", "vpdpbusd zmm"),
         Some(tensorlift::IsaLevel::AvxVnni) => ("avx-vnni", "vpdpbusd ymm"),
         Some(tensorlift::IsaLevel::Avx2) => ("avx2-madd16", "vpmaddwd+vpaddd ymm"),
@@ -479,7 +482,7 @@ fn export_rejects_bad_levels_names_and_sizes_with_messages() {
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_export_bad");
     let out_arg = out.to_str().unwrap();
     for (args, needle) in [
-        (vec!["--isa", "avx3"], "ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"avx3\""),
+        (vec!["--isa", "avx3"], "ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni|amx, found \"avx3\""),
         (vec!["--name", "my lib"], "library name \"my lib\": expected a C identifier"),
         (vec!["--k", "0"], "K: expected a positive size, found 0"),
         (vec!["--threads", "1,2"], "--threads applies to a model"),
