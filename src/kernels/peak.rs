@@ -2,8 +2,9 @@
 //! measured as independent accumulator chains in a loop, enough to cover the instructions'
 //! latency at their full rate.
 //!
-//! One probe per dot-product method (`ProbeKind`): `vpdpbusd` (VNNI), the saturating
-//! `vpmaddubsw` triple, the sign-transfer chain and `vpmaddwd` + `vpaddd` (widened operands).
+//! One probe per dot-product method (`ProbeKind`): `vpdpbusd` (VNNI), `tdpbusd` (AMX), the
+//! saturating `vpmaddubsw` triple, the sign-transfer chain and `vpmaddwd` + `vpaddd` (widened
+//! operands).
 //! A kernel's % of peak is against the probe of its own method (`ProbeKind::for_variant`), so
 //! every ISA level has one. This module assembles them; `runtime::peak` loads, runs and times
 //! them.

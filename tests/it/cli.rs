@@ -318,15 +318,17 @@ fn peak_measures_every_method_this_cpu_has() {
             "vpmaddubsw+vpmaddwd+vpaddd zmm",
             "vpmaddubsw+vpmaddwd+vpaddd ymm",
             "vpsignb+vpmaddubsw+vpmaddwd+vpaddd ymm",
-            "vpmaddwd+vpaddd ymm"
+            "vpmaddwd+vpaddd ymm",
+            "tdpbusd tmm"
         ]
     );
     let supported = |p: &serde_json::Value| p["supported"] == true;
     assert_eq!(supported(&probes[0]), tensorlift::IsaLevel::Avx512Vnni.is_supported(), "{peak}");
     // Every AVX2 CPU has the three ymm methods: no level is left without a peak.
-    for p in &probes[3..] {
+    for p in &probes[3..6] {
         assert_eq!(supported(p), tensorlift::IsaLevel::Avx2.is_supported(), "{p}");
     }
+    assert_eq!(supported(&probes[6]), tensorlift::IsaLevel::Amx.is_supported(), "{peak}");
     for p in probes.iter().filter(|p| supported(p)) {
         assert!(p["gops"].as_f64().is_some_and(|g| g > 0.0), "{p}");
     }
