@@ -83,6 +83,22 @@ pub(crate) fn select_int8_gemm(level: IsaLevel, saturating: bool, facts: Int8Gem
     }
 }
 
+/// Whether the AMX kernel beats zmm VNNI on `shape` by a cycle estimate: a `tdpbusd` issues
+/// every 16 cycles whatever the rows and columns of its tiles (1 to 16 each) and k bytes (4 to
+/// 64), and a call pays a fixed cost (the tile configuration, C's tiles moved once); two zmm
+/// `vpdpbusd` per cycle do 128 multiply-adds at any shape. A few rows or columns, or a short
+/// k, leave most of each tile multiply idle.
+pub(crate) fn amx_pays_off(shape: &GemmShape) -> bool {
+    const TDPBUSD_CYCLES: i64 = 16;
+    const CALL_CYCLES: i64 = 150;
+    const VNNI_MACS_PER_CYCLE: i64 = 128;
+    let chunks = shape.segments * ((shape.k + 63) / 64);
+    let tiles = (shape.m + 15) / 16 * ((shape.n + 15) / 16);
+    let amx = CALL_CYCLES + TDPBUSD_CYCLES * tiles * chunks;
+    let vnni = shape.m * shape.n * shape.k * shape.segments / VNNI_MACS_PER_CYCLE;
+    amx < vnni
+}
+
 /// Every value a buffer may hold: its declared range, else its dtype's.
 fn value_bounds(buffer: &Buffer) -> Option<(i64, i64)> {
     buffer.value_range().or_else(|| {
@@ -166,9 +182,12 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             // `vpmaddwd` + `vpaddd` is the declaration for every input.
             _ => (self.cx.level >= IsaLevel::Avx2).then_some(KernelVariant::AVX2_MADD16),
         };
-        let Some(variant) = selected else {
+        let Some(mut variant) = selected else {
             return self.stmt(fallback);
         };
+        if variant == KernelVariant::AMX_INT8 && !amx_pays_off(&shape) {
+            variant = KernelVariant::AVX512_VNNI;
+        }
         let mut pointers = Vec::with_capacity(3);
         for operand in operands {
             match self.buffers.get(&operand.buffer.id()).cloned() {

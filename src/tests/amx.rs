@@ -168,3 +168,15 @@ fn level_amx_selects_the_tile_kernel_for_u8_operands() {
     assert_eq!(amx.name(), "amx");
     assert!(amx.features().contains(&"amx-int8") && amx.features().contains(&"avx512vnni"));
 }
+
+/// Calls with tiles mostly idle (a few rows, a short k) take the zmm kernel at level `amx`;
+/// a convolution's full row block of a long k takes the tiles.
+#[test]
+fn the_tile_kernel_is_chosen_where_its_tiles_are_busy() {
+    use crate::codegen::intrin::amx_pays_off;
+    assert!(!amx_pays_off(&GemmShape::dense(1, 64, 512)), "a GEMV");
+    assert!(!amx_pays_off(&GemmShape::dense(4, 32, 8)), "k of 8");
+    assert!(!amx_pays_off(&GemmShape::dense(4, 64, 64)), "4 rows, one chunk");
+    assert!(amx_pays_off(&GemmShape::dense(32, 64, 576)));
+    assert!(amx_pays_off(&GemmShape { segments: 9, lds: 192, ..GemmShape::dense(8, 32, 64) }));
+}
