@@ -64,7 +64,7 @@ impl Operands {
                 match method {
                     DotMethod::MaddUbs => v >> 1,
                     DotMethod::SignTransfer => v.max(-127),
-                    DotMethod::Vnni | DotMethod::Widen | DotMethod::Madd16 => v,
+                    DotMethod::Vnni | DotMethod::Widen | DotMethod::Madd16 | DotMethod::Amx => v,
                 }
             })
             .collect();

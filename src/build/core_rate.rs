@@ -8,8 +8,9 @@ use crate::isa::IsaLevel;
 use crate::runtime::peak::zmm_vnni_runs_full_width;
 
 /// The `CoreRate` of this CPU's cores for code at `level`, which the default schedules' threads
-/// follow: full where the level is `avx512-vnni` and the cores run zmm `vpdpbusd` at their full
-/// width, else slower. Only `avx512-vnni` runs the probes (once per process).
+/// follow: full where the level has AVX-512 (`avx512-vnni`, `amx`) and the cores run zmm
+/// `vpdpbusd` at their full width, else slower. Only those levels run the probes (once per
+/// process).
 pub fn core_rate(level: IsaLevel) -> CoreRate {
-    if level == IsaLevel::Avx512Vnni && zmm_vnni_runs_full_width() { CoreRate::FullZmmVnni } else { CoreRate::Slower }
+    if level.has_avx512() && zmm_vnni_runs_full_width() { CoreRate::FullZmmVnni } else { CoreRate::Slower }
 }

@@ -14,6 +14,7 @@ pub enum IsaChoice {
     AvxVnni,
     #[value(name = "avx512-vnni")]
     Avx512Vnni,
+    Amx,
 }
 
 impl IsaChoice {
@@ -24,6 +25,7 @@ impl IsaChoice {
             IsaChoice::Avx2 => Target::Level(IsaLevel::Avx2),
             IsaChoice::AvxVnni => Target::Level(IsaLevel::AvxVnni),
             IsaChoice::Avx512Vnni => Target::Level(IsaLevel::Avx512Vnni),
+            IsaChoice::Amx => Target::Level(IsaLevel::Amx),
         }
     }
 }

@@ -51,7 +51,8 @@ enum Command {
     /// the kernel's method measured in the same run.
     Resnet18(resnet18::Args),
     /// Measure this CPU's throughput limit for every int8 dot-product method it has: vpdpbusd
-    /// (zmm, ymm), the vpmaddubsw triple, the sign-transfer chain, vpmaddwd + vpaddd.
+    /// (zmm, ymm), the vpmaddubsw triple, the sign-transfer chain, vpmaddwd + vpaddd, tdpbusd
+    /// (AMX tiles).
     Peak(peak::Args),
     /// Write a self-contained operator library: lib<NAME>.so, lib<NAME>.a and <NAME>.h, every
     /// ISA level inside, dispatched on the CPU that loads it.

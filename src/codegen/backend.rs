@@ -20,7 +20,9 @@ pub fn cranelift_flags(level: IsaLevel) -> Vec<&'static str> {
     }
     match level {
         IsaLevel::AvxVnni => flags.push("has_avx_vnni"),
-        IsaLevel::Avx512Vnni => flags.extend(["has_avx512f", "has_avx512vl", "has_avx512dq", "has_avx512vnni"]),
+        IsaLevel::Avx512Vnni | IsaLevel::Amx => {
+            flags.extend(["has_avx512f", "has_avx512vl", "has_avx512dq", "has_avx512vnni"])
+        }
         IsaLevel::Scalar | IsaLevel::Avx2 => {}
     }
     flags

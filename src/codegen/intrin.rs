@@ -48,19 +48,21 @@ pub(crate) struct Int8GemmFacts {
 }
 
 /// The kernel for `Int8Gemm`, best first, that computes the declaration exactly at `level`.
-/// u8 A: VNNI where the level has it (exact for every input, so it also implements a saturating
+/// u8 A: AMX `tdpbusd` at level `amx` (`int8_gemm_kernel` falls back to zmm VNNI for the shapes
+/// the tile kernel declines), VNNI where the level has it (exact for every input, so it also implements a saturating
 /// declaration whose inputs cannot saturate); the `vpmaddubsw` triple for saturating
 /// declarations, or for exact ones whose inputs provably never saturate; else exact i16
 /// widening. i8 A (exact declarations only): sign transfer when B provably holds no -128, else
 /// widening.
 pub(crate) fn select_int8_gemm(level: IsaLevel, saturating: bool, facts: Int8GemmFacts) -> Option<KernelVariant> {
     let exact_vnni = match level {
+        IsaLevel::Amx => Some(KernelVariant::AMX_INT8),
         IsaLevel::Avx512Vnni => Some(KernelVariant::AVX512_VNNI),
         IsaLevel::AvxVnni => Some(KernelVariant::AVX_VNNI),
         IsaLevel::Avx2 | IsaLevel::Scalar => None,
     };
     let triple = match level {
-        IsaLevel::Avx512Vnni => Some(KernelVariant::AVX512_MADDUBS),
+        IsaLevel::Avx512Vnni | IsaLevel::Amx => Some(KernelVariant::AVX512_MADDUBS),
         IsaLevel::AvxVnni | IsaLevel::Avx2 => Some(KernelVariant::AVX2_MADDUBS),
         IsaLevel::Scalar => None,
     };
@@ -79,6 +81,22 @@ pub(crate) fn select_int8_gemm(level: IsaLevel, saturating: bool, facts: Int8Gem
         (true, true) => exact_vnni.or(triple),
         (true, false) => triple,
     }
+}
+
+/// Whether the AMX kernel beats zmm VNNI on `shape` by a cycle estimate: a `tdpbusd` issues
+/// every 16 cycles whatever the rows and columns of its tiles (1 to 16 each) and k bytes (4 to
+/// 64), and a call pays a fixed cost (the tile configuration, C's tiles moved once); two zmm
+/// `vpdpbusd` per cycle do 128 multiply-adds at any shape. A few rows or columns, or a short
+/// k, leave most of each tile multiply idle.
+pub(crate) fn amx_pays_off(shape: &GemmShape) -> bool {
+    const TDPBUSD_CYCLES: i64 = 16;
+    const CALL_CYCLES: i64 = 150;
+    const VNNI_MACS_PER_CYCLE: i64 = 128;
+    let chunks = shape.segments * ((shape.k + 63) / 64);
+    let tiles = (shape.m + 15) / 16 * ((shape.n + 15) / 16);
+    let amx = CALL_CYCLES + TDPBUSD_CYCLES * tiles * chunks;
+    let vnni = shape.m * shape.n * shape.k * shape.segments / VNNI_MACS_PER_CYCLE;
+    amx < vnni
 }
 
 /// Every value a buffer may hold: its declared range, else its dtype's.
@@ -164,9 +182,12 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             // `vpmaddwd` + `vpaddd` is the declaration for every input.
             _ => (self.cx.level >= IsaLevel::Avx2).then_some(KernelVariant::AVX2_MADD16),
         };
-        let Some(variant) = selected else {
+        let Some(mut variant) = selected else {
             return self.stmt(fallback);
         };
+        if variant == KernelVariant::AMX_INT8 && !amx_pays_off(&shape) {
+            variant = KernelVariant::AVX512_VNNI;
+        }
         let mut pointers = Vec::with_capacity(3);
         for operand in operands {
             match self.buffers.get(&operand.buffer.id()).cloned() {
@@ -175,7 +196,14 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 _ => return self.stmt(fallback),
             }
         }
-        let Some(kernel) = self.cx.int8_gemm_kernel(variant, shape, &intrin.name)? else {
+        let kernel = match self.cx.int8_gemm_kernel(variant, shape, &intrin.name)? {
+            // Offsets the tile kernel cannot encode: the zmm kernel, exact for the same inputs.
+            None if variant == KernelVariant::AMX_INT8 => {
+                self.cx.int8_gemm_kernel(KernelVariant::AVX512_VNNI, shape, &intrin.name)?
+            }
+            kernel => kernel,
+        };
+        let Some(kernel) = kernel else {
             return self.stmt(fallback);
         };
         self.call_kernel(kernel, &pointers)
@@ -200,7 +228,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     fn call_map(&mut self, intrin: &TensorIntrin, operands: &[Operand], fallback: &Stmt) -> Result<(), CompileError> {
         let IntrinKind::Map { m, n } = intrin.kind else { unreachable!("call_intrin checked the kind") };
         let width = match self.cx.level {
-            IsaLevel::Avx512Vnni => VectorWidth::Zmm,
+            IsaLevel::Avx512Vnni | IsaLevel::Amx => VectorWidth::Zmm,
             IsaLevel::AvxVnni | IsaLevel::Avx2 => VectorWidth::Ymm,
             IsaLevel::Scalar => return self.stmt(fallback),
         };

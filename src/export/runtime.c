@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define TL_HIDDEN __attribute__((visibility("hidden")))
@@ -52,7 +53,7 @@ static int tl_level_supported(int level) {
     int osxsave = c1 >> 27 & 1, avx = c1 >> 28 & 1, fma = c1 >> 12 & 1;
     uint64_t xcr0 = osxsave ? tl_xgetbv() : 0;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    unsigned b7 = b, c7 = c;
+    unsigned b7 = b, c7 = c, d7 = d;
     unsigned lzcnt = 0;
     if (__get_cpuid(0x80000001u, &a, &b, &c, &d)) lzcnt = c >> 5 & 1;
     int avx2 = sse42 && avx && (xcr0 & 6) == 6 && (b7 >> 5 & 1) && fma && (b7 >> 3 & 1) && (b7 >> 8 & 1) && lzcnt;
@@ -61,13 +62,18 @@ static int tl_level_supported(int level) {
         if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
         return avx2 && (a >> 4 & 1);
     }
-    if (level == TL_LEVEL_AVX512_VNNI)
-        return avx2 && (xcr0 & 0xe6) == 0xe6 && (b7 >> 16 & 1) && (b7 >> 17 & 1) && (b7 >> 30 & 1) && (b7 >> 31 & 1)
-               && (c7 >> 11 & 1);
+    int avx512 = avx2 && (xcr0 & 0xe6) == 0xe6 && (b7 >> 16 & 1) && (b7 >> 17 & 1) && (b7 >> 30 & 1)
+                 && (b7 >> 31 & 1) && (c7 >> 11 & 1);
+    if (level == TL_LEVEL_AVX512_VNNI) return avx512;
+    /* AMX-TILE and AMX-INT8, tile state in XCR0 (bits 17-18), and the process's permission for
+     * tile data (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), requested before the level is chosen. */
+    if (level == TL_LEVEL_AMX)
+        return avx512 && (d7 >> 24 & 1) && (d7 >> 25 & 1) && (xcr0 & 0x60000) == 0x60000
+               && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
     return 0;
 }
 
-static const char *const tl_level_names[TL_LEVELS] = {"scalar", "avx2", "avx-vnni", "avx512-vnni"};
+static const char *const tl_level_names[TL_LEVELS] = {"scalar", "avx2", "avx-vnni", "avx512-vnni", "amx"};
 
 /* The level calls run at: the best compiled level this CPU supports, or TENSORLIFT_ISA's
  * (which must be compiled and supported). Chosen once; -1 with `tl_select_error` set if none. */
@@ -83,7 +89,7 @@ static void tl_select_level(void) {
             if (strcmp(forced, tl_level_names[l]) == 0) level = l;
         if (level < 0) {
             snprintf(tl_select_error, sizeof tl_select_error,
-                     "TENSORLIFT_ISA: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"%s\"", forced);
+                     "TENSORLIFT_ISA: expected one of scalar|avx2|avx-vnni|avx512-vnni|amx, found \"%s\"", forced);
         } else if (!tl_compiled[level]) {
             snprintf(tl_select_error, sizeof tl_select_error,
                      "TENSORLIFT_ISA=%s: the library was not compiled for this level (compiled: %s)", forced,

@@ -29,13 +29,15 @@ pub enum DotMethod {
     /// `vpmaddwd` + `vpaddd` only: exact for every input in wrapping i32 arithmetic
     /// (`vpmaddwd`'s one overflowing case, `(-32768)²·2`, wraps to the same value).
     Madd16,
+    /// AMX `tdpbusd` (u8 × i8) on tiles of 16 rows × 64 bytes: exact, like `Vnni`.
+    Amx,
 }
 
 impl DotMethod {
     /// Whether the method reads A of this element type.
     pub fn accepts_a(self, a_dtype: DType) -> bool {
         match self {
-            DotMethod::Vnni | DotMethod::MaddUbs => a_dtype == DType::U8,
+            DotMethod::Vnni | DotMethod::MaddUbs | DotMethod::Amx => a_dtype == DType::U8,
             DotMethod::SignTransfer => a_dtype == DType::I8,
             DotMethod::Widen => [DType::U8, DType::I8].contains(&a_dtype),
             DotMethod::Madd16 => a_dtype == DType::I16,
@@ -101,8 +103,10 @@ impl KernelVariant {
     pub const AVX2_SIGN: KernelVariant = KernelVariant { method: DotMethod::SignTransfer, width: VectorWidth::Ymm };
     /// Exact AVX2 on i16-pair B: `vpmaddwd` + `vpaddd` on ymm.
     pub const AVX2_MADD16: KernelVariant = KernelVariant { method: DotMethod::Madd16, width: VectorWidth::Ymm };
+    /// AMX `tdpbusd` on tiles (the width is bookkeeping: a C tile row is one zmm of i32).
+    pub const AMX_INT8: KernelVariant = KernelVariant { method: DotMethod::Amx, width: VectorWidth::Zmm };
 
-    pub const ALL: [KernelVariant; 7] = [
+    pub const ALL: [KernelVariant; 8] = [
         KernelVariant::AVX512_VNNI,
         KernelVariant::AVX_VNNI,
         KernelVariant::AVX2_WIDEN,
@@ -110,6 +114,7 @@ impl KernelVariant {
         KernelVariant::AVX512_MADDUBS,
         KernelVariant::AVX2_SIGN,
         KernelVariant::AVX2_MADD16,
+        KernelVariant::AMX_INT8,
     ];
 
     pub fn name(self) -> &'static str {
@@ -124,6 +129,7 @@ impl KernelVariant {
             (DotMethod::SignTransfer, VectorWidth::Zmm) => "avx512-sign",
             (DotMethod::Madd16, VectorWidth::Ymm) => "avx2-madd16",
             (DotMethod::Madd16, VectorWidth::Zmm) => "avx512-madd16",
+            (DotMethod::Amx, _) => "amx-int8",
         }
     }
 
@@ -146,9 +152,9 @@ impl KernelVariant {
     /// Whether code built for `level` may use this kernel.
     pub fn runs_at(self, level: IsaLevel) -> bool {
         match (self.method, self.width) {
-            (DotMethod::Vnni, VectorWidth::Zmm) | (DotMethod::MaddUbs, VectorWidth::Zmm) => {
-                level == IsaLevel::Avx512Vnni
-            }
+            (DotMethod::Vnni, VectorWidth::Zmm) | (DotMethod::MaddUbs, VectorWidth::Zmm) => level.has_avx512(),
+            (DotMethod::Amx, VectorWidth::Zmm) => level == IsaLevel::Amx,
+            (DotMethod::Amx, VectorWidth::Ymm) => false,
             (DotMethod::Vnni, VectorWidth::Ymm) => level == IsaLevel::AvxVnni,
             (DotMethod::Widen | DotMethod::MaddUbs | DotMethod::SignTransfer | DotMethod::Madd16, VectorWidth::Ymm) => {
                 level >= IsaLevel::Avx2

@@ -7,6 +7,7 @@
 //! `IsaLevel::from_name`, `IsaLevel::check_supported`) can fail, so it lives above the errors, in
 //! `target`.
 
+mod amx;
 mod cpu;
 mod family;
 
@@ -30,10 +31,14 @@ pub enum IsaLevel {
     /// AVX2 plus AVX-512 F/BW/VL/DQ and VNNI: `vpdpbusd` on zmm. Does not imply AVX-VNNI
     /// (Cascade Lake and Ice Lake have AVX512-VNNI only), so this level never emits VEX VNNI.
     Avx512Vnni,
+    /// AVX-512 VNNI plus AMX-TILE and AMX-INT8: int8 GEMM on tiles (`tdpbusd`), zmm elsewhere.
+    /// Supported only once the OS permits tile data for the process (`is_supported` asks).
+    Amx,
 }
 
 impl IsaLevel {
-    pub const ALL: [IsaLevel; 4] = [IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512Vnni];
+    pub const ALL: [IsaLevel; 5] =
+        [IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512Vnni, IsaLevel::Amx];
 
     /// The name `TENSORLIFT_ISA` and the CLI's `--isa` accept.
     pub fn name(self) -> &'static str {
@@ -42,12 +47,14 @@ impl IsaLevel {
             IsaLevel::Avx2 => "avx2",
             IsaLevel::AvxVnni => "avx-vnni",
             IsaLevel::Avx512Vnni => "avx512-vnni",
+            IsaLevel::Amx => "amx",
         }
     }
 
-    /// True if this CPU can run code built for this level: it has every one of `features`.
+    /// True if this CPU can run code built for this level: it has every one of `features`
+    /// (and, for `Amx`, the OS granted this process tile data: the first call asks).
     pub fn is_supported(self) -> bool {
-        self.features().into_iter().all(has_feature)
+        self.features().into_iter().all(has_feature) && (self != IsaLevel::Amx || amx::permitted())
     }
 
     /// The CPU features code of this level needs, by `std::arch::is_x86_feature_detected!`
@@ -59,8 +66,13 @@ impl IsaLevel {
         }
         match self {
             IsaLevel::AvxVnni => f.push("avxvnni"),
-            IsaLevel::Avx512Vnni => f.extend(["avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512vnni"]),
+            IsaLevel::Avx512Vnni | IsaLevel::Amx => {
+                f.extend(["avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512vnni"])
+            }
             IsaLevel::Scalar | IsaLevel::Avx2 => {}
+        }
+        if self == IsaLevel::Amx {
+            f.extend(["amx-tile", "amx-int8"]);
         }
         f
     }
@@ -68,6 +80,11 @@ impl IsaLevel {
     /// Whether the level has a `vpdpbusd` (exact on any u8 × i8 operands).
     pub fn has_vnni(self) -> bool {
         self >= IsaLevel::AvxVnni
+    }
+
+    /// Whether the level's code uses zmm (AVX-512 F/BW/VL/DQ and VNNI).
+    pub fn has_avx512(self) -> bool {
+        self >= IsaLevel::Avx512Vnni
     }
 
     /// The best level this CPU supports; `None` off x86-64 or below SSE4.2.
@@ -105,6 +122,8 @@ pub fn has_feature(name: &str) -> bool {
             "avx512vl" => has!("avx512vl"),
             "avx512dq" => has!("avx512dq"),
             "avx512vnni" => has!("avx512vnni"),
+            "amx-tile" => amx::has_tile(),
+            "amx-int8" => amx::has_int8(),
             _ => false,
         }
     }

@@ -30,6 +30,7 @@ use ir::DType;
 
 use crate::error::KernelError;
 use crate::isa::{DotMethod, KernelVariant, VectorWidth};
+use crate::kernels::amx::assemble_amx;
 
 /// One kernel's problem: sizes and strides, all compile-time constants.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -68,7 +69,7 @@ impl GemmShape {
         let a_dtype = match method {
             DotMethod::SignTransfer => DType::I8,
             DotMethod::Madd16 => DType::I16,
-            DotMethod::Vnni | DotMethod::MaddUbs | DotMethod::Widen => DType::U8,
+            DotMethod::Vnni | DotMethod::MaddUbs | DotMethod::Widen | DotMethod::Amx => DType::U8,
         };
         GemmShape { ldb: pack_of(method) * n, a_dtype, ..GemmShape::dense(m, n, k) }
     }
@@ -148,6 +149,8 @@ impl Blocking {
             (DotMethod::Widen, _) => Blocking { rows: 2, vectors: 2, unroll: 4 },
             (DotMethod::SignTransfer, _) => Blocking { rows: 2, vectors: 4, unroll: 4 },
             (DotMethod::Madd16, _) => Blocking { rows: 4, vectors: 2, unroll: 4 },
+            // Tiles, not registers: 2 × 2 tiles of 16 × 16 (`amx`), no unrolling.
+            (DotMethod::Amx, _) => Blocking { rows: 32, vectors: 2, unroll: 1 },
         }
     }
 
@@ -168,11 +171,14 @@ impl Blocking {
             DotMethod::SignTransfer => tile + vectors + 4,
             // Accumulators, B vectors, the widened A pair, the product temporary.
             DotMethod::Madd16 => tile + vectors + 2,
+            // Accumulates in tiles (`amx`).
+            DotMethod::Amx => 0,
         }
     }
 }
 
-/// Assembles the kernel for `shape` (see the module doc); position independent, no relocations.
+/// Assembles the kernel for `shape` (see the module doc; `KernelVariant::AMX_INT8` is
+/// `amx::assemble_amx`); position independent, no relocations.
 pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocking) -> Result<Vec<u8>, KernelError> {
     shape.validate(variant.method)?;
     if !variant.runs_at_any_level() {
@@ -185,6 +191,9 @@ pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocki
         if v == 0 {
             return Err(KernelError::BadShape { what, expected: "at least 1".into(), found: 0 });
         }
+    }
+    if variant.method == DotMethod::Amx {
+        return assemble_amx(shape);
     }
     let mut g = Gen::new(variant, *shape, blocking)?;
     g.kernel()?;
@@ -477,6 +486,8 @@ impl Gen {
             // A k step is 4 bytes of A: four u8/i8 or two i16.
             let a_mem = A_BLOCK + K_COUNT * 4 + imm32("A", a_offset + i as i64 * s.lda * ab + 4 * u)?;
             match self.variant.method {
+                // Assembled by `amx`, never here.
+                DotMethod::Amx => return Err(KernelError::NoSuchVariant { variant: self.variant }),
                 DotMethod::Vnni => {
                     self.broadcast_d(t.a, a_mem)?;
                     let set = u as usize % (t.extra.len() + 1);

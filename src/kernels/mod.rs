@@ -1,7 +1,7 @@
 //! Hand-assembled x86-64 micro-kernels (iced-x86), for what Cranelift cannot emit: ymm/zmm
 //! registers, `vpdpbusd` on 256/512 bits, opmasks.
 //!
-//! `gemm` generates int8 GEMM kernels `fn(a: *const u8, b: *const i8, c: *mut i32)` (SysV)
+//! `gemm` generates int8 GEMM kernels (`amx` those on AMX tiles) `fn(a: *const u8, b: *const i8, c: *mut i32)` (SysV)
 //! for one `Int8Gemm` shape with compile-time strides; `map` compiles the body of an
 //! element-wise `Map` declaration (a requantization) to zmm or ymm code; `peak` assembles the
 //! instruction chains whose throughput they are judged against. The bytes are position
@@ -11,6 +11,7 @@
 //! Assemblers only: bytes out, from the ground floor's facts (`isa`, `error`) and the IR. What
 //! loads and runs the bytes (`runtime::GemmKernel`, `runtime::peak`) sits above the runtime.
 
+pub mod amx;
 pub mod gemm;
 pub mod map;
 pub mod peak;

@@ -2,8 +2,9 @@
 //! measured as independent accumulator chains in a loop, enough to cover the instructions'
 //! latency at their full rate.
 //!
-//! One probe per dot-product method (`ProbeKind`): `vpdpbusd` (VNNI), the saturating
-//! `vpmaddubsw` triple, the sign-transfer chain and `vpmaddwd` + `vpaddd` (widened operands).
+//! One probe per dot-product method (`ProbeKind`): `vpdpbusd` (VNNI), `tdpbusd` (AMX), the
+//! saturating `vpmaddubsw` triple, the sign-transfer chain and `vpmaddwd` + `vpaddd` (widened
+//! operands).
 //! A kernel's % of peak is against the probe of its own method (`ProbeKind::for_variant`), so
 //! every ISA level has one. This module assembles them; `runtime::peak` loads, runs and times
 //! them.
@@ -16,9 +17,13 @@ use iced_x86::code_asm::*;
 
 use crate::error::KernelError;
 use crate::isa::{DotMethod, IsaLevel, KernelVariant, VectorWidth};
+use crate::kernels::amx::store_config;
 
 /// Independent accumulators in the `vpdpbusd` probe loop.
 pub const ACCUMULATORS: usize = 12;
+
+/// Independent C tiles in the `tdpbusd` probe loop.
+pub const AMX_ACCUMULATORS: usize = 4;
 
 /// The instruction chain a probe repeats.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -32,6 +37,8 @@ pub enum ProbeKind {
     SignTransfer,
     /// `vpmaddwd t, a, b`; `vpaddd acc, acc, t` on i16 operands (ymm).
     Madd16,
+    /// `tdpbusd c, a, b` on 16 × 64-byte tiles, A and B tiles loaded once (`amx`).
+    Amx,
 }
 
 impl ProbeKind {
@@ -42,12 +49,15 @@ impl ProbeKind {
             DotMethod::MaddUbs => ProbeKind::Triple(variant.width),
             DotMethod::SignTransfer => ProbeKind::SignTransfer,
             DotMethod::Widen | DotMethod::Madd16 => ProbeKind::Madd16,
+            DotMethod::Amx => ProbeKind::Amx,
         }
     }
 
     pub fn width(self) -> VectorWidth {
         match self {
             ProbeKind::Vnni(w) | ProbeKind::Triple(w) => w,
+            // Bookkeeping, as for the kernel family.
+            ProbeKind::Amx => VectorWidth::Zmm,
             ProbeKind::SignTransfer | ProbeKind::Madd16 => VectorWidth::Ymm,
         }
     }
@@ -57,6 +67,8 @@ impl ProbeKind {
         match self {
             // 10 accumulators + 2 temporaries + b, a, |a|, ones = 16 ymm.
             ProbeKind::SignTransfer => 10,
+            // tmm0–tmm3 accumulate; tmm4–tmm7 hold A and B.
+            ProbeKind::Amx => AMX_ACCUMULATORS,
             _ => ACCUMULATORS,
         }
     }
@@ -69,6 +81,8 @@ impl ProbeKind {
             ProbeKind::Vnni(_) | ProbeKind::Triple(_) | ProbeKind::SignTransfer => lanes * 8.0,
             // 2 i16 products per i32 lane.
             ProbeKind::Madd16 => lanes * 4.0,
+            // 16 × 16 i32 results, each a sum of 64 u8·i8 products.
+            ProbeKind::Amx => 2.0 * 16.0 * 16.0 * 64.0,
         }
     }
 
@@ -86,6 +100,7 @@ impl ProbeKind {
             ProbeKind::Triple(VectorWidth::Ymm) | ProbeKind::SignTransfer | ProbeKind::Madd16 => {
                 supported(IsaLevel::Avx2).map(|l| (l, true))
             }
+            ProbeKind::Amx => supported(IsaLevel::Amx).map(|l| (l, false)),
         }
     }
 
@@ -94,18 +109,20 @@ impl ProbeKind {
         match self {
             ProbeKind::Vnni(VectorWidth::Zmm) | ProbeKind::Triple(VectorWidth::Zmm) => "AVX512-VNNI",
             ProbeKind::Vnni(VectorWidth::Ymm) => "AVX-VNNI or AVX512-VNNI",
+            ProbeKind::Amx => "AMX-INT8 (and the OS's permission for tile data)",
             _ => "AVX2",
         }
     }
 
-    /// Every probe, VNNI first.
-    pub const ALL: [ProbeKind; 6] = [
+    /// Every probe, VNNI first, AMX last.
+    pub const ALL: [ProbeKind; 7] = [
         ProbeKind::Vnni(VectorWidth::Zmm),
         ProbeKind::Vnni(VectorWidth::Ymm),
         ProbeKind::Triple(VectorWidth::Zmm),
         ProbeKind::Triple(VectorWidth::Ymm),
         ProbeKind::SignTransfer,
         ProbeKind::Madd16,
+        ProbeKind::Amx,
     ];
 }
 
@@ -117,6 +134,7 @@ impl fmt::Display for ProbeKind {
             ProbeKind::Triple(width) => write!(f, "vpmaddubsw+vpmaddwd+vpaddd {}", w(*width)),
             ProbeKind::SignTransfer => f.write_str("vpsignb+vpmaddubsw+vpmaddwd+vpaddd ymm"),
             ProbeKind::Madd16 => f.write_str("vpmaddwd+vpaddd ymm"),
+            ProbeKind::Amx => f.write_str("tdpbusd tmm"),
         }
     }
 }
@@ -130,6 +148,9 @@ pub fn assemble_probe(width: VectorWidth, vex: bool) -> Result<Vec<u8>, KernelEr
 /// The probe `fn(iterations: i64)` of `kind`: each iteration runs `kind.chains()` independent
 /// chain steps into as many accumulators.
 pub fn assemble(kind: ProbeKind, vex: bool) -> Result<Vec<u8>, KernelError> {
+    if kind == ProbeKind::Amx {
+        return assemble_amx();
+    }
     let mut a = CodeAssembler::new(64)?;
     let chains = kind.chains();
     // Registers after the accumulators: two rotating temporaries, then the operands.
@@ -176,10 +197,46 @@ pub fn assemble(kind: ProbeKind, vex: bool) -> Result<Vec<u8>, KernelError> {
                 a.vpmaddwd(y(t), y(src), y(ones))?;
                 a.vpaddd(y(i), y(i), y(t))?;
             }
+            ProbeKind::Amx => return Err(KernelError::Assembler { message: "the AMX probe has its own code".into() }),
         }
     }
     a.dec(rdi)?;
     a.jnz(top)?;
+    a.vzeroupper()?;
+    a.ret()?;
+    Ok(a.assemble(0)?)
+}
+
+/// The `tdpbusd` probe `fn(iterations: i64)`: every tile 16 rows × 64 bytes; tmm4–tmm7 are
+/// loaded once (the configuration's own bytes in the red zone, stride 0, so the values are not
+/// all zero), and
+/// each iteration runs `AMX_ACCUMULATORS` independent `tdpbusd`s into tmm0–tmm3.
+fn assemble_amx() -> Result<Vec<u8>, KernelError> {
+    let mut a = CodeAssembler::new(64)?;
+    let tmm = |i: usize| registers::tmm::get_tmm(Register::TMM0 + i as u32).expect("tmm0..tmm7");
+    let mut cfg = [0u8; 64];
+    cfg[0] = 1;
+    for t in 0..8 {
+        cfg[16 + 2 * t..18 + 2 * t].copy_from_slice(&64u16.to_le_bytes());
+        cfg[48 + t] = 16;
+    }
+    store_config(&mut a, &cfg, rax, -64)?;
+    a.ldtilecfg(ptr(rsp - 64))?;
+    a.xor(ecx, ecx)?;
+    for t in 4..8 {
+        a.tileloadd(tmm(t), ptr(rsp + rcx * 1 - 64))?;
+    }
+    for t in 0..AMX_ACCUMULATORS {
+        a.tilezero(tmm(t))?;
+    }
+    let mut top = a.create_label();
+    a.set_label(&mut top)?;
+    for t in 0..AMX_ACCUMULATORS {
+        a.tdpbusd(tmm(t), tmm(4 + t % 2), tmm(6 + t / 2))?;
+    }
+    a.dec(rdi)?;
+    a.jnz(top)?;
+    a.tilerelease()?;
     a.vzeroupper()?;
     a.ret()?;
     Ok(a.assemble(0)?)

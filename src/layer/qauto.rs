@@ -296,7 +296,7 @@ fn space_options(level: IsaLevel, threads: usize) -> SpaceOptions {
     let vector_bytes = match level {
         IsaLevel::Scalar => 16,
         IsaLevel::Avx2 | IsaLevel::AvxVnni => 32,
-        IsaLevel::Avx512Vnni => 64,
+        IsaLevel::Avx512Vnni | IsaLevel::Amx => 64,
     };
     SpaceOptions { max_threads: threads.max(1), vector_bytes, vnni: level.has_vnni() }
 }

@@ -243,8 +243,9 @@ fn saturating_declarations_saturate_and_exact_ones_do_not_at_every_level() {
                 (IsaLevel::Avx2, false) => Some("avx2-widen"),
                 (IsaLevel::Avx2 | IsaLevel::AvxVnni, true) => Some("avx2-maddubs"),
                 (IsaLevel::AvxVnni, false) => Some("avx-vnni"),
-                (IsaLevel::Avx512Vnni, false) => Some("avx512-vnni"),
-                (IsaLevel::Avx512Vnni, true) => Some("avx512-maddubs"),
+                // 4 rows, k 8: too small for tiles (`amx_pays_off`).
+                (IsaLevel::Avx512Vnni | IsaLevel::Amx, false) => Some("avx512-vnni"),
+                (IsaLevel::Avx512Vnni | IsaLevel::Amx, true) => Some("avx512-maddubs"),
             };
             assert_eq!(names.first().map(String::as_str), expected_kernel, "{level} saturating={saturating}");
         }
@@ -271,7 +272,8 @@ fn declared_value_ranges_choose_kernels_and_are_checked_at_every_call() {
                 IsaLevel::Scalar => None,
                 IsaLevel::Avx2 => Some("avx2-maddubs"),
                 IsaLevel::AvxVnni => Some("avx-vnni"),
-                IsaLevel::Avx512Vnni => Some("avx512-vnni"),
+                // Calls of 4 rows, k 36: too small for tiles (`amx_pays_off`).
+                IsaLevel::Avx512Vnni | IsaLevel::Amx => Some("avx512-vnni"),
             };
             assert_eq!(names.first().map(String::as_str), expected_kernel, "{level} saturating={saturating}");
         }
@@ -300,7 +302,7 @@ fn isa_names_round_trip_and_unknown_ones_are_typed_errors() {
         assert_eq!(IsaLevel::from_name(level.name()), Ok(level));
     }
     let err = IsaLevel::from_name("avx3").unwrap_err();
-    assert_eq!(err.to_string(), "ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"avx3\"");
+    assert_eq!(err.to_string(), "ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni|amx, found \"avx3\"");
 }
 
 #[test]

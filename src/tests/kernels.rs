@@ -405,6 +405,13 @@ fn kernels_encode_the_instructions_their_level_promises() {
                 }
             }
             (DotMethod::MaddUbs, _) => assert!(mnemonic(Mnemonic::Vpmaddubsw).count() > 0, "{variant}"),
+            (DotMethod::Amx, _) => {
+                // Tiles only: configured, multiplied, released; no vector arithmetic.
+                assert!(mnemonic(Mnemonic::Tdpbusd).count() > 0, "{variant}");
+                assert!(mnemonic(Mnemonic::Ldtilecfg).count() > 0, "{variant}");
+                assert_eq!(mnemonic(Mnemonic::Tilerelease).count(), 1, "{variant}");
+                assert!(code.iter().all(|i| !has_register(i, Register::is_zmm)), "{variant}");
+            }
             (DotMethod::SignTransfer, _) => {
                 let signs = mnemonic(Mnemonic::Vpsignb).count();
                 assert!(signs > 0 && signs == mnemonic(Mnemonic::Vpmaddubsw).count(), "{variant}");
@@ -476,6 +483,7 @@ fn every_probe_repeats_its_methods_chain_into_independent_accumulators() {
                 (Mnemonic::Vpaddd, chains),
             ],
             ProbeKind::Madd16 => &[(Mnemonic::Vpmaddwd, chains), (Mnemonic::Vpaddd, chains)],
+            ProbeKind::Amx => &[(Mnemonic::Tdpbusd, chains)],
         };
         for &(mnemonic, n) in expected {
             assert_eq!(count(mnemonic), n, "{kind}: {mnemonic:?}");
@@ -488,7 +496,8 @@ fn every_probe_repeats_its_methods_chain_into_independent_accumulators() {
         accumulators.dedup();
         assert_eq!(accumulators.len(), chains, "{kind}");
         let zmm = code.iter().any(|i| has_register(i, Register::is_zmm));
-        assert_eq!(zmm, kind.width() == VectorWidth::Zmm, "{kind}");
+        // The AMX probe's width is bookkeeping: it runs on tiles.
+        assert_eq!(zmm, kind.width() == VectorWidth::Zmm && kind != ProbeKind::Amx, "{kind}");
     }
     // A kernel is compared with the probe of its own method.
     assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_SIGN), ProbeKind::SignTransfer);
@@ -496,6 +505,7 @@ fn every_probe_repeats_its_methods_chain_into_independent_accumulators() {
     assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_MADD16), ProbeKind::Madd16);
     assert_eq!(ProbeKind::for_variant(KernelVariant::AVX2_MADDUBS), ProbeKind::Triple(VectorWidth::Ymm));
     assert_eq!(ProbeKind::for_variant(KernelVariant::AVX512_VNNI), ProbeKind::Vnni(VectorWidth::Zmm));
+    assert_eq!(ProbeKind::for_variant(KernelVariant::AMX_INT8), ProbeKind::Amx);
 }
 
 /// Every probe this CPU has runs and gives a positive rate.

@@ -179,13 +179,13 @@ fn map_kernels_equal_the_interpreter_at_every_level() {
             for (m, n) in [(3, 40), (2, 37), (1, 16), (2, 136), (2, 139), (2, 5)] {
                 let ran = case.check(m, n, level);
                 if ran && case.name != "int_select" && case.name != "sum_f32" {
-                    let lanes = if level == IsaLevel::Avx512Vnni { 16 } else { 8 };
+                    let lanes = if level.has_avx512() { 16 } else { 8 };
                     let code = crate::disasm::disassemble(compile_at(&case.func(m, n), level).machine_code());
                     let grouped = code.contains("vpermd");
                     assert_eq!(grouped, n >= 4 * lanes, "{} {m}x{n} at {level}\n{code}", case.name);
                 }
                 let expected = match level {
-                    IsaLevel::Avx512Vnni => true,
+                    IsaLevel::Avx512Vnni | IsaLevel::Amx => true,
                     IsaLevel::AvxVnni | IsaLevel::Avx2 => n >= 8,
                     IsaLevel::Scalar => false,
                 };
@@ -269,7 +269,7 @@ fn requantization_by_the_reciprocal_is_exact_next_to_every_tie() {
                 assert!(code.contains("vfmadd213ps") && code.contains("vdivps"), "{s}: no reciprocal path\n{code}");
                 // zmm groups of four vectors take one check (`vrangeps`), the rest one each.
                 let checks = (code.contains("vrangeps"), code.contains("vandps"));
-                assert_eq!(checks, (level == IsaLevel::Avx512Vnni, true), "{s} at {level}\n{code}");
+                assert_eq!(checks, (level.has_avx512(), true), "{s} at {level}\n{code}");
             }
         }
     }

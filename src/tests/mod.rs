@@ -1,6 +1,7 @@
 //! Tests of code generation and the runtime: hand-built final-form functions, JIT-compiled and
 //! compared bit for bit with the reference interpreter (`ir::interp::run_func`).
 
+mod amx;
 mod arith;
 mod errors;
 mod intrinsics;

@@ -220,6 +220,8 @@ fn gemm_is_verified_at_every_level_this_cpu_has_and_forcing_another_is_an_error(
             tensorlift::IsaLevel::Avx2 => "\"kernels\":[\"avx2-madd16 kernel for int16_gemm_5x16x36: ",
             tensorlift::IsaLevel::AvxVnni => "\"kernels\":[\"avx-vnni kernel for int8_gemm_5x32x36: ",
             tensorlift::IsaLevel::Avx512Vnni => "\"kernels\":[\"avx512-vnni kernel for int8_gemm_5x32x36: ",
+            // 5 rows of k 36 are too small for tiles: zmm VNNI.
+            tensorlift::IsaLevel::Amx => "\"kernels\":[\"avx512-vnni kernel for int8_gemm_5x32x36: ",
         };
         assert!(stdout.contains(kernel), "{stdout}");
     }
@@ -244,6 +246,9 @@ fn gemm_prints_a_table_and_with_asm_the_disassembly_of_every_function() {
             ("nr 32), tiles 5x32", Some(("avx-vnni kernel for int8_gemm_5x32x36: ", "vpdpbusd", "ymm")))
         }
         IsaLevel::Avx512Vnni => {
+            ("nr 32), tiles 5x32", Some(("avx512-vnni kernel for int8_gemm_5x32x36: ", "vpdpbusd", "zmm")))
+        }
+        IsaLevel::Amx => {
             ("nr 32), tiles 5x32", Some(("avx512-vnni kernel for int8_gemm_5x32x36: ", "vpdpbusd", "zmm")))
         }
     };
@@ -284,7 +289,7 @@ fn the_isa_environment_variable_forces_the_level_of_auto_and_unknown_names_are_e
     let (ok, _, stderr) = tensorlift_env(&SMALL_GEMM, ("TENSORLIFT_ISA", "sse9"));
     assert!(!ok);
     assert!(
-        stderr.contains("error: ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"sse9\""),
+        stderr.contains("error: ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni|amx, found \"sse9\""),
         "{stderr}"
     );
 }
@@ -316,15 +321,17 @@ fn peak_measures_every_method_this_cpu_has() {
             "vpmaddubsw+vpmaddwd+vpaddd zmm",
             "vpmaddubsw+vpmaddwd+vpaddd ymm",
             "vpsignb+vpmaddubsw+vpmaddwd+vpaddd ymm",
-            "vpmaddwd+vpaddd ymm"
+            "vpmaddwd+vpaddd ymm",
+            "tdpbusd tmm"
         ]
     );
     let supported = |p: &serde_json::Value| p["supported"] == true;
     assert_eq!(supported(&probes[0]), tensorlift::IsaLevel::Avx512Vnni.is_supported(), "{peak}");
     // Every AVX2 CPU has the three ymm methods: no level is left without a peak.
-    for p in &probes[3..] {
+    for p in &probes[3..6] {
         assert_eq!(supported(p), tensorlift::IsaLevel::Avx2.is_supported(), "{p}");
     }
+    assert_eq!(supported(&probes[6]), tensorlift::IsaLevel::Amx.is_supported(), "{peak}");
     for p in probes.iter().filter(|p| supported(p)) {
         assert!(p["gops"].as_f64().is_some_and(|g| g > 0.0), "{p}");
     }
@@ -360,6 +367,7 @@ fn resnet18_prints_one_verified_json_object_per_layer() {
     assert_eq!(r7["weights"], "full", "{r7}");
     // Full-range weights: VNNI where the level has it, else pre-widened operands.
     let (kernel, probe) = match tensorlift::IsaLevel::detect() {
+        Some(tensorlift::IsaLevel::Amx) => ("amx-int8", "tdpbusd tmm"),
         Some(tensorlift::IsaLevel::Avx512Vnni) => ("avx512-vnni", "vpdpbusd zmm"),
         Some(tensorlift::IsaLevel::AvxVnni) => ("avx-vnni", "vpdpbusd ymm"),
         Some(tensorlift::IsaLevel::Avx2) => ("avx2-madd16", "vpmaddwd+vpaddd ymm"),
@@ -479,7 +487,7 @@ fn export_rejects_bad_levels_names_and_sizes_with_messages() {
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_export_bad");
     let out_arg = out.to_str().unwrap();
     for (args, needle) in [
-        (vec!["--isa", "avx3"], "ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni, found \"avx3\""),
+        (vec!["--isa", "avx3"], "ISA level: expected one of scalar|avx2|avx-vnni|avx512-vnni|amx, found \"avx3\""),
         (vec!["--name", "my lib"], "library name \"my lib\": expected a C identifier"),
         (vec!["--k", "0"], "K: expected a positive size, found 0"),
         (vec!["--threads", "1,2"], "--threads applies to a model"),

@@ -220,7 +220,7 @@ fn rust_loader_calls_the_library_and_reports_its_errors() {
     let manifest = lib.manifest();
     assert_eq!(manifest["abi_version"], 1);
     assert_eq!(manifest["dlpack_version"], "1.0");
-    assert_eq!(manifest["isa_levels"], serde_json::json!(["scalar", "avx2", "avx-vnni", "avx512-vnni"]));
+    assert_eq!(manifest["isa_levels"], serde_json::json!(["scalar", "avx2", "avx-vnni", "avx512-vnni", "amx"]));
     let args = &manifest["operators"][0]["args"];
     assert_eq!(args[0], serde_json::json!({"name": "A", "dtype": "uint8", "shape": [M, K], "role": "input"}));
     assert_eq!(args[2]["role"], "output");

@@ -53,7 +53,9 @@ fn assert_vpdpbusd(func: &Func, level: IsaLevel) {
     let code = machine_code(func, level);
     let encodings = vpdpbusd(&code);
     match level {
-        IsaLevel::Avx512Vnni => assert!(!encodings.is_empty() && encodings.iter().all(|e| *e == EncodingKind::EVEX)),
+        IsaLevel::Avx512Vnni | IsaLevel::Amx => {
+            assert!(!encodings.is_empty() && encodings.iter().all(|e| *e == EncodingKind::EVEX))
+        }
         IsaLevel::AvxVnni => assert!(!encodings.is_empty() && encodings.iter().all(|e| *e == EncodingKind::VEX)),
         IsaLevel::Scalar | IsaLevel::Avx2 => assert!(encodings.is_empty(), "{level}: {encodings:?}"),
     }

@@ -1,0 +1,343 @@
+//! The AMX int8 GEMM kernel generator: the `GemmShape` semantics of `gemm` (u8 A, i8 B packed
+//! `[k/4, n, 4]`, i32 C) with `tdpbusd` on tiles, under the same SysV signature
+//! `fn(a: *const u8, b: *const i8, c: *mut i32)`.
+//!
+//! B's packing is the AMX B-tile layout: a tile row is one group of four k values for 16
+//! columns (64 bytes), rows `ldb` bytes apart, so B tiles load straight from the operand. An A
+//! tile is 16 rows × 64 bytes of k (rows `lda` apart), a C tile 16 rows × 16 i32 columns.
+//!
+//! Blocks of C are 2 × 2 tiles (32 rows × 32 columns: 4 C tiles, 2 A and 2 B tiles). When k is
+//! not a multiple of 64, the last chunk of each segment needs A and B tiles of another shape,
+//! so blocks shrink to one tile row (or column, for n ≤ 16) to leave tiles for them. Partial
+//! blocks (m or n not a multiple of the block) use tiles of fewer rows or columns, so nothing
+//! outside the operands' footprint is read or written. Each combination of block shapes has its
+//! own tile configuration (palette 1, 64 bytes after the code, loaded with `ldtilecfg`); C is
+//! stored before a configuration changes, since loading one zeroes the tiles.
+//!
+//! Loops: column blocks outside, row blocks inside (B's panel stays in cache while A streams
+//! past), then per segment the loop over 64-byte k chunks. GPRs are caller-saved only; loop
+//! counters live in the red zone (the kernel is a leaf). The kernel ends with `tilerelease`
+//! and `vzeroupper`.
+
+use iced_x86::Register;
+use iced_x86::code_asm::registers::tmm::get_tmm;
+use iced_x86::code_asm::*;
+
+use crate::error::KernelError;
+use crate::kernels::gemm::GemmShape;
+
+/// Rows of a tile, i32 columns of a C or B tile, and bytes of k in an A tile.
+const TILE_ROWS: i64 = 16;
+const TILE_COLS: i64 = 16;
+const TILE_K: i64 = 64;
+
+/// GPR roles: rdi is A; rsi/rdx point at the current column block of B/C; r8/r10 at the
+/// current row block of A/C; r9/r11 at the current k chunk of A/B (r11 holds C's row stride
+/// while C tiles move); rax and rcx hold A's and B's row strides (tile loads take the stride
+/// in an index register).
+const A_BASE: AsmRegister64 = rdi;
+const B_COLS: AsmRegister64 = rsi;
+const C_COLS: AsmRegister64 = rdx;
+const A_ROWS: AsmRegister64 = r8;
+const C_ROWS: AsmRegister64 = r10;
+const A_K: AsmRegister64 = r9;
+const B_K: AsmRegister64 = r11;
+const C_STRIDE: AsmRegister64 = r11;
+const A_STRIDE: AsmRegister64 = rax;
+const B_STRIDE: AsmRegister64 = rcx;
+
+/// Red-zone loop counters and the tile configuration (below rsp, which a leaf function may
+/// use).
+const K_COUNTER: i32 = -8;
+const ROW_COUNTER: i32 = -16;
+const COL_COUNTER: i32 = -24;
+const CONFIG: i32 = -128;
+/// Scratch for building a configuration (free outside blocks).
+const SCRATCH: AsmRegister64 = r9;
+
+/// Byte offsets become 32-bit displacements or immediates.
+fn imm32(what: &'static str, offset: i64) -> Result<i32, KernelError> {
+    i32::try_from(offset).map_err(|_| KernelError::OffsetTooLarge { what, offset })
+}
+
+/// Splits `extent` into blocks of `per_block` tiles of `tile` each: the number of full blocks
+/// and the tile extents of the last, partial block (empty when there is none).
+fn split(extent: i64, tile: i64, per_block: usize) -> (i64, Vec<i64>) {
+    let block = tile * per_block as i64;
+    let mut rest = extent % block;
+    let mut tail = Vec::new();
+    while rest > 0 {
+        tail.push(rest.min(tile));
+        rest -= rest.min(tile);
+    }
+    (extent / block, tail)
+}
+
+/// Which tile register holds what, for blocks of `rows` × `cols` tiles.
+#[derive(Clone, Copy)]
+struct Tiles {
+    rows: usize,
+    cols: usize,
+    /// Full 64-byte k chunks per segment, and the bytes of k after them (a multiple of 4).
+    k_chunks: i64,
+    k_tail: i64,
+}
+
+impl Tiles {
+    fn plan(shape: &GemmShape) -> Tiles {
+        let (k_chunks, k_tail) = (shape.k / TILE_K, shape.k % TILE_K);
+        let (rows, cols) = match (k_chunks > 0 && k_tail > 0, shape.n <= TILE_COLS) {
+            (false, _) => (2, 2),
+            (true, true) => (2, 1),
+            (true, false) => (1, 2),
+        };
+        Tiles { rows, cols, k_chunks, k_tail }
+    }
+
+    fn c(&self, i: usize, j: usize) -> usize {
+        i * self.cols + j
+    }
+
+    /// A tile of row `i` for full chunks (`tail` false) or the k tail.
+    fn a(&self, i: usize, tail: bool) -> usize {
+        self.rows * self.cols + self.skip(tail) + i
+    }
+
+    fn b(&self, j: usize, tail: bool) -> usize {
+        self.rows * self.cols + self.skip(tail) + self.rows + j
+    }
+
+    /// Tiles before the A and B tiles of the tail set: the full set's, when there is one.
+    fn skip(&self, tail: bool) -> usize {
+        if tail && self.k_chunks > 0 { self.rows + self.cols } else { 0 }
+    }
+
+    /// The palette-1 configuration for a block with tile rows `rows` and tile columns `cols`.
+    fn config(&self, rows: &[i64], cols: &[i64]) -> [u8; 64] {
+        let mut cfg = [0u8; 64];
+        cfg[0] = 1;
+        let mut set = |tile: usize, r: i64, colsb: i64| {
+            cfg[16 + 2 * tile..18 + 2 * tile].copy_from_slice(&(colsb as u16).to_le_bytes());
+            cfg[48 + tile] = r as u8;
+        };
+        for (i, &r) in rows.iter().enumerate() {
+            for (j, &c) in cols.iter().enumerate() {
+                set(self.c(i, j), r, 4 * c);
+            }
+        }
+        for (tail, k) in [(false, if self.k_chunks > 0 { TILE_K } else { 0 }), (true, self.k_tail)] {
+            if k == 0 {
+                continue;
+            }
+            for (i, &r) in rows.iter().enumerate() {
+                set(self.a(i, tail), r, k);
+            }
+            for (j, &c) in cols.iter().enumerate() {
+                set(self.b(j, tail), k / 4, 4 * c);
+            }
+        }
+        cfg
+    }
+}
+
+/// Assembles the AMX kernel for `shape` (validated by the caller, A u8); position independent,
+/// no relocations.
+pub fn assemble_amx(shape: &GemmShape) -> Result<Vec<u8>, KernelError> {
+    let mut g = Gen { a: CodeAssembler::new(64)?, shape: *shape, tiles: Tiles::plan(shape) };
+    g.kernel()?;
+    Ok(g.a.assemble(0)?)
+}
+
+struct Gen {
+    a: CodeAssembler,
+    shape: GemmShape,
+    tiles: Tiles,
+}
+
+impl Gen {
+    fn kernel(&mut self) -> Result<(), KernelError> {
+        let s = self.shape;
+        let t = self.tiles;
+        let computes = s.m > 0 && s.n > 0 && ((s.k > 0 && s.segments > 0) || s.reset);
+        if computes {
+            let (full_cols, tail_cols) = split(s.n, TILE_COLS, t.cols);
+            let (full_rows, tail_rows) = split(s.m, TILE_ROWS, t.rows);
+            let full_r = vec![TILE_ROWS; t.rows];
+            let full_c = vec![TILE_COLS; t.cols];
+            let row_kinds: Vec<(i64, Vec<i64>)> = [(full_rows, full_r), (1, tail_rows.clone())]
+                .into_iter()
+                .filter(|(n, r)| *n > 0 && !r.is_empty())
+                .collect();
+            let col_kinds: Vec<(i64, Vec<i64>)> = [(full_cols, full_c), (1, tail_cols.clone())]
+                .into_iter()
+                .filter(|(n, c)| *n > 0 && !c.is_empty())
+                .collect();
+            // One configuration for the whole call: load it once.
+            let single = row_kinds.len() == 1 && col_kinds.len() == 1;
+            if single {
+                self.load_config(&row_kinds[0].1, &col_kinds[0].1)?;
+            }
+            self.a.mov(A_STRIDE, s.lda)?;
+            self.a.mov(B_STRIDE, s.ldb)?;
+            for (ci, (count, cols)) in col_kinds.iter().enumerate() {
+                let more = ci + 1 < col_kinds.len();
+                let mut top = self.a.create_label();
+                if *count > 1 {
+                    self.a.mov(qword_ptr(rsp + COL_COUNTER), imm32("column blocks", *count)?)?;
+                }
+                self.a.set_label(&mut top)?;
+                self.column(&row_kinds, cols, single)?;
+                if *count > 1 || more {
+                    let step = imm32("a column block", TILE_COLS * 4 * t.cols as i64)?;
+                    self.a.add(B_COLS, step)?;
+                    self.a.add(C_COLS, step)?;
+                }
+                if *count > 1 {
+                    self.a.dec(qword_ptr(rsp + COL_COUNTER))?;
+                    self.a.jnz(top)?;
+                }
+            }
+            self.a.tilerelease()?;
+        }
+        self.a.vzeroupper()?;
+        self.a.ret()?;
+        Ok(())
+    }
+
+    /// `ldtilecfg` of the configuration for these tile rows and columns, written to the red
+    /// zone first (so the kernel's bytes are code only).
+    fn load_config(&mut self, rows: &[i64], cols: &[i64]) -> Result<(), KernelError> {
+        store_config(&mut self.a, &self.tiles.config(rows, cols), SCRATCH, CONFIG)?;
+        self.a.ldtilecfg(ptr(rsp + CONFIG))?;
+        Ok(())
+    }
+
+    /// Every row block of one column block whose tiles have `cols` columns.
+    fn column(&mut self, row_kinds: &[(i64, Vec<i64>)], cols: &[i64], single: bool) -> Result<(), KernelError> {
+        let s = self.shape;
+        self.a.mov(A_ROWS, A_BASE)?;
+        self.a.mov(C_ROWS, C_COLS)?;
+        for (ri, (count, rows)) in row_kinds.iter().enumerate() {
+            let more = ri + 1 < row_kinds.len();
+            if !single {
+                self.load_config(rows, cols)?;
+            }
+            let mut top = self.a.create_label();
+            if *count > 1 {
+                self.a.mov(qword_ptr(rsp + ROW_COUNTER), imm32("row blocks", *count)?)?;
+            }
+            self.a.set_label(&mut top)?;
+            self.block(rows, cols)?;
+            if *count > 1 || more {
+                let block_rows = TILE_ROWS * self.tiles.rows as i64;
+                self.a.add(A_ROWS, imm32("a row block of A", block_rows * s.lda)?)?;
+                self.a.add(C_ROWS, imm32("a row block of C", block_rows * s.ldc * 4)?)?;
+            }
+            if *count > 1 {
+                self.a.dec(qword_ptr(rsp + ROW_COUNTER))?;
+                self.a.jnz(top)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn tmm(index: usize) -> Result<AsmRegisterTmm, KernelError> {
+        get_tmm(Register::TMM0 + index as u32)
+            .ok_or_else(|| KernelError::Assembler { message: format!("no tile register tmm{index}") })
+    }
+
+    /// One block: C tiles zeroed or loaded, the k chunks of every segment, C stored.
+    fn block(&mut self, rows: &[i64], cols: &[i64]) -> Result<(), KernelError> {
+        let s = self.shape;
+        let t = self.tiles;
+        let c_off = |i: usize, j: usize| imm32("C", i as i64 * TILE_ROWS * s.ldc * 4 + j as i64 * TILE_COLS * 4);
+        if !s.reset {
+            self.a.mov(C_STRIDE, s.ldc * 4)?;
+        }
+        for i in 0..rows.len() {
+            for j in 0..cols.len() {
+                let c = Self::tmm(t.c(i, j))?;
+                if s.reset {
+                    self.a.tilezero(c)?;
+                } else {
+                    self.a.tileloadd(c, ptr(C_ROWS + C_STRIDE * 1 + c_off(i, j)?))?;
+                }
+            }
+        }
+        if s.k > 0 {
+            for segment in 0..s.segments {
+                self.a.lea(A_K, ptr(A_ROWS + imm32("a segment of A", segment * s.lds)?))?;
+                self.a.lea(B_K, ptr(B_COLS + imm32("a segment of B", segment * (s.k / 4) * s.ldb)?))?;
+                if t.k_chunks > 0 {
+                    let mut top = self.a.create_label();
+                    if t.k_chunks > 1 {
+                        self.a.mov(qword_ptr(rsp + K_COUNTER), imm32("k chunks", t.k_chunks)?)?;
+                    }
+                    self.a.set_label(&mut top)?;
+                    self.chunk(rows.len(), cols.len(), false)?;
+                    if t.k_chunks > 1 || t.k_tail > 0 {
+                        self.a.add(A_K, imm32("a k chunk of A", TILE_K)?)?;
+                        self.a.add(B_K, imm32("a k chunk of B", TILE_K / 4 * s.ldb)?)?;
+                    }
+                    if t.k_chunks > 1 {
+                        self.a.dec(qword_ptr(rsp + K_COUNTER))?;
+                        self.a.jnz(top)?;
+                    }
+                }
+                if t.k_tail > 0 {
+                    self.chunk(rows.len(), cols.len(), true)?;
+                }
+            }
+        }
+        self.a.mov(C_STRIDE, s.ldc * 4)?;
+        for i in 0..rows.len() {
+            for j in 0..cols.len() {
+                self.a.tilestored(ptr(C_ROWS + C_STRIDE * 1 + c_off(i, j)?), Self::tmm(t.c(i, j))?)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One k chunk (full or the tail) of a block of `rows` × `cols` tiles: load A and B tiles,
+    /// one `tdpbusd` per C tile.
+    fn chunk(&mut self, rows: usize, cols: usize, tail: bool) -> Result<(), KernelError> {
+        let s = self.shape;
+        let t = self.tiles;
+        for i in 0..rows {
+            let off = imm32("A", i as i64 * TILE_ROWS * s.lda)?;
+            self.a.tileloadd(Self::tmm(t.a(i, tail))?, ptr(A_K + A_STRIDE * 1 + off))?;
+        }
+        for j in 0..cols {
+            let off = imm32("B", j as i64 * TILE_COLS * 4)?;
+            self.a.tileloadd(Self::tmm(t.b(j, tail))?, ptr(B_K + B_STRIDE * 1 + off))?;
+        }
+        for i in 0..rows {
+            for j in 0..cols {
+                self.a.tdpbusd(Self::tmm(t.c(i, j))?, Self::tmm(t.a(i, tail))?, Self::tmm(t.b(j, tail))?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes the 64 bytes of `cfg` to `[rsp + at]` with qword stores (`scratch` holds the ones that
+/// do not fit a sign-extended immediate).
+pub(crate) fn store_config(
+    a: &mut CodeAssembler,
+    cfg: &[u8; 64],
+    scratch: AsmRegister64,
+    at: i32,
+) -> Result<(), KernelError> {
+    for (q, bytes) in cfg.chunks_exact(8).enumerate() {
+        let value = i64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]));
+        let mem = qword_ptr(rsp + (at + 8 * q as i32));
+        match i32::try_from(value) {
+            Ok(small) => a.mov(mem, small)?,
+            Err(_) => {
+                a.mov(scratch, value)?;
+                a.mov(mem, scratch)?;
+            }
+        }
+    }
+    Ok(())
+}

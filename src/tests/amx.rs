@@ -1,0 +1,182 @@
+//! The AMX int8 GEMM kernel (`kernels::amx`) against a plain reference on random data with the
+//! operands' extremes, over row, column and k tails, segments, padded strides, resetting and
+//! accumulating calls, with guard bands around C; and its selection at level `amx`.
+
+use ir::DType;
+
+use crate::bench::Lcg;
+use crate::error::KernelError;
+use crate::isa::{IsaLevel, KernelVariant};
+use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm};
+use crate::runtime::GemmKernel;
+use crate::tests::skip;
+
+const AMX: KernelVariant = KernelVariant::AMX_INT8;
+
+/// i32 entries before and after C that the kernel must leave alone.
+const GUARD: usize = 37;
+
+/// Plain GEMM in wrapping i32: `C[i, j] (+)= Σ_s Σ_k A[i·lda + s·lds + k] · B[(s·k/4 + k/4)·ldb + 4j + k%4]`.
+fn plain(s: &GemmShape, a: &[u8], b: &[i8], c: &mut [i32]) {
+    let (m, n, k, segments) = (s.m as usize, s.n as usize, s.k as usize, s.segments as usize);
+    let (lda, lds, ldb, ldc) = (s.lda as usize, s.lds as usize, s.ldb as usize, s.ldc as usize);
+    if !s.reset && k * segments == 0 {
+        // Nothing to add (and C is outside the call's footprint).
+        return;
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let mut sum: i32 = if s.reset { 0 } else { c[i * ldc + j] };
+            for seg in 0..segments {
+                for kk in 0..k {
+                    let x = i32::from(a[i * lda + seg * lds + kk]);
+                    let y = i32::from(b[(seg * k / 4 + kk / 4) * ldb + 4 * j + kk % 4]);
+                    sum = sum.wrapping_add(x * y);
+                }
+            }
+            c[i * ldc + j] = sum;
+        }
+    }
+}
+
+/// Random bytes, one in four an extreme (0 or 255 for A, -128 or 127 for B).
+fn operands(shape: &GemmShape, seed: u64) -> (Vec<u8>, Vec<i8>) {
+    let (na, nb, _) = shape.footprint(AMX.method);
+    let mut rng = Lcg::new(seed);
+    let mut byte = |extremes: [u8; 2]| {
+        let r = rng.next_u32();
+        if r.is_multiple_of(4) { extremes[(r >> 8) as usize % 2] } else { (r >> 16) as u8 }
+    };
+    let a = (0..na).map(|_| byte([0, 255])).collect();
+    let b = (0..nb).map(|_| byte([0x80, 0x7f]) as i8).collect();
+    (a, b)
+}
+
+/// Runs the AMX kernel and the plain GEMM on the same random C (with guard bands) and asserts
+/// they agree everywhere: C's elements, the padding between its rows and the guards.
+fn check(shape: GemmShape, seed: u64) {
+    let kernel = GemmKernel::new(AMX, shape, Blocking::default_for(AMX)).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+    let (a, b) = operands(&shape, seed);
+    let (_, _, need_c) = shape.footprint(AMX.method);
+    let mut rng = Lcg::new(seed ^ 0x5eed);
+    let c0: Vec<i32> = (0..need_c + 2 * GUARD).map(|_| rng.next_u32() as i32).collect();
+    let mut got = c0.clone();
+    kernel.run(&a, &b, &mut got[GUARD..GUARD + need_c]).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+    let mut want = c0;
+    plain(&shape, &a, &b, &mut want[GUARD..GUARD + need_c]);
+    if let Some(pos) = got.iter().zip(&want).position(|(g, w)| g != w) {
+        panic!("{shape:?}: C buffer element {pos} (C starts at {GUARD}) = {}, expected {}", got[pos], want[pos]);
+    }
+}
+
+/// The sizes of the brief: row tails of 1–15, 16-column tiles and partial ones, k in whole
+/// 64-byte chunks, below one and with a tail; dense and padded strides; both call kinds.
+#[test]
+fn the_amx_kernel_matches_a_plain_gemm_on_tails_and_strides() {
+    if !skip::has_level(IsaLevel::Amx, "the amx-int8 kernel") {
+        return;
+    }
+    let mut seed: u64 = 1;
+    for m in [1, 7, 15, 16, 17, 33, 56] {
+        for n in [16, 32, 48, 64, 8, 20] {
+            for k in [64, 128, 192, 576, 4, 68] {
+                for reset in [false, true] {
+                    seed += 1;
+                    let padded = seed.is_multiple_of(3);
+                    let (pa, pb, pc) = if padded { (12, 8, 3) } else { (0, 0, 0) };
+                    let shape =
+                        GemmShape { lda: k + pa, ldb: 4 * n + pb, ldc: n + pc, reset, ..GemmShape::dense(m, n, k) };
+                    check(shape, seed);
+                }
+            }
+        }
+    }
+}
+
+/// Nine segments (a 3×3 convolution's taps), apart by a padded stride or overlapping as a
+/// convolution's rows read them.
+#[test]
+fn the_amx_kernel_matches_a_plain_gemm_over_segments() {
+    if !skip::has_level(IsaLevel::Amx, "the amx-int8 kernel") {
+        return;
+    }
+    let mut seed = 1000;
+    for m in [1, 7, 17, 56] {
+        for n in [16, 20, 64] {
+            for k in [4, 64, 68, 128] {
+                for reset in [false, true] {
+                    seed += 1;
+                    let separate =
+                        GemmShape { segments: 9, lds: k + 8, lda: 9 * (k + 8) + 4, ..GemmShape::dense(m, n, k) };
+                    let overlapping = GemmShape { segments: 9, lds: 3 * k, lda: k, ..GemmShape::dense(m, n, k) };
+                    for shape in [separate, overlapping] {
+                        check(GemmShape { reset, ldc: n + 5, ..shape }, seed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Empty reductions: a reset writes zeros, an accumulating call leaves C; empty C: nothing.
+#[test]
+fn the_amx_kernel_handles_empty_shapes() {
+    if !skip::has_level(IsaLevel::Amx, "the amx-int8 kernel") {
+        return;
+    }
+    for reset in [false, true] {
+        check(GemmShape { reset, ..GemmShape::dense(17, 20, 0) }, 7);
+        check(GemmShape { reset, segments: 0, ..GemmShape::dense(17, 20, 64) }, 8);
+        check(GemmShape { reset, ..GemmShape::dense(0, 20, 64) }, 9);
+    }
+}
+
+/// What the tile kernel cannot do is a typed error: A of i8, offsets beyond 32 bits.
+#[test]
+fn the_amx_kernel_rejects_what_it_cannot_build() {
+    let blocking = Blocking::default_for(AMX);
+    let signed = GemmShape { a_dtype: DType::I8, ..GemmShape::dense(16, 16, 64) };
+    assert_eq!(assemble_gemm(AMX, &signed, blocking), Err(KernelError::ADType { variant: AMX, found: DType::I8 }));
+    let far = GemmShape { lda: 1 << 31, ..GemmShape::dense(33, 20, 64) };
+    assert!(matches!(assemble_gemm(AMX, &far, blocking), Err(KernelError::OffsetTooLarge { .. })));
+    let odd = GemmShape::dense(16, 16, 6);
+    assert!(matches!(assemble_gemm(AMX, &odd, blocking), Err(KernelError::BadShape { what: "k", .. })));
+}
+
+/// Level `amx` takes the tile kernel for u8 A (exact, so also for a saturating declaration
+/// whose inputs cannot saturate), the zmm triple for one that can, and the AVX2 kernels for
+/// i8 A; only level `amx` runs the tile kernel.
+#[test]
+fn level_amx_selects_the_tile_kernel_for_u8_operands() {
+    use crate::codegen::intrin::{Int8GemmFacts, select_int8_gemm};
+    let facts = |a_signed, never_saturates, b_above_min| Int8GemmFacts { a_signed, never_saturates, b_above_min };
+    let amx = IsaLevel::Amx;
+    assert_eq!(select_int8_gemm(amx, false, facts(false, false, false)), Some(AMX));
+    assert_eq!(select_int8_gemm(amx, true, facts(false, true, true)), Some(AMX));
+    assert_eq!(select_int8_gemm(amx, true, facts(false, false, true)), Some(KernelVariant::AVX512_MADDUBS));
+    assert_eq!(select_int8_gemm(amx, false, facts(true, false, true)), Some(KernelVariant::AVX2_SIGN));
+    assert_eq!(select_int8_gemm(amx, false, facts(true, false, false)), Some(KernelVariant::AVX2_WIDEN));
+    assert_eq!(
+        select_int8_gemm(IsaLevel::Avx512Vnni, false, facts(false, false, false)),
+        Some(KernelVariant::AVX512_VNNI)
+    );
+    assert_eq!(AMX.min_level(), Some(IsaLevel::Amx));
+    assert!(IsaLevel::ALL.iter().all(|&l| AMX.runs_at(l) == (l == IsaLevel::Amx)));
+    // Level amx runs the zmm kernels too.
+    assert!(KernelVariant::AVX512_VNNI.runs_at(amx) && KernelVariant::AVX512_MADDUBS.runs_at(amx));
+    assert!(!KernelVariant::AVX_VNNI.runs_at(amx));
+    assert_eq!(amx.name(), "amx");
+    assert!(amx.features().contains(&"amx-int8") && amx.features().contains(&"avx512vnni"));
+}
+
+/// Calls with tiles mostly idle (a few rows, a short k) take the zmm kernel at level `amx`;
+/// a convolution's full row block of a long k takes the tiles.
+#[test]
+fn the_tile_kernel_is_chosen_where_its_tiles_are_busy() {
+    use crate::codegen::intrin::amx_pays_off;
+    assert!(!amx_pays_off(&GemmShape::dense(1, 64, 512)), "a GEMV");
+    assert!(!amx_pays_off(&GemmShape::dense(4, 32, 8)), "k of 8");
+    assert!(!amx_pays_off(&GemmShape::dense(4, 64, 64)), "4 rows, one chunk");
+    assert!(amx_pays_off(&GemmShape::dense(32, 64, 576)));
+    assert!(amx_pays_off(&GemmShape { segments: 9, lds: 192, ..GemmShape::dense(8, 32, 64) }));
+}
