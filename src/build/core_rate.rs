@@ -7,10 +7,16 @@ use schedules::x86_conv::CoreRate;
 use crate::isa::IsaLevel;
 use crate::runtime::peak::zmm_vnni_runs_full_width;
 
-/// The `CoreRate` of this CPU's cores for code at `level`, which the default schedules' threads
-/// follow: full where the level has AVX-512 (`avx512-vnni`, `amx`) and the cores run zmm
-/// `vpdpbusd` at their full width, else slower. Only those levels run the probes (once per
+/// The `CoreRate` of this CPU's cores for code at `level`, which the default schedules' tiles
+/// and threads follow: tiles at `amx`; full where the level is `avx512-vnni` and the cores run
+/// zmm `vpdpbusd` at their full width, else slower. Only that level runs the probes (once per
 /// process).
 pub fn core_rate(level: IsaLevel) -> CoreRate {
-    if level.has_avx512() && zmm_vnni_runs_full_width() { CoreRate::FullZmmVnni } else { CoreRate::Slower }
+    if level == IsaLevel::Amx {
+        CoreRate::Tiles
+    } else if level.has_avx512() && zmm_vnni_runs_full_width() {
+        CoreRate::FullZmmVnni
+    } else {
+        CoreRate::Slower
+    }
 }

@@ -79,7 +79,11 @@ fn layer_knobs(
     weights: WeightBits,
     tuning: Option<&Record>,
 ) -> (Conv2dInt8Knobs, GemmOperands) {
-    let rate = if level.has_avx512() { CoreRate::FullZmmVnni } else { CoreRate::Slower };
+    let rate = match level {
+        IsaLevel::Amx => CoreRate::Tiles,
+        _ if level.has_avx512() => CoreRate::FullZmmVnni,
+        _ => CoreRate::Slower,
+    };
     let knobs = tuning.and_then(|r| r.schedule.knobs).unwrap_or_else(|| default_knobs(layer, rate, LIBRARY_THREADS));
     let knobs = Conv2dInt8Knobs { packing: Packing::Bytes, ..knobs };
     (knobs, knobs.operands(level.has_vnni(), weights.range()))

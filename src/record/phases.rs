@@ -126,22 +126,22 @@ pub fn by(time: TimeOf, a: &Record, b: &Record) -> std::cmp::Ordering {
 /// One record per schedule (knobs or auto point, weights) and target (ISA level, CPU model, threads): the
 /// one with the median `time`. A single measurement of a short multi-threaded layer varies
 /// widely on a shared machine, so the fastest record of many would mostly be the luckiest; when
-/// any record is a validation record (finalists measured again, in rounds), only those count.
+/// any record of a target is a validation record (finalists measured again, in rounds), only
+/// those count for that target (another target's validation says nothing about this one's).
 pub fn representatives<'a>(records: impl Iterator<Item = &'a Record>, time: TimeOf) -> Vec<&'a Record> {
     let records: Vec<&Record> = records.collect();
-    let validated = records.iter().any(|r| r.is_validation());
-    let key = |r: &Record| {
+    let target = |r: &Record| {
         (
-            r.schedule.knobs,
-            r.schedule.auto.clone(),
             r.schedule.weights,
             r.target.isa.clone(),
             (r.target.cpu.vendor.clone(), r.target.cpu.family, r.target.cpu.model),
             r.target.threads,
         )
     };
+    let validated: Vec<_> = records.iter().filter(|r| r.is_validation()).map(|r| target(r)).collect();
+    let key = |r: &Record| (r.schedule.knobs, r.schedule.auto.clone(), target(r));
     let mut groups: Vec<Vec<&Record>> = Vec::new();
-    for r in records.into_iter().filter(|r| !validated || r.is_validation()) {
+    for r in records.into_iter().filter(|r| r.is_validation() || !validated.contains(&target(r))) {
         match groups.iter_mut().find(|g| key(g[0]) == key(r)) {
             Some(g) => g.push(r),
             None => groups.push(vec![r]),

@@ -121,6 +121,22 @@ mod tests {
     }
 
     #[test]
+    fn a_targets_search_record_serves_where_only_another_target_was_validated() {
+        // A pre-tuned database keeps one record per target: here a search record of this
+        // level (its finalists' validation was not quiet) beside a validated record of a lower
+        // level. The validation of one target says nothing of another's records.
+        let host = avx2_host();
+        let this_level = record("w", IsaLevel::Avx2, 1, 30.0);
+        let mut lower = record("w", IsaLevel::Scalar, 1, 90.0);
+        lower.schedule.phase = Phase::Validation;
+        assert_eq!(select([&lower, &this_level], "w", &host), Some(&this_level));
+        // Within one target a validated record still outranks search records.
+        let mut validated = record("w", IsaLevel::Avx2, 1, 40.0);
+        validated.schedule.phase = Phase::Validation;
+        assert_eq!(select([&lower, &this_level, &validated], "w", &host), Some(&validated));
+    }
+
+    #[test]
     fn the_query_and_the_pretuned_best_judge_schedules_by_their_quiet_records() {
         let host = avx2_host();
         let measured = |mr: i64, threads: usize, median_ns: f64, probe: f64| {

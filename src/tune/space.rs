@@ -7,7 +7,7 @@
 use ir::intrin::pair_sums_fit_i16;
 use schedules::resnet18::Layer;
 use schedules::x86_conv::{
-    Accumulate, Conv2dInt8Knobs, CoreRate, Packing, TileOrder, default_dense_knobs, default_knobs,
+    Accumulate, Conv2dInt8Knobs, CoreRate, MAX_TILE_MR, Packing, TileOrder, default_dense_knobs, default_knobs,
 };
 use thiserror::Error;
 
@@ -19,13 +19,14 @@ pub const LANES: [i64; 3] = [8, 16, 32];
 pub const ORDERS: [TileOrder; 2] = [TileOrder::PixelsOuter, TileOrder::ChannelsOuter];
 pub const PACKINGS: [Packing; 2] = [Packing::I16, Packing::Bytes];
 pub const ACCUMULATIONS: [Accumulate; 3] = [Accumulate::Whole, Accumulate::PerRow, Accumulate::PerRowWithSource];
-/// `mr` runs from 1 to this, and to the pixels of an output row.
+/// `mr` runs from 1 to this, and to the pixels of an output row (`x86_conv::MAX_TILE_MR` at
+/// `CoreRate::Tiles`, whose kernels want tall tiles).
 pub const MAX_MR: i64 = 16;
 
 /// Why a point does not fit a layer.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum Rejection {
-    #[error("mr = {found}: expected 1..={max} (at most {MAX_MR} and the {max} pixels of an output row)")]
+    #[error("mr = {found}: expected 1..={max} (at most the pixels of an output row and the level's tallest tile)")]
     Mr { found: i64, max: i64 },
     #[error("nr = {found}: expected one of {NR:?} dividing the {oc} output channels (the first where none does)")]
     Nr { found: i64, oc: i64 },
@@ -84,7 +85,8 @@ impl Space {
     }
 
     fn max_mr(&self) -> i64 {
-        self.row_pixels().min(MAX_MR)
+        let cap = if self.rate == CoreRate::Tiles { MAX_TILE_MR } else { MAX_MR };
+        self.row_pixels().min(cap)
     }
 
     fn oc(&self) -> i64 {

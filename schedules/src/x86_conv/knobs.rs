@@ -188,7 +188,13 @@ pub enum CoreRate {
     FullZmmVnni,
     /// Half of that or less: AVX-512 VNNI on 256-bit units, VNNI on ymm, or no VNNI.
     Slower,
+    /// AMX tiles (`tdpbusd`): several times `FullZmmVnni`, for calls whose tiles fill their 16
+    /// rows, so the default register tile is as tall as an output row allows (`MAX_TILE_MR`).
+    Tiles,
 }
+
+/// The tallest default tile at `CoreRate::Tiles`: four AMX tiles of 16 rows.
+pub const MAX_TILE_MR: i64 = 64;
 
 /// Layers with fewer int8 operations run on one thread by default at `CoreRate::FullZmmVnni`:
 /// such cores finish a layer that small (the 1×1 layers of resnet-18) before a second thread
@@ -219,6 +225,9 @@ pub fn default_knobs(layer: Layer, rate: CoreRate, max_threads: usize) -> Conv2d
 /// (`MIN_PARALLEL_OPS_SLOWER_CORES` on slower cores), else one. Weights packed as i16 pairs
 /// where that is the choice (pre-widened operands).
 pub fn default_conv_knobs(layer: &ConvLayer, rate: CoreRate, max_threads: usize) -> Conv2dInt8Knobs {
+    if rate == CoreRate::Tiles {
+        return default_tile_knobs(layer, max_threads);
+    }
     let pixels = layer.ow();
     let widths: Vec<i64> = [64, 32, 16].into_iter().filter(|nr| layer.oc % nr == 0).collect();
     let widths = if widths.is_empty() { vec![16] } else { widths };
@@ -234,7 +243,7 @@ pub fn default_conv_knobs(layer: &ConvLayer, rate: CoreRate, max_threads: usize)
             * layer.ic;
     let order = if weight_bytes > source_bytes { TileOrder::ChannelsOuter } else { TileOrder::PixelsOuter };
     let min_parallel = match rate {
-        CoreRate::FullZmmVnni => MIN_PARALLEL_OPS,
+        CoreRate::FullZmmVnni | CoreRate::Tiles => MIN_PARALLEL_OPS,
         CoreRate::Slower => MIN_PARALLEL_OPS_SLOWER_CORES,
     };
     let threads = if layer.ops() >= min_parallel { max_threads.max(1) } else { 1 };
@@ -248,6 +257,22 @@ pub fn default_conv_knobs(layer: &ConvLayer, rate: CoreRate, max_threads: usize)
         TileOrder::ChannelsOuter => Accumulate::Whole,
     };
     Conv2dInt8Knobs { mr, nr, lanes: 16, order, threads, packing: Packing::I16, accumulation }
+}
+
+/// The default knobs at `CoreRate::Tiles`: the widest `nr` of 64, 32, 16 dividing `OC`, and
+/// the whole output row in one tile (`mr = OW`) where it has at most `MAX_TILE_MR` pixels, else
+/// the largest divisor of `OW` up to that (at least 16 rows: 112 pixels take two tiles of 56);
+/// the tile order, accumulation and threads as `FullZmmVnni` chooses them. Tall tiles let each
+/// B tile the kernel loads serve several row tiles.
+fn default_tile_knobs(layer: &ConvLayer, max_threads: usize) -> Conv2dInt8Knobs {
+    let pixels = layer.ow();
+    let nr = [64, 32, 16].into_iter().find(|nr| layer.oc % nr == 0).unwrap_or(16);
+    let mr = if pixels <= MAX_TILE_MR {
+        pixels
+    } else {
+        (16..=MAX_TILE_MR).rev().find(|mr| pixels % mr == 0).unwrap_or(MAX_TILE_MR)
+    };
+    Conv2dInt8Knobs { mr, nr, ..default_conv_knobs(layer, CoreRate::FullZmmVnni, max_threads) }
 }
 
 /// The default knobs of a dense layer with `rows` source rows run as `dense_int8`: the tile of
