@@ -142,18 +142,27 @@ fn max_pool_bytes<const SIGNED: bool>(
 fn columns<const SIGNED: bool, const L: usize>(rows: &[u8], w: usize, c: usize, win: Window, line: &mut [u8]) {
     let min = if SIGNED { 0x80 } else { 0 };
     for (ox, px) in line.chunks_exact_mut(c).enumerate() {
-        px.fill(min);
+        let mut first = true;
         for kx in 0..win.kernel[1] {
             let x = (ox * win.stride[1] + kx * win.dilation[1]).wrapping_sub(win.pad_begin[1]);
             if x >= w {
                 continue;
             }
-            for (o, r) in px.chunks_exact_mut(L).zip(rows[x * c..][..c].chunks_exact(L)) {
+            let from = &rows[x * c..][..c];
+            if first {
+                px.copy_from_slice(from);
+                first = false;
+                continue;
+            }
+            for (o, r) in px.chunks_exact_mut(L).zip(from.chunks_exact(L)) {
                 let (o, r): (&mut [u8; L], &[u8; L]) = (o.try_into().expect("L bytes"), r.try_into().expect("L bytes"));
                 for i in 0..L {
                     o[i] = max::<SIGNED>(o[i], r[i]);
                 }
             }
+        }
+        if first {
+            px.fill(min);
         }
     }
 }
