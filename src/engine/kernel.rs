@@ -6,7 +6,7 @@ use super::native::dequantize::dequantize;
 use super::native::global_avg_pool::global_avg_pool;
 use super::native::max_pool::{Window, max_pool};
 use super::native::quantize::quantize;
-use super::slot::{Slot, as_f32};
+use super::slot::Slot;
 use crate::layer::{CompiledAuto, CompiledQuantized, LayerError};
 
 /// The code that computes a partition.
@@ -81,9 +81,8 @@ impl Kernel {
                 global_avg_pool(&src.bytes, [n, hw, c], *x, *y, *ty, &mut output.bytes)
             }
             Kernel::Quantize { scale, zero_point, ty } => {
-                let src = as_f32(&inputs[0].bytes);
                 let dims = if output.nhwc { output.nchw() } else { [0; 4] };
-                quantize(&src, dims, output.nhwc, *scale, *zero_point, *ty, &mut output.bytes)
+                quantize(&inputs[0].bytes, dims, output.nhwc, *scale, *zero_point, *ty, &mut output.bytes)
             }
             Kernel::Dequantize { scale, zero_point, ty } => {
                 let src = inputs[0];

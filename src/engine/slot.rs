@@ -89,8 +89,3 @@ pub fn bytes_data(dtype: DataType, bytes: &[u8]) -> Data {
         DataType::Boolean => Data::Boolean(bytes.iter().map(|&b| b != 0).collect()),
     }
 }
-
-/// `bytes` as f32 values (little-endian).
-pub fn as_f32(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}

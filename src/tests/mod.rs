@@ -7,6 +7,7 @@ mod errors;
 mod intrinsics;
 mod kernels;
 mod maps;
+mod native;
 mod skip;
 mod stmts;
 mod vectors;

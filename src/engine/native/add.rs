@@ -35,10 +35,20 @@ impl AddParams {
 /// layout); `clamp` lies in the type's range (the activation's bounds).
 pub fn add(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU has FMA (checked just above).
-        unsafe { add_fma(a, b, params, ty, clamp, c) };
-        return;
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has AVX-512 F and BW and FMA (checked just above).
+            unsafe { add_avx512(a, b, params, ty, clamp, c) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has FMA (checked just above).
+            unsafe { add_fma(a, b, params, ty, clamp, c) };
+            return;
+        }
     }
     add_portable(a, b, params, ty, clamp, c);
 }
@@ -66,11 +76,18 @@ fn add_typed(a: &[u8], b: &[u8], params: &AddParams, (lo, hi): (i32, i32), c: &m
 /// The loop compiled with FMA instructions (`mul_add` is then one instruction, and vectorizes).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn add_fma(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
+pub(crate) unsafe fn add_fma(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
+    add_loop(a, b, params, ty, clamp, c)
+}
+
+/// The loop compiled with AVX-512 instructions (sixteen lanes, the same fused operations).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+pub(crate) unsafe fn add_avx512(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
     add_loop(a, b, params, ty, clamp, c)
 }
 
 /// The same loop with `mul_add` from the standard library (correctly rounded everywhere).
-fn add_portable(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
+pub(crate) fn add_portable(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
     add_loop(a, b, params, ty, clamp, c)
 }

@@ -1,6 +1,11 @@
 //! Max pooling on 8-bit integers in NHWC: the largest value of each window's positions inside
 //! the source (padding never wins). Exact: quantization is monotone, so the maximum of the
 //! integers is the integer of the maximum.
+//!
+//! The window's valid positions are a product of valid rows and valid columns, so the maximum
+//! is taken in two passes per output row: over the window's rows, whole source rows of `w · c`
+//! contiguous bytes at once, then over the window's columns of that row maximum. Both compare
+//! the bytes directly (as u8 or as i8).
 
 use super::Int8;
 
@@ -14,33 +19,187 @@ pub struct Window {
 }
 
 /// Pools `src: [n, h, w, c]` into `dst: [n, oh, ow, c]`.
-pub fn max_pool(src: &[u8], [n, h, w, c]: [usize; 4], [oh, ow]: [usize; 2], win: Window, ty: Int8, dst: &mut [u8]) {
-    let mut best = vec![0i32; c];
+pub fn max_pool(src: &[u8], dims: [usize; 4], out: [usize; 2], win: Window, ty: Int8, dst: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: the CPU has AVX-512 F and BW (checked just above).
+            unsafe { max_pool_avx512(src, dims, out, win, ty, dst) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            unsafe { max_pool_avx2(src, dims, out, win, ty, dst) };
+            return;
+        }
+    }
+    max_pool_any(src, dims, out, win, ty, dst)
+}
+
+/// The loops compiled with AVX-512 instructions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+pub(crate) unsafe fn max_pool_avx512(
+    src: &[u8],
+    dims: [usize; 4],
+    out: [usize; 2],
+    win: Window,
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    max_pool_any(src, dims, out, win, ty, dst)
+}
+
+/// The loops compiled with AVX2 instructions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn max_pool_avx2(
+    src: &[u8],
+    dims: [usize; 4],
+    out: [usize; 2],
+    win: Window,
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    max_pool_any(src, dims, out, win, ty, dst)
+}
+
+#[inline(always)]
+pub(crate) fn max_pool_any(src: &[u8], dims: [usize; 4], out: [usize; 2], win: Window, ty: Int8, dst: &mut [u8]) {
+    // One loop per element type, so that each compares bytes as its own (vpmaxub, vpmaxsb).
+    match ty {
+        Int8::U8 => max_pool_bytes::<false>(src, dims, out, win, dst),
+        Int8::S8 => max_pool_bytes::<true>(src, dims, out, win, dst),
+    }
+}
+
+/// The larger byte, as u8 or (`SIGNED`) as i8.
+#[inline(always)]
+fn max<const SIGNED: bool>(a: u8, b: u8) -> u8 {
+    if SIGNED { (a as i8).max(b as i8) as u8 } else { a.max(b) }
+}
+
+/// The pooling on bytes compared as u8 or (`SIGNED`) as i8. A window entirely in the padding
+/// (not possible with pads below the kernel) stores the type's minimum.
+#[inline(always)]
+fn max_pool_bytes<const SIGNED: bool>(
+    src: &[u8],
+    [n, h, w, c]: [usize; 4],
+    [oh, ow]: [usize; 2],
+    win: Window,
+    dst: &mut [u8],
+) {
+    if c == 0 {
+        return;
+    }
+    let min = if SIGNED { 0x80 } else { 0 };
+    let mut rows = vec![min; w * c];
+    let mut ys = Vec::with_capacity(win.kernel[0]);
     for b in 0..n {
+        let image = &src[b * h * w * c..][..h * w * c];
+        let row = |y: usize| &image[y * w * c..][..w * c];
         for oy in 0..oh {
-            for ox in 0..ow {
-                best.fill(i32::MIN);
-                for ky in 0..win.kernel[0] {
-                    let y = (oy * win.stride[0] + ky * win.dilation[0]).wrapping_sub(win.pad_begin[0]);
-                    if y >= h {
-                        continue;
+            ys.clear();
+            ys.extend(
+                (0..win.kernel[0])
+                    .map(|ky| (oy * win.stride[0] + ky * win.dilation[0]).wrapping_sub(win.pad_begin[0]))
+                    .filter(|&y| y < h),
+            );
+            match ys[..] {
+                [] => rows.fill(min),
+                [y] => rows.copy_from_slice(row(y)),
+                [y0, y1] => {
+                    for ((m, &a), &b) in rows.iter_mut().zip(row(y0)).zip(row(y1)) {
+                        *m = max::<SIGNED>(a, b);
                     }
-                    for kx in 0..win.kernel[1] {
-                        let x = (ox * win.stride[1] + kx * win.dilation[1]).wrapping_sub(win.pad_begin[1]);
-                        if x >= w {
-                            continue;
-                        }
-                        let row = &src[((b * h + y) * w + x) * c..][..c];
-                        for (m, &v) in best.iter_mut().zip(row) {
-                            *m = (*m).max(ty.value(v));
+                }
+                [y0, y1, y2, ref rest @ ..] => {
+                    for (((m, &a), &b), &c) in rows.iter_mut().zip(row(y0)).zip(row(y1)).zip(row(y2)) {
+                        *m = max::<SIGNED>(max::<SIGNED>(a, b), c);
+                    }
+                    for &y in rest {
+                        for (m, &v) in rows.iter_mut().zip(row(y)) {
+                            *m = max::<SIGNED>(*m, v);
                         }
                     }
                 }
-                let out = &mut dst[((b * oh + oy) * ow + ox) * c..][..c];
-                for (o, &m) in out.iter_mut().zip(&best) {
-                    // A window entirely in the padding (not possible with pads below the
-                    // kernel) would store the type's minimum.
-                    *o = ty.saturate(m.max(ty.range().0));
+            }
+            let line = &mut dst[(b * oh + oy) * ow * c..][..ow * c];
+            // Whole vectors per pixel when the channels allow (a loop of fixed length).
+            match c {
+                c if c % 64 == 0 => columns::<SIGNED, 64>(&rows, w, c, win, line),
+                c if c % 32 == 0 => columns::<SIGNED, 32>(&rows, w, c, win, line),
+                c if c % 16 == 0 => columns::<SIGNED, 16>(&rows, w, c, win, line),
+                _ => columns::<SIGNED, 1>(&rows, w, c, win, line),
+            }
+        }
+    }
+}
+
+/// The maximum over the window's columns: `line[ox] = max_kx rows[ox · stride + kx · dilation −
+/// pad]` for pixels of `c` bytes, in pieces of `L` bytes (`L` divides `c`).
+#[inline(always)]
+fn columns<const SIGNED: bool, const L: usize>(rows: &[u8], w: usize, c: usize, win: Window, line: &mut [u8]) {
+    let min = if SIGNED { 0x80 } else { 0 };
+    for (ox, px) in line.chunks_exact_mut(c).enumerate() {
+        let mut first = true;
+        for kx in 0..win.kernel[1] {
+            let x = (ox * win.stride[1] + kx * win.dilation[1]).wrapping_sub(win.pad_begin[1]);
+            if x >= w {
+                continue;
+            }
+            let from = &rows[x * c..][..c];
+            if first {
+                px.copy_from_slice(from);
+                first = false;
+                continue;
+            }
+            for (o, r) in px.chunks_exact_mut(L).zip(from.chunks_exact(L)) {
+                let (o, r): (&mut [u8; L], &[u8; L]) = (o.try_into().expect("L bytes"), r.try_into().expect("L bytes"));
+                for i in 0..L {
+                    o[i] = max::<SIGNED>(o[i], r[i]);
+                }
+            }
+        }
+        if first {
+            px.fill(min);
+        }
+    }
+}
+
+/// The plain loop on i32 values: every window position of every output, one element at a time.
+#[cfg(test)]
+pub(crate) fn max_pool_scalar(
+    src: &[u8],
+    [n, h, w, c]: [usize; 4],
+    [oh, ow]: [usize; 2],
+    win: Window,
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    let value = |b: u8| match ty {
+        Int8::U8 => b as i32,
+        Int8::S8 => b as i8 as i32,
+    };
+    let min = match ty {
+        Int8::U8 => 0,
+        Int8::S8 => -128,
+    };
+    for b in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for ch in 0..c {
+                    let mut best = min;
+                    for ky in 0..win.kernel[0] {
+                        for kx in 0..win.kernel[1] {
+                            let y = (oy * win.stride[0] + ky * win.dilation[0]) as isize - win.pad_begin[0] as isize;
+                            let x = (ox * win.stride[1] + kx * win.dilation[1]) as isize - win.pad_begin[1] as isize;
+                            if (0..h as isize).contains(&y) && (0..w as isize).contains(&x) {
+                                best = best.max(value(src[((b * h + y as usize) * w + x as usize) * c + ch]));
+                            }
+                        }
+                    }
+                    dst[((b * oh + oy) * ow + ox) * c + ch] = best as u8;
                 }
             }
         }

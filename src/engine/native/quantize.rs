@@ -1,15 +1,155 @@
 //! Quantize (onnxruntime's `QuantizeLinear`, per tensor): `q = saturate(round_half_even(x / scale)
 //! + zero_point)`, a true division; NaN stores the type's minimum (onnxruntime clamps with
 //! `maxps`, which returns the bound for NaN, before converting).
+//!
+//! The NCHW → NHWC case quantizes a block of pixels of each channel plane into a small buffer
+//! (contiguous, so the division and rounding vectorize), then interleaves the block's channels
+//! into the destination.
 
 use super::{Int8, round_clamped};
 
-/// Quantizes `src` (NCHW `[n, c, h, w]`, or any shape with `nhwc == false`) into `dst`, written
-/// in NHWC order when `nhwc`.
-pub fn quantize(src: &[f32], dims: [usize; 4], nhwc: bool, scale: f32, zero_point: i32, ty: Int8, dst: &mut [u8]) {
+/// Pixels per block of the NHWC case: a few kilobytes of source per channel.
+const BLOCK: usize = 64;
+
+/// Quantizes `src` (f32 in little-endian bytes; NCHW `[n, c, h, w]`, or any shape with
+/// `nhwc == false`) into `dst`, written in NHWC order when `nhwc`.
+pub fn quantize(src: &[u8], dims: [usize; 4], nhwc: bool, scale: f32, zero_point: i32, ty: Int8, dst: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: the CPU has AVX-512 F and BW (checked just above).
+            unsafe { quantize_avx512(src, dims, nhwc, scale, zero_point, ty, dst) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            unsafe { quantize_avx2(src, dims, nhwc, scale, zero_point, ty, dst) };
+            return;
+        }
+    }
+    quantize_any(src, dims, nhwc, scale, zero_point, ty, dst)
+}
+
+/// The loops compiled with AVX-512 instructions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+pub(crate) unsafe fn quantize_avx512(
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zp: i32,
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    quantize_any(src, dims, nhwc, scale, zp, ty, dst)
+}
+
+/// The loops compiled with AVX2 instructions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn quantize_avx2(
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zp: i32,
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    quantize_any(src, dims, nhwc, scale, zp, ty, dst)
+}
+
+#[inline(always)]
+pub(crate) fn quantize_any(
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zero_point: i32,
+    ty: Int8,
+    dst: &mut [u8],
+) {
     let (lo, hi) = ty.range();
-    let (lo, hi) = ((lo - zero_point) as f32, (hi - zero_point) as f32);
-    let q = |x: f32| (round_clamped(x / scale, lo, hi) + zero_point) as u8;
+    let bounds = ((lo - zero_point) as f32, (hi - zero_point) as f32);
+    if !nhwc {
+        run(src, scale, zero_point, bounds, dst);
+        return;
+    }
+    let [n, c, h, w] = dims;
+    let plane = h * w;
+    if c == 0 {
+        return;
+    }
+    let mut block = vec![0u8; c * BLOCK];
+    for b in 0..n {
+        let image = &src[b * c * plane * 4..][..c * plane * 4];
+        let out = &mut dst[b * plane * c..][..plane * c];
+        for p0 in (0..plane).step_by(BLOCK) {
+            let len = BLOCK.min(plane - p0);
+            for ch in 0..c {
+                let from = &image[(ch * plane + p0) * 4..][..len * 4];
+                run(from, scale, zero_point, bounds, &mut block[ch * BLOCK..][..len]);
+            }
+            interleave(&block, c, len, &mut out[p0 * c..][..len * c]);
+        }
+    }
+}
+
+/// Quantizes a contiguous run: `src` holds `dst.len()` f32 in little-endian bytes.
+#[inline(always)]
+fn run(src: &[u8], scale: f32, zero_point: i32, (lo, hi): (f32, f32), dst: &mut [u8]) {
+    for (d, x) in dst.iter_mut().zip(src.chunks_exact(4)) {
+        let x = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+        *d = (round_clamped(x / scale, lo, hi) + zero_point) as u8;
+    }
+}
+
+/// Writes pixel `p`'s channels `block[ch · BLOCK + p]` to `out[p · c + ch]`, `p < len`. Three
+/// channels (images) over a whole block take a loop of fixed length, which vectorizes.
+#[inline(always)]
+fn interleave(block: &[u8], c: usize, len: usize, out: &mut [u8]) {
+    match c {
+        1 => out.copy_from_slice(&block[..len]),
+        3 if len == BLOCK => {
+            let planes: &[u8; 3 * BLOCK] = block.try_into().expect("three planes");
+            let out: &mut [u8; 3 * BLOCK] = out.try_into().expect("a whole block");
+            for p in 0..BLOCK {
+                out[3 * p] = planes[p];
+                out[3 * p + 1] = planes[BLOCK + p];
+                out[3 * p + 2] = planes[2 * BLOCK + p];
+            }
+        }
+        _ => {
+            for (p, px) in out.chunks_exact_mut(c).enumerate() {
+                for (ch, o) in px.iter_mut().enumerate() {
+                    *o = block[ch * BLOCK + p];
+                }
+            }
+        }
+    }
+}
+
+/// The plain scalar loop: element by element, a division each, NHWC stores strided by `c`.
+#[cfg(test)]
+pub(crate) fn quantize_scalar(
+    src: &[f32],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zp: i32,
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    let (lo, hi) = ty.range();
+    let q = |x: f32| {
+        let v = if x.is_nan() {
+            lo
+        } else {
+            ((x / scale).round_ties_even() as i32 as i64 + zp as i64).clamp(lo as i64, hi as i64) as i32
+        };
+        v as u8
+    };
     if !nhwc {
         for (d, &x) in dst.iter_mut().zip(src) {
             *d = q(x);

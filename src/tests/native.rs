@@ -1,0 +1,264 @@
+//! The engine's native loops (`engine::native`), each compiled variant (portable, AVX2,
+//! AVX-512), against their plain scalar twins bit for bit, on random data with the extremes and
+//! edge shapes: channel counts that fill no vector, odd sizes, block tails, strides, pads,
+//! dilation, both 8-bit types; NaN, infinities and huge values for quantize.
+
+use crate::bench::Lcg;
+use crate::engine::native::Int8;
+use crate::engine::native::add::{AddParams, add_portable};
+use crate::engine::native::max_pool::{Window, max_pool_any, max_pool_scalar};
+use crate::engine::native::quantize::{quantize_any, quantize_scalar};
+use crate::tests::skip::skip;
+
+/// A compiled variant of one loop, or why this CPU cannot run it.
+fn variants<F: Copy>(portable: F, avx2: F, avx512: F) -> Vec<(&'static str, Option<F>)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let has = |f: &[bool]| f.iter().all(|&b| b);
+        let avx2_ok = has(&[std::arch::is_x86_feature_detected!("avx2"), std::arch::is_x86_feature_detected!("fma")]);
+        let avx512_ok = avx2_ok
+            && has(&[std::arch::is_x86_feature_detected!("avx512f"), std::arch::is_x86_feature_detected!("avx512bw")]);
+        vec![("portable", Some(portable)), ("avx2", avx2_ok.then_some(avx2)), ("avx512", avx512_ok.then_some(avx512))]
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (avx2, avx512);
+        vec![("portable", Some(portable)), ("avx2", None), ("avx512", None)]
+    }
+}
+
+type QuantizeFn = fn(&[u8], [usize; 4], bool, f32, i32, Int8, &mut [u8]);
+type MaxPoolFn = fn(&[u8], [usize; 4], [usize; 2], Window, Int8, &mut [u8]);
+type AddFn = fn(&[u8], &[u8], &AddParams, Int8, (i32, i32), &mut [u8]);
+
+fn quantize_variants() -> Vec<(&'static str, Option<QuantizeFn>)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::engine::native::quantize::{quantize_avx2, quantize_avx512};
+        // SAFETY (both): `variants` hands these out only when the CPU has the features.
+        let avx2: QuantizeFn = |s, d, n, sc, z, t, o| unsafe { quantize_avx2(s, d, n, sc, z, t, o) };
+        let avx512: QuantizeFn = |s, d, n, sc, z, t, o| unsafe { quantize_avx512(s, d, n, sc, z, t, o) };
+        variants(quantize_any as QuantizeFn, avx2, avx512)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    variants(quantize_any as QuantizeFn, quantize_any, quantize_any)
+}
+
+fn max_pool_variants() -> Vec<(&'static str, Option<MaxPoolFn>)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::engine::native::max_pool::{max_pool_avx2, max_pool_avx512};
+        // SAFETY (both): `variants` hands these out only when the CPU has the features.
+        let avx2: MaxPoolFn = |s, d, o, w, t, out| unsafe { max_pool_avx2(s, d, o, w, t, out) };
+        let avx512: MaxPoolFn = |s, d, o, w, t, out| unsafe { max_pool_avx512(s, d, o, w, t, out) };
+        variants(max_pool_any as MaxPoolFn, avx2, avx512)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    variants(max_pool_any as MaxPoolFn, max_pool_any, max_pool_any)
+}
+
+fn add_variants() -> Vec<(&'static str, Option<AddFn>)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::engine::native::add::{add_avx512, add_fma};
+        // SAFETY (both): `variants` hands these out only when the CPU has the features.
+        let avx2: AddFn = |a, b, p, t, c, o| unsafe { add_fma(a, b, p, t, c, o) };
+        let avx512: AddFn = |a, b, p, t, c, o| unsafe { add_avx512(a, b, p, t, c, o) };
+        variants(add_portable as AddFn, avx2, avx512)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    variants(add_portable as AddFn, add_portable, add_portable)
+}
+
+/// Random f32: one in eight special (NaN, infinities, huge, tiny, signed zero, an exact tie of
+/// `scale`), the rest spread a little past the type's range in units of `scale`.
+fn floats(len: usize, scale: f32, seed: u64) -> Vec<f32> {
+    let mut rng = Lcg::new(seed);
+    let specials = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        f32::MIN,
+        1e30,
+        -1e30,
+        f32::MIN_POSITIVE / 4.0,
+        -0.0,
+        0.0,
+        2.5 * scale,
+        -3.5 * scale,
+        127.5 * scale,
+        -128.5 * scale,
+        255.5 * scale,
+    ];
+    (0..len)
+        .map(|_| {
+            let r = rng.next_u32();
+            if r.is_multiple_of(8) {
+                specials[(r >> 8) as usize % specials.len()]
+            } else {
+                let u = rng.next_u32() as f32 / (1u32 << 31) as f32;
+                (u * 700.0 - 350.0) * scale
+            }
+        })
+        .collect()
+}
+
+/// Random bytes, one in four an extreme (0, 0x7f, 0x80 or 0xff).
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Lcg::new(seed);
+    (0..len)
+        .map(|_| {
+            let r = rng.next_u32();
+            if r.is_multiple_of(4) { [0, 0x7f, 0x80, 0xff][(r >> 8) as usize % 4] } else { (r >> 16) as u8 }
+        })
+        .collect()
+}
+
+#[test]
+fn quantize_variants_match_the_scalar_twin() {
+    // [n, c, h, w]: planes shorter than, equal to and past the 64-pixel block with tails; three
+    // channels (the images' case) and others.
+    let shapes = [
+        [1, 3, 7, 9],
+        [2, 3, 8, 8],
+        [1, 3, 13, 13],
+        [1, 3, 32, 33],
+        [1, 1, 5, 31],
+        [2, 5, 11, 7],
+        [1, 4, 16, 16],
+        [1, 2, 1, 1],
+    ];
+    let quants = [
+        (Int8::U8, 0.018_627_45, 128),
+        (Int8::U8, 1.0 / 64.0, 0),
+        (Int8::S8, 0.031, 0),
+        (Int8::S8, 0.5, -7),
+        (Int8::U8, 3.0, 255),
+    ];
+    for (name, f) in quantize_variants() {
+        let Some(f) = f else {
+            skip(name, "the CPU lacks the variant's features");
+            continue;
+        };
+        for (si, dims) in shapes.iter().enumerate() {
+            for (qi, &(ty, scale, zp)) in quants.iter().enumerate() {
+                let len = dims.iter().product();
+                let x = floats(len, scale, (si * 10 + qi) as u64);
+                let raw: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+                for nhwc in [false, true] {
+                    let mut want = vec![0xa5u8; len];
+                    quantize_scalar(&x, *dims, nhwc, scale, zp, ty, &mut want);
+                    let mut got = vec![0x5au8; len];
+                    f(&raw, *dims, nhwc, scale, zp, ty, &mut got);
+                    if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
+                        let src = if nhwc {
+                            let [_, c, h, w] = *dims;
+                            let (b, p, ch) = (i / (h * w * c), i / c % (h * w), i % c);
+                            x[(b * c + ch) * h * w + p]
+                        } else {
+                            x[i]
+                        };
+                        panic!(
+                            "{name} {dims:?} nhwc {nhwc} {ty:?} scale {scale} zp {zp}: at {i} got {} want {} (x = {src:e})",
+                            got[i], want[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn max_pool_variants_match_the_scalar_twin() {
+    // (kernel, stride, pad, dilation), square; pad 1 with kernel 1 gives windows wholly in the
+    // padding (the type's minimum).
+    let windows = [
+        (3, 2, 1, 1),
+        (3, 1, 1, 1),
+        (2, 2, 0, 1),
+        (2, 1, 0, 1),
+        (3, 2, 0, 1),
+        (3, 1, 2, 2),
+        (1, 1, 1, 1),
+        (1, 2, 0, 1),
+    ];
+    let shapes = [[1, 9, 9, 64], [2, 7, 6, 3], [1, 12, 11, 67], [1, 5, 5, 1], [1, 8, 8, 32], [1, 3, 4, 130]];
+    for (name, f) in max_pool_variants() {
+        let Some(f) = f else {
+            skip(name, "the CPU lacks the variant's features");
+            continue;
+        };
+        for (si, &[n, h, w, c]) in shapes.iter().enumerate() {
+            for &(k, s, p, d) in &windows {
+                let extent = (k - 1) * d + 1;
+                if h + 2 * p < extent || w + 2 * p < extent {
+                    continue;
+                }
+                let (oh, ow) = ((h + 2 * p - extent) / s + 1, (w + 2 * p - extent) / s + 1);
+                let win = Window { kernel: [k, k], stride: [s, s], pad_begin: [p, p], dilation: [d, d] };
+                let src = bytes(n * h * w * c, si as u64 * 31 + k as u64);
+                for ty in [Int8::U8, Int8::S8] {
+                    let len = n * oh * ow * c;
+                    let mut want = vec![0xa5u8; len];
+                    max_pool_scalar(&src, [n, h, w, c], [oh, ow], win, ty, &mut want);
+                    let mut got = vec![0x5au8; len];
+                    f(&src, [n, h, w, c], [oh, ow], win, ty, &mut got);
+                    if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
+                        panic!("{name} [{n}, {h}, {w}, {c}] {win:?} {ty:?}: at {i} got {} want {}", got[i], want[i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The add as onnxruntime's AVX2 kernel states it, element by element: `ra = sa / sc`,
+/// `rb = sb / sc`, `fixed = zc − (ra·za + rb·zb)`, `c = fma(a, ra, fma(b, rb, fixed))`, rounded
+/// half to even and clamped.
+fn add_twin(a: &[u8], b: &[u8], p: &AddParams, ty: Int8, (lo, hi): (i32, i32), c: &mut [u8]) {
+    let value = |x: u8| match ty {
+        Int8::U8 => x as f32,
+        Int8::S8 => x as i8 as f32,
+    };
+    let (ra, rb) = (p.a.0 / p.c.0, p.b.0 / p.c.0);
+    let fixed = p.c.1 as f32 - (ra * p.a.1 as f32 + rb * p.b.1 as f32);
+    for i in 0..c.len() {
+        let v = value(a[i]).mul_add(ra, value(b[i]).mul_add(rb, fixed));
+        c[i] = (v.round_ties_even() as i32).clamp(lo, hi) as u8;
+    }
+}
+
+#[test]
+fn add_variants_match_the_scalar_twin() {
+    let cases = [
+        (Int8::U8, AddParams { a: (0.02, 128), b: (0.03, 120), c: (0.04, 130) }, (0, 255)),
+        (Int8::U8, AddParams { a: (0.05, 0), b: (0.05, 0), c: (0.1, 0) }, (0, 255)),
+        (Int8::U8, AddParams { a: (0.011, 3), b: (0.3, 250), c: (0.02, 0) }, (0, 200)),
+        (Int8::S8, AddParams { a: (0.02, 0), b: (0.03, -5), c: (0.025, 3) }, (-128, 127)),
+        (Int8::S8, AddParams { a: (0.5, -128), b: (0.25, 127), c: (0.125, 0) }, (0, 127)),
+    ];
+    for (name, f) in add_variants() {
+        let Some(f) = f else {
+            skip(name, "the CPU lacks the variant's features");
+            continue;
+        };
+        for (ci, (ty, params, clamp)) in cases.iter().enumerate() {
+            for len in [1, 15, 16, 17, 63, 64, 65, 1000, 4099] {
+                let (a, b) = (bytes(len, ci as u64 * 2 + 1), bytes(len, ci as u64 * 2 + 2));
+                let mut want = vec![0xa5u8; len];
+                add_twin(&a, &b, params, *ty, *clamp, &mut want);
+                let mut got = vec![0x5au8; len];
+                f(&a, &b, params, *ty, *clamp, &mut got);
+                if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
+                    panic!(
+                        "{name} {ty:?} {params:?} len {len}: at {i} ({}, {}) got {} want {}",
+                        a[i], b[i], got[i], want[i]
+                    );
+                }
+            }
+        }
+    }
+}
