@@ -23,7 +23,8 @@ use schedules::ops::{DirectConvLayer, conv2d_int8_direct};
 use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
 use schedules::x86_conv::{
-    Conv2dInt8, Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, schedule_conv2d_int8, weight_range,
+    Accumulate, Conv2dInt8, Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, schedule_conv2d_int8,
+    weight_range,
 };
 
 use super::error::{LayerError, SpecError};
@@ -299,7 +300,9 @@ fn define_quantized(
     let attrs = spec.attrs()?;
     let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
     let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
-    let layer = conv2d_int8_direct(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs.nr, operands, &spec.name)?;
+    let flat = knobs.accumulation == Accumulate::FlatRows;
+    let layer =
+        conv2d_int8_direct(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs.nr, operands, flat, &spec.name)?;
     Ok((layer, operands, (src, wei)))
 }
 

@@ -252,16 +252,18 @@ mod tests {
 
     #[test]
     fn mr_steps_to_the_neighbouring_tiles_that_divide_the_row() {
-        // R2's rows hold 56 pixels: 1, 2, 4, 7, 8, 14 divide them (of 1..=16).
+        // R2's rows hold 56 pixels: 1, 2, 4, 7, 8, 14 divide them (of 1..=16); its flat rows'
+        // 56·58 - 2 = 2·3·541 pixels add 3 and 6.
         let c = Space::new(resnet18::layer("R2").unwrap(), 1).choices();
-        assert_eq!(c.mr_dividing_rows, [1, 2, 4, 7, 8, 14]);
+        assert_eq!(c.mr_dividing_rows, [1, 2, 3, 4, 6, 7, 8, 14]);
         let mut rng = StdRng::seed_from_u64(5);
         let steps: Vec<i64> = (0..1000).map(|_| Searcher::step_mr(&mut rng, &c, 4)).collect();
-        let neighbours = steps.iter().filter(|&&m| m == 2 || m == 7).count();
+        let neighbours = steps.iter().filter(|&&m| m == 3 || m == 6).count();
         // 70% to a neighbour, plus the random jumps that land on one.
         assert!((700..=800).contains(&neighbours), "{neighbours}");
         assert!(steps.iter().all(|m| c.mr.contains(m)));
-        // From the largest divisor the step goes down; R11's 7-pixel rows leave 1 and 7.
+        // From the largest divisor the step goes down; R11's 7-pixel rows leave 1 and 7 (its
+        // 61 flat pixels are prime).
         let r11 = Space::new(resnet18::layer("R11").unwrap(), 1).choices();
         assert_eq!(r11.mr_dividing_rows, [1, 7]);
         let down = (0..100).filter(|_| Searcher::step_mr(&mut rng, &r11, 7) == 1).count();

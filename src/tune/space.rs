@@ -8,6 +8,7 @@ use ir::intrin::pair_sums_fit_i16;
 use schedules::resnet18::Layer;
 use schedules::x86_conv::{
     Accumulate, Conv2dInt8Knobs, CoreRate, MAX_TILE_MR, Packing, TileOrder, default_dense_knobs, default_knobs,
+    flat_rows_pixels,
 };
 use thiserror::Error;
 
@@ -18,7 +19,8 @@ pub const NR: [i64; 3] = [16, 32, 64];
 pub const LANES: [i64; 3] = [8, 16, 32];
 pub const ORDERS: [TileOrder; 2] = [TileOrder::PixelsOuter, TileOrder::ChannelsOuter];
 pub const PACKINGS: [Packing; 2] = [Packing::I16, Packing::Bytes];
-pub const ACCUMULATIONS: [Accumulate; 3] = [Accumulate::Whole, Accumulate::PerRow, Accumulate::PerRowWithSource];
+pub const ACCUMULATIONS: [Accumulate; 4] =
+    [Accumulate::Whole, Accumulate::PerRow, Accumulate::PerRowWithSource, Accumulate::FlatRows];
 /// `mr` runs from 1 to this, and to the pixels of an output row (`x86_conv::MAX_TILE_MR` at
 /// `CoreRate::Tiles`, whose kernels want tall tiles).
 pub const MAX_MR: i64 = 16;
@@ -26,7 +28,9 @@ pub const MAX_MR: i64 = 16;
 /// Why a point does not fit a layer.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum Rejection {
-    #[error("mr = {found}: expected 1..={max} (at most the pixels of an output row and the level's tallest tile)")]
+    #[error(
+        "mr = {found}: expected 1..={max} (at most the pixels of an output row, or of the flat rows with flat_rows, and the level's tallest tile)"
+    )]
     Mr { found: i64, max: i64 },
     #[error("nr = {found}: expected one of {NR:?} dividing the {oc} output channels (the first where none does)")]
     Nr { found: i64, oc: i64 },
@@ -84,9 +88,26 @@ impl Space {
         }
     }
 
-    fn max_mr(&self) -> i64 {
-        let cap = if self.rate == CoreRate::Tiles { MAX_TILE_MR } else { MAX_MR };
-        self.row_pixels().min(cap)
+    fn cap_mr(&self) -> i64 {
+        if self.rate == CoreRate::Tiles { MAX_TILE_MR } else { MAX_MR }
+    }
+
+    /// The pixels of `FlatRows` tiles, where they apply to the layer.
+    fn flat_pixels(&self) -> Option<i64> {
+        match self.layer {
+            Layer::Conv(c) => flat_rows_pixels(&c),
+            Layer::Dense(_) => None,
+        }
+    }
+
+    /// The tallest tile with `accumulation`: of the flat rows' pixels with `FlatRows` where it
+    /// applies, else of an output row's.
+    fn max_mr(&self, accumulation: Accumulate) -> i64 {
+        let pixels = match (accumulation, self.flat_pixels()) {
+            (Accumulate::FlatRows, Some(v)) => v,
+            _ => self.row_pixels(),
+        };
+        pixels.min(self.cap_mr())
     }
 
     fn oc(&self) -> i64 {
@@ -116,7 +137,7 @@ impl Space {
 
     /// `Ok` if `p` fits the layer, else the first reason it does not.
     pub fn check(&self, p: &Conv2dInt8Knobs) -> Result<(), Rejection> {
-        let max = self.max_mr();
+        let max = self.max_mr(p.accumulation);
         if !(1..=max).contains(&p.mr) {
             return Err(Rejection::Mr { found: p.mr, max });
         }
@@ -153,9 +174,12 @@ impl Space {
             Layer::Conv(_) => ACCUMULATIONS.to_vec(),
             Layer::Dense(_) => vec![Accumulate::Whole],
         };
-        let mr: Vec<i64> = (1..=self.max_mr()).collect();
+        let (row_max, flat_max) = (self.max_mr(Accumulate::Whole), self.max_mr(Accumulate::FlatRows));
+        let mr: Vec<i64> = (1..=row_max.max(flat_max)).collect();
+        let flat = self.flat_pixels().unwrap_or(self.row_pixels());
+        let divides = |m: i64| (m <= row_max && self.row_pixels() % m == 0) || (m <= flat_max && flat % m == 0);
         Choices {
-            mr_dividing_rows: mr.iter().copied().filter(|m| self.row_pixels() % m == 0).collect(),
+            mr_dividing_rows: mr.iter().copied().filter(|&m| divides(m)).collect(),
             mr,
             nr,
             // The tuned layers are NHWC, whose output the level's map kernel requantizes: the
@@ -186,8 +210,9 @@ impl Space {
 #[derive(Clone, Debug)]
 pub struct Choices {
     pub mr: Vec<i64>,
-    /// The `mr` that divide an output row's pixels: any other leaves the row's last pixels to
-    /// the call's fallback loops, which run many times slower than the micro-kernel.
+    /// The `mr` that divide an output row's pixels (or the flat rows' pixels, up to their
+    /// tallest tile): any other leaves the row's last pixels to the call's fallback loops,
+    /// which run many times slower than the micro-kernel.
     pub mr_dividing_rows: Vec<i64>,
     pub nr: Vec<i64>,
     pub lanes: Vec<i64>,
@@ -220,6 +245,18 @@ mod tests {
             r11.check(&Conv2dInt8Knobs { mr: 8, ..r11.default_knobs() }),
             Err(Rejection::Mr { found: 8, max: 7 })
         );
+        // Flat rows take tiles of up to all their pixels at the level's tallest tile: R11's
+        // 61 at the amx level, a row's otherwise.
+        let flat = Conv2dInt8Knobs { accumulation: Accumulate::FlatRows, ..r11.default_knobs() };
+        let tiles = Space { rate: CoreRate::Tiles, ..r11 };
+        assert_eq!(tiles.check(&Conv2dInt8Knobs { mr: 61, ..flat }), Ok(()));
+        assert_eq!(tiles.check(&Conv2dInt8Knobs { mr: 62, ..flat }), Err(Rejection::Mr { found: 62, max: 61 }));
+        assert_eq!(r11.check(&Conv2dInt8Knobs { mr: 16, ..flat }), Ok(()));
+        assert_eq!(
+            tiles.check(&Conv2dInt8Knobs { mr: 61, ..r11.default_knobs() }),
+            Err(Rejection::Mr { found: 61, max: 7 })
+        );
+        assert_eq!(tiles.check(&tiles.default_knobs()), Ok(()));
         let fc = Space::new(Layer::Dense(FC), 2);
         assert_eq!(
             fc.check(&Conv2dInt8Knobs { threads: 2, ..fc.default_knobs() }),

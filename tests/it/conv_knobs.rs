@@ -2,7 +2,7 @@
 //! kernel at stride 2, a kernel as large as the padded input (a 1×1 output), rows of one pixel,
 //! `OC` not a multiple of `nr`, 3 input channels — with knobs at and beyond the edges of the
 //! layer (`mr` above the pixels of a row, every panel width of the tuner, each accumulation and
-//! tile order, both packings, lanes above `OC`), at every ISA level this CPU has, bit for bit
+//! tile order, both packings, lanes above `OC`; flat rows where they apply and fall back), at every ISA level this CPU has, bit for bit
 //! against the tensor-expression interpreter of `ops::conv2d_nchw_int8` (`ops::dense_int8`),
 //! which shares no code with the x86 path. A level the CPU lacks is reported as skipped.
 
@@ -13,7 +13,7 @@ use schedules::ops::{Conv2dParams, GemmOperands, Layout, compensation, conv2d_nc
 use schedules::resnet18::{ConvLayer, DenseLayer, Layer, quantization, uniform};
 use schedules::x86_conv::{
     Accumulate, Conv2dInt8Error, Conv2dInt8Knobs, KnobError, Packing, TileOrder, conv2d_int8, dense_int8,
-    prepare_conv2d_int8, prepare_dense_int8, weight_range,
+    flat_rows_pixels, prepare_conv2d_int8, prepare_dense_int8, weight_range,
 };
 use tensorlift::{CompileOptions, IsaLevel, Target, Tensor as RtTensor};
 
@@ -120,10 +120,53 @@ fn assert_exercised(what: &str, out: &[i64]) {
 #[test]
 fn conv2d_int8_matches_the_interpreter_on_small_geometries_with_any_knobs() {
     let levels = crate::skip::levels_here_for(IsaLevel::ALL, "x86_conv on small geometries");
+    let geometries = geometries();
+    let checked = check_geometries(&geometries, 7000, &knob_sets(), &levels);
+    assert_eq!(checked, 5 * knob_sets().len() * levels.len());
+}
+
+/// Geometries of flat rows (`Accumulate::FlatRows`): where they apply (stride 1, a 1×1 kernel
+/// at stride 1 and 2, odd sizes, 16 to 64 channels) and where they fall back to `Whole` (a 3×3
+/// kernel at stride 2, kernel rows of 3 channels padded to 12 bytes).
+fn flat_geometries() -> [Geometry; 6] {
+    [
+        Geometry { what: "flat 3x3 s1 p1", layer: conv("f3", 16, 32, (5, 6), 3, 1, 1), weights: (-127, 127) },
+        Geometry { what: "flat 1x1 s1", layer: conv("f1", 32, 16, (4, 5), 1, 1, 0), weights: (-128, 127) },
+        Geometry { what: "flat 1x1 s2", layer: conv("f2", 64, 16, (7, 7), 1, 2, 0), weights: (-127, 127) },
+        Geometry { what: "flat 3x3 s1 p0 odd", layer: conv("fo", 4, 20, (5, 7), 3, 1, 0), weights: (-64, 63) },
+        Geometry { what: "flat 3x3 s2 falls back", layer: conv("fs", 16, 16, (7, 7), 3, 2, 1), weights: (-127, 127) },
+        Geometry { what: "flat IC 3 falls back", layer: conv("fi", 3, 16, (5, 5), 3, 1, 1), weights: (-127, 127) },
+    ]
+}
+
+#[test]
+fn flat_rows_match_the_interpreter_on_small_geometries() {
+    use TileOrder::{ChannelsOuter, PixelsOuter};
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "x86_conv flat rows on small geometries");
+    let flat = |mr, nr, order, packing| knobs(mr, nr, order, Accumulate::FlatRows, packing);
+    // Tiles that end within a row, span rows, leave a partial tile, and above all the pixels.
+    let knob_sets = vec![
+        flat(16, 16, PixelsOuter, Packing::I16),
+        Conv2dInt8Knobs { threads: 1, ..flat(64, 32, ChannelsOuter, Packing::Bytes) },
+        Conv2dInt8Knobs { threads: 1, ..flat(5, 64, PixelsOuter, Packing::I16) },
+        flat(7, 16, ChannelsOuter, Packing::Bytes),
+    ];
+    let geometries = flat_geometries();
+    // Where they apply, the 1×1 kernels at stride 1 and 2, odd sizes and 3×3 kernels with kernel
+    // rows of KW·IC bytes.
+    let applies: Vec<bool> = geometries.iter().map(|g| flat_rows_pixels(&g.layer).is_some()).collect();
+    assert_eq!(applies, [true, true, true, true, false, false]);
+    let checked = check_geometries(&geometries, 9000, &knob_sets, &levels);
+    assert_eq!(checked, geometries.len() * knob_sets.len() * levels.len());
+}
+
+/// Checks each of `geometries` with each of `knob_sets` at each of `levels` against the
+/// interpreter (both layouts, alternating), with the tile the knobs give; the checks made.
+fn check_geometries(geometries: &[Geometry], seed: u64, knob_sets: &[Conv2dInt8Knobs], levels: &[IsaLevel]) -> usize {
     let mut checked = 0;
-    for (g, geometry) in geometries().into_iter().enumerate() {
+    for (g, geometry) in geometries.iter().enumerate() {
         let l = geometry.layer;
-        let seed = 7000 + 10 * g as u64;
+        let seed = seed + 10 * g as u64;
         let quant = quantization(Layer::Conv(l), seed).unwrap();
         let src_dims = [1, l.ic, l.h, l.w];
         let params = Conv2dParams { stride: l.stride, pad: l.pad };
@@ -150,13 +193,13 @@ fn conv2d_int8_matches_the_interpreter_on_small_geometries_with_any_knobs() {
         let out_dims = [1, l.oc, l.oh(), l.ow()];
         assert_exercised(geometry.what, &want);
 
-        for (k, knobs) in knob_sets().into_iter().enumerate() {
+        for (k, &knobs) in knob_sets.iter().enumerate() {
             // Both layouts, alternating, so that each geometry meets each.
             let layout = if (g + k) % 2 == 0 { Layout::Nhwc } else { Layout::Nchw };
             let src_x = placeholder(layout.shape(src_dims), DType::U8, "src").unwrap();
             let src_x_v = if layout == Layout::Nhwc { to_nhwc(&src_v, src_dims) } else { src_v.clone() };
             let want = if layout == Layout::Nhwc { to_nhwc(&want, out_dims) } else { want.clone() };
-            for &level in &levels {
+            for &level in levels {
                 let what = format!("{} ({l:?}) {layout:?} at {level}: {knobs:?}", geometry.what);
                 let operands = knobs.operands(level.has_vnni(), weight_range(wei_v.iter().map(|&w| w as i8)));
                 let options =
@@ -168,15 +211,18 @@ fn conv2d_int8_matches_the_interpreter_on_small_geometries_with_any_knobs() {
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
                 let got = run(&f, &src_x_v, &bias_a, prepare(&prep, &wei_a, &options), &options);
                 assert_eq!(got.to_i64_vec(), want, "{what}");
-                // A tile never taller than the row: the micro-kernel of `min(mr, OW)` rows.
+                // A tile never taller than the row (the flat rows where they apply): the
+                // micro-kernel of `min(mr, pixels)` rows.
+                let flat = flat_rows_pixels(&l).filter(|_| knobs.accumulation == Accumulate::FlatRows);
+                assert_eq!(f.layer.flat.is_some(), flat.is_some(), "{what}");
                 let ir = ir::lower::lower(&f.schedule, &f.args.iter().collect::<Vec<_>>(), "conv").unwrap().to_string();
-                let tile = format!("gemm_{}x{}x", knobs.mr.min(l.ow()), knobs.nr);
+                let tile = format!("gemm_{}x{}x", knobs.mr.min(flat.unwrap_or(l.ow())), knobs.nr);
                 assert!(ir.contains(&tile), "{what}: no {tile} call\n{ir}");
                 checked += 1;
             }
         }
     }
-    assert_eq!(checked, 5 * knob_sets().len() * levels.len());
+    checked
 }
 
 #[test]

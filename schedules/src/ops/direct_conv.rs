@@ -32,12 +32,16 @@ pub struct DirectConvLayer {
     /// pixel's kernel row reads up to `R`), rounded up to a multiple of 16 so that rows vectorize
     /// whole. A 1×1
     /// kernel reads its source here already subsampled by the stride (`HS = OH`, `WS = OW`; the
-    /// accumulator then runs at stride 1).
+    /// accumulator then runs at stride 1). With flat rows (`flat`), `u8[N, HS·WS·IC]`: the
+    /// same rows unrounded, end to end.
     pub padded: Tensor,
     /// `i32[N, OH, OW, ⌈OC/nr⌉·nr]` (`<name>.acc`): reduction axes `ky` (`KH`), `ko` (`R/P`)
     /// and `ki` (`P`, `GemmOperands::pack`). For a fixed `ky`, the `R` elements a pixel reads
     /// are contiguous in `padded`, and consecutive pixels of a row are `stride·IC` apart: a GEMM of `mr` pixels ×
-    /// `nr` channels × `R` per `ky` with no copy of the source.
+    /// `nr` channels × `R` per `ky` with no copy of the source. With flat rows,
+    /// `i32[N, OH·WS - (KW - 1), ⌈OC/nr⌉·nr]`: virtual pixel `v = y·WS + x` reads
+    /// `padded[n, (v + ky·WS)·IC + r]`, so a GEMM's rows span output rows (the `KW - 1` junk
+    /// pixels at the end of each row are computed, never read).
     pub acc: Tensor,
     /// The requantized output, `[N, OC, OH, OW]` or `[N, OH, OW, OC]` by the layout.
     pub output: Tensor,
@@ -47,13 +51,17 @@ pub struct DirectConvLayer {
     /// The requantization of one output row of `OW` pixels × `OC` channels (`requantize_map`):
     /// what an NHWC schedule tensorizes the output's pixel loop with.
     pub requantize_row: TensorIntrin,
+    /// `Some(WS)` where the accumulator runs over flat rows: asked for, at stride 1 (a 1×1
+    /// kernel after its subsampling) and with `R = KW·IC`; else `None`, the per-row layout.
+    pub flat: Option<i64>,
 }
 
 /// The int8 convolution of `conv2d_nchw_int8` (same meaning, bit for bit) with source and output
 /// (and sum input) in `layout`, defined as the direct convolution an x86 schedule tensorizes
 /// (`DirectConvLayer`): the weights come packed by `pack_conv2d_weights(weights, nr, operands)`
 /// (`weights` is only the shape and dtype here), the accumulator has `nr`-padded channels, the
-/// GEMM reads its operands as `operands` says. Errors also for a weight range without 0 or a
+/// GEMM reads its operands as `operands` says; with `flat`, over flat rows where they apply
+/// (`DirectConvLayer::flat`). Errors also for a weight range without 0 or a
 /// source dtype other than u8 or i8.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_int8_direct(
@@ -66,6 +74,7 @@ pub fn conv2d_int8_direct(
     layout: Layout,
     nr: i64,
     operands: GemmOperands,
+    flat: bool,
     name: &str,
 ) -> Result<DirectConvLayer, QuantError> {
     let op = format!("conv2d_int8_direct {name}");
@@ -98,29 +107,37 @@ pub fn conv2d_int8_direct(
     let (step, s) = if kh == 1 && kw == 1 { (conv.stride, 1) } else { (1, conv.stride) };
     let (hs, ws) = if step > 1 { (oh, ow) } else { (h + 2 * p, w + 2 * p) };
     let row_width = ceil_div(ws * ic + row - kw * ic, 16) * 16;
-    let padded = compute_vec(
-        vec![n, hs, row_width],
-        |i| {
-            let y = &i[1] * step - p;
-            // Reads are clamped into the source, so that they need no guard when vectorized
-            // (the select discards them outside).
-            let clamp = |v: Expr, size: i64| index_min(index_max(v, Expr::index(0)), size - 1);
-            let (inside_row, x, c) = if step == 1 {
-                // The pixels of a row in the source are contiguous too: one offset `t`, whose
-                // clamp `partition_loops` removes in the interior of the row.
-                let t = &i[2] - p * ic;
-                let ct = clamp(t.clone(), w * ic);
-                (t.clone().ge(0) & t.lt(w * ic), &ct / ic, &ct % ic)
-            } else {
-                let x = &i[2] / ic * step - p;
-                let inside = x.clone().ge(0) & x.clone().lt(w) & i[2].clone().lt(ws * ic);
-                (inside, clamp(x, w), &i[2] % ic)
-            };
-            let inside = y.clone().ge(0) & y.clone().lt(h) & inside_row;
-            select(inside, source.at_vec(layout.index(&i[0], &c, &clamp(y, h), &x).to_vec()), pad_value)
-        },
-        &format!("{name}.pad"),
-    )?;
+    // Flat rows: a stride-1 accumulator over the padded width, whose rows then are contiguous.
+    let flat = (flat && s == 1 && row == kw * ic).then_some(ws);
+    // The value of padded row `y` at offset `t` of the row.
+    let pad_at = |b: &Expr, y: &Expr, t: &Expr| {
+        let y = y * step - p;
+        // Reads are clamped into the source, so that they need no guard when vectorized
+        // (the select discards them outside).
+        let clamp = |v: Expr, size: i64| index_min(index_max(v, Expr::index(0)), size - 1);
+        let (inside_row, x, c) = if step == 1 {
+            // The pixels of a row in the source are contiguous too: one offset `t`, whose
+            // clamp `partition_loops` removes in the interior of the row.
+            let t = t - p * ic;
+            let ct = clamp(t.clone(), w * ic);
+            (t.clone().ge(0) & t.lt(w * ic), &ct / ic, &ct % ic)
+        } else {
+            let x = t / ic * step - p;
+            let inside = x.clone().ge(0) & x.clone().lt(w) & t.clone().lt(ws * ic);
+            (inside, clamp(x, w), t % ic)
+        };
+        let inside = y.clone().ge(0) & y.clone().lt(h) & inside_row;
+        select(inside, source.at_vec(layout.index(b, &c, &clamp(y, h), &x).to_vec()), pad_value.clone())
+    };
+    let pad_name = format!("{name}.pad");
+    let padded = match flat {
+        Some(ws) => compute_vec(
+            vec![n, hs * ws * ic],
+            |i| pad_at(&i[0], &(&i[1] / (ws * ic)), &(&i[1] % (ws * ic))),
+            &pad_name,
+        )?,
+        None => compute_vec(vec![n, hs, row_width], |i| pad_at(&i[0], &i[1], &i[2]), &pad_name)?,
+    };
     let panels = ceil_div(oc, nr);
     let pack = operands.pack();
     let (packed_shape, packed_name) = (vec![panels, kh * row / pack, nr, pack], format!("{name}.packed_weights"));
@@ -131,22 +148,37 @@ pub fn conv2d_int8_direct(
         placeholder_vec_in_range(packed_shape, DType::I8, i64::from(w_lo)..=i64::from(w_hi), &packed_name)?
     };
     let (ky, ko, ki) = (reduce_axis(kh, "ky")?, reduce_axis(row / pack, "ko")?, reduce_axis(pack, "ki")?);
-    let acc = compute_vec(
-        vec![n, oh, ow, panels * nr],
-        |i| {
-            let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * ic) + &ko * pack + &ki)]).cast(DType::I32);
-            let group = &ky * (row / pack) + &ko;
-            let b = packed_weights.at([&(&i[3] / nr), &group, &(&i[3] % nr), &ki.to_expr()]).cast(DType::I32);
-            sum(DType::I32, &[&ky, &ko, &ki], a * b)
-        },
-        &format!("{name}.acc"),
-    )?;
+    let group = &ky * (row / pack) + &ko;
+    let weight = |o: &Expr| packed_weights.at([&(o / nr), &group, &(o % nr), &ki.to_expr()]).cast(DType::I32);
+    let acc_name = format!("{name}.acc");
+    let acc = match flat {
+        // Virtual pixel `v = y·WS + x`; the last `KW - 1` of each row are never read.
+        Some(ws) => compute_vec(
+            vec![n, oh * ws - (kw - 1), panels * nr],
+            |i| {
+                let a = padded.at([&i[0], &((&i[1] + &ky * ws) * ic + &ko * pack + &ki)]).cast(DType::I32);
+                sum(DType::I32, &[&ky, &ko, &ki], a * weight(&i[2]))
+            },
+            &acc_name,
+        )?,
+        None => compute_vec(
+            vec![n, oh, ow, panels * nr],
+            |i| {
+                let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * ic) + &ko * pack + &ki)]).cast(DType::I32);
+                sum(DType::I32, &[&ky, &ko, &ki], a * weight(&i[3]))
+            },
+            &acc_name,
+        )?,
+    };
     let channel_axis = if layout == Layout::Nchw { 1 } else { 3 };
     let Requantized { compensation, output, mut params } = requantize_layer(
         out_dims.to_vec(),
         |i| {
             let [b, o, y, x] = layout.nchw_of(i);
-            acc.at([b, y, x, o])
+            match flat {
+                Some(ws) => acc.at([b, &(y * ws + x), o]),
+                None => acc.at([b, y, x, o]),
+            }
         },
         channel_axis,
         weights.shape(),
@@ -158,5 +190,5 @@ pub fn conv2d_int8_direct(
     )?;
     params.extend(pad_params.0);
     let requantize_row = requantize_map((ow, oc), weights.shape(), bias, sum_input, (src_scale, dst_q), attrs)?;
-    Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params, requantize_row })
+    Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params, requantize_row, flat })
 }

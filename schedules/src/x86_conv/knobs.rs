@@ -41,6 +41,12 @@ pub enum Accumulate {
     /// instead of two, and the rows in L1, for `KH / stride` copies of each source row instead
     /// of one. With channel panels outermost, the rows are copied again for each panel.
     PerRowWithSource,
+    /// All of them, over flat rows (`DirectConvLayer::flat`): the accumulator of a stride-1
+    /// convolution (and of a 1×1 one after its subsampling) over the padded row width, so that
+    /// one tile of `mr` pixels spans several output rows (small images: fewer, taller GEMM
+    /// calls, each weight tile serving more rows). Elsewhere (a larger kernel at a stride, a
+    /// kernel row of `KW·IC` bytes not a multiple of 4), `Whole`.
+    FlatRows,
 }
 
 impl Accumulate {
@@ -84,6 +90,7 @@ impl Packing {
 pub struct Conv2dInt8Knobs {
     /// Output pixels of one row per micro-kernel tile (rows of the GEMM). At least 1; above the
     /// `OW` pixels of an output row it is clamped to `OW` (a taller tile holds no more pixels).
+    /// With `Accumulate::FlatRows`, pixels of the flat rows, clamped to all of them.
     pub mr: i64,
     /// Output channels per micro-kernel tile and weight panel; the weights must be prepared with
     /// the same `nr`. A multiple of 16 fills zmm registers. In `1..=ir::schedule::MAX_LANES`
@@ -263,7 +270,9 @@ pub fn default_conv_knobs(layer: &ConvLayer, rate: CoreRate, max_threads: usize)
 /// the whole output row in one tile (`mr = OW`) where it has at most `MAX_TILE_MR` pixels, else
 /// the largest divisor of `OW` up to that (at least 16 rows: 112 pixels take two tiles of 56);
 /// the tile order, accumulation and threads as `FullZmmVnni` chooses them. Tall tiles let each
-/// B tile the kernel loads serve several row tiles.
+/// B tile the kernel loads serve several row tiles. Where the flat rows of an image of several
+/// rows fit one tile (`flat_rows_pixels` at most `MAX_TILE_MR`: 7×7 images), `FlatRows` with
+/// that one tile.
 fn default_tile_knobs(layer: &ConvLayer, max_threads: usize) -> Conv2dInt8Knobs {
     let pixels = layer.ow();
     let nr = [64, 32, 16].into_iter().find(|nr| layer.oc % nr == 0).unwrap_or(16);
@@ -272,7 +281,24 @@ fn default_tile_knobs(layer: &ConvLayer, max_threads: usize) -> Conv2dInt8Knobs 
     } else {
         (16..=MAX_TILE_MR).rev().find(|mr| pixels % mr == 0).unwrap_or(MAX_TILE_MR)
     };
-    Conv2dInt8Knobs { mr, nr, ..default_conv_knobs(layer, CoreRate::FullZmmVnni, max_threads) }
+    let knobs = Conv2dInt8Knobs { mr, nr, ..default_conv_knobs(layer, CoreRate::FullZmmVnni, max_threads) };
+    // A small image whose flat rows fit one tile: one call for all of them. Taller flat images
+    // split into tiles that fill the AMX rows less than one output row per tile does.
+    match flat_rows_pixels(layer) {
+        Some(v) if v <= MAX_TILE_MR && v > pixels => {
+            Conv2dInt8Knobs { mr: v, accumulation: Accumulate::FlatRows, ..knobs }
+        }
+        _ => knobs,
+    }
+}
+
+/// The accumulator's pixels with `Accumulate::FlatRows` (`OH·WS - (KW - 1)`, `WS` the padded
+/// width), where it applies to the layer (`ops::DirectConvLayer::flat`): at stride 1 or with a
+/// 1×1 kernel, and kernel rows of `KW·IC` bytes.
+pub fn flat_rows_pixels(layer: &ConvLayer) -> Option<i64> {
+    let applies = (layer.stride == 1 || layer.k == 1) && conv_row_bytes(layer.ic, layer.k) == layer.k * layer.ic;
+    let ws = if layer.k == 1 && layer.stride > 1 { layer.ow() } else { layer.w + 2 * layer.pad };
+    applies.then(|| layer.oh() * ws - (layer.k - 1))
 }
 
 /// The default knobs of a dense layer with `rows` source rows run as `dense_int8`: the tile of
@@ -358,6 +384,27 @@ mod tests {
     }
 
     #[test]
+    fn tiles_take_the_flat_rows_of_images_that_fit_one_tile() {
+        let flat = |name: &str| CONV_LAYERS.iter().find(|l| l.name == name).copied().unwrap();
+        // R11 (3×3, 7×7 padded to 9 wide): 7·9 - 2 pixels; R10 (1×1 stride 2 to 7×7): 49.
+        assert_eq!(flat_rows_pixels(&flat("R11")), Some(61));
+        assert_eq!(flat_rows_pixels(&flat("R10")), Some(49));
+        // R9 (3×3 stride 2) has none; R8 (14×14) has more than a tile.
+        assert_eq!(flat_rows_pixels(&flat("R9")), None);
+        assert_eq!(flat_rows_pixels(&flat("R8")), Some(14 * 16 - 2));
+        let tiles = |name| {
+            let k = default_conv_knobs(&flat(name), CoreRate::Tiles, 1);
+            (k.mr, k.accumulation)
+        };
+        assert_eq!(tiles("R11"), (61, Accumulate::FlatRows));
+        assert_eq!(tiles("R10"), (49, Accumulate::FlatRows));
+        assert_eq!(tiles("R8").1, default_conv_knobs(&flat("R8"), CoreRate::FullZmmVnni, 1).accumulation);
+        assert_eq!(tiles("R9").0, 7);
+        // Other rates keep rows.
+        assert_ne!(default_conv_knobs(&flat("R11"), CoreRate::FullZmmVnni, 1).accumulation, Accumulate::FlatRows);
+    }
+
+    #[test]
     fn knobs_outside_the_schedules_ranges_are_named_and_records_spell_them_in_snake_case() {
         let knobs = default_conv_knobs(&CONV_LAYERS[1], CoreRate::FullZmmVnni, 2);
         let err = |k: Conv2dInt8Knobs| k.check().unwrap_err().to_string();
@@ -376,6 +423,10 @@ mod tests {
             (old.order, old.packing, old.accumulation),
             (TileOrder::ChannelsOuter, Packing::Bytes, Accumulate::Whole)
         );
+        let flat = Conv2dInt8Knobs { mr: 61, accumulation: Accumulate::FlatRows, ..knobs };
+        let json = r#"{"mr":61,"nr":64,"lanes":16,"order":"pixels_outer","threads":2,"packing":"i16","accumulation":"flat_rows"}"#;
+        assert_eq!(serde_json::to_string(&flat).unwrap(), json);
+        assert_eq!(serde_json::from_str::<Conv2dInt8Knobs>(json).unwrap(), flat);
         for bad in [r#"{"mr":4,"nr":64,"lanes":16,"order":"rows_outer","threads":1}"#, r#"{"mr":4,"nr":64}"#] {
             assert!(serde_json::from_str::<Conv2dInt8Knobs>(bad).is_err(), "{bad}");
         }

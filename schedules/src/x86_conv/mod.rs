@@ -24,7 +24,7 @@ mod schedule;
 
 pub use knobs::{
     Accumulate, Conv2dInt8Knobs, CoreRate, KnobError, MAX_TILE_MR, MIN_PARALLEL_OPS, MIN_PARALLEL_OPS_SLOWER_CORES,
-    Packing, TileOrder, default_conv_knobs, default_dense_knobs, default_knobs, weight_range,
+    Packing, TileOrder, default_conv_knobs, default_dense_knobs, default_knobs, flat_rows_pixels, weight_range,
 };
 pub use layer::table_layer;
 pub use schedule::{

@@ -97,7 +97,9 @@ pub fn prepare_conv2d_int8(
 /// `mr` above the `OW` pixels of an output row is clamped to `OW` (the tile and its
 /// micro-kernel are then `OW` rows), and `lanes` above `OC` are capped to `OC` (an NCHW output
 /// only). `Accumulate::PerRow` and `PerRowWithSource` compute all accumulators at once where
-/// `nr` does not divide `OC`.
+/// `nr` does not divide `OC`; `FlatRows` is `Whole` where flat rows do not apply
+/// (`ops::DirectConvLayer::flat`), and else tiles `mr` of the flat rows' pixels (clamped to
+/// them), whose calls read kernel rows one padded row (`WS·IC`) apart.
 ///
 /// Errors: the definition's typed `QuantError`s, and `Conv2dInt8Error::Knob` for knobs outside
 /// their ranges (`mr` and `threads` below 1, `nr` or `lanes` outside
@@ -116,7 +118,8 @@ pub fn conv2d_int8(
     name: &str,
 ) -> Result<Conv2dInt8, Conv2dInt8Error> {
     knobs.check()?;
-    let layer = conv2d_int8_direct(src, weights, bias, sum_input, conv, attrs, layout, knobs.nr, operands, name)?;
+    let flat = knobs.accumulation == Accumulate::FlatRows;
+    let layer = conv2d_int8_direct(src, weights, bias, sum_input, conv, attrs, layout, knobs.nr, operands, flat, name)?;
     schedule_conv2d_int8(layer, src, weights, bias, sum_input, layout, knobs, operands)
 }
 
@@ -148,48 +151,59 @@ pub fn schedule_conv2d_int8(
     // are gathers (wider ones cost more compile time than they save); in NCHW, where a pixel's
     // channels are planes apart, the channels of a pixel unrolled.
     let pad = &layer.padded;
+    // Flat rows are split back into the padded rows, so that each vectorizes as before.
+    let (pad_rows, pad_row) = match layer.flat {
+        Some(ws) => s.split(pad, &pad.axis(1), ws * ic)?,
+        None => (pad.axis(1), pad.axis(2)),
+    };
     match ([64, 32, 16].into_iter().find(|v| ic % v == 0), layout) {
         (Some(vector), _) => {
-            let (_pixel, channel) = s.split(pad, &pad.axis(2), ic)?;
+            let (_pixel, channel) = s.split(pad, &pad_row, ic)?;
             let (_, lanes) = s.split(pad, &channel, vector)?;
             s.vectorize(pad, &lanes)?;
         }
         (None, Layout::Nhwc) => {
-            let (_, lanes) = s.split(pad, &pad.axis(2), 16)?;
+            let (_, lanes) = s.split(pad, &pad_row, 16)?;
             s.vectorize(pad, &lanes)?;
         }
         (None, Layout::Nchw) => {
-            let (_pixel, channel) = s.split(pad, &pad.axis(2), ic)?;
+            let (_pixel, channel) = s.split(pad, &pad_row, ic)?;
             s.unroll(pad, &channel)?;
         }
     }
     let oc = weights.shape()[0];
-    let per_row = knobs.accumulation != Accumulate::Whole && oc % knobs.nr == 0;
+    let per_row = matches!(knobs.accumulation, Accumulate::PerRow | Accumulate::PerRowWithSource) && oc % knobs.nr == 0;
     let source_per_row = per_row && knobs.accumulation == Accumulate::PerRowWithSource;
     if knobs.parallel() && !source_per_row {
-        s.parallel(pad, &pad.axis(1))?;
+        s.parallel(pad, &pad_rows)?;
     }
 
     let acc = &layer.acc;
-    let [b, y, x, o] = [0, 1, 2, 3].map(|d| acc.axis(d));
+    // The tile's pixels: of one output row, or of the flat rows (`[b, v, o]`).
+    let (b, y, x, o) = match layer.flat {
+        Some(_) => (acc.axis(0), None, acc.axis(1), acc.axis(2)),
+        None => (acc.axis(0), Some(acc.axis(1)), acc.axis(2), acc.axis(3)),
+    };
     // A tile of at most the row's pixels: `split` caps its factor to the extent, and the
     // micro-kernel must be declared for the tile the split makes.
-    let mr = knobs.mr.min(acc.shape()[2]);
+    let mr = knobs.mr.min(acc.shape()[acc.shape().len() - 2]);
     let (xo, xi) = s.split(acc, &x, mr)?;
     let (oo, oi) = s.split(acc, &o, knobs.nr)?;
     let [ky, ko, ki] = [0, 1, 2].map(|d| acc.reduce_axes()[d].clone());
+    let pixels: Vec<_> = [Some(&b), y.as_ref(), Some(&xo)].into_iter().flatten().collect();
     let tiles = match knobs.order {
-        TileOrder::PixelsOuter => [&b, &y, &xo, &oo],
-        TileOrder::ChannelsOuter => [&oo, &b, &y, &xo],
+        TileOrder::PixelsOuter => [pixels.as_slice(), &[&oo]].concat(),
+        TileOrder::ChannelsOuter => [&[&oo], pixels.as_slice()].concat(),
     };
-    let mut order = tiles.to_vec();
+    let mut order = tiles.clone();
     order.extend([&ky, &ko, &ki, &xi, &oi]);
     s.reorder(acc, &order)?;
     s.vectorize(acc, &oi)?;
     if knobs.parallel() && !per_row {
-        let outer = s.fuse(acc, tiles[0], tiles[1])?;
-        let outer = s.fuse(acc, &outer, tiles[2])?;
-        let outer = s.fuse(acc, &outer, tiles[3])?;
+        let mut outer = tiles[0].clone();
+        for tile in &tiles[1..] {
+            outer = s.fuse(acc, &outer, tile)?;
+        }
         s.parallel(acc, &outer)?;
     }
 
@@ -204,8 +218,8 @@ pub fn schedule_conv2d_int8(
     if per_row {
         s.compute_at(acc, out, oy)?;
     }
-    if source_per_row {
-        s.compute_at(pad, acc, &y)?;
+    if let (true, Some(y)) = (source_per_row, &y) {
+        s.compute_at(pad, acc, y)?;
     }
     if knobs.parallel() {
         s.parallel(out, oy)?;
