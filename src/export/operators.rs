@@ -84,7 +84,12 @@ fn layer_knobs(
         _ if level.has_avx512() => CoreRate::FullZmmVnni,
         _ => CoreRate::Slower,
     };
-    let knobs = tuning.and_then(|r| r.schedule.knobs).unwrap_or_else(|| default_knobs(layer, rate, LIBRARY_THREADS));
+    // The panel width shapes the prepared weights, an argument every level shares: the tile
+    // defaults keep the other levels' `nr`.
+    let shared_nr = default_knobs(layer, CoreRate::FullZmmVnni, LIBRARY_THREADS).nr;
+    let knobs = tuning
+        .and_then(|r| r.schedule.knobs)
+        .unwrap_or_else(|| Conv2dInt8Knobs { nr: shared_nr, ..default_knobs(layer, rate, LIBRARY_THREADS) });
     let knobs = Conv2dInt8Knobs { packing: Packing::Bytes, ..knobs };
     (knobs, knobs.operands(level.has_vnni(), weights.range()))
 }
