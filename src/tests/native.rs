@@ -4,71 +4,11 @@
 //! dilation, both 8-bit types; NaN, infinities and huge values for quantize.
 
 use crate::bench::Lcg;
-use crate::engine::native::Int8;
-use crate::engine::native::add::{AddParams, add_portable};
-use crate::engine::native::max_pool::{Window, max_pool_any, max_pool_scalar};
-use crate::engine::native::quantize::{quantize_any, quantize_scalar};
+use crate::engine::native::add::{AddParams, add_in};
+use crate::engine::native::max_pool::{Window, max_pool_in, max_pool_scalar};
+use crate::engine::native::quantize::{quantize_in, quantize_scalar};
+use crate::engine::native::{Build, Int8};
 use crate::tests::skip::skip;
-
-/// A compiled variant of one loop, or why this CPU cannot run it.
-fn variants<F: Copy>(portable: F, avx2: F, avx512: F) -> Vec<(&'static str, Option<F>)> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let has = |f: &[bool]| f.iter().all(|&b| b);
-        let avx2_ok = has(&[std::arch::is_x86_feature_detected!("avx2"), std::arch::is_x86_feature_detected!("fma")]);
-        let avx512_ok = avx2_ok
-            && has(&[std::arch::is_x86_feature_detected!("avx512f"), std::arch::is_x86_feature_detected!("avx512bw")]);
-        vec![("portable", Some(portable)), ("avx2", avx2_ok.then_some(avx2)), ("avx512", avx512_ok.then_some(avx512))]
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (avx2, avx512);
-        vec![("portable", Some(portable)), ("avx2", None), ("avx512", None)]
-    }
-}
-
-type QuantizeFn = fn(&[u8], [usize; 4], bool, f32, i32, Int8, &mut [u8]);
-type MaxPoolFn = fn(&[u8], [usize; 4], [usize; 2], Window, Int8, &mut [u8]);
-type AddFn = fn(&[u8], &[u8], &AddParams, Int8, (i32, i32), &mut [u8]);
-
-fn quantize_variants() -> Vec<(&'static str, Option<QuantizeFn>)> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::engine::native::quantize::{quantize_avx2, quantize_avx512};
-        // SAFETY (both): `variants` hands these out only when the CPU has the features.
-        let avx2: QuantizeFn = |s, d, n, sc, z, t, o| unsafe { quantize_avx2(s, d, n, sc, z, t, o) };
-        let avx512: QuantizeFn = |s, d, n, sc, z, t, o| unsafe { quantize_avx512(s, d, n, sc, z, t, o) };
-        variants(quantize_any as QuantizeFn, avx2, avx512)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    variants(quantize_any as QuantizeFn, quantize_any, quantize_any)
-}
-
-fn max_pool_variants() -> Vec<(&'static str, Option<MaxPoolFn>)> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::engine::native::max_pool::{max_pool_avx2, max_pool_avx512};
-        // SAFETY (both): `variants` hands these out only when the CPU has the features.
-        let avx2: MaxPoolFn = |s, d, o, w, t, out| unsafe { max_pool_avx2(s, d, o, w, t, out) };
-        let avx512: MaxPoolFn = |s, d, o, w, t, out| unsafe { max_pool_avx512(s, d, o, w, t, out) };
-        variants(max_pool_any as MaxPoolFn, avx2, avx512)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    variants(max_pool_any as MaxPoolFn, max_pool_any, max_pool_any)
-}
-
-fn add_variants() -> Vec<(&'static str, Option<AddFn>)> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::engine::native::add::{add_avx512, add_fma};
-        // SAFETY (both): `variants` hands these out only when the CPU has the features.
-        let avx2: AddFn = |a, b, p, t, c, o| unsafe { add_fma(a, b, p, t, c, o) };
-        let avx512: AddFn = |a, b, p, t, c, o| unsafe { add_avx512(a, b, p, t, c, o) };
-        variants(add_portable as AddFn, avx2, avx512)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    variants(add_portable as AddFn, add_portable, add_portable)
-}
 
 /// Random f32: one in eight special (NaN, infinities, huge, tiny, signed zero, an exact tie of
 /// `scale`), the rest spread a little past the type's range in units of `scale`.
@@ -137,11 +77,12 @@ fn quantize_variants_match_the_scalar_twin() {
         (Int8::S8, 0.5, -7),
         (Int8::U8, 3.0, 255),
     ];
-    for (name, f) in quantize_variants() {
-        let Some(f) = f else {
-            skip(name, "the CPU lacks the variant's features");
+    for build in Build::ALL {
+        let name = format!("{build:?}");
+        if !build.available() {
+            skip(&name, "the CPU lacks the build's features");
             continue;
-        };
+        }
         for (si, dims) in shapes.iter().enumerate() {
             for (qi, &(ty, scale, zp)) in quants.iter().enumerate() {
                 let len = dims.iter().product();
@@ -151,7 +92,7 @@ fn quantize_variants_match_the_scalar_twin() {
                     let mut want = vec![0xa5u8; len];
                     quantize_scalar(&x, *dims, nhwc, scale, zp, ty, &mut want);
                     let mut got = vec![0x5au8; len];
-                    f(&raw, *dims, nhwc, scale, zp, ty, &mut got);
+                    quantize_in(build, &raw, *dims, nhwc, scale, zp, ty, &mut got).unwrap();
                     if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
                         let src = if nhwc {
                             let [_, c, h, w] = *dims;
@@ -186,11 +127,12 @@ fn max_pool_variants_match_the_scalar_twin() {
         (1, 2, 0, 1),
     ];
     let shapes = [[1, 9, 9, 64], [2, 7, 6, 3], [1, 12, 11, 67], [1, 5, 5, 1], [1, 8, 8, 32], [1, 3, 4, 130]];
-    for (name, f) in max_pool_variants() {
-        let Some(f) = f else {
-            skip(name, "the CPU lacks the variant's features");
+    for build in Build::ALL {
+        let name = format!("{build:?}");
+        if !build.available() {
+            skip(&name, "the CPU lacks the build's features");
             continue;
-        };
+        }
         for (si, &[n, h, w, c]) in shapes.iter().enumerate() {
             for &(k, s, p, d) in &windows {
                 let extent = (k - 1) * d + 1;
@@ -205,7 +147,7 @@ fn max_pool_variants_match_the_scalar_twin() {
                     let mut want = vec![0xa5u8; len];
                     max_pool_scalar(&src, [n, h, w, c], [oh, ow], win, ty, &mut want);
                     let mut got = vec![0x5au8; len];
-                    f(&src, [n, h, w, c], [oh, ow], win, ty, &mut got);
+                    max_pool_in(build, &src, [n, h, w, c], [oh, ow], win, ty, &mut got).unwrap();
                     if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
                         panic!("{name} [{n}, {h}, {w}, {c}] {win:?} {ty:?}: at {i} got {} want {}", got[i], want[i]);
                     }
@@ -240,18 +182,19 @@ fn add_variants_match_the_scalar_twin() {
         (Int8::S8, AddParams { a: (0.02, 0), b: (0.03, -5), c: (0.025, 3) }, (-128, 127)),
         (Int8::S8, AddParams { a: (0.5, -128), b: (0.25, 127), c: (0.125, 0) }, (0, 127)),
     ];
-    for (name, f) in add_variants() {
-        let Some(f) = f else {
-            skip(name, "the CPU lacks the variant's features");
+    for build in Build::ALL {
+        let name = format!("{build:?}");
+        if !build.available() {
+            skip(&name, "the CPU lacks the build's features");
             continue;
-        };
+        }
         for (ci, (ty, params, clamp)) in cases.iter().enumerate() {
             for len in [1, 15, 16, 17, 63, 64, 65, 1000, 4099] {
                 let (a, b) = (bytes(len, ci as u64 * 2 + 1), bytes(len, ci as u64 * 2 + 2));
                 let mut want = vec![0xa5u8; len];
                 add_twin(&a, &b, params, *ty, *clamp, &mut want);
                 let mut got = vec![0x5au8; len];
-                f(&a, &b, params, *ty, *clamp, &mut got);
+                add_in(build, &a, &b, params, *ty, *clamp, &mut got).unwrap();
                 if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
                     panic!(
                         "{name} {ty:?} {params:?} len {len}: at {i} ({}, {}) got {} want {}",

@@ -12,7 +12,7 @@
 //! The raw integers enter the FMAs (the zero points are folded into `fixed`), so this differs
 //! from the plain formula `round((sa·(a − za) + sb·(b − zb)) / sc) + zc` by one on rare ties.
 
-use super::{Int8, round_clamped};
+use super::{Build, Int8, round_clamped};
 
 /// The constants of one add.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -34,23 +34,14 @@ impl AddParams {
 /// `c[i] = clamp(a[i] ⊕ b[i], clamp)` for same-shaped operands of type `ty` (any common
 /// layout); `clamp` lies in the type's range (the activation's bounds).
 pub fn add(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the CPU has AVX-512 F and BW and FMA (checked just above).
-            unsafe { add_avx512(a, b, params, ty, clamp, c) };
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has FMA (checked just above).
-            unsafe { add_fma(a, b, params, ty, clamp, c) };
-            return;
-        }
-    }
-    add_portable(a, b, params, ty, clamp, c);
+    let ran = add_in(Build::best(), a, b, params, ty, clamp, c);
+    debug_assert!(ran.is_some(), "the best build is available");
+}
+
+native_builds! {
+    /// `add` compiled for `build` (with FMA, `mul_add` is one instruction and vectorizes;
+    /// portable, it is the standard library's, correctly rounded everywhere).
+    pub(crate) fn add_in(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) => add_loop
 }
 
 #[inline(always)]
@@ -71,23 +62,4 @@ fn add_typed(a: &[u8], b: &[u8], params: &AddParams, (lo, hi): (i32, i32), c: &m
         let v = value(a).mul_add(ra, t);
         *c = round_clamped(v, lo, hi) as u8;
     }
-}
-
-/// The loop compiled with FMA instructions (`mul_add` is then one instruction, and vectorizes).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn add_fma(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
-    add_loop(a, b, params, ty, clamp, c)
-}
-
-/// The loop compiled with AVX-512 instructions (sixteen lanes, the same fused operations).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-pub(crate) unsafe fn add_avx512(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
-    add_loop(a, b, params, ty, clamp, c)
-}
-
-/// The same loop with `mul_add` from the standard library (correctly rounded everywhere).
-pub(crate) fn add_portable(a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
-    add_loop(a, b, params, ty, clamp, c)
 }

@@ -7,7 +7,7 @@
 //! contiguous bytes at once, then over the window's columns of that row maximum. Both compare
 //! the bytes directly (as u8 or as i8).
 
-use super::Int8;
+use super::{Build, Int8};
 
 /// A 2-D pooling window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,52 +20,24 @@ pub struct Window {
 
 /// Pools `src: [n, h, w, c]` into `dst: [n, oh, ow, c]`.
 pub fn max_pool(src: &[u8], dims: [usize; 4], out: [usize; 2], win: Window, ty: Int8, dst: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
-            // SAFETY: the CPU has AVX-512 F and BW (checked just above).
-            unsafe { max_pool_avx512(src, dims, out, win, ty, dst) };
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            unsafe { max_pool_avx2(src, dims, out, win, ty, dst) };
-            return;
-        }
-    }
-    max_pool_any(src, dims, out, win, ty, dst)
+    let ran = max_pool_in(Build::best(), src, dims, out, win, ty, dst);
+    debug_assert!(ran.is_some(), "the best build is available");
 }
 
-/// The loops compiled with AVX-512 instructions.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-pub(crate) unsafe fn max_pool_avx512(
-    src: &[u8],
-    dims: [usize; 4],
-    out: [usize; 2],
-    win: Window,
-    ty: Int8,
-    dst: &mut [u8],
-) {
-    max_pool_any(src, dims, out, win, ty, dst)
-}
-
-/// The loops compiled with AVX2 instructions.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-pub(crate) unsafe fn max_pool_avx2(
-    src: &[u8],
-    dims: [usize; 4],
-    out: [usize; 2],
-    win: Window,
-    ty: Int8,
-    dst: &mut [u8],
-) {
-    max_pool_any(src, dims, out, win, ty, dst)
+native_builds! {
+    /// `max_pool` compiled for `build`.
+    pub(crate) fn max_pool_in(
+        src: &[u8],
+        dims: [usize; 4],
+        out: [usize; 2],
+        win: Window,
+        ty: Int8,
+        dst: &mut [u8],
+    ) => max_pool_any
 }
 
 #[inline(always)]
-pub(crate) fn max_pool_any(src: &[u8], dims: [usize; 4], out: [usize; 2], win: Window, ty: Int8, dst: &mut [u8]) {
+fn max_pool_any(src: &[u8], dims: [usize; 4], out: [usize; 2], win: Window, ty: Int8, dst: &mut [u8]) {
     // One loop per element type, so that each compares bytes as its own (vpmaxub, vpmaxsb).
     match ty {
         Int8::U8 => max_pool_bytes::<false>(src, dims, out, win, dst),

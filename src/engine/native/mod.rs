@@ -3,11 +3,85 @@
 //! computes exactly what the partition kind's definition in `graph` says; the graph's reference
 //! is their slow twin (it shares no code with them).
 
+/// `fn $name(build: Build, args) -> Option<()>`: the loop `$body` (an `#[inline(always)]` fn
+/// of those arguments) compiled for `build`, run; `None` (nothing run) where this CPU lacks the
+/// build. The one place the native loops are multiversioned.
+macro_rules! native_builds {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $body:path) => {
+        $(#[$meta])*
+        $vis fn $name(build: $crate::engine::native::Build, $($arg: $ty),*) -> Option<()> {
+            use $crate::engine::native::Build;
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2($($arg: $ty),*) {
+                $body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+            unsafe fn avx512($($arg: $ty),*) {
+                $body($($arg),*)
+            }
+            if !build.available() {
+                return None;
+            }
+            match build {
+                Build::Portable => $body($($arg),*),
+                // SAFETY: the CPU has the build's features (`available`, checked above).
+                #[cfg(target_arch = "x86_64")]
+                Build::Avx2 => unsafe { avx2($($arg),*) },
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                Build::Avx512 => unsafe { avx512($($arg),*) },
+                #[cfg(not(target_arch = "x86_64"))]
+                Build::Avx2 | Build::Avx512 => return None,
+            }
+            Some(())
+        }
+    };
+}
+
 pub mod add;
 pub mod dequantize;
 pub mod global_avg_pool;
 pub mod max_pool;
 pub mod quantize;
+
+/// A build of a native loop: the same Rust compiled for more vector instructions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    /// The baseline the crate is compiled for; `mul_add` is the standard library's.
+    Portable,
+    /// AVX2 and FMA (`mul_add` one instruction).
+    Avx2,
+    /// AVX-512 F/BW/VL with AVX2 and FMA (sixteen lanes of f32).
+    Avx512,
+}
+
+impl Build {
+    pub const ALL: [Build; 3] = [Build::Portable, Build::Avx2, Build::Avx512];
+
+    /// Whether this CPU can run the build.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            match self {
+                Build::Portable => true,
+                Build::Avx2 => has!("avx2") && has!("fma"),
+                Build::Avx512 => Build::Avx2.available() && has!("avx512f") && has!("avx512bw") && has!("avx512vl"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Build::Portable
+        }
+    }
+
+    /// The widest build this CPU runs.
+    pub fn best() -> Build {
+        Build::ALL.into_iter().rev().find(|b| b.available()).unwrap_or(Build::Portable)
+    }
+}
 
 /// An 8-bit integer element type of the engine's buffers: values are stored as their bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! (contiguous, so the division and rounding vectorize), then interleaves the block's channels
 //! into the destination.
 
-use super::{Int8, round_clamped};
+use super::{Build, Int8, round_clamped};
 
 /// Pixels per block of the NHWC case: a few kilobytes of source per channel.
 const BLOCK: usize = 64;
@@ -14,62 +14,26 @@ const BLOCK: usize = 64;
 /// Quantizes `src` (f32 in little-endian bytes; NCHW `[n, c, h, w]`, or any shape with
 /// `nhwc == false`) into `dst`, written in NHWC order when `nhwc`.
 pub fn quantize(src: &[u8], dims: [usize; 4], nhwc: bool, scale: f32, zero_point: i32, ty: Int8, dst: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
-            // SAFETY: the CPU has AVX-512 F and BW (checked just above).
-            unsafe { quantize_avx512(src, dims, nhwc, scale, zero_point, ty, dst) };
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            unsafe { quantize_avx2(src, dims, nhwc, scale, zero_point, ty, dst) };
-            return;
-        }
-    }
-    quantize_any(src, dims, nhwc, scale, zero_point, ty, dst)
+    let ran = quantize_in(Build::best(), src, dims, nhwc, scale, zero_point, ty, dst);
+    debug_assert!(ran.is_some(), "the best build is available");
 }
 
-/// The loops compiled with AVX-512 instructions.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-pub(crate) unsafe fn quantize_avx512(
-    src: &[u8],
-    dims: [usize; 4],
-    nhwc: bool,
-    scale: f32,
-    zp: i32,
-    ty: Int8,
-    dst: &mut [u8],
-) {
-    quantize_any(src, dims, nhwc, scale, zp, ty, dst)
-}
-
-/// The loops compiled with AVX2 instructions.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-pub(crate) unsafe fn quantize_avx2(
-    src: &[u8],
-    dims: [usize; 4],
-    nhwc: bool,
-    scale: f32,
-    zp: i32,
-    ty: Int8,
-    dst: &mut [u8],
-) {
-    quantize_any(src, dims, nhwc, scale, zp, ty, dst)
+native_builds! {
+    /// `quantize` compiled for `build`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn quantize_in(
+        src: &[u8],
+        dims: [usize; 4],
+        nhwc: bool,
+        scale: f32,
+        zero_point: i32,
+        ty: Int8,
+        dst: &mut [u8],
+    ) => quantize_any
 }
 
 #[inline(always)]
-pub(crate) fn quantize_any(
-    src: &[u8],
-    dims: [usize; 4],
-    nhwc: bool,
-    scale: f32,
-    zero_point: i32,
-    ty: Int8,
-    dst: &mut [u8],
-) {
+fn quantize_any(src: &[u8], dims: [usize; 4], nhwc: bool, scale: f32, zero_point: i32, ty: Int8, dst: &mut [u8]) {
     let (lo, hi) = ty.range();
     let bounds = ((lo - zero_point) as f32, (hi - zero_point) as f32);
     if !nhwc {
