@@ -5,7 +5,7 @@
 //! against the generic schedule of `ops::conv2d_nchw_int8` (u8 source, i8 weights in
 //! [-127, 127], per-channel scales, relu, u8 output).
 //!
-//! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --order pixels|channels --accumulate whole|per-row|per-row-with-source|flat-rows --print-ir]`
+//! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --order pixels|channels --accumulate whole|per-row|per-row-with-source|flat-rows|im2col|im2col-tiles --print-ir]`
 
 use std::time::Instant;
 
@@ -165,6 +165,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some("per-row") => Accumulate::PerRow,
                 Some("per-row-with-source") => Accumulate::PerRowWithSource,
                 Some("flat-rows") => Accumulate::FlatRows,
+                Some("im2col") => Accumulate::Im2col,
+                Some("im2col-tiles") => Accumulate::Im2colTiles,
                 _ => defaults.accumulation,
             },
             ..defaults

@@ -5,7 +5,7 @@
 //! nest equal to it before replacing the nest by a call.
 
 use ir::intrin::{Int8GemmSize, IntrinKind, TensorIntrin, decl_tensor_intrin, int8_gemm_compute, int16_gemm_compute};
-use ir::te::placeholder_vec;
+use ir::te::{compute_vec, placeholder_vec};
 use ir::trace::IntrinRef;
 use ir::{DType, TeError};
 
@@ -75,6 +75,15 @@ pub fn gemm_segmented_microkernel(
     }
 }
 
+/// The copy of an `[m, n]` block of `dtype` (`out[p, c] = x[p, c]`, an `IntrinKind::Map`):
+/// what the gathered rows of a convolution (`ops::DirectConvLayer::im2col`) are tensorized
+/// with, each kernel row of a row of pixels one call.
+pub fn copy_map(m: i64, n: i64, dtype: DType) -> Result<TensorIntrin, TeError> {
+    let x = placeholder_vec(vec![m, n], dtype, "x")?;
+    let out = compute_vec(vec![m, n], |i| x.at([&i[0], &i[1]]), "copy")?;
+    decl_tensor_intrin(&format!("copy_{m}x{n}_{dtype}"), IntrinKind::Map { m, n }, &out, &[&x])
+}
+
 /// The declaration of this module that `r` refers to, rebuilt: the resolver for replaying traces
 /// of the x86 schedules (`ir::trace::Trace::replay`). `None` for an intrinsic declared elsewhere,
 /// such as a layer's requantization (`ops::DirectConvLayer::requantize_row`, which a fresh
@@ -88,7 +97,11 @@ pub fn resolve(r: &IntrinRef) -> Option<TensorIntrin> {
         IntrinKind::Int16Gemm { m, n, k, segments } => {
             int16_gemm_segmented_microkernel(m, n, segments, k).ok().filter(|intrin| r.matches(intrin))
         }
-        IntrinKind::Map { .. } | IntrinKind::Generic => None,
+        IntrinKind::Map { m, n } => [DType::U8, DType::I8, DType::I16]
+            .into_iter()
+            .filter_map(|dtype| copy_map(m, n, dtype).ok())
+            .find(|intrin| r.matches(intrin)),
+        IntrinKind::Generic => None,
     }
 }
 

@@ -55,11 +55,11 @@ impl KernelCache {
     /// The prepared weights of `key`, prepared by `prepare` unless kept from before.
     pub(super) fn prepared(
         &self,
-        (name, nr, operands): (String, i64, GemmOperands),
+        (name, nr, operands, gemm_k): (String, i64, GemmOperands, i64),
         prepare: impl FnOnce() -> Result<PreparedWeights, LayerError>,
     ) -> Result<PreparedWeights, LayerError> {
         let Some(kept) = &self.weights else { return prepare() };
-        let key = (name, nr, format!("{operands:?}"));
+        let key = (name, nr, format!("{operands:?} k {gemm_k}"));
         if let Some(w) = kept.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(w.clone());
         }

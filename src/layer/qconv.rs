@@ -23,8 +23,7 @@ use schedules::ops::{DirectConvLayer, conv2d_int8_direct};
 use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
 use schedules::x86_conv::{
-    Accumulate, Conv2dInt8, Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, schedule_conv2d_int8,
-    weight_range,
+    Conv2dInt8, Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, schedule_conv2d_int8, weight_range,
 };
 
 use super::error::{LayerError, SpecError};
@@ -300,9 +299,9 @@ fn define_quantized(
     let attrs = spec.attrs()?;
     let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
     let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
-    let flat = knobs.accumulation == Accumulate::FlatRows;
+    let rows = knobs.source_rows();
     let layer =
-        conv2d_int8_direct(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs.nr, operands, flat, &spec.name)?;
+        conv2d_int8_direct(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs.nr, operands, rows, &spec.name)?;
     Ok((layer, operands, (src, wei)))
 }
 
@@ -316,7 +315,12 @@ fn prepare_quantized(
 ) -> Result<PreparedWeights, LayerError> {
     let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
     let src_q = (spec.src.dtype, spec.src.zero_point);
-    prepare_weights(&spec.weights, dims, knobs.nr, operands, src_q, spec.bias.as_deref())
+    prepare_weights(&spec.weights, dims, knobs.nr, gemm_k(shapes, knobs), operands, src_q, spec.bias.as_deref())
+}
+
+/// The reduction length of the weights prepared for `knobs` (`Conv2dInt8Knobs::gemm_k`).
+fn gemm_k(shapes: &Shapes, knobs: Conv2dInt8Knobs) -> i64 {
+    knobs.gemm_k(shapes.wei[1], shapes.wei[2], shapes.wei[3])
 }
 
 /// The definition's parameters (scales, zero points, bounds) as the function's last arguments.
@@ -353,8 +357,10 @@ fn build_quantized(
     let compile = start.elapsed();
 
     let start = Instant::now();
-    let PreparedWeights { packed, compensation } =
-        cache.prepared((name.clone(), knobs.nr, operands), || prepare_quantized(spec, shapes, knobs, operands))?;
+    let PreparedWeights { packed, compensation } = cache
+        .prepared((name.clone(), knobs.nr, operands, gemm_k(shapes, knobs)), || {
+            prepare_quantized(spec, shapes, knobs, operands)
+        })?;
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
     CompiledQuantized::new(name.clone(), (kernel, cached), knobs, operands, prepared, io, (ops, compile, trace))

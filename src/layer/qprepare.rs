@@ -17,7 +17,8 @@ use crate::runtime::Tensor;
 /// Weights prepared for the per-call function.
 #[derive(Clone)]
 pub struct PreparedWeights {
-    /// `[⌈OC/nr⌉, KH·R/P, nr, P]` of `operands.weight_dtype()` (`P = operands.pack()`).
+    /// `[⌈OC/nr⌉, K/P, nr, P]` of `operands.weight_dtype()` (`P = operands.pack()`, `K` the
+    /// GEMM's reduction length).
     pub packed: Tensor,
     /// `i32[OC]`: `(zp_src + shift) · Σ w[oc, ..] − bias[oc]`, wrapping.
     pub compensation: Tensor,
@@ -25,20 +26,22 @@ pub struct PreparedWeights {
 
 /// `weights: i8[OC, IC, KH, KW]` (`dims`, row-major) packed in panels of `nr` channels for
 /// `operands` (`pack_conv2d_weights`: `packed[p, ko, j, ki] = w[o, r % IC, k / R, r / IC]` with
-/// `o = p·nr + j`, `k = ko·P + ki`, `r = k % R`, zero where `r ≥ KW·IC` or `o ≥ OC`), and the
+/// `o = p·nr + j`, `k = ko·P + ki`, `r = k % R`, zero where `r ≥ KW·IC`, `k ≥ KH·R` or `o ≥ OC`,
+/// for `k < gemm_k`: `KH·R`, or more over gathered rows, `Conv2dInt8Knobs::gemm_k`), and the
 /// compensation for a `src_dtype` source with zero point `src_zp` minus `bias`. The caller checks
 /// that `weights` holds `Π dims` values and `bias` `OC` (`QConvSpec::check`).
 pub fn prepare_weights(
     weights: &[i8],
     dims: [i64; 4],
     nr: i64,
+    gemm_k: i64,
     operands: GemmOperands,
     (src_dtype, src_zp): (DType, i32),
     bias: Option<&[i32]>,
 ) -> Result<PreparedWeights, LayerError> {
     let [oc, ic, kh, kw] = dims.map(|d| d as usize);
     let (nr, row, pack) = (nr as usize, conv_row_bytes(dims[1], dims[3]) as usize, operands.pack() as usize);
-    let (k_len, taps, panels) = (kh * row, ic * kh * kw, oc.div_ceil(nr));
+    let (k_len, taps, panels) = ((gemm_k as usize).max(kh * row), ic * kh * kw, oc.div_ceil(nr));
     let groups = k_len / pack;
     let dtype = operands.weight_dtype();
     let wide = dtype == DType::I16;
@@ -54,9 +57,9 @@ pub fn prepare_weights(
         })
         .collect();
     // A 1×1 kernel whose channels need no padding is already in reduction order.
-    let direct = kh * kw == 1 && row == ic;
+    let direct = kh * kw == 1 && row == ic && k_len == row;
     // Reduction rows of one panel, `k = ky·row + kx·ic + i`; the bytes that pad a kernel row to
-    // `row` are never written, so they stay zero.
+    // `row`, and those past `KH·R`, are never written, so they stay zero.
     let mut scratch = vec![0i8; if direct { 0 } else { nr * k_len }];
     // Every (group, channel) entry is four bytes: `pack` i8, or `pack` (two) i16.
     const ENTRY: usize = 4;
@@ -116,13 +119,14 @@ pub fn prepare_weights_scalar(
     weights: &[i8],
     dims: [i64; 4],
     nr: i64,
+    gemm_k: i64,
     operands: GemmOperands,
     (src_dtype, src_zp): (DType, i32),
     bias: Option<&[i32]>,
 ) -> Result<PreparedWeights, LayerError> {
     let [oc, ic, kh, kw] = dims.map(|d| d as usize);
     let (nr, row, pack) = (nr as usize, conv_row_bytes(dims[1], dims[3]) as usize, operands.pack() as usize);
-    let (panels, groups) = (oc.div_ceil(nr), kh * row / pack);
+    let (panels, groups) = (oc.div_ceil(nr), (gemm_k as usize).max(kh * row) / pack);
     let dtype = operands.weight_dtype();
     let mut packed = Tensor::zeros(dtype, &[panels as i64, groups as i64, nr as i64, pack as i64])?;
     let size = dtype.bytes();
@@ -133,7 +137,7 @@ pub fn prepare_weights_scalar(
                 for ki in 0..pack {
                     let (o, k) = (p * nr + j, ko * pack + ki);
                     let r = k % row;
-                    let value = if o < oc && r < kw * ic {
+                    let value = if o < oc && r < kw * ic && k < kh * row {
                         let (i, y, x) = (r % ic, k / row, r / ic);
                         weights[((o * ic + i) * kh + y) * kw + x]
                     } else {
@@ -194,13 +198,16 @@ mod tests {
                 .chunks_exact(4)
                 .map(|c| i32::from_le_bytes([c[0] as u8, c[1] as u8, c[2] as u8, c[3] as u8]))
                 .collect();
-            for &ops in &operands {
+            // The kernel rows end to end, and rounded up to 64 (gathered rows for AMX tiles).
+            let rows = dims[2] * conv_row_bytes(dims[1], dims[3]);
+            for (&ops, gemm_k) in operands.iter().flat_map(|o| [(o, rows), (o, (rows + 63) / 64 * 64)]) {
                 for nr in [4, 8, 16, 32] {
                     for (src, zp) in [(DType::U8, 131), (DType::I8, -9)] {
                         for b in [None, Some(bias.as_slice())] {
-                            let fast = prepare_weights(&w, *dims, nr, ops, (src, zp), b).unwrap();
-                            let slow = prepare_weights_scalar(&w, *dims, nr, ops, (src, zp), b).unwrap();
-                            let what = format!("{dims:?} nr {nr} {ops:?} {src} bias {}", b.is_some());
+                            let fast = prepare_weights(&w, *dims, nr, gemm_k, ops, (src, zp), b).unwrap();
+                            let slow = prepare_weights_scalar(&w, *dims, nr, gemm_k, ops, (src, zp), b).unwrap();
+                            let what = format!("{dims:?} nr {nr} K {gemm_k} {ops:?} {src} bias {}", b.is_some());
+                            assert_eq!(fast.packed.shape()[1] * ops.pack(), gemm_k, "{what}");
                             assert_eq!(fast.packed.shape(), slow.packed.shape(), "{what}");
                             assert_eq!(fast.packed.dtype(), slow.packed.dtype(), "{what}");
                             assert_eq!(fast.packed.as_bytes(), slow.packed.as_bytes(), "{what}");
@@ -211,6 +218,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 6 * 3 * 4 * 2 * 2);
+        assert_eq!(cases, 6 * 3 * 2 * 4 * 2 * 2);
     }
 }

@@ -5,6 +5,7 @@
 //! compiled.
 
 use ir::intrin::pair_sums_fit_i16;
+use schedules::ops::conv_row_bytes;
 use schedules::resnet18::Layer;
 use schedules::x86_conv::{
     Accumulate, Conv2dInt8Knobs, CoreRate, MAX_TILE_MR, Packing, TileOrder, default_dense_knobs, default_knobs,
@@ -19,8 +20,14 @@ pub const NR: [i64; 3] = [16, 32, 64];
 pub const LANES: [i64; 3] = [8, 16, 32];
 pub const ORDERS: [TileOrder; 2] = [TileOrder::PixelsOuter, TileOrder::ChannelsOuter];
 pub const PACKINGS: [Packing; 2] = [Packing::I16, Packing::Bytes];
-pub const ACCUMULATIONS: [Accumulate; 4] =
-    [Accumulate::Whole, Accumulate::PerRow, Accumulate::PerRowWithSource, Accumulate::FlatRows];
+pub const ACCUMULATIONS: [Accumulate; 6] = [
+    Accumulate::Whole,
+    Accumulate::PerRow,
+    Accumulate::PerRowWithSource,
+    Accumulate::FlatRows,
+    Accumulate::Im2col,
+    Accumulate::Im2colTiles,
+];
 /// `mr` runs from 1 to this, and to the pixels of an output row (`x86_conv::MAX_TILE_MR` at
 /// `CoreRate::Tiles`, whose kernels want tall tiles).
 pub const MAX_MR: i64 = 16;
@@ -170,8 +177,12 @@ impl Space {
             Layer::Dense(_) => vec![1],
         };
         let packings = if self.choose_packing { PACKINGS.to_vec() } else { vec![Packing::I16] };
+        // Gathered rows where a kernel row is short of a 64-byte reduction chunk (the stem):
+        // elsewhere they copy each source byte `KH·KW/stride²` times for no fuller chunk.
+        let gathered = |a: &Accumulate| !matches!(a, Accumulate::Im2col | Accumulate::Im2colTiles);
         let accumulations = match self.layer {
-            Layer::Conv(_) => ACCUMULATIONS.to_vec(),
+            Layer::Conv(c) if c.k > 1 && conv_row_bytes(c.ic, c.k) < 64 => ACCUMULATIONS.to_vec(),
+            Layer::Conv(_) => ACCUMULATIONS.into_iter().filter(gathered).collect(),
             Layer::Dense(_) => vec![Accumulate::Whole],
         };
         let (row_max, flat_max) = (self.max_mr(Accumulate::Whole), self.max_mr(Accumulate::FlatRows));
@@ -272,7 +283,10 @@ mod tests {
         assert!(!Space::for_target(layer, 2, IsaLevel::Avx2, (-64, 63)).choose_packing);
         assert!(!Space::for_target(layer, 2, IsaLevel::Avx512Vnni, (-127, 127)).choose_packing);
         // A row at a time is a choice of the convolutions; the dense layer has one row.
-        assert_eq!(r2.choices().accumulations, ACCUMULATIONS);
+        assert_eq!(r2.choices().accumulations, ACCUMULATIONS[..4]);
+        // Gathered rows are a choice of the stem alone, whose kernel rows are 21 bytes.
+        let stem = Space::new(resnet18::layer("R1").unwrap(), 2);
+        assert_eq!(stem.choices().accumulations, ACCUMULATIONS);
         assert_eq!(
             fc.check(&Conv2dInt8Knobs { accumulation: Accumulate::PerRow, ..fc.default_knobs() }),
             Err(Rejection::DenseAccumulation { layer: "FC", found: Accumulate::PerRow })

@@ -160,6 +160,43 @@ fn flat_rows_match_the_interpreter_on_small_geometries() {
     assert_eq!(checked, geometries.len() * knob_sets.len() * levels.len());
 }
 
+/// Geometries of gathered rows (`Accumulate::Im2col`, `Im2colTiles`): the stem's (3 channels,
+/// 7×7 at stride 2, pad 3) on a small image, and 1, 3 and 5 input channels under 3×3, 5×5 and
+/// 7×7 kernels at stride 1 and 2 with and without padding, `OC` not a multiple of `nr`.
+fn im2col_geometries() -> [Geometry; 6] {
+    [
+        Geometry { what: "stem 7x7 s2 p3", layer: conv("i7", 3, 64, (15, 13), 7, 2, 3), weights: (-128, 127) },
+        Geometry { what: "IC 1 5x5 s1 p2", layer: conv("i1", 1, 16, (6, 9), 5, 1, 2), weights: (-127, 127) },
+        Geometry { what: "IC 5 3x3 s2 p1", layer: conv("i5", 5, 32, (9, 8), 3, 2, 1), weights: (-64, 63) },
+        Geometry { what: "IC 3 3x3 s1 p0", layer: conv("i3", 3, 16, (5, 7), 3, 1, 0), weights: (-127, 127) },
+        Geometry { what: "IC 5 7x7 s1 p3 OC 20", layer: conv("io", 5, 20, (8, 7), 7, 1, 3), weights: (-128, 127) },
+        Geometry { what: "IC 1 3x3 s2 p0", layer: conv("is", 1, 16, (9, 11), 3, 2, 0), weights: (-128, 127) },
+    ]
+}
+
+#[test]
+fn gathered_rows_match_the_interpreter_on_small_geometries() {
+    use Accumulate::{Im2col, Im2colTiles};
+    use TileOrder::{ChannelsOuter, PixelsOuter};
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "x86_conv gathered rows on small geometries");
+    // Both reduction lengths, tiles within and above a row, both orders and packings, one and
+    // two threads.
+    let knob_sets = vec![
+        knobs(16, 64, PixelsOuter, Im2colTiles, Packing::I16),
+        Conv2dInt8Knobs { threads: 1, ..knobs(3, 16, ChannelsOuter, Im2col, Packing::Bytes) },
+        Conv2dInt8Knobs { threads: 1, ..knobs(64, 32, PixelsOuter, Im2colTiles, Packing::Bytes) },
+        knobs(5, 16, ChannelsOuter, Im2col, Packing::I16),
+    ];
+    let geometries = im2col_geometries();
+    let checked = check_geometries(&geometries, 11000, &knob_sets, &levels);
+    assert_eq!(checked, geometries.len() * knob_sets.len() * levels.len());
+    // The stem's reduction: 7 kernel rows of 21 bytes padded to 24, end to end (168), or
+    // rounded up to 192 (three AMX k chunks, no tail).
+    let stem = im2col_geometries()[0].layer;
+    let k = |accumulation| Conv2dInt8Knobs { accumulation, ..knob_sets[0] }.gemm_k(stem.ic, stem.k, stem.k);
+    assert_eq!((k(Im2col), k(Im2colTiles), k(Accumulate::PerRow)), (168, 192, 168));
+}
+
 /// Checks each of `geometries` with each of `knob_sets` at each of `levels` against the
 /// interpreter (both layouts, alternating), with the tile the knobs give; the checks made.
 fn check_geometries(geometries: &[Geometry], seed: u64, knob_sets: &[Conv2dInt8Knobs], levels: &[IsaLevel]) -> usize {
@@ -218,6 +255,15 @@ fn check_geometries(geometries: &[Geometry], seed: u64, knob_sets: &[Conv2dInt8K
                 let ir = ir::lower::lower(&f.schedule, &f.args.iter().collect::<Vec<_>>(), "conv").unwrap().to_string();
                 let tile = format!("gemm_{}x{}x", knobs.mr.min(flat.unwrap_or(l.ow())), knobs.nr);
                 assert!(ir.contains(&tile), "{what}: no {tile} call\n{ir}");
+                // Gathered rows: one segment of all of K, each kernel row of a row of pixels one
+                // copy.
+                let gathered = matches!(knobs.accumulation, Accumulate::Im2col | Accumulate::Im2colTiles);
+                assert_eq!(f.layer.im2col.is_some(), gathered, "{what}");
+                if gathered {
+                    let k = knobs.gemm_k(l.ic, l.k, l.k);
+                    let call = format!("{tile}{k}");
+                    assert!(ir.contains(&call) && ir.contains("copy_"), "{what}: no {call} or copy call\n{ir}");
+                }
                 checked += 1;
             }
         }

@@ -455,7 +455,13 @@ fn every_knob_family_computes_onnxruntimes_order() {
     let expected = reference(&spec, &src);
     for level in levels() {
         for packing in [Packing::I16, Packing::Bytes] {
-            for accumulation in [Accumulate::Whole, Accumulate::PerRow, Accumulate::PerRowWithSource] {
+            for accumulation in [
+                Accumulate::Whole,
+                Accumulate::PerRow,
+                Accumulate::PerRowWithSource,
+                Accumulate::Im2col,
+                Accumulate::Im2colTiles,
+            ] {
                 for (order, mr, nr) in [(TileOrder::PixelsOuter, 3, 8), (TileOrder::ChannelsOuter, 5, 16)] {
                     let knobs = Conv2dInt8Knobs { mr, nr, lanes: 16, order, threads: 2, packing, accumulation };
                     let compiled = compile_qconv(&spec, Some(knobs), &options(level, 2)).unwrap();
@@ -477,7 +483,7 @@ fn the_plain_weight_preparation_equals_the_definitions() {
     use schedules::ops::GemmOperands;
     use schedules::quant::ZeroPoints;
     use schedules::resnet18::CONV_LAYERS;
-    use schedules::x86_conv::{Conv2dInt8Knobs, Packing, default_conv_knobs, prepare_conv2d_int8};
+    use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, Packing, default_conv_knobs, prepare_conv2d_int8};
     use tensorlift::Tensor;
     use tensorlift::layer::prepare_weights;
 
@@ -489,7 +495,10 @@ fn the_plain_weight_preparation_equals_the_definitions() {
             (GemmOperands { source: DType::I8, weights: (-127, 127) }, 8),
             (GemmOperands { source: DType::I16, weights: (-128, 127) }, 32),
         ] {
-            for src_dtype in [DType::U8, DType::I8] {
+            // The kernel rows in place, and gathered into rows rounded up to 64 bytes.
+            for (src_dtype, accumulation) in
+                [(DType::U8, Accumulate::PerRow), (DType::I8, Accumulate::PerRow), (DType::U8, Accumulate::Im2colTiles)]
+            {
                 let seed = 50 + n as u64;
                 let count = (oc * ic * kh * kw) as usize;
                 let lo = if operands.source == DType::I8 { -127 } else { -128 };
@@ -497,13 +506,15 @@ fn the_plain_weight_preparation_equals_the_definitions() {
                 let bias: Vec<i32> =
                     uniform(oc as usize, seed + 1, -70_000, 70_000).iter().map(|&v| v as i32).collect();
                 let zp = if src_dtype == DType::U8 { 131 } else { -9 };
+                let knobs = Conv2dInt8Knobs { nr, packing: Packing::Bytes, accumulation, ..knobs };
+                let gemm_k = knobs.gemm_k(ic, kh, kw);
                 let mine =
-                    prepare_weights(&weights, [oc, ic, kh, kw], nr, operands, (src_dtype, zp), Some(&bias)).unwrap();
+                    prepare_weights(&weights, [oc, ic, kh, kw], nr, gemm_k, operands, (src_dtype, zp), Some(&bias))
+                        .unwrap();
 
                 let dims = vec![oc, ic, kh, kw];
                 let wei = placeholder_vec(dims.clone(), DType::I8, "w").unwrap();
                 let zps = ZeroPoints::per_tensor("zp", zp, src_dtype).unwrap();
-                let knobs = Conv2dInt8Knobs { nr, packing: Packing::Bytes, ..knobs };
                 let prep = prepare_conv2d_int8(&wei, src_dtype, &zps, knobs, operands, "prep").unwrap();
                 let f =
                     tensorlift::build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", &options).unwrap();
@@ -513,7 +524,7 @@ fn the_plain_weight_preparation_equals_the_definitions() {
                     Tensor::zeros(DType::I32, prep.compensation.compensation.shape()).unwrap(),
                 ];
                 f.compiled.call(&mut args.iter_mut().collect::<Vec<_>>()).unwrap();
-                let what = format!("{dims:?} nr {nr} {operands:?} {src_dtype}");
+                let what = format!("{dims:?} nr {nr} {operands:?} {src_dtype} {accumulation:?}");
                 assert_eq!(mine.packed.shape(), args[1].shape(), "{what}");
                 assert_eq!(mine.packed.dtype(), args[1].dtype(), "{what}");
                 assert_eq!(mine.packed.as_bytes(), args[1].as_bytes(), "{what}");

@@ -12,16 +12,30 @@ use super::conv::{Conv2dParams, ConvGeometry, conv_geometry};
 use super::gemm_operands::{GemmOperands, shifted_source, source_shift};
 use super::layer::{Requantized, check_layer_attrs, requantize_layer, requantize_map};
 use super::layout::Layout;
-use super::packing::conv_row_bytes;
+use super::packing::{conv_row_bytes, im2col_k};
 use crate::quant::{Param, Params, QuantAttrs, QuantError, Requantization};
+
+/// How the accumulator of `conv2d_int8_direct` reads the padded source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceRows {
+    /// In place, per output row: one GEMM segment of `R` bytes per kernel row.
+    Padded,
+    /// Over flat rows where they apply (`DirectConvLayer::flat`), else `Padded`.
+    Flat,
+    /// Each pixel's receptive field gathered into one row (`DirectConvLayer::im2col`) of
+    /// `K = im2col_k(IC, KH, KW, align)` bytes: one GEMM segment of `K` for the whole kernel,
+    /// which fills a wide reduction (an AMX tile's 64 bytes) where `R` is short.
+    Im2col { align: i64 },
+}
 
 /// The stages of `conv2d_int8_direct`, with `R = conv_row_bytes(IC, KW)`.
 #[derive(Clone, Debug)]
 pub struct DirectConvLayer {
     /// Placeholder `i32[OC]`: bind `compensation(weights, ..)` (as for `conv2d_nchw_int8`).
     pub compensation: Tensor,
-    /// Placeholder `i8[⌈OC/nr⌉, KH·R/4, nr, 4]` (`i16[⌈OC/nr⌉, KH·R/2, nr, 2]` for an i16
-    /// source): bind `pack_conv2d_weights(weights, nr, operands)`.
+    /// Placeholder `i8[⌈OC/nr⌉, K/4, nr, 4]` (`i16[⌈OC/nr⌉, K/2, nr, 2]` for an i16
+    /// source), `K = KH·R` (`im2col_k` with gathered rows): bind
+    /// `pack_conv2d_weights(weights, nr, operands, K)`.
     pub packed_weights: Tensor,
     /// The source as `GemmOperands::source` when it is not already (`<name>.shifted`: shifted
     /// by -128 to i8, or widened to i16).
@@ -54,15 +68,21 @@ pub struct DirectConvLayer {
     /// `Some(WS)` where the accumulator runs over flat rows: asked for, at stride 1 (a 1×1
     /// kernel after its subsampling) and with `R = KW·IC`; else `None`, the per-row layout.
     pub flat: Option<i64>,
+    /// With `SourceRows::Im2col`, the gathered rows `[N, OH, OW, C·R]` (`<name>.im2col`, of the
+    /// GEMM source's dtype; `C = ⌈K/R⌉`): `im2col[b, y, x, c·R + r] = padded[b, y·s + min(c,
+    /// KH - 1), x·s·IC + r]`, so that the first `KH·R` bytes of a row are the pixel's kernel rows
+    /// end to end and the rest (weights zero there) repeat the last; the accumulator then reads
+    /// `K` bytes per pixel, rows `C·R` apart, in one segment.
+    pub im2col: Option<Tensor>,
 }
 
 /// The int8 convolution of `conv2d_nchw_int8` (same meaning, bit for bit) with source and output
 /// (and sum input) in `layout`, defined as the direct convolution an x86 schedule tensorizes
 /// (`DirectConvLayer`): the weights come packed by `pack_conv2d_weights(weights, nr, operands)`
 /// (`weights` is only the shape and dtype here), the accumulator has `nr`-padded channels, the
-/// GEMM reads its operands as `operands` says; with `flat`, over flat rows where they apply
-/// (`DirectConvLayer::flat`). Errors also for a weight range without 0 or a
-/// source dtype other than u8 or i8.
+/// GEMM reads its operands as `operands` says, the source as `rows` says. Errors also for a
+/// weight range without 0, a source dtype other than u8 or i8, or an `Im2col` alignment not a
+/// positive multiple of 4.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_int8_direct(
     src: &Tensor,
@@ -74,7 +94,7 @@ pub fn conv2d_int8_direct(
     layout: Layout,
     nr: i64,
     operands: GemmOperands,
-    flat: bool,
+    rows: SourceRows,
     name: &str,
 ) -> Result<DirectConvLayer, QuantError> {
     let op = format!("conv2d_int8_direct {name}");
@@ -85,6 +105,11 @@ pub fn conv2d_int8_direct(
     let (w_lo, w_hi) = operands.weights;
     if !(w_lo <= 0 && 0 <= w_hi) {
         return Err(shape_error(&op, "the weight range", "lo ≤ 0 ≤ hi", format!("{w_lo}..={w_hi}")));
+    }
+    if let SourceRows::Im2col { align } = rows
+        && (align < 4 || align % 4 != 0)
+    {
+        return Err(shape_error(&op, "the im2col alignment", "a positive multiple of 4", align.to_string()));
     }
     let gemm = operands.source;
     if !GemmOperands::SOURCES.contains(&gemm) {
@@ -108,7 +133,7 @@ pub fn conv2d_int8_direct(
     let (hs, ws) = if step > 1 { (oh, ow) } else { (h + 2 * p, w + 2 * p) };
     let row_width = ceil_div(ws * ic + row - kw * ic, 16) * 16;
     // Flat rows: a stride-1 accumulator over the padded width, whose rows then are contiguous.
-    let flat = (flat && s == 1 && row == kw * ic).then_some(ws);
+    let flat = (rows == SourceRows::Flat && s == 1 && row == kw * ic).then_some(ws);
     // The value of padded row `y` at offset `t` of the row.
     let pad_at = |b: &Expr, y: &Expr, t: &Expr| {
         let y = y * step - p;
@@ -138,22 +163,53 @@ pub fn conv2d_int8_direct(
         )?,
         None => compute_vec(vec![n, hs, row_width], |i| pad_at(&i[0], &i[1], &i[2]), &pad_name)?,
     };
+    // Gathered rows: each pixel's `KH` kernel rows end to end, chunks past them repeating the
+    // last (clamped), so that every read stays inside `padded`.
+    let im2col = match rows {
+        SourceRows::Im2col { align } => {
+            let chunks = ceil_div(im2col_k(ic, kh, kw, align), row);
+            let col = compute_vec(
+                vec![n, oh, ow, chunks * row],
+                |i| {
+                    let ky = index_min(&i[3] / row, kh - 1);
+                    padded.at([&i[0], &(&i[1] * s + ky), &(&i[2] * (s * ic) + &i[3] % row)])
+                },
+                &format!("{name}.im2col"),
+            )?;
+            Some((col, im2col_k(ic, kh, kw, align)))
+        }
+        _ => None,
+    };
+    // The GEMM's segments and their length: `KH` of `R`, or one of `K` over gathered rows.
+    let (segments, seg_k) = match &im2col {
+        Some((_, k)) => (1, *k),
+        None => (kh, row),
+    };
     let panels = ceil_div(oc, nr);
     let pack = operands.pack();
-    let (packed_shape, packed_name) = (vec![panels, kh * row / pack, nr, pack], format!("{name}.packed_weights"));
+    let (packed_shape, packed_name) =
+        (vec![panels, segments * seg_k / pack, nr, pack], format!("{name}.packed_weights"));
     // The i16 kernels are exact on every i16: no range to declare (and none to check per call).
     let packed_weights = if gemm == DType::I16 {
         placeholder_vec(packed_shape, DType::I16, &packed_name)?
     } else {
         placeholder_vec_in_range(packed_shape, DType::I8, i64::from(w_lo)..=i64::from(w_hi), &packed_name)?
     };
-    let (ky, ko, ki) = (reduce_axis(kh, "ky")?, reduce_axis(row / pack, "ko")?, reduce_axis(pack, "ki")?);
-    let group = &ky * (row / pack) + &ko;
+    let (ky, ko, ki) = (reduce_axis(segments, "ky")?, reduce_axis(seg_k / pack, "ko")?, reduce_axis(pack, "ki")?);
+    let group = &ky * (seg_k / pack) + &ko;
     let weight = |o: &Expr| packed_weights.at([&(o / nr), &group, &(o % nr), &ki.to_expr()]).cast(DType::I32);
     let acc_name = format!("{name}.acc");
-    let acc = match flat {
+    let acc = match (flat, &im2col) {
+        (_, Some((col, _))) => compute_vec(
+            vec![n, oh, ow, panels * nr],
+            |i| {
+                let a = col.at([&i[0], &i[1], &i[2], &(&ky * seg_k + &ko * pack + &ki)]).cast(DType::I32);
+                sum(DType::I32, &[&ky, &ko, &ki], a * weight(&i[3]))
+            },
+            &acc_name,
+        )?,
         // Virtual pixel `v = y·WS + x`; the last `KW - 1` of each row are never read.
-        Some(ws) => compute_vec(
+        (Some(ws), None) => compute_vec(
             vec![n, oh * ws - (kw - 1), panels * nr],
             |i| {
                 let a = padded.at([&i[0], &((&i[1] + &ky * ws) * ic + &ko * pack + &ki)]).cast(DType::I32);
@@ -161,7 +217,7 @@ pub fn conv2d_int8_direct(
             },
             &acc_name,
         )?,
-        None => compute_vec(
+        (None, None) => compute_vec(
             vec![n, oh, ow, panels * nr],
             |i| {
                 let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * ic) + &ko * pack + &ki)]).cast(DType::I32);
@@ -190,5 +246,17 @@ pub fn conv2d_int8_direct(
     )?;
     params.extend(pad_params.0);
     let requantize_row = requantize_map((ow, oc), weights.shape(), bias, sum_input, (src_scale, dst_q), attrs)?;
-    Ok(DirectConvLayer { compensation, packed_weights, shifted, padded, acc, output, params, requantize_row, flat })
+    let im2col = im2col.map(|(col, _)| col);
+    Ok(DirectConvLayer {
+        compensation,
+        packed_weights,
+        shifted,
+        padded,
+        acc,
+        output,
+        params,
+        requantize_row,
+        flat,
+        im2col,
+    })
 }

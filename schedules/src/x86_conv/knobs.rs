@@ -9,7 +9,7 @@ use ir::schedule::MAX_LANES;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::ops::{GemmOperands, conv_row_bytes};
+use crate::ops::{GemmOperands, SourceRows, conv_row_bytes, im2col_k};
 use crate::resnet18::{ConvLayer, DenseLayer, Layer};
 
 /// The order of the tile loops of the convolution.
@@ -47,6 +47,14 @@ pub enum Accumulate {
     /// calls, each weight tile serving more rows). Elsewhere (a larger kernel at a stride, a
     /// kernel row of `KW·IC` bytes not a multiple of 4), `Whole`.
     FlatRows,
+    /// `PerRow` (`Whole` where it is), each pixel's receptive field first gathered into one
+    /// contiguous row (`ops::SourceRows::Im2col`, of `K = KH·R` bytes) at the accumulators' row
+    /// loop: one GEMM segment for the whole kernel instead of one per kernel row, for kernels
+    /// whose rows are short (the stem's 21 bytes), at the cost of a copy.
+    Im2col,
+    /// `Im2col` with `K` rounded up to a multiple of 64: AMX tiles then take no k tail (the
+    /// tail bytes, whose weights are zero, cost a copy but no `tdpbusd`).
+    Im2colTiles,
 }
 
 impl Accumulate {
@@ -124,6 +132,25 @@ pub struct KnobError {
 }
 
 impl Conv2dInt8Knobs {
+    /// How the accumulator reads the source under these knobs (`ops::conv2d_int8_direct`).
+    pub fn source_rows(&self) -> SourceRows {
+        match self.accumulation {
+            Accumulate::FlatRows => SourceRows::Flat,
+            Accumulate::Im2col => SourceRows::Im2col { align: 4 },
+            Accumulate::Im2colTiles => SourceRows::Im2col { align: 64 },
+            Accumulate::Whole | Accumulate::PerRow | Accumulate::PerRowWithSource => SourceRows::Padded,
+        }
+    }
+
+    /// The reduction length of the GEMM, which the packed weights hold (`ops::pack_conv2d_weights`)
+    /// for a kernel `[_, IC, KH, KW]`: `KH·R`, or `ops::im2col_k` over gathered rows.
+    pub fn gemm_k(&self, ic: i64, kh: i64, kw: i64) -> i64 {
+        match self.source_rows() {
+            SourceRows::Im2col { align } => im2col_k(ic, kh, kw, align),
+            SourceRows::Padded | SourceRows::Flat => kh * conv_row_bytes(ic, kw),
+        }
+    }
+
     /// Whether the stages' outer loops run on the thread pool.
     pub fn parallel(&self) -> bool {
         self.threads > 1
@@ -423,6 +450,22 @@ mod tests {
             (old.order, old.packing, old.accumulation),
             (TileOrder::ChannelsOuter, Packing::Bytes, Accumulate::Whole)
         );
+        // Gathered rows, of K = KH·R and rounded up to 64: one GEMM segment of K.
+        for (accumulation, name, k) in
+            [(Accumulate::Im2col, "im2col", 168), (Accumulate::Im2colTiles, "im2col_tiles", 192)]
+        {
+            let gathered = Conv2dInt8Knobs { accumulation, ..knobs };
+            let json = format!(
+                r#"{{"mr":4,"nr":64,"lanes":16,"order":"pixels_outer","threads":2,"packing":"i16","accumulation":"{name}"}}"#
+            );
+            assert_eq!(serde_json::to_string(&gathered).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Conv2dInt8Knobs>(&json).unwrap(), gathered);
+            assert_eq!(gathered.source_rows(), SourceRows::Im2col { align: if k == 168 { 4 } else { 64 } });
+            // The stem: 7 kernel rows of 21 bytes padded to 24.
+            assert_eq!(gathered.gemm_k(3, 7, 7), k);
+        }
+        assert_eq!(knobs.gemm_k(3, 7, 7), 168);
+        assert_eq!(knobs.source_rows(), SourceRows::Padded);
         let flat = Conv2dInt8Knobs { mr: 61, accumulation: Accumulate::FlatRows, ..knobs };
         let json = r#"{"mr":61,"nr":64,"lanes":16,"order":"pixels_outer","threads":2,"packing":"i16","accumulation":"flat_rows"}"#;
         assert_eq!(serde_json::to_string(&flat).unwrap(), json);

@@ -9,7 +9,7 @@ use ir::{DType, ScheduleError, Tensor};
 use thiserror::Error;
 
 use super::knobs::{Accumulate, Conv2dInt8Knobs, KnobError, TileOrder};
-use crate::intrin::gemm_segmented_microkernel;
+use crate::intrin::{copy_map, gemm_segmented_microkernel};
 use crate::ops::{
     Compensation, Conv2dParams, DirectConvLayer, GemmOperands, Layout, compensation_for_gemm, conv_row_bytes,
     conv2d_int8_direct, pack_conv2d_weights,
@@ -66,7 +66,12 @@ pub fn prepare_conv2d_int8(
     name: &str,
 ) -> Result<Conv2dInt8Prepare, Conv2dInt8Error> {
     knobs.check()?;
-    let packed_weights = pack_conv2d_weights(weights, knobs.nr, operands, &format!("{name}.packed"))?;
+    // A weight shape that is not `[OC, IC, KH, KW]` is the packing's typed error.
+    let gemm_k = match *weights.shape() {
+        [_, ic, kh, kw] => knobs.gemm_k(ic, kh, kw),
+        _ => 0,
+    };
+    let packed_weights = pack_conv2d_weights(weights, knobs.nr, operands, gemm_k, &format!("{name}.packed"))?;
     let gemm_dtype = operands.source;
     let compensation =
         compensation_for_gemm(weights, src_dtype, gemm_dtype, src_zero_point, &format!("{name}.compensation"))?;
@@ -118,8 +123,8 @@ pub fn conv2d_int8(
     name: &str,
 ) -> Result<Conv2dInt8, Conv2dInt8Error> {
     knobs.check()?;
-    let flat = knobs.accumulation == Accumulate::FlatRows;
-    let layer = conv2d_int8_direct(src, weights, bias, sum_input, conv, attrs, layout, knobs.nr, operands, flat, name)?;
+    let rows = knobs.source_rows();
+    let layer = conv2d_int8_direct(src, weights, bias, sum_input, conv, attrs, layout, knobs.nr, operands, rows, name)?;
     schedule_conv2d_int8(layer, src, weights, bias, sum_input, layout, knobs, operands)
 }
 
@@ -172,11 +177,29 @@ pub fn schedule_conv2d_int8(
         }
     }
     let oc = weights.shape()[0];
-    let per_row = matches!(knobs.accumulation, Accumulate::PerRow | Accumulate::PerRowWithSource) && oc % knobs.nr == 0;
+    let per_row = matches!(
+        knobs.accumulation,
+        Accumulate::PerRow | Accumulate::PerRowWithSource | Accumulate::Im2col | Accumulate::Im2colTiles
+    ) && oc % knobs.nr == 0;
     let source_per_row = per_row && knobs.accumulation == Accumulate::PerRowWithSource;
     if knobs.parallel() && !source_per_row {
         s.parallel(pad, &pad_rows)?;
     }
+
+    // Gathered rows: per row of pixels, each kernel row (a chunk of `R` of every pixel's row)
+    // is one copy of `OW × R` (`copy_map`), with the accumulators' row where they are per row.
+    let col_chunks = match &layer.im2col {
+        Some(col) => {
+            let (chunk, r) = s.split(col, &col.axis(3), row)?;
+            let (cy, cx) = (col.axis(1), col.axis(2));
+            s.reorder(col, &[&col.axis(0), &cy, &chunk, &cx, &r])?;
+            if knobs.parallel() && !per_row {
+                s.parallel(col, &cy)?;
+            }
+            Some((col.clone(), cx))
+        }
+        None => None,
+    };
 
     let acc = &layer.acc;
     // The tile's pixels: of one output row, or of the flat rows (`[b, v, o]`).
@@ -221,6 +244,9 @@ pub fn schedule_conv2d_int8(
     if let (true, Some(y)) = (source_per_row, &y) {
         s.compute_at(pad, acc, y)?;
     }
+    if let (true, Some(y), Some((col, _))) = (per_row, &y, &col_chunks) {
+        s.compute_at(col, acc, y)?;
+    }
     if knobs.parallel() {
         s.parallel(out, oy)?;
     }
@@ -229,9 +255,18 @@ pub fn schedule_conv2d_int8(
     // row (a segment of the reduction, one padded row apart), so the accumulators stay in
     // registers across the rows.
     let kh = weights.shape()[2];
-    let intrin = gemm_segmented_microkernel(mr, knobs.nr, kh, row, operands.source)
+    // Over gathered rows, one segment of all of `K` (the packed weights' groups).
+    let (segments, seg_k) = match &layer.im2col {
+        Some(_) => (1, layer.packed_weights.shape()[1] * operands.pack()),
+        None => (kh, row),
+    };
+    let intrin = gemm_segmented_microkernel(mr, knobs.nr, segments, seg_k, operands.source)
         .expect("tile sizes passed split and R is a multiple of 4");
-    s.tensorize(acc, if kh > 1 { &ky } else { &ko }, &intrin)?;
+    s.tensorize(acc, if segments > 1 { &ky } else { &ko }, &intrin)?;
+    if let Some((col, cx)) = &col_chunks {
+        let copy = copy_map(col.shape()[2], row, col.dtype()).expect("a row of pixels and R are positive");
+        s.tensorize(col, cx, &copy)?;
+    }
     // In NHWC a row's pixels × channels are one block, contiguous along the channels in the
     // accumulator, the parameters and the output: the map kernel of the level.
     if layout == Layout::Nhwc {

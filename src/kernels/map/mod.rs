@@ -42,11 +42,15 @@
 //! loop nest. Registers: only caller-saved ones (rax, rcx, rdx, rsi, rdi, r8–r11, vector
 //! registers, k2–k4); the kernel ends with `vzeroupper`.
 //!
-//! Files: `loops` (the loop nest and one vector's store), `nodes` (the code of each node
+//! A copy (the body one read of an input of the output's dtype) is not evaluated node by node:
+//! `copy` moves its bytes.
+//!
+//! Files: `copy` (the copy kernel), `loops` (the loop nest and one vector's store), `nodes` (the code of each node
 //! family), `narrowing` (the store of f32 as u8 or i8), `scaled_rounding` (the requantization's
 //! rounding by the reciprocal, and its proof), `registers` (general and vector registers,
 //! constants, live values).
 
+mod copy;
 mod loops;
 mod narrowing;
 mod nodes;
@@ -84,6 +88,9 @@ pub fn assemble_map(width: VectorWidth, decl: &TensorIntrin, shape: &MapShape) -
     }
     if operands.len() > ARGS.len() {
         return unsupported(format!("{} operands (at most {} are passed in registers)", operands.len(), ARGS.len()));
+    }
+    if copy::is_copy(decl) {
+        return copy::assemble_copy(width, shape, decl.output.dtype().bytes() as i64);
     }
     let lanes = width.lanes() as i64;
     if width == VectorWidth::Ymm && n < lanes {
