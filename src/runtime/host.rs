@@ -411,8 +411,12 @@ impl Pool {
 /// Freed scratch blocks a thread keeps for its next allocation of the same size: a layer's
 /// scratch buffers (a padded source and an accumulator of hundreds of KiB) would otherwise go
 /// back to the OS on every call and come back page-faulting (the exported libraries' runtime
-/// keeps blocks the same way).
-const CACHED_BLOCKS: usize = 4;
+/// keeps blocks the same way). A network's layers each use blocks of their own sizes, so the
+/// cache holds enough of them for every layer of one, up to a total size.
+const CACHED_BLOCKS: usize = 64;
+
+/// The most bytes of freed blocks a thread keeps.
+const CACHED_BYTES: usize = 64 << 20;
 
 struct BlockCache(Vec<(*mut u8, Layout)>);
 
@@ -449,7 +453,8 @@ extern "C" fn free_scratch(ptr: *mut u8, bytes: i64) {
     let Some(layout) = scratch_layout(bytes) else { return };
     let kept = BLOCKS.with(|b| {
         let mut blocks = b.borrow_mut();
-        let room = blocks.0.len() < CACHED_BLOCKS;
+        let held: usize = blocks.0.iter().map(|(_, l)| l.size()).sum();
+        let room = blocks.0.len() < CACHED_BLOCKS && held + layout.size() <= CACHED_BYTES;
         if room {
             blocks.0.push((ptr, layout));
         }
