@@ -3,6 +3,7 @@
 //! here), the engine's own loops for the partitions that move little data, and the graph's
 //! reference for everything else — with a buffer per tensor, allocated once.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cranelift_entity::SecondaryMap;
@@ -21,6 +22,7 @@ use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
 use crate::layer::{QConvAutoSpec, QConvSpec, QDenseSpec};
 use crate::runtime::CompileOptions;
+use crate::runtime::host::Pool;
 
 /// Where a compiled kernel's knobs came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +88,8 @@ pub struct CompiledGraph {
     pub(super) jobs_time: Duration,
     /// Tuning records that could not be applied, and why (their partitions run the defaults).
     pub(super) warnings: Vec<String>,
+    /// The pool the native kernels split their loops across (`None`: one thread).
+    pub(super) pool: Option<Arc<Pool>>,
 }
 
 /// Compiles `partitions` (from `graph.get_partitions`) with `options` (ISA level, threads).
@@ -204,7 +208,18 @@ pub fn compile_tuned(
         .iter()
         .map(|&t| Ok((t, slot(t, &mut slots)?)))
         .collect::<Result<Vec<_>, EngineError>>()?;
+    // The pool the compiled kernels' parallel loops run on (`runtime::host::pool`).
+    let threads = options
+        .threads
+        .filter(|&t| t > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = if threads > 1 {
+        Some(crate::runtime::host::pool(threads).map_err(|e| EngineError::Runtime(Box::new(e)))?)
+    } else {
+        None
+    };
     Ok(CompiledGraph {
+        pool,
         graph,
         steps,
         slots,

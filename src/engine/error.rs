@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 
+use crate::error::RuntimeError;
 use crate::graph::{DataType, GraphError, ValueError};
 use crate::layer::LayerError;
 
@@ -33,6 +34,9 @@ pub enum EngineError {
     RandomInput { dtype: DataType },
     #[error(transparent)]
     Value(#[from] ValueError),
+    /// The thread pool the native kernels share with the compiled ones could not start.
+    #[error(transparent)]
+    Runtime(Box<RuntimeError>),
     #[error("table layer {layer}: {what}: {source}")]
     Table { layer: &'static str, what: String, source: Box<LayerError> },
     #[error(

@@ -77,7 +77,7 @@ impl CompiledGraph {
             }
         }
         for (v, &(_, s)) in inputs.iter().zip(&self.inputs) {
-            self.slots[s].store(v);
+            self.slots[s].store_on(v, self.pool.as_deref());
         }
         let mut times = Vec::with_capacity(self.steps.len());
         for i in 0..self.steps.len() {
@@ -104,11 +104,19 @@ impl CompiledGraph {
             }
             return Ok(());
         }
-        // The output moves out of the slot list while the inputs are borrowed from it.
+        // The output moves out of the slot list while the inputs are borrowed from it (a
+        // placeholder that allocates nothing takes its place).
         let out = step.outputs[0];
-        let mut output = std::mem::replace(&mut self.slots[out], Slot::new(crate::graph::DataType::U8, vec![]));
-        let inputs: Vec<&Slot> = step.inputs.iter().map(|&s| &self.slots[s]).collect();
-        let result = step.kernel.run(&inputs, &mut output);
+        let mut output = std::mem::replace(&mut self.slots[out], Slot::placeholder());
+        let pool = self.pool.as_deref();
+        let result = match step.inputs[..] {
+            [a] => step.kernel.run(&[&self.slots[a]], &mut output, pool),
+            [a, b] => step.kernel.run(&[&self.slots[a], &self.slots[b]], &mut output, pool),
+            _ => {
+                let inputs: Vec<&Slot> = step.inputs.iter().map(|&s| &self.slots[s]).collect();
+                step.kernel.run(&inputs, &mut output, pool)
+            }
+        };
         self.slots[out] = output;
         result.map_err(|e| EngineError::Layer {
             partition: step.partition.id.to_string(),

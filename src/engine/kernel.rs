@@ -1,13 +1,12 @@
 //! What computes each partition (`Kernel`), and one call of it on the engine's buffers.
 
 use super::native::Int8;
-use super::native::add::{AddParams, add};
-use super::native::dequantize::dequantize;
-use super::native::global_avg_pool::global_avg_pool;
-use super::native::max_pool::{Window, max_pool};
-use super::native::quantize::quantize;
+use super::native::add::AddParams;
+use super::native::max_pool::Window;
+use super::native::split::{add, dequantize, global_avg_pool, max_pool, quantize};
 use super::slot::Slot;
 use crate::layer::{CompiledAuto, CompiledQuantized, LayerError};
+use crate::runtime::host::Pool;
 
 /// The code that computes a partition.
 pub enum Kernel {
@@ -61,37 +60,34 @@ impl Kernel {
     }
 
     /// Runs a native or compiled kernel: `inputs` in the partition's input order, `output` the
-    /// partition's one output (`Reference` is run by the caller).
-    pub fn run(&self, inputs: &[&Slot], output: &mut Slot) -> Result<(), LayerError> {
+    /// partition's one output (`Reference` is run by the caller). Native kernels split their
+    /// work across `pool` where there is one (compiled kernels use their own).
+    pub fn run(&self, inputs: &[&Slot], output: &mut Slot, pool: Option<&Pool>) -> Result<(), LayerError> {
         match self {
             Kernel::Conv(c) | Kernel::Dense(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
             Kernel::Auto(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
             Kernel::Add { params, ty, clamp } => {
-                add(&inputs[0].bytes, &inputs[1].bytes, params, *ty, *clamp, &mut output.bytes)
+                add(pool, &inputs[0].bytes, &inputs[1].bytes, params, *ty, *clamp, &mut output.bytes)
             }
             Kernel::MaxPool { window, ty } => {
                 let [n, c, h, w] = inputs[0].nchw();
                 let [_, _, oh, ow] = output.nchw();
-                max_pool(&inputs[0].bytes, [n, h, w, c], [oh, ow], *window, *ty, &mut output.bytes)
+                max_pool(pool, &inputs[0].bytes, [n, h, w, c], [oh, ow], *window, *ty, &mut output.bytes)
             }
             Kernel::GlobalAvgPool { x, y, ty } => {
                 let src = inputs[0];
                 let (n, c) = (src.dims[0], src.dims[1]);
                 let hw = src.dims[2..].iter().product();
-                global_avg_pool(&src.bytes, [n, hw, c], *x, *y, *ty, &mut output.bytes)
+                global_avg_pool(pool, &src.bytes, [n, hw, c], *x, *y, *ty, &mut output.bytes)
             }
             Kernel::Quantize { scale, zero_point, ty } => {
                 let dims = if output.nhwc { output.nchw() } else { [0; 4] };
-                quantize(&inputs[0].bytes, dims, output.nhwc, *scale, *zero_point, *ty, &mut output.bytes)
+                quantize(pool, &inputs[0].bytes, dims, output.nhwc, *scale, *zero_point, *ty, &mut output.bytes)
             }
             Kernel::Dequantize { scale, zero_point, ty } => {
                 let src = inputs[0];
                 let dims = if src.nhwc { src.nchw() } else { [0; 4] };
-                let mut out = vec![0f32; output.bytes.len() / 4];
-                dequantize(&src.bytes, dims, src.nhwc, *scale, *zero_point, *ty, &mut out);
-                for (d, x) in output.bytes.chunks_exact_mut(4).zip(out) {
-                    d.copy_from_slice(&x.to_le_bytes());
-                }
+                dequantize(pool, &src.bytes, dims, src.nhwc, *scale, *zero_point, *ty, &mut output.bytes)
             }
             Kernel::Copy => output.bytes.copy_from_slice(&inputs[0].bytes),
             Kernel::Reference { .. } => unreachable!("the engine runs reference partitions itself"),

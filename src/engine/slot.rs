@@ -3,10 +3,13 @@
 //! write), every other tensor in its logical row-major order; values cross the engine's edges
 //! (inputs, outputs, the reference's fallback) in the logical order.
 
+use std::borrow::Cow;
+
 use half::{bf16, f16};
 
 use crate::graph::{Data, DataType, Value};
 use crate::layer::permute_bytes;
+use crate::runtime::host::Pool;
 
 /// A tensor's buffer.
 #[derive(Clone, Debug)]
@@ -37,13 +40,39 @@ impl Slot {
         [d[0], d[1], d[2], d[3]]
     }
 
-    /// Stores `value` (logical order, same dtype and dims: the caller checked).
+    /// A slot of no tensor that allocates nothing (what stands in for a slot moved out).
+    pub fn placeholder() -> Slot {
+        Slot { dtype: DataType::U8, dims: Vec::new(), nhwc: false, bytes: Vec::new() }
+    }
+
+    /// Stores `value` (logical order, same dtype and dims: the caller checked), without an
+    /// intermediate copy where the data's bytes are already those stored.
     pub fn store(&mut self, value: &Value) {
-        let logical = value_bytes(value.data());
-        if self.nhwc {
-            permute_bytes(&logical, self.nchw(), self.dtype.size(), true, &mut self.bytes);
-        } else {
-            self.bytes.copy_from_slice(&logical);
+        self.store_on(value, None);
+    }
+
+    /// `store`, a plain copy of f32 split across `pool` where there is one (a network's input
+    /// image is hundreds of KiB, which one core copies at a fraction of the bandwidth).
+    pub fn store_on(&mut self, value: &Value, pool: Option<&Pool>) {
+        match (value.data(), self.nhwc) {
+            (Data::U8(v), true) => permute_bytes(v, self.nchw(), 1, true, &mut self.bytes),
+            (_, true) => {
+                let logical = value_bytes(value.data());
+                permute_bytes(&logical, self.nchw(), self.dtype.size(), true, &mut self.bytes);
+            }
+            (Data::F32(v), false) => {
+                let src = f32_bytes(v);
+                match pool {
+                    Some(pool) if src.len() > 2 * COPY_PIECE => {
+                        pool.for_each_chunk_mut(&mut self.bytes, COPY_PIECE, |i, part| {
+                            part.copy_from_slice(&src[i * COPY_PIECE..][..part.len()])
+                        })
+                    }
+                    _ => self.bytes.copy_from_slice(&src[..]),
+                }
+            }
+            (Data::U8(v), false) => self.bytes.copy_from_slice(v),
+            (data, false) => self.bytes.copy_from_slice(&value_bytes(data)),
         }
     }
 
@@ -59,6 +88,19 @@ impl Slot {
         Value::new(&self.dims, bytes_data(self.dtype, &logical))
             .expect("a slot's bytes hold exactly its dims' elements")
     }
+}
+
+/// Bytes per piece of a copy split across a pool.
+const COPY_PIECE: usize = 64 * 1024;
+
+/// The little-endian bytes of f32 values: on a little-endian target, as they lie in memory.
+fn f32_bytes(v: &[f32]) -> Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    // SAFETY: any initialized f32 is 4 initialized bytes, u8 has alignment 1, and the slice
+    // borrows `v` for its lifetime; on a little-endian target the bytes are `to_le_bytes`.
+    return Cow::Borrowed(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) });
+    #[cfg(not(target_endian = "little"))]
+    return Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect());
 }
 
 /// The little-endian bytes of `data`.

@@ -65,10 +65,12 @@ pub fn with_pool<R>(pool: &Pool, f: impl FnOnce() -> R) -> R {
 const SPINS: usize = 4096;
 
 /// The threads parallel loops run on: the calling thread and `threads - 1` workers, one loop
-/// at a time (a loop that finds the pool busy runs serially). Workers take iterations in
-/// chunks of about an eighth of a thread's share from a shared counter, and spin between loops
-/// before they sleep; so does the caller waiting for them. A worker that wakes on the caller's
-/// CPU moves off it. The same scheme as the exported libraries' runtime (`export/runtime.c`).
+/// at a time (a loop that finds the pool busy runs serially). Threads take iterations in
+/// chunks of about an eighth of a thread's share, the caller from the front of those left and
+/// workers from the back (`Shared::drain`). Workers spin between loops before they sleep;
+/// so does the caller waiting for them. The caller waits only for workers that joined the loop
+/// before it ran out of iterations. A worker that wakes on the caller's CPU moves off it. The
+/// chunk size and spinning are the exported libraries' runtime's (`export/runtime.c`).
 pub struct Pool {
     threads: usize,
     busy: Mutex<()>,
@@ -81,12 +83,17 @@ struct Shared {
     /// The CPU the caller of the current loop ran on when it published the loop (-1: unknown).
     caller_cpu: AtomicI32,
     generation: AtomicU64,
-    /// Workers still inside the current loop.
+    /// Whether the current loop takes workers: the caller closes it once it ran out of
+    /// iterations, and does not wait for a worker that has not joined by then (one still
+    /// waking up, or descheduled by another process).
+    open: AtomicBool,
+    /// Workers inside (or joining) the current loop.
     running: AtomicUsize,
     body: AtomicUsize,
     closure: AtomicUsize,
     n: AtomicI64,
-    next: AtomicI64,
+    /// The iterations not yet taken, `front..back`, as `back << 32 | front`.
+    range: AtomicU64,
     status: AtomicI32,
     /// Each thread runs at most one iteration (`Pool::broadcast`).
     once: AtomicBool,
@@ -96,21 +103,43 @@ struct Shared {
 }
 
 impl Shared {
-    /// Runs iterations of the current loop until none are left or one failed.
-    fn drain(&self) {
+    /// Takes the next chunk of at most `chunk` iterations: from the front of what is left for
+    /// the caller, from the back for workers (`from_front` false); `None` when none are left.
+    fn take(&self, chunk: u64, from_front: bool) -> Option<(i64, i64)> {
+        let mut range = self.range.load(Ordering::Relaxed);
+        loop {
+            let (front, back) = (range & u64::from(u32::MAX), range >> 32);
+            if front >= back {
+                return None;
+            }
+            let (first, end) = if from_front {
+                (front, (front + chunk).min(back))
+            } else {
+                (back.saturating_sub(chunk).max(front), back)
+            };
+            let next = if from_front { (back << 32) | end } else { (first << 32) | front };
+            match self.range.compare_exchange_weak(range, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some((first as i64, end as i64)),
+                Err(now) => range = now,
+            }
+        }
+    }
+
+    /// Runs iterations of the current loop until none are left or one failed. The caller takes
+    /// chunks from the front and workers from the back, so with two threads each runs one
+    /// contiguous part, the same part of every loop over the same rows: a layer then reads
+    /// mostly what the same core wrote in the layer before, from its own cache.
+    fn drain(&self, from_front: bool) {
         let body = self.body.load(Ordering::Relaxed);
         // SAFETY: `body` was stored from a `Body` by `Pool::run` before the loop was published.
         let body: Body = unsafe { std::mem::transmute::<usize, Body>(body) };
         let closure = self.closure.load(Ordering::Relaxed) as *const u8;
         let n = self.n.load(Ordering::Relaxed);
         let once = self.once.load(Ordering::Relaxed);
-        let chunk = if once { 1 } else { (n / (8 * (self.workers as i64 + 1))).max(1) };
+        let chunk = if once { 1 } else { (n / (8 * (self.workers as i64 + 1))).max(1) as u64 };
         while self.status.load(Ordering::Relaxed) == 0 {
-            let first = self.next.fetch_add(chunk, Ordering::Relaxed);
-            if first >= n {
-                return;
-            }
-            for i in first..(first + chunk).min(n) {
+            let Some((first, end)) = self.take(chunk, from_front || once) else { return };
+            for i in first..end {
                 #[cfg(test)]
                 record_worker();
                 let s = body(closure, i);
@@ -137,22 +166,31 @@ impl Shared {
                 }
             }
             seen = self.generation.load(Ordering::Acquire);
-            // A worker woken onto the caller's CPU would share it with the caller (and spin on
-            // it between loops), slowing the whole layer down: move off it. The scheduler can
-            // put it there after another process ran between calls.
-            let caller = self.caller_cpu.load(Ordering::Relaxed);
-            if let Some(allowed) = &placement
-                && caller >= 0
-                && placement::current_cpu() == caller
-            {
-                allowed.avoid(caller);
+            // Join, then look whether the loop is still open: the caller closes it before it
+            // waits for `running` (both sequentially consistent, so one sees the other).
+            self.running.fetch_add(1, Ordering::SeqCst);
+            if self.open.load(Ordering::SeqCst) {
+                self.join(&placement);
             }
-            self.drain();
             if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
                 let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
                 self.idle.notify_one();
             }
         }
+    }
+
+    /// Runs a worker's share of the open loop. A worker woken onto the caller's CPU would
+    /// share it with the caller (and spin on it between loops), slowing the whole layer down:
+    /// it moves off it first. The scheduler can put it there after another process ran.
+    fn join(&self, placement: &Option<placement::Allowed>) {
+        let caller = self.caller_cpu.load(Ordering::Relaxed);
+        if let Some(allowed) = placement
+            && caller >= 0
+            && placement::current_cpu() == caller
+        {
+            allowed.avoid(caller);
+        }
+        self.drain(false);
     }
 }
 
@@ -227,11 +265,12 @@ impl Pool {
             workers,
             caller_cpu: AtomicI32::new(-1),
             generation: AtomicU64::new(0),
+            open: AtomicBool::new(false),
             running: AtomicUsize::new(0),
             body: AtomicUsize::new(0),
             closure: AtomicUsize::new(0),
             n: AtomicI64::new(0),
-            next: AtomicI64::new(0),
+            range: AtomicU64::new(0),
             status: AtomicI32::new(0),
             once: AtomicBool::new(false),
             lock: Mutex::new(()),
@@ -252,22 +291,36 @@ impl Pool {
     /// most one iteration per thread); its status.
     fn run(&self, body: Body, closure: *const u8, n: i64, once: bool) -> i32 {
         let shared = &self.shared;
-        let busy = if n > 1 && shared.workers > 0 { self.busy.try_lock().ok() } else { None };
+        // Loops of 2^32 iterations or more (none in practice) run serially: `range` holds
+        // 32-bit bounds.
+        let splits = n > 1 && n <= i64::from(u32::MAX) && shared.workers > 0;
+        let busy = if splits { self.busy.try_lock().ok() } else { None };
         let Some(_busy) = busy else { return run_serially(body, closure, n) };
         {
             let _guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
             shared.body.store(body as usize, Ordering::Relaxed);
             shared.closure.store(closure as usize, Ordering::Relaxed);
             shared.n.store(n, Ordering::Relaxed);
-            shared.next.store(0, Ordering::Relaxed);
+            shared.range.store((n as u64) << 32, Ordering::Relaxed);
             shared.status.store(0, Ordering::Relaxed);
             shared.once.store(once, Ordering::Relaxed);
             shared.caller_cpu.store(placement::current_cpu(), Ordering::Relaxed);
-            shared.running.store(shared.workers, Ordering::Relaxed);
+            shared.open.store(true, Ordering::SeqCst);
             shared.generation.fetch_add(1, Ordering::Release);
             shared.wake.notify_all();
         }
-        shared.drain();
+        shared.drain(true);
+        if once {
+            // Every thread runs one iteration: wait until each has taken its own.
+            let taken = || {
+                let range = shared.range.load(Ordering::Relaxed);
+                range & u64::from(u32::MAX) >= range >> 32 || shared.status.load(Ordering::Relaxed) != 0
+            };
+            while !(0..SPINS).any(|_| taken() || spin()) {
+                std::thread::yield_now();
+            }
+        }
+        shared.open.store(false, Ordering::SeqCst);
         let done = || shared.running.load(Ordering::Acquire) == 0;
         if !(0..SPINS).any(|_| done() || spin()) {
             let mut guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -300,11 +353,70 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// The number of threads loops run on.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f(i)` for every `i in 0..n` on the pool's threads (serially where the pool is busy
+    /// or has one thread), each index once. A panic in `f` skips the remaining iterations and
+    /// is raised again here.
+    pub fn for_each(&self, n: usize, f: impl Fn(usize) + Sync) {
+        let panicked = Mutex::new(None);
+        let task = |i: i64| -> i32 {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(i as usize))) {
+                Ok(()) => 0,
+                Err(payload) => {
+                    *panicked.lock().unwrap_or_else(|e| e.into_inner()) = Some(payload);
+                    1
+                }
+            }
+        };
+        extern "C" fn trampoline<F: Fn(i64) -> i32>(closure: *const u8, i: i64) -> i32 {
+            // SAFETY: `closure` is the `&F` `for_each` passed, alive until `run` returns.
+            let f = unsafe { &*closure.cast::<F>() };
+            f(i)
+        }
+        fn body_of<F: Fn(i64) -> i32>(_: &F) -> Body {
+            trampoline::<F>
+        }
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.run(body_of(&task), std::ptr::from_ref(&task).cast::<u8>(), n, false);
+        if let Some(payload) = panicked.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            std::panic::resume_unwind(payload);
+        }
+    }
+
+    /// Runs `f(i, part)` for the `i`-th piece of `chunk` elements of `data` (the last may be
+    /// shorter), the pieces on the pool's threads (`for_each`).
+    pub fn for_each_chunk_mut<T: Send>(&self, data: &mut [T], chunk: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+        struct Base<T>(*mut T);
+        // SAFETY: the pointer is only used to form disjoint pieces of a `&mut [T]`, `T: Send`.
+        unsafe impl<T: Send> Sync for Base<T> {}
+        let (len, chunk) = (data.len(), chunk.max(1));
+        let base = Base(data.as_mut_ptr());
+        let base = &base;
+        self.for_each(len.div_ceil(chunk), |i| {
+            let start = i * chunk;
+            let end = (start + chunk).min(len);
+            // SAFETY: `for_each` runs each index once, so the pieces `start..end` are disjoint
+            // ranges inside `data`, which stays mutably borrowed until it returns.
+            let part = unsafe { std::slice::from_raw_parts_mut(base.0.add(start), end - start) };
+            f(i, part)
+        });
+    }
+}
+
 /// Freed scratch blocks a thread keeps for its next allocation of the same size: a layer's
 /// scratch buffers (a padded source and an accumulator of hundreds of KiB) would otherwise go
 /// back to the OS on every call and come back page-faulting (the exported libraries' runtime
-/// keeps blocks the same way).
-const CACHED_BLOCKS: usize = 4;
+/// keeps blocks the same way). A network's layers each use blocks of their own sizes, so the
+/// cache holds enough of them for every layer of one, up to a total size.
+const CACHED_BLOCKS: usize = 64;
+
+/// The most bytes of freed blocks a thread keeps.
+const CACHED_BYTES: usize = 64 << 20;
 
 struct BlockCache(Vec<(*mut u8, Layout)>);
 
@@ -341,7 +453,8 @@ extern "C" fn free_scratch(ptr: *mut u8, bytes: i64) {
     let Some(layout) = scratch_layout(bytes) else { return };
     let kept = BLOCKS.with(|b| {
         let mut blocks = b.borrow_mut();
-        let room = blocks.0.len() < CACHED_BLOCKS;
+        let held: usize = blocks.0.iter().map(|(_, l)| l.size()).sum();
+        let room = blocks.0.len() < CACHED_BLOCKS && held + layout.size() <= CACHED_BYTES;
         if room {
             blocks.0.push((ptr, layout));
         }
@@ -442,6 +555,28 @@ mod tests {
         let _busy = pool.busy.lock().unwrap();
         assert_eq!(with_pool(&pool, || parallel_for(count, closure, 10)), 0);
         assert_eq!(counter.load(Ordering::Relaxed), 20);
+    }
+
+    #[test]
+    fn chunked_loops_visit_every_element_once_and_raise_a_panic_again() {
+        let pool = Pool::new(2).unwrap();
+        for (len, chunk) in [(0, 4), (1, 4), (1000, 7), (4096, 64), (10, 0)] {
+            let mut data = vec![0u32; len];
+            pool.for_each_chunk_mut(&mut data, chunk, |i, part| {
+                for (j, x) in part.iter_mut().enumerate() {
+                    *x += (i * chunk.max(1) + j) as u32 + 1;
+                }
+            });
+            assert!(data.iter().enumerate().all(|(j, &x)| x == j as u32 + 1), "{len} by {chunk}");
+        }
+        let caught = std::panic::catch_unwind(|| pool.for_each(100, |i| assert_ne!(i, 50, "iteration 50")));
+        assert!(caught.is_err());
+        // The pool still runs loops afterwards.
+        let count = AtomicI64::new(0);
+        pool.for_each(100, |_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 100);
     }
 
     #[cfg(target_os = "linux")]

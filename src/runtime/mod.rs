@@ -285,8 +285,17 @@ impl CompiledFunc {
                 }
             }
         }
-        let pointers: Vec<*mut u8> = args.iter().map(|a| a.ptr).collect();
-        self.run(&pointers)
+        // The pointers on the stack for the usual few parameters (no allocation per call).
+        let mut few = [std::ptr::null_mut(); 8];
+        match few.get_mut(..args.len()) {
+            Some(pointers) => {
+                for (p, a) in pointers.iter_mut().zip(args.iter()) {
+                    *p = a.ptr;
+                }
+                self.run(pointers)
+            }
+            None => self.run(&args.iter().map(|a| a.ptr).collect::<Vec<_>>()),
+        }
     }
 
     fn run(&self, pointers: &[*mut u8]) -> Result<(), RuntimeError> {

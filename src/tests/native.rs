@@ -205,3 +205,92 @@ fn add_variants_match_the_scalar_twin() {
         }
     }
 }
+
+/// The split loops (`native::split`) on pools of two and three threads, and on none, against
+/// the plain twins, at sizes the split cuts into several pieces and odd ones.
+#[test]
+fn split_loops_on_a_pool_equal_the_one_thread_loops() {
+    use crate::engine::native::split;
+    use crate::runtime::host::{Pool, pool};
+    let pools: Vec<Option<std::sync::Arc<Pool>>> =
+        vec![None, Some(pool(2).expect("a pool of 2")), Some(pool(3).expect("a pool of 3"))];
+    for (pi, pool) in pools.iter().enumerate() {
+        let pool = pool.as_deref();
+        let at = |what: String| format!("pool {pi} ({} threads): {what}", pool.map_or(1, Pool::threads));
+
+        // Add.
+        let params = AddParams { a: (0.02, 128), b: (0.03, 120), c: (0.04, 130) };
+        for len in [200_704, 100_003, 40_000, 1000] {
+            let (a, b) = (bytes(len, 7), bytes(len, 8));
+            let mut want = vec![0xa5u8; len];
+            add_twin(&a, &b, &params, Int8::U8, (0, 255), &mut want);
+            let mut got = vec![0x5au8; len];
+            split::add(pool, &a, &b, &params, Int8::U8, (0, 255), &mut got);
+            assert!(got == want, "{}", at(format!("add of {len}")));
+        }
+
+        // Max pool: ResNet's 3×3 stride 2 at 112², and odd shapes.
+        let cases = [([1, 112, 112, 64], (3, 2, 1)), ([2, 30, 17, 67], (3, 2, 1)), ([1, 41, 40, 32], (2, 1, 0))];
+        for ([n, h, w, c], (k, s, p)) in cases {
+            let (oh, ow) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+            let win = Window { kernel: [k, k], stride: [s, s], pad_begin: [p, p], dilation: [1, 1] };
+            let src = bytes(n * h * w * c, 9);
+            for ty in [Int8::U8, Int8::S8] {
+                let mut want = vec![0xa5u8; n * oh * ow * c];
+                max_pool_scalar(&src, [n, h, w, c], [oh, ow], win, ty, &mut want);
+                let mut got = vec![0x5au8; want.len()];
+                split::max_pool(pool, &src, [n, h, w, c], [oh, ow], win, ty, &mut got);
+                assert!(got == want, "{}", at(format!("max pool {:?} {ty:?}", [n, h, w, c])));
+            }
+        }
+
+        // Quantize: the network's input, and odd shapes, NHWC and not.
+        for dims in [[1, 3, 224, 224], [2, 5, 61, 33], [1, 1, 100, 101]] {
+            let len = dims.iter().product();
+            let x = floats(len, 0.018_627_45, 11);
+            let raw: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            for nhwc in [false, true] {
+                let mut want = vec![0xa5u8; len];
+                quantize_scalar(&x, dims, nhwc, 0.018_627_45, 128, Int8::U8, &mut want);
+                let mut got = vec![0x5au8; len];
+                split::quantize(pool, &raw, dims, nhwc, 0.018_627_45, 128, Int8::U8, &mut got);
+                assert!(got == want, "{}", at(format!("quantize {dims:?} nhwc {nhwc}")));
+            }
+        }
+
+        // Dequantize, NHWC to NCHW and in order: `f32(q − zp) · scale` element by element.
+        for [n, c, h, w] in [[2, 48, 23, 19], [1, 64, 40, 40], [1, 1000, 1, 1]] {
+            let src = bytes(n * c * h * w, 12);
+            for (ty, nhwc) in [(Int8::U8, true), (Int8::S8, true), (Int8::S8, false)] {
+                let value = |b: u8| if ty == Int8::S8 { b as i8 as i32 } else { b as i32 };
+                let mut want = Vec::with_capacity(src.len() * 4);
+                for i in 0..src.len() {
+                    let (b, ch, p) = (i / (c * h * w), i / (h * w) % c, i % (h * w));
+                    let q = if nhwc { src[(b * h * w + p) * c + ch] } else { src[i] };
+                    want.extend(((value(q) - 3) as f32 * 0.0625).to_le_bytes());
+                }
+                let mut got = vec![0x5au8; want.len()];
+                split::dequantize(pool, &src, [n, c, h, w], nhwc, 0.0625, 3, ty, &mut got);
+                assert!(got == want, "{}", at(format!("dequantize {:?} {ty:?} nhwc {nhwc}", [n, c, h, w])));
+            }
+        }
+
+        // Global average pool: `saturate(round_half_even(f32(Σ x − zx·N) · sx / (sy · f32(N))) + zy)`.
+        for [n, hw, c] in [[1, 49, 512], [2, 300, 97], [1, 3, 5]] {
+            let src = bytes(n * hw * c, 13);
+            let (x, y) = ((0.05f32, 7), (0.03f32, 120));
+            let scale = x.0 / (y.0 * hw as f32);
+            let mut want = vec![0u8; n * c];
+            for b in 0..n {
+                for ch in 0..c {
+                    let sum: i64 = (0..hw).map(|p| src[(b * hw + p) * c + ch] as i64).sum();
+                    let v = ((sum - x.1 as i64 * hw as i64) as f32 * scale).round_ties_even() as i64 + y.1 as i64;
+                    want[b * c + ch] = v.clamp(0, 255) as u8;
+                }
+            }
+            let mut got = vec![0x5au8; want.len()];
+            split::global_avg_pool(pool, &src, [n, hw, c], x, y, Int8::U8, &mut got);
+            assert!(got == want, "{}", at(format!("global avg pool {:?}", [n, hw, c])));
+        }
+    }
+}

@@ -232,3 +232,36 @@ fn a_hand_built_residual_block_matches_the_reference_at_every_level() {
         }
     }
 }
+
+/// The native kernels split their loops across the engine's pool at more than one thread: every
+/// tensor the engine keeps holds the same bits at one, two and three threads.
+#[test]
+fn every_tensor_is_the_same_at_every_thread_count() {
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "the test models");
+    let level = *levels.last().expect("every CPU has the scalar level");
+    for path in models().iter().filter(|p| p.to_string_lossy().contains("_q")) {
+        let mut runs = Vec::new();
+        for threads in [1, 2, 3] {
+            let mut g = compiled(path, level, threads);
+            let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, 5)).collect();
+            let (outputs, _) = g.execute(&inputs).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let tensors: Vec<Value> = g
+                .steps()
+                .iter()
+                .flat_map(|s| s.partition.inputs.iter().chain(&s.partition.outputs))
+                .map(|&t| g.value(t).expect("a step's tensor has a value"))
+                .collect();
+            runs.push((threads, outputs, tensors));
+        }
+        let (_, outputs, tensors) = &runs[0];
+        for (threads, o, t) in &runs[1..] {
+            assert!(
+                o.len() == outputs.len() && o.iter().zip(outputs).all(|(a, b)| a.bits_eq(b)),
+                "{}: outputs at {threads} threads",
+                path.display()
+            );
+            let differs = t.iter().zip(tensors).position(|(a, b)| !a.bits_eq(b));
+            assert_eq!(differs, None, "{}: a tensor at {threads} threads", path.display());
+        }
+    }
+}

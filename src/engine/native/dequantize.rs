@@ -4,23 +4,36 @@
 use super::Int8;
 
 /// Dequantizes `src` (stored NHWC `[n, h, w, c]` when `nhwc`, else in the logical order) into
-/// `dst` in the logical NCHW order.
-pub fn dequantize(src: &[u8], dims: [usize; 4], nhwc: bool, scale: f32, zero_point: i32, ty: Int8, dst: &mut [f32]) {
-    let x = |b: u8| (ty.value(b) - zero_point) as f32 * scale;
+/// `dst`, f32 in little-endian bytes in the logical NCHW order: the part of the output from
+/// element `first` on that `dst` holds (whole planes of `h · w` elements when `nhwc`).
+#[allow(clippy::too_many_arguments)]
+pub fn dequantize(
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zero_point: i32,
+    ty: Int8,
+    first: usize,
+    dst: &mut [u8],
+) {
+    let x = |b: u8| ((ty.value(b) - zero_point) as f32 * scale).to_le_bytes();
     if !nhwc {
-        for (d, &b) in dst.iter_mut().zip(src) {
-            *d = x(b);
+        for (d, &b) in dst.chunks_exact_mut(4).zip(&src[first..]) {
+            d.copy_from_slice(&x(b));
         }
         return;
     }
-    let [n, c, h, w] = dims;
+    let [_, c, h, w] = dims;
     let plane = h * w;
-    for b in 0..n {
-        for ch in 0..c {
-            let to = &mut dst[(b * c + ch) * plane..][..plane];
-            for (p, d) in to.iter_mut().enumerate() {
-                *d = x(src[(b * plane + p) * c + ch]);
-            }
+    if plane == 0 {
+        return;
+    }
+    // Output plane `k` is channel `k % c` of image `k / c`.
+    for (k, to) in dst.chunks_exact_mut(plane * 4).enumerate() {
+        let (b, ch) = ((first / plane + k) / c, (first / plane + k) % c);
+        for (p, d) in to.chunks_exact_mut(4).enumerate() {
+            d.copy_from_slice(&x(src[(b * plane + p) * c + ch]));
         }
     }
 }

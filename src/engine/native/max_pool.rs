@@ -20,28 +20,59 @@ pub struct Window {
 
 /// Pools `src: [n, h, w, c]` into `dst: [n, oh, ow, c]`.
 pub fn max_pool(src: &[u8], dims: [usize; 4], out: [usize; 2], win: Window, ty: Int8, dst: &mut [u8]) {
-    let ran = max_pool_in(Build::best(), src, dims, out, win, ty, dst);
+    max_pool_lines(src, dims, out, win, ty, 0, dst);
+}
+
+/// `max_pool` of the output lines (rows `oy` of image `b`, numbered `b · oh + oy`) from
+/// `first` on that `dst` holds (whole lines of `ow · c` bytes).
+#[allow(clippy::too_many_arguments)]
+pub fn max_pool_lines(
+    src: &[u8],
+    dims: [usize; 4],
+    out: [usize; 2],
+    win: Window,
+    ty: Int8,
+    first: usize,
+    dst: &mut [u8],
+) {
+    let ran = max_pool_lines_in(Build::best(), src, dims, out, win, ty, first, dst);
     debug_assert!(ran.is_some(), "the best build is available");
 }
 
+/// `max_pool` compiled for `build`.
+#[cfg(test)]
+pub(crate) fn max_pool_in(
+    build: Build,
+    src: &[u8],
+    dims: [usize; 4],
+    out: [usize; 2],
+    win: Window,
+    ty: Int8,
+    dst: &mut [u8],
+) -> Option<()> {
+    max_pool_lines_in(build, src, dims, out, win, ty, 0, dst)
+}
+
 native_builds! {
-    /// `max_pool` compiled for `build`.
-    pub(crate) fn max_pool_in(
+    /// `max_pool_lines` compiled for `build`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn max_pool_lines_in(
         src: &[u8],
         dims: [usize; 4],
         out: [usize; 2],
         win: Window,
         ty: Int8,
+        first: usize,
         dst: &mut [u8],
     ) => max_pool_any
 }
 
 #[inline(always)]
-fn max_pool_any(src: &[u8], dims: [usize; 4], out: [usize; 2], win: Window, ty: Int8, dst: &mut [u8]) {
+fn max_pool_any(src: &[u8], dims: [usize; 4], out: [usize; 2], win: Window, ty: Int8, first: usize, dst: &mut [u8]) {
     // One loop per element type, so that each compares bytes as its own (vpmaxub, vpmaxsb).
     match ty {
-        Int8::U8 => max_pool_bytes::<false>(src, dims, out, win, dst),
-        Int8::S8 => max_pool_bytes::<true>(src, dims, out, win, dst),
+        Int8::U8 => max_pool_bytes::<false>(src, dims, out, win, first, dst),
+        Int8::S8 => max_pool_bytes::<true>(src, dims, out, win, first, dst),
     }
 }
 
@@ -59,51 +90,51 @@ fn max_pool_bytes<const SIGNED: bool>(
     [n, h, w, c]: [usize; 4],
     [oh, ow]: [usize; 2],
     win: Window,
+    first: usize,
     dst: &mut [u8],
 ) {
-    if c == 0 {
+    if c == 0 || ow == 0 {
         return;
     }
     let min = if SIGNED { 0x80 } else { 0 };
     let mut rows = vec![min; w * c];
     let mut ys = Vec::with_capacity(win.kernel[0]);
-    for b in 0..n {
+    let lines = (dst.len() / (ow * c)).min((n * oh).saturating_sub(first));
+    for (k, line) in dst.chunks_exact_mut(ow * c).take(lines).enumerate() {
+        let (b, oy) = ((first + k) / oh, (first + k) % oh);
         let image = &src[b * h * w * c..][..h * w * c];
         let row = |y: usize| &image[y * w * c..][..w * c];
-        for oy in 0..oh {
-            ys.clear();
-            ys.extend(
-                (0..win.kernel[0])
-                    .map(|ky| (oy * win.stride[0] + ky * win.dilation[0]).wrapping_sub(win.pad_begin[0]))
-                    .filter(|&y| y < h),
-            );
-            match ys[..] {
-                [] => rows.fill(min),
-                [y] => rows.copy_from_slice(row(y)),
-                [y0, y1] => {
-                    for ((m, &a), &b) in rows.iter_mut().zip(row(y0)).zip(row(y1)) {
-                        *m = max::<SIGNED>(a, b);
-                    }
+        ys.clear();
+        ys.extend(
+            (0..win.kernel[0])
+                .map(|ky| (oy * win.stride[0] + ky * win.dilation[0]).wrapping_sub(win.pad_begin[0]))
+                .filter(|&y| y < h),
+        );
+        match ys[..] {
+            [] => rows.fill(min),
+            [y] => rows.copy_from_slice(row(y)),
+            [y0, y1] => {
+                for ((m, &a), &b) in rows.iter_mut().zip(row(y0)).zip(row(y1)) {
+                    *m = max::<SIGNED>(a, b);
                 }
-                [y0, y1, y2, ref rest @ ..] => {
-                    for (((m, &a), &b), &c) in rows.iter_mut().zip(row(y0)).zip(row(y1)).zip(row(y2)) {
-                        *m = max::<SIGNED>(max::<SIGNED>(a, b), c);
-                    }
-                    for &y in rest {
-                        for (m, &v) in rows.iter_mut().zip(row(y)) {
-                            *m = max::<SIGNED>(*m, v);
-                        }
+            }
+            [y0, y1, y2, ref rest @ ..] => {
+                for (((m, &a), &b), &c) in rows.iter_mut().zip(row(y0)).zip(row(y1)).zip(row(y2)) {
+                    *m = max::<SIGNED>(max::<SIGNED>(a, b), c);
+                }
+                for &y in rest {
+                    for (m, &v) in rows.iter_mut().zip(row(y)) {
+                        *m = max::<SIGNED>(*m, v);
                     }
                 }
             }
-            let line = &mut dst[(b * oh + oy) * ow * c..][..ow * c];
-            // Whole vectors per pixel when the channels allow (a loop of fixed length).
-            match c {
-                c if c % 64 == 0 => columns::<SIGNED, 64>(&rows, w, c, win, line),
-                c if c % 32 == 0 => columns::<SIGNED, 32>(&rows, w, c, win, line),
-                c if c % 16 == 0 => columns::<SIGNED, 16>(&rows, w, c, win, line),
-                _ => columns::<SIGNED, 1>(&rows, w, c, win, line),
-            }
+        }
+        // Whole vectors per pixel when the channels allow (a loop of fixed length).
+        match c {
+            c if c % 64 == 0 => columns::<SIGNED, 64>(&rows, w, c, win, line),
+            c if c % 32 == 0 => columns::<SIGNED, 32>(&rows, w, c, win, line),
+            c if c % 16 == 0 => columns::<SIGNED, 16>(&rows, w, c, win, line),
+            _ => columns::<SIGNED, 1>(&rows, w, c, win, line),
         }
     }
 }

@@ -45,6 +45,7 @@ pub mod dequantize;
 pub mod global_avg_pool;
 pub mod max_pool;
 pub mod quantize;
+pub mod split;
 
 /// A build of a native loop: the same Rust compiled for more vector instructions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,49 +14,95 @@ const BLOCK: usize = 64;
 /// Quantizes `src` (f32 in little-endian bytes; NCHW `[n, c, h, w]`, or any shape with
 /// `nhwc == false`) into `dst`, written in NHWC order when `nhwc`.
 pub fn quantize(src: &[u8], dims: [usize; 4], nhwc: bool, scale: f32, zero_point: i32, ty: Int8, dst: &mut [u8]) {
-    let ran = quantize_in(Build::best(), src, dims, nhwc, scale, zero_point, ty, dst);
+    quantize_part(src, dims, nhwc, scale, zero_point, ty, 0, dst);
+}
+
+/// `quantize` of the part of the output from element `first` on that `dst` holds (whole
+/// pixels when `nhwc`); `src` is the whole source.
+#[allow(clippy::too_many_arguments)]
+pub fn quantize_part(
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zero_point: i32,
+    ty: Int8,
+    first: usize,
+    dst: &mut [u8],
+) {
+    let ran = quantize_part_in(Build::best(), src, dims, nhwc, scale, zero_point, ty, first, dst);
     debug_assert!(ran.is_some(), "the best build is available");
 }
 
+/// `quantize` compiled for `build`.
+#[allow(clippy::too_many_arguments)]
+#[cfg(test)]
+pub(crate) fn quantize_in(
+    build: Build,
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zero_point: i32,
+    ty: Int8,
+    dst: &mut [u8],
+) -> Option<()> {
+    quantize_part_in(build, src, dims, nhwc, scale, zero_point, ty, 0, dst)
+}
+
 native_builds! {
-    /// `quantize` compiled for `build`.
+    /// `quantize_part` compiled for `build`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn quantize_in(
+    pub(crate) fn quantize_part_in(
         src: &[u8],
         dims: [usize; 4],
         nhwc: bool,
         scale: f32,
         zero_point: i32,
         ty: Int8,
+        first: usize,
         dst: &mut [u8],
     ) => quantize_any
 }
 
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn quantize_any(src: &[u8], dims: [usize; 4], nhwc: bool, scale: f32, zero_point: i32, ty: Int8, dst: &mut [u8]) {
+fn quantize_any(
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zero_point: i32,
+    ty: Int8,
+    first: usize,
+    dst: &mut [u8],
+) {
     let (lo, hi) = ty.range();
     let bounds = ((lo - zero_point) as f32, (hi - zero_point) as f32);
     if !nhwc {
-        run(src, scale, zero_point, bounds, dst);
+        run(&src[first * 4..], scale, zero_point, bounds, dst);
         return;
     }
     let [n, c, h, w] = dims;
     let plane = h * w;
-    if c == 0 {
+    if c == 0 || plane == 0 {
         return;
     }
     let mut block = vec![0u8; c * BLOCK];
-    for b in 0..n {
+    // Pixels `begin..end` of the `n · plane` in blocks that do not cross an image.
+    let begin = first / c;
+    let end = (begin + dst.len() / c).min(n * plane);
+    let mut p = begin;
+    while p < end {
+        let (b, q) = (p / plane, p % plane);
+        let len = BLOCK.min(plane - q).min(end - p);
         let image = &src[b * c * plane * 4..][..c * plane * 4];
-        let out = &mut dst[b * plane * c..][..plane * c];
-        for p0 in (0..plane).step_by(BLOCK) {
-            let len = BLOCK.min(plane - p0);
-            for ch in 0..c {
-                let from = &image[(ch * plane + p0) * 4..][..len * 4];
-                run(from, scale, zero_point, bounds, &mut block[ch * BLOCK..][..len]);
-            }
-            interleave(&block, c, len, &mut out[p0 * c..][..len * c]);
+        for ch in 0..c {
+            let from = &image[(ch * plane + q) * 4..][..len * 4];
+            run(from, scale, zero_point, bounds, &mut block[ch * BLOCK..][..len]);
         }
+        interleave(&block, c, len, &mut dst[(p - begin) * c..][..len * c]);
+        p += len;
     }
 }
 

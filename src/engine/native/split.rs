@@ -1,0 +1,124 @@
+//! The native loops split across the engine's thread pool: each output cut into pieces that
+//! the pool's threads compute at once. Every element is computed exactly as the whole loop
+//! computes it, so the result is the same at every thread count.
+
+use super::Int8;
+use super::add::{AddParams, add as add_all};
+use super::dequantize::dequantize as dequantize_part;
+use super::global_avg_pool::global_avg_pool as global_avg_pool_part;
+use super::max_pool::{Window, max_pool_lines};
+use super::quantize::quantize_part;
+use crate::runtime::host::Pool;
+
+/// Bytes a loop reads and writes below which it is not split: the pool's hand-off would cost
+/// about as much as the work.
+const MIN_WORK: usize = 16 * 1024;
+
+/// Pieces per thread: small enough that a thread that starts late leaves its share to others.
+const PIECES_PER_THREAD: usize = 4;
+
+/// Units of output per piece, for `units` units of `work` bytes each (all of them: one piece).
+fn piece(pool: Option<&Pool>, units: usize, work: usize) -> usize {
+    let threads = pool.map_or(1, Pool::threads);
+    let total = units.saturating_mul(work);
+    if threads < 2 || total < 2 * MIN_WORK {
+        return units.max(1);
+    }
+    let pieces = (threads * PIECES_PER_THREAD).min(total / MIN_WORK).max(2);
+    units.div_ceil(pieces).max(1)
+}
+
+/// Runs `f(first unit, part)` on pieces of `dst` of `per` units of `unit` elements each, on
+/// the pool where there is one.
+fn split(pool: Option<&Pool>, dst: &mut [u8], unit: usize, per: usize, f: impl Fn(usize, &mut [u8]) + Sync) {
+    let bytes = (unit * per).max(1);
+    match pool {
+        Some(pool) if dst.len() > bytes => pool.for_each_chunk_mut(dst, bytes, |i, part| f(i * per, part)),
+        _ => f(0, dst),
+    }
+}
+
+/// `native::add::add` on pieces of the operands.
+pub fn add(pool: Option<&Pool>, a: &[u8], b: &[u8], params: &AddParams, ty: Int8, clamp: (i32, i32), c: &mut [u8]) {
+    // Pieces of whole cache lines.
+    let per = piece(pool, c.len().div_ceil(64), 3 * 64);
+    split(pool, c, 64, per, |first, part| {
+        let at = first * 64;
+        add_all(&a[at..at + part.len()], &b[at..at + part.len()], params, ty, clamp, part)
+    });
+}
+
+/// `native::max_pool::max_pool` on pieces of output lines.
+pub fn max_pool(
+    pool: Option<&Pool>,
+    src: &[u8],
+    dims: [usize; 4],
+    out: [usize; 2],
+    win: Window,
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    let [n, _, w, c] = dims;
+    let line = out[1] * c;
+    let per = piece(pool, n * out[0], line + win.kernel[0] * w * c);
+    split(pool, dst, line, per, |first, part| max_pool_lines(src, dims, out, win, ty, first, part));
+}
+
+/// `native::quantize::quantize` on pieces of pixels (of elements, when not `nhwc`).
+#[allow(clippy::too_many_arguments)]
+pub fn quantize(
+    pool: Option<&Pool>,
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zero_point: i32,
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    let unit = if nhwc { dims[1].max(1) } else { 1 };
+    let per = piece(pool, dst.len() / unit, 5 * unit);
+    // Whole blocks of pixels (`quantize`'s interleaving) where the pieces are pixels.
+    let per = if nhwc { per.next_multiple_of(64) } else { per };
+    split(pool, dst, unit, per, |first, part| {
+        quantize_part(src, dims, nhwc, scale, zero_point, ty, first * unit, part)
+    });
+}
+
+/// `native::dequantize::dequantize` on pieces of channel planes (of elements, when not `nhwc`).
+#[allow(clippy::too_many_arguments)]
+pub fn dequantize(
+    pool: Option<&Pool>,
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    scale: f32,
+    zero_point: i32,
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    let unit = if nhwc { (dims[2] * dims[3]).max(1) } else { 1 };
+    let per = piece(pool, dst.len() / (4 * unit), 5 * unit);
+    split(pool, dst, 4 * unit, per, |first, part| {
+        dequantize_part(src, dims, nhwc, scale, zero_point, ty, first * unit, part)
+    });
+}
+
+/// `native::global_avg_pool::global_avg_pool` on pieces of each image's channels.
+pub fn global_avg_pool(
+    pool: Option<&Pool>,
+    src: &[u8],
+    [n, hw, c]: [usize; 3],
+    x: (f32, i32),
+    y: (f32, i32),
+    ty: Int8,
+    dst: &mut [u8],
+) {
+    if c == 0 {
+        return;
+    }
+    let per = piece(pool, c, hw + 1);
+    for (b, image) in dst.chunks_exact_mut(c).take(n).enumerate() {
+        split(pool, image, 1, per, |first, part| global_avg_pool_part(src, [n, hw, c], x, y, ty, b * c + first, part));
+    }
+}
