@@ -523,8 +523,9 @@ fn an_exported_mobilenet_takes_the_point_of_its_auto_tuning_record() {
 /// The hand-built residual block of `engine.rs` (u8 and s8, random scales and zero points):
 /// the native kernels (quantized add, max pool, global average pool, dequantize; the models
 /// above quantize their float input) and an 8-bit 4-D graph input, which the library permutes into NHWC, exported and run from
-/// C at the scalar level (software fma) and at AVX2 (fused multiply-add), bit for bit as the
-/// engine and the reference.
+/// C at every level this CPU has (the C loops' builds: the baseline with software fma at
+/// `scalar`, AVX2 with fused multiply-add, AVX-512 at `avx512-vnni` and `amx`), bit for bit as
+/// the engine and the reference.
 #[test]
 fn every_native_kernel_in_the_library_equals_the_engine() {
     for seed in 0..3 {
@@ -532,7 +533,7 @@ fn every_native_kernel_in_the_library_equals_the_engine() {
             let what = format!("residual block {seed} {act}");
             let graph = crate::engine::residual_block(seed, act).finalize().unwrap();
             let name = format!("blk{seed}{}", if act == DataType::U8 { "u" } else { "s" });
-            let levels = [IsaLevel::Scalar, IsaLevel::Avx2];
+            let levels = IsaLevel::ALL;
             let kernels = ["native add", "native max pool", "native global avg pool", "native dequantize"];
             let lib = export_with_kernels(&graph, "residual_block", &name, &levels, &kernels, &what);
             let inputs = vec![crate::engine::input(act, &[1, 16, 10, 10], seed + 100)];
@@ -586,12 +587,12 @@ fn a_partition_the_engine_leaves_to_the_reference_is_a_typed_export_error() {
 
 /// Every pair of 8-bit operands through the library's quantized add (u8 and s8, seeded scales
 /// and zero points, with and without a ReLU), and the quantization of float values that fall
-/// on rounding ties and beyond the range: from C at the scalar level (software fma) and at
-/// AVX2, bit for bit as the engine and the reference.
+/// on rounding ties and beyond the range: from C at every level this CPU has (each build of the
+/// C loops), bit for bit as the engine and the reference.
 #[test]
 fn the_native_add_and_quantize_equal_the_engine_on_every_operand_pair() {
     use tensorlift::graph::{Graph, OpKind, QuantParams, QuantizeAttrs};
-    let levels = [IsaLevel::Scalar, IsaLevel::Avx2];
+    let levels = IsaLevel::ALL;
     for seed in 0..4u32 {
         for act in [DataType::U8, DataType::S8] {
             let what = format!("add and quantize {seed} {act}");

@@ -23,21 +23,79 @@ static inline int32_t tl_round_clamped(float x, float lo, float hi) {
     return (int32_t)(bits - 0x4B400000u);
 }
 
+/* Builds of a loop for the levels' vector units, chosen by the selected level (`tl_level`):
+ * AVX-512 (512-bit vectors), AVX2 with FMA, or the baseline. Each is the same C body, inlined
+ * into a function compiled for its target, so only the vector width differs. */
+#define TL_BUILD_AVX512 \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,prefer-vector-width=512"), noipa))
+#define TL_BUILD_AVX2 __attribute__((target("avx2,fma"), noipa))
+#define TL_BUILD_BASE __attribute__((noipa))
+#define TL_INLINE static inline __attribute__((always_inline))
+
+/* 0: AVX-512, 1: AVX2 with FMA, 2: the baseline. */
+static int tl_build(void) {
+    int level = tl_level();
+    return level >= TL_LEVEL_AVX512_VNNI ? 0 : level >= TL_LEVEL_AVX2 ? 1 : 2;
+}
+
+/* q = saturate(round_half_even(x / scale) + zp) of `len` contiguous floats. */
+TL_INLINE void tl_q_run(const float *src, int64_t len, float scale, int32_t zp, float lo, float hi, uint8_t *dst) {
+    for (int64_t i = 0; i < len; i++) dst[i] = (uint8_t)(tl_round_clamped(src[i] / scale, lo, hi) + zp);
+}
+
+/* Pixels per block of the NHWC quantize, and channels per pass over a block. */
+enum { TL_Q_BLOCK = 64, TL_Q_CHANNELS = 16 };
+
 /* q = saturate(round_half_even(x / scale) + zp), from NCHW `[n, c, plane]` into NHWC when
- * `nhwc`, else element by element (`n · c · plane` of them). */
-static void tl_n_quantize(const float *src, int64_t n, int64_t c, int64_t plane, int nhwc, float scale, int32_t zp,
-                          int s8, uint8_t *dst) {
+ * `nhwc`, else element by element (`n · c · plane` of them). NHWC: a block of pixels of each
+ * channel plane is quantized into a small buffer (contiguous, so the division and rounding
+ * vectorize), then the block's channels are interleaved into the destination. */
+TL_INLINE void tl_n_quantize_body(const float *src, int64_t n, int64_t c, int64_t plane, int nhwc, float scale,
+                                  int32_t zp, int s8, uint8_t *dst) {
     float lo = (float)((s8 ? -128 : 0) - zp), hi = (float)((s8 ? 127 : 255) - zp);
     if (!nhwc) {
-        for (int64_t i = 0; i < n * c * plane; i++) dst[i] = (uint8_t)(tl_round_clamped(src[i] / scale, lo, hi) + zp);
+        tl_q_run(src, n * c * plane, scale, zp, lo, hi, dst);
         return;
     }
+    uint8_t block[TL_Q_CHANNELS * TL_Q_BLOCK];
     for (int64_t b = 0; b < n; b++)
-        for (int64_t ch = 0; ch < c; ch++) {
-            const float *from = src + (b * c + ch) * plane;
-            for (int64_t p = 0; p < plane; p++)
-                dst[(b * plane + p) * c + ch] = (uint8_t)(tl_round_clamped(from[p] / scale, lo, hi) + zp);
+        for (int64_t p0 = 0; p0 < plane; p0 += TL_Q_BLOCK) {
+            int64_t len = plane - p0 < TL_Q_BLOCK ? plane - p0 : TL_Q_BLOCK;
+            uint8_t *out = dst + (b * plane + p0) * c;
+            for (int64_t c0 = 0; c0 < c; c0 += TL_Q_CHANNELS) {
+                int64_t cn = c - c0 < TL_Q_CHANNELS ? c - c0 : TL_Q_CHANNELS;
+                for (int64_t ch = 0; ch < cn; ch++)
+                    tl_q_run(src + (b * c + c0 + ch) * plane + p0, len, scale, zp, lo, hi, block + ch * TL_Q_BLOCK);
+                if (c == 3 && len == TL_Q_BLOCK)
+                    for (int64_t p = 0; p < TL_Q_BLOCK; p++) {
+                        out[3 * p] = block[p];
+                        out[3 * p + 1] = block[TL_Q_BLOCK + p];
+                        out[3 * p + 2] = block[2 * TL_Q_BLOCK + p];
+                    }
+                else
+                    for (int64_t p = 0; p < len; p++)
+                        for (int64_t ch = 0; ch < cn; ch++) out[p * c + c0 + ch] = block[ch * TL_Q_BLOCK + p];
+            }
         }
+}
+
+#define TL_QUANTIZE_ARGS                                                                                             \
+    const float *src, int64_t n, int64_t c, int64_t plane, int nhwc, float scale, int32_t zp, int s8, uint8_t *dst
+TL_BUILD_AVX512 static void tl_n_quantize_avx512(TL_QUANTIZE_ARGS) {
+    tl_n_quantize_body(src, n, c, plane, nhwc, scale, zp, s8, dst);
+}
+TL_BUILD_AVX2 static void tl_n_quantize_avx2(TL_QUANTIZE_ARGS) {
+    tl_n_quantize_body(src, n, c, plane, nhwc, scale, zp, s8, dst);
+}
+TL_BUILD_BASE static void tl_n_quantize_base(TL_QUANTIZE_ARGS) {
+    tl_n_quantize_body(src, n, c, plane, nhwc, scale, zp, s8, dst);
+}
+static void tl_n_quantize(TL_QUANTIZE_ARGS) {
+    switch (tl_build()) {
+        case 0: tl_n_quantize_avx512(src, n, c, plane, nhwc, scale, zp, s8, dst); break;
+        case 1: tl_n_quantize_avx2(src, n, c, plane, nhwc, scale, zp, s8, dst); break;
+        default: tl_n_quantize_base(src, n, c, plane, nhwc, scale, zp, s8, dst);
+    }
 }
 
 /* x = f32(q − zp) · scale, from NHWC `[n, plane, c]` when `nhwc` into NCHW. */
@@ -77,11 +135,12 @@ static float tl_fmaf_soft(float a, float b, float c) {
         c[i] = (uint8_t)tl_round_clamped(v, lo, hi);                                                              \
     }
 
-/* `noipa`: a constant-propagated clone of this function is not vectorized (GCC 12), the loop
- * then runs an element at a time. */
-__attribute__((target("avx2,fma"), noipa)) static void tl_n_add_fma(const uint8_t *a, const uint8_t *b,
-                                                                     int64_t count, float ra, float rb, float fixed,
-                                                                     float lo, float hi, int s8, uint8_t *c) {
+#define TL_ADD_ARGS                                                                                                  \
+    const uint8_t *a, const uint8_t *b, int64_t count, float ra, float rb, float fixed, float lo, float hi, int s8, \
+        uint8_t *c
+
+/* One loop per element type, so that each vectorizes. */
+TL_BUILD_AVX512 static void tl_n_add_avx512(TL_ADD_ARGS) {
     if (s8) {
         TL_ADD_LOOP(__builtin_fmaf)
     } else {
@@ -89,55 +148,135 @@ __attribute__((target("avx2,fma"), noipa)) static void tl_n_add_fma(const uint8_
     }
 }
 
-static void tl_n_add_soft(const uint8_t *a, const uint8_t *b, int64_t count, float ra, float rb, float fixed, float lo,
-                          float hi, int s8, uint8_t *c) {
-    TL_ADD_LOOP(tl_fmaf_soft)
+TL_BUILD_AVX2 static void tl_n_add_fma(TL_ADD_ARGS) {
+    if (s8) {
+        TL_ADD_LOOP(__builtin_fmaf)
+    } else {
+        TL_ADD_LOOP(__builtin_fmaf)
+    }
 }
+
+static void tl_n_add_soft(TL_ADD_ARGS) { TL_ADD_LOOP(tl_fmaf_soft) }
 
 /* c = clamp(fma(a, ra, fma(b, rb, fixed))) rounded (`native::add`); `lo`, `hi` the clamp. */
 static void tl_n_add(const uint8_t *a, const uint8_t *b, int64_t count, float ra, float rb, float fixed, int32_t lo,
                      int32_t hi, int s8, uint8_t *c) {
-    if (tl_level() >= TL_LEVEL_AVX2)
-        tl_n_add_fma(a, b, count, ra, rb, fixed, (float)lo, (float)hi, s8, c);
-    else
-        tl_n_add_soft(a, b, count, ra, rb, fixed, (float)lo, (float)hi, s8, c);
+    switch (tl_build()) {
+        case 0: tl_n_add_avx512(a, b, count, ra, rb, fixed, (float)lo, (float)hi, s8, c); break;
+        case 1: tl_n_add_fma(a, b, count, ra, rb, fixed, (float)lo, (float)hi, s8, c); break;
+        default: tl_n_add_soft(a, b, count, ra, rb, fixed, (float)lo, (float)hi, s8, c);
+    }
 }
 
-/* Max pooling NHWC `[n, h, w, c]` into `[n, oh, ow, c]`; positions in the padding never win.
- * Channels innermost (in chunks of `TL_POOL_CHUNK`), so that the loop over them vectorizes. */
-enum { TL_POOL_CHUNK = 512 };
-static void tl_n_max_pool(const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
-                          const int64_t win[8], int s8, uint8_t *dst) {
-    int32_t lo = s8 ? -128 : 0, hi = s8 ? 127 : 255;
-    int32_t best[TL_POOL_CHUNK];
+/* The larger byte, as u8 or as i8. */
+#define TL_MAX_U8(x, y) ((uint8_t)((x) > (y) ? (x) : (y)))
+#define TL_MAX_S8(x, y) ((uint8_t)((int8_t)(x) > (int8_t)(y) ? (x) : (y)))
+
+/* One output row of max pooling in two passes (`native::max_pool`): the maximum over the
+ * window's valid source rows, whole rows of `w · c` contiguous bytes at once, into `rows`,
+ * then over the window's valid columns of that, pixel by pixel. Bytes compared by `MAX`. */
+#define TL_POOL_ROW(MAX)                                                                                          \
+    {                                                                                                             \
+        int first = 1;                                                                                            \
+        for (int64_t ky = 0; ky < win[0]; ky++) {                                                                 \
+            int64_t y = oy * win[2] + ky * win[6] - win[4];                                                       \
+            if (y < 0 || y >= h) continue;                                                                        \
+            const uint8_t *row = image + y * w * c;                                                               \
+            if (first)                                                                                            \
+                memcpy(rows, row, (size_t)(w * c));                                                               \
+            else                                                                                                  \
+                for (int64_t i = 0; i < w * c; i++) rows[i] = MAX(rows[i], row[i]);                               \
+            first = 0;                                                                                            \
+        }                                                                                                         \
+        if (first) memset(rows, min, (size_t)(w * c));                                                           \
+        for (int64_t ox = 0; ox < ow; ox++) {                                                                     \
+            uint8_t *px = line + ox * c;                                                                          \
+            int first_x = 1;                                                                                      \
+            for (int64_t kx = 0; kx < win[1]; kx++) {                                                             \
+                int64_t x = ox * win[3] + kx * win[7] - win[5];                                                   \
+                if (x < 0 || x >= w) continue;                                                                    \
+                const uint8_t *from = rows + x * c;                                                               \
+                if (first_x)                                                                                      \
+                    memcpy(px, from, (size_t)c);                                                                  \
+                else                                                                                              \
+                    for (int64_t ch = 0; ch < c; ch++) px[ch] = MAX(px[ch], from[ch]);                            \
+                first_x = 0;                                                                                      \
+            }                                                                                                     \
+            if (first_x) memset(px, min, (size_t)c);                                                              \
+        }                                                                                                         \
+    }
+
+/* Max pooling NHWC `[n, h, w, c]` into `[n, oh, ow, c]`; positions in the padding never win (a
+ * window entirely in the padding stores the type's minimum). `rows`: `w · c` bytes. */
+TL_INLINE void tl_n_max_pool_body(const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh,
+                                  int64_t ow, const int64_t win[8], int s8, uint8_t *rows, uint8_t *dst) {
+    int min = s8 ? 0x80 : 0;
+    for (int64_t b = 0; b < n; b++) {
+        const uint8_t *image = src + b * h * w * c;
+        for (int64_t oy = 0; oy < oh; oy++) {
+            uint8_t *line = dst + (b * oh + oy) * ow * c;
+            if (s8)
+                TL_POOL_ROW(TL_MAX_S8)
+            else
+                TL_POOL_ROW(TL_MAX_U8)
+        }
+    }
+}
+
+#define TL_POOL_ARGS                                                                                                 \
+    const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow, const int64_t win[8],   \
+        int s8, uint8_t *rows, uint8_t *dst
+TL_BUILD_AVX512 static void tl_n_max_pool_avx512(TL_POOL_ARGS) {
+    tl_n_max_pool_body(src, n, h, w, c, oh, ow, win, s8, rows, dst);
+}
+TL_BUILD_AVX2 static void tl_n_max_pool_avx2(TL_POOL_ARGS) {
+    tl_n_max_pool_body(src, n, h, w, c, oh, ow, win, s8, rows, dst);
+}
+TL_BUILD_BASE static void tl_n_max_pool_base(TL_POOL_ARGS) {
+    tl_n_max_pool_body(src, n, h, w, c, oh, ow, win, s8, rows, dst);
+}
+
+/* Max pooling one output at a time, every window position (no buffer): where the row buffer
+ * cannot be allocated. */
+static void tl_n_max_pool_plain(const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
+                                const int64_t win[8], int s8, uint8_t *dst) {
     for (int64_t b = 0; b < n; b++)
         for (int64_t oy = 0; oy < oh; oy++)
             for (int64_t ox = 0; ox < ow; ox++)
-                for (int64_t c0 = 0; c0 < c; c0 += TL_POOL_CHUNK) {
-                    int64_t cn = c - c0 < TL_POOL_CHUNK ? c - c0 : TL_POOL_CHUNK;
-                    for (int64_t ch = 0; ch < cn; ch++) best[ch] = lo;
+                for (int64_t ch = 0; ch < c; ch++) {
+                    int32_t best = s8 ? -128 : 0;
                     for (int64_t ky = 0; ky < win[0]; ky++) {
                         int64_t y = oy * win[2] + ky * win[6] - win[4];
                         if (y < 0 || y >= h) continue;
                         for (int64_t kx = 0; kx < win[1]; kx++) {
                             int64_t x = ox * win[3] + kx * win[7] - win[5];
                             if (x < 0 || x >= w) continue;
-                            const uint8_t *row = src + ((b * h + y) * w + x) * c + c0;
-                            if (s8)
-                                for (int64_t ch = 0; ch < cn; ch++) {
-                                    int32_t v = (int8_t)row[ch];
-                                    best[ch] = v > best[ch] ? v : best[ch];
-                                }
-                            else
-                                for (int64_t ch = 0; ch < cn; ch++) {
-                                    int32_t v = row[ch];
-                                    best[ch] = v > best[ch] ? v : best[ch];
-                                }
+                            int32_t v = tl_value(src[((b * h + y) * w + x) * c + ch], s8);
+                            best = v > best ? v : best;
                         }
                     }
-                    uint8_t *out = dst + ((b * oh + oy) * ow + ox) * c + c0;
-                    for (int64_t ch = 0; ch < cn; ch++) out[ch] = (uint8_t)(best[ch] < hi ? best[ch] : hi);
+                    dst[((b * oh + oy) * ow + ox) * c + ch] = (uint8_t)best;
                 }
+}
+
+/* `tl_n_max_pool_body` with its row buffer on the stack where it fits, else on the heap (else
+ * `tl_n_max_pool_plain`). */
+enum { TL_POOL_STACK = 16384 };
+static void tl_n_max_pool(const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
+                          const int64_t win[8], int s8, uint8_t *dst) {
+    uint8_t stack[TL_POOL_STACK];
+    size_t bytes = (size_t)(w * c);
+    uint8_t *rows = bytes <= sizeof stack ? stack : malloc(bytes);
+    if (!rows) {
+        tl_n_max_pool_plain(src, n, h, w, c, oh, ow, win, s8, dst);
+        return;
+    }
+    switch (tl_build()) {
+        case 0: tl_n_max_pool_avx512(src, n, h, w, c, oh, ow, win, s8, rows, dst); break;
+        case 1: tl_n_max_pool_avx2(src, n, h, w, c, oh, ow, win, s8, rows, dst); break;
+        default: tl_n_max_pool_base(src, n, h, w, c, oh, ow, win, s8, rows, dst);
+    }
+    if (rows != stack) free(rows);
 }
 
 /* Global average pooling NHWC `[n, hw, c]` into `[n, c]` (`native::global_avg_pool`): the sum
