@@ -321,7 +321,7 @@ impl Pool {
             }
         }
         shared.open.store(false, Ordering::SeqCst);
-        let done = || shared.running.load(Ordering::Acquire) == 0;
+        let done = || shared.running.load(Ordering::SeqCst) == 0;
         if !(0..SPINS).any(|_| done() || spin()) {
             let mut guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
             while !done() {
