@@ -268,13 +268,16 @@ TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int
     return status;
 }
 
-/* Scratch memory. Each thread keeps a few freed blocks for the next call of the same size:
- * a layer's scratch buffers (a padded source of hundreds of KiB) would otherwise go back to the
- * OS on every call in a process whose heap holds nothing else, and come back page-faulting. */
-enum { TL_CACHED_BLOCKS = 4 };
+/* Scratch memory. Each thread keeps freed blocks (up to `TL_CACHED_BLOCKS`, `TL_CACHED_BYTES`
+ * together) for the next call of the same size: a network's layers' scratch buffers (padded
+ * sources of hundreds of KiB) would otherwise go back to the OS on every call and come back
+ * page-faulting. The same limits as the engine's (`runtime::host`). */
+enum { TL_CACHED_BLOCKS = 64 };
+#define TL_CACHED_BYTES ((size_t)64 << 20)
 typedef struct {
     void *ptr[TL_CACHED_BLOCKS];
     size_t size[TL_CACHED_BLOCKS];
+    size_t held;
 } tl_block_cache;
 static _Thread_local tl_block_cache tl_blocks;
 static pthread_key_t tl_blocks_key;
@@ -297,6 +300,7 @@ TL_HIDDEN void *tensorlift_alloc(int64_t bytes) {
         if (tl_blocks.ptr[i] && tl_blocks.size[i] == size) {
             void *p = tl_blocks.ptr[i];
             tl_blocks.ptr[i] = NULL;
+            tl_blocks.held -= size;
             return p;
         }
     }
@@ -306,10 +310,12 @@ TL_HIDDEN void *tensorlift_alloc(int64_t bytes) {
 TL_HIDDEN void tensorlift_free(void *ptr, int64_t bytes) {
     if (!ptr) return;
     pthread_once(&tl_blocks_once, tl_blocks_init);
-    for (int i = 0; i < TL_CACHED_BLOCKS; i++) {
+    size_t size = tl_block_size(bytes);
+    for (int i = 0; i < TL_CACHED_BLOCKS && tl_blocks.held + size <= TL_CACHED_BYTES; i++) {
         if (!tl_blocks.ptr[i]) {
             tl_blocks.ptr[i] = ptr;
-            tl_blocks.size[i] = tl_block_size(bytes);
+            tl_blocks.size[i] = size;
+            tl_blocks.held += size;
             pthread_setspecific(tl_blocks_key, &tl_blocks);
             return;
         }

@@ -159,13 +159,46 @@ TL_BUILD_AVX2 static void tl_n_add_fma(TL_ADD_ARGS) {
 static void tl_n_add_soft(TL_ADD_ARGS) { TL_ADD_LOOP(tl_fmaf_soft) }
 
 /* c = clamp(fma(a, ra, fma(b, rb, fixed))) rounded (`native::add`); `lo`, `hi` the clamp. */
-static void tl_n_add(const uint8_t *a, const uint8_t *b, int64_t count, float ra, float rb, float fixed, int32_t lo,
-                     int32_t hi, int s8, uint8_t *c) {
+static void tl_n_add_serial(const uint8_t *a, const uint8_t *b, int64_t count, float ra, float rb, float fixed,
+                            int32_t lo, int32_t hi, int s8, uint8_t *c) {
     switch (tl_build()) {
         case 0: tl_n_add_avx512(a, b, count, ra, rb, fixed, (float)lo, (float)hi, s8, c); break;
         case 1: tl_n_add_fma(a, b, count, ra, rb, fixed, (float)lo, (float)hi, s8, c); break;
         default: tl_n_add_soft(a, b, count, ra, rb, fixed, (float)lo, (float)hi, s8, c);
     }
+}
+
+/* Native loops smaller than this many bytes of output run on the calling thread alone; larger
+ * ones in pieces on the pool (`tensorlift_parallel_for`), as the engine splits them. */
+enum { TL_SPLIT_BYTES = 32768, TL_ADD_PIECE = 8192 };
+
+typedef struct {
+    const uint8_t *a, *b;
+    int64_t count;
+    float ra, rb, fixed;
+    int32_t lo, hi;
+    int s8;
+    uint8_t *c;
+} tl_add_job;
+
+static int32_t tl_add_piece(const void *closure, int64_t i) {
+    const tl_add_job *j = closure;
+    int64_t first = i * TL_ADD_PIECE;
+    int64_t len = j->count - first < TL_ADD_PIECE ? j->count - first : TL_ADD_PIECE;
+    tl_n_add_serial(j->a + first, j->b + first, len, j->ra, j->rb, j->fixed, j->lo, j->hi, j->s8, j->c + first);
+    return 0;
+}
+
+/* `tl_n_add_serial`, in pieces on the pool where the output is large. Each element is computed
+ * by itself, so the pieces give the same bytes. */
+static void tl_n_add(const uint8_t *a, const uint8_t *b, int64_t count, float ra, float rb, float fixed, int32_t lo,
+                     int32_t hi, int s8, uint8_t *c) {
+    if (count < TL_SPLIT_BYTES || tl_pool_threads() < 2) {
+        tl_n_add_serial(a, b, count, ra, rb, fixed, lo, hi, s8, c);
+        return;
+    }
+    tl_add_job job = {a, b, count, ra, rb, fixed, lo, hi, s8, c};
+    tensorlift_parallel_for(tl_add_piece, &job, (count + TL_ADD_PIECE - 1) / TL_ADD_PIECE);
 }
 
 /* The larger byte, as u8 or as i8. */
@@ -206,77 +239,108 @@ static void tl_n_add(const uint8_t *a, const uint8_t *b, int64_t count, float ra
         }                                                                                                         \
     }
 
-/* Max pooling NHWC `[n, h, w, c]` into `[n, oh, ow, c]`; positions in the padding never win (a
- * window entirely in the padding stores the type's minimum). `rows`: `w · c` bytes. */
-TL_INLINE void tl_n_max_pool_body(const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh,
-                                  int64_t ow, const int64_t win[8], int s8, uint8_t *rows, uint8_t *dst) {
+/* Max pooling NHWC `[n, h, w, c]` into `[n, oh, ow, c]`, output lines `first..end` of the
+ * `n · oh`; positions in the padding never win (a window entirely in the padding stores the
+ * type's minimum). `rows`: `w · c` bytes. */
+TL_INLINE void tl_n_max_pool_body(const uint8_t *src, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
+                                  const int64_t win[8], int s8, int64_t first, int64_t end, uint8_t *rows,
+                                  uint8_t *dst) {
     int min = s8 ? 0x80 : 0;
-    for (int64_t b = 0; b < n; b++) {
+    for (int64_t l = first; l < end; l++) {
+        int64_t b = l / oh, oy = l % oh;
         const uint8_t *image = src + b * h * w * c;
-        for (int64_t oy = 0; oy < oh; oy++) {
-            uint8_t *line = dst + (b * oh + oy) * ow * c;
-            if (s8)
-                TL_POOL_ROW(TL_MAX_S8)
-            else
-                TL_POOL_ROW(TL_MAX_U8)
-        }
+        uint8_t *line = dst + l * ow * c;
+        if (s8)
+            TL_POOL_ROW(TL_MAX_S8)
+        else
+            TL_POOL_ROW(TL_MAX_U8)
     }
 }
 
-#define TL_POOL_ARGS                                                                                                 \
-    const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow, const int64_t win[8],   \
-        int s8, uint8_t *rows, uint8_t *dst
+#define TL_POOL_ARGS                                                                                     \
+    const uint8_t *src, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow, const int64_t win[8], int s8, \
+        int64_t first, int64_t end, uint8_t *rows, uint8_t *dst
 TL_BUILD_AVX512 static void tl_n_max_pool_avx512(TL_POOL_ARGS) {
-    tl_n_max_pool_body(src, n, h, w, c, oh, ow, win, s8, rows, dst);
+    tl_n_max_pool_body(src, h, w, c, oh, ow, win, s8, first, end, rows, dst);
 }
 TL_BUILD_AVX2 static void tl_n_max_pool_avx2(TL_POOL_ARGS) {
-    tl_n_max_pool_body(src, n, h, w, c, oh, ow, win, s8, rows, dst);
+    tl_n_max_pool_body(src, h, w, c, oh, ow, win, s8, first, end, rows, dst);
 }
 TL_BUILD_BASE static void tl_n_max_pool_base(TL_POOL_ARGS) {
-    tl_n_max_pool_body(src, n, h, w, c, oh, ow, win, s8, rows, dst);
+    tl_n_max_pool_body(src, h, w, c, oh, ow, win, s8, first, end, rows, dst);
 }
 
-/* Max pooling one output at a time, every window position (no buffer): where the row buffer
- * cannot be allocated. */
-static void tl_n_max_pool_plain(const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
-                                const int64_t win[8], int s8, uint8_t *dst) {
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t oy = 0; oy < oh; oy++)
-            for (int64_t ox = 0; ox < ow; ox++)
-                for (int64_t ch = 0; ch < c; ch++) {
-                    int32_t best = s8 ? -128 : 0;
-                    for (int64_t ky = 0; ky < win[0]; ky++) {
-                        int64_t y = oy * win[2] + ky * win[6] - win[4];
-                        if (y < 0 || y >= h) continue;
-                        for (int64_t kx = 0; kx < win[1]; kx++) {
-                            int64_t x = ox * win[3] + kx * win[7] - win[5];
-                            if (x < 0 || x >= w) continue;
-                            int32_t v = tl_value(src[((b * h + y) * w + x) * c + ch], s8);
-                            best = v > best ? v : best;
-                        }
+/* Max pooling one output at a time, every window position (no buffer), output lines
+ * `first..end`: where the row buffer cannot be allocated. */
+static void tl_n_max_pool_plain(const uint8_t *src, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
+                                const int64_t win[8], int s8, int64_t first, int64_t end, uint8_t *dst) {
+    for (int64_t l = first; l < end; l++) {
+        int64_t b = l / oh, oy = l % oh;
+        for (int64_t ox = 0; ox < ow; ox++)
+            for (int64_t ch = 0; ch < c; ch++) {
+                int32_t best = s8 ? -128 : 0;
+                for (int64_t ky = 0; ky < win[0]; ky++) {
+                    int64_t y = oy * win[2] + ky * win[6] - win[4];
+                    if (y < 0 || y >= h) continue;
+                    for (int64_t kx = 0; kx < win[1]; kx++) {
+                        int64_t x = ox * win[3] + kx * win[7] - win[5];
+                        if (x < 0 || x >= w) continue;
+                        int32_t v = tl_value(src[((b * h + y) * w + x) * c + ch], s8);
+                        best = v > best ? v : best;
                     }
-                    dst[((b * oh + oy) * ow + ox) * c + ch] = (uint8_t)best;
                 }
+                dst[((b * oh + oy) * ow + ox) * c + ch] = (uint8_t)best;
+            }
+    }
 }
 
-/* `tl_n_max_pool_body` with its row buffer on the stack where it fits, else on the heap (else
- * `tl_n_max_pool_plain`). */
+/* `tl_n_max_pool_body` over output lines `first..end`, with its row buffer on the stack where it
+ * fits, else on the heap (else `tl_n_max_pool_plain`). */
 enum { TL_POOL_STACK = 16384 };
-static void tl_n_max_pool(const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
-                          const int64_t win[8], int s8, uint8_t *dst) {
+static void tl_n_max_pool_lines(const uint8_t *src, int64_t h, int64_t w, int64_t c, int64_t oh,
+                                int64_t ow, const int64_t win[8], int s8, int64_t first, int64_t end, uint8_t *dst) {
     uint8_t stack[TL_POOL_STACK];
     size_t bytes = (size_t)(w * c);
     uint8_t *rows = bytes <= sizeof stack ? stack : malloc(bytes);
     if (!rows) {
-        tl_n_max_pool_plain(src, n, h, w, c, oh, ow, win, s8, dst);
+        tl_n_max_pool_plain(src, h, w, c, oh, ow, win, s8, first, end, dst);
         return;
     }
     switch (tl_build()) {
-        case 0: tl_n_max_pool_avx512(src, n, h, w, c, oh, ow, win, s8, rows, dst); break;
-        case 1: tl_n_max_pool_avx2(src, n, h, w, c, oh, ow, win, s8, rows, dst); break;
-        default: tl_n_max_pool_base(src, n, h, w, c, oh, ow, win, s8, rows, dst);
+        case 0: tl_n_max_pool_avx512(src, h, w, c, oh, ow, win, s8, first, end, rows, dst); break;
+        case 1: tl_n_max_pool_avx2(src, h, w, c, oh, ow, win, s8, first, end, rows, dst); break;
+        default: tl_n_max_pool_base(src, h, w, c, oh, ow, win, s8, first, end, rows, dst);
     }
     if (rows != stack) free(rows);
+}
+
+typedef struct {
+    const uint8_t *src;
+    int64_t n, h, w, c, oh, ow, lines;
+    const int64_t *win;
+    int s8;
+    uint8_t *dst;
+} tl_pool_job;
+
+static int32_t tl_pool_piece(const void *closure, int64_t i) {
+    const tl_pool_job *j = closure;
+    int64_t end = (i + 1) * j->lines < j->n * j->oh ? (i + 1) * j->lines : j->n * j->oh;
+    tl_n_max_pool_lines(j->src, j->h, j->w, j->c, j->oh, j->ow, j->win, j->s8, i * j->lines, end, j->dst);
+    return 0;
+}
+
+/* Max pooling (`tl_n_max_pool_body`), in pieces of output lines on the pool where the output is
+ * large; each output byte depends only on the source, so the pieces give the same bytes. */
+static void tl_n_max_pool(const uint8_t *src, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
+                          const int64_t win[8], int s8, uint8_t *dst) {
+    int64_t line = ow * c, all = n * oh;
+    if (line <= 0 || all * line < TL_SPLIT_BYTES || tl_pool_threads() < 2) {
+        tl_n_max_pool_lines(src, h, w, c, oh, ow, win, s8, 0, all, dst);
+        return;
+    }
+    int64_t lines = TL_ADD_PIECE / line > 0 ? TL_ADD_PIECE / line : 1;
+    tl_pool_job job = {src, n, h, w, c, oh, ow, lines, win, s8, dst};
+    tensorlift_parallel_for(tl_pool_piece, &job, (all + lines - 1) / lines);
 }
 
 /* Global average pooling NHWC `[n, hw, c]` into `[n, c]` (`native::global_avg_pool`): the sum
