@@ -130,36 +130,66 @@ typedef int32_t (*tl_body)(const void *closure, int64_t index);
  * a loop that finds it busy (another caller, or a loop nested in one) runs on its own thread.
  * Between loops, workers spin for a while before they sleep, and so does the caller waiting
  * for them: a layer runs several parallel loops in a row, and waking a sleeping thread costs a
- * system call and a reschedule each time, far more than a short spin. A worker woken on the
- * caller's CPU moves off it (`tl_avoid_caller`), as the JIT's pool does. */
+ * system call and a reschedule each time, far more than a short spin. The caller takes chunks
+ * from the front of the iterations left and workers from the back, and the caller waits only
+ * for workers that joined the loop before it ran out of iterations. A worker woken on the
+ * caller's CPU moves off it (`tl_avoid_caller`). The same scheme as the JIT's pool
+ * (`runtime::host::Pool`). */
 enum { TL_SPINS = 4096 };
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t wake, idle;
     int workers;
     atomic_uint_fast64_t generation; /* a new loop was published (release) */
-    atomic_int running;              /* workers still inside the current loop */
+    atomic_int open;                 /* the current loop takes workers (the caller closes it) */
+    atomic_int running;              /* workers inside (or joining) the current loop */
     atomic_int caller_cpu;           /* the CPU the caller published the loop from (-1: unknown) */
     tl_body body;
     const void *closure;
     int64_t n;
-    atomic_int_fast64_t next;
+    atomic_uint_fast64_t range; /* the iterations not taken, `front..back`, as back << 32 | front */
     atomic_int status;
 } tl_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
 static pthread_mutex_t tl_pool_busy = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t tl_pool_once = PTHREAD_ONCE_INIT;
 
+/* Takes the next chunk of at most `chunk` iterations, from the front of those left (the
+ * caller) or from the back (workers); 0 when none are left. */
+static int tl_take(uint64_t chunk, int from_front, int64_t *first, int64_t *end) {
+    uint64_t range = atomic_load_explicit(&tl_pool.range, memory_order_relaxed);
+    for (;;) {
+        uint64_t front = range & 0xffffffffu, back = range >> 32;
+        if (front >= back) return 0;
+        uint64_t lo, hi, next;
+        if (from_front) {
+            lo = front;
+            hi = front + chunk < back ? front + chunk : back;
+            next = (back << 32) | hi;
+        } else {
+            hi = back;
+            lo = back - front > chunk ? back - chunk : front;
+            next = (lo << 32) | front;
+        }
+        if (atomic_compare_exchange_weak_explicit(&tl_pool.range, &range, next, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *first = (int64_t)lo;
+            *end = (int64_t)hi;
+            return 1;
+        }
+    }
+}
+
 /* Runs iterations of the current loop until none are left or one failed, taking them in
  * chunks of about an eighth of a thread's share (one atomic operation per chunk, and the
- * chunks still balance uneven iterations). */
-static void tl_drain(tl_body body, const void *closure, int64_t n) {
+ * chunks still balance uneven iterations): with two threads each runs one contiguous part,
+ * the same part of every loop over the same rows, so a layer mostly reads what the same core
+ * wrote in the layer before. */
+static void tl_drain(tl_body body, const void *closure, int64_t n, int from_front) {
     int64_t chunk = n / (8 * (tl_pool.workers + 1));
     if (chunk < 1) chunk = 1;
-    for (;;) {
-        if (atomic_load_explicit(&tl_pool.status, memory_order_relaxed) != 0) return;
-        int64_t first = atomic_fetch_add_explicit(&tl_pool.next, chunk, memory_order_relaxed);
-        if (first >= n) return;
-        int64_t end = first + chunk < n ? first + chunk : n;
+    int64_t first, end;
+    while (atomic_load_explicit(&tl_pool.status, memory_order_relaxed) == 0 &&
+           tl_take((uint64_t)chunk, from_front, &first, &end)) {
         for (int64_t i = first; i < end; i++) {
             int32_t s = body(closure, i);
             if (s != 0) {
@@ -196,8 +226,13 @@ static void *tl_worker(void *arg) {
             pthread_mutex_unlock(&tl_pool.lock);
         }
         seen = atomic_load_explicit(&tl_pool.generation, memory_order_acquire);
-        if (placed) tl_avoid_caller(&allowed);
-        tl_drain(tl_pool.body, tl_pool.closure, tl_pool.n);
+        /* Join, then look whether the loop is still open: the caller closes it before it waits
+         * for `running` (both sequentially consistent, so one sees the other). */
+        atomic_fetch_add(&tl_pool.running, 1);
+        if (atomic_load(&tl_pool.open)) {
+            if (placed) tl_avoid_caller(&allowed);
+            tl_drain(tl_pool.body, tl_pool.closure, tl_pool.n, 0);
+        }
         if (atomic_fetch_sub(&tl_pool.running, 1) == 1) {
             pthread_mutex_lock(&tl_pool.lock);
             pthread_cond_signal(&tl_pool.idle);
@@ -238,7 +273,9 @@ TL_HIDDEN int64_t tl_pool_threads(void) {
 TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int64_t n) {
     if (n <= 0) return 0;
     pthread_once(&tl_pool_once, tl_pool_start);
-    if (n == 1 || tl_pool.workers == 0 || pthread_mutex_trylock(&tl_pool_busy) != 0) {
+    /* Loops of 2^32 iterations or more (none in practice) run serially: `range` holds 32-bit
+     * bounds. */
+    if (n == 1 || n > (int64_t)0xffffffff || tl_pool.workers == 0 || pthread_mutex_trylock(&tl_pool_busy) != 0) {
         for (int64_t i = 0; i < n; i++) {
             int32_t s = body(closure, i);
             if (s != 0) return s;
@@ -249,14 +286,15 @@ TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int
     tl_pool.body = body;
     tl_pool.closure = closure;
     tl_pool.n = n;
-    atomic_store(&tl_pool.next, 0);
+    atomic_store(&tl_pool.range, (uint64_t)n << 32);
     atomic_store(&tl_pool.status, 0);
-    atomic_store(&tl_pool.running, tl_pool.workers);
     atomic_store_explicit(&tl_pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
+    atomic_store(&tl_pool.open, 1);
     atomic_fetch_add_explicit(&tl_pool.generation, 1, memory_order_release);
     pthread_cond_broadcast(&tl_pool.wake);
     pthread_mutex_unlock(&tl_pool.lock);
-    tl_drain(body, closure, n);
+    tl_drain(body, closure, n, 1);
+    atomic_store(&tl_pool.open, 0);
     for (int spin = 0; spin < TL_SPINS && atomic_load(&tl_pool.running) > 0; spin++) _mm_pause();
     if (atomic_load(&tl_pool.running) > 0) {
         pthread_mutex_lock(&tl_pool.lock);
