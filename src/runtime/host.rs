@@ -70,7 +70,7 @@ const SPINS: usize = 4096;
 /// workers from the back (`Shared::drain`). Workers spin between loops before they sleep;
 /// so does the caller waiting for them. The caller waits only for workers that joined the loop
 /// before it ran out of iterations. A worker that wakes on the caller's CPU moves off it. The
-/// chunk size and spinning are the exported libraries' runtime's (`export/runtime.c`).
+/// exported libraries' runtime (`export/runtime.c`) has the same scheme.
 pub struct Pool {
     threads: usize,
     busy: Mutex<()>,
