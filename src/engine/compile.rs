@@ -13,9 +13,9 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 use super::error::EngineError;
 use super::jobs::{Job, Work, compile_jobs};
 use super::kernel::Kernel;
-use super::native::Int8;
 use super::native::add::AddParams;
 use super::native::max_pool::Window as PoolWindow;
+use super::native::{Affine, Int8};
 use super::slot::Slot;
 use super::spec::{auto_spec, give_back, partition_name, take_spec};
 use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
@@ -341,14 +341,16 @@ fn single(op: &OpKind, ins: &[usize], slots: &[Slot], out: &Slot) -> Chosen {
     match (op, src) {
         (OpKind::Quantize(q), Some(src)) if q.params.axis.is_none() && src.dtype == DataType::F32 => {
             match int8(q.dtype) {
-                Some(ty) => {
-                    native(Kernel::Quantize { scale: q.params.scales[0], zero_point: q.params.zero_points[0], ty })
-                }
+                Some(ty) => native(Kernel::Quantize(Affine {
+                    scale: q.params.scales[0],
+                    zero_point: q.params.zero_points[0],
+                    ty,
+                })),
                 None => reference("not an 8-bit quantization"),
             }
         }
         (OpKind::Dequantize(q), Some(src)) if q.axis.is_none() && out.dtype == DataType::F32 => match int8(src.dtype) {
-            Some(ty) => native(Kernel::Dequantize { scale: q.scales[0], zero_point: q.zero_points[0], ty }),
+            Some(ty) => native(Kernel::Dequantize(Affine { scale: q.scales[0], zero_point: q.zero_points[0], ty })),
             None => reference("not an 8-bit dequantization"),
         },
         // A reshape keeps the logical order; the stored bytes stay where they are unless one

@@ -1,9 +1,9 @@
 //! What computes each partition (`Kernel`), and one call of it on the engine's buffers.
 
-use super::native::Int8;
 use super::native::add::AddParams;
 use super::native::max_pool::Window;
 use super::native::split::{add, dequantize, global_avg_pool, max_pool, quantize};
+use super::native::{Affine, Int8};
 use super::slot::Slot;
 use crate::layer::{CompiledAuto, CompiledQuantized, LayerError};
 use crate::runtime::host::Pool;
@@ -25,9 +25,9 @@ pub enum Kernel {
     /// Quantized global average pooling, NHWC.
     GlobalAvgPool { x: (f32, i32), y: (f32, i32), ty: Int8 },
     /// Per-tensor quantization of f32.
-    Quantize { scale: f32, zero_point: i32, ty: Int8 },
+    Quantize(Affine),
     /// Per-tensor dequantization to f32.
-    Dequantize { scale: f32, zero_point: i32, ty: Int8 },
+    Dequantize(Affine),
     /// A reshape whose stored bytes do not move.
     Copy,
     /// The graph's reference evaluates the partition (no faster kernel supports it).
@@ -52,8 +52,8 @@ impl Kernel {
             Kernel::Add { .. } => "native add (fma)".to_string(),
             Kernel::MaxPool { .. } => "native max pool".to_string(),
             Kernel::GlobalAvgPool { .. } => "native global avg pool".to_string(),
-            Kernel::Quantize { .. } => "native quantize".to_string(),
-            Kernel::Dequantize { .. } => "native dequantize".to_string(),
+            Kernel::Quantize(_) => "native quantize".to_string(),
+            Kernel::Dequantize(_) => "native dequantize".to_string(),
             Kernel::Copy => "copy".to_string(),
             Kernel::Reference { .. } => "reference".to_string(),
         }
@@ -80,14 +80,14 @@ impl Kernel {
                 let hw = src.dims[2..].iter().product();
                 global_avg_pool(pool, &src.bytes, [n, hw, c], *x, *y, *ty, &mut output.bytes)
             }
-            Kernel::Quantize { scale, zero_point, ty } => {
+            Kernel::Quantize(q) => {
                 let dims = if output.nhwc { output.nchw() } else { [0; 4] };
-                quantize(pool, &inputs[0].bytes, dims, output.nhwc, *scale, *zero_point, *ty, &mut output.bytes)
+                quantize(pool, &inputs[0].bytes, dims, output.nhwc, *q, &mut output.bytes)
             }
-            Kernel::Dequantize { scale, zero_point, ty } => {
+            Kernel::Dequantize(q) => {
                 let src = inputs[0];
                 let dims = if src.nhwc { src.nchw() } else { [0; 4] };
-                dequantize(pool, &src.bytes, dims, src.nhwc, *scale, *zero_point, *ty, &mut output.bytes)
+                dequantize(pool, &src.bytes, dims, src.nhwc, *q, &mut output.bytes)
             }
             Kernel::Copy => output.bytes.copy_from_slice(&inputs[0].bytes),
             Kernel::Reference { .. } => unreachable!("the engine runs reference partitions itself"),

@@ -7,7 +7,7 @@ use crate::bench::Lcg;
 use crate::engine::native::add::{AddParams, add_in};
 use crate::engine::native::max_pool::{Window, max_pool_in, max_pool_scalar};
 use crate::engine::native::quantize::{quantize_in, quantize_scalar};
-use crate::engine::native::{Build, Int8};
+use crate::engine::native::{Affine, Build, Int8};
 use crate::tests::skip::skip;
 
 /// Random f32: one in eight special (NaN, infinities, huge, tiny, signed zero, an exact tie of
@@ -92,7 +92,7 @@ fn quantize_variants_match_the_scalar_twin() {
                     let mut want = vec![0xa5u8; len];
                     quantize_scalar(&x, *dims, nhwc, scale, zp, ty, &mut want);
                     let mut got = vec![0x5au8; len];
-                    quantize_in(build, &raw, *dims, nhwc, scale, zp, ty, &mut got).unwrap();
+                    quantize_in(build, &raw, *dims, nhwc, Affine { scale, zero_point: zp, ty }, &mut got).unwrap();
                     if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
                         let src = if nhwc {
                             let [_, c, h, w] = *dims;
@@ -253,7 +253,14 @@ fn split_loops_on_a_pool_equal_the_one_thread_loops() {
                 let mut want = vec![0xa5u8; len];
                 quantize_scalar(&x, dims, nhwc, 0.018_627_45, 128, Int8::U8, &mut want);
                 let mut got = vec![0x5au8; len];
-                split::quantize(pool, &raw, dims, nhwc, 0.018_627_45, 128, Int8::U8, &mut got);
+                split::quantize(
+                    pool,
+                    &raw,
+                    dims,
+                    nhwc,
+                    Affine { scale: 0.018_627_45, zero_point: 128, ty: Int8::U8 },
+                    &mut got,
+                );
                 assert!(got == want, "{}", at(format!("quantize {dims:?} nhwc {nhwc}")));
             }
         }
@@ -270,7 +277,14 @@ fn split_loops_on_a_pool_equal_the_one_thread_loops() {
                     want.extend(((value(q) - 3) as f32 * 0.0625).to_le_bytes());
                 }
                 let mut got = vec![0x5au8; want.len()];
-                split::dequantize(pool, &src, [n, c, h, w], nhwc, 0.0625, 3, ty, &mut got);
+                split::dequantize(
+                    pool,
+                    &src,
+                    [n, c, h, w],
+                    nhwc,
+                    Affine { scale: 0.0625, zero_point: 3, ty },
+                    &mut got,
+                );
                 assert!(got == want, "{}", at(format!("dequantize {:?} {ty:?} nhwc {nhwc}", [n, c, h, w])));
             }
         }

@@ -1,22 +1,13 @@
 //! Dequantize (onnxruntime's `DequantizeLinear`, per tensor): `x = f32(q − zero_point) · scale`,
 //! the difference exact in i32, one rounding in the product.
 
-use super::Int8;
+use super::Affine;
 
 /// Dequantizes `src` (stored NHWC `[n, h, w, c]` when `nhwc`, else in the logical order) into
 /// `dst`, f32 in little-endian bytes in the logical NCHW order: the part of the output from
 /// element `first` on that `dst` holds (whole planes of `h · w` elements when `nhwc`).
-#[allow(clippy::too_many_arguments)]
-pub fn dequantize(
-    src: &[u8],
-    dims: [usize; 4],
-    nhwc: bool,
-    scale: f32,
-    zero_point: i32,
-    ty: Int8,
-    first: usize,
-    dst: &mut [u8],
-) {
+pub fn dequantize(src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, first: usize, dst: &mut [u8]) {
+    let Affine { scale, zero_point, ty } = q;
     let x = |b: u8| ((ty.value(b) - zero_point) as f32 * scale).to_le_bytes();
     if !nhwc {
         for (d, &b) in dst.chunks_exact_mut(4).zip(&src[first..]) {

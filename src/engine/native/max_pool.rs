@@ -18,13 +18,8 @@ pub struct Window {
     pub dilation: [usize; 2],
 }
 
-/// Pools `src: [n, h, w, c]` into `dst: [n, oh, ow, c]`.
-pub fn max_pool(src: &[u8], dims: [usize; 4], out: [usize; 2], win: Window, ty: Int8, dst: &mut [u8]) {
-    max_pool_lines(src, dims, out, win, ty, 0, dst);
-}
-
-/// `max_pool` of the output lines (rows `oy` of image `b`, numbered `b · oh + oy`) from
-/// `first` on that `dst` holds (whole lines of `ow · c` bytes).
+/// Pools `src: [n, h, w, c]` into `dst: [n, oh, ow, c]`: the output lines (rows `oy` of image
+/// `b`, numbered `b · oh + oy`) from `first` on that `dst` holds (whole lines of `ow · c` bytes).
 #[allow(clippy::too_many_arguments)]
 pub fn max_pool_lines(
     src: &[u8],
@@ -39,7 +34,7 @@ pub fn max_pool_lines(
     debug_assert!(ran.is_some(), "the best build is available");
 }
 
-/// `max_pool` compiled for `build`.
+/// The whole of `max_pool_lines` compiled for `build`.
 #[cfg(test)]
 pub(crate) fn max_pool_in(
     build: Build,

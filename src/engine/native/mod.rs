@@ -119,6 +119,14 @@ impl Int8 {
     }
 }
 
+/// A per-tensor quantization of 8-bit integers: a stored `q` means `f32(q − zero_point) · scale`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Affine {
+    pub scale: f32,
+    pub zero_point: i32,
+    pub ty: Int8,
+}
+
 /// `round_half_even(clamp(x, lo, hi))` for integral bounds `|lo|, |hi| < 2^22`; NaN gives `lo`
 /// (as `maxps` with the bound second does). Adding `1.5 · 2^23` rounds any `|v| < 2^22` to
 /// nearest even and leaves the integer in the low bits of the sum's encoding (onnxruntime's

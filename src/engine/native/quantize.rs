@@ -6,77 +6,49 @@
 //! (contiguous, so the division and rounding vectorize), then interleaves the block's channels
 //! into the destination.
 
-use super::{Build, Int8, round_clamped};
+#[cfg(test)]
+use super::Int8;
+use super::{Affine, Build, round_clamped};
 
 /// Pixels per block of the NHWC case: a few kilobytes of source per channel.
 const BLOCK: usize = 64;
 
 /// Quantizes `src` (f32 in little-endian bytes; NCHW `[n, c, h, w]`, or any shape with
-/// `nhwc == false`) into `dst`, written in NHWC order when `nhwc`.
-pub fn quantize(src: &[u8], dims: [usize; 4], nhwc: bool, scale: f32, zero_point: i32, ty: Int8, dst: &mut [u8]) {
-    quantize_part(src, dims, nhwc, scale, zero_point, ty, 0, dst);
-}
-
-/// `quantize` of the part of the output from element `first` on that `dst` holds (whole
-/// pixels when `nhwc`); `src` is the whole source.
-#[allow(clippy::too_many_arguments)]
-pub fn quantize_part(
-    src: &[u8],
-    dims: [usize; 4],
-    nhwc: bool,
-    scale: f32,
-    zero_point: i32,
-    ty: Int8,
-    first: usize,
-    dst: &mut [u8],
-) {
-    let ran = quantize_part_in(Build::best(), src, dims, nhwc, scale, zero_point, ty, first, dst);
+/// `nhwc == false`) into `dst`, written in NHWC order when `nhwc`: the part of the output from
+/// element `first` on that `dst` holds (whole pixels when `nhwc`); `src` is the whole source.
+pub fn quantize_part(src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, first: usize, dst: &mut [u8]) {
+    let ran = quantize_part_in(Build::best(), src, dims, nhwc, q, first, dst);
     debug_assert!(ran.is_some(), "the best build is available");
 }
 
-/// `quantize` compiled for `build`.
-#[allow(clippy::too_many_arguments)]
+/// The whole of `quantize_part` compiled for `build`.
 #[cfg(test)]
 pub(crate) fn quantize_in(
     build: Build,
     src: &[u8],
     dims: [usize; 4],
     nhwc: bool,
-    scale: f32,
-    zero_point: i32,
-    ty: Int8,
+    q: Affine,
     dst: &mut [u8],
 ) -> Option<()> {
-    quantize_part_in(build, src, dims, nhwc, scale, zero_point, ty, 0, dst)
+    quantize_part_in(build, src, dims, nhwc, q, 0, dst)
 }
 
 native_builds! {
     /// `quantize_part` compiled for `build`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn quantize_part_in(
         src: &[u8],
         dims: [usize; 4],
         nhwc: bool,
-        scale: f32,
-        zero_point: i32,
-        ty: Int8,
+        q: Affine,
         first: usize,
         dst: &mut [u8],
     ) => quantize_any
 }
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn quantize_any(
-    src: &[u8],
-    dims: [usize; 4],
-    nhwc: bool,
-    scale: f32,
-    zero_point: i32,
-    ty: Int8,
-    first: usize,
-    dst: &mut [u8],
-) {
+fn quantize_any(src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, first: usize, dst: &mut [u8]) {
+    let Affine { scale, zero_point, ty } = q;
     let (lo, hi) = ty.range();
     let bounds = ((lo - zero_point) as f32, (hi - zero_point) as f32);
     if !nhwc {

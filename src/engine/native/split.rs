@@ -2,12 +2,12 @@
 //! the pool's threads compute at once. Every element is computed exactly as the whole loop
 //! computes it, so the result is the same at every thread count.
 
-use super::Int8;
 use super::add::{AddParams, add as add_all};
 use super::dequantize::dequantize as dequantize_part;
 use super::global_avg_pool::global_avg_pool as global_avg_pool_part;
 use super::max_pool::{Window, max_pool_lines};
 use super::quantize::quantize_part;
+use super::{Affine, Int8};
 use crate::runtime::host::Pool;
 
 /// Bytes a loop reads and writes below which it is not split: the pool's hand-off would cost
@@ -48,7 +48,7 @@ pub fn add(pool: Option<&Pool>, a: &[u8], b: &[u8], params: &AddParams, ty: Int8
     });
 }
 
-/// `native::max_pool::max_pool` on pieces of output lines.
+/// `native::max_pool::max_pool_lines` on pieces of output lines.
 pub fn max_pool(
     pool: Option<&Pool>,
     src: &[u8],
@@ -64,44 +64,20 @@ pub fn max_pool(
     split(pool, dst, line, per, |first, part| max_pool_lines(src, dims, out, win, ty, first, part));
 }
 
-/// `native::quantize::quantize` on pieces of pixels (of elements, when not `nhwc`).
-#[allow(clippy::too_many_arguments)]
-pub fn quantize(
-    pool: Option<&Pool>,
-    src: &[u8],
-    dims: [usize; 4],
-    nhwc: bool,
-    scale: f32,
-    zero_point: i32,
-    ty: Int8,
-    dst: &mut [u8],
-) {
+/// `native::quantize::quantize_part` on pieces of pixels (of elements, when not `nhwc`).
+pub fn quantize(pool: Option<&Pool>, src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, dst: &mut [u8]) {
     let unit = if nhwc { dims[1].max(1) } else { 1 };
     let per = piece(pool, dst.len() / unit, 5 * unit);
-    // Whole blocks of pixels (`quantize`'s interleaving) where the pieces are pixels.
+    // Whole blocks of pixels (`quantize_part`'s interleaving) where the pieces are pixels.
     let per = if nhwc { per.next_multiple_of(64) } else { per };
-    split(pool, dst, unit, per, |first, part| {
-        quantize_part(src, dims, nhwc, scale, zero_point, ty, first * unit, part)
-    });
+    split(pool, dst, unit, per, |first, part| quantize_part(src, dims, nhwc, q, first * unit, part));
 }
 
 /// `native::dequantize::dequantize` on pieces of channel planes (of elements, when not `nhwc`).
-#[allow(clippy::too_many_arguments)]
-pub fn dequantize(
-    pool: Option<&Pool>,
-    src: &[u8],
-    dims: [usize; 4],
-    nhwc: bool,
-    scale: f32,
-    zero_point: i32,
-    ty: Int8,
-    dst: &mut [u8],
-) {
+pub fn dequantize(pool: Option<&Pool>, src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, dst: &mut [u8]) {
     let unit = if nhwc { (dims[2] * dims[3]).max(1) } else { 1 };
     let per = piece(pool, dst.len() / (4 * unit), 5 * unit);
-    split(pool, dst, 4 * unit, per, |first, part| {
-        dequantize_part(src, dims, nhwc, scale, zero_point, ty, first * unit, part)
-    });
+    split(pool, dst, 4 * unit, per, |first, part| dequantize_part(src, dims, nhwc, q, first * unit, part));
 }
 
 /// `native::global_avg_pool::global_avg_pool` on pieces of each image's channels.

@@ -10,7 +10,7 @@ use std::fmt::Write;
 use schedules::auto::AutoPoint;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
-use crate::engine::native::Int8;
+use crate::engine::native::{Affine, Int8};
 use crate::engine::{CompiledGraph, Kernel, Spec, Step, Tuning, auto_spec, partition_spec};
 use crate::export::ExportError;
 use crate::isa::IsaLevel;
@@ -294,7 +294,7 @@ pub(super) fn level_code(
                 )
                 .unwrap();
             }
-            (Kernel::Quantize { scale, zero_point, ty }, _) => {
+            (Kernel::Quantize(Affine { scale, zero_point, ty }), _) => {
                 let o = &slots[out];
                 let (n, c, plane) = extent(o.nhwc, &o.dims);
                 writeln!(
@@ -308,7 +308,7 @@ pub(super) fn level_code(
                 )
                 .unwrap();
             }
-            (Kernel::Dequantize { scale, zero_point, ty }, _) => {
+            (Kernel::Dequantize(Affine { scale, zero_point, ty }), _) => {
                 let src = &slots[ins[0]];
                 let (n, c, plane) = extent(src.nhwc, &src.dims);
                 writeln!(

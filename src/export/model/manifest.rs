@@ -126,8 +126,8 @@ fn kernel_kind(kernel: &Kernel) -> String {
         Kernel::Add { .. } => "native add",
         Kernel::MaxPool { .. } => "native max pool",
         Kernel::GlobalAvgPool { .. } => "native global avg pool",
-        Kernel::Quantize { .. } => "native quantize",
-        Kernel::Dequantize { .. } => "native dequantize",
+        Kernel::Quantize(_) => "native quantize",
+        Kernel::Dequantize(_) => "native dequantize",
         Kernel::Copy => "copy",
         Kernel::Reference { .. } => "reference",
     };
