@@ -25,6 +25,7 @@ use iced_x86::code_asm::*;
 
 use crate::error::KernelError;
 use crate::kernels::gemm::GemmShape;
+use crate::kernels::imm32;
 
 /// Rows of a tile, i32 columns of a C or B tile, and bytes of k in an A tile.
 const TILE_ROWS: i64 = 16;
@@ -54,11 +55,6 @@ const COL_COUNTER: i32 = -24;
 const CONFIG: i32 = -128;
 /// Scratch for building a configuration (free outside blocks).
 const SCRATCH: AsmRegister64 = r9;
-
-/// Byte offsets become 32-bit displacements or immediates.
-fn imm32(what: &'static str, offset: i64) -> Result<i32, KernelError> {
-    i32::try_from(offset).map_err(|_| KernelError::OffsetTooLarge { what, offset })
-}
 
 /// Splits `extent` into blocks of `per_block` tiles of `tile` each: the number of full blocks
 /// and the tile extents of the last, partial block (empty when there is none).

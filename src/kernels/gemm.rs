@@ -31,6 +31,7 @@ use ir::DType;
 use crate::error::KernelError;
 use crate::isa::{DotMethod, KernelVariant, VectorWidth};
 use crate::kernels::amx::assemble_amx;
+use crate::kernels::imm32;
 
 /// One kernel's problem: sizes and strides, all compile-time constants.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -198,11 +199,6 @@ pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocki
     let mut g = Gen::new(variant, *shape, blocking)?;
     g.kernel()?;
     Ok(g.a.assemble(0)?)
-}
-
-/// Byte offsets become 32-bit displacements or immediates.
-fn imm32(what: &'static str, offset: i64) -> Result<i32, KernelError> {
-    i32::try_from(offset).map_err(|_| KernelError::OffsetTooLarge { what, offset })
 }
 
 /// A vector register by number, at the kernel's width.

@@ -15,3 +15,11 @@ pub mod amx;
 pub mod gemm;
 pub mod map;
 pub mod peak;
+
+use crate::error::KernelError;
+
+/// Byte offsets and counts become 32-bit displacements or immediates; a larger one is
+/// `KernelError::OffsetTooLarge` naming `what`.
+fn imm32(what: &'static str, offset: i64) -> Result<i32, KernelError> {
+    i32::try_from(offset).map_err(|_| KernelError::OffsetTooLarge { what, offset })
+}

@@ -13,6 +13,7 @@ use super::MapShape;
 use super::registers::{ARGS, COLUMN, ROW_COUNT};
 use crate::error::KernelError;
 use crate::isa::VectorWidth;
+use crate::kernels::imm32;
 
 /// Whether `decl` (a checked `Map` declaration) is a copy: its body one read of its one input,
 /// which is `[m, n]` of the output's dtype.
@@ -24,11 +25,6 @@ pub(super) fn is_copy(decl: &TensorIntrin) -> bool {
         }
         _ => false,
     }
-}
-
-/// Offsets and sizes become 32-bit immediates.
-fn imm32(what: &'static str, offset: i64) -> Result<i32, KernelError> {
-    i32::try_from(offset).map_err(|_| KernelError::OffsetTooLarge { what, offset })
 }
 
 /// The copy kernel of `shape` (`m` rows of `n` elements of `bytes` bytes) at `width`, under the

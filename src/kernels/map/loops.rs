@@ -12,6 +12,7 @@ use super::scaled_rounding::ScaledRounding;
 use super::{Gen, MapShape};
 use crate::error::KernelError;
 use crate::isa::VectorWidth;
+use crate::kernels::imm32;
 
 impl<'d> Gen<'d> {
     pub(super) fn kernel(&mut self, shape: &MapShape) -> Result<(), KernelError> {
@@ -56,10 +57,7 @@ impl<'d> Gen<'d> {
             self.masked = false;
             self.group(x, permutation)?;
             self.a.add(COLUMN, (GROUP * lanes) as i32)?;
-            self.a.cmp(
-                COLUMN,
-                i32::try_from(groups).map_err(|_| KernelError::OffsetTooLarge { what: "n", offset: groups })?,
-            )?;
+            self.a.cmp(COLUMN, imm32("n", groups)?)?;
             self.a.jb(group_top)?;
         }
         if full > groups {
@@ -68,10 +66,7 @@ impl<'d> Gen<'d> {
             self.masked = false;
             self.vector(&body)?;
             self.a.add(COLUMN, lanes as i32)?;
-            self.a.cmp(
-                COLUMN,
-                i32::try_from(full).map_err(|_| KernelError::OffsetTooLarge { what: "n", offset: full })?,
-            )?;
+            self.a.cmp(COLUMN, imm32("n", full)?)?;
             self.a.jb(column_top)?;
         }
         if zmm_tail {
@@ -80,8 +75,7 @@ impl<'d> Gen<'d> {
         } else if tail > 0 {
             // ymm: the row's last whole vector, overlapping the previous one. An element-wise
             // map writes an output no input aliases, so the overlap stores the same values again.
-            let last = i32::try_from(shape.n - lanes)
-                .map_err(|_| KernelError::OffsetTooLarge { what: "n", offset: shape.n - lanes })?;
+            let last = imm32("n", shape.n - lanes)?;
             self.a.mov(COLUMN, i64::from(last))?;
             self.masked = false;
             self.vector(&body)?;
@@ -90,8 +84,7 @@ impl<'d> Gen<'d> {
             for (arg, tensor) in self.decl.operand_tensors().into_iter().enumerate() {
                 let step = shape.row_strides[arg] * tensor.dtype().bytes() as i64;
                 if step != 0 {
-                    let step =
-                        i32::try_from(step).map_err(|_| KernelError::OffsetTooLarge { what: "a row", offset: step })?;
+                    let step = imm32("a row", step)?;
                     self.a.add(ARGS[arg], step)?;
                 }
             }
