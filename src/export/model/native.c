@@ -26,10 +26,19 @@ static inline int32_t tl_round_clamped(float x, float lo, float hi) {
 /* Builds of a loop for the levels' vector units, chosen by the selected level (`tl_level`):
  * AVX-512 (512-bit vectors), AVX2 with FMA, or the baseline. Each is the same C body, inlined
  * into a function compiled for its target, so only the vector width differs. */
+#if defined(__clang__)
+/* Clang takes the vector width as its own attribute and ignores a target string it does not
+ * know whole, so the GCC spelling would build the AVX-512 loops for the baseline. */
+#define TL_BUILD_AVX512 \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma"), min_vector_width(512), noinline))
+#define TL_BUILD_AVX2 __attribute__((target("avx2,fma"), noinline))
+#define TL_BUILD_BASE __attribute__((noinline))
+#else
 #define TL_BUILD_AVX512 \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,prefer-vector-width=512"), noipa))
 #define TL_BUILD_AVX2 __attribute__((target("avx2,fma"), noipa))
 #define TL_BUILD_BASE __attribute__((noipa))
+#endif
 #define TL_INLINE static inline __attribute__((always_inline))
 
 /* 0: AVX-512, 1: AVX2 with FMA, 2: the baseline. */
