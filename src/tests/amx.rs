@@ -150,6 +150,34 @@ fn amx_kernels_of_different_configurations_interleave_on_one_thread() {
     }
 }
 
+/// Kernels of different configurations interleaved on the threads of a pool, across several parallel loops (each
+/// worker releases its tiles at the end of a loop): every call of every shape is checked, on
+/// whichever thread runs it.
+#[test]
+fn amx_kernels_of_different_configurations_interleave_on_a_pool() {
+    if !skip::has_level(IsaLevel::Amx, "the amx-int8 kernel") {
+        return;
+    }
+    let shapes = [
+        GemmShape { segments: 3, lds: 58 * 64, lda: 64, reset: true, ..GemmShape::dense(28, 64, 192) },
+        GemmShape::dense(44, 32, 64),
+        GemmShape::dense(12, 32, 64),
+        GemmShape { reset: true, ..GemmShape::dense(49, 32, 68) },
+    ];
+    // A thread count no other test shares a pool of, so that loops are not run serially.
+    let pool = crate::runtime::host::pool(4).unwrap_or_else(|e| panic!("a pool of 4 threads: {e}"));
+    let threads = std::sync::Mutex::new(std::collections::HashSet::new());
+    for round in 0..4u64 {
+        pool.for_each(24, |i| {
+            // Each thread meets the shapes in a different order in each round.
+            let shape = shapes[(i * (round as usize + 1) + i / 4) % shapes.len()];
+            check(shape, 6000 + 100 * round + i as u64);
+            threads.lock().unwrap_or_else(|e| e.into_inner()).insert(std::thread::current().id());
+        });
+    }
+    assert!(threads.into_inner().unwrap_or_else(|e| e.into_inner()).len() > 1, "the loops ran on one thread");
+}
+
 /// A resetting call with whole blocks and a partial one moves the last block back over the one
 /// before (recomputing rows or columns to the same values) and loads one configuration; the
 /// result is the plain GEMM's, with C's padding and guards untouched. Accumulating calls keep
