@@ -117,6 +117,12 @@ TL_HIDDEN int tl_level(void) {
     return tl_selected;
 }
 
+/* AMX kernels keep their tile configuration between calls (`kernels::amx`): where a thread's
+ * work ends, its tile state returns to the initial one (`tilerelease`, as bytes). */
+static void tl_release_tiles(void) {
+    if (tl_selected == TL_LEVEL_AMX) __asm__ volatile(".byte 0xc4, 0xe2, 0x78, 0x49, 0xc0");
+}
+
 TL_HIDDEN const char *tl_level_name(void) {
     int level = tl_level();
     return level < 0 ? "none" : tl_level_names[level];
@@ -232,6 +238,7 @@ static void *tl_worker(void *arg) {
         if (atomic_load(&tl_pool.open)) {
             if (placed) tl_avoid_caller(&allowed);
             tl_drain(tl_pool.body, tl_pool.closure, tl_pool.n, 0);
+            tl_release_tiles();
         }
         if (atomic_fetch_sub(&tl_pool.running, 1) == 1) {
             pthread_mutex_lock(&tl_pool.lock);
@@ -632,6 +639,7 @@ TL_HIDDEN int32_t tl_call(const tl_op *op, DLTensor *const *args, int32_t nargs)
                            (long long)ranges[i].lo, (long long)ranges[i].hi);
     }
     int32_t status = op->entries[level](data);
+    tl_release_tiles();
     switch (status) {
     case 0: return TL_OK;
     case TL_STATUS_OUT_OF_MEMORY:

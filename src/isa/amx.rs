@@ -22,9 +22,35 @@ pub(super) fn has_int8() -> bool {
 /// Requests the process's permission to use tile data, once per process; the answer is the
 /// kernel's (threads share the permission, so one request covers every thread).
 pub(super) fn permitted() -> bool {
-    static PERMITTED: OnceLock<bool> = OnceLock::new();
     *PERMITTED.get_or_init(request_permission)
 }
+
+/// The kernel's answer to the permission request, once made.
+static PERMITTED: OnceLock<bool> = OnceLock::new();
+
+/// Returns the calling thread's tile state to its initial one (`tilerelease`), when this
+/// process was granted tile data (else no tile code ran, and the instruction may not exist).
+/// AMX kernels leave their tile configuration loaded between calls (`kernels::amx`); the
+/// runtime calls this where a thread's work ends, so an idle thread does not keep the state
+/// in use.
+pub fn release_tiles() {
+    if PERMITTED.get() == Some(&true) {
+        tilerelease();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn tilerelease() {
+    // SAFETY: `tilerelease` (encoded as bytes: assemblers may want the feature enabled) only
+    // resets tile registers and their configuration, which no Rust code holds; the CPU has it
+    // (the OS granted tile data).
+    unsafe {
+        std::arch::asm!(".byte 0xc4, 0xe2, 0x78, 0x49, 0xc0", options(nomem, nostack, preserves_flags));
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn tilerelease() {}
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 fn request_permission() -> bool {

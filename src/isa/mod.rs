@@ -13,6 +13,7 @@ mod family;
 
 use std::fmt;
 
+pub use amx::release_tiles;
 pub use cpu::{CpuId, cpu_id, cpu_name};
 pub use family::{DotMethod, KernelVariant, VectorWidth};
 

@@ -10,14 +10,23 @@
 //! not a multiple of 64, the last chunk of each segment needs A and B tiles of another shape,
 //! so blocks shrink to one tile row (or column, for n ≤ 16) to leave tiles for them. Partial
 //! blocks (m or n not a multiple of the block) use tiles of fewer rows or columns, so nothing
-//! outside the operands' footprint is read or written. Each combination of block shapes has its
-//! own tile configuration (palette 1, 64 bytes after the code, loaded with `ldtilecfg`); C is
-//! stored before a configuration changes, since loading one zeroes the tiles.
+//! outside the operands' footprint is read or written; except in a resetting call with at
+//! least one whole block, where the last block is a whole one moved back to end at m (or n):
+//! it recomputes rows (columns) the block before wrote, to the same values, and the call keeps
+//! one configuration. Each combination of block shapes has its own tile configuration
+//! (palette 1, built in the red zone); C is stored before a configuration changes, since
+//! loading one zeroes the tiles.
+//!
+//! Configurations outlive calls: a kernel does not `tilerelease`, and before loading one it
+//! stores the loaded one (`sttilecfg`, all zeros when none is) and compares: `ldtilecfg` is
+//! slow (it zeroes every tile), and consecutive calls of one kernel, the common case, need
+//! none. Tile data is never carried between calls (C is zeroed or loaded in every block),
+//! so any other tile user on the thread in between only costs a reload. The runtime releases
+//! the tiles where a thread's work ends (`isa::release_tiles`).
 //!
 //! Loops: column blocks outside, row blocks inside (B's panel stays in cache while A streams
 //! past), then per segment the loop over 64-byte k chunks. GPRs are caller-saved only; loop
-//! counters live in the red zone (the kernel is a leaf). The kernel ends with `tilerelease`
-//! and `vzeroupper`.
+//! counters live in the red zone (the kernel is a leaf). The kernel ends with `vzeroupper`.
 
 use iced_x86::Register;
 use iced_x86::code_asm::registers::tmm::get_tmm;
@@ -67,6 +76,36 @@ fn split(extent: i64, tile: i64, per_block: usize) -> (i64, Vec<i64>) {
         rest -= rest.min(tile);
     }
     (extent / block, tail)
+}
+
+/// Consecutive blocks along m or n whose tiles have the same extents: `count` blocks of
+/// `tiles`, the first `back` rows (columns) before where the previous kind ended.
+struct Kind {
+    count: i64,
+    tiles: Vec<i64>,
+    back: i64,
+}
+
+/// The block kinds along `extent`: whole blocks of `per_block` tiles of `tile`, then the
+/// partial block's tiles; in a resetting call with a whole block, a whole block moved back
+/// to end at `extent` instead (its overlap with the previous block is recomputed to the same
+/// values, and the call keeps one tile shape).
+fn kinds(extent: i64, tile: i64, per_block: usize, reset: bool) -> Vec<Kind> {
+    let (full, tail) = split(extent, tile, per_block);
+    let whole = vec![tile; per_block];
+    let rest: i64 = tail.iter().sum();
+    let mut kinds = Vec::new();
+    if full > 0 {
+        kinds.push(Kind { count: full, tiles: whole.clone(), back: 0 });
+    }
+    if rest > 0 {
+        if full > 0 && reset {
+            kinds.push(Kind { count: 1, tiles: whole, back: tile * per_block as i64 - rest });
+        } else {
+            kinds.push(Kind { count: 1, tiles: tail, back: 0 });
+        }
+    }
+    kinds
 }
 
 /// Which tile register holds what, for blocks of `rows` × `cols` tiles.
@@ -156,80 +195,103 @@ impl Gen {
         let t = self.tiles;
         let computes = s.m > 0 && s.n > 0 && ((s.k > 0 && s.segments > 0) || s.reset);
         if computes {
-            let (full_cols, tail_cols) = split(s.n, TILE_COLS, t.cols);
-            let (full_rows, tail_rows) = split(s.m, TILE_ROWS, t.rows);
-            let full_r = vec![TILE_ROWS; t.rows];
-            let full_c = vec![TILE_COLS; t.cols];
-            let row_kinds: Vec<(i64, Vec<i64>)> = [(full_rows, full_r), (1, tail_rows.clone())]
-                .into_iter()
-                .filter(|(n, r)| *n > 0 && !r.is_empty())
-                .collect();
-            let col_kinds: Vec<(i64, Vec<i64>)> = [(full_cols, full_c), (1, tail_cols.clone())]
-                .into_iter()
-                .filter(|(n, c)| *n > 0 && !c.is_empty())
-                .collect();
+            let col_kinds = kinds(s.n, TILE_COLS, t.cols, s.reset);
+            let row_kinds = kinds(s.m, TILE_ROWS, t.rows, s.reset);
             // One configuration for the whole call: load it once.
-            let single = row_kinds.len() == 1 && col_kinds.len() == 1;
+            let first = t.config(&row_kinds[0].tiles, &col_kinds[0].tiles);
+            let single = row_kinds.iter().all(|r| col_kinds.iter().all(|c| t.config(&r.tiles, &c.tiles) == first));
             if single {
-                self.load_config(&row_kinds[0].1, &col_kinds[0].1)?;
+                self.load_config(&row_kinds[0].tiles, &col_kinds[0].tiles)?;
             }
             self.a.mov(A_STRIDE, s.lda)?;
             self.a.mov(B_STRIDE, s.ldb)?;
-            for (ci, (count, cols)) in col_kinds.iter().enumerate() {
+            for (ci, kind) in col_kinds.iter().enumerate() {
                 let more = ci + 1 < col_kinds.len();
+                if kind.back > 0 {
+                    // Columns are 4 bytes apart in B's groups and in C.
+                    let back = imm32("an overlapping column block", 4 * kind.back)?;
+                    self.a.sub(B_COLS, back)?;
+                    self.a.sub(C_COLS, back)?;
+                }
                 let mut top = self.a.create_label();
-                if *count > 1 {
-                    self.a.mov(qword_ptr(rsp + COL_COUNTER), imm32("column blocks", *count)?)?;
+                if kind.count > 1 {
+                    self.a.mov(qword_ptr(rsp + COL_COUNTER), imm32("column blocks", kind.count)?)?;
                 }
                 self.a.set_label(&mut top)?;
-                self.column(&row_kinds, cols, single)?;
-                if *count > 1 || more {
+                self.column(&row_kinds, &kind.tiles, single)?;
+                if kind.count > 1 || more {
                     let step = imm32("a column block", TILE_COLS * 4 * t.cols as i64)?;
                     self.a.add(B_COLS, step)?;
                     self.a.add(C_COLS, step)?;
                 }
-                if *count > 1 {
+                if kind.count > 1 {
                     self.a.dec(qword_ptr(rsp + COL_COUNTER))?;
                     self.a.jnz(top)?;
                 }
             }
-            self.a.tilerelease()?;
         }
         self.a.vzeroupper()?;
         self.a.ret()?;
         Ok(())
     }
 
-    /// `ldtilecfg` of the configuration for these tile rows and columns, written to the red
-    /// zone first (so the kernel's bytes are code only).
+    /// Loads the configuration for these tile rows and columns unless it is the loaded one:
+    /// `sttilecfg` to the red zone, a qword compare against each of its 8 qwords, and only on a
+    /// difference the configuration written there (so the kernel's bytes are code only) and
+    /// `ldtilecfg`.
     fn load_config(&mut self, rows: &[i64], cols: &[i64]) -> Result<(), KernelError> {
-        store_config(&mut self.a, &self.tiles.config(rows, cols), SCRATCH, CONFIG)?;
+        let cfg = self.tiles.config(rows, cols);
+        let mut load = self.a.create_label();
+        let mut done = self.a.create_label();
+        self.a.sttilecfg(ptr(rsp + CONFIG))?;
+        for (q, bytes) in cfg.chunks_exact(8).enumerate() {
+            let value = i64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]));
+            let mem = qword_ptr(rsp + (CONFIG + 8 * q as i32));
+            match i32::try_from(value) {
+                Ok(small) => self.a.cmp(mem, small)?,
+                Err(_) => {
+                    self.a.mov(SCRATCH, value)?;
+                    self.a.cmp(mem, SCRATCH)?;
+                }
+            }
+            self.a.jne(load)?;
+        }
+        self.a.jmp(done)?;
+        self.a.set_label(&mut load)?;
+        store_config(&mut self.a, &cfg, SCRATCH, CONFIG)?;
         self.a.ldtilecfg(ptr(rsp + CONFIG))?;
+        self.a.set_label(&mut done)?;
+        // An instruction for the label alone: a loop's label may come next.
+        self.a.nop()?;
         Ok(())
     }
 
     /// Every row block of one column block whose tiles have `cols` columns.
-    fn column(&mut self, row_kinds: &[(i64, Vec<i64>)], cols: &[i64], single: bool) -> Result<(), KernelError> {
+    fn column(&mut self, row_kinds: &[Kind], cols: &[i64], single: bool) -> Result<(), KernelError> {
         let s = self.shape;
         self.a.mov(A_ROWS, A_BASE)?;
         self.a.mov(C_ROWS, C_COLS)?;
-        for (ri, (count, rows)) in row_kinds.iter().enumerate() {
+        for (ri, kind) in row_kinds.iter().enumerate() {
             let more = ri + 1 < row_kinds.len();
             if !single {
-                self.load_config(rows, cols)?;
+                self.load_config(&kind.tiles, cols)?;
+            }
+            if kind.back > 0 {
+                self.a.sub(A_ROWS, imm32("an overlapping row block of A", kind.back * s.lda)?)?;
+                self.a.sub(C_ROWS, imm32("an overlapping row block of C", kind.back * s.ldc * 4)?)?;
             }
             let mut top = self.a.create_label();
-            if *count > 1 {
-                self.a.mov(qword_ptr(rsp + ROW_COUNTER), imm32("row blocks", *count)?)?;
+            if kind.count > 1 {
+                self.a.mov(qword_ptr(rsp + ROW_COUNTER), imm32("row blocks", kind.count)?)?;
             }
             self.a.set_label(&mut top)?;
-            self.block(rows, cols)?;
-            if *count > 1 || more {
+            self.block(&kind.tiles, cols)?;
+            if kind.count > 1 || more {
                 let block_rows = TILE_ROWS * self.tiles.rows as i64;
                 self.a.add(A_ROWS, imm32("a row block of A", block_rows * s.lda)?)?;
                 self.a.add(C_ROWS, imm32("a row block of C", block_rows * s.ldc * 4)?)?;
             }
-            if *count > 1 {
+            if kind.count > 1 {
                 self.a.dec(qword_ptr(rsp + ROW_COUNTER))?;
                 self.a.jnz(top)?;
             }

@@ -171,6 +171,9 @@ impl Shared {
             self.running.fetch_add(1, Ordering::SeqCst);
             if self.open.load(Ordering::SeqCst) {
                 self.join(&placement);
+                // AMX kernels keep their tile configuration between calls; this worker's
+                // share of the loop is done.
+                crate::isa::release_tiles();
             }
             if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
                 let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());

@@ -316,6 +316,8 @@ impl CompiledFunc {
                 host::with_pool(pool, || entry(args as *const *mut u8))
             }
         };
+        // AMX kernels keep their tile configuration between calls; this thread's work ends.
+        crate::isa::release_tiles();
         match status as i64 {
             STATUS_OK => Ok(()),
             STATUS_OUT_OF_MEMORY => Err(RuntimeError::OutOfMemory),

@@ -118,6 +118,97 @@ fn the_amx_kernel_matches_a_plain_gemm_over_segments() {
     }
 }
 
+/// Kernels of different tile configurations called in turn on one thread, each checked on
+/// every call: a kernel loads its configuration only when the loaded one differs, so a stale
+/// one must never be taken for its own. `two` ends on the configuration `ends_as_two` starts
+/// with (12 rows × 2 column tiles, k 64), the k-tail kernel has another tile set, and
+/// releasing the tiles between calls (the runtime's end of a thread's work) or the peak probe's
+/// own configuration must not matter either.
+#[test]
+fn amx_kernels_of_different_configurations_interleave_on_one_thread() {
+    if !skip::has_level(IsaLevel::Amx, "the amx-int8 kernel") {
+        return;
+    }
+    let ends_as_two = GemmShape::dense(12, 32, 64);
+    // Rows 32 + 12 (accumulating: no overlapped block), so two configurations.
+    let two = GemmShape::dense(44, 32, 64);
+    let tail = GemmShape { reset: true, ..GemmShape::dense(28, 64, 68) };
+    let r2 = GemmShape { segments: 3, lds: 58 * 64, lda: 64, reset: true, ..GemmShape::dense(28, 64, 192) };
+    let order = [r2, r2, ends_as_two, two, ends_as_two, ends_as_two, tail, two, r2, tail, tail, ends_as_two, r2];
+    let mut seed = 4000;
+    for (i, shape) in order.into_iter().enumerate() {
+        seed += 1;
+        check(shape, seed);
+        if i == 5 {
+            crate::isa::release_tiles();
+        }
+        if i == 9 {
+            let probe = crate::runtime::peak::Probe::of(crate::kernels::peak::ProbeKind::Amx)
+                .unwrap_or_else(|e| panic!("the tile probe: {e}"));
+            probe.run(1);
+        }
+    }
+}
+
+/// Kernels of different configurations interleaved on the threads of a pool, across several parallel loops (each
+/// worker releases its tiles at the end of a loop): every call of every shape is checked, on
+/// whichever thread runs it.
+#[test]
+fn amx_kernels_of_different_configurations_interleave_on_a_pool() {
+    if !skip::has_level(IsaLevel::Amx, "the amx-int8 kernel") {
+        return;
+    }
+    let shapes = [
+        GemmShape { segments: 3, lds: 58 * 64, lda: 64, reset: true, ..GemmShape::dense(28, 64, 192) },
+        GemmShape::dense(44, 32, 64),
+        GemmShape::dense(12, 32, 64),
+        GemmShape { reset: true, ..GemmShape::dense(49, 32, 68) },
+    ];
+    // A thread count no other test shares a pool of, so that loops are not run serially.
+    let pool = crate::runtime::host::pool(4).unwrap_or_else(|e| panic!("a pool of 4 threads: {e}"));
+    let threads = std::sync::Mutex::new(std::collections::HashSet::new());
+    for round in 0..4u64 {
+        pool.for_each(24, |i| {
+            // Each thread meets the shapes in a different order in each round.
+            let shape = shapes[(i * (round as usize + 1) + i / 4) % shapes.len()];
+            check(shape, 6000 + 100 * round + i as u64);
+            threads.lock().unwrap_or_else(|e| e.into_inner()).insert(std::thread::current().id());
+        });
+    }
+    assert!(threads.into_inner().unwrap_or_else(|e| e.into_inner()).len() > 1, "the loops ran on one thread");
+}
+
+/// A resetting call with whole blocks and a partial one moves the last block back over the one
+/// before (recomputing rows or columns to the same values) and loads one configuration; the
+/// result is the plain GEMM's, with C's padding and guards untouched. Accumulating calls keep
+/// their partial tiles (recomputing would add twice).
+#[test]
+fn a_resetting_amx_kernel_overlaps_its_last_block_under_one_configuration() {
+    use iced_x86::Mnemonic;
+    if !skip::has_level(IsaLevel::Amx, "the amx-int8 kernel") {
+        return;
+    }
+    let loads = |shape: &GemmShape| {
+        let code = assemble_gemm(AMX, shape, Blocking::default_for(AMX)).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+        crate::disasm::decode(&code, 0).iter().filter(|i| i.mnemonic() == Mnemonic::Ldtilecfg).count()
+    };
+    let mut seed = 5000;
+    // (m, n, k): rows 32 + 17 (R10's 49 pixels), 32 + 29, 16-row blocks with a k tail, columns
+    // 32 + 16 and 32 + 8, both at once.
+    for (m, n, k) in [(49, 32, 256), (61, 32, 512), (49, 64, 68), (33, 48, 64), (32, 40, 128), (61, 56, 196)] {
+        for (segments, lds) in [(1, 0), (3, k + 4)] {
+            seed += 1;
+            let lda = segments * (k + 4) + 4;
+            let reset = GemmShape { segments, lds, lda, ldc: n + 3, reset: true, ..GemmShape::dense(m, n, k) };
+            check(reset, seed);
+            assert_eq!(loads(&reset), 1, "{reset:?}: one configuration");
+            let accumulate = GemmShape { reset: false, ..reset };
+            check(accumulate, seed + 100);
+            assert!(loads(&accumulate) > 1, "{accumulate:?}: partial tiles of their own");
+        }
+    }
+}
+
 /// Empty reductions: a reset writes zeros, an accumulating call leaves C; empty C: nothing.
 #[test]
 fn the_amx_kernel_handles_empty_shapes() {
