@@ -11,12 +11,22 @@ const XFEATURE_XTILEDATA: libc::c_long = 18;
 
 /// CPUID leaf 7 sub-leaf 0 EDX bit 24 (AMX-TILE).
 pub(super) fn has_tile() -> bool {
-    leaf7_edx() >> 24 & 1 == 1 && os_saves_tiles()
+    tiles().0
 }
 
 /// CPUID leaf 7 sub-leaf 0 EDX bit 25 (AMX-INT8).
 pub(super) fn has_int8() -> bool {
-    leaf7_edx() >> 25 & 1 == 1 && os_saves_tiles()
+    tiles().1
+}
+
+/// (AMX-TILE, AMX-INT8), asked of the CPU once per process: under a hypervisor every CPUID
+/// exits to it, and a network's compile asks for every layer.
+fn tiles() -> (bool, bool) {
+    static TILES: OnceLock<(bool, bool)> = OnceLock::new();
+    *TILES.get_or_init(|| {
+        let (edx, saved) = (leaf7_edx(), os_saves_tiles());
+        (edx >> 24 & 1 == 1 && saved, edx >> 25 & 1 == 1 && saved)
+    })
 }
 
 /// Requests the process's permission to use tile data, once per process; the answer is the

@@ -275,12 +275,20 @@ fn schedule_quantized(
     knobs: Conv2dInt8Knobs,
     level: IsaLevel,
 ) -> Result<(Conv2dInt8, GemmOperands), LayerError> {
-    let operands = knobs.operands(level.has_vnni(), weight_range(spec.weights.iter().copied()));
+    let operands = gemm_operands(spec, knobs, level);
     let attrs = spec.attrs()?;
     let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
     let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
     let layer = conv2d_int8(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs, operands, &spec.name)?;
     Ok((layer, operands))
+}
+
+/// The GEMM operands `knobs` give for `spec`'s weights at `level`. With VNNI they do not
+/// depend on the weights' range (`Conv2dInt8Knobs::operands`), so the weights are not scanned.
+fn gemm_operands(spec: &QConvSpec, knobs: Conv2dInt8Knobs, level: IsaLevel) -> GemmOperands {
+    let vnni = level.has_vnni();
+    let range = if vnni { (i8::MIN, i8::MAX) } else { weight_range(spec.weights.iter().copied()) };
+    knobs.operands(vnni, range)
 }
 
 /// A definition, its GEMM operands, and the source and weight placeholders it reads.
@@ -295,7 +303,7 @@ fn define_quantized(
     knobs: Conv2dInt8Knobs,
     level: IsaLevel,
 ) -> Result<Defined, LayerError> {
-    let operands = knobs.operands(level.has_vnni(), weight_range(spec.weights.iter().copied()));
+    let operands = gemm_operands(spec, knobs, level);
     let attrs = spec.attrs()?;
     let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
     let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;

@@ -3,7 +3,8 @@
 //! bias folded in, computed in one pass over the weights instead of by a compiled function under
 //! the generic schedule, writing the packed tensor once in place. `prepare_weights` is the fast
 //! path (a network's weights prepare at memory speed): each panel's channels gathered into
-//! reduction rows, then interleaved four bytes (one packed group: four i8, or two i16) at a time.
+//! reduction rows, then interleaved four bytes (one packed group: four i8, or two i16) at a time;
+//! or, where four input channels of one tap make one i8 group, packed straight from the weights.
 //! `prepare_weights_scalar` is its slow twin, element by element as the definition reads;
 //! the tests here compare the two bit for bit, and `tests/it/ort_requant.rs` checks the fast one
 //! against the compiled definition.
@@ -47,26 +48,30 @@ pub fn prepare_weights(
     let wide = dtype == DType::I16;
     let mut packed = Tensor::zeros(dtype, &[panels as i64, groups as i64, nr as i64, pack as i64])?;
     let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
-    let compensation: Vec<i32> = weights
-        .chunks_exact(taps)
-        .take(oc)
-        .enumerate()
-        .map(|(o, w)| {
-            let sum = w.iter().fold(0i32, |s, &v| s.wrapping_add(i32::from(v)));
-            sum.wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o]))
-        })
-        .collect();
+    let mut compensation = vec![0i32; oc];
     // A 1×1 kernel whose channels need no padding is already in reduction order.
     let direct = kh * kw == 1 && row == ic && k_len == row;
+    // Four channels of one tap fill one i8 entry when entries never straddle a tap or a
+    // kernel row: each channel then packs straight from its weights, with no reduction rows.
+    let quads = !direct && !wide && pack == 4 && ic % 4 == 0 && row % 4 == 0;
     // Reduction rows of one panel, `k = ky·row + kx·ic + i`; the bytes that pad a kernel row to
     // `row`, and those past `KH·R`, are never written, so they stay zero.
-    let mut scratch = vec![0i8; if direct { 0 } else { nr * k_len }];
+    let mut scratch = vec![0i8; if direct || quads { 0 } else { nr * k_len }];
+    let offsets = if quads { quad_offsets([ic, kh, kw], row, nr) } else { Vec::new() };
     // Every (group, channel) entry is four bytes: `pack` i8, or `pack` (two) i16.
     const ENTRY: usize = 4;
     for (p, panel) in packed.as_mut_bytes().chunks_exact_mut(groups * nr * ENTRY).enumerate() {
         let first = p * nr;
         let channels = nr.min(oc - first);
         let block = &weights[first * taps..][..channels * taps];
+        // Each channel's compensation while its weights are in cache for the packing below.
+        for ((o, c), w) in (first..).zip(&mut compensation[first..first + channels]).zip(block.chunks_exact(taps)) {
+            *c = channel_sum(w).wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o]));
+        }
+        if quads {
+            pack_quads(block, &offsets, (ic, nr), panel);
+            continue;
+        }
         let rows: &[i8] = if direct {
             block
         } else {
@@ -92,6 +97,38 @@ pub fn prepare_weights(
         }
     }
     Ok(PreparedWeights { packed, compensation: Tensor::from_slice(&[oc as i64], &compensation)? })
+}
+
+/// The sum of one channel's weights, wrapping: 128 at a time in i16 (exact: at most 2^14 in
+/// magnitude), so that the sum runs on vector lanes.
+fn channel_sum(w: &[i8]) -> i32 {
+    w.chunks(128).fold(0i32, |s, c| s.wrapping_add(i32::from(c.iter().fold(0i16, |a, &v| a + i16::from(v)))))
+}
+
+/// The i8 entries of one panel whose channels' weights are `block` (`[channels, IC, KH, KW]`):
+/// entry (group `k / 4`, channel `j`) holds `w[j, i..i + 4, ky, kx]` for `k = ky·row + kx·ic + i`
+/// (`IC` and `row` multiples of four, so that the four bytes share one tap). `taps[t]` is the
+/// byte offset in the panel of tap `t`'s first group (`quad_offsets`). Tap by tap, group by
+/// group, so that the panel is written in sequence (each channel's next bytes a few apart).
+fn pack_quads(block: &[i8], taps: &[usize], (ic, nr): (usize, usize), panel: &mut [u8]) {
+    let khkw = taps.len();
+    let per_channel = ic * khkw;
+    for (t, &offset) in taps.iter().enumerate() {
+        for q in 0..ic / 4 {
+            let entries = &mut panel[offset + q * nr * 4..][..nr * 4];
+            let first = 4 * q * khkw + t;
+            for (entry, w) in entries.chunks_exact_mut(4).zip(block.chunks_exact(per_channel)) {
+                let v = &w[first..first + 3 * khkw + 1];
+                entry.copy_from_slice(&[v[0] as u8, v[khkw] as u8, v[2 * khkw] as u8, v[3 * khkw] as u8]);
+            }
+        }
+    }
+}
+
+/// For each tap `t = ky·KW + kx`, the byte offset of its first i8 entry (input channels 0–3,
+/// channel 0) in a panel of `nr` channels: group `(ky·row + kx·ic) / 4`.
+fn quad_offsets([ic, kh, kw]: [usize; 3], row: usize, nr: usize) -> Vec<usize> {
+    (0..kh * kw).map(|t| (t / kw * row + t % kw * ic) / 4 * nr * 4).collect()
 }
 
 /// One channel's weights `w: [IC, KH, KW]` as its reduction row (`rows[ky·row + kx·ic + i] =
@@ -189,7 +226,16 @@ mod tests {
             GemmOperands { source: DType::I8, weights: (-127, 127) },
             GemmOperands { source: DType::I16, weights: (-128, 127) },
         ];
-        let shapes = [[8i64, 3, 7, 7], [24, 16, 3, 3], [40, 24, 1, 1], [12, 5, 3, 1], [33, 7, 1, 1], [5, 1, 2, 3]];
+        let shapes = [
+            [8i64, 3, 7, 7],
+            [24, 16, 3, 3],
+            [40, 24, 1, 1],
+            [12, 5, 3, 1],
+            [33, 7, 1, 1],
+            [5, 1, 2, 3],
+            [20, 12, 3, 2],
+            [9, 8, 1, 3],
+        ];
         let mut cases = 0;
         for (n, dims) in shapes.iter().enumerate() {
             let count = dims.iter().product::<i64>() as usize;
@@ -218,6 +264,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 6 * 3 * 2 * 4 * 2 * 2);
+        assert_eq!(cases, shapes.len() * 3 * 2 * 4 * 2 * 2);
     }
 }

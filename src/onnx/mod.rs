@@ -3,7 +3,8 @@
 //! default domain's opsets 13–21 (with com.microsoft's quantized operators) are read; anything
 //! else is a typed `OnnxError` naming the node, tensor or attribute (docs/onnx.md).
 //!
-//! * `read`: bytes → checked `ModelProto` (sizes bounded before anything is allocated).
+//! * `read`: bytes → checked `ModelProto` (sizes bounded before anything is allocated);
+//!   `mapped`: a model file's bytes, mapped in place where possible.
 //! * `tensor`: initializers and constants decoded; `node`: a node's inputs and attributes.
 //! * `import`: the walk over the nodes, the `Model` it returns (`import`, `load`).
 //! * `float_ops`, `batchnorm`, `geometry`: float operators, BatchNormalization folding, window
@@ -18,6 +19,7 @@ pub mod error;
 mod float_ops;
 mod geometry;
 mod import;
+mod mapped;
 mod node;
 pub mod proto;
 mod qdq;

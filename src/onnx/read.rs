@@ -10,6 +10,7 @@ use std::path::Path;
 use prost::Message;
 
 use super::error::OnnxError;
+use super::mapped::file_bytes;
 use super::proto::tensor_shape_proto::dimension;
 use super::proto::type_proto;
 use super::proto::{GraphProto, ModelProto, ValueInfoProto};
@@ -33,10 +34,11 @@ fn decode_checked(buf: impl prost::bytes::Buf) -> Result<ModelProto, OnnxError> 
     Ok(model)
 }
 
-/// Reads the file at `path` and decodes and checks it.
+/// Reads the file at `path` (mapped where possible: `mapped::file_bytes`) and decodes and
+/// checks it.
 pub fn read_file(path: &Path) -> Result<ModelProto, OnnxError> {
-    let bytes = std::fs::read(path).map_err(|source| OnnxError::Io { path: path.display().to_string(), source })?;
-    decode_checked(prost::bytes::Bytes::from(bytes))
+    let bytes = file_bytes(path).map_err(|source| OnnxError::Io { path: path.display().to_string(), source })?;
+    decode_checked(bytes)
 }
 
 /// The default domain's opset version, which must be in `OPSETS`.

@@ -45,9 +45,13 @@ pub fn workload_key(w: Workload<'_>) -> (WorkloadRef, WeightBits) {
     let scales = |n: usize| if n == 1 { "tensor" } else { "channel" };
     // 7-bit: every u8 × s8 pair sum fits i16 (`vpmaddubsw` exact: another kernel family),
     // onnxruntime's reduced range [-64, 64] included.
+    // The bound holds for a range iff for every weight in it (the extreme pair sums are
+    // 255·min(lo, 0) and 255·max(hi, 0)), so the scan stops at the first block that breaks it.
     let bits = |weights: &[i8]| {
-        let (lo, hi) = weight_range(weights.iter().copied());
-        let exact = pair_sums_fit_i16((0, 255), (i64::from(lo.min(0)), i64::from(hi.max(0))));
+        let exact = weights.chunks(4096).all(|block| {
+            let (lo, hi) = weight_range(block.iter().copied());
+            pair_sums_fit_i16((0, 255), (i64::from(lo.min(0)), i64::from(hi.max(0))))
+        });
         if exact { WeightBits::Seven } else { WeightBits::Eight }
     };
     match w {
