@@ -18,7 +18,7 @@ use super::native::max_pool::Window as PoolWindow;
 use super::native::{Affine, Int8};
 use super::slot::Slot;
 use super::spec::{auto_spec, give_back, partition_name, take_spec};
-use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
+use crate::graph::partition::{QAdd, QConv, QGlobalAvgPool, QMaxPool, QuantTensor, Residual};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
 use crate::layer::{QConvAutoSpec, QConvSpec, QDenseSpec};
 use crate::runtime::CompileOptions;
@@ -197,7 +197,7 @@ pub fn compile_tuned(
                     ));
                     tuning = Some(Tuning::Default);
                 }
-                (kernel, tuning, planning + time)
+                (with_sum(&partition.kind, kernel), tuning, planning + time)
             }
         };
         steps.push(Step { partition, kernel, inputs: ins, outputs: outs, compile, tuning });
@@ -272,6 +272,12 @@ fn plan(
         return Ok(Plan::Chosen(reference(format!("{} outputs", outs.len()))));
     }
     let out = &slots[outs[0]];
+    if let PartitionKind::QuantizedConv(c) = &p.kind
+        && let Some(r) = &c.residual
+        && let Err(why) = sum_fits(c, r, ins, slots, out)
+    {
+        return Ok(Plan::Chosen(reference(why)));
+    }
     Ok(match &p.kind {
         PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_) => match take_spec(graph, p) {
             Ok(spec) => {
@@ -295,6 +301,25 @@ fn plan(
         PartitionKind::Single(op) => Plan::Chosen(single(op, ins, slots, out)),
         PartitionKind::Unsupported { reason, .. } => Plan::Chosen(reference(reason.clone())),
     })
+}
+
+/// Whether the native add computes a convolution's residual in place (`Kernel::Sum`): one
+/// integer type throughout, the other operand stored as the output is, or why not.
+fn sum_fits(c: &QConv, r: &Residual, ins: &[usize], slots: &[Slot], out: &Slot) -> Result<(), String> {
+    let other = ins.last().map(|&i| &slots[i]).ok_or("no residual operand")?;
+    let same = other.dims == out.dims && other.nhwc == out.nhwc && other.dtype == out.dtype;
+    let ty = c.dst.dtype;
+    let types = r.add.a.dtype == ty && r.add.b.dtype == ty && r.add.dst.dtype == ty && int8(ty).is_some();
+    if same && types { Ok(()) } else { Err("a residual add of other shapes or mixed types".into()) }
+}
+
+/// A compiled convolution with its partition's residual add, if it has one.
+fn with_sum(kind: &PartitionKind, conv: Kernel) -> Kernel {
+    let PartitionKind::QuantizedConv(QConv { residual: Some(r), dst, .. }) = kind else { return conv };
+    let Some(ty) = int8(dst.dtype) else { return conv };
+    let q = |t: &QuantTensor| (t.scale, t.zero_point);
+    let params = AddParams { a: q(&r.add.a), b: q(&r.add.b), c: q(&r.add.dst) };
+    Kernel::Sum { conv: Box::new(conv), params, ty, clamp: r.add.clamp, conv_is_a: r.conv_is_a }
 }
 
 fn quantized_add(a: &QAdd, ins: &[usize], slots: &[Slot]) -> Chosen {
