@@ -163,7 +163,7 @@ pub fn compile_tuned(
     let jobs_start = Instant::now();
     let mut compiled = compile_jobs(
         planned.iter().enumerate().filter_map(|(i, (.., plan, _))| match plan {
-            Plan::Job(job) => Some((i, job)),
+            Plan::Job(job) => Some((i, &**job)),
             Plan::Chosen(_) => None,
         }),
         options,
@@ -255,7 +255,7 @@ fn native(kernel: Kernel) -> Chosen {
 /// What one partition needs: its kernel, or a convolution or product to compile.
 enum Plan {
     Chosen(Chosen),
-    Job(Job),
+    Job(Box<Job>),
 }
 
 /// The kernel of one partition, or what to compile for it (a convolution's or product's
@@ -282,13 +282,13 @@ fn plan(
         PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_) => match take_spec(graph, p) {
             Ok(spec) => {
                 let (chosen, tuning) = knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-                Plan::Job(Job { work: Work::Layer { layer: spec, knobs: chosen, tuning } })
+                Plan::Job(Box::new(Job { work: Work::Layer { layer: spec, knobs: chosen, tuning } }))
             }
             // A convolution the x86 path does not take: the auto-scheduled definition.
             Err(why) => match auto_spec(graph, p) {
                 Ok(spec) => {
                     let (point, tuning) = auto(&spec).map_or((None, Tuning::Default), |(p, t)| (Some(p), t));
-                    Plan::Job(Job { work: Work::Auto { spec, point: point.map(Box::new), tuning } })
+                    Plan::Job(Box::new(Job { work: Work::Auto { spec, point: point.map(Box::new), tuning } }))
                 }
                 Err(auto_why) => Plan::Chosen(reference(format!("{why}; {auto_why}"))),
             },
@@ -313,8 +313,14 @@ fn sum_fits(c: &QConv, r: &Residual, ins: &[usize], slots: &[Slot], out: &Slot) 
     if same && types { Ok(()) } else { Err("a residual add of other shapes or mixed types".into()) }
 }
 
-/// A compiled convolution with its partition's residual add, if it has one.
+/// A compiled convolution with its partition's residual add, if it has one and does not
+/// compute it in its own requantization (`QConvSpec::sum`; the auto-scheduled kernel does not).
 fn with_sum(kind: &PartitionKind, conv: Kernel) -> Kernel {
+    if let Kernel::Conv(c) = &conv
+        && c.has_sum()
+    {
+        return conv;
+    }
     let PartitionKind::QuantizedConv(QConv { residual: Some(r), dst, .. }) = kind else { return conv };
     let Some(ty) = int8(dst.dtype) else { return conv };
     let q = |t: &QuantTensor| (t.scale, t.zero_point);

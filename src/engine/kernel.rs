@@ -70,6 +70,11 @@ impl Kernel {
     /// work across `pool` where there is one (compiled kernels use their own).
     pub fn run(&self, inputs: &[&Slot], output: &mut Slot, pool: Option<&Pool>) -> Result<(), LayerError> {
         match self {
+            // A fused residual add's other operand is the last input (`graph::Residual`).
+            Kernel::Conv(c) if c.has_sum() => {
+                let sum = inputs.last().map(|s| &s.bytes[..]);
+                c.run_with_sum(&inputs[0].bytes, sum, &mut output.bytes)?
+            }
             Kernel::Conv(c) | Kernel::Dense(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
             Kernel::Auto(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
             Kernel::Sum { conv, params, ty, clamp, conv_is_a } => {

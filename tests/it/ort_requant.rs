@@ -150,6 +150,7 @@ fn spec(case: &Case, src_dtype: DType, dst_dtype: DType, per_channel: bool, relu
         bias: Some(bias),
         dst: ActQuant { dtype: dst_dtype, scale: 1.0, zero_point: zp(dst_dtype, 119) },
         relu,
+        sum: None,
     }
 }
 

@@ -14,6 +14,7 @@
 //! * i32 `+ - *`: `vpaddd`, `vpsubd`, `vpmulld` (wrapping); f32 `+ - * /`: `vaddps`, `vsubps`,
 //!   `vmulps`, `vdivps` (IEEE, round to nearest even: the MXCSR default, never changed by
 //!   this process);
+//! * f32 `fma(x, y, z)`: `vfmadd213ps` (one rounding, as the IR's `Fma`);
 //! * `f32(x)` of i32: `vcvtdq2ps` (round to nearest even); of a u8 or i8 input: `vpmovzxbd` or
 //!   `vpmovsxbd` from memory first (exact);
 //! * `round(x)`: `vrndscaleps`/`vroundps` with immediate 0 (nearest, ties to even; NaN, ±0 and

@@ -1,5 +1,5 @@
 //! The code of the body's nodes, family by family: reads (as memory operands where used once),
-//! i32 and f32 arithmetic, conversions and widening reads, `round`, and selects on f32
+//! i32 and f32 arithmetic (f32 `fma` included), conversions and widening reads, `round`, and selects on f32
 //! comparisons. Any other node is `KernelError::Unsupported`.
 
 use iced_x86::code_asm::*;
@@ -68,6 +68,20 @@ impl<'d> Gen<'d> {
                 Ok(dst)
             }
             ExprKind::Select(c, t, f) => self.select(c, t, f),
+            ExprKind::Fma(x, y, z) if lane == Lane::F32 => {
+                let (vx, vy, vz) = (self.value(x)?, self.value(y)?, self.value(z)?);
+                let dst = self.allocate()?;
+                // dst = x, then dst·y + z rounded once.
+                self.copy(dst, vx)?;
+                match self.width {
+                    VectorWidth::Zmm => self.a.vfmadd213ps(zmm(dst), zmm(vy), zmm(vz))?,
+                    VectorWidth::Ymm => self.a.vfmadd213ps(ymm(dst), ymm(vy), ymm(vz))?,
+                }
+                for e in [x, y, z] {
+                    self.release(e);
+                }
+                Ok(dst)
+            }
             _ => self.unsupported(format!("`{e}`")),
         }
     }
