@@ -100,7 +100,7 @@
 //!
 //! ```text
 //! c   = fma(f32(a), ra, fma(f32(b), rb, fixed))      ra, rb, fixed as onnxruntime forms them
-//! out = sat(round(min(max(c, lo), hi)))             NaN gives lo; lo, hi the add's bounds
+//! out = sat(round(min(max(c, lo), hi)))            NaN gives lo; lo, hi the add's bounds
 //! ```
 //!
 //! `dst` is the saturated integer above (held in f32, exact); its zero point and lower bound are
@@ -493,8 +493,11 @@ pub(crate) fn finish_qlinear_add(
     let (a, b) = if add.dst_is_a { (q, r) } else { (r, q) };
     let c = a.fma(&f32c(add.ra), &b.fma(&f32c(add.rb), &f32c(add.fixed)));
     let (add_lo, add_hi) = (f32c(add.clamp.0 as f32), f32c(add.clamp.1 as f32));
-    let c = select(c.clone().ge(&add_lo), c, add_lo);
-    let c = select(c.clone().le(&add_hi), c, add_hi);
+    // `lo < c ? c : lo` where MLAS has `c >= lo ? c : lo` (and `<` for `<=` at `hi`): they
+    // differ only where `c` equals the bound, a value that rounds to the same integer; the
+    // strict forms are one `vmaxps`/`vminps` each in a map kernel.
+    let c = select(add_lo.lt(&c), c, add_lo);
+    let c = select(c.lt(&add_hi), c, add_hi);
     c.round().saturating_cast(dst_dtype)
 }
 
