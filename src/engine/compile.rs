@@ -303,8 +303,9 @@ fn plan(
     })
 }
 
-/// Whether the native add computes a convolution's residual in place (`Kernel::Sum`): one
-/// integer type throughout, the other operand stored as the output is, or why not.
+/// Whether a convolution's residual add can be computed with it (in its requantization, or by
+/// the native add in place, `Kernel::Sum`): one integer type throughout, the other operand
+/// stored as the output is, or why not.
 fn sum_fits(c: &QConv, r: &Residual, ins: &[usize], slots: &[Slot], out: &Slot) -> Result<(), String> {
     let other = ins.last().map(|&i| &slots[i]).ok_or("no residual operand")?;
     let same = other.dims == out.dims && other.nhwc == out.nhwc && other.dtype == out.dtype;

@@ -205,7 +205,8 @@ impl CompiledQuantized {
     pub fn kernel_description(&self) -> String {
         let kernels: Vec<String> = self.kernel_variants().iter().map(|v| v.to_string()).collect();
         let map = if self.uses_map_kernel() { "map kernel" } else { "loops" };
-        format!("{}: {}; requantization: {map}", self.isa_level().name(), kernels.join(", "))
+        let sum = if self.sum { " with the residual add" } else { "" };
+        format!("{}: {}; requantization{sum}: {map}", self.isa_level().name(), kernels.join(", "))
     }
 
     /// Whether the per-call function was compiled for an earlier layer (`KernelCache`).
