@@ -88,6 +88,14 @@ pub(super) fn check_layer_attrs_dims(
     check_post_ops(op, &attrs.post_ops, sum_input, out_dims)?;
     if attrs.requantization == Requantization::OnnxRuntime {
         check_onnxruntime_attrs(op, bias, sum_input, attrs)?;
+    } else if attrs.post_ops.iter().any(|p| matches!(p, PostOp::QLinearAdd(_))) {
+        let found = format!("{:?}", attrs.post_ops);
+        return Err(shape_error(
+            op,
+            "the post-ops in oneDNN's order",
+            "ReLU and Sum (QLinearAdd: onnxruntime's)",
+            found,
+        ));
     }
     Ok((src_q, dst_q))
 }
