@@ -167,3 +167,42 @@ fn the_fused_residual_add_equals_the_unfused_partitions_at_every_level() {
         }
     }
 }
+
+/// A layer with a fused add runs only with its sum input, of the destination's length; one
+/// without takes none: typed errors, no call.
+#[test]
+fn the_sum_input_is_checked_before_the_call() {
+    use schedules::quant::QLinearAdd;
+    use tensorlift::layer::{ActQuant, LayerError, QConvSpec, compile_qconv};
+    let act = |zero_point| ActQuant { dtype: ir::DType::U8, scale: 0.05, zero_point };
+    let spec = QConvSpec {
+        name: "sum".into(),
+        src: act(3),
+        h: 5,
+        w: 6,
+        ic: 8,
+        oc: 16,
+        kh: 3,
+        kw: 3,
+        stride: (1, 1),
+        pads: [1; 4],
+        weights: (0..16 * 8 * 9).map(|i| (i % 7) as i8 - 3).collect(),
+        weight_scales: vec![0.01],
+        bias: None,
+        dst: act(9),
+        relu: false,
+        sum: Some(QLinearAdd { ra: 0.5, rb: 0.75, fixed: 2.0, dst_is_a: false, clamp: (0, 255) }),
+    };
+    let level = *crate::skip::levels_here(IsaLevel::ALL).last().expect("the scalar level");
+    let options = CompileOptions { target: Target::Level(level), threads: Some(1), ..CompileOptions::default() };
+    let fused = compile_qconv(&spec, None, &options).unwrap();
+    assert!(fused.has_sum());
+    let (src, sum, mut dst) = (vec![7u8; 5 * 6 * 8], vec![1u8; 5 * 6 * 16], vec![0u8; 5 * 6 * 16]);
+    assert!(matches!(fused.run(&src, &mut dst), Err(LayerError::Spec(_))));
+    assert!(matches!(fused.run_with_sum(&src, Some(&sum[1..]), &mut dst), Err(LayerError::Spec(_))));
+    assert_eq!(dst, vec![0u8; dst.len()], "nothing written");
+    fused.run_with_sum(&src, Some(&sum), &mut dst).unwrap();
+    let plain = compile_qconv(&QConvSpec { sum: None, ..spec }, None, &options).unwrap();
+    assert!(!plain.has_sum());
+    assert!(matches!(plain.run_with_sum(&src, Some(&sum), &mut dst), Err(LayerError::Spec(_))));
+}
