@@ -497,7 +497,8 @@ pub(crate) fn finish_qlinear_add(
     // differ only where `c` equals the bound, a value that rounds to the same integer; the
     // strict forms are one `vmaxps`/`vminps` each in a map kernel.
     let c = select(add_lo.lt(&c), c, add_lo);
-    let c = select(c.lt(&add_hi), c, add_hi);
+    // Past the `max` `c` is a number: at the type's top the saturation is the upper clamp.
+    let c = if i64::from(add.clamp.1) >= hi { c } else { select(c.lt(&add_hi), c, add_hi) };
     c.round().saturating_cast(dst_dtype)
 }
 

@@ -70,16 +70,24 @@ impl<'d> Gen<'d> {
             ExprKind::Select(c, t, f) => self.select(c, t, f),
             ExprKind::Fma(x, y, z) if lane == Lane::F32 => {
                 let (vx, vy, vz) = (self.value(x)?, self.value(y)?, self.value(z)?);
-                let dst = self.allocate()?;
-                // dst = x, then dst·y + z rounded once.
-                self.copy(dst, vx)?;
+                // dst = x, then dst·y + z rounded once; at `x`'s last use its own register
+                // (no copy).
+                let last = self.live.get(&node(x)).is_some_and(|&(_, left)| left == 1);
+                let dst = if last {
+                    self.live.remove(&node(x));
+                    vx
+                } else {
+                    let dst = self.allocate()?;
+                    self.copy(dst, vx)?;
+                    self.release(x);
+                    dst
+                };
                 match self.width {
                     VectorWidth::Zmm => self.a.vfmadd213ps(zmm(dst), zmm(vy), zmm(vz))?,
                     VectorWidth::Ymm => self.a.vfmadd213ps(ymm(dst), ymm(vy), ymm(vz))?,
                 }
-                for e in [x, y, z] {
-                    self.release(e);
-                }
+                self.release(y);
+                self.release(z);
                 Ok(dst)
             }
             _ => self.unsupported(format!("`{e}`")),
