@@ -62,6 +62,7 @@ fn case(c: &Value) -> Result<(QConvSpec, Vec<u8>, Vec<u8>), Error> {
         bias: Some(ints(c, "bias")?.into_iter().map(i32::try_from).collect::<Result<_, _>>()?),
         dst: ActQuant { dtype: dtype(c, "dd")?, scale: float(c, "ys")?, zero_point: i32::try_from(int(c, "yz")?)? },
         relu: false,
+        sum: None,
     };
     // Bytes of u8 or i8 values.
     let bytes = |key: &str| -> Result<Vec<u8>, Error> { Ok(ints(c, key)?.into_iter().map(|v| v as u8).collect()) };

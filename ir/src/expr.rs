@@ -258,6 +258,10 @@ pub enum ExprKind {
     Reinterpret(Expr),
     /// `cond ? t : f`, lane-wise when `cond` is a vector. Both arms may be evaluated.
     Select(Expr, Expr, Expr),
+    /// `a · b + c` fused: the exact product plus `c`, rounded once to the node's float type
+    /// (IEEE 754 `fusedMultiplyAdd`, Rust's `f32::mul_add`); all three operands have the node
+    /// dtype. Floats only (`te::check_expr`). Never contracted from or split into `*` and `+`.
+    Fma(Expr, Expr, Expr),
     /// Element of a tensor at the given indices (one per dimension). Tensor expressions only:
     /// lowering replaces every `TensorRead` by a `Load`.
     TensorRead(Tensor, Vec<Expr>),
@@ -385,6 +389,11 @@ impl Expr {
         Expr::new(self.dtype(), ExprKind::Round(self.clone()))
     }
 
+    /// `self · b + c`, rounded once (see `ExprKind::Fma`).
+    pub fn fma(&self, b: &Expr, c: &Expr) -> Expr {
+        Expr::new(self.dtype(), ExprKind::Fma(self.clone(), b.clone(), c.clone()))
+    }
+
     /// IEEE square root, correctly rounded (see `ExprKind::Sqrt`).
     pub fn sqrt(&self) -> Expr {
         Expr::new(self.dtype(), ExprKind::Sqrt(self.clone()))
@@ -456,6 +465,7 @@ impl Expr {
             | ExprKind::Broadcast(a)
             | ExprKind::VectorReduce(_, a) => vec![a],
             ExprKind::Select(c, t, f) => vec![c, t, f],
+            ExprKind::Fma(a, b, c) => vec![a, b, c],
             ExprKind::TensorRead(_, idx) | ExprKind::Load(_, idx) => idx.iter().collect(),
             ExprKind::Reduce(r) => vec![&r.source],
             ExprKind::Ramp(b, s) => vec![b, s],
@@ -511,6 +521,7 @@ impl Expr {
             | (ExprKind::Sqrt(_), ExprKind::Sqrt(_))
             | (ExprKind::Reinterpret(_), ExprKind::Reinterpret(_))
             | (ExprKind::Select(..), ExprKind::Select(..))
+            | (ExprKind::Fma(..), ExprKind::Fma(..))
             | (ExprKind::Ramp(..), ExprKind::Ramp(..))
             | (ExprKind::Broadcast(_), ExprKind::Broadcast(_)) => true,
             (ExprKind::VectorReduce(a, _), ExprKind::VectorReduce(b, _)) => a == b,

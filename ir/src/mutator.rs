@@ -53,6 +53,7 @@ pub fn rebuild_expr(expr: &Expr, mut children: Vec<Expr>) -> Expr {
         ExprKind::Sqrt(_) => ExprKind::Sqrt(next()),
         ExprKind::Reinterpret(_) => ExprKind::Reinterpret(next()),
         ExprKind::Select(..) => ExprKind::Select(next(), next(), next()),
+        ExprKind::Fma(..) => ExprKind::Fma(next(), next(), next()),
         ExprKind::TensorRead(t, _) => ExprKind::TensorRead(t.clone(), children),
         ExprKind::Load(b, _) => ExprKind::Load(b.clone(), children),
         ExprKind::Reduce(r) => {
@@ -73,6 +74,7 @@ pub fn rebuild_expr(expr: &Expr, mut children: Vec<Expr>) -> Expr {
         | ExprKind::Sqrt(a)
         | ExprKind::Reinterpret(a) => a.dtype().lanes,
         ExprKind::Select(c, t, _) => c.dtype().lanes.max(t.dtype().lanes),
+        ExprKind::Fma(a, b, c) => a.dtype().lanes.max(b.dtype().lanes).max(c.dtype().lanes),
         ExprKind::Load(_, idx) | ExprKind::TensorRead(_, idx) => idx.iter().map(|i| i.dtype().lanes).max().unwrap_or(1),
         _ => dtype.lanes,
     };

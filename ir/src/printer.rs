@@ -106,6 +106,7 @@ impl Printer {
             ExprKind::Sqrt(a) => self.call("sqrt", &[a]),
             ExprKind::Reinterpret(a) => self.call(&format!("reinterpret_{dtype}"), &[a]),
             ExprKind::Select(c, t, f) => self.call("select", &[c, t, f]),
+            ExprKind::Fma(a, b, c) => self.call("fma", &[a, b, c]),
             ExprKind::TensorRead(t, idx) => self.access(t.name(), idx),
             ExprKind::Load(b, idx) => self.access(b.name(), idx),
             ExprKind::Reduce(r) => {

@@ -740,6 +740,21 @@ pub fn check_expr(expr: &Expr) -> Result<(), TeError> {
                 expr: expr.to_string(),
             });
         }
+        ExprKind::Fma(a, b, c) => {
+            if a.dtype() != b.dtype() {
+                return Err(mismatch("fma", a, b));
+            }
+            if a.dtype() != c.dtype() {
+                return Err(mismatch("fma", a, c));
+            }
+            if a.dtype().scalar != ScalarType::F32 && a.dtype().scalar != ScalarType::F64 {
+                return Err(TeError::UndefinedOperator {
+                    op: "fma".to_string(),
+                    dtype: a.dtype(),
+                    expr: expr.to_string(),
+                });
+            }
+        }
         ExprKind::Sqrt(a) if !a.dtype().is_float() => {
             return Err(TeError::UndefinedOperator {
                 op: "sqrt".to_string(),

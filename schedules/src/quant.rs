@@ -94,6 +94,18 @@
 //! of the destination type, where the `max` changes nothing the saturation would not (`round(x)`
 //! is never NaN: `f32(acc − comp')` is finite and `S[c]` finite).
 //!
+//! A residual add may follow in the same stage (`PostOp::QLinearAdd`, onnxruntime's QLinearAdd
+//! of `dst` and the sum input `r`, as MLAS computes it with FMAs): with `(a, b) = (dst, r)`, or
+//! `(r, dst)` where the convolution is the add's second operand,
+//!
+//! ```text
+//! c   = fma(f32(a), ra, fma(f32(b), rb, fixed))      ra, rb, fixed as onnxruntime forms them
+//! out = sat(round(min(max(c, lo), hi)))            NaN gives lo; lo, hi the add's bounds
+//! ```
+//!
+//! `dst` is the saturated integer above (held in f32, exact); its zero point and lower bound are
+//! then constants of the definition, and the sum input of the destination's type and shape.
+//!
 //! The symmetric convolution kernels (`MlasConvSym`) requantize in their own assembly, which
 //! was not read; `examples/qconv_against_ort.rs` runs onnxruntime itself on QLinearConv cases
 //! (`scripts/peers/qlinearconv_cases.py`) and agrees bit for bit wherever onnxruntime's
@@ -280,6 +292,23 @@ pub enum PostOp {
     /// The residual sum: `x = x + scale · (f32(r) − f32(zero_point))` for the element `r` of
     /// the operator's sum input at the same index (`scale` and the zero point quantize `r`).
     Sum { scale: f32, zero_point: i32 },
+    /// onnxruntime's order only, last: the quantized add of the saturated destination and the
+    /// sum input (module doc, "onnxruntime's order"), written as the add's output.
+    QLinearAdd(QLinearAdd),
+}
+
+/// The constants of a fused QLinearAdd (`PostOp::QLinearAdd`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QLinearAdd {
+    /// `sa / sc`, `sb / sc` and `f32(zc) − (ra · f32(za) + rb · f32(zb))`, as onnxruntime forms
+    /// them (the caller's).
+    pub ra: f32,
+    pub rb: f32,
+    pub fixed: f32,
+    /// Whether the layer's destination is the add's first operand `a` (else `b`).
+    pub dst_is_a: bool,
+    /// The add's integer bounds (its activation's), within the destination type.
+    pub clamp: (i32, i32),
 }
 
 /// The float order in which an int8 contraction's accumulator is requantized (module doc).
@@ -416,6 +445,8 @@ pub(crate) fn finish(
             // `x > 0 ? x : +0`: NaN and both zeros give +0 (as `max(x, 0)` would up to the sign
             // of zero), and the form is one `maxps`.
             PostOp::Relu => select(f32c(0.0).lt(&x), x, f32c(0.0)),
+            // onnxruntime's order only (`check_layer_attrs` rejects it in this one).
+            PostOp::QLinearAdd(_) => x,
             PostOp::Sum { scale, zero_point } => {
                 let r = sum_input.expect("checked by check_post_ops").at_vec(indices.to_vec()).cast(DType::F32);
                 x + f32c(scale) * (r - f32c(zero_point as f32))
@@ -441,6 +472,36 @@ pub(crate) fn finish_onnxruntime(centered: Expr, scale: Expr, zp: Expr, lower: E
     select(lower.clone().lt(&q), q, lower).saturating_cast(dst_dtype)
 }
 
+/// onnxruntime's requantization followed by its QLinearAdd (module doc, "onnxruntime's order"):
+/// `centered` and `scale` as `finish_onnxruntime` takes them, the destination's zero point and
+/// lower bound as constants, `r` the sum input's element (`None` only for an unchecked
+/// definition: the add then reads zero). The saturation of the destination is a clamp in f32,
+/// exact on the integral `q`.
+pub(crate) fn finish_qlinear_add(
+    centered: Expr,
+    scale: Expr,
+    (zp, lower): (i32, f32),
+    r: Option<Expr>,
+    add: &QLinearAdd,
+    dst_dtype: DType,
+) -> Expr {
+    let hi = dst_dtype.scalar.int_range().map_or(0, |(_, hi)| hi as i64);
+    let q = (centered.cast(DType::F32) * scale).round() + f32c(zp as f32);
+    let q = select(f32c(lower).lt(&q), q, f32c(lower));
+    let q = select(q.clone().lt(f32c(hi as f32)), q, f32c(hi as f32));
+    let r = r.map_or(f32c(0.0), |r| r.cast(DType::F32));
+    let (a, b) = if add.dst_is_a { (q, r) } else { (r, q) };
+    let c = a.fma(&f32c(add.ra), &b.fma(&f32c(add.rb), &f32c(add.fixed)));
+    let (add_lo, add_hi) = (f32c(add.clamp.0 as f32), f32c(add.clamp.1 as f32));
+    // `lo < c ? c : lo` where MLAS has `c >= lo ? c : lo` (and `<` for `<=` at `hi`): they
+    // differ only where `c` equals the bound, a value that rounds to the same integer; the
+    // strict forms are one `vmaxps`/`vminps` each in a map kernel.
+    let c = select(add_lo.lt(&c), c, add_lo);
+    // Past the `max` `c` is a number: at the type's top the saturation is the upper clamp.
+    let c = if i64::from(add.clamp.1) >= hi { c } else { select(c.lt(&add_hi), c, add_hi) };
+    c.round().saturating_cast(dst_dtype)
+}
+
 /// Checks post-ops and the sum input against an output of shape `dims`: at most one `Sum`, which
 /// needs a sum input (u8, i8, i32 or f32) of exactly that shape whose zero point it can hold; a
 /// sum input without a `Sum` is an error too.
@@ -454,7 +515,7 @@ pub(crate) fn check_post_ops(
         .iter()
         .filter_map(|p| match *p {
             PostOp::Sum { scale, zero_point } => Some((scale, zero_point)),
-            PostOp::Relu => None,
+            PostOp::Relu | PostOp::QLinearAdd(_) => None,
         })
         .collect();
     let shape_error = |what: &str, expected: String, found: String| QuantError::Shape {
@@ -463,8 +524,23 @@ pub(crate) fn check_post_ops(
         expected,
         found,
     };
+    let adds = post_ops.iter().filter(|p| matches!(p, PostOp::QLinearAdd(_))).count();
     match (sums.as_slice(), sum_input) {
-        ([], None) => Ok(()),
+        ([], None) if adds == 0 => Ok(()),
+        ([], Some(r)) if adds == 1 => {
+            if r.dtype() != DType::U8 && r.dtype() != DType::I8 {
+                return Err(QuantError::DType {
+                    op: op.to_string(),
+                    what: "the sum input of a QLinearAdd".to_string(),
+                    expected: "u8 or i8".to_string(),
+                    found: r.dtype(),
+                });
+            }
+            if r.shape() != dims {
+                return Err(shape_error("the shape of the sum input", format!("{dims:?}"), format!("{:?}", r.shape())));
+            }
+            Ok(())
+        }
         ([(scale, zero_point)], Some(r)) => {
             if !is_dst_type(r.dtype()) {
                 return Err(QuantError::DType {
@@ -481,6 +557,11 @@ pub(crate) fn check_post_ops(
             ZeroPoints::per_tensor("sum post-op zero point", *zero_point, r.dtype())?;
             Ok(())
         }
+        (s, r) if adds > 0 => Err(shape_error(
+            "the QLinearAdd post-ops and sum inputs",
+            "one QLinearAdd, no Sum, one sum input".to_string(),
+            format!("{adds} QLinearAdds, {} Sums and {} sum inputs", s.len(), r.is_some() as usize),
+        )),
         (s, r) => Err(shape_error(
             "the sum post-ops and sum inputs",
             "as many sum inputs as sum post-ops, at most one".to_string(),

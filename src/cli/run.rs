@@ -41,7 +41,8 @@ pub struct Args {
     /// Timed inferences (the median is reported) after one warm-up.
     #[arg(long, default_value_t = 20, value_parser = positive::<usize>, allow_negative_numbers = true)]
     repeat: usize,
-    /// `fusion` (quantized patterns computed in integers) or `debug` (one op per partition).
+    /// `fusion` (quantized patterns computed in integers), `fusion-without-sum` (the same, but a
+    /// convolution's residual add is a partition of its own) or `debug` (one op per partition).
     #[arg(long, value_enum, default_value_t = PolicyChoice::Fusion)]
     policy: PolicyChoice,
     /// The seed of the random input.
@@ -67,6 +68,7 @@ pub struct Args {
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum PolicyChoice {
     Fusion,
+    FusionWithoutSum,
     Debug,
 }
 
@@ -109,6 +111,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let import = start.elapsed();
     let policy = match policy {
         PolicyChoice::Fusion => PartitionPolicy::Fusion,
+        PolicyChoice::FusionWithoutSum => PartitionPolicy::FusionWithoutSum,
         PolicyChoice::Debug => PartitionPolicy::Debug,
     };
     let partitions = imported.graph.get_partitions(policy);
@@ -182,7 +185,12 @@ fn rows(compiled: &CompiledGraph, per_step: &[Vec<f64>]) -> Vec<Row> {
         .zip(per_step)
         .map(|(step, times)| {
             let ms = median(times.clone()) * 1e3;
-            let (probe, why) = match &step.kernel {
+            // A convolution with its residual add is probed and timed as the convolution.
+            let kernel = match &step.kernel {
+                Kernel::Sum { conv, .. } => conv,
+                k => k,
+            };
+            let (probe, why) = match kernel {
                 Kernel::Conv(c) | Kernel::Dense(c) => (Probe::for_function(c.func()).map(|p| p.kind), None),
                 Kernel::Reference { why } => (None, Some(why.clone())),
                 _ => (None, None),
@@ -201,7 +209,7 @@ fn rows(compiled: &CompiledGraph, per_step: &[Vec<f64>]) -> Vec<Row> {
                 tuning: step.tuning.map_or("-", Tuning::name),
                 median_ms: ms,
                 compile_ms: step.compile.as_secs_f64() * 1e3,
-                prepare_ms: match &step.kernel {
+                prepare_ms: match kernel {
                     Kernel::Conv(c) | Kernel::Dense(c) => Some(c.prepare_time().as_secs_f64() * 1e3),
                     _ => None,
                 },

@@ -91,6 +91,7 @@ impl ExprCache {
             ExprKind::Round(_) => (13, 0),
             ExprKind::Sqrt(_) => (14, 0),
             ExprKind::Reinterpret(_) => (15, 0),
+            ExprKind::Fma(..) => (16, 0),
             ExprKind::TensorRead(..) | ExprKind::Reduce(_) => (u8::MAX, 0),
         };
         let children: Option<Vec<u32>> = children.iter().map(|c| c.number).collect();

@@ -99,6 +99,10 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 self.reinterpret(a.dtype(), dtype, v)
             }
             ExprKind::Select(c, t, f) => self.select(dtype, c, t, f),
+            ExprKind::Fma(a, b, c) => {
+                let (a, b, c) = (self.expr(a)?, self.expr(b)?, self.expr(c)?);
+                self.fma(dtype, a, b, c)
+            }
             ExprKind::Load(buffer, indices) => match self.load_runs(dtype, buffer, indices)? {
                 Some(v) => Ok(v),
                 None => self.load(dtype, buffer, indices),
@@ -295,6 +299,24 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             return Err(self.unsupported(format!("sqrt of {dtype} (defined on floats only)")));
         }
         Ok(self.map_parts(v, |tx, p, _| tx.b.ins().sqrt(p)))
+    }
+
+    /// `interp::scalar::fma`: Cranelift's `fma`, rounded once. With FMA (AVX2 and up) it is one
+    /// `vfmadd` per piece; below, lane by lane, where Cranelift calls the C library's `fmaf`/`fma`
+    /// (correctly rounded too).
+    fn fma(&mut self, dtype: DType, a: Val, b: Val, c: Val) -> Result<Val, CompileError> {
+        if !matches!(dtype.scalar, ScalarType::F32 | ScalarType::F64) {
+            return Err(self.unsupported(format!("fma of {dtype} (defined on f32 and f64 only)")));
+        }
+        if self.cx.level >= crate::isa::IsaLevel::Avx2
+            && let (Val::Pieces(xs), Val::Pieces(ys), Val::Pieces(zs)) = (&a, &b, &c)
+        {
+            let r = xs.iter().zip(ys).zip(zs).map(|((&x, &y), &z)| self.b.ins().fma(x, y, z)).collect();
+            return Ok(Val::Pieces(r));
+        }
+        let (xl, yl, zl) = (self.lanes(&a, dtype), self.lanes(&b, dtype), self.lanes(&c, dtype));
+        let r: Vec<Value> = xl.into_iter().zip(yl).zip(zl).map(|((x, y), z)| self.b.ins().fma(x, y, z)).collect();
+        Ok(self.pack_lanes(dtype, &r))
     }
 
     /// `interp::scalar::reinterpret`: a bitcast of every lane or piece. f16/bf16 already live as

@@ -18,7 +18,7 @@ use super::native::max_pool::Window as PoolWindow;
 use super::native::{Affine, Int8};
 use super::slot::Slot;
 use super::spec::{auto_spec, give_back, partition_name, take_spec};
-use crate::graph::partition::{QAdd, QGlobalAvgPool, QMaxPool, QuantTensor};
+use crate::graph::partition::{QAdd, QConv, QGlobalAvgPool, QMaxPool, QuantTensor, Residual};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
 use crate::layer::{QConvAutoSpec, QConvSpec, QDenseSpec};
 use crate::runtime::CompileOptions;
@@ -163,7 +163,7 @@ pub fn compile_tuned(
     let jobs_start = Instant::now();
     let mut compiled = compile_jobs(
         planned.iter().enumerate().filter_map(|(i, (.., plan, _))| match plan {
-            Plan::Job(job) => Some((i, job)),
+            Plan::Job(job) => Some((i, &**job)),
             Plan::Chosen(_) => None,
         }),
         options,
@@ -197,7 +197,7 @@ pub fn compile_tuned(
                     ));
                     tuning = Some(Tuning::Default);
                 }
-                (kernel, tuning, planning + time)
+                (with_sum(&partition.kind, kernel), tuning, planning + time)
             }
         };
         steps.push(Step { partition, kernel, inputs: ins, outputs: outs, compile, tuning });
@@ -255,7 +255,7 @@ fn native(kernel: Kernel) -> Chosen {
 /// What one partition needs: its kernel, or a convolution or product to compile.
 enum Plan {
     Chosen(Chosen),
-    Job(Job),
+    Job(Box<Job>),
 }
 
 /// The kernel of one partition, or what to compile for it (a convolution's or product's
@@ -272,17 +272,23 @@ fn plan(
         return Ok(Plan::Chosen(reference(format!("{} outputs", outs.len()))));
     }
     let out = &slots[outs[0]];
+    if let PartitionKind::QuantizedConv(c) = &p.kind
+        && let Some(r) = &c.residual
+        && let Err(why) = sum_fits(c, r, ins, slots, out)
+    {
+        return Ok(Plan::Chosen(reference(why)));
+    }
     Ok(match &p.kind {
         PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_) => match take_spec(graph, p) {
             Ok(spec) => {
                 let (chosen, tuning) = knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
-                Plan::Job(Job { work: Work::Layer { layer: spec, knobs: chosen, tuning } })
+                Plan::Job(Box::new(Job { work: Work::Layer { layer: spec, knobs: chosen, tuning } }))
             }
             // A convolution the x86 path does not take: the auto-scheduled definition.
             Err(why) => match auto_spec(graph, p) {
                 Ok(spec) => {
                     let (point, tuning) = auto(&spec).map_or((None, Tuning::Default), |(p, t)| (Some(p), t));
-                    Plan::Job(Job { work: Work::Auto { spec, point: point.map(Box::new), tuning } })
+                    Plan::Job(Box::new(Job { work: Work::Auto { spec, point: point.map(Box::new), tuning } }))
                 }
                 Err(auto_why) => Plan::Chosen(reference(format!("{why}; {auto_why}"))),
             },
@@ -295,6 +301,32 @@ fn plan(
         PartitionKind::Single(op) => Plan::Chosen(single(op, ins, slots, out)),
         PartitionKind::Unsupported { reason, .. } => Plan::Chosen(reference(reason.clone())),
     })
+}
+
+/// Whether a convolution's residual add can be computed with it (in its requantization, or by
+/// the native add in place, `Kernel::Sum`): one integer type throughout, the other operand
+/// stored as the output is, or why not.
+fn sum_fits(c: &QConv, r: &Residual, ins: &[usize], slots: &[Slot], out: &Slot) -> Result<(), String> {
+    let other = ins.last().map(|&i| &slots[i]).ok_or("no residual operand")?;
+    let same = other.dims == out.dims && other.nhwc == out.nhwc && other.dtype == out.dtype;
+    let ty = c.dst.dtype;
+    let types = r.add.a.dtype == ty && r.add.b.dtype == ty && r.add.dst.dtype == ty && int8(ty).is_some();
+    if same && types { Ok(()) } else { Err("a residual add of other shapes or mixed types".into()) }
+}
+
+/// A compiled convolution with its partition's residual add, if it has one and does not
+/// compute it in its own requantization (`QConvSpec::sum`; the auto-scheduled kernel does not).
+fn with_sum(kind: &PartitionKind, conv: Kernel) -> Kernel {
+    if let Kernel::Conv(c) = &conv
+        && c.has_sum()
+    {
+        return conv;
+    }
+    let PartitionKind::QuantizedConv(QConv { residual: Some(r), dst, .. }) = kind else { return conv };
+    let Some(ty) = int8(dst.dtype) else { return conv };
+    let q = |t: &QuantTensor| (t.scale, t.zero_point);
+    let params = AddParams { a: q(&r.add.a), b: q(&r.add.b), c: q(&r.add.dst) };
+    Kernel::Sum { conv: Box::new(conv), params, ty, clamp: r.add.clamp, conv_is_a: r.conv_is_a }
 }
 
 fn quantized_add(a: &QAdd, ins: &[usize], slots: &[Slot]) -> Chosen {

@@ -1,6 +1,6 @@
 //! What computes each partition (`Kernel`), and one call of it on the engine's buffers.
 
-use super::native::add::AddParams;
+use super::native::add::{AddParams, add_in_place};
 use super::native::max_pool::Window;
 use super::native::split::{add, dequantize, global_avg_pool, max_pool, quantize};
 use super::native::{Affine, Int8};
@@ -18,6 +18,10 @@ pub enum Kernel {
     /// per-side pads, batch), its whole partition one definition scheduled by the
     /// auto-scheduler's rules (`layer::compile_qconv_auto`), NHWC in and out.
     Auto(Box<CompiledAuto>),
+    /// A convolution (`Conv` or `Auto`) with its fused residual add (`graph::Residual`): the
+    /// convolution writes its integers to the output, then the add (`native::add`'s arithmetic)
+    /// combines them with the partition's last input in place.
+    Sum { conv: Box<Kernel>, params: AddParams, ty: Int8, clamp: (i32, i32), conv_is_a: bool },
     /// The quantized add (`native::add`) on same-shaped operands.
     Add { params: AddParams, ty: Int8, clamp: (i32, i32) },
     /// Max pooling on 8-bit integers, NHWC.
@@ -40,6 +44,7 @@ impl Kernel {
         match self {
             Kernel::Conv(c) | Kernel::Dense(c) => c.ops(),
             Kernel::Auto(c) => c.ops(),
+            Kernel::Sum { conv, .. } => conv.ops(),
             _ => 0,
         }
     }
@@ -49,6 +54,7 @@ impl Kernel {
         match self {
             Kernel::Conv(c) | Kernel::Dense(c) => c.kernel_description(),
             Kernel::Auto(c) => c.kernel_description(),
+            Kernel::Sum { conv, .. } => format!("{}; sum: native add (fma)", conv.describe()),
             Kernel::Add { .. } => "native add (fma)".to_string(),
             Kernel::MaxPool { .. } => "native max pool".to_string(),
             Kernel::GlobalAvgPool { .. } => "native global avg pool".to_string(),
@@ -64,8 +70,18 @@ impl Kernel {
     /// work across `pool` where there is one (compiled kernels use their own).
     pub fn run(&self, inputs: &[&Slot], output: &mut Slot, pool: Option<&Pool>) -> Result<(), LayerError> {
         match self {
+            // A fused residual add's other operand is the last input (`graph::Residual`).
+            Kernel::Conv(c) if c.has_sum() => {
+                let sum = inputs.last().map(|s| &s.bytes[..]);
+                c.run_with_sum(&inputs[0].bytes, sum, &mut output.bytes)?
+            }
             Kernel::Conv(c) | Kernel::Dense(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
             Kernel::Auto(c) => c.run(&inputs[0].bytes, &mut output.bytes)?,
+            Kernel::Sum { conv, params, ty, clamp, conv_is_a } => {
+                conv.run(&inputs[..1], output, pool)?;
+                let other = inputs[inputs.len() - 1];
+                add_in_place(&mut output.bytes, &other.bytes, *conv_is_a, params, *ty, *clamp)
+            }
             Kernel::Add { params, ty, clamp } => {
                 add(pool, &inputs[0].bytes, &inputs[1].bytes, params, *ty, *clamp, &mut output.bytes)
             }

@@ -5,10 +5,12 @@
 
 use ir::DType;
 
+use schedules::quant::QLinearAdd;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::compile::Workload;
-use crate::graph::partition::{QConv, QMatMul, QuantTensor};
+use super::native::add::AddParams;
+use crate::graph::partition::{QConv, QMatMul, QuantTensor, Residual};
 use crate::graph::window::Window;
 use crate::graph::{FinalizedGraph, Partition, PartitionKind};
 use crate::layer::{
@@ -170,7 +172,16 @@ fn conv(name: String, c: &QConv, dims: &[usize]) -> Result<QConvSpec, String> {
         bias: c.bias.clone(),
         dst: act(&c.dst),
         relu,
+        sum: c.residual.as_deref().map(qlinear_add),
     })
+}
+
+/// A convolution's residual add as the layer's fused QLinearAdd, its constants formed as the
+/// native add forms them (`AddParams::constants`).
+fn qlinear_add(r: &Residual) -> QLinearAdd {
+    let q = |t: &QuantTensor| (t.scale, t.zero_point);
+    let (ra, rb, fixed) = AddParams { a: q(&r.add.a), b: q(&r.add.b), c: q(&r.add.dst) }.constants();
+    QLinearAdd { ra, rb, fixed, dst_is_a: r.conv_is_a, clamp: r.add.clamp }
 }
 
 fn dense(name: String, m: &QMatMul, dims: &[usize]) -> Result<QDenseSpec, String> {

@@ -54,7 +54,11 @@ impl fmt::Display for PartitionLine<'_> {
                 if c.bias.is_some() {
                     s.push_str("+bias");
                 }
-                s + &act(c.activation)
+                s += &act(c.activation);
+                if let Some(r) = &c.residual {
+                    let _ = write!(s, "+sum→{}{}", r.add.dst.dtype, act(r.add.activation));
+                }
+                s
             }
             PartitionKind::QuantizedMatMul(m) => {
                 let s = format!(

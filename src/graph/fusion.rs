@@ -4,7 +4,8 @@
 //!
 //! Rules every pattern obeys:
 //! * It starts at Dequantize ops (of an activation, of constant weights and biases) and ends at
-//!   a Quantize; a Quantize followed by a Dequantize is never fused away.
+//!   a Quantize; a Quantize followed by a Dequantize is never fused away (a convolution's
+//!   residual add, `QConv::residual`, goes on past one but computes both exactly).
 //! * Every tensor strictly inside (the float results between the anchor and the Quantize) has
 //!   exactly one reader, the next op of the pattern, and is not a graph output: a tensor read
 //!   elsewhere stops the fusion.
@@ -20,7 +21,7 @@ use super::dtype::DataType;
 use super::finalize::FinalizedGraph;
 use super::op::{Op, OpId, OpKind};
 use super::partition::{
-    Activation, PartitionKind, QAdd, QConv, QGlobalAvgPool, QMatMul, QMaxPool, QuantTensor, activation_clamp,
+    Activation, PartitionKind, QAdd, QConv, QGlobalAvgPool, QMatMul, QMaxPool, QuantTensor, Residual, activation_clamp,
 };
 use super::shape::{conv_window, max_pool_window, reduce_axes};
 use super::tensor::{Dim, TensorId};
@@ -94,8 +95,8 @@ fn unsupported(g: &FinalizedGraph, op: &Op) -> Option<String> {
 }
 
 /// The groups of `PartitionPolicy::Fusion`, in no particular order.
-pub(super) fn fuse(g: &FinalizedGraph) -> Vec<Group> {
-    let mut m = Matcher { g, claimed: BTreeSet::new() };
+pub(super) fn fuse(g: &FinalizedGraph, sum: bool) -> Vec<Group> {
+    let mut m = Matcher { g, claimed: BTreeSet::new(), sum };
     let mut groups = Vec::new();
     for &id in g.order() {
         if m.claimed.contains(&id) {
@@ -160,6 +161,8 @@ struct Matcher<'a> {
     g: &'a FinalizedGraph,
     /// Ops (other than Dequantize) already in a fused group.
     claimed: BTreeSet<OpId>,
+    /// Whether a convolution takes in a residual add after its Quantize (`QConv::residual`).
+    sum: bool,
 }
 
 impl<'a> Matcher<'a> {
@@ -289,6 +292,20 @@ impl<'a> Matcher<'a> {
             out = add.outputs[0];
         }
         let (activation, dst, q_out) = self.tail(out, &mut ops)?;
+        let dst_dims = self.dims(q_out)?;
+        let mut inputs = vec![src_dq.src];
+        let mut output = q_out;
+        let mut residual = None;
+        if self.sum
+            && let Some((r, r_ops, r_out, other)) = self.residual(q_out, dst, &dst_dims)
+        {
+            ops.extend(r_ops);
+            if other != src_dq.src {
+                inputs.push(other);
+            }
+            output = r_out;
+            residual = Some(Box::new(r));
+        }
         let window = conv_window(&self.g.graph().op_ref(id), attrs, &weight_dims[2..]).ok()?;
         let requant_scales = (0..oc).map(|c| src.scale * pick(&weight_scales, c) / dst.scale).collect();
         let kind = PartitionKind::QuantizedConv(QConv {
@@ -304,9 +321,48 @@ impl<'a> Matcher<'a> {
             activation,
             clamp: activation_clamp(activation, &dst),
             dst,
-            dst_dims: self.dims(q_out)?,
+            dst_dims,
+            residual,
         });
-        Some(Group { ops, inputs: vec![src_dq.src], outputs: vec![q_out], kind })
+        Some(Group { ops, inputs, outputs: vec![output], kind })
+    }
+
+    /// `Dequantize → Add ← Dequantize(other) [→ ReLU | Clip] → Quantize` after a convolution's
+    /// Quantize output `q_out` (quantized as `conv_dst`, dims `dims`), the other operand of the
+    /// same dims: the residual, its ops, its output, and the other operand's integer tensor.
+    fn residual(
+        &self,
+        q_out: TensorId,
+        conv_dst: QuantTensor,
+        dims: &[Dim],
+    ) -> Option<(Residual, Vec<OpId>, TensorId, TensorId)> {
+        let (dq_id, dq_op) = self.next(q_out, false)?;
+        let OpKind::Dequantize(params) = &dq_op.kind else { return None };
+        let y = per_tensor(params, conv_dst.dtype)?;
+        let y_t = dq_op.outputs[0];
+        let (add_id, add) = self.next(y_t, true)?;
+        if !matches!(add.kind, OpKind::Add) || add.inputs.len() != 2 {
+            return None;
+        }
+        let conv_is_a = add.inputs[0] == y_t;
+        let (other_dq, other) = self.dq_activation(add.inputs[if conv_is_a { 1 } else { 0 }])?;
+        if other_dq.src == q_out || self.dims(other_dq.src)? != dims || !dims.iter().all(|d| d.known().is_some()) {
+            return None;
+        }
+        let mut ops = vec![dq_id, other_dq.op, add_id];
+        let (activation, dst, r_out) = self.tail(add.outputs[0], &mut ops)?;
+        let (a, b) = if conv_is_a { (y, other) } else { (other, y) };
+        let add = QAdd {
+            a,
+            a_dims: dims.to_vec(),
+            b,
+            b_dims: dims.to_vec(),
+            activation,
+            clamp: activation_clamp(activation, &dst),
+            dst,
+            dst_dims: self.dims(r_out)?,
+        };
+        Some((Residual { add, conv_is_a }, ops, r_out, other_dq.src))
     }
 
     fn matmul(&self, id: OpId) -> Option<Group> {

@@ -44,7 +44,7 @@ pub use finalize::FinalizedGraph;
 pub use op::{Op, OpId, OpKind};
 pub use partition::{
     Activation, Partition, PartitionId, PartitionKind, PartitionPolicy, QAdd, QConv, QGlobalAvgPool, QMatMul, QMaxPool,
-    QuantTensor,
+    QuantTensor, Residual,
 };
 pub use reference::ReferenceError;
 pub use tensor::{Dim, Layout, LogicalTensor, Shape, TensorId};

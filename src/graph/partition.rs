@@ -28,6 +28,9 @@ pub enum PartitionPolicy {
     /// The quantized patterns of `PartitionKind` become one partition each; every other op is a
     /// partition of its own.
     Fusion,
+    /// `Fusion`, except that a convolution's residual add (`QConv::residual`) stays a
+    /// `QuantizedAdd` partition of its own: for backends without a fused sum (the export).
+    FusionWithoutSum,
     /// One op per partition (`Single` or `Unsupported`): every Dequantize, float op and
     /// Quantize computed as written, for debugging a fused result.
     Debug,
@@ -176,10 +179,34 @@ pub struct QConv {
     pub activation: Activation,
     /// The destination's integer bounds after the activation.
     pub clamp: (i32, i32),
-    /// The destination activation (the partition's only output).
+    /// The convolution's own destination (its Quantize): the partition's output, or with a
+    /// `residual` the operand of the add.
     pub dst: QuantTensor,
     /// `[N, OC, O1..Ok]`.
     pub dst_dims: Vec<Dim>,
+    /// A residual add fused after the Quantize (OpenVINO's "sum" post-op), or none.
+    pub residual: Option<Box<Residual>>,
+}
+
+/// The residual add a `QConv` partition ends with:
+/// `Quantize → Dequantize → Add ← Dequantize(other) [→ ReLU | Clip] → Quantize`.
+///
+/// ```text
+/// y   = the QConv's destination integers (its formula above, `dst` and `clamp`), unchanged
+/// out = QAdd(y, other)   when conv_is_a,  QAdd(other, y) otherwise      (`add`'s formula)
+/// ```
+///
+/// The Quantize → Dequantize pair between the convolution and the add is kept: `y` is rounded
+/// and clamped to the conv's integers before the add reads it, exactly as the unfused graph
+/// computes it; only the add's output is written. `add.a` and `add.b` are the two Dequantizes'
+/// parameters in the Add's operand order; `other` is the partition's last input (its only one
+/// when it is also the convolution's source) and has the destination's shape (no broadcasting).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Residual {
+    /// The add, operands in the graph's order; `add.dst` is the partition's output.
+    pub add: QAdd,
+    /// Whether the convolution is the Add's first operand (the formula is asymmetric).
+    pub conv_is_a: bool,
 }
 
 /// A quantized matrix product `src[M, K] · W[K, N]`.
@@ -289,12 +316,28 @@ pub struct QGlobalAvgPool {
     pub dst_dims: Vec<Dim>,
 }
 
+impl Partition {
+    /// A `QuantizedConv` partition's convolution alone: its residual dropped and its source its
+    /// only input (what the tuner measures; the output keeps the add's tensor, of the same
+    /// shape). Any other partition unchanged.
+    pub fn without_residual(&self) -> Partition {
+        let mut p = self.clone();
+        if let PartitionKind::QuantizedConv(c) = &mut p.kind
+            && c.residual.take().is_some()
+        {
+            p.inputs.truncate(1);
+        }
+        p
+    }
+}
+
 impl FinalizedGraph {
     /// The partitions of the graph under `policy`, in execution order (module doc). Every op is
     /// in at least one partition.
     pub fn get_partitions(&self, policy: PartitionPolicy) -> Vec<Partition> {
         let groups = match policy {
-            PartitionPolicy::Fusion => fusion::fuse(self),
+            PartitionPolicy::Fusion => fusion::fuse(self, true),
+            PartitionPolicy::FusionWithoutSum => fusion::fuse(self, false),
             PartitionPolicy::Debug => self.order().iter().map(|&op| fusion::single(self, op)).collect(),
         };
         let position = |op: OpId| self.order().iter().position(|&o| o == op).unwrap_or(usize::MAX);
@@ -321,6 +364,7 @@ impl fmt::Display for PartitionPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             PartitionPolicy::Fusion => "fusion",
+            PartitionPolicy::FusionWithoutSum => "fusion without sum",
             PartitionPolicy::Debug => "debug",
         })
     }

@@ -129,7 +129,17 @@ pub fn run_partition(graph: &FinalizedGraph, p: &Partition, values: &[Value]) ->
                 .ok_or_else(|| fail("an op input is not a partition input".into()))?;
             eval_op(&g.op_ref(id), kind, &args, &args_refs(graph, &op.inputs))?
         }
-        PartitionKind::QuantizedConv(c) => quantized_conv(c, one(values).map_err(fail)?).map_err(fail)?,
+        PartitionKind::QuantizedConv(c) => match (&c.residual, values) {
+            (None, _) => quantized_conv(c, one(values).map_err(fail)?).map_err(fail)?,
+            // The other operand is the last input (the only one when it is also the source).
+            (Some(r), [x] | [x, _]) => {
+                let y = quantized_conv(c, x).map_err(fail)?;
+                let other = values.last().unwrap_or(x);
+                let (a, b) = if r.conv_is_a { (&y, other) } else { (other, &y) };
+                quantized_add(&r.add, a, b).map_err(fail)?
+            }
+            (Some(_), _) => return Err(fail(format!("expected 1 or 2 inputs, found {}", values.len()))),
+        },
         PartitionKind::QuantizedMatMul(m) => quantized_matmul(m, one(values).map_err(fail)?).map_err(fail)?,
         PartitionKind::QuantizedAdd(a) => {
             let (x, y) = match values {

@@ -46,6 +46,8 @@ pub struct CompiledQuantized {
     params: Vec<Tensor>,
     src: (DType, Vec<i64>),
     dst: (DType, Vec<i64>),
+    /// Whether the function reads a sum input (a fused residual add, `QConvSpec::sum`).
+    sum: bool,
     ops: u64,
     compile: Duration,
     prepare: Duration,
@@ -79,6 +81,7 @@ impl CompiledQuantized {
             params,
             src,
             dst,
+            sum: false,
             ops,
             compile,
             prepare: time,
@@ -86,10 +89,34 @@ impl CompiledQuantized {
         })
     }
 
+    /// The layer, marked as reading a sum input (`run_with_sum`) when `sum`.
+    pub(super) fn with_sum(mut self, sum: bool) -> CompiledQuantized {
+        self.sum = sum;
+        self
+    }
+
+    /// Whether the layer has a fused residual add (`run_with_sum`).
+    pub fn has_sum(&self) -> bool {
+        self.sum
+    }
+
     /// Runs the layer on `src` (the source's bytes, NHWC `[1, H, W, IC]`; a dense layer's
     /// `[M, K]`) into `dst` (NHWC `[1, OH, OW, OC]`; `[M, N]`), u8 or i8 data as bytes. Errors
     /// if a buffer's length is not its tensor's.
     pub fn run(&self, src: &[u8], dst: &mut [u8]) -> Result<(), LayerError> {
+        self.run_with_sum(src, None, dst)
+    }
+
+    /// `run` with the sum input of a fused residual add (`QConvSpec::sum`: NHWC bytes of the
+    /// destination's shape and type); errors if it is given exactly when the layer has none.
+    pub fn run_with_sum(&self, src: &[u8], sum: Option<&[u8]>, dst: &mut [u8]) -> Result<(), LayerError> {
+        if sum.is_some() != self.sum {
+            let (expected, found) = if self.sum { ("a sum input", "none") } else { ("none", "a sum input") };
+            let op = self.name.clone();
+            return Err(
+                SpecError { op, what: "the sum input".into(), expected: expected.into(), found: found.into() }.into()
+            );
+        }
         self.check_len("the source", &self.src.1, src.len())?;
         self.check_len("the destination", &self.dst.1, dst.len())?;
         let (Some(src), Some(dst)) = (Arg::from_bytes(self.src.0, src), Arg::from_mut_bytes(self.dst.0, dst)) else {
@@ -108,6 +135,10 @@ impl CompiledQuantized {
             },
             Arg::tensor_ref(&self.compensation),
         ];
+        if let Some(sum) = sum {
+            self.check_len("the sum input", &self.dst.1, sum.len())?;
+            args.push(Arg::from_bytes(self.dst.0, sum).expect("the destination's dtype is u8 or i8"));
+        }
         args.extend(self.params.iter().map(Arg::tensor_ref));
         args.push(dst);
         Ok(self.kernel.call_args(&mut args)?)
@@ -174,7 +205,8 @@ impl CompiledQuantized {
     pub fn kernel_description(&self) -> String {
         let kernels: Vec<String> = self.kernel_variants().iter().map(|v| v.to_string()).collect();
         let map = if self.uses_map_kernel() { "map kernel" } else { "loops" };
-        format!("{}: {}; requantization: {map}", self.isa_level().name(), kernels.join(", "))
+        let sum = if self.sum { " with the residual add" } else { "" };
+        format!("{}: {}; requantization{sum}: {map}", self.isa_level().name(), kernels.join(", "))
     }
 
     /// Whether the per-call function was compiled for an earlier layer (`KernelCache`).

@@ -20,7 +20,7 @@ use ir::workload::workload_key;
 use schedules::ops::GemmOperands;
 use schedules::ops::{Conv2dParams, Layout};
 use schedules::ops::{DirectConvLayer, conv2d_int8_direct};
-use schedules::quant::{PostOp, QuantAttrs, Requantization, Scales, TensorQuant};
+use schedules::quant::{PostOp, QLinearAdd, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
 use schedules::x86_conv::{
     Conv2dInt8, Conv2dInt8Error, Conv2dInt8Knobs, conv2d_int8, default_conv_knobs, schedule_conv2d_int8, weight_range,
@@ -72,6 +72,10 @@ pub struct QConvSpec {
     pub dst: ActQuant,
     /// ReLU fused (`max(q, zp_dst)` before saturating).
     pub relu: bool,
+    /// A residual add fused after the requantization (onnxruntime's QLinearAdd of `dst` and a
+    /// sum input of the destination's shape and type, `schedules::quant`'s onnxruntime order):
+    /// the layer then writes the add's output and `CompiledQuantized::run_with_sum` runs it.
+    pub sum: Option<QLinearAdd>,
 }
 
 impl QConvSpec {
@@ -143,7 +147,10 @@ impl QConvSpec {
             wei_scales: Scales::new("weights scales", self.weight_scales.clone(), mask, &wei_dims)?,
             dst: TensorQuant::per_tensor("dst", self.dst.scale, self.dst.zero_point, self.dst.dtype)?,
             dst_dtype: self.dst.dtype,
-            post_ops: if self.relu { vec![PostOp::Relu] } else { Vec::new() },
+            post_ops: [self.relu.then_some(PostOp::Relu), self.sum.map(PostOp::QLinearAdd)]
+                .into_iter()
+                .flatten()
+                .collect(),
             requantization: Requantization::OnnxRuntime,
         })
     }
@@ -279,7 +286,8 @@ fn schedule_quantized(
     let attrs = spec.attrs()?;
     let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
     let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
-    let layer = conv2d_int8(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs, operands, &spec.name)?;
+    let sum = sum_input(spec, shapes)?;
+    let layer = conv2d_int8(&src, &wei, None, sum.as_ref(), conv, &attrs, Layout::Nhwc, knobs, operands, &spec.name)?;
     Ok((layer, operands))
 }
 
@@ -291,11 +299,11 @@ fn gemm_operands(spec: &QConvSpec, knobs: Conv2dInt8Knobs, level: IsaLevel) -> G
     knobs.operands(vnni, range)
 }
 
-/// A definition, its GEMM operands, and the source and weight placeholders it reads.
-type Defined = (DirectConvLayer, GemmOperands, (ir::te::Tensor, ir::te::Tensor));
+/// A definition, its GEMM operands, and the source, weight and sum placeholders it reads.
+type Defined = (DirectConvLayer, GemmOperands, (ir::te::Tensor, ir::te::Tensor, Option<ir::te::Tensor>));
 
 /// `schedule_quantized`'s definition without its schedule (`ops::conv2d_int8_direct` for
-/// checked `knobs`), the GEMM operands, and the source and weight placeholders it reads.
+/// checked `knobs`), the GEMM operands, and the source, weight and sum placeholders it reads.
 fn define_quantized(
     spec: &QConvSpec,
     shapes: &Shapes,
@@ -308,9 +316,29 @@ fn define_quantized(
     let src = placeholder_vec(shapes.src.clone(), spec.src.dtype, "src").map_err(schedules::quant::QuantError::from)?;
     let wei = placeholder_vec(shapes.wei.clone(), DType::I8, "weights").map_err(schedules::quant::QuantError::from)?;
     let rows = knobs.source_rows();
-    let layer =
-        conv2d_int8_direct(&src, &wei, None, None, conv, &attrs, Layout::Nhwc, knobs.nr, operands, rows, &spec.name)?;
-    Ok((layer, operands, (src, wei)))
+    let sum = sum_input(spec, shapes)?;
+    let layer = conv2d_int8_direct(
+        &src,
+        &wei,
+        None,
+        sum.as_ref(),
+        conv,
+        &attrs,
+        Layout::Nhwc,
+        knobs.nr,
+        operands,
+        rows,
+        &spec.name,
+    )?;
+    Ok((layer, operands, (src, wei, sum)))
+}
+
+/// The placeholder of the fused residual add's other operand (the destination's shape and
+/// type), where `spec` has one.
+fn sum_input(spec: &QConvSpec, shapes: &Shapes) -> Result<Option<ir::te::Tensor>, LayerError> {
+    let Some(_) = spec.sum else { return Ok(None) };
+    let sum = placeholder_vec(shapes.dst.clone(), spec.dst.dtype, "sum").map_err(schedules::quant::QuantError::from)?;
+    Ok(Some(sum))
 }
 
 /// The weights of `spec` prepared for its function's operands and `knobs.nr`: the per-call
@@ -352,13 +380,13 @@ fn build_quantized(
     // The definition alone first: its key finds a function compiled for an earlier layer, and
     // only a new one is scheduled (as `schedule_quantized` does), lowered and compiled.
     knobs.check().map_err(Conv2dInt8Error::from)?;
-    let (definition, operands, (src, wei)) = define_quantized(spec, shapes, conv, knobs, level)?;
+    let (definition, operands, (src, wei, sum)) = define_quantized(spec, shapes, conv, knobs, level)?;
     let name = &spec.name;
     let threads = options.threads.filter(|&t| t > 0);
     let key = (workload_key(&[&definition.output]).key, knobs, level, threads, format!("{:?}", options.opt_level));
     let params = definition.params.iter().map(|p| Tensor::from_array(&p.values)).collect();
     let ((kernel, trace), cached) = cache.get_or_build(key, || {
-        let layer = schedule_conv2d_int8(definition, &src, &wei, None, None, Layout::Nhwc, knobs, operands)?;
+        let layer = schedule_conv2d_int8(definition, &src, &wei, None, sum.as_ref(), Layout::Nhwc, knobs, operands)?;
         let compiled = build(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), name, options)?.compiled;
         Ok((compiled, layer.schedule.trace()))
     })?;
@@ -372,6 +400,7 @@ fn build_quantized(
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
     CompiledQuantized::new(name.clone(), (kernel, cached), knobs, operands, prepared, io, (ops, compile, trace))
+        .map(|c| c.with_sum(spec.sum.is_some()))
 }
 
 /// `spec`'s per-call function lowered for `level` (not compiled: any level, whatever this CPU
@@ -383,6 +412,10 @@ fn lower_quantized(
     knobs: Conv2dInt8Knobs,
     level: IsaLevel,
 ) -> Result<LoweredQuantized, LayerError> {
+    if spec.sum.is_some() {
+        // The export's C loops call the function without a sum input (it partitions without).
+        return Err(spec.error("the residual add", "none in an exported layer", "a fused QLinearAdd").into());
+    }
     let (layer, operands) = schedule_quantized(spec, shapes, conv, knobs, level)?;
     let key = format!("{} {knobs:?} {}", workload_key(&[&layer.layer.output]).key, level.name());
     let func = ir::lower::lower(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), &spec.name)

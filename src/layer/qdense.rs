@@ -109,6 +109,7 @@ impl QDenseSpec {
             bias: self.bias.clone(),
             dst: self.dst,
             relu: self.relu,
+            sum: None,
         }
     }
 }

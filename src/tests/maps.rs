@@ -152,6 +152,43 @@ fn cases() -> Vec<MapCase> {
                 x[0].cast(DType::F32) * x[2].clone() + x[1].cast(DType::F32) - f32c(1.5)
             }),
         },
+        // A fused multiply-add, rounded once (edge values: NaN, ±∞, ±0, subnormals).
+        MapCase {
+            name: "fma_f32",
+            inputs: vec![(f32, true), (f32, false), (f32, true)],
+            body: std::rc::Rc::new(|x: &[Expr]| x[0].fma(&x[1], &x[2])),
+        },
+        // A requantization followed by onnxruntime's QLinearAdd with a u8 row (the fused
+        // residual add, `schedules::quant`): two FMAs, clamps, an i8 destination.
+        MapCase {
+            name: "qlinear_add_i8",
+            inputs: vec![(i32, true), (i32, false), (f32, false), (DType::U8, true)],
+            body: std::rc::Rc::new(|x: &[Expr]| {
+                let q = ((&x[0] - &x[1]).cast(DType::F32) * x[2].clone()).round() + f32c(3.0);
+                let q = select(f32c(3.0).lt(&q), q, f32c(3.0));
+                let q = select(q.clone().lt(f32c(255.0)), q, f32c(255.0));
+                let r = x[3].cast(DType::F32);
+                let c = r.fma(&f32c(0.731), &q.fma(&f32c(1.37), &f32c(-101.3)));
+                let c = select(f32c(-128.0).lt(&c), c, f32c(-128.0));
+                let c = select(c.lt(f32c(120.0)), c, f32c(120.0));
+                c.round().saturating_cast(DType::I8)
+            }),
+        },
+        // Clamps: `a < b ? b : a` (`vmaxps`) and `a < b ? a : b` (`vminps`), also written with
+        // `>`, on NaN, equal values and zeros of either sign; and a select that is neither.
+        MapCase {
+            name: "min_max_f32",
+            inputs: vec![(f32, true), (f32, false), (f32, true)],
+            body: std::rc::Rc::new(|x: &[Expr]| {
+                let (a, b, c) = (&x[0], &x[1], &x[2]);
+                let max = select(a.lt(b), b.clone(), a.clone());
+                let min = select(max.lt(c), max.clone(), c.clone());
+                let max_gt = select(min.gt(a), min.clone(), a.clone());
+                let min_gt = select(max_gt.gt(b), b.clone(), max_gt.clone());
+                let neither = select(min_gt.lt(c), c.clone(), b.clone());
+                neither + min_gt
+            }),
+        },
         // Wrapping i32 arithmetic and every comparison of a select.
         MapCase {
             name: "int_select",
@@ -178,11 +215,15 @@ fn map_kernels_equal_the_interpreter_at_every_level() {
             // four vectors (a narrowing store's packs) and single ones after them.
             for (m, n) in [(3, 40), (2, 37), (1, 16), (2, 136), (2, 139), (2, 5)] {
                 let ran = case.check(m, n, level);
-                if ran && case.name != "int_select" && case.name != "sum_f32" {
+                if ran && !["int_select", "sum_f32", "fma_f32", "min_max_f32"].contains(&case.name) {
                     let lanes = if level.has_avx512() { 16 } else { 8 };
                     let code = crate::disasm::disassemble(compile_at(&case.func(m, n), level).machine_code());
                     let grouped = code.contains("vpermd");
                     assert_eq!(grouped, n >= 4 * lanes, "{} {m}x{n} at {level}\n{code}", case.name);
+                }
+                if ran && case.name == "min_max_f32" {
+                    let code = crate::disasm::disassemble(compile_at(&case.func(m, n), level).machine_code());
+                    assert!(code.contains("vmaxps") && code.contains("vminps"), "{m}x{n} at {level}\n{code}");
                 }
                 let expected = match level {
                     IsaLevel::Avx512Vnni | IsaLevel::Amx => true,

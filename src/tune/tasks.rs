@@ -266,6 +266,8 @@ pub fn extract(path: &Path) -> Result<ModelTasks, TaskError> {
         if !matches!(p.kind, PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_)) {
             continue;
         }
+        // A fused residual add is not tuned: the task is the convolution alone.
+        let p = &p.without_residual();
         let Ok(spec) = partition_spec(&graph, p) else {
             // The engine's choice: the auto-scheduled kernel, else the reference (no task).
             let Ok((spec, workload)) = auto_spec(&graph, p).and_then(|s| {

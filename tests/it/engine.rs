@@ -94,25 +94,39 @@ fn every_partition_of_every_model_matches_the_reference_at_every_level() {
     }
 }
 
+/// The compiled convolution of a step, alone or with its fused residual add.
+fn compiled_conv(k: &Kernel) -> Option<&tensorlift::layer::CompiledQuantized> {
+    match k {
+        Kernel::Conv(c) => Some(c),
+        Kernel::Sum { conv, .. } => compiled_conv(conv),
+        _ => None,
+    }
+}
+
 #[test]
 fn quantized_models_run_their_convolutions_on_compiled_kernels() {
     for path in models().iter().filter(|p| p.to_string_lossy().contains("_q")) {
         let g = compiled(path, IsaLevel::Scalar, 1);
-        let convs = g.steps().iter().filter(|s| matches!(s.kernel, Kernel::Conv(_))).count();
+        let convs = g.steps().iter().filter(|s| compiled_conv(&s.kernel).is_some()).count();
         let fused = g.steps().iter().filter(|s| s.partition.kind.name() == "QuantizedConv").count();
         assert!(fused >= 20, "{}: {fused} fused convolutions", path.display());
         assert_eq!(convs, fused, "{}: every fused convolution compiled", path.display());
-        // Convolutions of one geometry share one function, whatever their quantization.
+        // Convolutions of one geometry share one function, whatever their quantization; one
+        // with a residual add in its epilogue has its own (the add's constants are in its code).
         let mut geometries = std::collections::HashSet::new();
-        let mut compiled_functions = 0;
+        let (mut compiled_functions, mut plain) = (0, 0);
         for step in g.steps() {
-            if let Kernel::Conv(c) = &step.kernel {
-                geometries.insert((c.src_shape().1.to_vec(), c.dst_shape().1.to_vec(), c.ops(), c.knobs()));
+            if let Some(c) = compiled_conv(&step.kernel) {
+                let own = c.has_sum().then_some(step.partition.id);
+                geometries.insert((c.src_shape().1.to_vec(), c.dst_shape().1.to_vec(), c.ops(), c.knobs(), own));
                 compiled_functions += usize::from(!c.cached());
+                plain += usize::from(!c.has_sum());
             }
         }
         assert_eq!(compiled_functions, geometries.len(), "{}: one function per geometry", path.display());
-        assert!(geometries.len() < fused * 2 / 3, "{}: {} geometries", path.display(), geometries.len());
+        let sums = convs - plain;
+        let shared = geometries.len() - sums;
+        assert!(shared < plain, "{}: {shared} geometries of {plain} convolutions", path.display());
         let references: Vec<String> = g
             .steps()
             .iter()
@@ -215,13 +229,16 @@ fn a_hand_built_residual_block_matches_the_reference_at_every_level() {
         for act in [DataType::U8, DataType::S8] {
             for &level in &levels {
                 let graph = residual_block(seed, act).finalize().unwrap();
-                let partitions = graph.get_partitions(PartitionPolicy::Fusion);
-                let kinds: Vec<&str> = partitions.iter().map(|p| p.kind.name()).collect();
+                // The add fuses into the second convolution; without the sum it is its own.
+                let unfused = graph.get_partitions(PartitionPolicy::FusionWithoutSum);
+                let kinds: Vec<&str> = unfused.iter().map(|p| p.kind.name()).collect();
                 for kind in
                     ["QuantizedConv", "QuantizedAdd", "QuantizedMaxPool", "QuantizedGlobalAvgPool", "QuantizedMatMul"]
                 {
                     assert!(kinds.contains(&kind), "seed {seed}: no {kind} in {kinds:?}");
                 }
+                let partitions = graph.get_partitions(PartitionPolicy::Fusion);
+                assert_eq!(partitions.len() + 1, unfused.len(), "seed {seed}: the add is fused");
                 let options =
                     CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
                 let mut g = engine::compile(graph, partitions, &options).unwrap();
@@ -264,4 +281,57 @@ fn every_tensor_is_the_same_at_every_thread_count() {
             assert_eq!(differs, None, "{}: a tensor at {threads} threads", path.display());
         }
     }
+}
+
+/// Compiles `graph` under `policy` at `level` on two threads and runs it on the seeded input.
+fn outputs_under(
+    graph: &tensorlift::graph::FinalizedGraph,
+    policy: PartitionPolicy,
+    level: IsaLevel,
+) -> (Vec<Value>, usize) {
+    let options = CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
+    let partitions = graph.get_partitions(policy);
+    let mut g = engine::compile(graph.clone(), partitions, &options).unwrap();
+    // The residual add in the convolution's requantization, or (auto-scheduled) after it.
+    let sums = g
+        .steps()
+        .iter()
+        .filter(|s| match &s.kernel {
+            Kernel::Conv(c) => c.has_sum(),
+            Kernel::Sum { .. } => true,
+            _ => false,
+        })
+        .count();
+    let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, 11)).collect();
+    (g.execute(&inputs).unwrap().0, sums)
+}
+
+#[test]
+fn a_fused_residual_add_equals_the_unfused_partitions_at_every_level() {
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "the residual sum");
+    let mut graphs: Vec<(String, tensorlift::graph::FinalizedGraph, bool)> = Vec::new();
+    for seed in 0..4 {
+        for act in [DataType::U8, DataType::S8] {
+            graphs.push((format!("residual block {seed} {act}"), residual_block(seed, act).finalize().unwrap(), true));
+        }
+    }
+    for path in models() {
+        let model = tensorlift::onnx::load(&path).unwrap();
+        graphs.push((path.file_name().unwrap().to_string_lossy().into_owned(), model.graph, false));
+    }
+    let mut fused_somewhere = 0;
+    for (what, graph, must_fuse) in &graphs {
+        for &level in &levels {
+            let (fused, sums) = outputs_under(graph, PartitionPolicy::Fusion, level);
+            let (unfused, none) = outputs_under(graph, PartitionPolicy::FusionWithoutSum, level);
+            assert_eq!(none, 0, "{what} at {level}");
+            assert!(!must_fuse || sums == 1, "{what} at {level}: {sums} fused sums");
+            fused_somewhere += sums;
+            assert_eq!(fused.len(), unfused.len());
+            for (f, u) in fused.iter().zip(&unfused) {
+                assert!(f.bits_eq(u), "{what} at {level}: the fused sum differs from the unfused add");
+            }
+        }
+    }
+    assert!(fused_somewhere > 0);
 }

@@ -48,7 +48,11 @@ fn mobilenet_models_compile_every_partition_and_match_the_reference_at_every_lev
                 g.steps().iter().filter(|s| matches!(s.kernel, Kernel::Auto(_))).map(|s| s.kernel.describe()).collect();
             assert_eq!(auto.len(), 3, "{what}: auto-scheduled convolutions {auto:?}");
             assert!(auto.iter().all(|d| d.ends_with("auto rules")), "{what}: {auto:?}");
+            // One pointwise convolution carries the residual add in its epilogue.
             assert_eq!(g.steps().iter().filter(|s| matches!(s.kernel, Kernel::Conv(_))).count(), 3, "{what}");
+            let sums = g.steps().iter().filter(|s| matches!(&s.kernel, Kernel::Conv(c) if c.has_sum())).count();
+            assert_eq!(sums, 1, "{what}");
+            assert!(!g.steps().iter().any(|s| matches!(s.kernel, Kernel::Sum { .. })), "{what}");
             for seed in [3, 11] {
                 check_against_reference(&mut g, seed, &what);
             }

@@ -39,10 +39,11 @@ fn no_records() -> ModelExport {
     ModelExport { user: Vec::new(), pretuned: Vec::new(), threads: THREADS.to_vec() }
 }
 
-/// The engine on `threads` threads (what `tensorlift run --threads` compiles).
+/// The engine on `threads` threads on the export's partitions (`FusionWithoutSum`: what
+/// `tensorlift run --threads --policy fusion-without-sum` compiles).
 fn engine_on(graph: &FinalizedGraph, threads: usize) -> engine::CompiledGraph {
     let options = CompileOptions { threads: Some(threads), ..CompileOptions::default() };
-    engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::Fusion), &options).expect("engine")
+    engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::FusionWithoutSum), &options).expect("engine")
 }
 
 fn options(name: &str, levels: &[IsaLevel]) -> ExportOptions {

@@ -611,9 +611,21 @@ fn a_shared_dequantize_feeds_each_fused_partition() {
     let out = g.apply("q_add", q(1.0, 0, U8), &[sr]).unwrap();
     g.mark_output(out).unwrap();
     let fg = g.finalize().unwrap();
-    let parts = fg.get_partitions(PartitionPolicy::Fusion);
+    // Fused, the add reads the convolution's own source: one partition, one input.
+    let fused = fg.get_partitions(PartitionPolicy::Fusion);
+    assert_eq!(fused.len(), 1, "{fused:#?}");
+    let PartitionKind::QuantizedConv(c) = &fused[0].kind else { panic!("{:?}", fused[0].kind) };
+    let r = c.residual.as_ref().expect("the add is fused");
+    assert!(r.conv_is_a);
+    assert_eq!((fused[0].inputs.clone(), fused[0].outputs.clone()), (vec![x], vec![out]));
+    let x_value = Value::u8(&[1, 1, 2, 2], vec![0, 7, 100, 255]).unwrap();
+    assert_eq!(
+        run(&fg.graph().clone(), PartitionPolicy::Fusion, &[(x, x_value.clone())]),
+        run(&fg.graph().clone(), PartitionPolicy::FusionWithoutSum, &[(x, x_value)])
+    );
+    let parts = fg.get_partitions(PartitionPolicy::FusionWithoutSum);
     assert_eq!(parts.len(), 2, "{parts:#?}");
-    assert!(matches!(parts[0].kind, PartitionKind::QuantizedConv(_)));
+    assert!(matches!(&parts[0].kind, PartitionKind::QuantizedConv(c) if c.residual.is_none()));
     let PartitionKind::QuantizedAdd(a) = &parts[1].kind else { panic!("{:?}", parts[1].kind) };
     assert_eq!(parts[1].inputs, vec![yq, x]);
     assert_eq!((a.a.zero_point, a.b.scale, a.clamp), (7, 0.5, (0, 255)));
@@ -1142,4 +1154,121 @@ fn quantized_add_uses_fused_multiply_adds() {
     g.mark_output(out).unwrap();
     let input = [(a, Value::u8(&[1], vec![1]).unwrap()), (b, Value::u8(&[1], vec![203]).unwrap())];
     assert_eq!(run(&g, PartitionPolicy::Fusion, &input), [Value::u8(&[1], vec![54]).unwrap()]);
+}
+
+/// `u8 x[1, 2, 3, 3]` → 1×1 conv → Quantize `q_conv` → Dequantize → Add with `Dequantize(r)`
+/// (`r` of `r_dims`; the conv the Add's first operand when `conv_first`) → ReLU → Quantize.
+struct SumNet {
+    graph: Graph,
+    x: TensorId,
+    r: TensorId,
+    conv_q: TensorId,
+    conv_f: TensorId,
+    out: TensorId,
+}
+
+fn sum_net(conv_first: bool, r_dims: [usize; 4]) -> SumNet {
+    let mut g = Graph::new();
+    let x = g.input("x", U8, [1, 2, 3, 3]);
+    let r = g.input("r", U8, r_dims);
+    let xf = g.apply("dq_x", dq(0.5, 7), &[x]).unwrap();
+    let w = g.constant("w", Value::s8(&[2, 2, 1, 1], vec![2, -3, 5, 1]).unwrap());
+    let wf = g.apply("dq_w", dq(0.25, 0), &[w]).unwrap();
+    let y = g.apply("conv", OpKind::Convolution(ConvAttrs::unit(2)), &[xf, wf]).unwrap();
+    let conv_q = g.apply("q_conv", q(0.5, 9, U8), &[y]).unwrap();
+    let conv_f = g.apply("dq_y", dq(0.5, 9), &[conv_q]).unwrap();
+    let rf = g.apply("dq_r", dq(0.25, 3), &[r]).unwrap();
+    let operands = if conv_first { [conv_f, rf] } else { [rf, conv_f] };
+    let s = g.apply("add", OpKind::Add, &operands).unwrap();
+    let sr = g.apply("relu", OpKind::ReLU, &[s]).unwrap();
+    let out = g.apply("q_add", q(1.0, 5, U8), &[sr]).unwrap();
+    SumNet { graph: g, x, r, conv_q, conv_f, out }
+}
+
+/// Every value of the inputs of a `SumNet`, deterministic.
+fn sum_inputs(net: &SumNet, r_dims: [usize; 4]) -> Vec<(TensorId, Value)> {
+    let x = Value::u8(&[1, 2, 3, 3], (0..18).map(|i| (i * 37 % 256) as u8).collect()).unwrap();
+    let r_len = r_dims.iter().product::<usize>();
+    let r = Value::u8(&r_dims, (0..r_len).map(|i| (i * 71 % 256) as u8).collect()).unwrap();
+    vec![(net.x, x), (net.r, r)]
+}
+
+#[test]
+fn a_residual_add_after_the_quantize_fuses_into_the_convolution() {
+    for conv_first in [true, false] {
+        let mut net = sum_net(conv_first, [1, 2, 3, 3]);
+        net.graph.mark_output(net.out).unwrap();
+        let fg = net.graph.clone().finalize().unwrap();
+        let parts = fg.get_partitions(PartitionPolicy::Fusion);
+        assert_eq!(parts.len(), 1, "{parts:#?}");
+        let PartitionKind::QuantizedConv(c) = &parts[0].kind else { panic!("{:?}", parts[0].kind) };
+        let r = c.residual.as_ref().expect("the add is fused");
+        assert_eq!(r.conv_is_a, conv_first);
+        // The conv's own Quantize stays in the definition; the add's operands in graph order.
+        assert_eq!((c.dst.scale, c.dst.zero_point, c.clamp), (0.5, 9, (0, 255)));
+        let (conv, other) = if conv_first { (r.add.a, r.add.b) } else { (r.add.b, r.add.a) };
+        assert_eq!((conv.scale, conv.zero_point, other.scale, other.zero_point), (0.5, 9, 0.25, 3));
+        assert_eq!(
+            (r.add.dst.scale, r.add.dst.zero_point, r.add.clamp, r.add.activation),
+            (1.0, 5, (5, 255), Activation::ReLU)
+        );
+        assert_eq!((parts[0].inputs.clone(), parts[0].outputs.clone()), (vec![net.x, net.r], vec![net.out]));
+        assert_eq!(parts[0].ops.len(), 9, "dq_x, dq_w, conv, q_conv, dq_y, dq_r, add, relu, q_add");
+        // Without the sum: the conv and the add as before; the results are the same.
+        let kinds_without: Vec<_> =
+            fg.get_partitions(PartitionPolicy::FusionWithoutSum).iter().map(|p| p.kind.name()).collect();
+        assert_eq!(kinds_without, ["QuantizedConv", "QuantizedAdd"]);
+        let inputs = sum_inputs(&net, [1, 2, 3, 3]);
+        let fused = run(&net.graph, PartitionPolicy::Fusion, &inputs);
+        assert_eq!(fused, run(&net.graph, PartitionPolicy::FusionWithoutSum, &inputs));
+    }
+}
+
+#[test]
+fn a_residual_whose_intermediate_is_read_elsewhere_is_not_fused() {
+    let fused_residual = |g: &Graph| {
+        g.clone()
+            .finalize()
+            .unwrap()
+            .get_partitions(PartitionPolicy::Fusion)
+            .iter()
+            .any(|p| matches!(&p.kind, PartitionKind::QuantizedConv(c) if c.residual.is_some()))
+    };
+    // The control: fused.
+    let mut net = sum_net(true, [1, 2, 3, 3]);
+    net.graph.mark_output(net.out).unwrap();
+    assert!(fused_residual(&net.graph));
+    // The conv's integers also read by a MaxPool.
+    let mut net = sum_net(true, [1, 2, 3, 3]);
+    let pooled = net.graph.apply("pool", OpKind::MaxPool(MaxPoolAttrs::square(1, 1, 0)), &[net.conv_q]).unwrap();
+    net.graph.mark_output(net.out).unwrap();
+    net.graph.mark_output(pooled).unwrap();
+    assert!(!fused_residual(&net.graph));
+    let kinds: Vec<_> = kinds(&net.graph, PartitionPolicy::Fusion);
+    assert!(kinds.contains(&"QuantizedAdd"), "{kinds:?}");
+    let inputs = sum_inputs(&net, [1, 2, 3, 3]);
+    assert_eq!(
+        run(&net.graph, PartitionPolicy::Fusion, &inputs),
+        run(&net.graph, PartitionPolicy::FusionWithoutSum, &inputs)
+    );
+    // The conv's integers a graph output.
+    let mut net = sum_net(true, [1, 2, 3, 3]);
+    net.graph.mark_output(net.out).unwrap();
+    net.graph.mark_output(net.conv_q).unwrap();
+    assert!(!fused_residual(&net.graph));
+    // The dequantized conv read by another op too.
+    let mut net = sum_net(false, [1, 2, 3, 3]);
+    let other = net.graph.apply("relu2", OpKind::ReLU, &[net.conv_f]).unwrap();
+    net.graph.mark_output(net.out).unwrap();
+    net.graph.mark_output(other).unwrap();
+    assert!(!fused_residual(&net.graph));
+    // An operand that broadcasts.
+    let mut net = sum_net(true, [1, 2, 1, 1]);
+    net.graph.mark_output(net.out).unwrap();
+    assert!(!fused_residual(&net.graph));
+    let inputs = sum_inputs(&net, [1, 2, 1, 1]);
+    assert_eq!(
+        run(&net.graph, PartitionPolicy::Fusion, &inputs),
+        run(&net.graph, PartitionPolicy::FusionWithoutSum, &inputs)
+    );
 }

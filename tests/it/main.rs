@@ -13,6 +13,7 @@ mod engine_grouped;
 mod errors;
 mod export;
 mod export_model;
+mod fused_sum;
 mod golden;
 mod graph;
 mod indexing;

@@ -401,7 +401,15 @@ fn quantized_models_fuse_into_quantized_partitions() {
         let name = path.display();
         assert!(unsupported.is_empty(), "{name}: {unsupported:?}");
         assert_eq!(kinds.get("QuantizedConv").copied().unwrap_or(0), convs, "{name}: {kinds:?}");
-        assert_eq!(kinds.get("QuantizedAdd").copied().unwrap_or(0), adds, "{name}: {kinds:?}");
+        // Each Add is a QuantizedAdd, or fused into a convolution as its residual.
+        let sums = partitions
+            .iter()
+            .filter(|p| matches!(&p.kind, PartitionKind::QuantizedConv(c) if c.residual.is_some()))
+            .count();
+        assert_eq!(kinds.get("QuantizedAdd").copied().unwrap_or(0) + sums, adds, "{name}: {kinds:?}");
+        let unfused = model.graph.get_partitions(PartitionPolicy::FusionWithoutSum);
+        let unfused_adds = unfused.iter().filter(|p| matches!(p.kind, PartitionKind::QuantizedAdd(_))).count();
+        assert_eq!(unfused_adds, adds, "{name}: without the sum");
         assert_eq!(kinds.get("QuantizedMatMul").copied().unwrap_or(0), matmuls, "{name}: {kinds:?}");
         assert_eq!(kinds.get("QuantizedGlobalAvgPool").copied().unwrap_or(0), 1, "{name}: {kinds:?}");
     }

@@ -150,6 +150,7 @@ fn spec(case: &Case, src_dtype: DType, dst_dtype: DType, per_channel: bool, relu
         bias: Some(bias),
         dst: ActQuant { dtype: dst_dtype, scale: 1.0, zero_point: zp(dst_dtype, 119) },
         relu,
+        sum: None,
     }
 }
 
@@ -425,7 +426,7 @@ fn the_definition_in_onnxruntimes_order_equals_the_reference_under_the_interpret
 fn onnxruntimes_order_rejects_an_f32_bias_a_sum_and_a_wide_destination() {
     use ir::te::placeholder;
     use schedules::ops::dense_int8;
-    use schedules::quant::{PostOp, QuantAttrs, QuantError, Requantization};
+    use schedules::quant::{PostOp, QLinearAdd, QuantAttrs, QuantError, Requantization};
 
     let src = placeholder([1, 8], DType::U8, "src").unwrap();
     let wei = placeholder([4, 8], DType::I8, "wei").unwrap();
@@ -442,6 +443,21 @@ fn onnxruntimes_order_rejects_an_f32_bias_a_sum_and_a_wide_destination() {
     let with_sum = QuantAttrs { post_ops: vec![PostOp::Sum { scale: 1.0, zero_point: 0 }], ..ort(DType::U8) };
     let sum_error = dense_int8(&src, &wei, None, Some(&sum), &with_sum, "fc").unwrap_err();
     assert!(matches!(&sum_error, QuantError::Shape { what, .. } if what.contains("post-ops")), "{sum_error}");
+    // A fused QLinearAdd: last, with a sum input of the destination's type and shape, in
+    // onnxruntime's order only; anything else is a typed error.
+    let add = PostOp::QLinearAdd(QLinearAdd { ra: 0.5, rb: 0.25, fixed: 3.0, dst_is_a: true, clamp: (0, 255) });
+    let with_add = QuantAttrs { post_ops: vec![PostOp::Relu, add], ..ort(DType::U8) };
+    assert!(dense_int8(&src, &wei, None, Some(&sum), &with_add, "fc").is_ok());
+    let no_input = dense_int8(&src, &wei, None, None, &with_add, "fc").unwrap_err();
+    assert!(matches!(&no_input, QuantError::Shape { what, .. } if what.contains("QLinearAdd")), "{no_input}");
+    let s8_sum = placeholder([1, 4], DType::I8, "sum").unwrap();
+    let mixed = dense_int8(&src, &wei, None, Some(&s8_sum), &with_add, "fc").unwrap_err();
+    assert!(matches!(&mixed, QuantError::Shape { what, .. } if what.contains("post-ops")), "{mixed}");
+    let first = QuantAttrs { post_ops: vec![add, PostOp::Relu], ..ort(DType::U8) };
+    let not_last = dense_int8(&src, &wei, None, Some(&sum), &first, "fc").unwrap_err();
+    assert!(matches!(&not_last, QuantError::Shape { what, .. } if what.contains("post-ops")), "{not_last}");
+    let onednn_add = QuantAttrs { requantization: Requantization::OneDnn, ..with_add };
+    assert!(dense_int8(&src, &wei, None, Some(&sum), &onednn_add, "fc").is_err());
     // The same attributes in oneDNN's order accept the f32 bias.
     let onednn = QuantAttrs { requantization: Requantization::OneDnn, ..ort(DType::U8) };
     assert!(dense_int8(&src, &wei, Some(&bias), None, &onednn, "fc").is_ok());

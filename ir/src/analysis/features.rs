@@ -314,6 +314,7 @@ impl Walk {
                 | ExprKind::Cmp(..)
                 | ExprKind::Not(_)
                 | ExprKind::Select(..)
+                | ExprKind::Fma(..)
                 | ExprKind::Round(_)
                 | ExprKind::Sqrt(_)
                 | ExprKind::VectorReduce(..)

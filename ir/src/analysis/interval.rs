@@ -321,7 +321,9 @@ fn raw_bounds(expr: &Expr, scope: &Scope) -> Interval {
             None => Interval::EVERYTHING,
         },
         // Float values (the domain is integers) and reductions: unknown.
-        ExprKind::Float(_) | ExprKind::Round(_) | ExprKind::Sqrt(_) | ExprKind::Reduce(_) => Interval::EVERYTHING,
+        ExprKind::Float(_) | ExprKind::Round(_) | ExprKind::Sqrt(_) | ExprKind::Fma(..) | ExprKind::Reduce(_) => {
+            Interval::EVERYTHING
+        }
     }
 }
 

@@ -193,6 +193,13 @@ impl Compiler {
                 let a = self.operand(a)?;
                 sqrt_fn(ty, a)
             }
+            ExprKind::Fma(a, b, c) => {
+                if ty != ScalarType::F32 && ty != ScalarType::F64 {
+                    return Err(malformed(format!("fma is defined on f32 and f64 only, found `{expr}` of {ty}")));
+                }
+                let (a, b, c) = (self.operand(a)?, self.operand(b)?, self.operand(c)?);
+                Box::new(move |f, l| Ok(scalar::fma(ty, a.eval(f, l)?, b.eval(f, l)?, c.eval(f, l)?)))
+            }
             ExprKind::Reinterpret(a) => {
                 let from = a.dtype().scalar;
                 if from.bits() != ty.bits() || from.is_bool() || ty.is_bool() {

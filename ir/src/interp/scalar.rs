@@ -171,6 +171,18 @@ pub fn round(ty: ScalarType, a: Scalar) -> Scalar {
     Scalar::Float(round_float(ty, a.as_float().round_ties_even()))
 }
 
+/// `a · b + c` rounded once in `ty`, f32 or f64 (`ExprKind::Fma`): the standard library's
+/// `mul_add` of that type, correctly rounded on every host.
+#[inline(always)]
+pub fn fma(ty: ScalarType, a: Scalar, b: Scalar, c: Scalar) -> Scalar {
+    let (a, b, c) = (a.as_float(), b.as_float(), c.as_float());
+    Scalar::Float(if ty == ScalarType::F32 {
+        f64::from((a as f32).mul_add(b as f32, c as f32))
+    } else {
+        a.mul_add(b, c)
+    })
+}
+
 /// IEEE square root in the float type `ty` (`ExprKind::Sqrt`). The f64 root of a narrower
 /// float rounded once to `ty` is correctly rounded: f64 has more than `2p + 2` bits for f32,
 /// f16 and bf16, so the double rounding is innocuous.
@@ -270,6 +282,22 @@ mod tests {
         assert_eq!(int(BinOp::Div, ScalarType::I32, i32::MIN as i64, -1), i32::MIN as i64);
         assert_eq!(int(BinOp::Mod, ScalarType::I32, i32::MIN as i64, -1), 0);
         assert_eq!(int(BinOp::Div, ScalarType::U8, 200, 3), 66);
+    }
+
+    #[test]
+    fn fma_rounds_once() {
+        // (1 + 2^-12)² = 1 + 2^-11 + 2^-24: rounded alone it is 1 + 2^-11 (a tie to even), so
+        // a product then a sum gives 0 where the fused operation keeps 2^-24.
+        let a = 1.0 + 2f64.powi(-12);
+        let c = -(1.0 + 2f64.powi(-11));
+        let fused = fma(ScalarType::F32, Scalar::Float(a), Scalar::Float(a), Scalar::Float(c)).as_float();
+        assert_eq!(fused, 2f64.powi(-24));
+        assert_eq!((a as f32) * (a as f32) + c as f32, 0.0);
+        // In f64 the product is exact: the same result.
+        let wide = fma(ScalarType::F64, Scalar::Float(a), Scalar::Float(a), Scalar::Float(c)).as_float();
+        assert_eq!(wide, 2f64.powi(-24));
+        let nan = fma(ScalarType::F32, Scalar::Float(f64::INFINITY), Scalar::Float(0.0), Scalar::Float(1.0));
+        assert!(nan.as_float().is_nan());
     }
 
     #[test]

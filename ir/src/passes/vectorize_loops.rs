@@ -144,6 +144,7 @@ impl Vectorizer {
             | ExprKind::Sqrt(_)
             | ExprKind::Reinterpret(_)
             | ExprKind::Cmp(..)
+            | ExprKind::Fma(..)
             | ExprKind::Select(..) => {
                 match children.iter().map(uniform).collect::<Option<Vec<Expr>>>() {
                     // All operands the same in every lane: compute once and broadcast.

@@ -38,7 +38,7 @@ use std::collections::HashMap;
 
 use thiserror::Error;
 
-use crate::dtype::DType;
+use crate::dtype::{DType, ScalarType};
 use crate::expr::{Expr, ExprKind, Var};
 use crate::stmt::{Buffer, ForKind, Func, Stmt, StmtKind};
 
@@ -307,6 +307,14 @@ impl<'f> Verifier<'f> {
                 self.expect_dtype(|| format!("`{e}`"), a.dtype(), dtype);
                 if !dtype.is_float() {
                     self.dtype_error(format!("`{e}`"), "a float type".to_string(), dtype);
+                }
+            }
+            ExprKind::Fma(a, b, c) => {
+                self.expect_dtype(|| format!("second operand of `{e}`"), a.dtype(), b.dtype());
+                self.expect_dtype(|| format!("third operand of `{e}`"), a.dtype(), c.dtype());
+                self.expect_dtype(|| format!("`{e}`"), a.dtype(), dtype);
+                if dtype.scalar != ScalarType::F32 && dtype.scalar != ScalarType::F64 {
+                    self.dtype_error(format!("`{e}`"), "f32 or f64".to_string(), dtype);
                 }
             }
             ExprKind::Reinterpret(a) => {

@@ -9,7 +9,7 @@ use ir::{DType, Expr};
 use super::checks::{dtype_error, require_int8_src, require_s8_weights, shape_error};
 use crate::quant::{
     DST_TYPES, Param, Params, PostOp, QuantAttrs, QuantError, Requantization, Scales, activation_quant, check_post_ops,
-    finish, finish_onnxruntime, is_dst_type,
+    finish, finish_onnxruntime, finish_qlinear_add, is_dst_type,
 };
 
 /// The stages of an int8 convolution or dense layer.
@@ -88,6 +88,14 @@ pub(super) fn check_layer_attrs_dims(
     check_post_ops(op, &attrs.post_ops, sum_input, out_dims)?;
     if attrs.requantization == Requantization::OnnxRuntime {
         check_onnxruntime_attrs(op, bias, sum_input, attrs)?;
+    } else if attrs.post_ops.iter().any(|p| matches!(p, PostOp::QLinearAdd(_))) {
+        let found = format!("{:?}", attrs.post_ops);
+        return Err(shape_error(
+            op,
+            "the post-ops in oneDNN's order",
+            "ReLU and Sum (QLinearAdd: onnxruntime's)",
+            found,
+        ));
     }
     Ok((src_q, dst_q))
 }
@@ -108,9 +116,20 @@ fn check_onnxruntime_attrs(
         let expected = "no bias tensor (onnxruntime's i32 bias is folded into the compensation)";
         return Err(shape_error(op, "the bias in onnxruntime's order", expected, found));
     }
-    if sum_input.is_some() || attrs.post_ops.iter().any(|p| *p != PostOp::Relu) {
-        let found = format!("{:?}", attrs.post_ops);
-        return Err(shape_error(op, "the post-ops in onnxruntime's order", "ReLU only, no sum input", found));
+    // A ReLU, then a QLinearAdd last (with the sum input of the destination's type), or neither.
+    let body = match attrs.post_ops.last() {
+        Some(PostOp::QLinearAdd(_)) => &attrs.post_ops[..attrs.post_ops.len() - 1],
+        _ => &attrs.post_ops[..],
+    };
+    let add = body.len() < attrs.post_ops.len();
+    let sum_fits = match sum_input {
+        Some(r) => add && r.dtype() == attrs.dst_dtype,
+        None => !add,
+    };
+    if !sum_fits || body.iter().any(|p| *p != PostOp::Relu) {
+        let found = format!("{:?} with {} sum input", attrs.post_ops, if sum_input.is_some() { "a" } else { "no" });
+        let expected = "ReLU, then a QLinearAdd with a sum input of the destination's type, or neither";
+        return Err(shape_error(op, "the post-ops in onnxruntime's order", expected, found));
     }
     Ok(())
 }
@@ -160,6 +179,11 @@ pub(super) fn requantize_layer(
                     values = vec![values[0]; oc];
                 }
                 let scale = params.per_channel(values, weights_dims, &oc_index, &format!("{name}.scale"));
+                if let Some(PostOp::QLinearAdd(add)) = attrs.post_ops.last() {
+                    let lower = onnxruntime_lower_bound(&attrs.post_ops, dst_zp, attrs.dst_dtype);
+                    let r = sum_input.map(|r| r.at_vec(i.to_vec()));
+                    return finish_qlinear_add(centered, scale, (dst_zp, lower), r, add, attrs.dst_dtype);
+                }
                 let zp = params.per_channel(vec![dst_zp as f32; oc], weights_dims, &oc_index, &format!("{name}.zp"));
                 let lower = onnxruntime_lower_bound(&attrs.post_ops, dst_zp, attrs.dst_dtype);
                 let lower = params.per_channel(vec![lower; oc], weights_dims, &oc_index, &format!("{name}.lower"));

@@ -326,6 +326,10 @@ pub(super) fn level_code(
                 writeln!(body, "    memcpy({}, {}, {});", p(out), p(ins[0]), slots[out].bytes.len()).unwrap();
             }
             (Kernel::Reference { why }, _) => return Err(unsupported(step, &name, why.clone())),
+            // The export partitions with `FusionWithoutSum`: no residual reaches here.
+            (Kernel::Sum { .. }, _) => {
+                return Err(unsupported(step, &name, "a convolution with a fused residual add".into()));
+            }
             (Kernel::Conv(_) | Kernel::Dense(_), None) => {
                 return Err(unsupported(step, &name, "a compiled kernel without its definition".into()));
             }

@@ -123,6 +123,7 @@ fn kernel_kind(kernel: &Kernel) -> String {
         Kernel::Conv(_) => "compiled conv",
         Kernel::Dense(_) => "compiled dense",
         Kernel::Auto(c) => return format!("auto {}", c.point().sketch),
+        Kernel::Sum { .. } => "compiled conv with native sum",
         Kernel::Add { .. } => "native add",
         Kernel::MaxPool { .. } => "native max pool",
         Kernel::GlobalAvgPool { .. } => "native global avg pool",

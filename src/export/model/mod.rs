@@ -1,7 +1,8 @@
 //! `export_model`: a quantized ONNX network as one library function, `NAME_run(args, nargs)`
 //! with the graph's inputs then its outputs, on the engine's own plan.
 //!
-//! The model is imported and partitioned (`get_partitions(Fusion)`) and compiled by the engine
+//! The model is imported and partitioned (`get_partitions(FusionWithoutSum)`: the C loops have
+//! no fused residual add, so it stays a partition of its own) and compiled by the engine
 //! (`engine::compile_with`, knobs from `RecordKnobs` as `tensorlift run` takes them): that fixes
 //! which partition runs which kernel, the buffers, and the NHWC layout of 8-bit activations
 //! between partitions. Then for every ISA level (`level`) each compiled convolution or product
@@ -119,7 +120,7 @@ pub fn export_graph(
     let levels = levels_to_compile(&options.levels)?;
     let threads = thread_counts(&export.threads)?;
     let bad = |message: String| ExportError::Model { path: model.to_path_buf(), message };
-    let partitions = graph.get_partitions(PartitionPolicy::Fusion);
+    let partitions = graph.get_partitions(PartitionPolicy::FusionWithoutSum);
     let host = CompileOptions::default().target.level().map_err(|e| bad(e.to_string()))?;
     let knobs_at = |level, max_threads| RecordKnobs {
         user: export.user.clone(),

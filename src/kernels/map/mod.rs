@@ -14,11 +14,15 @@
 //! * i32 `+ - *`: `vpaddd`, `vpsubd`, `vpmulld` (wrapping); f32 `+ - * /`: `vaddps`, `vsubps`,
 //!   `vmulps`, `vdivps` (IEEE, round to nearest even: the MXCSR default, never changed by
 //!   this process);
+//! * f32 `fma(x, y, z)`: `vfmadd213ps` (one rounding, as the IR's `Fma`);
 //! * `f32(x)` of i32: `vcvtdq2ps` (round to nearest even); of a u8 or i8 input: `vpmovzxbd` or
 //!   `vpmovsxbd` from memory first (exact);
 //! * `round(x)`: `vrndscaleps`/`vroundps` with immediate 0 (nearest, ties to even; NaN, ±0 and
 //!   ±∞ unchanged);
-//! * `c ? t : f` with `c` a float comparison: `vcmpps` with the ordered predicate (false on
+//! * `a < b ? b : a` and `a < b ? a : b` (a clamp): `vmaxps b, a` and `vminps a, b`, whose
+//!   second operand is returned exactly where the ordered `<` is false (NaN, equal values,
+//!   zeros of either sign);
+//! * any other `c ? t : f` with `c` a float comparison: `vcmpps` with the ordered predicate (false on
 //!   NaN, as the IR's comparisons; `!=` unordered: true on NaN), then a blend;
 //! * the store of an f32 value as u8 or i8 (`Cast` and `SaturatingCast` agree on float → int:
 //!   toward zero, saturated, NaN → 0): NaN lanes zeroed (i8 only: `vmaxps` below already turns

@@ -1,5 +1,5 @@
 //! The code of the body's nodes, family by family: reads (as memory operands where used once),
-//! i32 and f32 arithmetic, conversions and widening reads, `round`, and selects on f32
+//! i32 and f32 arithmetic (f32 `fma` included), conversions and widening reads, `round`, and selects on f32
 //! comparisons. Any other node is `KernelError::Unsupported`.
 
 use iced_x86::code_asm::*;
@@ -68,6 +68,28 @@ impl<'d> Gen<'d> {
                 Ok(dst)
             }
             ExprKind::Select(c, t, f) => self.select(c, t, f),
+            ExprKind::Fma(x, y, z) if lane == Lane::F32 => {
+                let (vx, vy, vz) = (self.value(x)?, self.value(y)?, self.value(z)?);
+                // dst = x, then dst·y + z rounded once; at `x`'s last use its own register
+                // (no copy).
+                let last = self.live.get(&node(x)).is_some_and(|&(_, left)| left == 1);
+                let dst = if last {
+                    self.live.remove(&node(x));
+                    vx
+                } else {
+                    let dst = self.allocate()?;
+                    self.copy(dst, vx)?;
+                    self.release(x);
+                    dst
+                };
+                match self.width {
+                    VectorWidth::Zmm => self.a.vfmadd213ps(zmm(dst), zmm(vy), zmm(vz))?,
+                    VectorWidth::Ymm => self.a.vfmadd213ps(ymm(dst), ymm(vy), ymm(vz))?,
+                }
+                self.release(y);
+                self.release(z);
+                Ok(dst)
+            }
             _ => self.unsupported(format!("`{e}`")),
         }
     }
@@ -195,6 +217,9 @@ impl<'d> Gen<'d> {
         if x.dtype() != DType::F32 || lane_of(t.dtype()).is_none() {
             return self.unsupported(format!("a select on `{c}`"));
         }
+        if let Some(dst) = self.min_max(*op, (x, y), t, f)? {
+            return Ok(dst);
+        }
         // Ordered predicates (false when either side is NaN); `!=` is true on NaN.
         const EQ_OQ: i32 = 0x00;
         const NEQ_UQ: i32 = 0x04;
@@ -216,6 +241,37 @@ impl<'d> Gen<'d> {
             self.release(e);
         }
         Ok(dst)
+    }
+
+    /// `a < b ? b : a` as `vmaxps(b, a)` and `a < b ? a : b` as `vminps(a, b)` (`a > b` read
+    /// as `b < a`), or `None` for any other select. Exact on every input: where the ordered
+    /// `<` is false (NaN on either side, equal values, zeros of either sign) the select takes
+    /// `f`, and the instructions return their second operand, which is `f`.
+    fn min_max(&mut self, op: CmpOp, (x, y): (&Expr, &Expr), t: &Expr, f: &Expr) -> Result<Option<usize>, KernelError> {
+        let (a, b) = match op {
+            CmpOp::Lt => (x, y),
+            CmpOp::Gt => (y, x),
+            _ => return Ok(None),
+        };
+        // The same node, or equal constants (which live in registers of their own).
+        let same = |p: &Expr, q: &Expr| node(p) == node(q) || (p.is_const() && p.structurally_eq(q));
+        let (max, min) = (same(t, b) && same(f, a), same(t, a) && same(f, b));
+        if !(max || min) {
+            return Ok(None);
+        }
+        let (first, second) = if max { (b, a) } else { (a, b) };
+        let (v1, v2) = (self.value(first)?, self.value(second)?);
+        let dst = self.allocate()?;
+        match (self.width, max) {
+            (VectorWidth::Zmm, true) => self.a.vmaxps(zmm(dst), zmm(v1), zmm(v2))?,
+            (VectorWidth::Zmm, false) => self.a.vminps(zmm(dst), zmm(v1), zmm(v2))?,
+            (VectorWidth::Ymm, true) => self.a.vmaxps(ymm(dst), ymm(v1), ymm(v2))?,
+            (VectorWidth::Ymm, false) => self.a.vminps(ymm(dst), ymm(v1), ymm(v2))?,
+        }
+        for e in [x, y, t, f] {
+            self.release(e);
+        }
+        Ok(Some(dst))
     }
 
     /// `dst = a <predicate> b ? t : f`, lane by lane (`vcmpps` immediate predicates).

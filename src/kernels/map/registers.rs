@@ -36,7 +36,7 @@ impl<'d> Gen<'d> {
                 self.count_uses(y);
             }
             ExprKind::Cast(x) | ExprKind::SaturatingCast(x) | ExprKind::Round(x) => self.count_uses(x),
-            ExprKind::Select(c, t, f) => {
+            ExprKind::Select(c, t, f) | ExprKind::Fma(c, t, f) => {
                 self.count_uses(c);
                 self.count_uses(t);
                 self.count_uses(f);
@@ -88,7 +88,7 @@ impl<'d> Gen<'d> {
                 self.load_constants(y)?;
             }
             ExprKind::Cast(x) | ExprKind::SaturatingCast(x) | ExprKind::Round(x) => self.load_constants(x)?,
-            ExprKind::Select(c, t, f) => {
+            ExprKind::Select(c, t, f) | ExprKind::Fma(c, t, f) => {
                 self.load_constants(c)?;
                 self.load_constants(t)?;
                 self.load_constants(f)?;
