@@ -30,6 +30,7 @@
 
 use std::collections::HashMap;
 
+use ir::analysis::linear::Linear;
 use ir::expr::{ExprKind, select};
 use ir::intrin::pair_sums_fit_i16;
 use ir::mutator::substitute_map;
@@ -202,6 +203,85 @@ pub fn form_for(c: &Contraction, vnni: bool) -> (GemmForm, String) {
     }
 }
 
+/// The direct form of `A` (as the `x86_conv` template reads its padded source): each GEMM row
+/// reads `A` in place of an im2col copy, one segment per value of the reduction axis outside
+/// the kernel row (a convolution's kernel rows), each segment `seg_k` contiguous elements of
+/// `A`'s last dimension, or of its last two flattened (a kernel row spans pixels × channels).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Direct {
+    /// The reduction axis (position in `Contraction::reduce`) whose values are the segments.
+    pub segment: Option<usize>,
+    /// `A`'s last two dimensions are read as one (the kernel row `rx·C + rc`).
+    pub flatten: bool,
+    /// Elements of one segment: the extents of the last reduction axis, times the one before
+    /// it where `flatten`.
+    pub seg_k: i64,
+}
+
+impl Direct {
+    pub fn segments(&self, c: &Contraction) -> i64 {
+        self.segment.map_or(1, |s| c.reduce[s].extent())
+    }
+}
+
+/// Whether `e` is `v` itself.
+fn is_var(e: &Expr, v: &Var) -> bool {
+    matches!(e.kind(), ExprKind::Var(x) if x == v)
+}
+
+/// The direct form of `c`'s `A` for `form`, or why it does not apply. `A`'s last index must be
+/// the last reduction axis `rc`; the axis before it, `rx`, is either of extent 1 or indexes the
+/// dimension before with coefficient 1 (`x·s + rx`, spatial axes only besides) while `rc`
+/// spans all of `A`'s last dimension, so that `rx·C + rc` is one contiguous run; at most one
+/// other reduction axis has an extent above 1 (the segments); a segment is whole groups of the
+/// kernel's packing.
+pub fn direct(c: &Contraction, form: GemmForm) -> Result<Direct, String> {
+    let r = c.reduce.len();
+    if r == 1 {
+        return Err("one reduction axis: the GEMM's K, read as the direct form would".into());
+    }
+    let idx = &c.a.indices;
+    let rank = idx.len();
+    let rc = &c.reduce[r - 1];
+    if !idx.last().is_some_and(|e| is_var(e, rc.var())) {
+        return Err(format!("A's last index is not the reduction axis {}", rc.name()));
+    }
+    if idx[..rank - 1].iter().any(|e| e.uses_var(rc.var())) {
+        return Err(format!("{} indexes more than A's last dimension", rc.name()));
+    }
+    let rx = (r >= 2 && c.reduce[r - 2].extent() > 1).then(|| &c.reduce[r - 2]);
+    let mut seg_k = rc.extent();
+    if let Some(rx) = rx {
+        let c_extent = c.a.tensor.shape()[rank - 1];
+        if rank < 2 || rc.extent() != c_extent {
+            return Err(format!("{} does not span A's last dimension ({c_extent})", rc.name()));
+        }
+        let lin = Linear::of(&idx[rank - 2]);
+        let spatial = |t: &Expr| c.axes.iter().any(|a| is_var(t, a.var()));
+        let rx_once = lin.terms.iter().filter(|(t, k)| is_var(t, rx.var()) && *k == 1).count() == 1;
+        let others_spatial = lin.terms.iter().all(|(t, _)| is_var(t, rx.var()) || spatial(t));
+        if !rx_once || !others_spatial || idx[..rank - 2].iter().any(|e| e.uses_var(rx.var())) {
+            return Err(format!("A's second last index is not spatial axes + {}", rx.name()));
+        }
+        seg_k *= rx.extent();
+    }
+    let inner = if rx.is_some() { r - 2 } else { r - 1 };
+    let mut outer = (0..inner).filter(|&i| c.reduce[i].extent() > 1);
+    let segment = outer.next();
+    if outer.next().is_some() {
+        return Err("more than one reduction axis outside the kernel row".into());
+    }
+    if let Some(s) = segment
+        && idx[rank - 1..].iter().chain(rx.map(|_| &idx[rank - 2])).any(|e| e.uses_var(c.reduce[s].var()))
+    {
+        return Err(format!("{} indexes the kernel row", c.reduce[s].name()));
+    }
+    if seg_k % form.pack() != 0 {
+        return Err(format!("a kernel row of {seg_k} is not whole groups of {}", form.pack()));
+    }
+    Ok(Direct { segment, flatten: rx.is_some(), seg_k })
+}
+
 /// The rewritten definition.
 pub struct Rewritten {
     pub a_copy: Option<Tensor>,
@@ -221,6 +301,10 @@ pub struct Rewritten {
     /// The reduction axes' extents as `K'` lays them out (`k = ((r0·E1 + r1)·E2 + r2)…`): the
     /// declared ones, one of them padded where `K` is not a whole number of groups.
     pub extents: Vec<i64>,
+    /// The kernel's segments and the elements of each (`segments · seg_k = k`): one of `K'`,
+    /// or in the direct form the kernel rows.
+    pub segments: i64,
+    pub seg_k: i64,
 }
 
 /// The reduction extents padded so that their product is a multiple of `p`: `K` is padded by
@@ -278,8 +362,16 @@ fn substituted(read: &Read, map: &HashMap<Var, Expr>) -> Expr {
 }
 
 /// Rewrites `c` for the kernel `form` with panels of `nr` columns; with `prepare_b`, the output
-/// reads the packed `B` as a placeholder (`Rewritten::prepared_b`).
-pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Result<Rewritten, TeError> {
+/// reads the packed `B` as a placeholder (`Rewritten::prepared_b`); with `direct`, the GEMM
+/// reads `A` in its direct form (in place, or a copy of `A` in the kernel's dtype with the
+/// padding inlined and, where the kernel row spans two dimensions, those two flattened).
+pub fn rewrite(
+    c: &Contraction,
+    form: GemmForm,
+    nr: i64,
+    prepare_b: bool,
+    direct: Option<&Direct>,
+) -> Result<Rewritten, TeError> {
     let p = form.pack();
     let k: i64 = c.reduce.iter().map(|r| r.extent()).product();
     let extents = padded_extents(&c.reduce.iter().map(|r| r.extent()).collect::<Vec<_>>(), p);
@@ -294,7 +386,9 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
         && c.a.indices.last().is_some_and(|e| matches!(e.kind(), ExprKind::Var(v) if v == c.reduce[0].var()))
         && c.a.indices[..c.a.indices.len() - 1].iter().all(|e| !e.uses_var(c.reduce[0].var()));
     let a_axes: Vec<usize> = (0..c.axes.len()).filter(|&i| i != c.cols).collect();
-    let a_copy = if in_place {
+    let a_copy = if let Some(d) = direct {
+        direct_copy(c, form, d)?
+    } else if in_place {
         None
     } else {
         let mut shape: Vec<i64> = a_axes.iter().map(|&i| c.axes[i].extent()).collect();
@@ -357,7 +451,12 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
         None
     };
     let read_b = prepared_b.as_ref().unwrap_or(&packed_b);
-    let (ko, ki) = (reduce_axis(kp / p, "ko")?, reduce_axis(p, "ki")?);
+    let (segments, seg_k) = match direct {
+        Some(d) => (d.segments(c), d.seg_k),
+        None => (1, kp),
+    };
+    let ks = if segments > 1 { Some(reduce_axis(segments, "ks")?) } else { None };
+    let (ko, ki) = (reduce_axis(seg_k / p, "ko")?, reduce_axis(p, "ki")?);
     // The GEMM's columns padded to whole panels, so that every tile runs the kernel.
     let mut gemm_shape: Vec<i64> = c.axes.iter().map(|a| a.extent()).collect();
     gemm_shape[c.cols] = ceil_div(n, nr) * nr;
@@ -367,8 +466,9 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
         gemm_shape,
         |i| {
             let kk = &ko * p + &ki;
-            let a = match &a_copy {
-                None => {
+            let a = match (direct, &a_copy) {
+                (Some(d), _) => direct_read(c, d, a_copy.as_ref(), i, ks.as_ref(), kk),
+                (None, None) => {
                     let mut map: HashMap<Var, Expr> = HashMap::new();
                     for (pos, ax) in c.axes.iter().enumerate() {
                         map.insert(ax.var().clone(), i[pos].clone());
@@ -376,7 +476,7 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
                     map.insert(c.reduce[0].var().clone(), kk);
                     substituted(&c.a, &map)
                 }
-                Some(copy) => {
+                (None, Some(copy)) => {
                     let mut idx: Vec<Expr> = a_axes.iter().map(|&ax| i[ax].clone()).collect();
                     idx.push(kk);
                     copy.at_vec(idx)
@@ -384,9 +484,14 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
             };
             let mut idx: Vec<Expr> = c.batch.iter().map(|&ax| i[ax].clone()).collect();
             let col = &i[c.cols];
-            idx.extend([col / nr, ko.to_expr(), col % nr, ki.to_expr()]);
+            let group = match &ks {
+                Some(ks) => ks * (seg_k / p) + &ko,
+                None => ko.to_expr(),
+            };
+            idx.extend([col / nr, group, col % nr, ki.to_expr()]);
             let b = read_b.at_vec(idx);
-            sum(DType::I32, &[&ko, &ki], a.cast(DType::I32) * b.cast(DType::I32))
+            let reduce: Vec<&IterVar> = ks.iter().chain([&ko, &ki]).collect();
+            sum(DType::I32, &reduce, a.cast(DType::I32) * b.cast(DType::I32))
         },
         &gemm_name,
     )?;
@@ -395,7 +500,68 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
     } else {
         gemm.clone()
     };
-    Ok(Rewritten { a_copy, packed_b, prepared_b, gemm, output, k: kp, extents })
+    Ok(Rewritten { a_copy, packed_b, prepared_b, gemm, output, k: kp, extents, segments, seg_k })
+}
+
+/// `A` as the direct form reads it where it is not read in place: in the kernel's dtype, its
+/// last two dimensions flattened where `d.flatten` (`<out>.gemm_a`); `None` in place (a
+/// placeholder of the kernel's dtype, nothing flattened).
+fn direct_copy(c: &Contraction, form: GemmForm, d: &Direct) -> Result<Option<Tensor>, TeError> {
+    let a = &c.a.tensor;
+    if !d.flatten && a.is_placeholder() && a.dtype() == form.a_dtype() {
+        return Ok(None);
+    }
+    let shape = a.shape();
+    let rank = shape.len();
+    let name = format!("{}.gemm_a", c.output.name());
+    if d.flatten {
+        let ch = shape[rank - 1];
+        let mut flat: Vec<i64> = shape[..rank - 2].to_vec();
+        flat.push(shape[rank - 2] * ch);
+        let copy = compute_vec(
+            flat,
+            |i| {
+                let t = &i[rank - 2];
+                let mut idx: Vec<Expr> = i[..rank - 2].to_vec();
+                idx.extend([t / ch, t % ch]);
+                a.at_vec(idx).cast(form.a_dtype())
+            },
+            &name,
+        )?;
+        Ok(Some(copy))
+    } else {
+        Ok(Some(compute_vec(shape.to_vec(), |i| a.at_vec(i.to_vec()).cast(form.a_dtype()), &name)?))
+    }
+}
+
+/// The GEMM's read of `A` in the direct form at output index `i`, segment `ks` and kernel-row
+/// element `kk`: `A`'s index with the segment axis `ks`, every other reduction axis of the row
+/// 0 and the row's element added to the last (flattened) dimension.
+fn direct_read(c: &Contraction, d: &Direct, copy: Option<&Tensor>, i: &[Expr], ks: Option<&IterVar>, kk: Expr) -> Expr {
+    let mut map: HashMap<Var, Expr> = HashMap::new();
+    for (pos, ax) in c.axes.iter().enumerate() {
+        map.insert(ax.var().clone(), i[pos].clone());
+    }
+    for (j, r) in c.reduce.iter().enumerate() {
+        let v = match (d.segment, ks) {
+            (Some(s), Some(ks)) if s == j => ks.to_expr(),
+            _ => Expr::index(0),
+        };
+        map.insert(r.var().clone(), v);
+    }
+    let idx: Vec<Expr> = c.a.indices.iter().map(|e| substitute_map(e, &map)).collect();
+    let rank = idx.len();
+    let source = copy.unwrap_or(&c.a.tensor);
+    if d.flatten {
+        let ch = c.a.tensor.shape()[rank - 1];
+        let mut flat: Vec<Expr> = idx[..rank - 2].to_vec();
+        flat.push(&idx[rank - 2] * ch + kk);
+        source.at_vec(flat)
+    } else {
+        let mut idx = idx;
+        idx[rank - 1] = kk;
+        source.at_vec(idx)
+    }
 }
 
 /// The decisions of a tensorized point.
@@ -457,10 +623,11 @@ pub fn schedule(
     vector_bytes: i64,
     inline: &[Tensor],
     prepare_b: bool,
+    direct: Option<&Direct>,
 ) -> Result<Tensorized, TensorizeError> {
-    let rw = rewrite(c, form, point.nr, prepare_b).map_err(TensorizeError::Rewrite)?;
+    let rw = rewrite(c, form, point.nr, prepare_b, direct).map_err(TensorizeError::Rewrite)?;
     let (m, n) = (c.axes[c.rows].extent(), c.axes[c.cols].extent());
-    let intrin = gemm_segmented_microkernel(point.mr.min(m), point.nr.min(n), 1, rw.k, form.a_dtype())
+    let intrin = gemm_segmented_microkernel(point.mr.min(m), point.nr.min(n), rw.segments, rw.seg_k, form.a_dtype())
         .map_err(TensorizeError::Rewrite)?;
     let mut s = create_schedule(&[&rw.output]);
     let run = |s: &mut Schedule| -> Result<(), ScheduleError> {
@@ -472,11 +639,19 @@ pub fn schedule(
             }
             // The flat reduction index split into one loop per reduction axis, so that its
             // decoding folds away and each vector reads contiguous elements of the innermost
-            // one (a convolution's channels).
+            // one (a convolution's channels); in the direct form, a flattened row split into
+            // its pixels' channels.
             let mut last = copy.axis(copy.axes().len() - 1);
             let extents = &rw.extents;
-            let mut span = rw.k;
-            if extents.iter().product::<i64>() == rw.k {
+            let mut span = if direct.is_some() { last.extent() } else { rw.k };
+            if direct.is_some_and(|d| d.flatten) {
+                let ch = c.a.tensor.shape()[c.a.tensor.shape().len() - 1];
+                if ch < span {
+                    let (_, inner) = s.split(copy, &last, ch)?;
+                    last = inner;
+                    span = ch;
+                }
+            } else if direct.is_none() && extents.iter().product::<i64>() == rw.k {
                 // One loop per reduction axis (`k = ((r0·E1 + r1)·E2 + r2)…`).
                 for i in 1..extents.len() {
                     let factor: i64 = extents[i..].iter().product();
