@@ -408,6 +408,8 @@ fn auto_direct_points_run_the_hosts_kernel_on_source_rows_bit_for_bit() {
         (conv(64, 64, 16, 3, 1, 1), vec![16, 64, 1, 1], "int8_gemm_16x64x3x192("),
         (conv(64, 32, 16, 3, 2, 1), vec![8, 32, 0, 2], "int8_gemm_8x32x3x192("),
         (conv(64, 32, 16, 1, 1, 0), vec![16, 32, 0, 1], "int8_gemm_16x32x64("),
+        // The stem's 7·3-byte kernel rows read as 8·3 (the overhang multiplies zeros).
+        (conv(3, 64, 32, 7, 2, 3), vec![16, 64, 1, 1], "int8_gemm_16x64x7x24("),
     ];
     for (spec, values, call) in cases {
         let reference = Arc::new(OpReference::new(&spec).unwrap());

@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 
 use ir::analysis::linear::Linear;
-use ir::expr::{ExprKind, select};
+use ir::expr::{ExprKind, min as index_min, select};
 use ir::intrin::pair_sums_fit_i16;
 use ir::mutator::substitute_map;
 use ir::schedule::{Schedule, create_schedule};
@@ -214,13 +214,34 @@ pub struct Direct {
     /// `A`'s last two dimensions are read as one (the kernel row `rx·C + rc`).
     pub flatten: bool,
     /// Elements of one segment: the extents of the last reduction axis, times the one before
-    /// it where `flatten`.
+    /// it where `flatten` — that one padded to `rx_padded` so that a segment is whole groups
+    /// (the stem's 7·3 read as 8·3: the eighth pixel's bytes multiply the packing's zeros).
     pub seg_k: i64,
+    /// The extent of the kernel row's pixel axis as the segments lay it out (its own unless
+    /// padded).
+    pub rx_padded: i64,
 }
 
 impl Direct {
     pub fn segments(&self, c: &Contraction) -> i64 {
         self.segment.map_or(1, |s| c.reduce[s].extent())
+    }
+
+    /// The reduction extents as `K'` lays them out: the declared ones, the pixel axis of a
+    /// flattened kernel row padded to `rx_padded`.
+    fn extents(&self, c: &Contraction) -> Vec<i64> {
+        let r = c.reduce.len();
+        let mut e: Vec<i64> = c.reduce.iter().map(|a| a.extent()).collect();
+        if self.flatten {
+            e[r - 2] = self.rx_padded;
+        }
+        e
+    }
+
+    /// Elements past the kernel row that a padded segment reads.
+    fn overhang(&self, c: &Contraction) -> i64 {
+        let r = c.reduce.len();
+        if self.flatten { (self.rx_padded - c.reduce[r - 2].extent()) * c.reduce[r - 1].extent() } else { 0 }
     }
 }
 
@@ -234,7 +255,7 @@ fn is_var(e: &Expr, v: &Var) -> bool {
 /// dimension before with coefficient 1 (`x·s + rx`, spatial axes only besides) while `rc`
 /// spans all of `A`'s last dimension, so that `rx·C + rc` is one contiguous run; at most one
 /// other reduction axis has an extent above 1 (the segments); a segment is whole groups of the
-/// kernel's packing.
+/// kernel's packing, or where `rx` spans the row, made so by padding `rx`.
 pub fn direct(c: &Contraction, form: GemmForm) -> Result<Direct, String> {
     let r = c.reduce.len();
     if r == 1 {
@@ -251,6 +272,7 @@ pub fn direct(c: &Contraction, form: GemmForm) -> Result<Direct, String> {
     }
     let rx = (r >= 2 && c.reduce[r - 2].extent() > 1).then(|| &c.reduce[r - 2]);
     let mut seg_k = rc.extent();
+    let mut rx_padded = 1;
     if let Some(rx) = rx {
         let c_extent = c.a.tensor.shape()[rank - 1];
         if rank < 2 || rc.extent() != c_extent {
@@ -263,7 +285,8 @@ pub fn direct(c: &Contraction, form: GemmForm) -> Result<Direct, String> {
         if !rx_once || !others_spatial || idx[..rank - 2].iter().any(|e| e.uses_var(rx.var())) {
             return Err(format!("A's second last index is not spatial axes + {}", rx.name()));
         }
-        seg_k *= rx.extent();
+        rx_padded = (rx.extent()..).find(|e| (e * rc.extent()) % form.pack() == 0).unwrap_or(rx.extent());
+        seg_k *= rx_padded;
     }
     let inner = if rx.is_some() { r - 2 } else { r - 1 };
     let mut outer = (0..inner).filter(|&i| c.reduce[i].extent() > 1);
@@ -279,7 +302,7 @@ pub fn direct(c: &Contraction, form: GemmForm) -> Result<Direct, String> {
     if seg_k % form.pack() != 0 {
         return Err(format!("a kernel row of {seg_k} is not whole groups of {}", form.pack()));
     }
-    Ok(Direct { segment, flatten: rx.is_some(), seg_k })
+    Ok(Direct { segment, flatten: rx.is_some(), seg_k, rx_padded })
 }
 
 /// The rewritten definition.
@@ -374,7 +397,10 @@ pub fn rewrite(
 ) -> Result<Rewritten, TeError> {
     let p = form.pack();
     let k: i64 = c.reduce.iter().map(|r| r.extent()).product();
-    let extents = padded_extents(&c.reduce.iter().map(|r| r.extent()).collect::<Vec<_>>(), p);
+    let extents = match direct {
+        Some(d) => d.extents(c),
+        None => padded_extents(&c.reduce.iter().map(|r| r.extent()).collect::<Vec<_>>(), p),
+    };
     let kp: i64 = extents.iter().product();
     let n = c.axes[c.cols].extent();
     let name = c.output.name();
@@ -515,16 +541,23 @@ fn direct_copy(c: &Contraction, form: GemmForm, d: &Direct) -> Result<Option<Ten
     let rank = shape.len();
     let name = format!("{}.gemm_a", c.output.name());
     if d.flatten {
-        let ch = shape[rank - 1];
+        let (pixels, ch) = (shape[rank - 2], shape[rank - 1]);
         let mut flat: Vec<i64> = shape[..rank - 2].to_vec();
-        flat.push(shape[rank - 2] * ch);
+        // The last segment's overhang past the row: zeros (they multiply zeros of the packing).
+        let overhang = d.overhang(c);
+        flat.push(pixels * ch + overhang);
         let copy = compute_vec(
             flat,
             |i| {
                 let t = &i[rank - 2];
                 let mut idx: Vec<Expr> = i[..rank - 2].to_vec();
-                idx.extend([t / ch, t % ch]);
-                a.at_vec(idx).cast(form.a_dtype())
+                if overhang > 0 {
+                    idx.extend([index_min(t / ch, Expr::index(pixels - 1)), t % ch]);
+                    select(t.clone().lt(pixels * ch), a.at_vec(idx).cast(form.a_dtype()), Expr::int(form.a_dtype(), 0))
+                } else {
+                    idx.extend([t / ch, t % ch]);
+                    a.at_vec(idx).cast(form.a_dtype())
+                }
             },
             &name,
         )?;
