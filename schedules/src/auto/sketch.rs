@@ -9,7 +9,8 @@ use super::annotate::{lanes, parallelize, thread_choices, vectorize_injective};
 use super::inline::{apply_inline, inline_candidates};
 use super::tensorize::Tensorized;
 use super::tensorize::{
-    Contraction, Direct, GemmForm, GemmPoint, TensorizeError, direct, form_for, mr_choices, nr_choices, recognize,
+    Contraction, Direct, GemmForm, GemmPoint, TensorizeError, direct, flat_mr_choices, flat_rows, form_for, mr_choices,
+    nr_choices, recognize,
 };
 use super::tiling::{TilePlan, plan as tile_plan};
 use super::{AutoError, Decision, PointDefinition, Prepare, RuleNote, Scheduled, Sketch, SpaceOptions};
@@ -127,8 +128,22 @@ pub fn generate(
                 }
                 match rows {
                     Ok(d) => {
+                        let flat = flat_rows(&c, &d);
+                        let (c2, d2) = (c.clone(), d.clone());
                         if let Some(sketch) = tensorize_sketch(st, c, &infos, constants, options, Some(d), &mut notes) {
                             out.push(sketch);
+                        }
+                        match flat {
+                            Ok(f) => {
+                                let d = Direct { flat: Some(f), ..d2 };
+                                let s = tensorize_sketch(st, c2, &infos, constants, options, Some(d), &mut notes);
+                                out.extend(s);
+                            }
+                            Err(why) => notes.push(RuleNote {
+                                rule: "flat-rows",
+                                stage: st.tensor.name().into(),
+                                outcome: Err(why),
+                            }),
                         }
                     }
                     Err(why) => notes.push(RuleNote {
@@ -213,16 +228,29 @@ fn tensorize_sketch(
     let prepare_b = b.is_placeholder() && constants.iter().any(|t| t.id() == b.id());
     let (form, why) = form_for(&c, options.vnni);
     let mut d = DecisionSet::default();
-    let mr = d.add("gemm.mr".into(), mr_choices(&c));
+    let mr_domain = match direct.as_ref().and_then(|d| d.flat.as_ref()) {
+        Some(f) => flat_mr_choices(f),
+        None => mr_choices(&c),
+    };
+    let mr = d.add("gemm.mr".into(), mr_domain);
     let nr = d.add("gemm.nr".into(), nr_choices(&c));
     let cols_outer = d.add("gemm.cols_outer".into(), vec![0, 1]);
     let threads = d.add("threads".into(), thread_choices(options.max_threads));
     let inline = infos.iter().filter(|s| matches!(s.kind, StageKind::Injective) && !s.is_output);
     let inline: Vec<Tensor> = inline.map(|s| s.tensor.clone()).collect();
-    let name = format!("tensorize.{}{}", form.name(), if direct.is_some() { ".direct" } else { "" });
+    let variant = match &direct {
+        None => "",
+        Some(d) if d.flat.is_some() => ".flat",
+        Some(_) => ".direct",
+    };
+    let name = format!("tensorize.{}{variant}", form.name());
     let plan = TensorizePlan { contraction: c, form, inline, mr, nr, cols_outer, threads, prepare_b, direct };
     let sketch = Sketch { name, decisions: d.decisions };
-    let rule = if plan.direct.is_some() { "direct-source" } else { "auto-tensorize" };
+    let rule = match &plan.direct {
+        None => "auto-tensorize",
+        Some(d) if d.flat.is_some() => "flat-rows",
+        Some(_) => "direct-source",
+    };
     // Kept only if the proof succeeds at the sketch's first point.
     let first: Vec<i64> = sketch.decisions.iter().map(|d| d.choices[0]).collect();
     match apply_tensorize(&plan, &Values(&first), options) {
@@ -239,6 +267,10 @@ fn tensorize_sketch(
                     pc.axes[pc.rows].name(),
                     pc.axes[pc.cols].name(),
                     pc.reduce.iter().map(|r| r.name()).collect::<Vec<_>>().join("·"),
+                ),
+                Some(Direct { flat: Some(f), .. }) => format!(
+                    "sketch {}: the GEMM's rows are {} virtual pixels over rows of {} (the output copies its own)",
+                    sketch.name, f.v, f.ws,
                 ),
                 Some(d) => format!(
                     "sketch {}: A read in place of an im2col copy, {} segment(s){} of {} elements",
@@ -369,8 +401,8 @@ pub fn definition(
             prepare: vec![],
         }),
         Plan::Tensorize(p) => {
-            let nr = Values(values).get(p.nr);
-            let rw = super::tensorize::rewrite(&p.contraction, p.form, nr, p.prepare_b, p.direct.as_ref())
+            let (mr, nr) = (Values(values).get(p.mr), Values(values).get(p.nr));
+            let rw = super::tensorize::rewrite(&p.contraction, p.form, nr, p.prepare_b, p.direct.as_ref(), mr)
                 .map_err(|e| AutoError::Rewrite { sketch: sketch.to_string(), source: Box::new(e) })?;
             let mut args: Vec<Tensor> = inputs.iter().cloned().chain([rw.output.clone()]).collect();
             let mut prepare = Vec::new();

@@ -345,10 +345,48 @@ fn the_space_holds_the_templates_amx_call_for_a_resnet_layer() {
     let text = lowered_call(&space, &point);
     assert!(text.contains("call reset int8_gemm_28x64x3x384("), "{text}");
     assert!(space.listing().contains("3 segment(s) (ry) of 384 elements"), "{}", space.listing());
+    // R11's 7×7 outputs: the template's 61 flat rows (6·9 + 7) in one call.
+    let def =
+        OpSpec::Conv2d { ic: 512, oc: 512, h: 7, w: 7, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 }.build().unwrap();
+    let space = Space::of(&def, SpaceOptions { max_threads: 2, vector_bytes: 64, vnni: true });
+    let point = AutoPoint { sketch: "tensorize.u8.flat".into(), values: vec![61, 32, 0, 1] };
+    let text = lowered_call(&space, &point);
+    assert!(text.contains("call reset int8_gemm_61x32x3x1536("), "{text}");
     // A 1×1 kernel row of 6 bytes read in place cannot be padded to whole groups: not direct.
     let def = OpSpec::Conv2d { ic: 6, oc: 8, h: 5, w: 5, kh: 1, kw: 1, stride: 1, pad: 0, groups: 1 }.build().unwrap();
     let space = Space::of(&def, options(true));
     assert!(!space.sketches().iter().any(|s| s.name == "tensorize.u8.direct"));
     let listing = space.listing();
     assert!(listing.contains("direct-source at conv: does not apply: a kernel row of 6"), "{listing}");
+}
+
+#[test]
+fn flat_rows_run_the_gemm_over_virtual_pixels_of_several_output_rows() {
+    // 5×5 outputs over 7-pixel padded rows: virtual pixels v = y·7 + x, 4·7 + 5 = 33 of them.
+    let def =
+        OpSpec::Conv2d { ic: 16, oc: 32, h: 5, w: 5, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 }.build().unwrap();
+    let space = Space::of(&def, options(true));
+    let sketch = space.sketches().iter().find(|s| s.name == "tensorize.u8.flat").expect("a flat sketch");
+    assert_eq!(sketch.decisions[0].choices, vec![16, 32, 33, 48], "{}", space.listing());
+    assert!(space.listing().contains("33 virtual pixels over rows of 7"), "{}", space.listing());
+    // All 33 rows in one call, or tiles of 16 over rows padded to 48 (the copy of the source
+    // then reads zeros past its end).
+    for (values, call, gemm) in [
+        (vec![33, 32, 0, 1], "int8_gemm_33x32x3x48(", "conv.gemm_c: i32[1, 33, 32]"),
+        (vec![16, 32, 1, 2], "int8_gemm_16x32x3x48(", "conv.gemm_c: i32[1, 48, 32]"),
+    ] {
+        let point = AutoPoint { sketch: sketch.name.clone(), values };
+        check(&def, &space, &point, "flat rows");
+        let text = lowered_call(&space, &point);
+        assert!(text.contains(call) && text.contains(gemm), "{point:?}: {text}");
+    }
+    // Stride 2 and 1×1 kernels have no flat rows.
+    for spec in [
+        OpSpec::Conv2d { ic: 8, oc: 16, h: 9, w: 9, kh: 3, kw: 3, stride: 2, pad: 1, groups: 1 },
+        OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 1, kw: 1, stride: 1, pad: 0, groups: 1 },
+    ] {
+        let space = Space::of(&spec.build().unwrap(), options(true));
+        assert!(!space.sketches().iter().any(|s| s.name.ends_with(".flat")), "{}", spec.label());
+        assert!(space.listing().contains("flat-rows at conv: does not apply"), "{}", space.listing());
+    }
 }

@@ -220,6 +220,73 @@ pub struct Direct {
     /// The extent of the kernel row's pixel axis as the segments lay it out (its own unless
     /// padded).
     pub rx_padded: i64,
+    /// Flat rows: the GEMM's rows run over the source rows too (`FlatRows`).
+    pub flat: Option<FlatRows>,
+}
+
+/// Flat rows (the template's `FlatRows`): at stride 1, output pixel `(y, x)` reads the source
+/// from flat pixel `y·WS + x` on, so the GEMM's rows are the virtual pixels `v = y·WS + x`
+/// (`WS` the source row's pixels): one call covers pixels of several output rows (a 7×7 layer's
+/// 49 in calls of up to 64 rows instead of 7). The `x ≥ OW` pixels computed between rows are
+/// discarded by the output's copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlatRows {
+    /// The output axis of the rows (`y`), folded into the GEMM's rows.
+    pub y: usize,
+    /// Pixels of a source row and source rows (`A`'s third and second last extents).
+    pub ws: i64,
+    pub hs: i64,
+    /// Virtual pixels up to the last output pixel: `(OH - 1)·WS + OW`.
+    pub v: i64,
+}
+
+/// The flat rows of direct form `d`, or why they do not apply: the kernel row spans pixels ×
+/// channels, `A`'s third last index is `y + ry` (+ a constant) and its second last `x + rx`
+/// (+ a constant): stride 1, and no other row axis of extent above 1.
+pub fn flat_rows(c: &Contraction, d: &Direct) -> Result<FlatRows, String> {
+    let idx = &c.a.indices;
+    let rank = idx.len();
+    if !d.flatten || rank < 3 {
+        return Err("the kernel row is not pixels × channels of a source of rows".into());
+    }
+    let r = c.reduce.len();
+    let rows: Vec<usize> =
+        c.outer.iter().copied().filter(|&i| !c.batch.contains(&i) && c.axes[i].extent() > 1).collect();
+    let [y] = rows[..] else {
+        return Err(format!("{} output axes besides the GEMM's rows index only A, expected one", rows.len()));
+    };
+    let terms = |e: &Expr, want: &[&Var]| {
+        let lin = Linear::of(e);
+        lin.terms.len() == want.len() && want.iter().all(|v| lin.terms.iter().any(|(t, k)| *k == 1 && is_var(t, v)))
+    };
+    let x = c.axes[c.rows].var();
+    let mut dim3 = vec![c.axes[y].var()];
+    if let Some(s) = d.segment {
+        dim3.push(c.reduce[s].var());
+    }
+    if !terms(&idx[rank - 3], &dim3) || !terms(&idx[rank - 2], &[x, c.reduce[r - 2].var()]) {
+        return Err("A is not read at stride 1 as [.., y + ry, x + rx, rc]".into());
+    }
+    let (yv, seg) = (c.axes[y].var(), d.segment.map(|s| c.reduce[s].var()));
+    if idx[..rank - 3].iter().any(|e| e.uses_var(yv) || e.uses_var(x) || seg.is_some_and(|v| e.uses_var(v))) {
+        return Err("a leading index of A uses the rows or the segments".into());
+    }
+    let shape = c.a.tensor.shape();
+    let (hs, ws) = (shape[rank - 3], shape[rank - 2]);
+    Ok(FlatRows { y, ws, hs, v: (c.axes[y].extent() - 1) * ws + c.axes[c.rows].extent() })
+}
+
+/// The `mr` choices of flat rows: whole tiles of 16 rows up to 64 where they do not exceed
+/// the rows rounded up to a tile, and all `v` rows in one call where they are at most 64 (the
+/// GEMM's rows are padded to whole `mr`).
+pub fn flat_mr_choices(f: &FlatRows) -> Vec<i64> {
+    let mut out: Vec<i64> = [16, 32, 48, 64].into_iter().filter(|m| *m <= ceil_div(f.v, 16) * 16).collect();
+    if f.v <= 64 {
+        out.push(f.v);
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 impl Direct {
@@ -302,7 +369,7 @@ pub fn direct(c: &Contraction, form: GemmForm) -> Result<Direct, String> {
     if seg_k % form.pack() != 0 {
         return Err(format!("a kernel row of {seg_k} is not whole groups of {}", form.pack()));
     }
-    Ok(Direct { segment, flatten: rx.is_some(), seg_k, rx_padded })
+    Ok(Direct { segment, flatten: rx.is_some(), seg_k, rx_padded, flat: None })
 }
 
 /// The rewritten definition.
@@ -328,6 +395,11 @@ pub struct Rewritten {
     /// or in the direct form the kernel rows.
     pub segments: i64,
     pub seg_k: i64,
+    /// The GEMM's axes: positions of its rows, columns and outer loops (the output's, or with
+    /// flat rows the output's without `y`, the rows the virtual pixels).
+    pub gemm_rows: usize,
+    pub gemm_cols: usize,
+    pub gemm_outer: Vec<usize>,
 }
 
 /// The reduction extents padded so that their product is a multiple of `p`: `K` is padded by
@@ -394,8 +466,15 @@ pub fn rewrite(
     nr: i64,
     prepare_b: bool,
     direct: Option<&Direct>,
+    mr: i64,
 ) -> Result<Rewritten, TeError> {
     let p = form.pack();
+    let flat = direct.and_then(|d| d.flat.as_ref());
+    // Output axes as the GEMM has them: all, or with flat rows all but `y`.
+    let kept: Vec<usize> = (0..c.axes.len()).filter(|&i| flat.is_none_or(|f| f.y != i)).collect();
+    let at = |i: usize| kept.iter().position(|&k| k == i).unwrap_or(0);
+    // With flat rows, the virtual pixels padded to whole tiles of `mr`.
+    let vp = flat.map(|f| ceil_div(f.v, mr.max(1)) * mr.max(1));
     let k: i64 = c.reduce.iter().map(|r| r.extent()).product();
     let extents = match direct {
         Some(d) => d.extents(c),
@@ -413,7 +492,7 @@ pub fn rewrite(
         && c.a.indices[..c.a.indices.len() - 1].iter().all(|e| !e.uses_var(c.reduce[0].var()));
     let a_axes: Vec<usize> = (0..c.axes.len()).filter(|&i| i != c.cols).collect();
     let a_copy = if let Some(d) = direct {
-        direct_copy(c, form, d)?
+        direct_copy(c, form, d, vp.unwrap_or(0))?
     } else if in_place {
         None
     } else {
@@ -484,13 +563,21 @@ pub fn rewrite(
     let ks = if segments > 1 { Some(reduce_axis(segments, "ks")?) } else { None };
     let (ko, ki) = (reduce_axis(seg_k / p, "ko")?, reduce_axis(p, "ki")?);
     // The GEMM's columns padded to whole panels, so that every tile runs the kernel.
-    let mut gemm_shape: Vec<i64> = c.axes.iter().map(|a| a.extent()).collect();
-    gemm_shape[c.cols] = ceil_div(n, nr) * nr;
-    let padded = n % nr != 0;
+    let mut gemm_shape: Vec<i64> = kept.iter().map(|&i| c.axes[i].extent()).collect();
+    gemm_shape[at(c.cols)] = ceil_div(n, nr) * nr;
+    if let Some(vp) = vp {
+        gemm_shape[at(c.rows)] = vp;
+    }
+    let padded = n % nr != 0 || flat.is_some();
     let gemm_name = if padded { format!("{name}.gemm_c") } else { name.to_string() };
     let gemm = compute_vec(
         gemm_shape,
-        |i| {
+        |g| {
+            // The output's index: `y` 0 and `x` the virtual pixel with flat rows.
+            let i: Vec<Expr> = (0..c.axes.len())
+                .map(|ax| if kept.contains(&ax) { g[at(ax)].clone() } else { Expr::index(0) })
+                .collect();
+            let i = &i[..];
             let kk = &ko * p + &ki;
             let a = match (direct, &a_copy) {
                 (Some(d), _) => direct_read(c, d, a_copy.as_ref(), i, ks.as_ref(), kk),
@@ -522,17 +609,45 @@ pub fn rewrite(
         &gemm_name,
     )?;
     let output = if padded {
-        compute_vec(c.axes.iter().map(|a| a.extent()).collect(), |i| gemm.at_vec(i.to_vec()), name)?
+        compute_vec(
+            c.axes.iter().map(|a| a.extent()).collect(),
+            |i| {
+                let idx: Vec<Expr> = kept
+                    .iter()
+                    .map(|&ax| match flat {
+                        Some(f) if ax == c.rows => &i[f.y] * f.ws + &i[ax],
+                        _ => i[ax].clone(),
+                    })
+                    .collect();
+                gemm.at_vec(idx)
+            },
+            name,
+        )?
     } else {
         gemm.clone()
     };
-    Ok(Rewritten { a_copy, packed_b, prepared_b, gemm, output, k: kp, extents, segments, seg_k })
+    let (gemm_rows, gemm_cols) = (at(c.rows), at(c.cols));
+    let gemm_outer = c.outer.iter().filter(|&&i| kept.contains(&i)).map(|&i| at(i)).collect();
+    Ok(Rewritten {
+        a_copy,
+        packed_b,
+        prepared_b,
+        gemm,
+        output,
+        k: kp,
+        extents,
+        segments,
+        seg_k,
+        gemm_rows,
+        gemm_cols,
+        gemm_outer,
+    })
 }
 
 /// `A` as the direct form reads it where it is not read in place: in the kernel's dtype, its
 /// last two dimensions flattened where `d.flatten` (`<out>.gemm_a`); `None` in place (a
 /// placeholder of the kernel's dtype, nothing flattened).
-fn direct_copy(c: &Contraction, form: GemmForm, d: &Direct) -> Result<Option<Tensor>, TeError> {
+fn direct_copy(c: &Contraction, form: GemmForm, d: &Direct, vp: i64) -> Result<Option<Tensor>, TeError> {
     let a = &c.a.tensor;
     if !d.flatten && a.is_placeholder() && a.dtype() == form.a_dtype() {
         return Ok(None);
@@ -540,6 +655,31 @@ fn direct_copy(c: &Contraction, form: GemmForm, d: &Direct) -> Result<Option<Ten
     let shape = a.shape();
     let rank = shape.len();
     let name = format!("{}.gemm_a", c.output.name());
+    if let Some(f) = &d.flat {
+        // The source's last three dimensions as one, long enough for the last tile's reads
+        // (zeros past the source: virtual pixels past the last output pixel read them).
+        let ch = shape[rank - 1];
+        let lin = |e: &Expr| Linear::of(e).constant;
+        let (c3, c2) = (lin(&c.a.indices[rank - 3]), lin(&c.a.indices[rank - 2]));
+        let reach = ((c3 + d.segments(c) - 1) * f.ws + c2 + vp - 1) * ch + d.seg_k;
+        let size = f.hs * f.ws * ch;
+        let mut flat: Vec<i64> = shape[..rank - 3].to_vec();
+        // Whole source rows, so that the copy splits into rows, pixels and channels.
+        flat.push(ceil_div(size.max(reach), f.ws * ch) * f.ws * ch);
+        let copy = compute_vec(
+            flat,
+            |i| {
+                let t = &i[rank - 3];
+                let mut idx: Vec<Expr> = i[..rank - 3].to_vec();
+                let row = index_min(t / (f.ws * ch), Expr::index(f.hs - 1));
+                idx.extend([row, t / ch % f.ws, t % ch]);
+                let value = a.at_vec(idx).cast(form.a_dtype());
+                if reach > size { select(t.clone().lt(size), value, Expr::int(form.a_dtype(), 0)) } else { value }
+            },
+            &name,
+        )?;
+        return Ok(Some(copy));
+    }
     if d.flatten {
         let (pixels, ch) = (shape[rank - 2], shape[rank - 1]);
         let mut flat: Vec<i64> = shape[..rank - 2].to_vec();
@@ -585,6 +725,12 @@ fn direct_read(c: &Contraction, d: &Direct, copy: Option<&Tensor>, i: &[Expr], k
     let idx: Vec<Expr> = c.a.indices.iter().map(|e| substitute_map(e, &map)).collect();
     let rank = idx.len();
     let source = copy.unwrap_or(&c.a.tensor);
+    if let Some(f) = &d.flat {
+        let ch = c.a.tensor.shape()[rank - 1];
+        let mut flat: Vec<Expr> = idx[..rank - 3].to_vec();
+        flat.push(&idx[rank - 3] * (f.ws * ch) + &idx[rank - 2] * ch + kk);
+        return source.at_vec(flat);
+    }
     if d.flatten {
         let ch = c.a.tensor.shape()[rank - 1];
         let mut flat: Vec<Expr> = idx[..rank - 2].to_vec();
@@ -658,8 +804,8 @@ pub fn schedule(
     prepare_b: bool,
     direct: Option<&Direct>,
 ) -> Result<Tensorized, TensorizeError> {
-    let rw = rewrite(c, form, point.nr, prepare_b, direct).map_err(TensorizeError::Rewrite)?;
-    let (m, n) = (c.axes[c.rows].extent(), c.axes[c.cols].extent());
+    let rw = rewrite(c, form, point.nr, prepare_b, direct, point.mr).map_err(TensorizeError::Rewrite)?;
+    let (m, n) = (rw.gemm.shape()[rw.gemm_rows], c.axes[c.cols].extent());
     let intrin = gemm_segmented_microkernel(point.mr.min(m), point.nr.min(n), rw.segments, rw.seg_k, form.a_dtype())
         .map_err(TensorizeError::Rewrite)?;
     let mut s = create_schedule(&[&rw.output]);
@@ -677,12 +823,23 @@ pub fn schedule(
             let mut last = copy.axis(copy.axes().len() - 1);
             let extents = &rw.extents;
             let mut span = if direct.is_some() { last.extent() } else { rw.k };
-            if direct.is_some_and(|d| d.flatten) {
+            // The loop the thread pool runs: the first leading axis of more than one value, or
+            // where the copy is one flat row, its pixels.
+            let rank = copy.axes().len();
+            let mut first = copy.axes()[..rank - 1].iter().find(|a| a.extent() > 1).cloned();
+            if let Some(d) = direct.filter(|d| d.flatten) {
+                // Source rows (with flat rows), then pixels, then channels: one loop each, so
+                // that the decoding of the flat index folds away and the channels are one
+                // dense vector read.
                 let ch = c.a.tensor.shape()[c.a.tensor.shape().len() - 1];
-                if ch < span {
-                    let (_, inner) = s.split(copy, &last, ch)?;
-                    last = inner;
-                    span = ch;
+                let factors = d.flat.as_ref().map(|f| f.ws * ch).into_iter().chain([ch]);
+                for factor in factors {
+                    if factor < span {
+                        let (outer, inner) = s.split(copy, &last, factor)?;
+                        first = first.or(Some(outer));
+                        last = inner;
+                        span = factor;
+                    }
                 }
             } else if direct.is_none() && extents.iter().product::<i64>() == rw.k {
                 // One loop per reduction axis (`k = ((r0·E1 + r1)·E2 + r2)…`).
@@ -704,7 +861,7 @@ pub fn schedule(
                     s.vectorize(copy, &last)?;
                 }
             }
-            let first = copy.axes().iter().find(|a| a.extent() > 1).cloned();
+            let first = first.or_else(|| copy.axes().iter().find(|a| a.extent() > 1).cloned());
             if let Some(first) = first {
                 parallelize(s, copy, &[first], point.threads)?;
             }
@@ -718,11 +875,11 @@ pub fn schedule(
         }
         let out = &rw.gemm;
         let axes = out.axes().to_vec();
-        let (m, n) = (axes[c.rows].extent(), axes[c.cols].extent());
+        let (m, n) = (axes[rw.gemm_rows].extent(), axes[rw.gemm_cols].extent());
         let (mr, nr) = (point.mr.min(m), point.nr.min(n));
-        let (ro, ri) = s.split(out, &axes[c.rows], mr)?;
-        let (co, ci) = s.split(out, &axes[c.cols], nr)?;
-        let mut outer: Vec<IterVar> = c.outer.iter().map(|&i| axes[i].clone()).collect();
+        let (ro, ri) = s.split(out, &axes[rw.gemm_rows], mr)?;
+        let (co, ci) = s.split(out, &axes[rw.gemm_cols], nr)?;
+        let mut outer: Vec<IterVar> = rw.gemm_outer.iter().map(|&i| axes[i].clone()).collect();
         if point.cols_outer {
             outer.extend([co, ro]);
         } else {
