@@ -396,3 +396,45 @@ fn the_shipped_prior_ranks_the_first_proposals_and_can_be_turned_off() {
     // measurement of this workload, chooses it.
     assert_ne!(a, b, "the prior changed nothing");
 }
+
+#[test]
+fn auto_direct_points_run_the_hosts_kernel_on_source_rows_bit_for_bit() {
+    use std::sync::Arc;
+    use tensorlift::tune::op_bench::{OpBench, OpReference};
+    let conv =
+        |ic, oc, hw, k, stride, pad| OpSpec::Conv2d { ic, oc, h: hw, w: hw, kh: k, kw: k, stride, pad, groups: 1 };
+    // (spec, values: mr, nr, cols_outer, threads; the call: AMX-sized tiles of segments)
+    let cases = [
+        (conv(64, 64, 16, 3, 1, 1), vec![16, 64, 1, 1], "int8_gemm_16x64x3x192("),
+        (conv(64, 32, 16, 3, 2, 1), vec![8, 32, 0, 2], "int8_gemm_8x32x3x192("),
+        (conv(64, 32, 16, 1, 1, 0), vec![16, 32, 0, 1], "int8_gemm_16x32x64("),
+        // The stem's 7·3-byte kernel rows read as 8·3 (the overhang multiplies zeros).
+        (conv(3, 64, 32, 7, 2, 3), vec![16, 64, 1, 1], "int8_gemm_16x64x7x24("),
+    ];
+    // Flat rows: 7×7 outputs as 6·9 + 7 = 61 virtual pixels in one call, or tiles of 16.
+    let flat = [
+        (conv(64, 64, 7, 3, 1, 1), vec![61, 64, 0, 1], "int8_gemm_61x64x3x192("),
+        (conv(64, 64, 7, 3, 1, 1), vec![16, 32, 1, 2], "int8_gemm_16x32x3x192("),
+    ];
+    let cases = cases.map(|(s, v, c)| (s, "tensorize.u8.direct", v, c));
+    let cases = cases.into_iter().chain(flat.map(|(s, v, c)| (s, "tensorize.u8.flat", v, c)));
+    for (spec, sketch, values, call) in cases {
+        let reference = Arc::new(OpReference::new(&spec).unwrap());
+        let bench = OpBench::new(&spec, level(), 2, reference).unwrap();
+        let point = AutoPoint { sketch: sketch.into(), values };
+        if !bench.space.sketches().iter().any(|s| s.name == point.sketch) {
+            // Without VNNI the kernel form is i16 pairs: the sketch is `tensorize.i16.*`.
+            let i16 = sketch.replace(".u8.", ".i16.");
+            assert!(bench.space.sketches().iter().any(|s| s.name == i16), "{}", spec.label());
+            continue;
+        }
+        let label = format!("{} {point:?}", spec.label());
+        // Verified against the definition evaluated by the reference interpreter.
+        let m = bench.measure(&point, 2, None);
+        assert_eq!((m.status, m.verified), (Status::Ok, true), "{label}: {m:?}");
+        let scheduled = bench.space.apply(&point).unwrap();
+        let compiled = CompiledPoint::build(&scheduled, "op", &tensorlift::CompileOptions::default()).unwrap();
+        let ir = compiled.main.lowered.to_string();
+        assert!(ir.contains(call), "{label}: {ir}");
+    }
+}

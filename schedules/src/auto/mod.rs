@@ -164,7 +164,8 @@ impl Space {
     /// The sketches: `generic`; `rules` (AutoInline, multi-level tiling of every reduction,
     /// vectorized element-wise stages, parallel outer loops); `tensorize.u8` or
     /// `tensorize.i16` for an int8 contraction whose rewrite `tensorize` proves (module
-    /// `tensorize`).
+    /// `tensorize`), and `tensorize.u8.direct` or `tensorize.i16.direct` where it reads `A`'s
+    /// kernel rows in place of an im2col copy (`tensorize::Direct`).
     /// No input is a constant (`with_constants` with none).
     pub fn new(inputs: &[Tensor], outputs: &[Tensor], options: SpaceOptions) -> Space {
         Space::with_constants(inputs, outputs, &[], options)

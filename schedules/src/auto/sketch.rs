@@ -8,7 +8,10 @@ use super::analysis::{StageInfo, StageKind, stages};
 use super::annotate::{lanes, parallelize, thread_choices, vectorize_injective};
 use super::inline::{apply_inline, inline_candidates};
 use super::tensorize::Tensorized;
-use super::tensorize::{Contraction, GemmForm, GemmPoint, TensorizeError, form_for, mr_choices, nr_choices, recognize};
+use super::tensorize::{
+    Contraction, Direct, GemmForm, GemmPoint, TensorizeError, direct, flat_mr_choices, flat_rows, form_for, mr_choices,
+    nr_choices, recognize,
+};
 use super::tiling::{TilePlan, plan as tile_plan};
 use super::{AutoError, Decision, PointDefinition, Prepare, RuleNote, Scheduled, Sketch, SpaceOptions};
 
@@ -57,6 +60,8 @@ pub struct TensorizePlan {
     threads: usize,
     /// `B` is a constant placeholder: packed by a prepare function, not in the call.
     prepare_b: bool,
+    /// The `.direct` sketch: `A` read in its direct form (`tensorize::Direct`).
+    direct: Option<Direct>,
 }
 
 /// How a sketch is applied.
@@ -116,8 +121,36 @@ pub fn generate(
                 notes.push(RuleNote { rule: "auto-tensorize", stage: st.tensor.name().into(), outcome: Err(why) })
             }
             Ok(c) => {
-                if let Some(sketch) = tensorize_sketch(st, c, &infos, constants, options, &mut notes) {
+                let (form, _) = form_for(&c, options.vnni);
+                let rows = direct(&c, form);
+                if let Some(sketch) = tensorize_sketch(st, c.clone(), &infos, constants, options, None, &mut notes) {
                     out.push(sketch);
+                }
+                match rows {
+                    Ok(d) => {
+                        let flat = flat_rows(&c, &d);
+                        let (c2, d2) = (c.clone(), d.clone());
+                        if let Some(sketch) = tensorize_sketch(st, c, &infos, constants, options, Some(d), &mut notes) {
+                            out.push(sketch);
+                        }
+                        match flat {
+                            Ok(f) => {
+                                let d = Direct { flat: Some(f), ..d2 };
+                                let s = tensorize_sketch(st, c2, &infos, constants, options, Some(d), &mut notes);
+                                out.extend(s);
+                            }
+                            Err(why) => notes.push(RuleNote {
+                                rule: "flat-rows",
+                                stage: st.tensor.name().into(),
+                                outcome: Err(why),
+                            }),
+                        }
+                    }
+                    Err(why) => notes.push(RuleNote {
+                        rule: "direct-source",
+                        stage: st.tensor.name().into(),
+                        outcome: Err(why),
+                    }),
                 }
             }
         }
@@ -187,6 +220,7 @@ fn tensorize_sketch(
     infos: &[StageInfo],
     constants: &[Tensor],
     options: &SpaceOptions,
+    direct: Option<Direct>,
     notes: &mut Vec<RuleNote>,
 ) -> Option<(Sketch, Plan)> {
     let stage = st.tensor.name().to_string();
@@ -194,14 +228,29 @@ fn tensorize_sketch(
     let prepare_b = b.is_placeholder() && constants.iter().any(|t| t.id() == b.id());
     let (form, why) = form_for(&c, options.vnni);
     let mut d = DecisionSet::default();
-    let mr = d.add("gemm.mr".into(), mr_choices(&c));
+    let mr_domain = match direct.as_ref().and_then(|d| d.flat.as_ref()) {
+        Some(f) => flat_mr_choices(f),
+        None => mr_choices(&c),
+    };
+    let mr = d.add("gemm.mr".into(), mr_domain);
     let nr = d.add("gemm.nr".into(), nr_choices(&c));
     let cols_outer = d.add("gemm.cols_outer".into(), vec![0, 1]);
     let threads = d.add("threads".into(), thread_choices(options.max_threads));
     let inline = infos.iter().filter(|s| matches!(s.kind, StageKind::Injective) && !s.is_output);
     let inline: Vec<Tensor> = inline.map(|s| s.tensor.clone()).collect();
-    let plan = TensorizePlan { contraction: c, form, inline, mr, nr, cols_outer, threads, prepare_b };
-    let sketch = Sketch { name: format!("tensorize.{}", form.name()), decisions: d.decisions };
+    let variant = match &direct {
+        None => "",
+        Some(d) if d.flat.is_some() => ".flat",
+        Some(_) => ".direct",
+    };
+    let name = format!("tensorize.{}{variant}", form.name());
+    let plan = TensorizePlan { contraction: c, form, inline, mr, nr, cols_outer, threads, prepare_b, direct };
+    let sketch = Sketch { name, decisions: d.decisions };
+    let rule = match &plan.direct {
+        None => "auto-tensorize",
+        Some(d) if d.flat.is_some() => "flat-rows",
+        Some(_) => "direct-source",
+    };
     // Kept only if the proof succeeds at the sketch's first point.
     let first: Vec<i64> = sketch.decisions.iter().map(|d| d.choices[0]).collect();
     match apply_tensorize(&plan, &Values(&first), options) {
@@ -211,13 +260,27 @@ fn tensorize_sketch(
             } else {
                 format!("{} is a runtime input: packed on every call", b.name())
             };
-            let what = format!(
-                "rows {}, columns {}, K {} as a GEMM; {why}; {packing}",
-                plan.contraction.axes[plan.contraction.rows].name(),
-                plan.contraction.axes[plan.contraction.cols].name(),
-                plan.contraction.reduce.iter().map(|r| r.name()).collect::<Vec<_>>().join("·"),
-            );
-            notes.push(RuleNote { rule: "auto-tensorize", stage, outcome: Ok(what) });
+            let pc = &plan.contraction;
+            let what = match &plan.direct {
+                None => format!(
+                    "rows {}, columns {}, K {} as a GEMM; {why}; {packing}",
+                    pc.axes[pc.rows].name(),
+                    pc.axes[pc.cols].name(),
+                    pc.reduce.iter().map(|r| r.name()).collect::<Vec<_>>().join("·"),
+                ),
+                Some(Direct { flat: Some(f), .. }) => format!(
+                    "sketch {}: the GEMM's rows are {} virtual pixels over rows of {} (the output copies its own)",
+                    sketch.name, f.v, f.ws,
+                ),
+                Some(d) => format!(
+                    "sketch {}: A read in place of an im2col copy, {} segment(s){} of {} elements",
+                    sketch.name,
+                    d.segments(pc),
+                    d.segment.map(|s| format!(" ({})", pc.reduce[s].name())).unwrap_or_default(),
+                    d.seg_k,
+                ),
+            };
+            notes.push(RuleNote { rule, stage, outcome: Ok(what) });
             Some((sketch, Plan::Tensorize(Box::new(plan))))
         }
         Err(e) => {
@@ -225,7 +288,7 @@ fn tensorize_sketch(
                 TensorizeError::Rewrite(e) => format!("the rewrite failed: {e}"),
                 TensorizeError::Schedule(e) => format!("the proof or a primitive failed: {e}"),
             };
-            notes.push(RuleNote { rule: "auto-tensorize", stage, outcome: Err(why) });
+            notes.push(RuleNote { rule, stage, outcome: Err(why) });
             None
         }
     }
@@ -238,7 +301,15 @@ fn apply_tensorize(p: &TensorizePlan, v: &Values, options: &SpaceOptions) -> Res
         cols_outer: v.get(p.cols_outer) == 1,
         threads: v.get(p.threads) as usize,
     };
-    super::tensorize::schedule(&p.contraction, p.form, point, options.vector_bytes, &p.inline, p.prepare_b)
+    super::tensorize::schedule(
+        &p.contraction,
+        p.form,
+        point,
+        options.vector_bytes,
+        &p.inline,
+        p.prepare_b,
+        p.direct.as_ref(),
+    )
 }
 
 /// The position of the constant `b` among `inputs` (the space keeps only constants that are
@@ -330,7 +401,8 @@ pub fn definition(
             prepare: vec![],
         }),
         Plan::Tensorize(p) => {
-            let rw = super::tensorize::rewrite(&p.contraction, p.form, Values(values).get(p.nr), p.prepare_b)
+            let (mr, nr) = (Values(values).get(p.mr), Values(values).get(p.nr));
+            let rw = super::tensorize::rewrite(&p.contraction, p.form, nr, p.prepare_b, p.direct.as_ref(), mr)
                 .map_err(|e| AutoError::Rewrite { sketch: sketch.to_string(), source: Box::new(e) })?;
             let mut args: Vec<Tensor> = inputs.iter().cloned().chain([rw.output.clone()]).collect();
             let mut prepare = Vec::new();

@@ -289,3 +289,104 @@ fn a_gemm_whose_panels_do_not_divide_n_runs_the_kernel_on_every_tile() {
     assert!(text.contains("for j.outer in 0..5 {\n    call reset int16_gemm_1x16x20("), "{text}");
     assert!(!text.contains("if "), "{text}");
 }
+
+/// The lowered call of `point` in `space` (panics where it does not apply or lower).
+fn lowered_call(space: &Space, point: &AutoPoint) -> String {
+    let scheduled = space.apply(point).unwrap_or_else(|e| panic!("{point:?}: {e}"));
+    let args: Vec<&Tensor> = scheduled.args.iter().collect();
+    ir::lower::lower(&scheduled.schedule, &args, "f").unwrap().to_string()
+}
+
+#[test]
+fn the_direct_sketch_reads_kernel_rows_of_the_source_as_segments() {
+    let conv =
+        |ic, oc, hw, k, stride, pad| OpSpec::Conv2d { ic, oc, h: hw, w: hw, kh: k, kw: k, stride, pad, groups: 1 };
+    // (spec, point values, the call, the copy of A it allocates, if any)
+    let cases = [
+        // 3×3: three kernel rows of 3·16 padded source bytes each, the padded rows flattened.
+        (conv(16, 32, 8, 3, 1, 1), vec![8, 32, 0, 1], "int8_gemm_8x32x3x48(", Some("conv.gemm_a: u8[1, 10, 160]")),
+        // Stride 2: the rows two pixels apart, the kernel rows as at stride 1.
+        (conv(8, 16, 9, 3, 2, 1), vec![5, 16, 1, 1], "int8_gemm_5x16x3x24(", Some("conv.gemm_a: u8[1, 11, 88]")),
+        // The stem's kernel row of 7·3 bytes read as 8·3 (whole groups of four): the padded
+        // rows flattened with one pixel's overhang of zeros.
+        (conv(3, 8, 9, 7, 2, 3), vec![5, 8, 0, 1], "int8_gemm_5x8x7x24(", Some("conv.gemm_a: u8[1, 15, 48]")),
+        // 1×1 without padding: the source read in place, one segment of its channels.
+        (conv(32, 16, 6, 1, 1, 0), vec![6, 16, 0, 1], "int8_gemm_6x16x32(", None),
+    ];
+    for (spec, values, call, copy) in cases {
+        let def = spec.build().unwrap();
+        let space = Space::of(&def, options(true));
+        let label = spec.label();
+        assert!(space.sketches().iter().any(|s| s.name == "tensorize.u8.direct"), "{label}: {}", space.listing());
+        let point = AutoPoint { sketch: "tensorize.u8.direct".into(), values };
+        // Bit for bit the definition's reference (the call interpreted through its loop nest).
+        check(&def, &space, &point, &label);
+        let text = lowered_call(&space, &point);
+        assert!(text.contains(call), "{label}: {text}");
+        let allocations: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("allocate")).collect();
+        match copy {
+            Some(copy) => assert!(allocations.iter().any(|l| l.contains(copy)), "{label}: {allocations:?}"),
+            None => assert!(!allocations.iter().any(|l| l.contains(".gemm_a")), "{label}: {allocations:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_space_holds_the_templates_amx_call_for_a_resnet_layer() {
+    // R5's geometry: rows of 28 pixels × panels of 64 channels, three kernel rows of 3·128
+    // bytes per call (what the `x86_conv` template's tuned amx records run).
+    let def =
+        OpSpec::Conv2d { ic: 128, oc: 128, h: 28, w: 28, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 }.build().unwrap();
+    let space = Space::of(&def, SpaceOptions { max_threads: 2, vector_bytes: 64, vnni: true });
+    let sketch = space.sketches().iter().find(|s| s.name == "tensorize.u8.direct").expect("a direct sketch");
+    let choices = |name: &str| sketch.decisions.iter().find(|d| d.name == name).unwrap().choices.clone();
+    assert!(choices("gemm.mr").contains(&28) && choices("gemm.nr").contains(&64), "{}", space.listing());
+    let point = AutoPoint { sketch: sketch.name.clone(), values: vec![28, 64, 1, 1] };
+    let text = lowered_call(&space, &point);
+    assert!(text.contains("call reset int8_gemm_28x64x3x384("), "{text}");
+    assert!(space.listing().contains("3 segment(s) (ry) of 384 elements"), "{}", space.listing());
+    // R11's 7×7 outputs: the template's 61 flat rows (6·9 + 7) in one call.
+    let def =
+        OpSpec::Conv2d { ic: 512, oc: 512, h: 7, w: 7, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 }.build().unwrap();
+    let space = Space::of(&def, SpaceOptions { max_threads: 2, vector_bytes: 64, vnni: true });
+    let point = AutoPoint { sketch: "tensorize.u8.flat".into(), values: vec![61, 32, 0, 1] };
+    let text = lowered_call(&space, &point);
+    assert!(text.contains("call reset int8_gemm_61x32x3x1536("), "{text}");
+    // A 1×1 kernel row of 6 bytes read in place cannot be padded to whole groups: not direct.
+    let def = OpSpec::Conv2d { ic: 6, oc: 8, h: 5, w: 5, kh: 1, kw: 1, stride: 1, pad: 0, groups: 1 }.build().unwrap();
+    let space = Space::of(&def, options(true));
+    assert!(!space.sketches().iter().any(|s| s.name == "tensorize.u8.direct"));
+    let listing = space.listing();
+    assert!(listing.contains("direct-source at conv: does not apply: a kernel row of 6"), "{listing}");
+}
+
+#[test]
+fn flat_rows_run_the_gemm_over_virtual_pixels_of_several_output_rows() {
+    // 5×5 outputs over 7-pixel padded rows: virtual pixels v = y·7 + x, 4·7 + 5 = 33 of them.
+    let def =
+        OpSpec::Conv2d { ic: 16, oc: 32, h: 5, w: 5, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 }.build().unwrap();
+    let space = Space::of(&def, options(true));
+    let sketch = space.sketches().iter().find(|s| s.name == "tensorize.u8.flat").expect("a flat sketch");
+    assert_eq!(sketch.decisions[0].choices, vec![16, 32, 33, 48], "{}", space.listing());
+    assert!(space.listing().contains("33 virtual pixels over rows of 7"), "{}", space.listing());
+    // All 33 rows in one call, or tiles of 16 over rows padded to 48 (the copy of the source
+    // then reads zeros past its end).
+    for (values, call, gemm) in [
+        (vec![33, 32, 0, 1], "int8_gemm_33x32x3x48(", "conv.gemm_c: i32[1, 33, 32]"),
+        (vec![16, 32, 1, 2], "int8_gemm_16x32x3x48(", "conv.gemm_c: i32[1, 48, 32]"),
+    ] {
+        let point = AutoPoint { sketch: sketch.name.clone(), values };
+        check(&def, &space, &point, "flat rows");
+        let text = lowered_call(&space, &point);
+        assert!(text.contains(call) && text.contains(gemm), "{point:?}: {text}");
+    }
+    // Stride 2 and 1×1 kernels have no flat rows.
+    for spec in [
+        OpSpec::Conv2d { ic: 8, oc: 16, h: 9, w: 9, kh: 3, kw: 3, stride: 2, pad: 1, groups: 1 },
+        OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 1, kw: 1, stride: 1, pad: 0, groups: 1 },
+    ] {
+        let space = Space::of(&spec.build().unwrap(), options(true));
+        assert!(!space.sketches().iter().any(|s| s.name.ends_with(".flat")), "{}", spec.label());
+        assert!(space.listing().contains("flat-rows at conv: does not apply"), "{}", space.listing());
+    }
+}

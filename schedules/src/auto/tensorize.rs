@@ -30,7 +30,8 @@
 
 use std::collections::HashMap;
 
-use ir::expr::{ExprKind, select};
+use ir::analysis::linear::Linear;
+use ir::expr::{ExprKind, min as index_min, select};
 use ir::intrin::pair_sums_fit_i16;
 use ir::mutator::substitute_map;
 use ir::schedule::{Schedule, create_schedule};
@@ -202,6 +203,175 @@ pub fn form_for(c: &Contraction, vnni: bool) -> (GemmForm, String) {
     }
 }
 
+/// The direct form of `A` (as the `x86_conv` template reads its padded source): each GEMM row
+/// reads `A` in place of an im2col copy, one segment per value of the reduction axis outside
+/// the kernel row (a convolution's kernel rows), each segment `seg_k` contiguous elements of
+/// `A`'s last dimension, or of its last two flattened (a kernel row spans pixels × channels).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Direct {
+    /// The reduction axis (position in `Contraction::reduce`) whose values are the segments.
+    pub segment: Option<usize>,
+    /// `A`'s last two dimensions are read as one (the kernel row `rx·C + rc`).
+    pub flatten: bool,
+    /// Elements of one segment: the extents of the last reduction axis, times the one before
+    /// it where `flatten` — that one padded to `rx_padded` so that a segment is whole groups
+    /// (the stem's 7·3 read as 8·3: the eighth pixel's bytes multiply the packing's zeros).
+    pub seg_k: i64,
+    /// The extent of the kernel row's pixel axis as the segments lay it out (its own unless
+    /// padded).
+    pub rx_padded: i64,
+    /// Flat rows: the GEMM's rows run over the source rows too (`FlatRows`).
+    pub flat: Option<FlatRows>,
+}
+
+/// Flat rows (the template's `FlatRows`): at stride 1, output pixel `(y, x)` reads the source
+/// from flat pixel `y·WS + x` on, so the GEMM's rows are the virtual pixels `v = y·WS + x`
+/// (`WS` the source row's pixels): one call covers pixels of several output rows (a 7×7 layer's
+/// 49 in calls of up to 64 rows instead of 7). The `x ≥ OW` pixels computed between rows are
+/// discarded by the output's copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlatRows {
+    /// The output axis of the rows (`y`), folded into the GEMM's rows.
+    pub y: usize,
+    /// Pixels of a source row and source rows (`A`'s third and second last extents).
+    pub ws: i64,
+    pub hs: i64,
+    /// Virtual pixels up to the last output pixel: `(OH - 1)·WS + OW`.
+    pub v: i64,
+}
+
+/// The flat rows of direct form `d`, or why they do not apply: the kernel row spans pixels ×
+/// channels, `A`'s third last index is `y + ry` (+ a constant) and its second last `x + rx`
+/// (+ a constant): stride 1, and no other row axis of extent above 1.
+pub fn flat_rows(c: &Contraction, d: &Direct) -> Result<FlatRows, String> {
+    let idx = &c.a.indices;
+    let rank = idx.len();
+    if !d.flatten || rank < 3 {
+        return Err("the kernel row is not pixels × channels of a source of rows".into());
+    }
+    let r = c.reduce.len();
+    let rows: Vec<usize> =
+        c.outer.iter().copied().filter(|&i| !c.batch.contains(&i) && c.axes[i].extent() > 1).collect();
+    let [y] = rows[..] else {
+        return Err(format!("{} output axes besides the GEMM's rows index only A, expected one", rows.len()));
+    };
+    let terms = |e: &Expr, want: &[&Var]| {
+        let lin = Linear::of(e);
+        lin.terms.len() == want.len() && want.iter().all(|v| lin.terms.iter().any(|(t, k)| *k == 1 && is_var(t, v)))
+    };
+    let x = c.axes[c.rows].var();
+    let mut dim3 = vec![c.axes[y].var()];
+    if let Some(s) = d.segment {
+        dim3.push(c.reduce[s].var());
+    }
+    if !terms(&idx[rank - 3], &dim3) || !terms(&idx[rank - 2], &[x, c.reduce[r - 2].var()]) {
+        return Err("A is not read at stride 1 as [.., y + ry, x + rx, rc]".into());
+    }
+    let (yv, seg) = (c.axes[y].var(), d.segment.map(|s| c.reduce[s].var()));
+    if idx[..rank - 3].iter().any(|e| e.uses_var(yv) || e.uses_var(x) || seg.is_some_and(|v| e.uses_var(v))) {
+        return Err("a leading index of A uses the rows or the segments".into());
+    }
+    let shape = c.a.tensor.shape();
+    let (hs, ws) = (shape[rank - 3], shape[rank - 2]);
+    Ok(FlatRows { y, ws, hs, v: (c.axes[y].extent() - 1) * ws + c.axes[c.rows].extent() })
+}
+
+/// The `mr` choices of flat rows: whole tiles of 16 rows up to 64 where they do not exceed
+/// the rows rounded up to a tile, and all `v` rows in one call where they are at most 64 (the
+/// GEMM's rows are padded to whole `mr`).
+pub fn flat_mr_choices(f: &FlatRows) -> Vec<i64> {
+    let mut out: Vec<i64> = [16, 32, 48, 64].into_iter().filter(|m| *m <= ceil_div(f.v, 16) * 16).collect();
+    if f.v <= 64 {
+        out.push(f.v);
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+impl Direct {
+    pub fn segments(&self, c: &Contraction) -> i64 {
+        self.segment.map_or(1, |s| c.reduce[s].extent())
+    }
+
+    /// The reduction extents as `K'` lays them out: the declared ones, the pixel axis of a
+    /// flattened kernel row padded to `rx_padded`.
+    fn extents(&self, c: &Contraction) -> Vec<i64> {
+        let r = c.reduce.len();
+        let mut e: Vec<i64> = c.reduce.iter().map(|a| a.extent()).collect();
+        if self.flatten {
+            e[r - 2] = self.rx_padded;
+        }
+        e
+    }
+
+    /// Elements past the kernel row that a padded segment reads.
+    fn overhang(&self, c: &Contraction) -> i64 {
+        let r = c.reduce.len();
+        if self.flatten { (self.rx_padded - c.reduce[r - 2].extent()) * c.reduce[r - 1].extent() } else { 0 }
+    }
+}
+
+/// Whether `e` is `v` itself.
+fn is_var(e: &Expr, v: &Var) -> bool {
+    matches!(e.kind(), ExprKind::Var(x) if x == v)
+}
+
+/// The direct form of `c`'s `A` for `form`, or why it does not apply. `A`'s last index must be
+/// the last reduction axis `rc`; the axis before it, `rx`, is either of extent 1 or indexes the
+/// dimension before with coefficient 1 (`x·s + rx`, spatial axes only besides) while `rc`
+/// spans all of `A`'s last dimension, so that `rx·C + rc` is one contiguous run; at most one
+/// other reduction axis has an extent above 1 (the segments); a segment is whole groups of the
+/// kernel's packing, or where `rx` spans the row, made so by padding `rx`.
+pub fn direct(c: &Contraction, form: GemmForm) -> Result<Direct, String> {
+    let r = c.reduce.len();
+    if r == 1 {
+        return Err("one reduction axis: the GEMM's K, read as the direct form would".into());
+    }
+    let idx = &c.a.indices;
+    let rank = idx.len();
+    let rc = &c.reduce[r - 1];
+    if !idx.last().is_some_and(|e| is_var(e, rc.var())) {
+        return Err(format!("A's last index is not the reduction axis {}", rc.name()));
+    }
+    if idx[..rank - 1].iter().any(|e| e.uses_var(rc.var())) {
+        return Err(format!("{} indexes more than A's last dimension", rc.name()));
+    }
+    let rx = (r >= 2 && c.reduce[r - 2].extent() > 1).then(|| &c.reduce[r - 2]);
+    let mut seg_k = rc.extent();
+    let mut rx_padded = 1;
+    if let Some(rx) = rx {
+        let c_extent = c.a.tensor.shape()[rank - 1];
+        if rank < 2 || rc.extent() != c_extent {
+            return Err(format!("{} does not span A's last dimension ({c_extent})", rc.name()));
+        }
+        let lin = Linear::of(&idx[rank - 2]);
+        let spatial = |t: &Expr| c.axes.iter().any(|a| is_var(t, a.var()));
+        let rx_once = lin.terms.iter().filter(|(t, k)| is_var(t, rx.var()) && *k == 1).count() == 1;
+        let others_spatial = lin.terms.iter().all(|(t, _)| is_var(t, rx.var()) || spatial(t));
+        if !rx_once || !others_spatial || idx[..rank - 2].iter().any(|e| e.uses_var(rx.var())) {
+            return Err(format!("A's second last index is not spatial axes + {}", rx.name()));
+        }
+        rx_padded = (rx.extent()..).find(|e| (e * rc.extent()) % form.pack() == 0).unwrap_or(rx.extent());
+        seg_k *= rx_padded;
+    }
+    let inner = if rx.is_some() { r - 2 } else { r - 1 };
+    let mut outer = (0..inner).filter(|&i| c.reduce[i].extent() > 1);
+    let segment = outer.next();
+    if outer.next().is_some() {
+        return Err("more than one reduction axis outside the kernel row".into());
+    }
+    if let Some(s) = segment
+        && idx[rank - 1..].iter().chain(rx.map(|_| &idx[rank - 2])).any(|e| e.uses_var(c.reduce[s].var()))
+    {
+        return Err(format!("{} indexes the kernel row", c.reduce[s].name()));
+    }
+    if seg_k % form.pack() != 0 {
+        return Err(format!("a kernel row of {seg_k} is not whole groups of {}", form.pack()));
+    }
+    Ok(Direct { segment, flatten: rx.is_some(), seg_k, rx_padded, flat: None })
+}
+
 /// The rewritten definition.
 pub struct Rewritten {
     pub a_copy: Option<Tensor>,
@@ -221,6 +391,15 @@ pub struct Rewritten {
     /// The reduction axes' extents as `K'` lays them out (`k = ((r0·E1 + r1)·E2 + r2)…`): the
     /// declared ones, one of them padded where `K` is not a whole number of groups.
     pub extents: Vec<i64>,
+    /// The kernel's segments and the elements of each (`segments · seg_k = k`): one of `K'`,
+    /// or in the direct form the kernel rows.
+    pub segments: i64,
+    pub seg_k: i64,
+    /// The GEMM's axes: positions of its rows, columns and outer loops (the output's, or with
+    /// flat rows the output's without `y`, the rows the virtual pixels).
+    pub gemm_rows: usize,
+    pub gemm_cols: usize,
+    pub gemm_outer: Vec<usize>,
 }
 
 /// The reduction extents padded so that their product is a multiple of `p`: `K` is padded by
@@ -278,11 +457,29 @@ fn substituted(read: &Read, map: &HashMap<Var, Expr>) -> Expr {
 }
 
 /// Rewrites `c` for the kernel `form` with panels of `nr` columns; with `prepare_b`, the output
-/// reads the packed `B` as a placeholder (`Rewritten::prepared_b`).
-pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Result<Rewritten, TeError> {
+/// reads the packed `B` as a placeholder (`Rewritten::prepared_b`); with `direct`, the GEMM
+/// reads `A` in its direct form (in place, or a copy of `A` in the kernel's dtype with the
+/// padding inlined and, where the kernel row spans two dimensions, those two flattened).
+pub fn rewrite(
+    c: &Contraction,
+    form: GemmForm,
+    nr: i64,
+    prepare_b: bool,
+    direct: Option<&Direct>,
+    mr: i64,
+) -> Result<Rewritten, TeError> {
     let p = form.pack();
+    let flat = direct.and_then(|d| d.flat.as_ref());
+    // Output axes as the GEMM has them: all, or with flat rows all but `y`.
+    let kept: Vec<usize> = (0..c.axes.len()).filter(|&i| flat.is_none_or(|f| f.y != i)).collect();
+    let at = |i: usize| kept.iter().position(|&k| k == i).unwrap_or(0);
+    // With flat rows, the virtual pixels padded to whole tiles of `mr`.
+    let vp = flat.map(|f| ceil_div(f.v, mr.max(1)) * mr.max(1));
     let k: i64 = c.reduce.iter().map(|r| r.extent()).product();
-    let extents = padded_extents(&c.reduce.iter().map(|r| r.extent()).collect::<Vec<_>>(), p);
+    let extents = match direct {
+        Some(d) => d.extents(c),
+        None => padded_extents(&c.reduce.iter().map(|r| r.extent()).collect::<Vec<_>>(), p),
+    };
     let kp: i64 = extents.iter().product();
     let n = c.axes[c.cols].extent();
     let name = c.output.name();
@@ -294,7 +491,9 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
         && c.a.indices.last().is_some_and(|e| matches!(e.kind(), ExprKind::Var(v) if v == c.reduce[0].var()))
         && c.a.indices[..c.a.indices.len() - 1].iter().all(|e| !e.uses_var(c.reduce[0].var()));
     let a_axes: Vec<usize> = (0..c.axes.len()).filter(|&i| i != c.cols).collect();
-    let a_copy = if in_place {
+    let a_copy = if let Some(d) = direct {
+        direct_copy(c, form, d, vp.unwrap_or(0))?
+    } else if in_place {
         None
     } else {
         let mut shape: Vec<i64> = a_axes.iter().map(|&i| c.axes[i].extent()).collect();
@@ -357,18 +556,32 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
         None
     };
     let read_b = prepared_b.as_ref().unwrap_or(&packed_b);
-    let (ko, ki) = (reduce_axis(kp / p, "ko")?, reduce_axis(p, "ki")?);
+    let (segments, seg_k) = match direct {
+        Some(d) => (d.segments(c), d.seg_k),
+        None => (1, kp),
+    };
+    let ks = if segments > 1 { Some(reduce_axis(segments, "ks")?) } else { None };
+    let (ko, ki) = (reduce_axis(seg_k / p, "ko")?, reduce_axis(p, "ki")?);
     // The GEMM's columns padded to whole panels, so that every tile runs the kernel.
-    let mut gemm_shape: Vec<i64> = c.axes.iter().map(|a| a.extent()).collect();
-    gemm_shape[c.cols] = ceil_div(n, nr) * nr;
-    let padded = n % nr != 0;
+    let mut gemm_shape: Vec<i64> = kept.iter().map(|&i| c.axes[i].extent()).collect();
+    gemm_shape[at(c.cols)] = ceil_div(n, nr) * nr;
+    if let Some(vp) = vp {
+        gemm_shape[at(c.rows)] = vp;
+    }
+    let padded = n % nr != 0 || flat.is_some();
     let gemm_name = if padded { format!("{name}.gemm_c") } else { name.to_string() };
     let gemm = compute_vec(
         gemm_shape,
-        |i| {
+        |g| {
+            // The output's index: `y` 0 and `x` the virtual pixel with flat rows.
+            let i: Vec<Expr> = (0..c.axes.len())
+                .map(|ax| if kept.contains(&ax) { g[at(ax)].clone() } else { Expr::index(0) })
+                .collect();
+            let i = &i[..];
             let kk = &ko * p + &ki;
-            let a = match &a_copy {
-                None => {
+            let a = match (direct, &a_copy) {
+                (Some(d), _) => direct_read(c, d, a_copy.as_ref(), i, ks.as_ref(), kk),
+                (None, None) => {
                     let mut map: HashMap<Var, Expr> = HashMap::new();
                     for (pos, ax) in c.axes.iter().enumerate() {
                         map.insert(ax.var().clone(), i[pos].clone());
@@ -376,7 +589,7 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
                     map.insert(c.reduce[0].var().clone(), kk);
                     substituted(&c.a, &map)
                 }
-                Some(copy) => {
+                (None, Some(copy)) => {
                     let mut idx: Vec<Expr> = a_axes.iter().map(|&ax| i[ax].clone()).collect();
                     idx.push(kk);
                     copy.at_vec(idx)
@@ -384,18 +597,150 @@ pub fn rewrite(c: &Contraction, form: GemmForm, nr: i64, prepare_b: bool) -> Res
             };
             let mut idx: Vec<Expr> = c.batch.iter().map(|&ax| i[ax].clone()).collect();
             let col = &i[c.cols];
-            idx.extend([col / nr, ko.to_expr(), col % nr, ki.to_expr()]);
+            let group = match &ks {
+                Some(ks) => ks * (seg_k / p) + &ko,
+                None => ko.to_expr(),
+            };
+            idx.extend([col / nr, group, col % nr, ki.to_expr()]);
             let b = read_b.at_vec(idx);
-            sum(DType::I32, &[&ko, &ki], a.cast(DType::I32) * b.cast(DType::I32))
+            let reduce: Vec<&IterVar> = ks.iter().chain([&ko, &ki]).collect();
+            sum(DType::I32, &reduce, a.cast(DType::I32) * b.cast(DType::I32))
         },
         &gemm_name,
     )?;
     let output = if padded {
-        compute_vec(c.axes.iter().map(|a| a.extent()).collect(), |i| gemm.at_vec(i.to_vec()), name)?
+        compute_vec(
+            c.axes.iter().map(|a| a.extent()).collect(),
+            |i| {
+                let idx: Vec<Expr> = kept
+                    .iter()
+                    .map(|&ax| match flat {
+                        Some(f) if ax == c.rows => &i[f.y] * f.ws + &i[ax],
+                        _ => i[ax].clone(),
+                    })
+                    .collect();
+                gemm.at_vec(idx)
+            },
+            name,
+        )?
     } else {
         gemm.clone()
     };
-    Ok(Rewritten { a_copy, packed_b, prepared_b, gemm, output, k: kp, extents })
+    let (gemm_rows, gemm_cols) = (at(c.rows), at(c.cols));
+    let gemm_outer = c.outer.iter().filter(|&&i| kept.contains(&i)).map(|&i| at(i)).collect();
+    Ok(Rewritten {
+        a_copy,
+        packed_b,
+        prepared_b,
+        gemm,
+        output,
+        k: kp,
+        extents,
+        segments,
+        seg_k,
+        gemm_rows,
+        gemm_cols,
+        gemm_outer,
+    })
+}
+
+/// `A` as the direct form reads it where it is not read in place: in the kernel's dtype, its
+/// last two dimensions flattened where `d.flatten` (`<out>.gemm_a`); `None` in place (a
+/// placeholder of the kernel's dtype, nothing flattened).
+fn direct_copy(c: &Contraction, form: GemmForm, d: &Direct, vp: i64) -> Result<Option<Tensor>, TeError> {
+    let a = &c.a.tensor;
+    if !d.flatten && a.is_placeholder() && a.dtype() == form.a_dtype() {
+        return Ok(None);
+    }
+    let shape = a.shape();
+    let rank = shape.len();
+    let name = format!("{}.gemm_a", c.output.name());
+    if let Some(f) = &d.flat {
+        // The source's last three dimensions as one, long enough for the last tile's reads
+        // (zeros past the source: virtual pixels past the last output pixel read them).
+        let ch = shape[rank - 1];
+        let lin = |e: &Expr| Linear::of(e).constant;
+        let (c3, c2) = (lin(&c.a.indices[rank - 3]), lin(&c.a.indices[rank - 2]));
+        let reach = ((c3 + d.segments(c) - 1) * f.ws + c2 + vp - 1) * ch + d.seg_k;
+        let size = f.hs * f.ws * ch;
+        let mut flat: Vec<i64> = shape[..rank - 3].to_vec();
+        // Whole source rows, so that the copy splits into rows, pixels and channels.
+        flat.push(ceil_div(size.max(reach), f.ws * ch) * f.ws * ch);
+        let copy = compute_vec(
+            flat,
+            |i| {
+                let t = &i[rank - 3];
+                let mut idx: Vec<Expr> = i[..rank - 3].to_vec();
+                let row = index_min(t / (f.ws * ch), Expr::index(f.hs - 1));
+                idx.extend([row, t / ch % f.ws, t % ch]);
+                let value = a.at_vec(idx).cast(form.a_dtype());
+                if reach > size { select(t.clone().lt(size), value, Expr::int(form.a_dtype(), 0)) } else { value }
+            },
+            &name,
+        )?;
+        return Ok(Some(copy));
+    }
+    if d.flatten {
+        let (pixels, ch) = (shape[rank - 2], shape[rank - 1]);
+        let mut flat: Vec<i64> = shape[..rank - 2].to_vec();
+        // The last segment's overhang past the row: zeros (they multiply zeros of the packing).
+        let overhang = d.overhang(c);
+        flat.push(pixels * ch + overhang);
+        let copy = compute_vec(
+            flat,
+            |i| {
+                let t = &i[rank - 2];
+                let mut idx: Vec<Expr> = i[..rank - 2].to_vec();
+                if overhang > 0 {
+                    idx.extend([index_min(t / ch, Expr::index(pixels - 1)), t % ch]);
+                    select(t.clone().lt(pixels * ch), a.at_vec(idx).cast(form.a_dtype()), Expr::int(form.a_dtype(), 0))
+                } else {
+                    idx.extend([t / ch, t % ch]);
+                    a.at_vec(idx).cast(form.a_dtype())
+                }
+            },
+            &name,
+        )?;
+        Ok(Some(copy))
+    } else {
+        Ok(Some(compute_vec(shape.to_vec(), |i| a.at_vec(i.to_vec()).cast(form.a_dtype()), &name)?))
+    }
+}
+
+/// The GEMM's read of `A` in the direct form at output index `i`, segment `ks` and kernel-row
+/// element `kk`: `A`'s index with the segment axis `ks`, every other reduction axis of the row
+/// 0 and the row's element added to the last (flattened) dimension.
+fn direct_read(c: &Contraction, d: &Direct, copy: Option<&Tensor>, i: &[Expr], ks: Option<&IterVar>, kk: Expr) -> Expr {
+    let mut map: HashMap<Var, Expr> = HashMap::new();
+    for (pos, ax) in c.axes.iter().enumerate() {
+        map.insert(ax.var().clone(), i[pos].clone());
+    }
+    for (j, r) in c.reduce.iter().enumerate() {
+        let v = match (d.segment, ks) {
+            (Some(s), Some(ks)) if s == j => ks.to_expr(),
+            _ => Expr::index(0),
+        };
+        map.insert(r.var().clone(), v);
+    }
+    let idx: Vec<Expr> = c.a.indices.iter().map(|e| substitute_map(e, &map)).collect();
+    let rank = idx.len();
+    let source = copy.unwrap_or(&c.a.tensor);
+    if let Some(f) = &d.flat {
+        let ch = c.a.tensor.shape()[rank - 1];
+        let mut flat: Vec<Expr> = idx[..rank - 3].to_vec();
+        flat.push(&idx[rank - 3] * (f.ws * ch) + &idx[rank - 2] * ch + kk);
+        return source.at_vec(flat);
+    }
+    if d.flatten {
+        let ch = c.a.tensor.shape()[rank - 1];
+        let mut flat: Vec<Expr> = idx[..rank - 2].to_vec();
+        flat.push(&idx[rank - 2] * ch + kk);
+        source.at_vec(flat)
+    } else {
+        let mut idx = idx;
+        idx[rank - 1] = kk;
+        source.at_vec(idx)
+    }
 }
 
 /// The decisions of a tensorized point.
@@ -457,10 +802,11 @@ pub fn schedule(
     vector_bytes: i64,
     inline: &[Tensor],
     prepare_b: bool,
+    direct: Option<&Direct>,
 ) -> Result<Tensorized, TensorizeError> {
-    let rw = rewrite(c, form, point.nr, prepare_b).map_err(TensorizeError::Rewrite)?;
-    let (m, n) = (c.axes[c.rows].extent(), c.axes[c.cols].extent());
-    let intrin = gemm_segmented_microkernel(point.mr.min(m), point.nr.min(n), 1, rw.k, form.a_dtype())
+    let rw = rewrite(c, form, point.nr, prepare_b, direct, point.mr).map_err(TensorizeError::Rewrite)?;
+    let (m, n) = (rw.gemm.shape()[rw.gemm_rows], c.axes[c.cols].extent());
+    let intrin = gemm_segmented_microkernel(point.mr.min(m), point.nr.min(n), rw.segments, rw.seg_k, form.a_dtype())
         .map_err(TensorizeError::Rewrite)?;
     let mut s = create_schedule(&[&rw.output]);
     let run = |s: &mut Schedule| -> Result<(), ScheduleError> {
@@ -472,11 +818,30 @@ pub fn schedule(
             }
             // The flat reduction index split into one loop per reduction axis, so that its
             // decoding folds away and each vector reads contiguous elements of the innermost
-            // one (a convolution's channels).
+            // one (a convolution's channels); in the direct form, a flattened row split into
+            // its pixels' channels.
             let mut last = copy.axis(copy.axes().len() - 1);
             let extents = &rw.extents;
-            let mut span = rw.k;
-            if extents.iter().product::<i64>() == rw.k {
+            let mut span = if direct.is_some() { last.extent() } else { rw.k };
+            // The loop the thread pool runs: the first leading axis of more than one value, or
+            // where the copy is one flat row, its pixels.
+            let rank = copy.axes().len();
+            let mut first = copy.axes()[..rank - 1].iter().find(|a| a.extent() > 1).cloned();
+            if let Some(d) = direct.filter(|d| d.flatten) {
+                // Source rows (with flat rows), then pixels, then channels: one loop each, so
+                // that the decoding of the flat index folds away and the channels are one
+                // dense vector read.
+                let ch = c.a.tensor.shape()[c.a.tensor.shape().len() - 1];
+                let factors = d.flat.as_ref().map(|f| f.ws * ch).into_iter().chain([ch]);
+                for factor in factors {
+                    if factor < span {
+                        let (outer, inner) = s.split(copy, &last, factor)?;
+                        first = first.or(Some(outer));
+                        last = inner;
+                        span = factor;
+                    }
+                }
+            } else if direct.is_none() && extents.iter().product::<i64>() == rw.k {
                 // One loop per reduction axis (`k = ((r0·E1 + r1)·E2 + r2)…`).
                 for i in 1..extents.len() {
                     let factor: i64 = extents[i..].iter().product();
@@ -496,7 +861,7 @@ pub fn schedule(
                     s.vectorize(copy, &last)?;
                 }
             }
-            let first = copy.axes().iter().find(|a| a.extent() > 1).cloned();
+            let first = first.or_else(|| copy.axes().iter().find(|a| a.extent() > 1).cloned());
             if let Some(first) = first {
                 parallelize(s, copy, &[first], point.threads)?;
             }
@@ -510,11 +875,11 @@ pub fn schedule(
         }
         let out = &rw.gemm;
         let axes = out.axes().to_vec();
-        let (m, n) = (axes[c.rows].extent(), axes[c.cols].extent());
+        let (m, n) = (axes[rw.gemm_rows].extent(), axes[rw.gemm_cols].extent());
         let (mr, nr) = (point.mr.min(m), point.nr.min(n));
-        let (ro, ri) = s.split(out, &axes[c.rows], mr)?;
-        let (co, ci) = s.split(out, &axes[c.cols], nr)?;
-        let mut outer: Vec<IterVar> = c.outer.iter().map(|&i| axes[i].clone()).collect();
+        let (ro, ri) = s.split(out, &axes[rw.gemm_rows], mr)?;
+        let (co, ci) = s.split(out, &axes[rw.gemm_cols], nr)?;
+        let mut outer: Vec<IterVar> = rw.gemm_outer.iter().map(|&i| axes[i].clone()).collect();
         if point.cols_outer {
             outer.extend([co, ro]);
         } else {
