@@ -1,6 +1,6 @@
 //! A model file's bytes: mapped into memory read-only where the OS allows (`memmap2`, with
-//! `MAP_POPULATE` on Linux), so that decoding reads the page cache in place, with no copy of the file
-//! into fresh memory and no page fault per page of it; else read. Decoding from the returned
+//! `MAP_POPULATE` on Linux), so that decoding reads the page cache in place, with no copy of
+//! the file into fresh memory and no page fault per page of it; else read. Decoding from the returned
 //! `Bytes` leaves every `bytes` field (tensors' `raw_data`) a view of it.
 //!
 //! As with any mapped file, another process truncating or rewriting the file while it is
