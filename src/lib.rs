@@ -12,9 +12,9 @@
 //!
 //! They stand on a ground floor that imports nothing above it: `isa` (ISA levels, CPU features
 //! and identity, kernel families), `abi` (the contract of generated functions), `disasm`,
-//! `error` and `target` (what to generate code for). Imports point down only, in the order
-//! ground floor ← `kernels` ← `codegen` ← `runtime` ← `build`, `bench` ← `layer` ← `tune`,
-//! `export` (checked by `tests/it/invariants.rs`).
+//! `error`, `target` (what to generate code for) and `shared` (elements several owners hold).
+//! Imports point down only, in the order ground floor ← `kernels` ← `codegen` ← `runtime` ←
+//! `build`, `bench` ← `layer` ← `tune`, `export` (checked by `tests/it/invariants.rs`).
 //!
 //! The two crates below are re-exported, so that a crate depending on `tensorlift` alone can
 //! write `tensorlift::ir::...` (the IR, tensor expressions, schedules, interpreters) and
@@ -37,6 +37,7 @@ pub mod npy;
 pub mod onnx;
 pub mod record;
 pub mod runtime;
+pub mod shared;
 pub mod target;
 pub mod tune;
 

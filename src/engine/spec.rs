@@ -18,6 +18,7 @@ use crate::layer::{
     compile_qdense_in,
 };
 use crate::runtime::CompileOptions;
+use crate::shared::Shared;
 
 /// The spec of a partition the x86 kernels compute.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,7 +37,7 @@ impl Spec {
     }
 
     /// The weights, given up (`give_back` returns them to the partition they came from).
-    pub(super) fn into_weights(self) -> Vec<i8> {
+    pub(super) fn into_weights(self) -> Shared<i8> {
         match self {
             Spec::Conv(c) => c.weights,
             Spec::Dense(d) => d.weights,
@@ -94,7 +95,7 @@ pub(super) fn take_spec(graph: &FinalizedGraph, p: &mut Partition) -> Result<Spe
     let weights = match &mut p.kind {
         PartitionKind::QuantizedConv(c) => std::mem::take(&mut c.weights),
         PartitionKind::QuantizedMatMul(m) => std::mem::take(&mut m.weights),
-        _ => Vec::new(),
+        _ => Shared::default(),
     };
     match partition_spec(graph, p) {
         Ok(Spec::Conv(c)) => Ok(Spec::Conv(QConvSpec { weights, ..c })),
@@ -107,7 +108,7 @@ pub(super) fn take_spec(graph: &FinalizedGraph, p: &mut Partition) -> Result<Spe
 }
 
 /// Returns weights `take_spec` moved out of `p`.
-pub(super) fn give_back(p: &mut Partition, weights: Vec<i8>) {
+pub(super) fn give_back(p: &mut Partition, weights: Shared<i8>) {
     match &mut p.kind {
         PartitionKind::QuantizedConv(c) => c.weights = weights,
         PartitionKind::QuantizedMatMul(m) => m.weights = weights,

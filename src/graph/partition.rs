@@ -164,7 +164,7 @@ pub struct QConv {
     /// `[N, C, D1..Dk]`.
     pub src_dims: Vec<Dim>,
     /// The weights, row-major `[OC, C/groups, K1..Kk]`.
-    pub weights: Vec<i8>,
+    pub weights: crate::shared::Shared<i8>,
     pub weight_dims: Vec<usize>,
     /// One scale (per tensor) or `OC` (per output channel); weight zero points are all 0.
     pub weight_scales: Vec<f32>,
@@ -226,7 +226,7 @@ pub struct QMatMul {
     /// `[M, K]`.
     pub src_dims: Vec<Dim>,
     /// Row-major `[K, N]`, whatever orientation the graph gave.
-    pub weights: Vec<i8>,
+    pub weights: crate::shared::Shared<i8>,
     /// `[K, N]`.
     pub weight_dims: [usize; 2],
     /// The graph gave the weights as `[N, K]` (`transpose_b`); `weights` is already `[K, N]`.

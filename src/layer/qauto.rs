@@ -61,7 +61,7 @@ pub struct QConvAutoSpec {
     /// `(height, width)`, each at least 1.
     pub dilations: (i64, i64),
     /// i8 `[OC, IC/G, KH, KW]` (OIHW), row-major.
-    pub weights: Vec<i8>,
+    pub weights: crate::shared::Shared<i8>,
     /// One scale (per tensor) or `OC` (per output channel), finite and positive.
     pub weight_scales: Vec<f32>,
     /// i32 `[OC]`, quantized with scale `scale_src · scale_w[c]` and zero point 0.

@@ -64,7 +64,7 @@ pub struct QConvSpec {
     /// Pads in ONNX order `[top, left, bottom, right]`, non-negative; they must be equal.
     pub pads: [i64; 4],
     /// i8 `[OC, IC, KH, KW]` (OIHW), row-major.
-    pub weights: Vec<i8>,
+    pub weights: crate::shared::Shared<i8>,
     /// One scale (per tensor) or `OC` (per output channel), finite and positive.
     pub weight_scales: Vec<f32>,
     /// i32 `[OC]`, quantized with scale `scale_src · scale_w[c]` and zero point 0.

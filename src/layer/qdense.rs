@@ -36,7 +36,7 @@ pub struct QDenseSpec {
     pub k: i64,
     pub n: i64,
     /// i8 `[K, N]`, row-major (ONNX MatMul's B; a Gemm with `transB = 1` transposed first).
-    pub weights: Vec<i8>,
+    pub weights: crate::shared::Shared<i8>,
     /// One scale, or `N` (per column).
     pub weight_scales: Vec<f32>,
     /// i32 `[N]`, quantized with scale `alpha · scale_src · scale_w[n]` and zero point 0.
@@ -104,7 +104,7 @@ impl QDenseSpec {
             kw: 1,
             stride: (1, 1),
             pads: [0; 4],
-            weights,
+            weights: weights.into(),
             weight_scales: self.weight_scales.clone(),
             bias: self.bias.clone(),
             dst: self.dst,

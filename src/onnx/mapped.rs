@@ -1,6 +1,6 @@
-//! A model file's bytes: mapped into memory read-only where the OS allows (Linux `mmap` with
-//! `MAP_POPULATE`), so that decoding reads the page cache in place, with no copy of the file
-//! into fresh memory and no page fault per page of it; else read. Decoding from the returned
+//! A model file's bytes: mapped into memory read-only where the OS allows (`memmap2`, with
+//! `MAP_POPULATE` on Linux), so that decoding reads the page cache in place, with no copy of
+//! the file into fresh memory and no page fault per page of it; else read. Decoding from the returned
 //! `Bytes` leaves every `bytes` field (tensors' `raw_data`) a view of it.
 //!
 //! As with any mapped file, another process truncating or rewriting the file while it is
@@ -11,16 +11,17 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use memmap2::{Mmap, MmapOptions};
 use prost::bytes::Bytes;
 
-/// The bytes of the file at `path`: mapped where possible (a non-empty regular file on
-/// Linux), else read.
+/// The bytes of the file at `path`: mapped where possible (a non-empty regular file the OS
+/// agrees to map), else read.
 pub fn file_bytes(path: &Path) -> std::io::Result<Bytes> {
     let mut file = File::open(path)?;
     let meta = file.metadata()?;
-    #[cfg(target_os = "linux")]
     if meta.is_file()
-        && let Some(mapped) = Mapped::new(&file, meta.len())
+        && meta.len() > 0
+        && let Some(mapped) = map(&file)
     {
         return Ok(Bytes::from_owner(mapped));
     }
@@ -29,59 +30,13 @@ pub fn file_bytes(path: &Path) -> std::io::Result<Bytes> {
     Ok(Bytes::from(bytes))
 }
 
-/// A private read-only mapping of a whole file, unmapped on drop.
-#[cfg(target_os = "linux")]
-struct Mapped {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: the mapping is read-only and owned by this value alone (unmapped once, on drop), so
-// that it may be read from, and dropped on, any thread.
-#[cfg(target_os = "linux")]
-unsafe impl Send for Mapped {}
-#[cfg(target_os = "linux")]
-unsafe impl Sync for Mapped {}
-
-#[cfg(target_os = "linux")]
-impl Mapped {
-    /// The first `len` bytes of `file` mapped (`None`: empty, or the OS refused).
-    fn new(file: &File, len: u64) -> Option<Mapped> {
-        use std::os::fd::AsRawFd;
-        let len = usize::try_from(len).ok().filter(|&l| l > 0)?;
-        // SAFETY: a new private read-only mapping of an open file; the result is checked before
-        // use, and nothing else refers to the address range it returns.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_POPULATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        (ptr != libc::MAP_FAILED).then_some(Mapped { ptr, len })
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl AsRef<[u8]> for Mapped {
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: `ptr` is a live read-only mapping of `len` bytes until `drop`.
-        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once; no view of it outlives `self`
-        // (`Bytes::from_owner` drops the owner after its last view).
-        unsafe {
-            libc::munmap(self.ptr, self.len);
-        }
-    }
+/// A private read-only mapping of the whole of `file`, its pages read in up front where the
+/// OS supports it (`MAP_POPULATE`); `None` if the OS refused (the caller reads instead).
+fn map(file: &File) -> Option<Mmap> {
+    // SAFETY: a read-only mapping of an open file; memmap2 owns it (unmapped on drop, after the
+    // last `Bytes` view). Changes to the file by another process while mapped are the caveat of
+    // the module doc, not undefined behaviour this process causes.
+    unsafe { MmapOptions::new().populate().map(file) }.ok()
 }
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ fn an_odd_geometry_equals_plain_rust_at_every_level() {
         strides: (2, 1),
         pads: [1, 0, 2, 1],
         dilations: (2, 3),
-        weights,
+        weights: weights.into(),
         weight_scales: (0..oc).map(|o| 0.002 + 0.0005 * o as f32).collect(),
         bias: Some((0..oc).map(|o| (o as i32 - 5) * 37).collect()),
         dst: ActQuant { dtype: DType::U8, scale: 0.03, zero_point: 20 },

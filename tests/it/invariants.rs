@@ -91,22 +91,23 @@ fn every_pass_file_exports_one_function_named_after_it() {
 /// The layering of the root crate's top-level modules: each module, and the modules it may
 /// name (`crate::<module>`, a `super::` path that reaches the crate root, or a re-export of
 /// `src/lib.rs` such as `crate::IsaLevel`). Arrows point down: the ground floor (`isa`, `abi`,
-/// `disasm`, `error`, `target`) ← `kernels` (assemblers) ← `codegen` ← `runtime` ← `build`,
-/// `bench` ← `layer` (the resnet-18 table's layers set up to run) ← `tune`, `export`; `record`
+/// `disasm`, `error`, `target`, `shared`) ← `kernels` (assemblers) ← `codegen` ← `runtime` ←
+/// `build`, `bench` ← `layer` (the resnet-18 table's layers set up to run) ← `tune`, `export`; `record`
 /// (tuning records) stands on `isa` alone, so that both
 /// `tune` and `export` read records without `export` depending on `tune`. `src/lib.rs` (the root's re-exports), the binary (`src/main.rs`,
 /// `src/cli/`) and the unit tests (`src/tests/`) sit above everything and are not checked.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("graph", &[]),
+    ("shared", &[]),
+    ("graph", &["shared"]),
     ("isa", &[]),
     ("abi", &[]),
-    ("onnx", &["graph"]),
-    ("npy", &["graph"]),
+    ("onnx", &["graph", "shared"]),
+    ("npy", &["graph", "shared"]),
     (
         "engine",
         &[
             "isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "layer",
-            "graph",
+            "graph", "shared",
         ],
     ),
     ("disasm", &["isa"]),
@@ -118,19 +119,22 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("runtime", &["isa", "abi", "disasm", "error", "target", "kernels", "codegen"]),
     ("build", &["isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime"]),
     ("bench", &["isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime"]),
-    ("layer", &["isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench"]),
+    (
+        "layer",
+        &["isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "shared"],
+    ),
     (
         "tune",
         &[
             "isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "layer",
-            "record", "graph", "onnx", "engine",
+            "record", "graph", "onnx", "engine", "shared",
         ],
     ),
     (
         "export",
         &[
             "isa", "abi", "disasm", "error", "target", "kernels", "codegen", "runtime", "build", "bench", "layer",
-            "record", "graph", "onnx", "engine", "tune",
+            "record", "graph", "onnx", "engine", "tune", "shared",
         ],
     ),
 ];
