@@ -211,22 +211,15 @@ pub fn tune_space(
         let (record, phases) = (&records[records.len() - 1], Phases::of(&records));
         searcher.report(point, phases.seconds(record).filter(|_| record.ok()));
     }
-    // Validation: the default and the fastest few points of the search, measured again in
-    // rounds (one point after another, so slow phases of a shared machine hit them alike); the
-    // result is the point with the best median of these.
-    let default = space.default_knobs();
-    let mut finalists = vec![default];
+    // Validation: the default, the starts and the fastest few points of the search, measured
+    // again in rounds (one point after another, so slow phases of a shared machine hit them
+    // alike); the result is the point with the best median of these.
     let phases = Phases::of(&records);
     let mut ranked: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
     ranked.sort_by(|a, b| phases.by_time(a, b));
-    for p in ranked.iter().filter_map(|r| r.schedule.knobs) {
-        if finalists.len() > FINALISTS || records.len() < 2 {
-            break;
-        }
-        if !finalists.contains(&p) {
-            finalists.push(p);
-        }
-    }
+    let searched =
+        if records.len() < 2 { Vec::new() } else { ranked.iter().filter_map(|r| r.schedule.knobs).collect() };
+    let finalists = finalists(space.default_knobs(), starts, &searched);
     for _ in 0..VALIDATION_ROUNDS {
         for &p in &finalists {
             let record = worker.measure(&candidate(p, Phase::Validation), workload.clone());
@@ -237,6 +230,28 @@ pub fn tune_space(
         }
     }
     Ok((records, start.elapsed()))
+}
+
+/// The points validated after a search: the default, every start (the knobs `run` would apply
+/// without this search, which the winner must then beat head to head, not only by its one
+/// search measurement), and the first `FINALISTS` other points of `ranked` (fastest first).
+fn finalists(default: Conv2dInt8Knobs, starts: &[Conv2dInt8Knobs], ranked: &[Conv2dInt8Knobs]) -> Vec<Conv2dInt8Knobs> {
+    let mut finalists = vec![default];
+    for &p in starts {
+        if !finalists.contains(&p) {
+            finalists.push(p);
+        }
+    }
+    let fixed = finalists.len();
+    for &p in ranked {
+        if finalists.len() >= fixed + FINALISTS {
+            break;
+        }
+        if !finalists.contains(&p) {
+            finalists.push(p);
+        }
+    }
+    finalists
 }
 
 /// The record to apply to `layer` with weights in `weights`' range on `host`, from `records`:
@@ -271,6 +286,8 @@ fn table_key(layer: Layer) -> String {
 
 #[cfg(test)]
 mod tests {
+    use schedules::x86_conv::{Accumulate, Packing, TileOrder};
+
     use super::*;
 
     #[test]
@@ -296,6 +313,28 @@ mod tests {
             "verified": true, "measured_at": "2026-11-25T00:00:00Z", "peak_gops": probe, "peak_probe": "vpdpbusd zmm",
         }))
         .expect("a valid record")
+    }
+
+    /// The default and the starts are always validated, each once, besides `FINALISTS` points
+    /// of the search, fastest first.
+    #[test]
+    fn the_starts_are_validated_beside_the_fastest_points() {
+        let knobs = |mr: i64| Conv2dInt8Knobs {
+            mr,
+            nr: 64,
+            lanes: 16,
+            order: TileOrder::PixelsOuter,
+            threads: 1,
+            packing: Packing::I16,
+            accumulation: Accumulate::PerRow,
+        };
+        let ranked: Vec<_> = [9, 4, 8, 7, 6, 5].into_iter().map(knobs).collect();
+        let got = finalists(knobs(4), &[knobs(3), knobs(3), knobs(4)], &ranked);
+        let mrs: Vec<i64> = got.iter().map(|k| k.mr).collect();
+        assert_eq!(mrs, [4, 3, 9, 8, 7][..FINALISTS + 2]);
+        let without: Vec<i64> = finalists(knobs(4), &[], &ranked).iter().map(|k| k.mr).collect();
+        assert_eq!(without, [4, 9, 8, 7][..FINALISTS + 1]);
+        assert_eq!(finalists(knobs(4), &[knobs(5)], &[]).iter().map(|k| k.mr).collect::<Vec<_>>(), [4, 5]);
     }
 
     #[test]
