@@ -17,7 +17,7 @@ use super::native::add::AddParams;
 use super::native::max_pool::Window as PoolWindow;
 use super::native::{Affine, Int8};
 use super::slot::Slot;
-use super::spec::{auto_spec, give_back, partition_name, take_spec};
+use super::spec::{auto_spec, partition_name, partition_spec};
 use crate::graph::partition::{QAdd, QConv, QGlobalAvgPool, QMaxPool, QuantTensor, Residual};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
 use crate::layer::{QConvAutoSpec, QConvSpec, QDenseSpec};
@@ -153,11 +153,11 @@ pub fn compile_tuned(
     // First what each partition needs (the convolutions and products to compile, the others'
     // kernels), then those compiled on every core (`jobs::compile_jobs`).
     let mut planned = Vec::with_capacity(partitions.len());
-    for mut partition in partitions {
+    for partition in partitions {
         let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
         let begin = Instant::now();
-        let plan = plan(&graph, &mut partition, &ins, &outs, &slots, (knobs, auto))?;
+        let plan = plan(&graph, &partition, &ins, &outs, &slots, (knobs, auto))?;
         planned.push((partition, ins, outs, plan, begin.elapsed()));
     }
     let jobs_start = Instant::now();
@@ -171,16 +171,13 @@ pub fn compile_tuned(
     let jobs_time = jobs_start.elapsed();
     let mut steps = Vec::with_capacity(planned.len());
     let mut warnings = Vec::new();
-    for (i, (mut partition, ins, outs, plan, planning)) in planned.into_iter().enumerate() {
+    for (i, (partition, ins, outs, plan, planning)) in planned.into_iter().enumerate() {
         let (kernel, tuning, compile) = match plan {
             Plan::Chosen((kernel, tuning)) => (kernel, tuning, planning),
             Plan::Job(job) => {
                 let (result, time) = compiled.remove(&i).expect("every job is compiled");
                 let mut tuning = match job.work {
-                    Work::Layer { layer, tuning, .. } => {
-                        give_back(&mut partition, layer.into_weights());
-                        Some(tuning)
-                    }
+                    Work::Layer { tuning, .. } => Some(tuning),
                     Work::Auto { tuning, .. } => Some(tuning),
                 };
                 let kernel = result.map_err(|e| EngineError::Layer {
@@ -259,10 +256,10 @@ enum Plan {
 }
 
 /// The kernel of one partition, or what to compile for it (a convolution's or product's
-/// weights moved into the job, not copied: `give_back` returns them).
+/// weights shared with the job, not copied).
 fn plan(
     graph: &FinalizedGraph,
-    p: &mut Partition,
+    p: &Partition,
     ins: &[usize],
     outs: &[usize],
     slots: &[Slot],
@@ -279,7 +276,7 @@ fn plan(
         return Ok(Plan::Chosen(reference(why)));
     }
     Ok(match &p.kind {
-        PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_) => match take_spec(graph, p) {
+        PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_) => match partition_spec(graph, p) {
             Ok(spec) => {
                 let (chosen, tuning) = knobs(spec.workload()).map_or((None, Tuning::Default), |(k, t)| (Some(k), t));
                 Plan::Job(Box::new(Job { work: Work::Layer { layer: spec, knobs: chosen, tuning } }))

@@ -18,7 +18,6 @@ use crate::layer::{
     compile_qdense_in,
 };
 use crate::runtime::CompileOptions;
-use crate::shared::Shared;
 
 /// The spec of a partition the x86 kernels compute.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,14 +32,6 @@ impl Spec {
         match self {
             Spec::Conv(c) => Workload::Conv(c),
             Spec::Dense(d) => Workload::Dense(d),
-        }
-    }
-
-    /// The weights, given up (`give_back` returns them to the partition they came from).
-    pub(super) fn into_weights(self) -> Shared<i8> {
-        match self {
-            Spec::Conv(c) => c.weights,
-            Spec::Dense(d) => d.weights,
         }
     }
 
@@ -86,33 +77,6 @@ pub fn partition_spec(graph: &FinalizedGraph, p: &Partition) -> Result<Spec, Str
         PartitionKind::QuantizedConv(c) => conv(name, c, &dims).map(Spec::Conv),
         PartitionKind::QuantizedMatMul(m) => dense(name, m, &dims).map(Spec::Dense),
         other => Err(format!("a {} partition, not a quantized convolution or matmul", other.name())),
-    }
-}
-
-/// `partition_spec`, with the weights moved out of `p` into the spec rather than copied (the
-/// engine's compile: `give_back` returns them); on an error `p` keeps them.
-pub(super) fn take_spec(graph: &FinalizedGraph, p: &mut Partition) -> Result<Spec, String> {
-    let weights = match &mut p.kind {
-        PartitionKind::QuantizedConv(c) => std::mem::take(&mut c.weights),
-        PartitionKind::QuantizedMatMul(m) => std::mem::take(&mut m.weights),
-        _ => Shared::default(),
-    };
-    match partition_spec(graph, p) {
-        Ok(Spec::Conv(c)) => Ok(Spec::Conv(QConvSpec { weights, ..c })),
-        Ok(Spec::Dense(d)) => Ok(Spec::Dense(QDenseSpec { weights, ..d })),
-        Err(why) => {
-            give_back(p, weights);
-            Err(why)
-        }
-    }
-}
-
-/// Returns weights `take_spec` moved out of `p`.
-pub(super) fn give_back(p: &mut Partition, weights: Shared<i8>) {
-    match &mut p.kind {
-        PartitionKind::QuantizedConv(c) => c.weights = weights,
-        PartitionKind::QuantizedMatMul(m) => m.weights = weights,
-        _ => {}
     }
 }
 
