@@ -5,7 +5,7 @@
 //! against the generic schedule of `ops::conv2d_nchw_int8` (u8 source, i8 weights in
 //! [-127, 127], per-channel scales, relu, u8 output).
 //!
-//! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --order pixels|channels --accumulate whole|per-row|per-row-with-source|flat-rows|im2col|im2col-tiles --print-ir]`
+//! `cargo run --release --example conv_int8 [-- --layers R2,R5 --repeat 20 --threads 1 --mr 6 --nr 64 --order pixels|channels --accumulate whole|per-row|per-row-with-source|flat-rows|im2col|im2col-tiles|space-to-depth --print-ir]`
 
 use std::time::Instant;
 
@@ -61,7 +61,7 @@ fn run_layer(
 
     // Weight preparation, once.
     let zp = ZeroPoints::per_tensor("src", 3, DType::U8)?;
-    let prep = prepare_conv2d_int8(&wei, DType::U8, &zp, knobs, operands, "prep")?;
+    let prep = prepare_conv2d_int8(&wei, l.stride, DType::U8, &zp, knobs, operands, "prep")?;
     let prep_args: Vec<&Tensor> = prep.args.iter().collect();
     let prep_kernel = build(&prep.schedule, &prep_args, "prep", options)?;
     let mut wei_t = RtTensor::from_array(&wei_a);
@@ -167,6 +167,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some("flat-rows") => Accumulate::FlatRows,
                 Some("im2col") => Accumulate::Im2col,
                 Some("im2col-tiles") => Accumulate::Im2colTiles,
+                Some("space-to-depth") => Accumulate::SpaceToDepth,
                 _ => defaults.accumulation,
             },
             ..defaults

@@ -108,6 +108,14 @@ fn conv2d_int8_schedules_replay() {
         assert_eq!(widened.source, DType::I16);
         check(&|p| conv(layer, layout, knobs, widened, p));
     }
+    // The stem after space to depth (its row copies a `copy_map`, as gathered rows'), at the
+    // tile rate's default tile, on the pool and off it.
+    let stem = &CONV_LAYERS[0];
+    for threads in [1, 2] {
+        let knobs = default_conv_knobs(stem, CoreRate::Tiles, threads);
+        let knobs = Conv2dInt8Knobs { accumulation: Accumulate::SpaceToDepth, threads, ..knobs };
+        check(&|p| conv(stem, Layout::Nhwc, knobs, GemmOperands::U8, p));
+    }
 }
 
 #[test]

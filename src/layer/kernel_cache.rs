@@ -38,7 +38,8 @@ pub struct KernelCache {
 }
 
 /// What identifies prepared weights in a cache that keeps them: the layer's name, the panel
-/// width and the GEMM operands (their `Debug` text).
+/// width and the GEMM operands with the layout's reduction length and space-to-depth stride
+/// (their `Debug` text).
 type WeightsKey = (String, i64, String);
 
 impl KernelCache {
@@ -52,14 +53,15 @@ impl KernelCache {
         KernelCache { weights: Some(Mutex::default()), ..KernelCache::default() }
     }
 
-    /// The prepared weights of `key`, prepared by `prepare` unless kept from before.
+    /// The prepared weights of `key` (name, panel width, operands, and the reduction length and
+    /// space-to-depth stride of their layout), prepared by `prepare` unless kept from before.
     pub(super) fn prepared(
         &self,
-        (name, nr, operands, gemm_k): (String, i64, GemmOperands, i64),
+        (name, nr, operands, (gemm_k, space_to_depth)): (String, i64, GemmOperands, (i64, Option<i64>)),
         prepare: impl FnOnce() -> Result<PreparedWeights, LayerError>,
     ) -> Result<PreparedWeights, LayerError> {
         let Some(kept) = &self.weights else { return prepare() };
-        let key = (name, nr, format!("{operands:?} k {gemm_k}"));
+        let key = (name, nr, format!("{operands:?} k {gemm_k} space to depth {space_to_depth:?}"));
         if let Some(w) = kept.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(w.clone());
         }

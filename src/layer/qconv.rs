@@ -19,7 +19,7 @@ use ir::te::placeholder_vec;
 use ir::workload::workload_key;
 use schedules::ops::GemmOperands;
 use schedules::ops::{Conv2dParams, Layout};
-use schedules::ops::{DirectConvLayer, conv2d_int8_direct};
+use schedules::ops::{DirectConvLayer, conv2d_int8_direct, space_to_depth_dims, space_to_depth_values};
 use schedules::quant::{PostOp, QLinearAdd, QuantAttrs, Requantization, Scales, TensorQuant};
 use schedules::resnet18::ConvLayer;
 use schedules::x86_conv::{
@@ -341,22 +341,37 @@ fn sum_input(spec: &QConvSpec, shapes: &Shapes) -> Result<Option<ir::te::Tensor>
     Ok(Some(sum))
 }
 
-/// The weights of `spec` prepared for its function's operands and `knobs.nr`: the per-call
-/// function's arguments between source and output, before the definition's parameters.
+/// The weights of `spec` prepared for its function's operands and `knobs.nr` (rearranged first
+/// where the knobs apply space to depth at `stride`): the per-call function's arguments between
+/// source and output, before the definition's parameters.
 fn prepare_quantized(
     spec: &QConvSpec,
     shapes: &Shapes,
+    stride: i64,
     knobs: Conv2dInt8Knobs,
     operands: GemmOperands,
 ) -> Result<PreparedWeights, LayerError> {
     let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
     let src_q = (spec.src.dtype, spec.src.zero_point);
-    prepare_weights(&spec.weights, dims, knobs.nr, gemm_k(shapes, knobs), operands, src_q, spec.bias.as_deref())
+    let (k, bias) = (gemm_k(shapes, stride, knobs), spec.bias.as_deref());
+    match knobs.space_to_depth(stride, dims[2], dims[3]) {
+        Some(s) => {
+            let kernel = space_to_depth_values(&spec.weights, dims, s);
+            prepare_weights(&kernel, space_to_depth_dims(dims, s), knobs.nr, k, operands, src_q, bias)
+        }
+        None => prepare_weights(&spec.weights, dims, knobs.nr, k, operands, src_q, bias),
+    }
+}
+
+/// What tells apart the layouts of the weights prepared for `knobs` at `stride` beyond the panel
+/// width and the operands: the reduction length, and the space-to-depth stride if any.
+fn weight_layout(shapes: &Shapes, stride: i64, knobs: Conv2dInt8Knobs) -> (i64, Option<i64>) {
+    (gemm_k(shapes, stride, knobs), knobs.space_to_depth(stride, shapes.wei[2], shapes.wei[3]))
 }
 
 /// The reduction length of the weights prepared for `knobs` (`Conv2dInt8Knobs::gemm_k`).
-fn gemm_k(shapes: &Shapes, knobs: Conv2dInt8Knobs) -> i64 {
-    knobs.gemm_k(shapes.wei[1], shapes.wei[2], shapes.wei[3])
+fn gemm_k(shapes: &Shapes, stride: i64, knobs: Conv2dInt8Knobs) -> i64 {
+    knobs.gemm_k(shapes.wei[1], shapes.wei[2], shapes.wei[3], stride)
 }
 
 /// The definition's parameters (scales, zero points, bounds) as the function's last arguments.
@@ -394,8 +409,8 @@ fn build_quantized(
 
     let start = Instant::now();
     let PreparedWeights { packed, compensation } = cache
-        .prepared((name.clone(), knobs.nr, operands, gemm_k(shapes, knobs)), || {
-            prepare_quantized(spec, shapes, knobs, operands)
+        .prepared((name.clone(), knobs.nr, operands, weight_layout(shapes, conv.stride, knobs)), || {
+            prepare_quantized(spec, shapes, conv.stride, knobs, operands)
         })?;
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
@@ -420,7 +435,7 @@ fn lower_quantized(
     let key = format!("{} {knobs:?} {}", workload_key(&[&layer.layer.output]).key, level.name());
     let func = ir::lower::lower(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), &spec.name)
         .map_err(BuildError::from)?;
-    let PreparedWeights { packed, compensation } = prepare_quantized(spec, shapes, knobs, operands)?;
+    let PreparedWeights { packed, compensation } = prepare_quantized(spec, shapes, conv.stride, knobs, operands)?;
     let mut weights = vec![packed, compensation];
     weights.extend(params(&layer));
     Ok(LoweredQuantized { func, key, knobs, operands, weights })

@@ -20,13 +20,14 @@ pub const NR: [i64; 3] = [16, 32, 64];
 pub const LANES: [i64; 3] = [8, 16, 32];
 pub const ORDERS: [TileOrder; 2] = [TileOrder::PixelsOuter, TileOrder::ChannelsOuter];
 pub const PACKINGS: [Packing; 2] = [Packing::I16, Packing::Bytes];
-pub const ACCUMULATIONS: [Accumulate; 6] = [
+pub const ACCUMULATIONS: [Accumulate; 7] = [
     Accumulate::Whole,
     Accumulate::PerRow,
     Accumulate::PerRowWithSource,
     Accumulate::FlatRows,
     Accumulate::Im2col,
     Accumulate::Im2colTiles,
+    Accumulate::SpaceToDepth,
 ];
 /// `mr` runs from 1 to this, and to the pixels of an output row (`x86_conv::MAX_TILE_MR` at
 /// `CoreRate::Tiles`, whose kernels want tall tiles).
@@ -178,11 +179,17 @@ impl Space {
         };
         let packings = if self.choose_packing { PACKINGS.to_vec() } else { vec![Packing::I16] };
         // Gathered rows where a kernel row is short of a 64-byte reduction chunk (the stem):
-        // elsewhere they copy each source byte `KH·KW/stride²` times for no fuller chunk.
-        let gathered = |a: &Accumulate| !matches!(a, Accumulate::Im2col | Accumulate::Im2colTiles);
+        // elsewhere they copy each source byte `KH·KW/stride²` times for no fuller chunk. Space
+        // to depth likewise, at a stride (elsewhere it is `PerRow`): wider rows pay only where
+        // they fill more of a chunk.
+        let short = |a: &Accumulate| !matches!(a, Accumulate::Im2col | Accumulate::Im2colTiles);
+        let strided = |a: &Accumulate| *a != Accumulate::SpaceToDepth;
         let accumulations = match self.layer {
-            Layer::Conv(c) if c.k > 1 && conv_row_bytes(c.ic, c.k) < 64 => ACCUMULATIONS.to_vec(),
-            Layer::Conv(_) => ACCUMULATIONS.into_iter().filter(gathered).collect(),
+            Layer::Conv(c) if c.k > 1 && conv_row_bytes(c.ic, c.k) < 64 && c.stride > 1 => ACCUMULATIONS.to_vec(),
+            Layer::Conv(c) if c.k > 1 && conv_row_bytes(c.ic, c.k) < 64 => {
+                ACCUMULATIONS.into_iter().filter(strided).collect()
+            }
+            Layer::Conv(_) => ACCUMULATIONS.into_iter().filter(|a| short(a) && strided(a)).collect(),
             Layer::Dense(_) => vec![Accumulate::Whole],
         };
         let (row_max, flat_max) = (self.max_mr(Accumulate::Whole), self.max_mr(Accumulate::FlatRows));
@@ -284,7 +291,8 @@ mod tests {
         assert!(!Space::for_target(layer, 2, IsaLevel::Avx512Vnni, (-127, 127)).choose_packing);
         // A row at a time is a choice of the convolutions; the dense layer has one row.
         assert_eq!(r2.choices().accumulations, ACCUMULATIONS[..4]);
-        // Gathered rows are a choice of the stem alone, whose kernel rows are 21 bytes.
+        // Gathered rows and space to depth are a choice of the stem alone, whose kernel rows are
+        // 21 bytes at stride 2.
         let stem = Space::new(resnet18::layer("R1").unwrap(), 2);
         assert_eq!(stem.choices().accumulations, ACCUMULATIONS);
         assert_eq!(

@@ -193,8 +193,54 @@ fn gathered_rows_match_the_interpreter_on_small_geometries() {
     // The stem's reduction: 7 kernel rows of 21 bytes padded to 24, end to end (168), or
     // rounded up to 192 (three AMX k chunks, no tail).
     let stem = im2col_geometries()[0].layer;
-    let k = |accumulation| Conv2dInt8Knobs { accumulation, ..knob_sets[0] }.gemm_k(stem.ic, stem.k, stem.k);
+    let k =
+        |accumulation| Conv2dInt8Knobs { accumulation, ..knob_sets[0] }.gemm_k(stem.ic, stem.k, stem.k, stem.stride);
     assert_eq!((k(Im2col), k(Im2colTiles), k(Accumulate::PerRow)), (168, 192, 168));
+}
+
+/// Geometries of space to depth (`Accumulate::SpaceToDepth`): the stem's (3 channels, 7×7 at
+/// stride 2, pad 3) on a small image, 1, 3 and 5 input channels under 3×3, 5×5 and 7×7 kernels
+/// at stride 2 and 3 with and without padding, a size the stride does not divide, `OC` not a
+/// multiple of `nr`; and where it does not apply (stride 1, a 1×1 kernel at stride 2).
+fn space_to_depth_geometries() -> [Geometry; 8] {
+    [
+        Geometry { what: "stem 7x7 s2 p3", layer: conv("d7", 3, 64, (15, 13), 7, 2, 3), weights: (-128, 127) },
+        Geometry { what: "IC 1 5x5 s2 p2", layer: conv("d1", 1, 16, (10, 9), 5, 2, 2), weights: (-127, 127) },
+        Geometry { what: "IC 5 3x3 s2 p1", layer: conv("d5", 5, 32, (9, 8), 3, 2, 1), weights: (-64, 63) },
+        Geometry { what: "IC 3 5x5 s3 p0", layer: conv("d3", 3, 16, (11, 13), 5, 3, 0), weights: (-127, 127) },
+        Geometry { what: "IC 5 7x7 s2 p1 OC 20", layer: conv("do", 5, 20, (12, 11), 7, 2, 1), weights: (-128, 127) },
+        Geometry { what: "IC 1 3x3 s3 p1", layer: conv("ds", 1, 16, (9, 11), 3, 3, 1), weights: (-128, 127) },
+        Geometry { what: "stride 1 as per row", layer: conv("dp", 3, 16, (6, 7), 3, 1, 1), weights: (-127, 127) },
+        Geometry { what: "1x1 s2 as per row", layer: conv("dq", 16, 16, (7, 7), 1, 2, 0), weights: (-127, 127) },
+    ]
+}
+
+#[test]
+fn space_to_depth_matches_the_interpreter_on_small_geometries() {
+    use Accumulate::SpaceToDepth;
+    use TileOrder::{ChannelsOuter, PixelsOuter};
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "x86_conv space to depth on small geometries");
+    // Tiles within and above a row, both orders and packings, one and two threads.
+    let knob_sets = vec![
+        knobs(16, 64, PixelsOuter, SpaceToDepth, Packing::I16),
+        Conv2dInt8Knobs { threads: 1, ..knobs(3, 16, ChannelsOuter, SpaceToDepth, Packing::Bytes) },
+        Conv2dInt8Knobs { threads: 1, ..knobs(64, 32, PixelsOuter, SpaceToDepth, Packing::Bytes) },
+        knobs(5, 16, ChannelsOuter, SpaceToDepth, Packing::I16),
+    ];
+    let geometries = space_to_depth_geometries();
+    let applies: Vec<bool> = geometries
+        .iter()
+        .map(|g| knob_sets[0].space_to_depth(g.layer.stride, g.layer.k, g.layer.k).is_some())
+        .collect();
+    assert_eq!(applies, [true, true, true, true, true, true, false, false]);
+    let checked = check_geometries(&geometries, 13000, &knob_sets, &levels);
+    assert_eq!(checked, geometries.len() * knob_sets.len() * levels.len());
+    // The stem's reduction: 4 kernel rows of 4 pixels × 12 channels (48 bytes), where in place
+    // it is 7 rows of 21 bytes padded to 24.
+    let stem = geometries[0].layer;
+    let k =
+        |accumulation| Conv2dInt8Knobs { accumulation, ..knob_sets[0] }.gemm_k(stem.ic, stem.k, stem.k, stem.stride);
+    assert_eq!((k(SpaceToDepth), k(Accumulate::PerRow)), (192, 168));
 }
 
 /// Checks each of `geometries` with each of `knob_sets` at each of `levels` against the
@@ -242,7 +288,7 @@ fn check_geometries(geometries: &[Geometry], seed: u64, knob_sets: &[Conv2dInt8K
                 let options =
                     CompileOptions { target: Target::Level(level), threads: Some(knobs.threads), ..Default::default() };
                 let zp = &quant.attrs.src.zero_points;
-                let prep = prepare_conv2d_int8(&wei, DType::U8, zp, knobs, operands, "prep").unwrap();
+                let prep = prepare_conv2d_int8(&wei, l.stride, DType::U8, zp, knobs, operands, "prep").unwrap();
                 let f =
                     conv2d_int8(&src_x, &wei, Some(&bias), None, params, &quant.attrs, layout, knobs, operands, "conv")
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -260,9 +306,21 @@ fn check_geometries(geometries: &[Geometry], seed: u64, knob_sets: &[Conv2dInt8K
                 let gathered = matches!(knobs.accumulation, Accumulate::Im2col | Accumulate::Im2colTiles);
                 assert_eq!(f.layer.im2col.is_some(), gathered, "{what}");
                 if gathered {
-                    let k = knobs.gemm_k(l.ic, l.k, l.k);
+                    let k = knobs.gemm_k(l.ic, l.k, l.k, l.stride);
                     let call = format!("{tile}{k}");
                     assert!(ir.contains(&call) && ir.contains("copy_"), "{what}: no {call} or copy call\n{ir}");
+                }
+                // Space to depth: the GEMM runs the rearranged kernel (`⌈K/s⌉` segments of
+                // `s²·IC` channels) over rows copied `s·IC` bytes at a time.
+                let block = knobs.space_to_depth(l.stride, l.k, l.k);
+                assert_eq!(f.layer.space_to_depth.is_some(), block.is_some(), "{what}");
+                if let (Some(s), Some((rows, run))) = (block, &f.layer.space_to_depth) {
+                    let (kh, channels) = ((l.k + s - 1) / s, s * s * l.ic);
+                    let row = (kh * channels + 3) / 4 * 4;
+                    let call = if kh > 1 { format!("{tile}{kh}x{row}") } else { format!("{tile}{row}") };
+                    let copy = format!("copy_{}x{run}", rows.shape()[2] / channels);
+                    assert_eq!(*run, s * l.ic, "{what}");
+                    assert!(ir.contains(&call) && ir.contains(&copy), "{what}: no {call} or {copy} call\n{ir}");
                 }
                 checked += 1;
             }
@@ -335,7 +393,15 @@ fn knobs_outside_their_ranges_are_typed_errors_in_either_layout() {
         ] {
             let expected = KnobError { knob, found, expected: expected.into() };
             assert_eq!(build(bad).unwrap_err(), Conv2dInt8Error::Knob(expected), "{layout:?}");
-            let prep = prepare_conv2d_int8(&wei, DType::U8, &quant.attrs.src.zero_points, bad, GemmOperands::U8, "p");
+            let prep = prepare_conv2d_int8(
+                &wei,
+                l.stride,
+                DType::U8,
+                &quant.attrs.src.zero_points,
+                bad,
+                GemmOperands::U8,
+                "p",
+            );
             assert!(matches!(prep, Err(Conv2dInt8Error::Knob(_))), "{layout:?} {bad:?}");
         }
     }

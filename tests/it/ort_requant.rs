@@ -496,7 +496,7 @@ fn every_knob_family_computes_onnxruntimes_order() {
 #[test]
 fn the_plain_weight_preparation_equals_the_definitions() {
     use ir::te::placeholder_vec;
-    use schedules::ops::GemmOperands;
+    use schedules::ops::{GemmOperands, space_to_depth_dims, space_to_depth_values};
     use schedules::quant::ZeroPoints;
     use schedules::resnet18::CONV_LAYERS;
     use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, Packing, default_conv_knobs, prepare_conv2d_int8};
@@ -511,10 +511,14 @@ fn the_plain_weight_preparation_equals_the_definitions() {
             (GemmOperands { source: DType::I8, weights: (-127, 127) }, 8),
             (GemmOperands { source: DType::I16, weights: (-128, 127) }, 32),
         ] {
-            // The kernel rows in place, and gathered into rows rounded up to 64 bytes.
-            for (src_dtype, accumulation) in
-                [(DType::U8, Accumulate::PerRow), (DType::I8, Accumulate::PerRow), (DType::U8, Accumulate::Im2colTiles)]
-            {
+            // The kernel rows in place, gathered into rows rounded up to 64 bytes, and after space
+            // to depth at stride 2 (the kernel rearranged first, as the network's layers do).
+            for (src_dtype, accumulation) in [
+                (DType::U8, Accumulate::PerRow),
+                (DType::I8, Accumulate::PerRow),
+                (DType::U8, Accumulate::Im2colTiles),
+                (DType::I8, Accumulate::SpaceToDepth),
+            ] {
                 let seed = 50 + n as u64;
                 let count = (oc * ic * kh * kw) as usize;
                 let lo = if operands.source == DType::I8 { -127 } else { -128 };
@@ -523,15 +527,21 @@ fn the_plain_weight_preparation_equals_the_definitions() {
                     uniform(oc as usize, seed + 1, -70_000, 70_000).iter().map(|&v| v as i32).collect();
                 let zp = if src_dtype == DType::U8 { 131 } else { -9 };
                 let knobs = Conv2dInt8Knobs { nr, packing: Packing::Bytes, accumulation, ..knobs };
-                let gemm_k = knobs.gemm_k(ic, kh, kw);
+                let stride = 2;
+                let gemm_k = knobs.gemm_k(ic, kh, kw, stride);
+                let (kernel, kernel_dims) = match knobs.space_to_depth(stride, kh, kw) {
+                    Some(s) => {
+                        (space_to_depth_values(&weights, [oc, ic, kh, kw], s), space_to_depth_dims([oc, ic, kh, kw], s))
+                    }
+                    None => (weights.clone(), [oc, ic, kh, kw]),
+                };
                 let mine =
-                    prepare_weights(&weights, [oc, ic, kh, kw], nr, gemm_k, operands, (src_dtype, zp), Some(&bias))
-                        .unwrap();
+                    prepare_weights(&kernel, kernel_dims, nr, gemm_k, operands, (src_dtype, zp), Some(&bias)).unwrap();
 
                 let dims = vec![oc, ic, kh, kw];
                 let wei = placeholder_vec(dims.clone(), DType::I8, "w").unwrap();
                 let zps = ZeroPoints::per_tensor("zp", zp, src_dtype).unwrap();
-                let prep = prepare_conv2d_int8(&wei, src_dtype, &zps, knobs, operands, "prep").unwrap();
+                let prep = prepare_conv2d_int8(&wei, stride, src_dtype, &zps, knobs, operands, "prep").unwrap();
                 let f =
                     tensorlift::build(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), "prep", &options).unwrap();
                 let mut args = [

@@ -893,7 +893,7 @@ fn check_x86_conv(
     let target = if IsaLevel::Avx2.is_supported() { Target::Level(IsaLevel::Avx2) } else { Target::Native };
     let options = CompileOptions { target, ..CompileOptions::default() };
     let zp = ZeroPoints::per_tensor("src", l.src_zp, l.src_dtype).unwrap();
-    let prep = prepare_conv2d_int8(&wei, l.src_dtype, &zp, knobs, operands, "prep").unwrap();
+    let prep = prepare_conv2d_int8(&wei, conv.stride, l.src_dtype, &zp, knobs, operands, "prep").unwrap();
     let prep_args: Vec<&Tensor> = prep.args.iter().collect();
     let prep_kernel = tensorlift::build(&prep.schedule, &prep_args, "prep", &options).unwrap();
     let mut wei_t = RtTensor::from_array(&Array::from_i64(DType::I8, &[oc, ic, k, k], &wei_v));

@@ -13,6 +13,7 @@ use super::gemm_operands::{GemmOperands, shifted_source, source_shift};
 use super::layer::{Requantized, check_layer_attrs, requantize_layer, requantize_map};
 use super::layout::Layout;
 use super::packing::{conv_row_bytes, im2col_k};
+use super::space_to_depth::{space_to_depth_applies, space_to_depth_dims};
 use crate::quant::{Param, Params, QuantAttrs, QuantError, Requantization};
 
 /// How the accumulator of `conv2d_int8_direct` reads the padded source.
@@ -26,9 +27,15 @@ pub enum SourceRows {
     /// `K = im2col_k(IC, KH, KW, align)` bytes: one GEMM segment of `K` for the whole kernel,
     /// which fills a wide reduction (an AMX tile's 64 bytes) where `R` is short.
     Im2col { align: i64 },
+    /// In place, per output row, after space to depth where it applies (`space_to_depth`: a
+    /// kernel larger than 1×1 at a stride above 1): the source's `s × s` blocks of pixels as the
+    /// `s²·IC` channels of one pixel, so that the GEMM runs a kernel of `⌈KH/s⌉` rows of
+    /// `R = conv_row_bytes(s²·IC, ⌈KW/s⌉)` bytes at stride 1. Elsewhere `Padded`.
+    SpaceToDepth,
 }
 
-/// The stages of `conv2d_int8_direct`, with `R = conv_row_bytes(IC, KW)`.
+/// The stages of `conv2d_int8_direct`, with `R = conv_row_bytes(IC, KW)` (of the kernel the GEMM
+/// runs: `gemm_kernel`).
 #[derive(Clone, Debug)]
 pub struct DirectConvLayer {
     /// Placeholder `i32[OC]`: bind `compensation(weights, ..)` (as for `conv2d_nchw_int8`).
@@ -74,6 +81,17 @@ pub struct DirectConvLayer {
     /// end to end and the rest (weights zero there) repeat the last; the accumulator then reads
     /// `K` bytes per pixel, rows `C·R` apart, in one segment.
     pub im2col: Option<Tensor>,
+    /// `[IC, KH, KW]` of the kernel the GEMM runs: the weights', or after space to depth
+    /// (`SourceRows::SpaceToDepth`, where it applies) `[s²·IC, ⌈KH/s⌉, ⌈KW/s⌉]`, whose
+    /// source is `padded` with pixel `(Y, X)`'s channel `(dy·s + dx)·IC + c` holding the padded
+    /// pixel `(Y·s + dy, X·s + dx)`'s channel `c`, and which runs at stride 1.
+    pub gemm_kernel: [i64; 3],
+    /// After space to depth at stride `s` (`SourceRows::SpaceToDepth`, where it applies), the
+    /// rows the GEMM reads, `[N, OH + KH' - 1, X·s²·IC]` (`<name>.space_to_depth`, `KH'` and
+    /// `X` whole pixels covering what a row reads), with the `s·IC` bytes each pixel takes from
+    /// one padded row: channel `dy·(s·IC) + j` of pixel `X` in row `Y` is `padded[b, Y·s + dy,
+    /// X·s·IC + j]` (`padded` is then tall and wide enough); else `None`.
+    pub space_to_depth: Option<(Tensor, i64)>,
 }
 
 /// The int8 convolution of `conv2d_nchw_int8` (same meaning, bit for bit) with source and output
@@ -127,11 +145,22 @@ pub fn conv2d_int8_direct(
     } else {
         Expr::int(gemm, pad)
     };
-    let (p, row) = (conv.pad, conv_row_bytes(ic, kw));
-    // A 1×1 kernel subsamples while padding and then runs at stride 1.
-    let (step, s) = if kh == 1 && kw == 1 { (conv.stride, 1) } else { (1, conv.stride) };
-    let (hs, ws) = if step > 1 { (oh, ow) } else { (h + 2 * p, w + 2 * p) };
-    let row_width = ceil_div(ws * ic + row - kw * ic, 16) * 16;
+    // The kernel the GEMM runs, its stride, and the space-to-depth block (1: none).
+    let block =
+        if rows == SourceRows::SpaceToDepth && space_to_depth_applies(conv.stride, kh, kw) { conv.stride } else { 1 };
+    let [_, gic, gkh, gkw] = space_to_depth_dims([oc, ic, kh, kw], block);
+    let (p, row) = (conv.pad, conv_row_bytes(gic, gkw));
+    // A 1×1 kernel subsamples while padding and then runs at stride 1; so does space to depth.
+    let (step, s) = if kh == 1 && kw == 1 { (conv.stride, 1) } else { (1, conv.stride / block) };
+    // After space to depth: the rows and whole pixels a row of pixels of the GEMM reads.
+    let (s2d_rows, s2d_pixels) = (oh + gkh - 1, ceil_div((ow + gkw - 1) * gic + row - gkw * gic, gic));
+    let (hs, ws) = match (step > 1, block > 1) {
+        (true, _) => (oh, ow),
+        // Tall and wide enough for every pixel space to depth reads.
+        (false, true) => ((h + 2 * p).max(s2d_rows * block), (w + 2 * p).max(s2d_pixels * block)),
+        (false, false) => (h + 2 * p, w + 2 * p),
+    };
+    let row_width = ceil_div(ws * ic + if block > 1 { 0 } else { row - kw * ic }, 16) * 16;
     // Flat rows: a stride-1 accumulator over the padded width, whose rows then are contiguous.
     let flat = (rows == SourceRows::Flat && s == 1 && row == kw * ic).then_some(ws);
     // The value of padded row `y` at offset `t` of the row.
@@ -163,6 +192,23 @@ pub fn conv2d_int8_direct(
         )?,
         None => compute_vec(vec![n, hs, row_width], |i| pad_at(&i[0], &i[1], &i[2]), &pad_name)?,
     };
+    // Space to depth: pixel `X`'s channel `dy·(s·IC) + j` of row `Y` is byte `X·s·IC + j` of
+    // padded row `Y·s + dy` (`j = dx·IC + c`): per row and `dy`, runs of `s·IC` bytes.
+    let run = block * ic;
+    let s2d = match block {
+        1 => None,
+        _ => Some(compute_vec(
+            vec![n, s2d_rows, s2d_pixels * gic],
+            |i| {
+                let q = &i[2] % gic;
+                padded.at([&i[0], &(&i[1] * block + &q / run), &(&i[2] / gic * run + &q % run)])
+            },
+            &format!("{name}.space_to_depth"),
+        )?),
+    };
+    // What the GEMM reads: the padded rows, or their space to depth.
+    let source_rows = s2d.clone().unwrap_or_else(|| padded.clone());
+    let (ic, kh, kw) = (gic, gkh, gkw);
     // Gathered rows: each pixel's `KH` kernel rows end to end, chunks past them repeating the
     // last (clamped), so that every read stays inside `padded`.
     let im2col = match rows {
@@ -220,7 +266,9 @@ pub fn conv2d_int8_direct(
         (None, None) => compute_vec(
             vec![n, oh, ow, panels * nr],
             |i| {
-                let a = padded.at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * ic) + &ko * pack + &ki)]).cast(DType::I32);
+                let a = source_rows
+                    .at([&i[0], &(&i[1] * s + &ky), &(&i[2] * (s * ic) + &ko * pack + &ki)])
+                    .cast(DType::I32);
                 sum(DType::I32, &[&ky, &ko, &ki], a * weight(&i[3]))
             },
             &acc_name,
@@ -258,5 +306,7 @@ pub fn conv2d_int8_direct(
         requantize_row,
         flat,
         im2col,
+        gemm_kernel: [ic, kh, kw],
+        space_to_depth: s2d.map(|t| (t, run)),
     })
 }

@@ -22,6 +22,7 @@
 //!   its dtype;
 //! * `compensation`: the weight preparation of the source zero point;
 //! * `packing`: weights in the layouts the VNNI kernels read;
+//! * `space_to_depth`: a strided convolution as one at stride 1 on blocks of pixels;
 //! * `layout`: `Layout` and the activation layout transforms;
 //! * `pool`: max and global average pooling;
 //! * `elementwise`: ReLU and the residual add;
@@ -39,6 +40,7 @@ mod layer;
 mod layout;
 mod packing;
 mod pool;
+mod space_to_depth;
 
 pub use compensation::{Compensation, compensation, compensation_for_gemm};
 pub use conv::{Conv2dParams, conv2d_nchw_int8};
@@ -51,3 +53,6 @@ pub use layer::QuantizedLayer;
 pub use layout::{Layout, convert_layout, nchw_to_nchwc, nchwc_to_nchw};
 pub use packing::{conv_row_bytes, im2col_k, oihw_to_vnni_blocked, pack_conv2d_weights};
 pub use pool::{global_avg_pool, max_pool2d};
+pub use space_to_depth::{
+    space_to_depth_applies, space_to_depth_dims, space_to_depth_source, space_to_depth_values, space_to_depth_weights,
+};

@@ -9,7 +9,7 @@ use ir::schedule::MAX_LANES;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::ops::{GemmOperands, SourceRows, conv_row_bytes, im2col_k};
+use crate::ops::{GemmOperands, SourceRows, conv_row_bytes, im2col_k, space_to_depth_applies, space_to_depth_dims};
 use crate::resnet18::{ConvLayer, DenseLayer, Layer};
 
 /// The order of the tile loops of the convolution.
@@ -55,6 +55,12 @@ pub enum Accumulate {
     /// `Im2col` with `K` rounded up to a multiple of 64: AMX tiles then take no k tail (the
     /// tail bytes, whose weights are zero, cost a copy but no `tdpbusd`).
     Im2colTiles,
+    /// `PerRow` (`Whole` where it is) over the source after space to depth
+    /// (`ops::SourceRows::SpaceToDepth`), for a kernel larger than 1×1 at a stride `s` above 1
+    /// (elsewhere plain `PerRow`): the GEMM runs `⌈KH/s⌉` segments of kernel rows `s²` times
+    /// wider at stride 1 (the stem: 4 of 48 bytes instead of 7 of 24), with no copy beyond the
+    /// padding's.
+    SpaceToDepth,
 }
 
 impl Accumulate {
@@ -138,16 +144,29 @@ impl Conv2dInt8Knobs {
             Accumulate::FlatRows => SourceRows::Flat,
             Accumulate::Im2col => SourceRows::Im2col { align: 4 },
             Accumulate::Im2colTiles => SourceRows::Im2col { align: 64 },
+            Accumulate::SpaceToDepth => SourceRows::SpaceToDepth,
             Accumulate::Whole | Accumulate::PerRow | Accumulate::PerRowWithSource => SourceRows::Padded,
         }
     }
 
+    /// The stride `s` of the space to depth these knobs apply to a kernel `KH × KW` at
+    /// `stride` (`ops::space_to_depth_applies`), else `None`: the packed weights are then those
+    /// of the rearranged kernel (`ops::space_to_depth_weights`).
+    pub fn space_to_depth(&self, stride: i64, kh: i64, kw: i64) -> Option<i64> {
+        (self.accumulation == Accumulate::SpaceToDepth && space_to_depth_applies(stride, kh, kw)).then_some(stride)
+    }
+
     /// The reduction length of the GEMM, which the packed weights hold (`ops::pack_conv2d_weights`)
-    /// for a kernel `[_, IC, KH, KW]`: `KH·R`, or `ops::im2col_k` over gathered rows.
-    pub fn gemm_k(&self, ic: i64, kh: i64, kw: i64) -> i64 {
+    /// for a kernel `[_, IC, KH, KW]` at `stride`: `KH·R`, `ops::im2col_k` over gathered rows, or
+    /// that of the kernel after space to depth.
+    pub fn gemm_k(&self, ic: i64, kh: i64, kw: i64, stride: i64) -> i64 {
         match self.source_rows() {
             SourceRows::Im2col { align } => im2col_k(ic, kh, kw, align),
-            SourceRows::Padded | SourceRows::Flat => kh * conv_row_bytes(ic, kw),
+            SourceRows::SpaceToDepth | SourceRows::Padded | SourceRows::Flat => {
+                let [_, ic, kh, kw] =
+                    space_to_depth_dims([0, ic, kh, kw], self.space_to_depth(stride, kh, kw).unwrap_or(1));
+                kh * conv_row_bytes(ic, kw)
+            }
         }
     }
 
@@ -462,9 +481,20 @@ mod tests {
             assert_eq!(serde_json::from_str::<Conv2dInt8Knobs>(&json).unwrap(), gathered);
             assert_eq!(gathered.source_rows(), SourceRows::Im2col { align: if k == 168 { 4 } else { 64 } });
             // The stem: 7 kernel rows of 21 bytes padded to 24.
-            assert_eq!(gathered.gemm_k(3, 7, 7), k);
+            assert_eq!(gathered.gemm_k(3, 7, 7, 2), k);
         }
-        assert_eq!(knobs.gemm_k(3, 7, 7), 168);
+        assert_eq!(knobs.gemm_k(3, 7, 7, 2), 168);
+        // Space to depth: the stem as 4 kernel rows of 4 × 12 bytes; a 1×1 kernel or stride 1
+        // as before.
+        let s2d = Conv2dInt8Knobs { accumulation: Accumulate::SpaceToDepth, ..knobs };
+        let json = r#"{"mr":4,"nr":64,"lanes":16,"order":"pixels_outer","threads":2,"packing":"i16","accumulation":"space_to_depth"}"#;
+        assert_eq!(serde_json::to_string(&s2d).unwrap(), json);
+        assert_eq!(serde_json::from_str::<Conv2dInt8Knobs>(json).unwrap(), s2d);
+        assert_eq!(s2d.source_rows(), SourceRows::SpaceToDepth);
+        assert_eq!((s2d.gemm_k(3, 7, 7, 2), s2d.space_to_depth(2, 7, 7)), (192, Some(2)));
+        assert_eq!((s2d.gemm_k(64, 3, 3, 1), s2d.space_to_depth(1, 3, 3)), (576, None));
+        assert_eq!((s2d.gemm_k(64, 1, 1, 2), s2d.space_to_depth(2, 1, 1)), (64, None));
+        assert_eq!(s2d.gemm_k(64, 3, 3, 2), 2 * 2 * 256);
         assert_eq!(knobs.source_rows(), SourceRows::Padded);
         let flat = Conv2dInt8Knobs { mr: 61, accumulation: Accumulate::FlatRows, ..knobs };
         let json = r#"{"mr":61,"nr":64,"lanes":16,"order":"pixels_outer","threads":2,"packing":"i16","accumulation":"flat_rows"}"#;

@@ -35,7 +35,7 @@ pub fn table_layer(
             let src = placeholder_vec(src_dims, DType::U8, "src").map_err(QuantError::from)?;
             let params = Conv2dParams { stride: c.stride, pad: c.pad };
             (
-                prepare_conv2d_int8(&wei, DType::U8, zero_point, knobs, operands, name)?,
+                prepare_conv2d_int8(&wei, c.stride, DType::U8, zero_point, knobs, operands, name)?,
                 conv2d_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, layout, knobs, operands, name)?,
             )
         }

@@ -12,7 +12,7 @@ use super::knobs::{Accumulate, Conv2dInt8Knobs, KnobError, TileOrder};
 use crate::intrin::{copy_map, gemm_segmented_microkernel};
 use crate::ops::{
     Compensation, Conv2dParams, DirectConvLayer, GemmOperands, Layout, compensation_for_gemm, conv_row_bytes,
-    conv2d_int8_direct, pack_conv2d_weights,
+    conv2d_int8_direct, pack_conv2d_weights, space_to_depth_weights,
 };
 use crate::quant::{QuantAttrs, QuantError, ZeroPoints};
 
@@ -54,11 +54,13 @@ pub struct Conv2dInt8Prepare {
 }
 
 /// The weight preparation for `conv2d_int8` with the same `knobs.nr`, `operands`, source dtype
-/// and source zero point: `weights: i8[OC, IC, KH, KW]` packed by `ops::pack_conv2d_weights`
-/// and the compensation of `ops::compensation_for_gemm`, both as outputs of one (generically
+/// and source zero point, at the convolution's `stride`: `weights: i8[OC, IC, KH, KW]` (after
+/// `ops::space_to_depth_weights` where the knobs apply space to depth at that stride) packed by
+/// `ops::pack_conv2d_weights` and the compensation of `ops::compensation_for_gemm`, both as outputs of one (generically
 /// scheduled) function. Errors as `conv2d_int8` for knobs outside their ranges.
 pub fn prepare_conv2d_int8(
     weights: &Tensor,
+    stride: i64,
     src_dtype: DType,
     src_zero_point: &ZeroPoints,
     knobs: Conv2dInt8Knobs,
@@ -67,11 +69,16 @@ pub fn prepare_conv2d_int8(
 ) -> Result<Conv2dInt8Prepare, Conv2dInt8Error> {
     knobs.check()?;
     // A weight shape that is not `[OC, IC, KH, KW]` is the packing's typed error.
-    let gemm_k = match *weights.shape() {
-        [_, ic, kh, kw] => knobs.gemm_k(ic, kh, kw),
-        _ => 0,
+    let (gemm_k, block) = match *weights.shape() {
+        [_, ic, kh, kw] => (knobs.gemm_k(ic, kh, kw, stride), knobs.space_to_depth(stride, kh, kw)),
+        _ => (0, None),
     };
-    let packed_weights = pack_conv2d_weights(weights, knobs.nr, operands, gemm_k, &format!("{name}.packed"))?;
+    // The kernel the GEMM runs: the weights, or rearranged by space to depth.
+    let kernel = match block {
+        Some(s) => space_to_depth_weights(weights, s, &format!("{name}.space_to_depth"))?,
+        None => weights.clone(),
+    };
+    let packed_weights = pack_conv2d_weights(&kernel, knobs.nr, operands, gemm_k, &format!("{name}.packed"))?;
     let gemm_dtype = operands.source;
     let compensation =
         compensation_for_gemm(weights, src_dtype, gemm_dtype, src_zero_point, &format!("{name}.compensation"))?;
@@ -147,8 +154,11 @@ pub fn schedule_conv2d_int8(
     if let Some(shifted) = &layer.shifted {
         s.compute_inline(shifted)?;
     }
+    // The source's channels, and the kernel the GEMM runs (after space to depth, where the
+    // knobs ask for it).
     let ic = weights.shape()[1];
-    let row = conv_row_bytes(ic, weights.shape()[3]);
+    let [gemm_ic, kh, kw] = layer.gemm_kernel;
+    let row = conv_row_bytes(gemm_ic, kw);
 
     // Lanes within one pixel's channels where they fill a vector (the source read is then one
     // dense ramp at the pixel, whatever the stride). Otherwise (the stem's 3 channels): in NHWC,
@@ -179,12 +189,32 @@ pub fn schedule_conv2d_int8(
     let oc = weights.shape()[0];
     let per_row = matches!(
         knobs.accumulation,
-        Accumulate::PerRow | Accumulate::PerRowWithSource | Accumulate::Im2col | Accumulate::Im2colTiles
+        Accumulate::PerRow
+            | Accumulate::PerRowWithSource
+            | Accumulate::Im2col
+            | Accumulate::Im2colTiles
+            | Accumulate::SpaceToDepth
     ) && oc % knobs.nr == 0;
     let source_per_row = per_row && knobs.accumulation == Accumulate::PerRowWithSource;
     if knobs.parallel() && !source_per_row {
         s.parallel(pad, &pad_rows)?;
     }
+
+    // Space to depth: per row and source row `dy` of a block, one copy of the row's pixels ×
+    // their `s·IC` bytes of that source row (`copy_map`); all rows before the accumulators, as
+    // the padded ones (each feeds `KH'` rows of accumulators).
+    let s2d_copy = match &layer.space_to_depth {
+        Some((st, run)) => {
+            let (x, q) = s.split(st, &st.axis(2), gemm_ic)?;
+            let (dy, j) = s.split(st, &q, *run)?;
+            s.reorder(st, &[&st.axis(0), &st.axis(1), &dy, &x, &j])?;
+            if knobs.parallel() {
+                s.parallel(st, &st.axis(1))?;
+            }
+            Some((st.clone(), x, *run))
+        }
+        None => None,
+    };
 
     // Gathered rows: per row of pixels, each kernel row (a chunk of `R` of every pixel's row)
     // is one copy of `OW × R` (`copy_map`), with the accumulators' row where they are per row.
@@ -254,7 +284,6 @@ pub fn schedule_conv2d_int8(
     // here each is proved once (and again by lowering). One call per tile runs every kernel
     // row (a segment of the reduction, one padded row apart), so the accumulators stay in
     // registers across the rows.
-    let kh = weights.shape()[2];
     // Over gathered rows, one segment of all of `K` (the packed weights' groups).
     let (segments, seg_k) = match &layer.im2col {
         Some(_) => (1, layer.packed_weights.shape()[1] * operands.pack()),
@@ -263,6 +292,10 @@ pub fn schedule_conv2d_int8(
     let intrin = gemm_segmented_microkernel(mr, knobs.nr, segments, seg_k, operands.source)
         .expect("tile sizes passed split and R is a multiple of 4");
     s.tensorize(acc, if segments > 1 { &ky } else { &ko }, &intrin)?;
+    if let Some((st, x, run)) = &s2d_copy {
+        let copy = copy_map(st.shape()[2] / gemm_ic, *run, st.dtype()).expect("pixels and runs are positive");
+        s.tensorize(st, x, &copy)?;
+    }
     if let Some((col, cx)) = &col_chunks {
         let copy = copy_map(col.shape()[2], row, col.dtype()).expect("a row of pixels and R are positive");
         s.tensorize(col, cx, &copy)?;
@@ -304,7 +337,7 @@ pub fn prepare_dense_int8(
     operands: GemmOperands,
     name: &str,
 ) -> Result<Conv2dInt8Prepare, Conv2dInt8Error> {
-    prepare_conv2d_int8(&as_kernel(weights), src_dtype, src_zero_point, knobs, operands, name)
+    prepare_conv2d_int8(&as_kernel(weights), 1, src_dtype, src_zero_point, knobs, operands, name)
 }
 
 /// The int8 dense layer of `ops::dense_int8` (`src: [M, IC]`, `weights: [OC, IC]`, same meaning
