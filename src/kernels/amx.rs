@@ -6,8 +6,11 @@
 //! columns (64 bytes), rows `ldb` bytes apart, so B tiles load straight from the operand. An A
 //! tile is 16 rows × 64 bytes of k (rows `lda` apart), a C tile 16 rows × 16 i32 columns.
 //!
-//! Blocks of C are 2 × 2 tiles (32 rows × 32 columns: 4 C tiles, 2 A and 2 B tiles). When k is
-//! not a multiple of 64, the last chunk of each segment needs A and B tiles of another shape,
+//! Blocks of C are 2 × 2 tiles (32 rows × 32 columns: 4 C tiles, 2 A and 2 B tiles); or 1 × 4
+//! (16 rows × 64 columns: 4 C tiles, 1 A tile, 2 B tiles each loaded twice per chunk) where m
+//! is a multiple of 16 but not of 32 and n of 64, with one tile set (below), so that no block
+//! recomputes rows (the stem's 112-pixel rows: 7 blocks of 16 rows instead of 4 of 32). When k
+//! is not a multiple of 64, the last chunk of each segment needs A and B tiles of another shape,
 //! so blocks shrink to one tile row (or column, for n ≤ 16) to leave tiles for them. Partial
 //! blocks (m or n not a multiple of the block) use tiles of fewer rows or columns, so nothing
 //! outside the operands' footprint is read or written; except in a resetting call with at
@@ -113,6 +116,9 @@ fn kinds(extent: i64, tile: i64, per_block: usize, reset: bool) -> Vec<Kind> {
 struct Tiles {
     rows: usize,
     cols: usize,
+    /// B tile registers of a tile set: `cols`, or fewer, each then loaded again for the
+    /// columns `b_regs` further (all of whose tiles have the same shape).
+    b_regs: usize,
     /// Full 64-byte k chunks per segment, and the bytes of k after them (a multiple of 4).
     k_chunks: i64,
     k_tail: i64,
@@ -121,12 +127,17 @@ struct Tiles {
 impl Tiles {
     fn plan(shape: &GemmShape) -> Tiles {
         let (k_chunks, k_tail) = (shape.k / TILE_K, shape.k % TILE_K);
-        let (rows, cols) = match (k_chunks > 0 && k_tail > 0, shape.n <= TILE_COLS) {
+        let two_sets = k_chunks > 0 && k_tail > 0;
+        let rows_of_16 = shape.m % TILE_ROWS == 0 && shape.m % (2 * TILE_ROWS) > 0;
+        if !two_sets && rows_of_16 && shape.n % (4 * TILE_COLS) == 0 {
+            return Tiles { rows: 1, cols: 4, b_regs: 2, k_chunks, k_tail };
+        }
+        let (rows, cols) = match (two_sets, shape.n <= TILE_COLS) {
             (false, _) => (2, 2),
             (true, true) => (2, 1),
             (true, false) => (1, 2),
         };
-        Tiles { rows, cols, k_chunks, k_tail }
+        Tiles { rows, cols, b_regs: cols, k_chunks, k_tail }
     }
 
     fn c(&self, i: usize, j: usize) -> usize {
@@ -139,12 +150,12 @@ impl Tiles {
     }
 
     fn b(&self, j: usize, tail: bool) -> usize {
-        self.rows * self.cols + self.skip(tail) + self.rows + j
+        self.rows * self.cols + self.skip(tail) + self.rows + j % self.b_regs
     }
 
     /// Tiles before the A and B tiles of the tail set: the full set's, when there is one.
     fn skip(&self, tail: bool) -> usize {
-        if tail && self.k_chunks > 0 { self.rows + self.cols } else { 0 }
+        if tail && self.k_chunks > 0 { self.rows + self.b_regs } else { 0 }
     }
 
     /// The palette-1 configuration for a block with tile rows `rows` and tile columns `cols`.
@@ -357,7 +368,7 @@ impl Gen {
     }
 
     /// One k chunk (full or the tail) of a block of `rows` × `cols` tiles: load A and B tiles,
-    /// one `tdpbusd` per C tile.
+    /// one `tdpbusd` per C tile; B tiles `b_regs` columns at a time where they share registers.
     fn chunk(&mut self, rows: usize, cols: usize, tail: bool) -> Result<(), KernelError> {
         let s = self.shape;
         let t = self.tiles;
@@ -365,13 +376,16 @@ impl Gen {
             let off = imm32("A", i as i64 * TILE_ROWS * s.lda)?;
             self.a.tileloadd(Self::tmm(t.a(i, tail))?, ptr(A_K + A_STRIDE * 1 + off))?;
         }
-        for j in 0..cols {
-            let off = imm32("B", j as i64 * TILE_COLS * 4)?;
-            self.a.tileloadd(Self::tmm(t.b(j, tail))?, ptr(B_K + B_STRIDE * 1 + off))?;
-        }
-        for i in 0..rows {
-            for j in 0..cols {
-                self.a.tdpbusd(Self::tmm(t.c(i, j))?, Self::tmm(t.a(i, tail))?, Self::tmm(t.b(j, tail))?)?;
+        let columns: Vec<usize> = (0..cols).collect();
+        for group in columns.chunks(t.b_regs) {
+            for &j in group {
+                let off = imm32("B", j as i64 * TILE_COLS * 4)?;
+                self.a.tileloadd(Self::tmm(t.b(j, tail))?, ptr(B_K + B_STRIDE * 1 + off))?;
+            }
+            for i in 0..rows {
+                for &j in group {
+                    self.a.tdpbusd(Self::tmm(t.c(i, j))?, Self::tmm(t.a(i, tail))?, Self::tmm(t.b(j, tail))?)?;
+                }
             }
         }
         Ok(())

@@ -77,7 +77,8 @@ fn the_amx_kernel_matches_a_plain_gemm_on_tails_and_strides() {
         return;
     }
     let mut seed: u64 = 1;
-    for m in [1, 7, 15, 16, 17, 33, 56] {
+    // 16 and 112 rows take blocks of 1 × 4 tiles where n is a multiple of 64 (one tile set).
+    for m in [1, 7, 15, 16, 17, 33, 56, 112] {
         for n in [16, 32, 48, 64, 8, 20] {
             for k in [64, 128, 192, 576, 4, 68] {
                 for reset in [false, true] {
@@ -101,8 +102,8 @@ fn the_amx_kernel_matches_a_plain_gemm_over_segments() {
         return;
     }
     let mut seed = 1000;
-    for m in [1, 7, 17, 56] {
-        for n in [16, 20, 64] {
+    for m in [1, 7, 17, 48, 56] {
+        for n in [16, 20, 64, 128] {
             for k in [4, 64, 68, 128] {
                 for reset in [false, true] {
                     seed += 1;
