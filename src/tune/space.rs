@@ -30,7 +30,8 @@ pub const ACCUMULATIONS: [Accumulate; 7] = [
     Accumulate::SpaceToDepth,
 ];
 /// `mr` runs from 1 to this, and to the pixels of an output row (`x86_conv::MAX_TILE_MR` at
-/// `CoreRate::Tiles`, whose kernels want tall tiles).
+/// `CoreRate::Tiles`, whose kernels want tall tiles, for flat rows and products; a
+/// convolution's tile there may take its whole output row).
 pub const MAX_MR: i64 = 16;
 
 /// Why a point does not fit a layer.
@@ -109,13 +110,14 @@ impl Space {
     }
 
     /// The tallest tile with `accumulation`: of the flat rows' pixels with `FlatRows` where it
-    /// applies, else of an output row's.
+    /// applies, else of an output row's; at `CoreRate::Tiles` a convolution's whole output row
+    /// (the stem's 112 pixels: seven blocks of 16 rows, none recomputed, in one call).
     fn max_mr(&self, accumulation: Accumulate) -> i64 {
-        let pixels = match (accumulation, self.flat_pixels()) {
-            (Accumulate::FlatRows, Some(v)) => v,
-            _ => self.row_pixels(),
-        };
-        pixels.min(self.cap_mr())
+        match (accumulation, self.flat_pixels(), self.layer) {
+            (Accumulate::FlatRows, Some(v), _) => v.min(self.cap_mr()),
+            (_, _, Layer::Conv(_)) if self.rate == CoreRate::Tiles => self.row_pixels(),
+            _ => self.row_pixels().min(self.cap_mr()),
+        }
     }
 
     fn oc(&self) -> i64 {
@@ -295,6 +297,16 @@ mod tests {
         // 21 bytes at stride 2.
         let stem = Space::new(resnet18::layer("R1").unwrap(), 2);
         assert_eq!(stem.choices().accumulations, ACCUMULATIONS);
+        // At the tile rate a convolution's tile may take its whole output row (the stem's 112
+        // pixels), flat rows at most the tallest tile.
+        let stem_tiles = Space { rate: CoreRate::Tiles, ..stem };
+        assert_eq!(stem_tiles.check(&Conv2dInt8Knobs { mr: 112, ..stem_tiles.default_knobs() }), Ok(()));
+        assert!(stem_tiles.choices().mr_dividing_rows.contains(&112));
+        assert_eq!(
+            stem.check(&Conv2dInt8Knobs { mr: 112, ..stem.default_knobs() }),
+            Err(Rejection::Mr { found: 112, max: 16 })
+        );
+        assert_eq!(tiles.max_mr(Accumulate::FlatRows), 61);
         assert_eq!(
             fc.check(&Conv2dInt8Knobs { accumulation: Accumulate::PerRow, ..fc.default_knobs() }),
             Err(Rejection::DenseAccumulation { layer: "FC", found: Accumulate::PerRow })
