@@ -54,7 +54,9 @@ pub struct DirectConvLayer {
     /// whole. A 1×1
     /// kernel reads its source here already subsampled by the stride (`HS = OH`, `WS = OW`; the
     /// accumulator then runs at stride 1). With flat rows (`flat`), `u8[N, HS·WS·IC]`: the
-    /// same rows unrounded, end to end.
+    /// same rows unrounded, end to end. Under space to depth (`space_to_depth`), which the GEMM
+    /// reads instead, rows of `WS·IC` (rounded up to 16), and as many rows and pixels as it
+    /// copies, past the padding's if need be (the pad value there, under zero weights).
     pub padded: Tensor,
     /// `i32[N, OH, OW, ⌈OC/nr⌉·nr]` (`<name>.acc`): reduction axes `ky` (`KH`), `ko` (`R/P`)
     /// and `ki` (`P`, `GemmOperands::pack`). For a fixed `ky`, the `R` elements a pixel reads

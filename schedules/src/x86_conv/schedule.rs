@@ -111,7 +111,9 @@ pub fn prepare_conv2d_int8(
 /// only). `Accumulate::PerRow` and `PerRowWithSource` compute all accumulators at once where
 /// `nr` does not divide `OC`; `FlatRows` is `Whole` where flat rows do not apply
 /// (`ops::DirectConvLayer::flat`), and else tiles `mr` of the flat rows' pixels (clamped to
-/// them), whose calls read kernel rows one padded row (`WS·IC`) apart.
+/// them), whose calls read kernel rows one padded row (`WS·IC`) apart. `SpaceToDepth` is
+/// `PerRow` over the rows space to depth copies from the padded ones (one `copy_map` per row
+/// and source row of a block, all rows first), where it applies (`Conv2dInt8Knobs::space_to_depth`).
 ///
 /// Errors: the definition's typed `QuantError`s, and `Conv2dInt8Error::Knob` for knobs outside
 /// their ranges (`mr` and `threads` below 1, `nr` or `lanes` outside
