@@ -38,6 +38,7 @@ use iced_x86::code_asm::registers::tmm::get_tmm;
 use iced_x86::code_asm::*;
 
 use crate::error::KernelError;
+use crate::isa::DotMethod;
 use crate::kernels::gemm::GemmShape;
 use crate::kernels::imm32;
 
@@ -47,6 +48,8 @@ const TILE_COLS: i64 = 16;
 const TILE_K: i64 = 64;
 /// Bytes of one full k chunk of a B tile whose rows are adjacent (16 columns packed alone).
 const B_CHUNK: i64 = TILE_K / 4 * TILE_COLS * 4;
+/// B bytes of one call beyond which the default spec takes it to stream from L2 or further.
+const STREAMED_B: usize = 64 << 10;
 
 /// GPR roles: rdi is A; rsi/rdx point at the current column block of B/C; r8/r10 at the
 /// current row block of A/C; r9/r11 at the current k chunk of A/B (r11 holds C's row stride
@@ -131,9 +134,12 @@ pub struct AmxSpec {
 
 impl AmxSpec {
     /// The spec for `shape`: tall blocks with a prefetch distance where a call has more than two
-    /// row tiles, the square blocks without prefetching otherwise.
+    /// row tiles and streams B (more of it than `STREAMED_B`), the square blocks without
+    /// prefetching otherwise (a B that stays in L1 from one call to the next gains nothing from
+    /// either, and its prefetches cost issue slots).
     pub fn default_for(shape: &GemmShape) -> AmxSpec {
-        if shape.m > 2 * TILE_ROWS {
+        let (_, b_bytes, _) = shape.footprint(DotMethod::Amx);
+        if shape.m > 2 * TILE_ROWS && b_bytes > STREAMED_B {
             // Two k chunks of densely packed 16-column B ahead: far enough to cover the latency
             // of weights streamed from beyond L2, near enough not to evict them before use.
             AmxSpec { block_rows: 4, prefetch: 2 * B_CHUNK }

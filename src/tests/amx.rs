@@ -267,8 +267,8 @@ fn tall_blocks_and_b_prefetching_match_a_plain_gemm() {
     }
 }
 
-/// Calls of more than two row tiles take tall blocks that prefetch B; the others the square
-/// blocks without prefetching. A spec out of range is a typed error.
+/// Calls of more than two row tiles that stream B take tall blocks that prefetch it; the others
+/// the square blocks without prefetching. A spec out of range is a typed error.
 #[test]
 fn the_default_amx_spec_prefetches_in_tall_blocks_and_bad_specs_are_errors() {
     use iced_x86::Mnemonic;
@@ -283,6 +283,9 @@ fn the_default_amx_spec_prefetches_in_tall_blocks_and_bad_specs_are_errors() {
     let shallow = GemmShape::dense(28, 64, 576);
     assert_eq!(AmxSpec::default_for(&shallow), AmxSpec { block_rows: 2, prefetch: 0 });
     assert_eq!(prefetches(&shallow), 0);
+    // Tall, but with a B that stays in L1 from one call to the next.
+    let resident = GemmShape::dense(64, 16, 1024);
+    assert_eq!(AmxSpec::default_for(&resident), AmxSpec { block_rows: 2, prefetch: 0 });
     let shape = GemmShape::dense(16, 16, 64);
     for (spec, what) in
         [(AmxSpec { block_rows: 3, prefetch: 0 }, "block_rows"), (AmxSpec { block_rows: 4, prefetch: -64 }, "prefetch")]
