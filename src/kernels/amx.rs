@@ -16,9 +16,9 @@
 //! outside the operands' footprint is read (prefetches, which never fault, aside) or written;
 //! except in a resetting call with at least one whole block, where the last block is a whole
 //! one moved back to end at m (or n): it recomputes rows (columns) the block before wrote, to
-//! the same values, and the call keeps one configuration. Each combination of block shapes has its own tile configuration
-//! (palette 1, built in the red zone); C is stored before a configuration changes, since
-//! loading one zeroes the tiles.
+//! the same values, and the call keeps one configuration. Each combination of block shapes has
+//! its own tile configuration (palette 1, built in the red zone); C is stored before a
+//! configuration changes, since loading one zeroes the tiles.
 //!
 //! Configurations outlive calls: a kernel does not `tilerelease`, and before loading one it
 //! stores the loaded one (`sttilecfg`, all zeros when none is) and compares: `ldtilecfg` is
