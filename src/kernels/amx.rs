@@ -6,19 +6,22 @@
 //! columns (64 bytes), rows `ldb` bytes apart, so B tiles load straight from the operand. An A
 //! tile is 16 rows × 64 bytes of k (rows `lda` apart), a C tile 16 rows × 16 i32 columns.
 //!
-//! Blocks of C are 2 × 2 tiles (32 rows × 32 columns: 4 C tiles, 2 A and 2 B tiles); or 1 × 4
-//! (16 rows × 64 columns: 4 C tiles, 1 A tile, 2 B tiles each loaded twice per chunk) where m
-//! is a multiple of 16 but not of 32 and n of 64, with one tile set (below), so that no block
+//! Blocks of C are 2 × 2 tiles (32 rows × 32 columns: 4 C tiles, 2 A and 2 B tiles); tall
+//! ones of 4 × 1 (`AmxSpec::block_rows`: 64 rows × 16 columns, rows sharing A tiles), which
+//! load each B tile once per 64 rows: where a call's B streams from memory (the deep layers'
+//! weights), a second row block would re-read it from L2 after the stream; or 1 × 4 (16 rows ×
+//! 64 columns: 4 C tiles, 1 A tile, 2 B tiles each loaded twice per chunk) where m is a
+//! multiple of 16 but not of 32 and n of 64, with one tile set (below), so that no block
 //! recomputes rows (the stem's 112-pixel rows: 7 blocks of 16 rows instead of 4 of 32). When k
 //! is not a multiple of 64, the last chunk of each segment needs A and B tiles of another shape,
 //! so blocks shrink to one tile row (or column, for n ≤ 16) to leave tiles for them. Partial
 //! blocks (m or n not a multiple of the block) use tiles of fewer rows or columns, so nothing
-//! outside the operands' footprint is read or written; except in a resetting call with at
-//! least one whole block, where the last block is a whole one moved back to end at m (or n):
-//! it recomputes rows (columns) the block before wrote, to the same values, and the call keeps
-//! one configuration. Each combination of block shapes has its own tile configuration
-//! (palette 1, built in the red zone); C is stored before a configuration changes, since
-//! loading one zeroes the tiles.
+//! outside the operands' footprint is read (prefetches, which never fault, aside) or written;
+//! except in a resetting call with at least one whole block, where the last block is a whole
+//! one moved back to end at m (or n): it recomputes rows (columns) the block before wrote, to
+//! the same values, and the call keeps one configuration. Each combination of block shapes has
+//! its own tile configuration (palette 1, built in the red zone); C is stored before a
+//! configuration changes, since loading one zeroes the tiles.
 //!
 //! Configurations outlive calls: a kernel does not `tilerelease`, and before loading one it
 //! stores the loaded one (`sttilecfg`, all zeros when none is) and compares: `ldtilecfg` is
@@ -28,14 +31,17 @@
 //! the tiles where a thread's work ends (`isa::release_tiles`).
 //!
 //! Loops: column blocks outside, row blocks inside (B's panel stays in cache while A streams
-//! past), then per segment the loop over 64-byte k chunks. GPRs are caller-saved only; loop
-//! counters live in the red zone (the kernel is a leaf). The kernel ends with `vzeroupper`.
+//! past), then per segment the loop over 64-byte k chunks, each of which may prefetch the B
+//! rows a distance ahead (`AmxSpec::prefetch`; at the end of B, into what follows it: the next
+//! call's panel of packed weights). GPRs are caller-saved only; loop counters live in the red
+//! zone (the kernel is a leaf). The kernel ends with `vzeroupper`.
 
 use iced_x86::Register;
 use iced_x86::code_asm::registers::tmm::get_tmm;
 use iced_x86::code_asm::*;
 
 use crate::error::KernelError;
+use crate::isa::DotMethod;
 use crate::kernels::gemm::GemmShape;
 use crate::kernels::imm32;
 
@@ -43,6 +49,10 @@ use crate::kernels::imm32;
 const TILE_ROWS: i64 = 16;
 const TILE_COLS: i64 = 16;
 const TILE_K: i64 = 64;
+/// Bytes of one full k chunk of a B tile whose rows are adjacent (16 columns packed alone).
+const B_CHUNK: i64 = TILE_K / 4 * TILE_COLS * 4;
+/// B bytes of one call beyond which the default spec takes it to stream from L2 or further.
+const STREAMED_B: usize = 64 << 10;
 
 /// GPR roles: rdi is A; rsi/rdx point at the current column block of B/C; r8/r10 at the
 /// current row block of A/C; r9/r11 at the current k chunk of A/B (r11 holds C's row stride
@@ -111,11 +121,60 @@ fn kinds(extent: i64, tile: i64, per_block: usize, reset: bool) -> Vec<Kind> {
     kinds
 }
 
+/// The generator's parameters beside the shape: how blocks walk the tiles and how far ahead B
+/// is prefetched. The result is the same for every spec.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct AmxSpec {
+    /// Row tiles of a block: 2 (blocks of 2 × 2 tiles) or 4 (tall blocks of 4 × 1: a B tile is
+    /// loaded once per 64 rows of C instead of once per 32, an A tile once per column tile).
+    /// Tall blocks need a single tile set, so a k with both whole chunks and a tail keeps 2.
+    pub block_rows: usize,
+    /// Bytes ahead along B whose rows each k chunk prefetches (`prefetcht0` of the lines the
+    /// chunk `prefetch` bytes further would load; past the call's B, the memory after it,
+    /// where the next panel of packed weights lies); 0: none.
+    pub prefetch: i64,
+}
+
+impl AmxSpec {
+    /// The spec for `shape`: tall blocks with a prefetch distance where a call has more than two
+    /// row tiles and streams B (more of it than `STREAMED_B`), the square blocks without
+    /// prefetching otherwise (a B that stays in L1 from one call to the next gains nothing from
+    /// either, and its prefetches cost issue slots).
+    pub fn default_for(shape: &GemmShape) -> AmxSpec {
+        let (_, b_bytes, _) = shape.footprint(DotMethod::Amx);
+        if shape.m > 2 * TILE_ROWS && b_bytes > STREAMED_B {
+            // Two k chunks of densely packed 16-column B ahead: far enough to cover the latency
+            // of weights streamed from beyond L2, near enough not to evict them before use.
+            AmxSpec { block_rows: 4, prefetch: 2 * B_CHUNK }
+        } else {
+            AmxSpec { block_rows: 2, prefetch: 0 }
+        }
+    }
+
+    fn validate(&self) -> Result<(), KernelError> {
+        if ![2, 4].contains(&self.block_rows) {
+            let found = self.block_rows as i64;
+            return Err(KernelError::BadShape { what: "block_rows", expected: "2 or 4".into(), found });
+        }
+        if self.prefetch < 0 {
+            return Err(KernelError::BadShape {
+                what: "prefetch",
+                expected: "non-negative".into(),
+                found: self.prefetch,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Which tile register holds what, for blocks of `rows` × `cols` tiles.
 #[derive(Clone, Copy)]
 struct Tiles {
     rows: usize,
     cols: usize,
+    /// A tiles per set: one per row (square and wide blocks), or 2 in tall blocks (rows before
+    /// the last share one, loaded in turn; the last, which may have fewer rows, has its own).
+    a_tiles: usize,
     /// B tile registers of a tile set: `cols`, or fewer, each then loaded again for the
     /// columns `b_regs` further (all of whose tiles have the same shape).
     b_regs: usize,
@@ -125,37 +184,47 @@ struct Tiles {
 }
 
 impl Tiles {
-    fn plan(shape: &GemmShape) -> Tiles {
+    fn plan(shape: &GemmShape, spec: &AmxSpec) -> Tiles {
         let (k_chunks, k_tail) = (shape.k / TILE_K, shape.k % TILE_K);
         let two_sets = k_chunks > 0 && k_tail > 0;
+        if !two_sets && spec.block_rows == 4 {
+            return Tiles { rows: 4, cols: 1, a_tiles: 2, b_regs: 1, k_chunks, k_tail };
+        }
         let rows_of_16 = shape.m % TILE_ROWS == 0 && shape.m % (2 * TILE_ROWS) > 0;
         if !two_sets && rows_of_16 && shape.n % (4 * TILE_COLS) == 0 {
-            return Tiles { rows: 1, cols: 4, b_regs: 2, k_chunks, k_tail };
+            return Tiles { rows: 1, cols: 4, a_tiles: 1, b_regs: 2, k_chunks, k_tail };
         }
         let (rows, cols) = match (two_sets, shape.n <= TILE_COLS) {
             (false, _) => (2, 2),
             (true, true) => (2, 1),
             (true, false) => (1, 2),
         };
-        Tiles { rows, cols, b_regs: cols, k_chunks, k_tail }
+        Tiles { rows, cols, a_tiles: rows, b_regs: cols, k_chunks, k_tail }
+    }
+
+    /// Tall blocks: A tiles shared by rows.
+    fn tall(&self) -> bool {
+        self.a_tiles < self.rows
     }
 
     fn c(&self, i: usize, j: usize) -> usize {
         i * self.cols + j
     }
 
-    /// A tile of row `i` for full chunks (`tail` false) or the k tail.
-    fn a(&self, i: usize, tail: bool) -> usize {
-        self.rows * self.cols + self.skip(tail) + i
+    /// A tile of row `i` of a block of `n` row tiles, for full chunks (`tail` false) or the k
+    /// tail.
+    fn a(&self, i: usize, n: usize, tail: bool) -> usize {
+        let slot = if !self.tall() { i } else { usize::from(i + 1 == n) };
+        self.rows * self.cols + self.skip(tail) + slot
     }
 
     fn b(&self, j: usize, tail: bool) -> usize {
-        self.rows * self.cols + self.skip(tail) + self.rows + j % self.b_regs
+        self.rows * self.cols + self.skip(tail) + self.a_tiles + j % self.b_regs
     }
 
     /// Tiles before the A and B tiles of the tail set: the full set's, when there is one.
     fn skip(&self, tail: bool) -> usize {
-        if tail && self.k_chunks > 0 { self.rows + self.b_regs } else { 0 }
+        if tail && self.k_chunks > 0 { self.a_tiles + self.b_regs } else { 0 }
     }
 
     /// The palette-1 configuration for a block with tile rows `rows` and tile columns `cols`.
@@ -176,7 +245,7 @@ impl Tiles {
                 continue;
             }
             for (i, &r) in rows.iter().enumerate() {
-                set(self.a(i, tail), r, k);
+                set(self.a(i, rows.len(), tail), r, k);
             }
             for (j, &c) in cols.iter().enumerate() {
                 set(self.b(j, tail), k / 4, 4 * c);
@@ -186,10 +255,16 @@ impl Tiles {
     }
 }
 
-/// Assembles the AMX kernel for `shape` (validated by the caller, A u8); position independent,
-/// no relocations.
+/// Assembles the AMX kernel for `shape` (validated by the caller, A u8) with the default spec
+/// (`AmxSpec::default_for`); position independent, no relocations.
 pub fn assemble_amx(shape: &GemmShape) -> Result<Vec<u8>, KernelError> {
-    let mut g = Gen { a: CodeAssembler::new(64)?, shape: *shape, tiles: Tiles::plan(shape) };
+    assemble_amx_with(shape, &AmxSpec::default_for(shape))
+}
+
+/// Assembles the AMX kernel for `shape` with `spec` (a typed error for a spec out of range).
+pub fn assemble_amx_with(shape: &GemmShape, spec: &AmxSpec) -> Result<Vec<u8>, KernelError> {
+    spec.validate()?;
+    let mut g = Gen { a: CodeAssembler::new(64)?, shape: *shape, tiles: Tiles::plan(shape, spec), spec: *spec };
     g.kernel()?;
     Ok(g.a.assemble(0)?)
 }
@@ -198,6 +273,7 @@ struct Gen {
     a: CodeAssembler,
     shape: GemmShape,
     tiles: Tiles,
+    spec: AmxSpec,
 }
 
 impl Gen {
@@ -368,23 +444,50 @@ impl Gen {
     }
 
     /// One k chunk (full or the tail) of a block of `rows` × `cols` tiles: load A and B tiles,
-    /// one `tdpbusd` per C tile; B tiles `b_regs` columns at a time where they share registers.
+    /// one `tdpbusd` per C tile. Tall blocks load B first, then each row's A just before its
+    /// `tdpbusd`s (rows share A tiles); other blocks load B `b_regs` columns at a time where
+    /// columns share registers.
     fn chunk(&mut self, rows: usize, cols: usize, tail: bool) -> Result<(), KernelError> {
         let s = self.shape;
         let t = self.tiles;
+        // [bw] B prefetch `spec.prefetch` bytes ahead: the lines of this chunk's B rows there.
+        if self.spec.prefetch > 0 {
+            let k_rows = if tail { t.k_tail / 4 } else { TILE_K / 4 };
+            // Rows closer than a line apart share lines: one prefetch per line.
+            let step = (64 / s.ldb.max(1)).max(1) as usize;
+            for j in 0..cols {
+                for r in (0..k_rows).step_by(step) {
+                    let off = imm32("a B prefetch", self.spec.prefetch + r * s.ldb + j as i64 * TILE_COLS * 4)?;
+                    self.a.prefetcht0(byte_ptr(B_K + off))?;
+                }
+            }
+        }
+        let a_off = |i: usize| imm32("A", i as i64 * TILE_ROWS * s.lda);
+        let b_off = |j: usize| imm32("B", j as i64 * TILE_COLS * 4);
+        if t.tall() {
+            for j in 0..cols {
+                self.a.tileloadd(Self::tmm(t.b(j, tail))?, ptr(B_K + B_STRIDE * 1 + b_off(j)?))?;
+            }
+            for i in 0..rows {
+                let a = Self::tmm(t.a(i, rows, tail))?;
+                self.a.tileloadd(a, ptr(A_K + A_STRIDE * 1 + a_off(i)?))?;
+                for j in 0..cols {
+                    self.a.tdpbusd(Self::tmm(t.c(i, j))?, a, Self::tmm(t.b(j, tail))?)?;
+                }
+            }
+            return Ok(());
+        }
         for i in 0..rows {
-            let off = imm32("A", i as i64 * TILE_ROWS * s.lda)?;
-            self.a.tileloadd(Self::tmm(t.a(i, tail))?, ptr(A_K + A_STRIDE * 1 + off))?;
+            self.a.tileloadd(Self::tmm(t.a(i, rows, tail))?, ptr(A_K + A_STRIDE * 1 + a_off(i)?))?;
         }
         let columns: Vec<usize> = (0..cols).collect();
         for group in columns.chunks(t.b_regs) {
             for &j in group {
-                let off = imm32("B", j as i64 * TILE_COLS * 4)?;
-                self.a.tileloadd(Self::tmm(t.b(j, tail))?, ptr(B_K + B_STRIDE * 1 + off))?;
+                self.a.tileloadd(Self::tmm(t.b(j, tail))?, ptr(B_K + B_STRIDE * 1 + b_off(j)?))?;
             }
             for i in 0..rows {
                 for &j in group {
-                    self.a.tdpbusd(Self::tmm(t.c(i, j))?, Self::tmm(t.a(i, tail))?, Self::tmm(t.b(j, tail))?)?;
+                    self.a.tdpbusd(Self::tmm(t.c(i, j))?, Self::tmm(t.a(i, rows, tail))?, Self::tmm(t.b(j, tail))?)?;
                 }
             }
         }

@@ -30,7 +30,7 @@ use ir::DType;
 
 use crate::error::KernelError;
 use crate::isa::{DotMethod, KernelVariant, VectorWidth};
-use crate::kernels::amx::assemble_amx;
+use crate::kernels::amx::{AmxSpec, assemble_amx, assemble_amx_with};
 use crate::kernels::imm32;
 
 /// One kernel's problem: sizes and strides, all compile-time constants.
@@ -181,13 +181,7 @@ impl Blocking {
 /// Assembles the kernel for `shape` (see the module doc; `KernelVariant::AMX_INT8` is
 /// `amx::assemble_amx`); position independent, no relocations.
 pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocking) -> Result<Vec<u8>, KernelError> {
-    shape.validate(variant.method)?;
-    if !variant.runs_at_any_level() {
-        return Err(KernelError::NoSuchVariant { variant });
-    }
-    if !variant.method.accepts_a(shape.a_dtype) {
-        return Err(KernelError::ADType { variant, found: shape.a_dtype });
-    }
+    check_variant(variant, shape)?;
     for (what, v) in [("rows", blocking.rows), ("vectors", blocking.vectors), ("unroll", blocking.unroll)] {
         if v == 0 {
             return Err(KernelError::BadShape { what, expected: "at least 1".into(), found: 0 });
@@ -199,6 +193,25 @@ pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocki
     let mut g = Gen::new(variant, *shape, blocking)?;
     g.kernel()?;
     Ok(g.a.assemble(0)?)
+}
+
+/// The AMX kernel for `shape` with `spec` instead of `AmxSpec::default_for(shape)`: the same
+/// checks and results as `assemble_gemm` with `KernelVariant::AMX_INT8`.
+pub fn assemble_amx_gemm(shape: &GemmShape, spec: &AmxSpec) -> Result<Vec<u8>, KernelError> {
+    check_variant(KernelVariant::AMX_INT8, shape)?;
+    assemble_amx_with(shape, spec)
+}
+
+/// The shape is valid, and `variant` exists and takes its A.
+fn check_variant(variant: KernelVariant, shape: &GemmShape) -> Result<(), KernelError> {
+    shape.validate(variant.method)?;
+    if !variant.runs_at_any_level() {
+        return Err(KernelError::NoSuchVariant { variant });
+    }
+    if !variant.method.accepts_a(shape.a_dtype) {
+        return Err(KernelError::ADType { variant, found: shape.a_dtype });
+    }
+    Ok(())
 }
 
 /// A vector register by number, at the kernel's width.

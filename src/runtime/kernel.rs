@@ -7,7 +7,8 @@ use crate::codegen::build_isa;
 use crate::codegen::jit::{self, JitCode};
 use crate::error::{CompileError, KernelError, RuntimeError};
 use crate::isa::KernelVariant;
-use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm};
+use crate::kernels::amx::AmxSpec;
+use crate::kernels::gemm::{Blocking, GemmShape, assemble_amx_gemm, assemble_gemm};
 use crate::target::{OptLevel, Target};
 
 /// One GEMM kernel loaded on its own (outside any compiled function), with checked calls:
@@ -27,6 +28,15 @@ impl GemmKernel {
         let bytes = assemble_gemm(variant, &shape, blocking)?;
         let code = jit::load_bytes(isa, variant.name(), &bytes, 3)?;
         Ok(GemmKernel { code, variant, shape, blocking })
+    }
+
+    /// The AMX kernel with `spec` instead of its default (`kernels::amx::AmxSpec`).
+    pub fn amx(shape: GemmShape, spec: AmxSpec) -> Result<GemmKernel, CompileError> {
+        let variant = KernelVariant::AMX_INT8;
+        let (isa, _) = build_isa(Target::Level(crate::isa::IsaLevel::Amx), OptLevel::None)?;
+        let bytes = assemble_amx_gemm(&shape, &spec)?;
+        let code = jit::load_bytes(isa, variant.name(), &bytes, 3)?;
+        Ok(GemmKernel { code, variant, shape, blocking: Blocking::default_for(variant) })
     }
 
     /// `c += a · b` by a kernel with byte operands (every method but `Madd16`; A's bytes are

@@ -12,6 +12,7 @@
 pub(crate) mod host;
 mod kernel;
 pub mod peak;
+mod storage;
 mod tensor;
 
 use std::sync::{Arc, OnceLock};

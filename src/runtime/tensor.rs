@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use ir::interp::Array;
 use ir::{DType, ScalarType};
 
-use crate::abi::ALIGN;
+use super::storage::Storage;
 use crate::error::RuntimeError;
 
 mod sealed {
@@ -61,15 +61,10 @@ impl Element for bool {
     }
 }
 
-/// One cache line; tensors are vectors of these so their data is 64-byte aligned.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; ALIGN]);
-
 /// A dense, row-major, 64-byte aligned array of scalars.
 #[derive(Clone)]
 pub struct Tensor {
-    lines: Vec<Line>,
+    lines: Storage,
     bytes: usize,
     dtype: DType,
     shape: Vec<i64>,
@@ -92,21 +87,8 @@ fn element_count(dtype: DType, shape: &[i64]) -> Result<usize, RuntimeError> {
 impl Tensor {
     fn alloc(dtype: DType, shape: &[i64], len: usize) -> Tensor {
         let bytes = len * dtype.bytes();
-        // At least one line, so even an empty tensor has addressable memory.
-        let count = bytes.div_ceil(ALIGN).max(1);
-        let layout = std::alloc::Layout::array::<Line>(count).expect("`element_count` bounds the bytes by isize::MAX");
-        // Zeroed by the allocator: a large tensor gets fresh pages, zero without a pass over
-        // them, so that it is written once (by whoever fills it), not twice.
-        // SAFETY: `layout` has a non-zero size; the pointer is checked, then owned by the `Vec`
-        // with the layout it was allocated with, and all-zero bytes are a valid `Line`.
-        let lines = unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout).cast::<Line>();
-            if ptr.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Vec::from_raw_parts(ptr, count, count)
-        };
-        Tensor { lines, bytes, dtype, shape: shape.to_vec() }
+        // `element_count` bounds the bytes by isize::MAX.
+        Tensor { lines: Storage::zeroed(bytes), bytes, dtype, shape: shape.to_vec() }
     }
 
     /// A tensor of zeros. Errors if `dtype` is a vector or the shape has a negative dimension
@@ -183,17 +165,17 @@ impl Tensor {
     }
 
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `Line` is plain bytes and `lines` holds at least `bytes` of them.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.bytes) }
+        // SAFETY: `lines` holds at least `bytes` initialized bytes.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr(), self.bytes) }
     }
 
     pub(crate) fn as_mut_bytes(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_bytes`, with exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.bytes) }
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr(), self.bytes) }
     }
 
     pub(crate) fn data_ptr(&mut self) -> *mut u8 {
-        self.lines.as_mut_ptr().cast::<u8>()
+        self.lines.as_mut_ptr()
     }
 }
 
@@ -269,7 +251,7 @@ impl<'a> Arg<'a> {
     /// A read-only tensor; rejected for parameters the function writes.
     pub fn tensor_ref(t: &'a Tensor) -> Arg<'a> {
         Arg {
-            ptr: t.lines.as_ptr().cast::<u8>().cast_mut(),
+            ptr: t.lines.as_ptr().cast_mut(),
             len: t.len(),
             dtype: t.dtype,
             shape: Some(&t.shape),

@@ -7,7 +7,8 @@ use ir::DType;
 use crate::bench::Lcg;
 use crate::error::KernelError;
 use crate::isa::{IsaLevel, KernelVariant};
-use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm};
+use crate::kernels::amx::AmxSpec;
+use crate::kernels::gemm::{Blocking, GemmShape, assemble_amx_gemm, assemble_gemm};
 use crate::runtime::GemmKernel;
 use crate::tests::skip;
 
@@ -56,6 +57,17 @@ fn operands(shape: &GemmShape, seed: u64) -> (Vec<u8>, Vec<i8>) {
 /// they agree everywhere: C's elements, the padding between its rows and the guards.
 fn check(shape: GemmShape, seed: u64) {
     let kernel = GemmKernel::new(AMX, shape, Blocking::default_for(AMX)).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+    compare(&kernel, seed);
+}
+
+/// `check` for the kernel built with `spec`.
+fn check_spec(shape: GemmShape, spec: AmxSpec, seed: u64) {
+    let kernel = GemmKernel::amx(shape, spec).unwrap_or_else(|e| panic!("{shape:?} {spec:?}: {e}"));
+    compare(&kernel, seed);
+}
+
+fn compare(kernel: &GemmKernel, seed: u64) {
+    let shape = kernel.shape;
     let (a, b) = operands(&shape, seed);
     let (_, _, need_c) = shape.footprint(AMX.method);
     let mut rng = Lcg::new(seed ^ 0x5eed);
@@ -182,32 +194,109 @@ fn amx_kernels_of_different_configurations_interleave_on_a_pool() {
 /// A resetting call with whole blocks and a partial one moves the last block back over the one
 /// before (recomputing rows or columns to the same values) and loads one configuration; the
 /// result is the plain GEMM's, with C's padding and guards untouched. Accumulating calls keep
-/// their partial tiles (recomputing would add twice).
+/// their partial tiles (recomputing would add twice). Square blocks and tall ones alike.
 #[test]
 fn a_resetting_amx_kernel_overlaps_its_last_block_under_one_configuration() {
     use iced_x86::Mnemonic;
     if !skip::has_level(IsaLevel::Amx, "the amx-int8 kernel") {
         return;
     }
-    let loads = |shape: &GemmShape| {
-        let code = assemble_gemm(AMX, shape, Blocking::default_for(AMX)).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+    let loads = |shape: &GemmShape, spec: &AmxSpec| {
+        let code = assemble_amx_gemm(shape, spec).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
         crate::disasm::decode(&code, 0).iter().filter(|i| i.mnemonic() == Mnemonic::Ldtilecfg).count()
     };
+    let square = AmxSpec { block_rows: 2, prefetch: 0 };
+    let tall = AmxSpec { block_rows: 4, prefetch: 2048 };
     let mut seed = 5000;
     // (m, n, k): rows 32 + 17 (R10's 49 pixels), 32 + 29, 16-row blocks with a k tail, columns
-    // 32 + 16 and 32 + 8, both at once.
-    for (m, n, k) in [(49, 32, 256), (61, 32, 512), (49, 64, 68), (33, 48, 64), (32, 40, 128), (61, 56, 196)] {
+    // 32 + 16 and 32 + 8, both at once; tall: rows 64 + 13, 2 · 64 + 2 with 2 · 16 columns, 64
+    // + 36 with 32 + 8 columns.
+    let squares = [(49, 32, 256), (61, 32, 512), (49, 64, 68), (33, 48, 64), (32, 40, 128), (61, 56, 196)];
+    let talls = [(77, 16, 256), (130, 32, 64), (100, 40, 128)];
+    let cases = squares.iter().map(|&s| (s, square)).chain(talls.iter().map(|&s| (s, tall)));
+    for ((m, n, k), spec) in cases {
         for (segments, lds) in [(1, 0), (3, k + 4)] {
             seed += 1;
             let lda = segments * (k + 4) + 4;
             let reset = GemmShape { segments, lds, lda, ldc: n + 3, reset: true, ..GemmShape::dense(m, n, k) };
+            check_spec(reset, spec, seed);
             check(reset, seed);
-            assert_eq!(loads(&reset), 1, "{reset:?}: one configuration");
+            assert_eq!(loads(&reset, &spec), 1, "{reset:?} {spec:?}: one configuration");
             let accumulate = GemmShape { reset: false, ..reset };
+            check_spec(accumulate, spec, seed + 100);
             check(accumulate, seed + 100);
-            assert!(loads(&accumulate) > 1, "{accumulate:?}: partial tiles of their own");
+            assert!(loads(&accumulate, &spec) > 1, "{accumulate:?} {spec:?}: partial tiles of their own");
         }
     }
+}
+
+/// Tall blocks (4 × 1 tiles, rows sharing A tiles) and B prefetching at several distances give
+/// the plain GEMM's result: rows below, at and beyond one and two tall blocks, with partial
+/// row tiles (the last row's own A tile), 16-column tiles and partial ones, k in whole chunks,
+/// below one chunk and with a tail (where tall blocks fall back to the square ones), segments,
+/// both call kinds; C's padding and guards untouched.
+#[test]
+fn tall_blocks_and_b_prefetching_match_a_plain_gemm() {
+    if !skip::has_level(IsaLevel::Amx, "the amx-int8 kernel") {
+        return;
+    }
+    let specs = [
+        AmxSpec { block_rows: 4, prefetch: 0 },
+        AmxSpec { block_rows: 4, prefetch: 2048 },
+        AmxSpec { block_rows: 2, prefetch: 64 },
+        AmxSpec { block_rows: 4, prefetch: 1 << 20 },
+    ];
+    let mut seed = 9000;
+    for spec in specs {
+        for m in [1, 13, 33, 49, 61, 64, 77, 130] {
+            for (n, k) in [(16, 64), (20, 128), (37, 12), (32, 68), (48, 192)] {
+                for (segments, lds) in [(1, 0), (3, k + 4)] {
+                    for reset in [false, true] {
+                        seed += 1;
+                        let lda = segments * (k + 4) + 4;
+                        let shape = GemmShape { segments, lds, lda, ldc: n + 3, reset, ..GemmShape::dense(m, n, k) };
+                        check_spec(shape, spec, seed);
+                    }
+                }
+            }
+        }
+    }
+    // Padded B rows (`ldb` beyond the columns: packed panels of a wider layer).
+    for spec in specs {
+        seed += 1;
+        check_spec(GemmShape { ldb: 4 * 40, reset: true, ..GemmShape::dense(61, 16, 256) }, spec, seed);
+    }
+}
+
+/// Calls of more than two row tiles that stream B take tall blocks that prefetch it; the others
+/// the square blocks without prefetching. A spec out of range is a typed error.
+#[test]
+fn the_default_amx_spec_prefetches_in_tall_blocks_and_bad_specs_are_errors() {
+    use iced_x86::Mnemonic;
+    let prefetches = |shape: &GemmShape| {
+        let code = assemble_gemm(AMX, shape, Blocking::default_for(AMX)).unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+        crate::disasm::decode(&code, 0).iter().filter(|i| i.mnemonic() == Mnemonic::Prefetcht0).count()
+    };
+    let deep = GemmShape { segments: 3, lds: 9 * 512, lda: 512, reset: true, ..GemmShape::dense(61, 16, 1536) };
+    assert_eq!(AmxSpec::default_for(&deep), AmxSpec { block_rows: 4, prefetch: 2048 });
+    // One prefetch per line of the chunk's 16 B rows of 64 bytes, in each segment's k loop.
+    assert_eq!(prefetches(&deep), 3 * 16);
+    let shallow = GemmShape::dense(28, 64, 576);
+    assert_eq!(AmxSpec::default_for(&shallow), AmxSpec { block_rows: 2, prefetch: 0 });
+    assert_eq!(prefetches(&shallow), 0);
+    // Tall, but with a B that stays in L1 from one call to the next.
+    let resident = GemmShape::dense(64, 16, 1024);
+    assert_eq!(AmxSpec::default_for(&resident), AmxSpec { block_rows: 2, prefetch: 0 });
+    let shape = GemmShape::dense(16, 16, 64);
+    for (spec, what) in
+        [(AmxSpec { block_rows: 3, prefetch: 0 }, "block_rows"), (AmxSpec { block_rows: 4, prefetch: -64 }, "prefetch")]
+    {
+        let err = assemble_amx_gemm(&shape, &spec).unwrap_err();
+        assert!(matches!(err, KernelError::BadShape { what: w, .. } if w == what), "{spec:?}: {err:?}");
+    }
+    let signed = GemmShape { a_dtype: DType::I8, ..shape };
+    let err = assemble_amx_gemm(&signed, &AmxSpec::default_for(&signed)).unwrap_err();
+    assert_eq!(err, KernelError::ADType { variant: AMX, found: DType::I8 });
 }
 
 /// Empty reductions: a reset writes zeros, an accumulating call leaves C; empty C: nothing.

@@ -1,0 +1,142 @@
+//! `Storage`, the owned zeroed bytes behind a `Tensor`: 64-byte aligned, and for large tensors
+//! (a megabyte or more: the deep layers' packed weights) mapped on 2 MB boundaries with
+//! transparent huge pages requested (`MADV_HUGEPAGE`), so that a kernel streaming them once
+//! per inference walks one page table entry per 2 MB instead of one per 4 kB. Such a mapping
+//! is rounded up to whole huge pages (a tensor of just over a megabyte takes 2 MB). The request
+//! is advice: where the kernel declines it the pages are ordinary ones, with the same contents.
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+
+use crate::abi::ALIGN;
+
+/// The huge page size mappings are aligned to.
+const HUGE: usize = 2 << 20;
+
+/// Owned, zero-initialized bytes.
+pub(crate) struct Storage {
+    ptr: NonNull<u8>,
+    /// Bytes allocated (at least one line).
+    size: usize,
+    /// Mapped with `mmap` (unmapped on drop), else from the global allocator with `layout`.
+    mapped: bool,
+}
+
+// SAFETY: `Storage` owns its bytes exclusively, like a `Vec<u8>`.
+unsafe impl Send for Storage {}
+// SAFETY: shared access only reads through `&self`.
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    /// `bytes` zero bytes (at least one line, so even an empty tensor has addressable memory).
+    pub(crate) fn zeroed(bytes: usize) -> Storage {
+        let size = bytes.max(1).div_ceil(ALIGN) * ALIGN;
+        if size >= HUGE / 2
+            && let Some(storage) = Storage::map(size)
+        {
+            return storage;
+        }
+        let layout = Storage::layout(size);
+        // SAFETY: `layout` has a non-zero size; the pointer is checked.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(ptr) else { std::alloc::handle_alloc_error(layout) };
+        Storage { ptr, size, mapped: false }
+    }
+
+    fn layout(size: usize) -> Layout {
+        Layout::from_size_align(size, ALIGN).expect("tensor sizes are bounded by isize::MAX")
+    }
+
+    /// Fresh anonymous pages (zero, untouched) for `size` bytes rounded up to whole huge pages,
+    /// on a huge page boundary, with huge pages requested before the first touch; `None` where
+    /// the mapping fails (the caller falls back to the allocator).
+    fn map(size: usize) -> Option<Storage> {
+        let size = size.checked_next_multiple_of(HUGE)?;
+        let span = size.checked_add(HUGE)?;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choice.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        let start = (base as usize).next_multiple_of(HUGE);
+        let head = start - base as usize;
+        let tail = span - head - size;
+        // SAFETY: the head and tail lie inside the mapping just made and are not used; the
+        // advice concerns the kept range only. Failures leave valid (if unadvised) memory.
+        unsafe {
+            if head > 0 {
+                libc::munmap(base, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + size) as *mut libc::c_void, tail);
+            }
+            libc::madvise(start as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
+        }
+        Some(Storage { ptr: NonNull::new(start as *mut u8)?, size, mapped: true })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Clone for Storage {
+    fn clone(&self) -> Storage {
+        let mut copy = Storage::zeroed(self.size);
+        // SAFETY: both hold at least `self.size` bytes and are distinct allocations.
+        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), copy.as_mut_ptr(), self.size) };
+        copy
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        // SAFETY: the bytes were obtained as `mapped` says, with this size, and are released
+        // once.
+        unsafe {
+            if self.mapped {
+                libc::munmap(self.ptr.as_ptr().cast(), self.size);
+            } else {
+                std::alloc::dealloc(self.ptr.as_ptr(), Storage::layout(self.size));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_is_zeroed_aligned_and_clones_its_bytes() {
+        for bytes in [0, 1, 63, 4096, HUGE / 2 - 1, HUGE / 2, HUGE + 3] {
+            let mut s = Storage::zeroed(bytes);
+            let n = bytes.max(1);
+            assert!((s.as_ptr() as usize).is_multiple_of(ALIGN), "{bytes}");
+            if bytes >= HUGE / 2 {
+                assert!(s.mapped && (s.as_ptr() as usize).is_multiple_of(HUGE), "{bytes}: on a huge page boundary");
+            }
+            // SAFETY: `s` holds at least `n` bytes.
+            let view = unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr(), n) };
+            assert!(view.iter().all(|&b| b == 0), "{bytes}");
+            view.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+            let c = s.clone();
+            // SAFETY: as above.
+            let copied = unsafe { std::slice::from_raw_parts(c.as_ptr(), n) };
+            assert!(copied.iter().enumerate().all(|(i, &b)| b == i as u8), "{bytes}");
+        }
+    }
+}
