@@ -382,13 +382,6 @@ impl<'a> Matcher<'a> {
         let Weights { op: w_op, values: w, dims, scales: weight_scales } = self.weights(op.inputs[1], axis)?;
         let [d0, d1] = dims[..] else { return None };
         let (k, n) = if attrs.transpose_b { (d1, d0) } else { (d0, d1) };
-        let weights = if attrs.transpose_b {
-            let t: Vec<i8> =
-                (0..k).flat_map(|kk| (0..n).map(move |nn| (kk, nn))).map(|(kk, nn)| w[nn * k + kk]).collect();
-            t.into()
-        } else {
-            w
-        };
         let mut ops = vec![src_dq.op, w_op, id];
         let mut bias = None;
         let mut out = op.outputs[0];
@@ -409,7 +402,7 @@ impl<'a> Matcher<'a> {
         let kind = PartitionKind::QuantizedMatMul(QMatMul {
             src,
             src_dims,
-            weights,
+            weights: w,
             weight_dims: [k, n],
             weights_transposed: attrs.transpose_b,
             weight_scales,
