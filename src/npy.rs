@@ -46,7 +46,7 @@ pub fn read(path: &Path) -> Result<Value, NpyError> {
         (TypeChar::Float, 2) => Data::F16(npy.into_vec::<f16>().map_err(io)?),
         (TypeChar::Float, 4) => Data::F32(npy.into_vec::<f32>().map_err(io)?),
         (TypeChar::Int, 4) => Data::S32(npy.into_vec::<i32>().map_err(io)?),
-        (TypeChar::Int, 1) => Data::S8(npy.into_vec::<i8>().map_err(io)?),
+        (TypeChar::Int, 1) => Data::S8(npy.into_vec::<i8>().map_err(io)?.into()),
         (TypeChar::Uint, 1) => Data::U8(npy.into_vec::<u8>().map_err(io)?),
         (TypeChar::Bool, 1) => Data::Boolean(npy.into_vec::<bool>().map_err(io)?),
         _ => return Err(unsupported(&npy)),

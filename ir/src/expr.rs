@@ -453,9 +453,15 @@ impl Expr {
 
     /// The direct children, in evaluation order.
     pub fn children(&self) -> Vec<&Expr> {
-        match self.kind() {
-            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Var(_) => vec![],
-            ExprKind::Binary(_, a, b) | ExprKind::Cmp(_, a, b) => vec![a, b],
+        self.child_iter().collect()
+    }
+
+    /// The direct children, in evaluation order, without collecting them (the walks over every
+    /// node use this: no allocation per node).
+    pub fn child_iter(&self) -> impl Iterator<Item = &Expr> + Clone {
+        let (fixed, indices): ([Option<&Expr>; 3], &[Expr]) = match self.kind() {
+            ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Var(_) => ([None; 3], &[]),
+            ExprKind::Binary(_, a, b) | ExprKind::Cmp(_, a, b) => ([Some(a), Some(b), None], &[]),
             ExprKind::Not(a)
             | ExprKind::Cast(a)
             | ExprKind::SaturatingCast(a)
@@ -463,19 +469,19 @@ impl Expr {
             | ExprKind::Sqrt(a)
             | ExprKind::Reinterpret(a)
             | ExprKind::Broadcast(a)
-            | ExprKind::VectorReduce(_, a) => vec![a],
-            ExprKind::Select(c, t, f) => vec![c, t, f],
-            ExprKind::Fma(a, b, c) => vec![a, b, c],
-            ExprKind::TensorRead(_, idx) | ExprKind::Load(_, idx) => idx.iter().collect(),
-            ExprKind::Reduce(r) => vec![&r.source],
-            ExprKind::Ramp(b, s) => vec![b, s],
-        }
+            | ExprKind::VectorReduce(_, a) => ([Some(a), None, None], &[]),
+            ExprKind::Select(a, b, c) | ExprKind::Fma(a, b, c) => ([Some(a), Some(b), Some(c)], &[]),
+            ExprKind::TensorRead(_, idx) | ExprKind::Load(_, idx) => ([None; 3], idx),
+            ExprKind::Reduce(r) => ([Some(&r.source), None, None], &[]),
+            ExprKind::Ramp(b, s) => ([Some(b), Some(s), None], &[]),
+        };
+        fixed.into_iter().flatten().chain(indices)
     }
 
     /// Calls `f` on this node and every descendant, parents first.
     pub fn for_each(&self, f: &mut dyn FnMut(&Expr)) {
         f(self);
-        for child in self.children() {
+        for child in self.child_iter() {
             child.for_each(f);
         }
     }

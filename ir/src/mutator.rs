@@ -27,12 +27,9 @@ fn changed(old: &[&Expr], new: &[Expr]) -> bool {
 
 /// Mutates the children of `expr` and rebuilds it if any changed.
 pub fn walk_expr<M: Mutator + ?Sized>(m: &mut M, expr: &Expr) -> Expr {
-    let old = expr.children();
-    if old.is_empty() {
-        return expr.clone();
-    }
-    let new: Vec<Expr> = old.iter().map(|c| m.mutate_expr(c)).collect();
-    if !changed(&old, &new) {
+    let old = expr.child_iter();
+    let new: Vec<Expr> = old.clone().map(|c| m.mutate_expr(c)).collect();
+    if old.zip(&new).all(|(a, b)| a.same_node(b)) {
         return expr.clone();
     }
     rebuild_expr(expr, new)

@@ -624,7 +624,7 @@ fn check_reads(
         }
         _ => {}
     }
-    for child in expr.children() {
+    for child in expr.child_iter() {
         check_reads(tensor, child, scope, guards, gathers)?;
     }
     Ok(())
@@ -678,7 +678,7 @@ fn check_body(tensor: &str, axes: &[IterVar], body: &Expr) -> Result<(), TeError
 /// Type-checks an expression tree: identical operand dtypes, bool conditions, `i64` indices of
 /// the right count, operators defined on their types.
 pub fn check_expr(expr: &Expr) -> Result<(), TeError> {
-    for child in expr.children() {
+    for child in expr.child_iter() {
         check_expr(child)?;
     }
     let mismatch = |op: &str, a: &Expr, b: &Expr| TeError::DTypeMismatch {

@@ -43,7 +43,8 @@ impl Spec {
         }
     }
 
-    /// The weights (`[OC, IC, KH, KW]` of a convolution, `[K, N]` of a product).
+    /// The weights (`[OC, IC, KH, KW]` of a convolution; `[K, N]` of a product, or `[N, K]` where
+    /// `QDenseSpec::weights_transposed`).
     pub fn weights(&self) -> &[i8] {
         match self {
             Spec::Conv(c) => &c.weights,
@@ -159,6 +160,7 @@ fn dense(name: String, m: &QMatMul, dims: &[usize]) -> Result<QDenseSpec, String
         k: k as i64,
         n: m.weight_dims[1] as i64,
         weights: m.weights.clone(),
+        weights_transposed: m.weights_transposed,
         weight_scales: m.weight_scales.clone(),
         bias: m.bias.clone(),
         alpha: 1.0,

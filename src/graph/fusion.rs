@@ -15,7 +15,6 @@
 //!   `x_scale · w_scale[c]`, non-zero weight zero points, per-channel activations) is not fused.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use super::attrs::QuantParams;
 use super::dtype::DataType;
@@ -26,7 +25,7 @@ use super::partition::{
 };
 use super::shape::{conv_window, max_pool_window, reduce_axes};
 use super::tensor::{Dim, TensorId};
-use super::value::{Data, Value};
+use super::value::Data;
 use crate::shared::Shared;
 
 /// A partition before it is numbered.
@@ -150,18 +149,6 @@ struct Dq<'a> {
     dtype: DataType,
 }
 
-/// A graph constant known to hold s8 data, as the owner of a `Shared` view of its elements.
-struct S8Constant(Arc<Value>);
-
-impl AsRef<[i8]> for S8Constant {
-    fn as_ref(&self) -> &[i8] {
-        match self.0.data() {
-            Data::S8(w) => w,
-            _ => &[],
-        }
-    }
-}
-
 /// Constant s8 weights behind a Dequantize with zero points 0.
 struct Weights {
     op: OpId,
@@ -264,7 +251,7 @@ impl<'a> Matcher<'a> {
     fn weights(&self, t: TensorId, axis: usize) -> Option<Weights> {
         let dq = self.dq(t)?;
         let value = self.g.graph().constant_value(dq.src)?;
-        let Data::S8(_) = value.data() else { return None };
+        let Data::S8(values) = value.data() else { return None };
         let p = dq.params;
         if p.zero_points.iter().any(|&z| z != 0) {
             return None;
@@ -273,7 +260,7 @@ impl<'a> Matcher<'a> {
         let per_channel = p.axis == Some(axis as i64) && value.dims().get(axis) == Some(&p.scales.len());
         (per_tensor || per_channel).then(|| Weights {
             op: dq.op,
-            values: Shared::from_owner(S8Constant(Arc::clone(value))),
+            values: values.clone(),
             dims: value.dims().to_vec(),
             scales: p.scales.clone(),
         })
@@ -395,13 +382,6 @@ impl<'a> Matcher<'a> {
         let Weights { op: w_op, values: w, dims, scales: weight_scales } = self.weights(op.inputs[1], axis)?;
         let [d0, d1] = dims[..] else { return None };
         let (k, n) = if attrs.transpose_b { (d1, d0) } else { (d0, d1) };
-        let weights = if attrs.transpose_b {
-            let t: Vec<i8> =
-                (0..k).flat_map(|kk| (0..n).map(move |nn| (kk, nn))).map(|(kk, nn)| w[nn * k + kk]).collect();
-            t.into()
-        } else {
-            w
-        };
         let mut ops = vec![src_dq.op, w_op, id];
         let mut bias = None;
         let mut out = op.outputs[0];
@@ -422,7 +402,7 @@ impl<'a> Matcher<'a> {
         let kind = PartitionKind::QuantizedMatMul(QMatMul {
             src,
             src_dims,
-            weights,
+            weights: w,
             weight_dims: [k, n],
             weights_transposed: attrs.transpose_b,
             weight_scales,

@@ -225,11 +225,12 @@ pub struct QMatMul {
     pub src: QuantTensor,
     /// `[M, K]`.
     pub src_dims: Vec<Dim>,
-    /// Row-major `[K, N]`, whatever orientation the graph gave.
+    /// Row-major in the orientation the graph gave: `[K, N]`, or `[N, K]` where
+    /// `weights_transposed` (shared with the graph's constant, not copied).
     pub weights: crate::shared::Shared<i8>,
-    /// `[K, N]`.
+    /// `[K, N]`, whatever the orientation of `weights`.
     pub weight_dims: [usize; 2],
-    /// The graph gave the weights as `[N, K]` (`transpose_b`); `weights` is already `[K, N]`.
+    /// The graph gave the weights as `[N, K]` (`transpose_b`), and `weights` holds them so.
     pub weights_transposed: bool,
     /// One scale or `N` (per column); zero points all 0.
     pub weight_scales: Vec<f32>,

@@ -458,12 +458,15 @@ fn quantized_matmul(m: &QMatMul, x: &Value) -> Result<Value, String> {
     if kx != k || m.weights.len() != k * n || !scales_ok || m.bias.as_ref().is_some_and(|b| b.len() != n) {
         return Err(format!("the source [{rows}, {kx}] does not fit weights [{k}, {n}]"));
     }
+    // `w[kk, col]` of `[K, N]`, stored `[N, K]` where transposed.
+    let w =
+        |kk: usize, col: usize| i32::from(m.weights[if m.weights_transposed { col * k + kk } else { kk * n + col }]);
     let mut out = vec![0i32; rows * n];
     for r in 0..rows {
         for col in 0..n {
             let mut acc = 0i32;
             for kk in 0..k {
-                acc = acc.wrapping_add((xs[r * k + kk] - m.src.zero_point) * i32::from(m.weights[kk * n + col]));
+                acc = acc.wrapping_add((xs[r * k + kk] - m.src.zero_point) * w(kk, col));
             }
             let ws = if m.weight_scales.len() == 1 { m.weight_scales[0] } else { m.weight_scales[col] };
             let s = m.src.scale * ws / m.dst.scale;

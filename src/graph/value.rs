@@ -1,21 +1,23 @@
 //! Concrete tensors: a constant's data held in the graph, and the values the reference
 //! interpreter reads and writes. Dense, row-major (the last dimension contiguous), with the
-//! elements in a vector of their own type.
+//! elements in a vector of their own type; s8 elements are `Shared`, so that a network's weights
+//! can be a view of the file they were read from and are handed on without a copy.
 
 use std::fmt;
 
 use half::{bf16, f16};
 
 use super::dtype::DataType;
+use crate::shared::Shared;
 
-/// The elements of a value, one vector per element type.
+/// The elements of a value, one vector per element type (s8: shared, read-only).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Data {
     F16(Vec<f16>),
     Bf16(Vec<bf16>),
     F32(Vec<f32>),
     S32(Vec<i32>),
-    S8(Vec<i8>),
+    S8(Shared<i8>),
     U8(Vec<u8>),
     Boolean(Vec<bool>),
 }
@@ -59,7 +61,7 @@ impl Data {
             DataType::Bf16 => Data::Bf16(vec![bf16::ZERO; n]),
             DataType::F32 => Data::F32(vec![0.0; n]),
             DataType::S32 => Data::S32(vec![0; n]),
-            DataType::S8 => Data::S8(vec![0; n]),
+            DataType::S8 => Data::S8(vec![0; n].into()),
             DataType::U8 => Data::U8(vec![0; n]),
             DataType::Boolean => Data::Boolean(vec![false; n]),
         }
@@ -75,7 +77,7 @@ impl Data {
             Data::Bf16(v) => Data::Bf16(pick(v, indices)),
             Data::F32(v) => Data::F32(pick(v, indices)),
             Data::S32(v) => Data::S32(pick(v, indices)),
-            Data::S8(v) => Data::S8(pick(v, indices)),
+            Data::S8(v) => Data::S8(pick(v, indices).into()),
             Data::U8(v) => Data::U8(pick(v, indices)),
             Data::Boolean(v) => Data::Boolean(pick(v, indices)),
         }
@@ -115,7 +117,9 @@ impl Data {
     pub fn from_i32(dtype: DataType, v: Vec<i32>) -> Option<Data> {
         match dtype {
             DataType::S32 => Some(Data::S32(v)),
-            DataType::S8 => v.into_iter().map(|x| i8::try_from(x).ok()).collect::<Option<_>>().map(Data::S8),
+            DataType::S8 => {
+                v.into_iter().map(|x| i8::try_from(x).ok()).collect::<Option<Vec<_>>>().map(|v| Data::S8(v.into()))
+            }
             DataType::U8 => v.into_iter().map(|x| u8::try_from(x).ok()).collect::<Option<_>>().map(Data::U8),
             _ => None,
         }
@@ -160,7 +164,7 @@ impl Value {
 
     /// An s8 value.
     pub fn s8(dims: &[usize], v: Vec<i8>) -> Result<Value, ValueError> {
-        Value::new(dims, Data::S8(v))
+        Value::new(dims, Data::S8(v.into()))
     }
 
     /// A u8 value.

@@ -35,8 +35,11 @@ pub struct QDenseSpec {
     pub m: i64,
     pub k: i64,
     pub n: i64,
-    /// i8 `[K, N]`, row-major (ONNX MatMul's B; a Gemm with `transB = 1` transposed first).
+    /// i8 `[K, N]`, row-major (ONNX MatMul's B), or `[N, K]` where `weights_transposed` (a Gemm
+    /// with `transB = 1`: the 1×1 convolution's own order, which then shares them uncopied).
     pub weights: crate::shared::Shared<i8>,
+    /// The weights are `[N, K]`.
+    pub weights_transposed: bool,
     /// One scale, or `N` (per column).
     pub weight_scales: Vec<f32>,
     /// i32 `[N]`, quantized with scale `alpha · scale_src · scale_w[n]` and zero point 0.
@@ -88,11 +91,16 @@ impl QDenseSpec {
         check_output_scales(&self.op(), scale, &self.weight_scales, self.dst.scale)
     }
 
-    /// The 1×1 convolution over `[1, 1, M, K]` that computes it: weights `[N, K, 1, 1]`, and
+    /// The 1×1 convolution over `[1, 1, M, K]` that computes it: weights `[N, K, 1, 1]` (the
+    /// transposed weights shared as they are, the others transposed), and
     /// `alpha · scale_src` as the source scale (QGemm forms `alpha · scale_src` first).
     fn as_conv(&self) -> QConvSpec {
         let (k, n) = (self.k as usize, self.n as usize);
-        let weights = super::transpose::transpose_i8(&self.weights, k, n);
+        let weights = if self.weights_transposed {
+            self.weights.clone()
+        } else {
+            super::transpose::transpose_i8(&self.weights, k, n).into()
+        };
         QConvSpec {
             name: self.name.clone(),
             src: ActQuant { scale: self.alpha * self.src.scale, ..self.src },
@@ -104,7 +112,7 @@ impl QDenseSpec {
             kw: 1,
             stride: (1, 1),
             pads: [0; 4],
-            weights: weights.into(),
+            weights,
             weight_scales: self.weight_scales.clone(),
             bias: self.bias.clone(),
             dst: self.dst,

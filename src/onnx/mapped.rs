@@ -1,11 +1,12 @@
 //! A model file's bytes: mapped into memory read-only where the OS allows (`memmap2`, with
 //! `MAP_POPULATE` on Linux), so that decoding reads the page cache in place, with no copy of
 //! the file into fresh memory and no page fault per page of it; else read. Decoding from the returned
-//! `Bytes` leaves every `bytes` field (tensors' `raw_data`) a view of it.
+//! `Bytes` leaves every `bytes` field (tensors' `raw_data`) a view of it, and the graph's s8
+//! constants (a quantized network's weights) stay views of it (`tensor::decode`).
 //!
 //! As with any mapped file, another process truncating or rewriting the file while it is
-//! imported changes what is read (or faults); the mapping lives until the decoded model and
-//! every view of it are dropped.
+//! imported or its graph is used changes what is read (or faults); the mapping lives until the
+//! decoded model and every view of it (the graph, the kernel specs) are dropped.
 
 use std::fs::File;
 use std::io::Read;

@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
+use prost::bytes::Bytes;
+
 use crate::graph::{Data, DataType, Value};
+use crate::shared::Shared;
 
 use super::error::OnnxError;
 use super::proto::TensorProto;
@@ -105,6 +108,17 @@ pub fn check(t: &TensorProto) -> Result<(), OnnxError> {
     Ok(())
 }
 
+/// Bytes read as s8 elements, as the owner of a `Shared` view of them.
+struct I8View(Bytes);
+
+impl AsRef<[i8]> for I8View {
+    fn as_ref(&self) -> &[i8] {
+        // SAFETY: i8 has the size and alignment of u8 and every bit pattern is a valid i8; the
+        // slice borrows the `Bytes`, which keep the buffer alive.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<i8>(), self.0.len()) }
+    }
+}
+
 /// Decodes a tensor (after `check`ing it) into a constant. Raw data is little-endian, as ONNX
 /// stores it; 8-bit types in `int32_data` must lie in their range.
 pub fn decode(t: &TensorProto) -> Result<Constant, OnnxError> {
@@ -124,8 +138,10 @@ pub fn decode(t: &TensorProto) -> Result<Constant, OnnxError> {
     let data = match Code::try_from(t.data_type()).ok() {
         Some(Code::Float) => Data::F32(raw.map_or_else(|| t.float_data.clone(), |r| le(r, f32::from_le_bytes))),
         Some(Code::Int32) => Data::S32(raw.map_or_else(|| t.int32_data.clone(), |r| le(r, i32::from_le_bytes))),
-        Some(Code::Int8) => Data::S8(match raw {
-            Some(r) => r.iter().map(|&b| b as i8).collect(),
+        // Raw s8 data is a view of the decoded buffer (the mapped file): the weights of a
+        // quantized network are not copied.
+        Some(Code::Int8) => Data::S8(match &t.raw_data {
+            Some(r) => Shared::from_owner(I8View(r.clone())),
             None => narrow("i8", -128, 127)?.into_iter().map(|v| v as i8).collect(),
         }),
         Some(Code::Uint8) => Data::U8(match raw {
@@ -146,4 +162,31 @@ pub fn decode(t: &TensorProto) -> Result<Constant, OnnxError> {
         expected: e.expected as u64,
         found,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Raw s8 data decodes to its values (every byte as i8) as a view of the tensor's bytes, not
+    /// a copy; typed `int32_data` decodes to the same values.
+    #[test]
+    fn raw_s8_data_is_a_view_of_the_buffer() {
+        let bytes: Vec<u8> = (0..=255u8).collect();
+        let raw = Bytes::from(bytes.clone());
+        let t = TensorProto {
+            dims: vec![16, 16],
+            data_type: Some(Code::Int8 as i32),
+            raw_data: Some(raw.clone()),
+            ..TensorProto::default()
+        };
+        let Constant::Value(v) = decode(&t).unwrap() else { panic!("an s8 value") };
+        let Data::S8(w) = v.data() else { panic!("s8 data, found {}", v.dtype()) };
+        let expected: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
+        assert_eq!(&w[..], &expected[..]);
+        assert_eq!(w.as_ptr().cast::<u8>(), raw.as_ptr());
+        assert_eq!(v.dims(), &[16, 16]);
+        let typed = TensorProto { raw_data: None, int32_data: expected.iter().map(|&x| i32::from(x)).collect(), ..t };
+        assert_eq!(decode(&typed).unwrap(), Constant::Value(v));
+    }
 }

@@ -245,6 +245,7 @@ fn quantized_matmuls_equal_onnxruntimes_order_bit_for_bit() {
                 k,
                 n,
                 weights: weights.clone().into(),
+                weights_transposed: false,
                 weight_scales: weight_scales(n, per_channel, k, seed + 1),
                 bias: Some(uniform(n as usize, seed + 2, -2000, 2000).iter().map(|&v| v as i32).collect()),
                 alpha,
@@ -273,6 +274,13 @@ fn quantized_matmuls_equal_onnxruntimes_order_bit_for_bit() {
             let what = format!("{} at {level}", spec.name);
             assert_eq!(dst, expected, "{what}");
             assert!(compiled.uses_map_kernel(), "{what}: {}", compiled.kernel_description());
+            // The same weights given `[N, K]` (a Gemm's `transB = 1`) compute the same bytes.
+            let (ku, nu) = (k as usize, n as usize);
+            let nk: Vec<i8> = (0..nu * ku).map(|i| weights[(i % ku) * nu + i / ku]).collect();
+            let transposed = QDenseSpec { weights: nk.into(), weights_transposed: true, ..spec.clone() };
+            let mut dst_t = vec![0u8; (m * n) as usize];
+            compile_qdense(&transposed, None, &options(level, 1)).unwrap().run(&src, &mut dst_t).unwrap();
+            assert_eq!(dst_t, expected, "{what}, weights [N, K]");
         }
     }
 }

@@ -271,7 +271,7 @@ impl<'f> Verifier<'f> {
     }
 
     fn expr(&mut self, e: &Expr) {
-        for child in e.children() {
+        for child in e.child_iter() {
             self.expr(child);
         }
         let dtype = e.dtype();
