@@ -7,14 +7,16 @@
 //! cargo run --release --example build_prior -- --table /tmp/prior_table --out tuning/prior.jsonl
 //! ```
 //!
-//! `--threads N` (default 1) must be the table's `--threads`.
+//! `--threads N` (default 1) must be the table's `--threads`. An existing `--out` file keeps its
+//! workloads of other ISA levels or thread counts (a prior per level, each measured on a CPU of
+//! that level); those of this level and threads are replaced.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use tensorlift::isa::IsaLevel;
 use tensorlift::record::{CpuRef, Database};
-use tensorlift::tune::prior::{build, specs};
+use tensorlift::tune::prior::{PriorWorkload, build, parse, specs};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -37,7 +39,23 @@ fn main() -> Result<(), Error> {
     let cpu = tensorlift::isa::cpu_id().as_ref().map(CpuRef::from).ok_or("this CPU does not identify itself")?;
     let records = Database::load_dir(&table)?;
     let prior = build(&specs(), &records, level, threads, &cpu)?;
+    // The lines of other levels or threads kept as they are (not re-serialized).
+    let text = match std::fs::read_to_string(&out) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let mut kept: Vec<&str> = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let w: PriorWorkload = parse(line)?.remove(0);
+        if w.isa != level.name() || w.threads != threads {
+            kept.push(line);
+        }
+    }
     let mut file = std::fs::File::create(&out)?;
+    for line in kept {
+        writeln!(file, "{line}")?;
+    }
     for w in &prior {
         writeln!(file, "{}", serde_json::to_string(w)?)?;
         eprintln!("{}: {} points", w.spec.label(), w.points.len());

@@ -13,17 +13,18 @@
 //! ```
 //!
 //! `--table DIR`: every `*.jsonl` database in DIR (the suite's operators measured by the random
-//! search on this CPU, at `--threads`). A replay sees only the table: a point the evolution
+//! search on this CPU, at `--threads`); `--only A,B`: only the operators whose label contains A
+//! or B (a `transfer` configuration then trains on those others only). A replay sees only the table: a point the evolution
 //! breeds outside it is rejected as an unbuildable point would be, so the replay ranks the
 //! table's points by the model rather than exploring the whole space; the random search draws
 //! from the table, as its real draws are what the table holds. A configuration is `before` (the
 //! search as it was when the suite target was first measured: random first batch, log-speed
 //! target, batches of 8), `default` (`SearchOptions::new` with `--batch`), or either followed
 //! by `+`-joined changes: `transfer` (the model trains on the other operators' tables first),
-//! `shipped-prior` (on the shipped prior, `tune::prior`), `stratified`, `random-first`, `rank`, `log-speed`, `batchN`, `epsN`
-//! (ε in percent), `popN`, `genN`, `treesN`, `depthN`; or `random-control`: another random
-//! search (seeded apart) in the learned search's place, the win rate chance alone gives. The
-//! random search always runs `SearchOptions::new` with `--batch` and the same seed.
+//! `shipped-prior` (on the shipped prior, `tune::prior`), `stratified`, `random-first`, `rank`,
+//! `log-speed`, `batchN`, `epsN` (ε in percent), `popN`, `genN`, `treesN`, `depthN`; or
+//! `random-control`: another random search (seeded apart) in the learned search's place, the win
+//! rate chance alone gives. The random search always runs `SearchOptions::new` with `--batch` and the same seed.
 
 use std::path::PathBuf;
 
@@ -48,6 +49,8 @@ struct Args {
     tolerance: f64,
     threads: usize,
     configs: Vec<String>,
+    /// Only the suite's operators whose label contains one of these (all when empty).
+    only: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, Error> {
@@ -59,6 +62,7 @@ fn parse_args() -> Result<Args, Error> {
         tolerance: 0.03,
         threads: 1,
         configs: vec!["before".into(), "default".into()],
+        only: vec![],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -71,6 +75,7 @@ fn parse_args() -> Result<Args, Error> {
             "--tolerance" => args.tolerance = value()?.parse()?,
             "--threads" => args.threads = value()?.parse()?,
             "--configs" => args.configs = value()?.split(',').map(str::to_string).collect(),
+            "--only" => args.only = value()?.split(',').map(str::to_string).collect(),
             other => return Err(format!("unknown flag {other:?}").into()),
         }
     }
@@ -163,6 +168,9 @@ fn main() -> Result<(), Error> {
     // Every operator's table first: a `transfer` configuration trains on the others'.
     let mut tables = Vec::new();
     for spec in OpSpec::suite() {
+        if !args.only.is_empty() && !args.only.iter().any(|o| spec.label().contains(o.as_str())) {
+            continue;
+        }
         let (space, measured) = op_table(&spec, level, args.threads, &records)?;
         if measured.is_empty() {
             eprintln!("{}: no records in {}", spec.label(), args.table.display());

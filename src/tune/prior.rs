@@ -199,7 +199,15 @@ mod tests {
     fn the_shipped_prior_is_its_specs_and_never_a_suite_workload() {
         let shipped = shipped().unwrap();
         let keys: Vec<String> = specs().iter().map(|s| op_workload(s, &definition(s).unwrap()).key).collect();
-        assert_eq!(shipped.iter().map(|w| w.key.clone()).collect::<Vec<_>>(), keys, "regenerate tuning/prior.jsonl");
+        // One prior per ISA level and thread count, each of every spec in order.
+        let mut levels: Vec<(&str, usize)> = shipped.iter().map(|w| (w.isa.as_str(), w.threads)).collect();
+        levels.dedup();
+        assert!(!levels.is_empty());
+        for (isa, threads) in levels {
+            let of_level = shipped.iter().filter(|w| w.isa == isa && w.threads == threads);
+            let found: Vec<String> = of_level.map(|w| w.key.clone()).collect();
+            assert_eq!(found, keys, "{isa} on {threads} thread(s): regenerate tuning/prior.jsonl");
+        }
         for w in &shipped {
             assert_eq!(w.key, op_workload(&w.spec, &definition(&w.spec).unwrap()).key, "{:?}", w.spec);
             assert!(w.points.iter().filter(|p| p.seconds.is_some()).count() >= 2, "{:?}", w.spec);
@@ -208,6 +216,21 @@ mod tests {
         for spec in OpSpec::suite() {
             let key = op_workload(&spec, &definition(&spec).unwrap()).key;
             assert!(!keys.contains(&key), "{} is in the prior", spec.label());
+        }
+    }
+
+    #[test]
+    fn every_suite_operator_at_amx_starts_from_a_prior_of_its_kind() {
+        // The suite runs at the host's default level: on an AMX host, `amx`. Without a prior
+        // of that level the learned search's first batch would be the random search's.
+        let shipped = shipped().unwrap();
+        for spec in OpSpec::suite() {
+            let key = op_workload(&spec, &definition(&spec).unwrap()).key;
+            let of_kind = shipped.iter().filter(|w| w.isa == "amx" && w.threads == 1 && w.spec.kind() == spec.kind());
+            assert!(of_kind.count() >= 2, "{}: fewer than two amx workloads of its kind", spec.label());
+            let prior = samples(&shipped, level_named("amx"), 1, &key);
+            assert_eq!(prior.len(), specs().len(), "{}", spec.label());
+            assert!(prior.iter().all(|w| w.iter().filter(|s| s.seconds.is_some()).count() >= 2));
         }
     }
 
@@ -275,7 +298,8 @@ mod tests {
             .collect();
         let table = TableSpace::new(LoweredSpace::new(&space).sketches(), rows);
         let prior = samples(&shipped, level, w.threads, &w.key);
-        assert_eq!(prior.len(), shipped.len() - 1);
+        let of_level = shipped.iter().filter(|o| o.isa == w.isa && o.threads <= w.threads).count();
+        assert_eq!(prior.len(), of_level - 1);
         let first = [space.default_point()];
         let learned = SearchOptions { seed: 3, batch: 8, prior, ..SearchOptions::new(32, Strategy::Evolutionary) };
         let random = SearchOptions { seed: 3, batch: 8, ..SearchOptions::new(32, Strategy::Random) };
