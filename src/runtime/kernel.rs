@@ -6,7 +6,7 @@ use ir::DType;
 use crate::codegen::build_isa;
 use crate::codegen::jit::{self, JitCode};
 use crate::error::{CompileError, KernelError, RuntimeError};
-use crate::isa::KernelVariant;
+use crate::isa::{IsaLevel, KernelVariant};
 use crate::kernels::amx::AmxSpec;
 use crate::kernels::gemm::{Blocking, GemmShape, assemble_amx_gemm, assemble_gemm};
 use crate::target::{OptLevel, Target};
@@ -24,19 +24,28 @@ impl GemmKernel {
     /// Assembles and loads the kernel; the CPU must support `variant`.
     pub fn new(variant: KernelVariant, shape: GemmShape, blocking: Blocking) -> Result<GemmKernel, CompileError> {
         let level = variant.min_level().ok_or(CompileError::Kernel(KernelError::NoSuchVariant { variant }))?;
-        let (isa, _) = build_isa(Target::Level(level), OptLevel::None)?;
         let bytes = assemble_gemm(variant, &shape, blocking)?;
-        let code = jit::load_bytes(isa, variant.name(), &bytes, 3)?;
-        Ok(GemmKernel { code, variant, shape, blocking })
+        GemmKernel::load(variant, level, bytes, shape, blocking)
     }
 
     /// The AMX kernel with `spec` instead of its default (`kernels::amx::AmxSpec`).
     pub fn amx(shape: GemmShape, spec: AmxSpec) -> Result<GemmKernel, CompileError> {
         let variant = KernelVariant::AMX_INT8;
-        let (isa, _) = build_isa(Target::Level(crate::isa::IsaLevel::Amx), OptLevel::None)?;
         let bytes = assemble_amx_gemm(&shape, &spec)?;
+        GemmKernel::load(variant, IsaLevel::Amx, bytes, shape, Blocking::default_for(variant))
+    }
+
+    /// Loads the assembled `bytes` of `variant` for `level`.
+    fn load(
+        variant: KernelVariant,
+        level: IsaLevel,
+        bytes: Vec<u8>,
+        shape: GemmShape,
+        blocking: Blocking,
+    ) -> Result<GemmKernel, CompileError> {
+        let (isa, _) = build_isa(Target::Level(level), OptLevel::None)?;
         let code = jit::load_bytes(isa, variant.name(), &bytes, 3)?;
-        Ok(GemmKernel { code, variant, shape, blocking: Blocking::default_for(variant) })
+        Ok(GemmKernel { code, variant, shape, blocking })
     }
 
     /// `c += a · b` by a kernel with byte operands (every method but `Madd16`; A's bytes are

@@ -40,6 +40,15 @@ pub(super) fn per_tensor_zero_point(op: &str, z: &ZeroPoints, dtype: DType) -> R
     Ok(z.values[0])
 }
 
+/// i8 convolution weights `[OC, IC, KH, KW]`: their dims, or the typed error naming `op`.
+pub(super) fn require_conv_weights(op: &str, weights: &Tensor) -> Result<[i64; 4], QuantError> {
+    require_s8_weights(op, weights)?;
+    match *weights.shape() {
+        [oc, ic, kh, kw] => Ok([oc, ic, kh, kw]),
+        _ => Err(shape_error(op, "the weight shape", "[OC, IC, KH, KW]", format!("{:?}", weights.shape()))),
+    }
+}
+
 pub(super) fn require_nchw(op: &str, src: &Tensor) -> Result<[i64; 4], QuantError> {
     match src.shape() {
         [n, c, h, w] => Ok([*n, *c, *h, *w]),

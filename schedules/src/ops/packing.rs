@@ -6,7 +6,7 @@ use ir::Expr;
 use ir::expr::{min as index_min, select};
 use ir::te::{Tensor, compute_vec};
 
-use super::checks::{ceil_div, require_s8_weights, shape_error};
+use super::checks::{ceil_div, require_conv_weights, shape_error};
 use super::gemm_operands::GemmOperands;
 use crate::quant::QuantError;
 
@@ -40,10 +40,7 @@ pub fn pack_conv2d_weights(
     name: &str,
 ) -> Result<Tensor, QuantError> {
     let op = format!("pack_conv2d_weights {name}");
-    require_s8_weights(&op, weights)?;
-    let [oc, ic, kh, kw] = *weights.shape() else {
-        return Err(shape_error(&op, "the weight shape", "[OC, IC, KH, KW]", format!("{:?}", weights.shape())));
-    };
+    let [oc, ic, kh, kw] = require_conv_weights(&op, weights)?;
     if nr < 1 {
         return Err(shape_error(&op, "the panel width nr", "positive", nr.to_string()));
     }

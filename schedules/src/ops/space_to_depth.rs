@@ -11,7 +11,7 @@ use ir::Expr;
 use ir::expr::{min as index_min, select};
 use ir::te::{Tensor, compute_vec};
 
-use super::checks::{ceil_div, require_s8_weights, shape_error};
+use super::checks::{ceil_div, require_conv_weights, shape_error};
 use crate::quant::QuantError;
 
 /// Whether space to depth changes the convolution: a kernel larger than 1×1 at a stride above 1
@@ -45,10 +45,7 @@ pub fn space_to_depth_source(y: &Expr, x: &Expr, c: &Expr, s: i64, ic: i64) -> (
 /// not i8 `[OC, IC, KH, KW]` or a stride below 1.
 pub fn space_to_depth_weights(weights: &Tensor, s: i64, name: &str) -> Result<Tensor, QuantError> {
     let op = format!("space_to_depth_weights {name}");
-    require_s8_weights(&op, weights)?;
-    let [oc, ic, kh, kw] = *weights.shape() else {
-        return Err(shape_error(&op, "the weight shape", "[OC, IC, KH, KW]", format!("{:?}", weights.shape())));
-    };
+    let [oc, ic, kh, kw] = require_conv_weights(&op, weights)?;
     if s < 1 {
         return Err(shape_error(&op, "the stride", "at least 1", s.to_string()));
     }
