@@ -320,3 +320,23 @@ fn compile_at(func: &ir::Func, level: IsaLevel) -> CompiledFunc {
     crate::runtime::compile(func, &CompileOptions { target: Target::Level(level), ..CompileOptions::default() })
         .unwrap()
 }
+
+#[test]
+fn copies_of_short_rows_move_them_whole_at_every_level() {
+    // Row lengths around each move the copy kernel picks: 8-byte and 16-byte pairs, a ymm
+    // pair (zmm rows shorter than a vector), a whole vector and one past it; the stage's rows
+    // are 3 bytes longer than the block's, so the kernel steps by the strides.
+    let case =
+        MapCase { name: "copy", inputs: vec![(DType::U8, true)], body: std::rc::Rc::new(|x: &[Expr]| x[0].clone()) };
+    for level in skip::levels_here(IsaLevel::ALL) {
+        for n in [8, 13, 16, 21, 24, 31, 32, 45, 63, 64, 70] {
+            let ran = case.check(3, n, level);
+            assert_eq!(ran, level != IsaLevel::Scalar, "copy 3x{n} at {level}");
+            if ran && level.has_avx512() {
+                // Shorter than a zmm vector: unmasked overlapping moves; else the masked tail.
+                let code = crate::disasm::disassemble(compile_at(&case.func(3, n), level).machine_code());
+                assert_eq!(code.contains("k2"), n > 64 && n % 64 != 0, "copy 3x{n} at {level}\n{code}");
+            }
+        }
+    }
+}

@@ -3,7 +3,9 @@
 //! no arithmetic, so any dtype. The row's last partial vector is masked on bytes (zmm: opmask k2,
 //! masked-off bytes never accessed) or is the row's last whole vector, overlapping the one
 //! before (ymm; xmm or 8 bytes for rows shorter than a vector; rows under 8 bytes are
-//! `Unsupported`: the loops copy them).
+//! `Unsupported`: the loops copy them). A zmm row shorter than a zmm vector (a kernel row of
+//! the stem, 21 or 24 bytes) and at least 8 bytes long is copied as at ymm, by two overlapping
+//! moves: masked stores are slow on some cores, and such a row is all tail.
 
 use iced_x86::code_asm::*;
 use ir::expr::ExprKind;
@@ -38,7 +40,9 @@ pub(super) fn assemble_copy(width: VectorWidth, shape: &MapShape, bytes: i64) ->
     let (src, dst) = (ARGS[0], ARGS[1]);
     let mut a = CodeAssembler::new(64)?;
     let (full, tail) = (row / vector * vector, row % vector);
-    if width == VectorWidth::Zmm && tail > 0 {
+    // The tail moved by overlapping unmasked moves (below) rather than under a mask.
+    let overlapping = width == VectorWidth::Ymm || (full == 0 && row >= 8);
+    if !overlapping && tail > 0 {
         a.mov(r11, ((1u128 << tail) - 1) as u64)?;
         a.kmovq(k2, r11)?;
     }
@@ -67,7 +71,7 @@ pub(super) fn assemble_copy(width: VectorWidth, shape: &MapShape, bytes: i64) ->
     }
     if tail > 0 {
         match width {
-            VectorWidth::Zmm => {
+            _ if !overlapping => {
                 let at = imm32("a row", full)?;
                 a.vmovdqu8(zmm0.k2().z(), zmmword_ptr(src + at))?;
                 a.vmovdqu8(zmmword_ptr(dst + at).k2(), zmm0)?;
@@ -77,14 +81,22 @@ pub(super) fn assemble_copy(width: VectorWidth, shape: &MapShape, bytes: i64) ->
                 a.vmovdqu(ymm0, ymmword_ptr(src + at))?;
                 a.vmovdqu(ymmword_ptr(dst + at), ymm0)?;
             }
-            VectorWidth::Ymm if row >= 16 => {
+            _ if row >= 32 => {
+                // Two ymm moves, the second ending at the row's end.
+                let at = imm32("a row", row - 32)?;
+                a.vmovdqu(ymm0, ymmword_ptr(src))?;
+                a.vmovdqu(ymm1, ymmword_ptr(src + at))?;
+                a.vmovdqu(ymmword_ptr(dst), ymm0)?;
+                a.vmovdqu(ymmword_ptr(dst + at), ymm1)?;
+            }
+            _ if row >= 16 => {
                 let at = imm32("a row", row - 16)?;
                 a.vmovdqu(xmm0, xmmword_ptr(src))?;
                 a.vmovdqu(xmm1, xmmword_ptr(src + at))?;
                 a.vmovdqu(xmmword_ptr(dst), xmm0)?;
                 a.vmovdqu(xmmword_ptr(dst + at), xmm1)?;
             }
-            VectorWidth::Ymm => {
+            _ => {
                 let at = imm32("a row", row - 8)?;
                 a.mov(rax, qword_ptr(src))?;
                 a.mov(r11, qword_ptr(src + at))?;
