@@ -17,7 +17,7 @@ pub fn pretuned() -> Result<Database, DbError> {
 }
 
 /// `pretuned` without the records' traces (`without_traces`), for applying them: what
-/// `tensorlift run` parses beside the model's import, a few times faster.
+/// `tensorlift run` parses beside the model's import, without the costliest part.
 pub fn pretuned_to_apply() -> Result<Database, DbError> {
     without_traces(pretuned)
 }

@@ -1,9 +1,9 @@
 //! Lowering: schedule → loop IR, as one literal, ordered list of passes.
 //!
 //! Read `lower_with_hook` top to bottom: it is the whole compiler up to code generation. The
-//! verifier checks the IR after the last step, and in debug builds (the tests) after every step
+//! verifier checks the IR after the last step, and in debug builds (CI's tests) after every step
 //! (a failure is a compiler bug and panics naming the pass; a release build skips the
-//! intermediate checks, a few percent of a network's compile, as it skips Cranelift's
+//! intermediate checks, which add up over a network's functions, as it skips Cranelift's
 //! verifier). The caller's hook sees the result of every step, which is how `TENSORLIFT_DUMP_IR`
 //! is built.
 
