@@ -41,14 +41,11 @@ fn isa_error(message: impl fmt::Display) -> CompileError {
 }
 
 /// Cranelift's shared settings for generated kernels. The verifier runs in debug builds only.
-/// Registers are allocated in a single pass: the loops around the hand-assembled kernels keep
-/// few values live, and the backtracking allocator was the costliest part of Cranelift's compile.
 fn shared_flags(opt: OptLevel, extra: &[(&str, &str)]) -> Result<settings::Builder, CompileError> {
     let mut flags = settings::builder();
     let debug = if cfg!(debug_assertions) { "true" } else { "false" };
     for &(name, value) in [
         ("opt_level", opt_setting(opt)),
-        ("regalloc_algorithm", "single_pass"),
         ("enable_verifier", debug),
         // Frames with large stack buffers are probed page by page, so they cannot skip over
         // a guard page.
