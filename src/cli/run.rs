@@ -14,7 +14,7 @@ use tensorlift::engine::{self, CompiledGraph, Kernel, Tuning, Workload};
 use tensorlift::graph::{PartitionPolicy, Value, reference};
 use tensorlift::kernels::peak::ProbeKind;
 use tensorlift::layer::QConvAutoSpec;
-use tensorlift::record::{Host, pretuned};
+use tensorlift::record::{Host, pretuned_to_apply};
 use tensorlift::runtime::peak::Probe;
 use tensorlift::tune::apply::RecordKnobs;
 
@@ -101,7 +101,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                 Some(path) => user_records(path).map_err(|e| e.to_string())?,
                 None => Vec::new(),
             };
-            let pretuned = if no_db { Vec::new() } else { pretuned().map_err(|e| e.to_string())?.records };
+            let pretuned = if no_db { Vec::new() } else { pretuned_to_apply().map_err(|e| e.to_string())?.records };
             Ok((user, pretuned))
         });
         let imported = tensorlift::onnx::load(&model);

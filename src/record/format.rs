@@ -7,7 +7,8 @@ use ir::trace::Trace;
 use schedules::auto::AutoPoint;
 use schedules::resnet18::WeightBits;
 use schedules::x86_conv::Conv2dInt8Knobs;
-use serde::{Deserialize, Serialize};
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::isa::CpuId;
 
@@ -100,9 +101,39 @@ pub struct RecordSchedule {
     #[serde(default)]
     pub phase: Phase,
     /// The schedule as replayable data, when it was built (`None`: the point was rejected or
-    /// failed to build).
-    #[serde(default)]
+    /// failed to build, or the record was read without its trace, `without_traces`).
+    #[serde(default, deserialize_with = "trace_unless_skipped")]
     pub trace: Option<Trace>,
+}
+
+std::thread_local! {
+    /// Whether records read on this thread leave their traces unparsed (`without_traces`).
+    static SKIP_TRACES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A record's trace, or `None` with its text only scanned where `without_traces` reads: a
+/// trace is most of a record's text and the costliest part to parse, and applying a record
+/// reads its knobs or point, never its trace.
+fn trace_unless_skipped<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Trace>, D::Error> {
+    if SKIP_TRACES.get() {
+        IgnoredAny::deserialize(d)?;
+        return Ok(None);
+    }
+    Option::<Trace>::deserialize(d)
+}
+
+/// Runs `read` with the records it deserializes on this thread read without their traces
+/// (`RecordSchedule::trace` is `None`; the JSON must still be well formed).
+pub fn without_traces<T>(read: impl FnOnce() -> T) -> T {
+    /// Restores the flag however `read` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SKIP_TRACES.set(self.0);
+        }
+    }
+    let _restore = Restore(SKIP_TRACES.replace(true));
+    read()
 }
 
 impl RecordSchedule {

@@ -15,9 +15,11 @@ mod pretuned;
 mod query;
 
 pub use file::{Database, DbError, append, lines, merge, write};
-pub use format::{CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef, WorkloadRef, now_rfc3339};
+pub use format::{
+    CpuRef, Phase, RECORD_VERSION, Record, RecordSchedule, Status, TargetRef, WorkloadRef, now_rfc3339, without_traces,
+};
 pub use phases::{Phases, QUIET, SLOWEST_PHASE, TimeOf, by, representatives};
-pub use pretuned::{PRETUNED, pretuned};
+pub use pretuned::{PRETUNED, pretuned, pretuned_to_apply};
 pub use query::{Host, best_per_workload, select};
 
 /// Records and hosts the tests of this module's files share.

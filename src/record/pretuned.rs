@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use super::file::{Database, DbError};
+use super::format::without_traces;
 
 /// The text of `tuning/pretuned.jsonl`.
 pub const PRETUNED: &str = include_str!("../../tuning/pretuned.jsonl");
@@ -13,6 +14,12 @@ pub const PRETUNED: &str = include_str!("../../tuning/pretuned.jsonl");
 /// `PRETUNED` parsed; a malformed line is an error (the file is part of the repository).
 pub fn pretuned() -> Result<Database, DbError> {
     Database::parse_strict(PRETUNED, Path::new("tuning/pretuned.jsonl"))
+}
+
+/// `pretuned` without the records' traces (`without_traces`), for applying them: what
+/// `tensorlift run` parses beside the model's import, without the costliest part.
+pub fn pretuned_to_apply() -> Result<Database, DbError> {
+    without_traces(pretuned)
 }
 
 #[cfg(test)]
@@ -45,5 +52,24 @@ mod tests {
         }
         // Both kinds of line are in the file, so both are checked.
         assert!(0 < complete && complete < lines.len(), "{complete} of {} lines", lines.len());
+    }
+
+    /// Read to apply, every record is the full record with no trace, and the flag is off again
+    /// afterwards (a later read on the thread parses traces).
+    #[test]
+    fn records_read_to_apply_are_the_records_without_traces() {
+        let full = pretuned().expect("the pre-tuned database parses");
+        let lean = pretuned_to_apply().expect("the pre-tuned database parses without traces");
+        assert_eq!(full.records.len(), lean.records.len());
+        let traced = full.records.iter().filter(|r| r.schedule.trace.is_some()).count();
+        assert!(traced > 0, "no record of the file has a trace");
+        for (i, (f, l)) in full.records.iter().zip(&lean.records).enumerate() {
+            assert_eq!(l.schedule.trace, None, "record {i}");
+            let mut f = f.clone();
+            f.schedule.trace = None;
+            assert_eq!(&f, l, "record {i}");
+        }
+        let again = pretuned().expect("the pre-tuned database parses");
+        assert_eq!(again.records.iter().filter(|r| r.schedule.trace.is_some()).count(), traced);
     }
 }
