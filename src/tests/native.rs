@@ -251,7 +251,10 @@ fn max_pool_non_square_windows_and_parts_match_the_scalar_twin() {
                             max_pool_lines_in(build, &src, [n, h, w, c], [oh, ow], win, ty, first, &mut got).unwrap();
                             let expect = &want[first * line..][..lines * line];
                             if let Some(i) = (0..got.len()).find(|&i| got[i] != expect[i]) {
-                                panic!("{what}: part of {part} from line {first}: at {i} got {} want {}", got[i], expect[i]);
+                                panic!(
+                                    "{what}: part of {part} from line {first}: at {i} got {} want {}",
+                                    got[i], expect[i]
+                                );
                             }
                         }
                     }

@@ -147,7 +147,13 @@ fn max_pool_bytes<const SIGNED: bool>(
                 let s = used.iter().position(|&u| !u).expect("as many slots as window rows");
                 used[s] = true;
                 let y = y_of(i);
-                row_max::<SIGNED>(&image[y * w * c..][..w * c], c, &columns, win.dilation[1].max(1), &mut kept[s * len..][..len]);
+                row_max::<SIGNED>(
+                    &image[y * w * c..][..w * c],
+                    c,
+                    &columns,
+                    win.dilation[1].max(1),
+                    &mut kept[s * len..][..len],
+                );
                 tags[s] = Some((b, y));
                 slots[i] = Some(s);
             }
