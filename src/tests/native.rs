@@ -6,7 +6,7 @@
 use crate::bench::Lcg;
 use crate::engine::native::add::{AddParams, add_in};
 use crate::engine::native::max_pool::{Window, max_pool_in, max_pool_lines_in, max_pool_scalar};
-use crate::engine::native::quantize::{quantize_in, quantize_scalar};
+use crate::engine::native::quantize::{quantize_copying_in, quantize_in, quantize_scalar};
 use crate::engine::native::{Affine, Build, Int8};
 use crate::tests::skip::skip;
 
@@ -107,6 +107,36 @@ fn quantize_variants_match_the_scalar_twin() {
                         );
                     }
                 }
+            }
+        }
+    }
+}
+
+/// The quantization that also stores its source (`quantize_copying`, the network input's
+/// store fused into the first step): the same bytes as the scalar twin, and a copy equal to the
+/// source, in both layouts.
+#[test]
+fn quantize_copying_matches_the_scalar_twin_and_copies_its_source() {
+    let shapes = [[1, 3, 7, 9], [2, 3, 8, 8], [1, 3, 32, 33], [2, 5, 11, 7], [1, 1, 5, 31], [1, 3, 224, 224]];
+    let (ty, scale, zp) = (Int8::U8, 0.018_627_45, 128);
+    for build in Build::ALL {
+        let name = format!("{build:?}");
+        if !build.available() {
+            skip(&name, "the CPU lacks the build's features");
+            continue;
+        }
+        for (si, dims) in shapes.iter().enumerate() {
+            let len = dims.iter().product();
+            let x = floats(len, scale, 100 + si as u64);
+            let raw: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            for nhwc in [false, true] {
+                let mut want = vec![0xa5u8; len];
+                quantize_scalar(&x, *dims, nhwc, scale, zp, ty, &mut want);
+                let (mut got, mut copy) = (vec![0x5au8; len], vec![0x5au8; raw.len()]);
+                let q = Affine { scale, zero_point: zp, ty };
+                quantize_copying_in(build, &raw, *dims, nhwc, q, &mut got, &mut copy).unwrap();
+                assert!(got == want, "{name} {dims:?} nhwc {nhwc}: the quantized bytes differ");
+                assert!(copy == raw, "{name} {dims:?} nhwc {nhwc}: the copy differs from the source");
             }
         }
     }
