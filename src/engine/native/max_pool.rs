@@ -142,8 +142,8 @@ fn max_pool_bytes<const SIGNED: bool>(
             }
             slots.push(s);
         }
-        for i in 0..rows.count {
-            if slots[i].is_none() {
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if slot.is_none() {
                 let s = used.iter().position(|&u| !u).expect("as many slots as window rows");
                 used[s] = true;
                 let y = y_of(i);
@@ -155,7 +155,7 @@ fn max_pool_bytes<const SIGNED: bool>(
                     &mut kept[s * len..][..len],
                 );
                 tags[s] = Some((b, y));
-                slots[i] = Some(s);
+                *slot = Some(s);
             }
         }
         let row = |i: usize| &kept[slots[i].expect("every window row has a slot") * len..][..len];
