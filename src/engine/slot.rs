@@ -94,7 +94,7 @@ impl Slot {
 const COPY_PIECE: usize = 64 * 1024;
 
 /// The little-endian bytes of f32 values: on a little-endian target, as they lie in memory.
-fn f32_bytes(v: &[f32]) -> Cow<'_, [u8]> {
+pub(super) fn f32_bytes(v: &[f32]) -> Cow<'_, [u8]> {
     #[cfg(target_endian = "little")]
     // SAFETY: any initialized f32 is 4 initialized bytes, u8 has alignment 1, and the slice
     // borrows `v` for its lifetime; on a little-endian target the bytes are `to_le_bytes`.

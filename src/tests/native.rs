@@ -5,8 +5,8 @@
 
 use crate::bench::Lcg;
 use crate::engine::native::add::{AddParams, add_in};
-use crate::engine::native::max_pool::{Window, max_pool_in, max_pool_scalar};
-use crate::engine::native::quantize::{quantize_in, quantize_scalar};
+use crate::engine::native::max_pool::{Window, max_pool_in, max_pool_lines_in, max_pool_scalar};
+use crate::engine::native::quantize::{quantize_copying_in, quantize_in, quantize_scalar};
 use crate::engine::native::{Affine, Build, Int8};
 use crate::tests::skip::skip;
 
@@ -112,6 +112,79 @@ fn quantize_variants_match_the_scalar_twin() {
     }
 }
 
+/// The quantization that also stores its source (`quantize_copying`, the network input's
+/// store fused into the first step): the same bytes as the scalar twin, and a copy equal to the
+/// source, in both layouts.
+#[test]
+fn quantize_copying_matches_the_scalar_twin_and_copies_its_source() {
+    let shapes = [[1, 3, 7, 9], [2, 3, 8, 8], [1, 3, 32, 33], [2, 5, 11, 7], [1, 1, 5, 31], [1, 3, 224, 224]];
+    let (ty, scale, zp) = (Int8::U8, 0.018_627_45, 128);
+    for build in Build::ALL {
+        let name = format!("{build:?}");
+        if !build.available() {
+            skip(&name, "the CPU lacks the build's features");
+            continue;
+        }
+        for (si, dims) in shapes.iter().enumerate() {
+            let len = dims.iter().product();
+            let x = floats(len, scale, 100 + si as u64);
+            let raw: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            for nhwc in [false, true] {
+                let mut want = vec![0xa5u8; len];
+                quantize_scalar(&x, *dims, nhwc, scale, zp, ty, &mut want);
+                let (mut got, mut copy) = (vec![0x5au8; len], vec![0x5au8; raw.len()]);
+                let q = Affine { scale, zero_point: zp, ty };
+                quantize_copying_in(build, &raw, *dims, nhwc, q, &mut got, &mut copy).unwrap();
+                assert!(got == want, "{name} {dims:?} nhwc {nhwc}: the quantized bytes differ");
+                assert!(copy == raw, "{name} {dims:?} nhwc {nhwc}: the copy differs from the source");
+            }
+        }
+    }
+}
+
+/// Values a few ulps from every rounding tie, where multiplying by `1/scale` may round the
+/// other way than dividing: each build (which multiplies where `native::reciprocal` accepts)
+/// against the dividing scalar twin.
+#[test]
+fn quantize_next_to_ties_matches_the_dividing_twin() {
+    let quants = [
+        (Int8::U8, 0.018_627_45, 128),
+        (Int8::U8, 0.007_843_138, 0),
+        (Int8::S8, 0.031, 0),
+        (Int8::S8, 0.1, -7),
+        (Int8::U8, 3.0, 255),
+    ];
+    for build in Build::ALL {
+        let name = format!("{build:?}");
+        if !build.available() {
+            skip(&name, "the CPU lacks the build's features");
+            continue;
+        }
+        for &(ty, scale, zp) in &quants {
+            let (lo, hi) = ty.range();
+            let mut x = Vec::new();
+            for n in lo - zp - 1..=hi - zp {
+                let tie = ((n as f64 + 0.5) * scale as f64) as f32;
+                x.extend((-6i32..=6).map(|k| f32::from_bits(tie.to_bits().wrapping_add_signed(k))));
+            }
+            // Whole images of 3 channels, any tail cut off.
+            let plane = x.len() / 3 / 7;
+            x.truncate(3 * 7 * plane);
+            let dims = [1, 3, 7, plane];
+            let raw: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            for nhwc in [false, true] {
+                let mut want = vec![0xa5u8; x.len()];
+                quantize_scalar(&x, dims, nhwc, scale, zp, ty, &mut want);
+                let mut got = vec![0x5au8; x.len()];
+                quantize_in(build, &raw, dims, nhwc, Affine { scale, zero_point: zp, ty }, &mut got).unwrap();
+                if let Some(i) = (0..x.len()).find(|&i| got[i] != want[i]) {
+                    panic!("{name} {ty:?} scale {scale} zp {zp} nhwc {nhwc}: at {i} got {} want {}", got[i], want[i]);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn max_pool_variants_match_the_scalar_twin() {
     // (kernel, stride, pad, dilation), square; pad 1 with kernel 1 gives windows wholly in the
@@ -150,6 +223,70 @@ fn max_pool_variants_match_the_scalar_twin() {
                     max_pool_in(build, &src, [n, h, w, c], [oh, ow], win, ty, &mut got).unwrap();
                     if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
                         panic!("{name} [{n}, {h}, {w}, {c}] {win:?} {ty:?}: at {i} got {} want {}", got[i], want[i]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Non-square windows (kernel, stride, pad and dilation each differing between rows and
+/// columns), end pads other than the begin pads, and the loop run on parts of the output lines
+/// that start past the first (as the thread pool's pieces do), each part against the whole
+/// scalar twin's lines.
+#[test]
+fn max_pool_non_square_windows_and_parts_match_the_scalar_twin() {
+    // ([kernel], [stride], [pad begin], [pad end], [dilation]).
+    let windows = [
+        ([3, 2], [2, 1], [1, 0], [1, 1], [1, 1]),
+        ([2, 3], [1, 2], [0, 1], [1, 0], [1, 1]),
+        ([3, 3], [2, 3], [1, 2], [0, 2], [1, 1]),
+        ([3, 2], [1, 1], [2, 1], [2, 1], [2, 2]),
+        ([1, 3], [3, 1], [0, 1], [0, 1], [1, 3]),
+        ([5, 4], [2, 2], [2, 1], [2, 3], [1, 1]),
+        ([4, 1], [1, 2], [3, 0], [0, 0], [1, 1]),
+    ];
+    let shapes = [[2, 13, 10, 64], [1, 9, 14, 32], [3, 7, 5, 16], [1, 11, 8, 3], [2, 6, 9, 48], [1, 12, 12, 128]];
+    for build in Build::ALL {
+        let name = format!("{build:?}");
+        if !build.available() {
+            skip(&name, "the CPU lacks the build's features");
+            continue;
+        }
+        for (si, &[n, h, w, c]) in shapes.iter().enumerate() {
+            for (wi, &(kernel, stride, pad, end, dilation)) in windows.iter().enumerate() {
+                let extent = |a: usize| (kernel[a] - 1) * dilation[a] + 1;
+                let (eh, ew) = (h + pad[0] + end[0], w + pad[1] + end[1]);
+                if eh < extent(0) || ew < extent(1) {
+                    continue;
+                }
+                let (oh, ow) = ((eh - extent(0)) / stride[0] + 1, (ew - extent(1)) / stride[1] + 1);
+                let win = Window { kernel, stride, pad_begin: pad, dilation };
+                let src = bytes(n * h * w * c, (si * 16 + wi) as u64);
+                let line = ow * c;
+                for ty in [Int8::U8, Int8::S8] {
+                    let mut want = vec![0xa5u8; n * oh * line];
+                    max_pool_scalar(&src, [n, h, w, c], [oh, ow], win, ty, &mut want);
+                    let mut whole = vec![0x5au8; want.len()];
+                    max_pool_in(build, &src, [n, h, w, c], [oh, ow], win, ty, &mut whole).unwrap();
+                    let what = format!("{name} [{n}, {h}, {w}, {c}] {win:?} {ty:?}");
+                    if let Some(i) = (0..want.len()).find(|&i| whole[i] != want[i]) {
+                        panic!("{what}: at {i} got {} want {}", whole[i], want[i]);
+                    }
+                    // Parts of 1, 2, 3 and 5 lines from every start, across images too.
+                    for part in [1, 2, 3, 5] {
+                        for first in 0..n * oh {
+                            let lines = part.min(n * oh - first);
+                            let mut got = vec![0x5au8; lines * line];
+                            max_pool_lines_in(build, &src, [n, h, w, c], [oh, ow], win, ty, first, &mut got).unwrap();
+                            let expect = &want[first * line..][..lines * line];
+                            if let Some(i) = (0..got.len()).find(|&i| got[i] != expect[i]) {
+                                panic!(
+                                    "{what}: part of {part} from line {first}: at {i} got {} want {}",
+                                    got[i], expect[i]
+                                );
+                            }
+                        }
                     }
                 }
             }

@@ -3,9 +3,9 @@
 //! integers is the integer of the maximum.
 //!
 //! The window's valid positions are a product of valid rows and valid columns, so the maximum
-//! is taken in two passes per output row: over the window's rows, whole source rows of `w · c`
-//! contiguous bytes at once, then over the window's columns of that row maximum. Both compare
-//! the bytes directly (as u8 or as i8).
+//! is taken in two passes: over the windows' columns of each source row (once per row, whatever
+//! the number of output lines that read it), then over each output line's window rows of those
+//! results. Both compare the bytes directly (as u8 or as i8).
 
 use super::{Build, Int8};
 
@@ -77,8 +77,33 @@ fn max<const SIGNED: bool>(a: u8, b: u8) -> u8 {
     if SIGNED { (a as i8).max(b as i8) as u8 } else { a.max(b) }
 }
 
+/// The valid window positions of output `o` along one axis: source positions `first + i ·
+/// dilation`, `i < count` (none when the window lies in the padding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Taps {
+    first: usize,
+    count: usize,
+}
+
+/// The taps of output `o` along `axis` (0 rows, 1 columns) of a source `size` long.
+#[inline(always)]
+fn taps(o: usize, axis: usize, win: Window, size: usize) -> Taps {
+    let (k, s, p, d) = (win.kernel[axis], win.stride[axis], win.pad_begin[axis], win.dilation[axis].max(1));
+    let start = o * s;
+    // Position `start + kx · d − p` is valid when `p ≤ start + kx · d < size + p`.
+    let lo = if start >= p { 0 } else { (p - start).div_ceil(d) };
+    let hi = if size + p > start { (size + p - start).div_ceil(d).min(k) } else { 0 };
+    let count = hi.saturating_sub(lo);
+    let first = if count > 0 { start + lo * d - p } else { 0 };
+    Taps { first, count }
+}
+
 /// The pooling on bytes compared as u8 or (`SIGNED`) as i8. A window entirely in the padding
 /// (not possible with pads below the kernel) stores the type's minimum.
+///
+/// Each source row's maximum over every output column's window (`ow · c` bytes) is computed
+/// once and kept while later lines of the part read it (as many rows as the window has); each
+/// output line is then the maximum of its window rows' results, stored once.
 #[inline(always)]
 fn max_pool_bytes<const SIGNED: bool>(
     src: &[u8],
@@ -92,75 +117,134 @@ fn max_pool_bytes<const SIGNED: bool>(
         return;
     }
     let min = if SIGNED { 0x80 } else { 0 };
-    let mut rows = vec![min; w * c];
-    let mut ys = Vec::with_capacity(win.kernel[0]);
-    let lines = (dst.len() / (ow * c)).min((n * oh).saturating_sub(first));
-    for (k, line) in dst.chunks_exact_mut(ow * c).take(lines).enumerate() {
+    let len = ow * c;
+    let columns: Vec<Taps> = (0..ow).map(|ox| taps(ox, 1, win, w)).collect();
+    // The kept row results and the (image, source row) each holds; `slots[i]` holds the line's
+    // `i`-th window row.
+    let keep = win.kernel[0].max(1);
+    let mut kept = vec![min; keep * len];
+    let mut tags: Vec<Option<(usize, usize)>> = vec![None; keep];
+    let mut slots: Vec<Option<usize>> = Vec::with_capacity(keep);
+    let mut used = vec![false; keep];
+    let lines = (dst.len() / len).min((n * oh).saturating_sub(first));
+    for (k, line) in dst.chunks_exact_mut(len).take(lines).enumerate() {
         let (b, oy) = ((first + k) / oh, (first + k) % oh);
         let image = &src[b * h * w * c..][..h * w * c];
-        let row = |y: usize| &image[y * w * c..][..w * c];
-        ys.clear();
-        ys.extend(
-            (0..win.kernel[0])
-                .map(|ky| (oy * win.stride[0] + ky * win.dilation[0]).wrapping_sub(win.pad_begin[0]))
-                .filter(|&y| y < h),
-        );
-        match ys[..] {
-            [] => rows.fill(min),
-            [y] => rows.copy_from_slice(row(y)),
-            [y0, y1] => {
-                for ((m, &a), &b) in rows.iter_mut().zip(row(y0)).zip(row(y1)) {
-                    *m = max::<SIGNED>(a, b);
+        let rows = taps(oy, 0, win, h);
+        let y_of = |i: usize| rows.first + i * win.dilation[0].max(1);
+        // The rows kept first, then the others computed into slots this line does not read.
+        used.fill(false);
+        slots.clear();
+        for i in 0..rows.count {
+            let s = tags.iter().position(|&t| t == Some((b, y_of(i))));
+            if let Some(s) = s {
+                used[s] = true;
+            }
+            slots.push(s);
+        }
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if slot.is_none() {
+                let s = used.iter().position(|&u| !u).expect("as many slots as window rows");
+                used[s] = true;
+                let y = y_of(i);
+                row_max::<SIGNED>(
+                    &image[y * w * c..][..w * c],
+                    c,
+                    &columns,
+                    win.dilation[1].max(1),
+                    &mut kept[s * len..][..len],
+                );
+                tags[s] = Some((b, y));
+                *slot = Some(s);
+            }
+        }
+        let row = |i: usize| &kept[slots[i].expect("every window row has a slot") * len..][..len];
+        match rows.count {
+            0 => line.fill(min),
+            1 => line.copy_from_slice(row(0)),
+            2 => {
+                for ((o, &a), &b) in line.iter_mut().zip(row(0)).zip(row(1)) {
+                    *o = max::<SIGNED>(a, b);
                 }
             }
-            [y0, y1, y2, ref rest @ ..] => {
-                for (((m, &a), &b), &c) in rows.iter_mut().zip(row(y0)).zip(row(y1)).zip(row(y2)) {
-                    *m = max::<SIGNED>(max::<SIGNED>(a, b), c);
+            count => {
+                for (((o, &a), &b), &c) in line.iter_mut().zip(row(0)).zip(row(1)).zip(row(2)) {
+                    *o = max::<SIGNED>(max::<SIGNED>(a, b), c);
                 }
-                for &y in rest {
-                    for (m, &v) in rows.iter_mut().zip(row(y)) {
-                        *m = max::<SIGNED>(*m, v);
+                for i in 3..count {
+                    for (o, &v) in line.iter_mut().zip(row(i)) {
+                        *o = max::<SIGNED>(*o, v);
                     }
                 }
             }
         }
-        // Whole vectors per pixel when the channels allow (a loop of fixed length).
-        match c {
-            c if c % 64 == 0 => columns::<SIGNED, 64>(&rows, w, c, win, line),
-            c if c % 32 == 0 => columns::<SIGNED, 32>(&rows, w, c, win, line),
-            c if c % 16 == 0 => columns::<SIGNED, 16>(&rows, w, c, win, line),
-            _ => columns::<SIGNED, 1>(&rows, w, c, win, line),
+    }
+}
+
+/// `out[ox] = max_i row[columns[ox].first + i · dilation]` for pixels of `c` bytes (the type's
+/// minimum where a window has no valid column).
+#[inline(always)]
+fn row_max<const SIGNED: bool>(row: &[u8], c: usize, columns: &[Taps], dilation: usize, out: &mut [u8]) {
+    // Whole vectors per pixel when the channels allow (loops of fixed length, in registers).
+    match c {
+        c if c % 64 == 0 => row_max_vectors::<SIGNED, 64>(row, c, columns, dilation, out),
+        c if c % 32 == 0 => row_max_vectors::<SIGNED, 32>(row, c, columns, dilation, out),
+        c if c % 16 == 0 => row_max_vectors::<SIGNED, 16>(row, c, columns, dilation, out),
+        _ => row_max_pixels::<SIGNED>(row, c, columns, dilation, out),
+    }
+}
+
+/// `row_max` in pieces of `L` bytes (`L` divides `c`), each piece's maximum in a register.
+#[inline(always)]
+fn row_max_vectors<const SIGNED: bool, const L: usize>(
+    row: &[u8],
+    c: usize,
+    columns: &[Taps],
+    dilation: usize,
+    out: &mut [u8],
+) {
+    let min = if SIGNED { 0x80 } else { 0 };
+    let piece = |x: usize, j: usize| -> [u8; L] { row[x * c + j..][..L].try_into().expect("L bytes") };
+    for (px, t) in out.chunks_exact_mut(c).zip(columns) {
+        if t.count == 0 {
+            px.fill(min);
+            continue;
+        }
+        let x = |i: usize| t.first + i * dilation;
+        for (j, o) in (0..c).step_by(L).zip(px.chunks_exact_mut(L)) {
+            let mut acc = piece(t.first, j);
+            // Three taps (the usual 3-wide window) without the loop's bookkeeping.
+            let (rest, from) = if t.count >= 3 { (piece(x(1), j), Some(piece(x(2), j))) } else { (acc, None) };
+            if let Some(v) = from {
+                for l in 0..L {
+                    acc[l] = max::<SIGNED>(max::<SIGNED>(acc[l], rest[l]), v[l]);
+                }
+            }
+            for i in if t.count >= 3 { 3 } else { 1 }..t.count {
+                let v = piece(x(i), j);
+                for l in 0..L {
+                    acc[l] = max::<SIGNED>(acc[l], v[l]);
+                }
+            }
+            o.copy_from_slice(&acc);
         }
     }
 }
 
-/// The maximum over the window's columns: `line[ox] = max_kx rows[ox · stride + kx · dilation −
-/// pad]` for pixels of `c` bytes, in pieces of `L` bytes (`L` divides `c`).
+/// `row_max` for any `c`: each pixel's bytes at once, in the output.
 #[inline(always)]
-fn columns<const SIGNED: bool, const L: usize>(rows: &[u8], w: usize, c: usize, win: Window, line: &mut [u8]) {
+fn row_max_pixels<const SIGNED: bool>(row: &[u8], c: usize, columns: &[Taps], dilation: usize, out: &mut [u8]) {
     let min = if SIGNED { 0x80 } else { 0 };
-    for (ox, px) in line.chunks_exact_mut(c).enumerate() {
-        let mut first = true;
-        for kx in 0..win.kernel[1] {
-            let x = (ox * win.stride[1] + kx * win.dilation[1]).wrapping_sub(win.pad_begin[1]);
-            if x >= w {
-                continue;
-            }
-            let from = &rows[x * c..][..c];
-            if first {
-                px.copy_from_slice(from);
-                first = false;
-                continue;
-            }
-            for (o, r) in px.chunks_exact_mut(L).zip(from.chunks_exact(L)) {
-                let (o, r): (&mut [u8; L], &[u8; L]) = (o.try_into().expect("L bytes"), r.try_into().expect("L bytes"));
-                for i in 0..L {
-                    o[i] = max::<SIGNED>(o[i], r[i]);
-                }
-            }
-        }
-        if first {
+    for (px, t) in out.chunks_exact_mut(c).zip(columns) {
+        if t.count == 0 {
             px.fill(min);
+            continue;
+        }
+        px.copy_from_slice(&row[t.first * c..][..c]);
+        for i in 1..t.count {
+            for (o, &v) in px.iter_mut().zip(&row[(t.first + i * dilation) * c..][..c]) {
+                *o = max::<SIGNED>(*o, v);
+            }
         }
     }
 }

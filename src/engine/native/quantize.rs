@@ -17,7 +17,15 @@ const BLOCK: usize = 64;
 /// `nhwc == false`) into `dst`, written in NHWC order when `nhwc`: the part of the output from
 /// element `first` on that `dst` holds (whole pixels when `nhwc`); `src` is the whole source.
 pub fn quantize_part(src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, first: usize, dst: &mut [u8]) {
-    let ran = quantize_part_in(Build::best(), src, dims, nhwc, q, first, dst);
+    let ran = quantize_part_in(Build::best(), src, dims, nhwc, q, first, dst, None);
+    debug_assert!(ran.is_some(), "the best build is available");
+}
+
+/// `quantize_part` of the whole output that also copies `src` into `copy` (as long), each
+/// piece as the quantization reads it: one pass over the source where the source's bytes are
+/// also kept (a network's input stored into the engine's buffer).
+pub fn quantize_copying(src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, dst: &mut [u8], copy: &mut [u8]) {
+    let ran = quantize_part_in(Build::best(), src, dims, nhwc, q, 0, dst, Some(copy));
     debug_assert!(ran.is_some(), "the best build is available");
 }
 
@@ -31,11 +39,27 @@ pub(crate) fn quantize_in(
     q: Affine,
     dst: &mut [u8],
 ) -> Option<()> {
-    quantize_part_in(build, src, dims, nhwc, q, 0, dst)
+    quantize_part_in(build, src, dims, nhwc, q, 0, dst, None)
+}
+
+/// The whole of `quantize_copying` compiled for `build`.
+#[cfg(test)]
+pub(crate) fn quantize_copying_in(
+    build: Build,
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    q: Affine,
+    dst: &mut [u8],
+    copy: &mut [u8],
+) -> Option<()> {
+    quantize_part_in(build, src, dims, nhwc, q, 0, dst, Some(copy))
 }
 
 native_builds! {
-    /// `quantize_part` compiled for `build`.
+    /// `quantize_part` compiled for `build`, copying the source bytes it reads into `copy` (at
+    /// the same offsets) where there is one.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn quantize_part_in(
         src: &[u8],
         dims: [usize; 4],
@@ -43,15 +67,31 @@ native_builds! {
         q: Affine,
         first: usize,
         dst: &mut [u8],
+        copy: Option<&mut [u8]>,
     ) => quantize_any
 }
 
 #[inline(always)]
-fn quantize_any(src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, first: usize, dst: &mut [u8]) {
+fn quantize_any(
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    q: Affine,
+    first: usize,
+    dst: &mut [u8],
+    mut copy: Option<&mut [u8]>,
+) {
     let Affine { scale, zero_point, ty } = q;
     let (lo, hi) = ty.range();
     let bounds = ((lo - zero_point) as f32, (hi - zero_point) as f32);
+    // Copies `src[at..at + len]` into `copy` where there is one.
+    let mut keep = |at: usize, len: usize| {
+        if let Some(copy) = copy.as_deref_mut() {
+            copy[at..at + len].copy_from_slice(&src[at..at + len]);
+        }
+    };
     if !nhwc {
+        keep(first * 4, dst.len() * 4);
         run(&src[first * 4..], scale, zero_point, bounds, dst);
         return;
     }
@@ -70,6 +110,7 @@ fn quantize_any(src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, first: usiz
         let len = BLOCK.min(plane - q).min(end - p);
         let image = &src[b * c * plane * 4..][..c * plane * 4];
         for ch in 0..c {
+            keep((b * c * plane + ch * plane + q) * 4, len * 4);
             let from = &image[(ch * plane + q) * 4..][..len * 4];
             run(from, scale, zero_point, bounds, &mut block[ch * BLOCK..][..len]);
         }
