@@ -21,12 +21,12 @@ pub(crate) type PiecePlan = Vec<(usize, u8)>;
 pub(crate) fn plan(offsets: &[i32], bytes: usize) -> Option<(Vec<i32>, Vec<PiecePlan>)> {
     let n = offsets.len();
     let total = n * bytes;
-    if total % 16 != 0 {
+    if !total.is_multiple_of(16) {
         return None;
     }
-    let p = (2..=n / 2).find(|&p| n % p == 0 && offsets[p] == offsets[0] + bytes as i32)?;
+    let p = (2..=n / 2).find(|&p| n.is_multiple_of(p) && offsets[p] == offsets[0] + bytes as i32)?;
     let run_bytes = n / p * bytes;
-    if run_bytes % 16 != 0 {
+    if !run_bytes.is_multiple_of(16) {
         return None;
     }
     let interleaved =
