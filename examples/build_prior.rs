@@ -10,18 +10,22 @@
 //! `--threads N` (default 1) must be the table's `--threads`. An existing `--out` file keeps its
 //! workloads of other ISA levels or thread counts (a prior per level, each measured on a CPU of
 //! that level); those of this level and threads are replaced.
+//!
+//! `--refresh FILE` instead recomputes the features of every point of the prior `FILE` with the
+//! current code (lowering only, any level on any CPU) and keeps the measured times: after a
+//! change to the lowered code of the spaces, when the times still rank the points.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use tensorlift::isa::IsaLevel;
 use tensorlift::record::{CpuRef, Database};
-use tensorlift::tune::prior::{PriorWorkload, build, parse, specs};
+use tensorlift::tune::prior::{PriorWorkload, build, features_now, parse, round, specs};
 
 type Error = Box<dyn std::error::Error>;
 
 fn main() -> Result<(), Error> {
-    let (mut table, mut out, mut threads) = (None, None, 1usize);
+    let (mut table, mut out, mut threads, mut refresh) = (None, None, 1usize, None);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} expects a value"));
@@ -29,8 +33,12 @@ fn main() -> Result<(), Error> {
             "--table" => table = Some(PathBuf::from(value()?)),
             "--out" => out = Some(PathBuf::from(value()?)),
             "--threads" => threads = value()?.parse()?,
+            "--refresh" => refresh = Some(PathBuf::from(value()?)),
             other => return Err(format!("unknown flag {other:?}").into()),
         }
+    }
+    if let Some(file) = refresh {
+        return refresh_features(&file);
     }
     let (Some(table), Some(out)) = (table, out) else {
         return Err("expected --table DIR --out FILE".into());
@@ -59,6 +67,31 @@ fn main() -> Result<(), Error> {
     for w in &prior {
         writeln!(file, "{}", serde_json::to_string(w)?)?;
         eprintln!("{}: {} points", w.spec.label(), w.points.len());
+    }
+    Ok(())
+}
+
+/// Rewrites the prior `file` with every point's features recomputed, times kept; the lines
+/// of workloads whose features did not change are kept as they are.
+fn refresh_features(file: &PathBuf) -> Result<(), Error> {
+    let text = std::fs::read_to_string(file)?;
+    let mut lines = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut w: PriorWorkload = parse(line)?.remove(0);
+        let level = IsaLevel::ALL.into_iter().find(|l| l.name() == w.isa).ok_or("an unknown ISA level")?;
+        let mut changed = 0;
+        for p in &mut w.points {
+            let now = features_now(&w.spec, &p.point, level, w.threads).ok_or("the space rejects a prior point")?;
+            let now: Vec<f32> = now.into_iter().map(round).collect();
+            changed += usize::from(now != p.features);
+            p.features = now;
+        }
+        eprintln!("{} {} {}T: {changed} of {} points changed", w.spec.label(), w.isa, w.threads, w.points.len());
+        lines.push(if changed == 0 { line.to_string() } else { serde_json::to_string(&w)? });
+    }
+    let mut out = std::fs::File::create(file)?;
+    for line in lines {
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }

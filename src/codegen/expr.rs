@@ -17,6 +17,7 @@ use ir::{Buffer, DType, Expr, ExprKind, ScalarType};
 
 use super::cse::is_trivial;
 use super::func::{BufLoc, FnTx};
+use super::interleaved;
 use super::types::{Val, is_pieces, lane_type, lanes_per_piece, piece_type};
 use crate::error::CompileError;
 
@@ -914,8 +915,9 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
 
     /// Lanes of `dtype` at element offsets `offsets` from `base` in `buffer`, when the offsets
     /// form runs of 4, 8 or 16 contiguous bytes: one load per distinct run, put together into
-    /// pieces (a row of `A` repeated for every column is one 32-bit load and a splat). `None`
-    /// if they do not, or the buffer is not in memory.
+    /// pieces (a row of `A` repeated for every column is one 32-bit load and a splat), or
+    /// interleaved runs of whole 16-byte windows (`interleaved`). `None` if they do neither, or
+    /// the buffer is not in memory.
     fn gather_runs(
         &mut self,
         dtype: DType,
@@ -938,9 +940,14 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             .find(|&run| offsets.chunks(run).all(contiguous));
         let byte_offsets: Option<Vec<i32>> =
             offsets.iter().map(|&o| o.checked_mul(bytes as i64).and_then(|b| i32::try_from(b).ok())).collect();
-        let (Some(run), Some(byte_offsets)) = (run, byte_offsets) else {
+        let Some(byte_offsets) = byte_offsets else {
             return Ok(None);
         };
+        // Not runs: interleaved runs, loaded whole and shuffled (`interleaved`).
+        let interleaved = if run.is_none() { interleaved::plan(&byte_offsets, bytes) } else { None };
+        if run.is_none() && interleaved.is_none() {
+            return Ok(None);
+        }
         let addr = match base {
             Some(base) => {
                 let i = self.expr(base)?.as_scalar();
@@ -954,6 +961,10 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         if self.cx.readonly.contains(&buffer.id()) {
             flags = flags.with_readonly().with_can_move();
         }
+        let Some(run) = run else {
+            let plan = interleaved.expect("a plan where there are no runs");
+            return Ok(Some(Val::Pieces(self.load_interleaved(addr, flags, piece_type(dtype.scalar), plan))));
+        };
         let chunk_ty = match run * bytes {
             16 => piece_type(dtype.scalar),
             8 => types::I64,

@@ -228,3 +228,37 @@ fn byte_products_from_16_bit_multiplies_are_exact_for_every_pair() {
         assert_eq!(clif.contains("swiden_low"), lanes == 16, "x{lanes}: products widened from i16\n{clif}");
     }
 }
+
+/// A batched matmul's runtime `B`, packed in the call by the auto-tensorized point (`ji` and
+/// `ki` vectorized together): each group of 4 rows is loaded as whole 16-byte rows and shuffled
+/// into the kernel's layout, not loaded lane by lane; bit-exact against the interpreter at every
+/// level (the interpreter runs the packing lane by lane).
+#[test]
+fn a_runtime_b_is_packed_from_whole_rows_by_shuffles() {
+    use schedules::auto::{AutoPoint, Space, SpaceOptions};
+    use schedules::catalog::OpSpec;
+    let def = OpSpec::BatchMatmul { b: 2, m: 8, n: 32, k: 16 }.build().unwrap();
+    let space = Space::of(&def, SpaceOptions { vnni: true, ..SpaceOptions::default() });
+    let sketch = space.sketches().iter().find(|s| s.name == "tensorize.u8").expect("a tensorized sketch");
+    for nr in [16, 32] {
+        let values = sketch.decisions.iter().map(|d| if d.name == "gemm.nr" { nr } else { d.choices[0] }).collect();
+        let scheduled = space.apply(&AutoPoint { sketch: sketch.name.clone(), values }).unwrap();
+        let args: Vec<&ir::te::Tensor> = scheduled.args.iter().collect();
+        let f = ir::lower::lower(&scheduled.schedule, &args, "bmm").unwrap();
+        let arrays: Vec<Array> = f
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let n = p.shape().iter().product::<i64>();
+                let lo = if p.dtype().scalar == ScalarType::U8 { 0 } else { -128 };
+                let v: Vec<f64> = (0..n).map(|j| (lo + (j * 37 + i as i64 * 11) % 256) as f64).collect();
+                Array::from_f64(p.dtype(), p.shape(), &v)
+            })
+            .collect();
+        let clif = check(&f, &arrays).clif_text().to_string();
+        // 2 batches × 32/nr panels × 4 groups of 4 rows: 16-byte rows, 4 loads per group.
+        assert_eq!(clif.matches("load.i8x16").count(), 4 * nr as usize / 16, "nr {nr}:\n{clif}");
+        assert!(clif.contains("shuffle") && !clif.contains("load.i8 "), "nr {nr}:\n{clif}");
+    }
+}

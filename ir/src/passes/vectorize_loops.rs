@@ -37,6 +37,10 @@ use crate::stmt::{Buffer, ForKind, Func, Stmt, StmtKind};
 ///   `C[ramp(c, 1, 4)] = C[ramp(c, 1, 4)] + vector_reduce_add(i32x16(A[..])*i32x16(B[..]), 4)`,
 ///   the VPDPBUSD shape. Exact because for each `j` the reduction over `k` only reassociates,
 ///   and `e` may not read a buffer the body stores to (checked with the accesses below);
+/// * such a nested loop whose body is lets and one store that is not a reduction, at an index
+///   that depends on the lanes, joins it the same way: one vector store over the `n*m` lanes
+///   (a packing of `B` writing `Bp[ramp(base, 1, n*m)]` from `B[.. + j + k*N]`), under the
+///   same check of lane-disjoint accesses as any store, over the `n*m` lanes;
 ///
 /// Vectorizing runs the lanes of each statement together instead of one lane after another, so
 /// it is applied only when that cannot change results: every buffer the body stores to must
@@ -74,9 +78,10 @@ impl Mutator for VectorizeLoops {
                 map: HashMap::from([(var.clone(), lane_ramp(lanes))]),
                 affine: HashMap::new(),
                 reductions: Vec::new(),
+                joint: Vec::new(),
             };
             if let Some(vector_body) = v.stmt(body)
-                && lanes_independent(&vector_body, lanes, &v.reductions)
+                && lanes_independent(&vector_body, lanes, &v.reductions, &v.joint)
             {
                 return vector_body;
             }
@@ -100,6 +105,9 @@ struct Vectorizer {
     affine: HashMap<Var, Affine>,
     /// Buffers written by a reduction over the lanes.
     reductions: Vec<Buffer>,
+    /// Buffers stored by a nested store, with the lanes of its two lane spaces: every access to
+    /// them must be over those lanes.
+    joint: Vec<(Buffer, u16)>,
 }
 
 /// The index `base + outer_stride * (l / inner) + inner_stride * (l % inner)` in lane `l` of a
@@ -171,7 +179,10 @@ impl Vectorizer {
         }
         match s.kind() {
             StmtKind::Store { buffer, indices, value } if self.inner > 1 => {
-                self.nested_reduction_store(buffer, indices, value)
+                match as_reduction(buffer, indices, value) {
+                    Some(_) => self.nested_reduction_store(buffer, indices, value),
+                    None => self.nested_store(buffer, indices, value),
+                }
             }
             StmtKind::Store { buffer, indices, value } => {
                 let new_indices: Vec<Expr> = indices.iter().map(|i| self.expr(i)).collect::<Option<_>>()?;
@@ -243,11 +254,18 @@ impl Vectorizer {
     }
 
     /// The `Vectorized` loop `var` inside this one, vectorized together with it when its body is
-    /// lets and a reduction over `var` (see `vectorize_loops`).
+    /// lets and a reduction over `var` or a store over both lanes (see `vectorize_loops`).
     fn nested_reduction(&mut self, var: &Var, extent: i64, body: &Stmt) -> Option<Stmt> {
         let inner = u16::try_from(extent).ok().filter(|n| *n >= 2 && self.inner == 1)?;
         let lanes = self.lanes.checked_mul(inner)?;
-        let mut v = Vectorizer { lanes, inner, map: HashMap::new(), affine: HashMap::new(), reductions: Vec::new() };
+        let mut v = Vectorizer {
+            lanes,
+            inner,
+            map: HashMap::new(),
+            affine: HashMap::new(),
+            reductions: Vec::new(),
+            joint: Vec::new(),
+        };
         for (outer_var, value) in &self.map {
             match value.kind() {
                 ExprKind::Ramp(base, stride) if value.dtype().element() == DType::INDEX => {
@@ -264,6 +282,7 @@ impl Vectorizer {
         v.bind_affine(var, Affine { base: Expr::index(0), outer_stride: 0, inner_stride: 1 });
         let vector_body = v.stmt(body)?;
         self.reductions.extend(v.reductions);
+        self.joint.extend(v.joint);
         Some(vector_body)
     }
 
@@ -282,6 +301,19 @@ impl Vectorizer {
         let reduced = Expr::vector_reduce(reduce_op, lanes_of_e, out_lanes);
         let acc = Expr::load(buffer, new_indices.clone());
         Some(Stmt::store(buffer, new_indices, Expr::binary(op, acc, reduced)))
+    }
+
+    /// A store of every lane of two lane spaces to its own element (`nested_store` in
+    /// `vectorize_loops`): an index affine in both lanes, as a vector over all of them; whether
+    /// two lanes meet one element is left to `lanes_independent`.
+    fn nested_store(&mut self, buffer: &Buffer, indices: &[Expr], value: &Expr) -> Option<Stmt> {
+        let new_indices: Vec<Expr> = indices.iter().map(|i| self.expr(i)).collect::<Option<_>>()?;
+        if !new_indices.iter().any(|i| i.dtype().is_vector()) {
+            return None;
+        }
+        let new_value = lanewise::widen(&self.expr(value)?, self.lanes);
+        self.joint.push((buffer.clone(), self.lanes));
+        Some(Stmt::store(buffer, new_indices, new_value))
     }
 
     /// An index of a nested reduction's element over the outer lanes: lane-invariant, or
@@ -377,7 +409,7 @@ fn as_reduction<'a>(buffer: &Buffer, indices: &[Expr], value: &'a Expr) -> Optio
 
 /// True if no two lanes of a vectorized body can touch one element of a buffer the body stores
 /// to (see `vectorize_loops`), so running lanes together equals running them in order.
-fn lanes_independent(body: &Stmt, lanes: u16, reductions: &[Buffer]) -> bool {
+fn lanes_independent(body: &Stmt, lanes: u16, reductions: &[Buffer], joint: &[(Buffer, u16)]) -> bool {
     // Variables whose value changes while the vectorized loop runs (inner loop counters, vector
     // lets, and lets computed from them), with their ranges. Variables are bound once, so one
     // flat scope serves the whole body.
@@ -417,6 +449,13 @@ fn lanes_independent(body: &Stmt, lanes: u16, reductions: &[Buffer]) -> bool {
             // The reduction's store and its own load of `B[idx]`, nothing else.
             return of_buffer.len() == 2 && reductions.iter().filter(|b| *b == buffer).count() == 1;
         }
+        // A nested store's buffer: lanes of both loops (one count for all its stores).
+        let joint_lanes: Vec<u16> = joint.iter().filter(|(b, _)| b == buffer).map(|(_, n)| *n).collect();
+        let lanes = match joint_lanes[..] {
+            [] => lanes,
+            [n, ..] if joint_lanes.iter().all(|&m| m == n) => n,
+            _ => return false,
+        };
         let dims = of_buffer[0].len();
         of_buffer.iter().all(|idx| idx.len() == dims)
             && (0..dims).any(|d| separates_lanes(of_buffer.iter().map(|idx| &idx[d]), lanes, &varying, &scope))
@@ -803,6 +842,41 @@ mod tests {
         let f = dot_nest(true, &max_update);
         let v = vectorize_loops(&f);
         assert!(v.to_string().contains("max(C[ramp(i*8 + j.outer*4, 1, 4)], vector_reduce_max("), "{v}");
+        assert_same_results(&f, &v);
+    }
+
+    #[test]
+    fn a_nested_store_over_both_lanes_is_one_vector_store() {
+        // The packing of `B: i8[8, 16]` into `Bp[jo, ko, ji, ki] = B[ko*4 + ki, jo*8 + ji]`
+        // (panels of 8 columns, 4 `k` per group) with `ji` and `ki` vectorized.
+        let b = Buffer::new("B", DType::I8, vec![128]);
+        let bp = Buffer::new("Bp", DType::I8, vec![128]);
+        let [jo, ko, ji, ki] = ["jo", "ko", "ji", "ki"].map(Var::index);
+        let read = Expr::load(&b, vec![(ko.to_expr() * 4 + ki.to_expr()) * 16 + jo.to_expr() * 8 + ji.to_expr()]);
+        let index = jo.to_expr() * 64 + ko.to_expr() * 32 + ji.to_expr() * 4 + ki.to_expr();
+        let lanes = Stmt::for_loop(ki, 4, ForKind::Vectorized, Stmt::store(&bp, vec![index], read));
+        let lanes = Stmt::for_loop(ji, 8, ForKind::Vectorized, lanes);
+        let nest = Stmt::for_loop(jo, 2, ForKind::Serial, Stmt::for_loop(ko, 2, ForKind::Serial, lanes));
+        let f = Func { name: "f".into(), params: vec![b, bp], body: nest };
+        check(
+            &f,
+            "func f(B: i8[128], Bp: i8[128]) {
+  for jo in 0..2 {
+    for ko in 0..2 {
+      Bp[ramp(jo*64 + ko*32, 1, 32)] = B[broadcast(ko*64 + jo*8, 32) + ramp(0, 1, 32)/broadcast(4, 32) + ramp(0, 1, 32)%broadcast(4, 32)*broadcast(16, 32)]
+    }
+  }
+}
+",
+        );
+        // Two lanes storing one element: the outer loop runs serially.
+        let c = Buffer::new("C", DType::I8, vec![8]);
+        let (i, k) = (Var::index("i"), Var::index("k"));
+        let store = Stmt::store(&c, vec![i.to_expr()], k.to_expr().cast(DType::I8));
+        let nest = Stmt::for_loop(i.clone(), 8, ForKind::Vectorized, Stmt::for_loop(k, 4, ForKind::Vectorized, store));
+        let f = Func { name: "g".into(), params: vec![c], body: nest };
+        let v = vectorize_loops(&f);
+        assert!(v.to_string().contains("for i in 0..8"), "{v}");
         assert_same_results(&f, &v);
     }
 

@@ -904,15 +904,18 @@ pub fn schedule(
     Ok(Tensorized { schedule: s, output: rw.output, prepare })
 }
 
-/// The packing of `B` (`bp`, with `nb` batch axes first): the panel's columns as one vector per
-/// `k` (contiguous in `B` for a matmul), panels on the thread pool.
+/// The packing of `B` (`bp`, with `nb` batch axes first): a panel's group of `k` values as one
+/// vector of `nr × P` lanes, stored contiguously; its reads are `P` rows of `nr` columns of
+/// `B` interleaved, which the code generator loads as whole rows and shuffles together (a
+/// vector per `k` would store lane by lane). Panels on the thread pool.
 fn schedule_packing(s: &mut Schedule, bp: &Tensor, nb: usize, threads: usize) -> Result<(), ScheduleError> {
     let b_axes = bp.axes().to_vec();
     let (jo, ko, ji, ki) = (&b_axes[nb], &b_axes[nb + 1], &b_axes[nb + 2], &b_axes[nb + 3]);
     let mut order: Vec<&IterVar> = b_axes[..nb].iter().collect();
-    order.extend([jo, ko, ki, ji]);
+    order.extend([jo, ko, ji, ki]);
     s.reorder(bp, &order)?;
     s.vectorize(bp, ji)?;
+    s.vectorize(bp, ki)?;
     let mut panels: Vec<IterVar> = b_axes[..nb].to_vec();
     panels.push(jo.clone());
     parallelize(s, bp, &panels, threads)?;
