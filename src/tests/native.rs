@@ -6,7 +6,7 @@
 use crate::bench::Lcg;
 use crate::engine::native::add::{AddParams, add_in};
 use crate::engine::native::max_pool::{Window, max_pool_in, max_pool_lines_in, max_pool_scalar};
-use crate::engine::native::quantize::{quantize_copying_in, quantize_in, quantize_scalar};
+use crate::engine::native::quantize::{quantize_in, quantize_part_in, quantize_scalar};
 use crate::engine::native::{Affine, Build, Int8};
 use crate::tests::skip::skip;
 
@@ -134,7 +134,7 @@ fn quantize_copying_matches_the_scalar_twin_and_copies_its_source() {
                 quantize_scalar(&x, *dims, nhwc, scale, zp, ty, &mut want);
                 let (mut got, mut copy) = (vec![0x5au8; len], vec![0x5au8; raw.len()]);
                 let q = Affine { scale, zero_point: zp, ty };
-                quantize_copying_in(build, &raw, *dims, nhwc, q, &mut got, &mut copy).unwrap();
+                quantize_part_in(build, &raw, *dims, nhwc, q, 0, &mut got, Some(&mut copy)).unwrap();
                 assert!(got == want, "{name} {dims:?} nhwc {nhwc}: the quantized bytes differ");
                 assert!(copy == raw, "{name} {dims:?} nhwc {nhwc}: the copy differs from the source");
             }
@@ -142,9 +142,8 @@ fn quantize_copying_matches_the_scalar_twin_and_copies_its_source() {
     }
 }
 
-/// Values a few ulps from every rounding tie, where multiplying by `1/scale` may round the
-/// other way than dividing: each build (which multiplies where `native::reciprocal` accepts)
-/// against the dividing scalar twin.
+/// Values a few ulps from every rounding tie, where any shortcut for the division (a product by
+/// `1/scale`, say) would round the other way: each build against the dividing scalar twin.
 #[test]
 fn quantize_next_to_ties_matches_the_dividing_twin() {
     let quants = [

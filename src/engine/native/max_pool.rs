@@ -213,14 +213,16 @@ fn row_max_vectors<const SIGNED: bool, const L: usize>(
         let x = |i: usize| t.first + i * dilation;
         for (j, o) in (0..c).step_by(L).zip(px.chunks_exact_mut(L)) {
             let mut acc = piece(t.first, j);
-            // Three taps (the usual 3-wide window) without the loop's bookkeeping.
-            let (rest, from) = if t.count >= 3 { (piece(x(1), j), Some(piece(x(2), j))) } else { (acc, None) };
-            if let Some(v) = from {
+            let mut next = 1;
+            if t.count >= 3 {
+                // Three taps (the usual 3-wide window) without the loop's bookkeeping.
+                let (a, b) = (piece(x(1), j), piece(x(2), j));
                 for l in 0..L {
-                    acc[l] = max::<SIGNED>(max::<SIGNED>(acc[l], rest[l]), v[l]);
+                    acc[l] = max::<SIGNED>(max::<SIGNED>(acc[l], a[l]), b[l]);
                 }
+                next = 3;
             }
-            for i in if t.count >= 3 { 3 } else { 1 }..t.count {
+            for i in next..t.count {
                 let v = piece(x(i), j);
                 for l in 0..L {
                     acc[l] = max::<SIGNED>(acc[l], v[l]);

@@ -42,20 +42,6 @@ pub(crate) fn quantize_in(
     quantize_part_in(build, src, dims, nhwc, q, 0, dst, None)
 }
 
-/// The whole of `quantize_copying` compiled for `build`.
-#[cfg(test)]
-pub(crate) fn quantize_copying_in(
-    build: Build,
-    src: &[u8],
-    dims: [usize; 4],
-    nhwc: bool,
-    q: Affine,
-    dst: &mut [u8],
-    copy: &mut [u8],
-) -> Option<()> {
-    quantize_part_in(build, src, dims, nhwc, q, 0, dst, Some(copy))
-}
-
 native_builds! {
     /// `quantize_part` compiled for `build`, copying the source bytes it reads into `copy` (at
     /// the same offsets) where there is one.
