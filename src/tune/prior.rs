@@ -220,17 +220,25 @@ mod tests {
     }
 
     #[test]
-    fn every_suite_operator_at_amx_starts_from_a_prior_of_its_kind() {
-        // The suite runs at the host's default level: on an AMX host, `amx`. Without a prior
-        // of that level the learned search's first batch would be the random search's.
+    fn every_suite_operator_at_every_shipped_level_starts_from_a_prior_of_its_kind() {
+        // The suite runs at the host's default level: `avx2` on an AVX2 host, `avx512-vnni` on
+        // an AVX-512 VNNI one, `amx` on an AMX one. Without a prior of that level the learned
+        // search's first batch would be the random search's.
         let shipped = shipped().unwrap();
-        for spec in OpSpec::suite() {
-            let key = op_workload(&spec, &definition(&spec).unwrap()).key;
-            let of_kind = shipped.iter().filter(|w| w.isa == "amx" && w.threads == 1 && w.spec.kind() == spec.kind());
-            assert!(of_kind.count() >= 2, "{}: fewer than two amx workloads of its kind", spec.label());
-            let prior = samples(&shipped, level_named("amx"), 1, &key);
-            assert_eq!(prior.len(), specs().len(), "{}", spec.label());
-            assert!(prior.iter().all(|w| w.iter().filter(|s| s.seconds.is_some()).count() >= 2));
+        for isa in ["avx2", "avx512-vnni", "amx"] {
+            let level = level_named(isa);
+            for spec in OpSpec::suite() {
+                let key = op_workload(&spec, &definition(&spec).unwrap()).key;
+                let of_kind = shipped.iter().filter(|w| w.isa == isa && w.threads == 1 && w.spec.kind() == spec.kind());
+                assert!(of_kind.count() >= 2, "{isa} {}: fewer than two workloads of its kind", spec.label());
+                let prior = samples(&shipped, level, 1, &key);
+                assert_eq!(prior.len(), specs().len(), "{isa} {}", spec.label());
+                assert!(
+                    prior.iter().all(|w| w.iter().filter(|s| s.seconds.is_some()).count() >= 2),
+                    "{isa} {}: a prior workload with fewer than two timed points",
+                    spec.label()
+                );
+            }
         }
     }
 
