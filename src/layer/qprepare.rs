@@ -261,7 +261,8 @@ mod tests {
                 for nr in [4, 8, 16, 32] {
                     for (src, zp) in [(DType::U8, 131), (DType::I8, -9)] {
                         for b in [None, Some(bias.as_slice())] {
-                            let fast = prepare_weights(&w, *dims, nr, gemm_k, ops, (src, zp), b, Pages::Small).unwrap();
+                            let fast =
+                                prepare_weights(&w, *dims, nr, gemm_k, ops, (src, zp), b, Pages::Small).unwrap();
                             let slow = prepare_weights_scalar(&w, *dims, nr, gemm_k, ops, (src, zp), b).unwrap();
                             let what = format!("{dims:?} nr {nr} K {gemm_k} {ops:?} {src} bias {}", b.is_some());
                             assert_eq!(fast.packed.shape()[1] * ops.pack(), gemm_k, "{what}");

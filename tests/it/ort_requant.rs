@@ -545,8 +545,7 @@ fn the_plain_weight_preparation_equals_the_definitions() {
                     None => (weights.clone(), [oc, ic, kh, kw]),
                 };
                 let (src_q, pages) = ((src_dtype, zp), Pages::Small);
-                let mine =
-                    prepare_weights(&kernel, kernel_dims, nr, gemm_k, operands, src_q, Some(&bias), pages).unwrap();
+                let mine = prepare_weights(&kernel, kernel_dims, nr, gemm_k, operands, src_q, Some(&bias), pages).unwrap();
 
                 let dims = vec![oc, ic, kh, kw];
                 let wei = placeholder_vec(dims.clone(), DType::I8, "w").unwrap();
