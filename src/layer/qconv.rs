@@ -30,10 +30,10 @@ use super::error::{LayerError, SpecError};
 use super::kernel_cache::KernelCache;
 use super::qcompiled::{CompiledQuantized, Prepared};
 use super::qlowered::LoweredQuantized;
-use super::qprepare::{PreparedWeights, prepare_weights, weight_pages};
+use super::qprepare::{PreparedWeights, prepare_weights};
 use crate::build::{BuildError, build, core_rate};
 use crate::isa::IsaLevel;
-use crate::runtime::{CompileOptions, Pages, Tensor};
+use crate::runtime::{CompileOptions, Tensor};
 
 /// The quantization of an activation: `real = scale · (q − zero_point)`, `q` of `dtype` (u8 or
 /// i8), per tensor.
@@ -342,15 +342,14 @@ fn sum_input(spec: &QConvSpec, shapes: &Shapes) -> Result<Option<ir::te::Tensor>
 }
 
 /// The weights of `spec` prepared for its function's operands and `knobs.nr` (rearranged first
-/// where the knobs apply space to depth at `stride`) on `pages`: the per-call function's
-/// arguments between source and output, before the definition's parameters.
+/// where the knobs apply space to depth at `stride`): the per-call function's arguments between
+/// source and output, before the definition's parameters.
 fn prepare_quantized(
     spec: &QConvSpec,
     shapes: &Shapes,
     stride: i64,
     knobs: Conv2dInt8Knobs,
     operands: GemmOperands,
-    pages: Pages,
 ) -> Result<PreparedWeights, LayerError> {
     let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
     let src_q = (spec.src.dtype, spec.src.zero_point);
@@ -358,9 +357,9 @@ fn prepare_quantized(
     match knobs.space_to_depth(stride, dims[2], dims[3]) {
         Some(s) => {
             let kernel = space_to_depth_values(&spec.weights, dims, s);
-            prepare_weights(&kernel, space_to_depth_dims(dims, s), knobs.nr, k, operands, src_q, bias, pages)
+            prepare_weights(&kernel, space_to_depth_dims(dims, s), knobs.nr, k, operands, src_q, bias)
         }
-        None => prepare_weights(&spec.weights, dims, knobs.nr, k, operands, src_q, bias, pages),
+        None => prepare_weights(&spec.weights, dims, knobs.nr, k, operands, src_q, bias),
     }
 }
 
@@ -411,7 +410,7 @@ fn build_quantized(
     let start = Instant::now();
     let PreparedWeights { packed, compensation } = cache
         .prepared((name.clone(), knobs.nr, operands, weight_layout(shapes, conv.stride, knobs)), || {
-            prepare_quantized(spec, shapes, conv.stride, knobs, operands, weight_pages(level))
+            prepare_quantized(spec, shapes, conv.stride, knobs, operands)
         })?;
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
@@ -436,9 +435,7 @@ fn lower_quantized(
     let key = format!("{} {knobs:?} {}", workload_key(&[&layer.layer.output]).key, level.name());
     let func = ir::lower::lower(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), &spec.name)
         .map_err(BuildError::from)?;
-    // Weights written to a library: no use for huge pages.
-    let PreparedWeights { packed, compensation } =
-        prepare_quantized(spec, shapes, conv.stride, knobs, operands, Pages::Small)?;
+    let PreparedWeights { packed, compensation } = prepare_quantized(spec, shapes, conv.stride, knobs, operands)?;
     let mut weights = vec![packed, compensation];
     weights.extend(params(&layer));
     Ok(LoweredQuantized { func, key, knobs, operands, weights })

@@ -13,8 +13,7 @@ use ir::DType;
 use schedules::ops::{GemmOperands, conv_row_bytes, source_shift};
 
 use super::error::LayerError;
-use crate::isa::IsaLevel;
-use crate::runtime::{Pages, Tensor};
+use crate::runtime::Tensor;
 
 /// Weights prepared for the per-call function.
 #[derive(Clone)]
@@ -30,10 +29,8 @@ pub struct PreparedWeights {
 /// `operands` (`pack_conv2d_weights`: `packed[p, ko, j, ki] = w[o, r % IC, k / R, r / IC]` with
 /// `o = p·nr + j`, `k = ko·P + ki`, `r = k % R`, zero where `r ≥ KW·IC`, `k ≥ KH·R` or `o ≥ OC`,
 /// for `k < gemm_k`: `KH·R`, or more over gathered rows, `Conv2dInt8Knobs::gemm_k`), and the
-/// compensation for a `src_dtype` source with zero point `src_zp` minus `bias`; the packed
-/// tensor on `pages` (`weight_pages`). The caller checks that `weights` holds `Π dims` values
-/// and `bias` `OC` (`QConvSpec::check`).
-#[allow(clippy::too_many_arguments)]
+/// compensation for a `src_dtype` source with zero point `src_zp` minus `bias`. The caller checks
+/// that `weights` holds `Π dims` values and `bias` `OC` (`QConvSpec::check`).
 pub fn prepare_weights(
     weights: &[i8],
     dims: [i64; 4],
@@ -42,7 +39,6 @@ pub fn prepare_weights(
     operands: GemmOperands,
     (src_dtype, src_zp): (DType, i32),
     bias: Option<&[i32]>,
-    pages: Pages,
 ) -> Result<PreparedWeights, LayerError> {
     let [oc, ic, kh, kw] = dims.map(|d| d as usize);
     let (nr, row, pack) = (nr as usize, conv_row_bytes(dims[1], dims[3]) as usize, operands.pack() as usize);
@@ -50,7 +46,7 @@ pub fn prepare_weights(
     let groups = k_len / pack;
     let dtype = operands.weight_dtype();
     let wide = dtype == DType::I16;
-    let mut packed = Tensor::zeros_on(dtype, &[panels as i64, groups as i64, nr as i64, pack as i64], pages)?;
+    let mut packed = Tensor::zeros(dtype, &[panels as i64, groups as i64, nr as i64, pack as i64])?;
     let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
     let mut compensation = vec![0i32; oc];
     // A 1×1 kernel whose channels need no padding is already in reduction order.
@@ -101,13 +97,6 @@ pub fn prepare_weights(
         }
     }
     Ok(PreparedWeights { packed, compensation: Tensor::from_slice(&[oc as i64], &compensation)? })
-}
-
-/// The pages packed weights go on at `level`: huge pages at `amx`, whose kernels stream the
-/// deep layers' weights fast enough for page walks to show; ordinary pages below, where the
-/// run does not gain from huge pages and zeroing them whole on first touch costs compile time.
-pub fn weight_pages(level: IsaLevel) -> Pages {
-    if level == IsaLevel::Amx { Pages::Huge } else { Pages::Small }
 }
 
 /// The sum of one channel's weights, wrapping: 128 at a time in i16 (exact: at most 2^14 in
@@ -261,8 +250,7 @@ mod tests {
                 for nr in [4, 8, 16, 32] {
                     for (src, zp) in [(DType::U8, 131), (DType::I8, -9)] {
                         for b in [None, Some(bias.as_slice())] {
-                            let fast =
-                                prepare_weights(&w, *dims, nr, gemm_k, ops, (src, zp), b, Pages::Small).unwrap();
+                            let fast = prepare_weights(&w, *dims, nr, gemm_k, ops, (src, zp), b).unwrap();
                             let slow = prepare_weights_scalar(&w, *dims, nr, gemm_k, ops, (src, zp), b).unwrap();
                             let what = format!("{dims:?} nr {nr} K {gemm_k} {ops:?} {src} bias {}", b.is_some());
                             assert_eq!(fast.packed.shape()[1] * ops.pack(), gemm_k, "{what}");
@@ -277,28 +265,5 @@ mod tests {
             }
         }
         assert_eq!(cases, shapes.len() * 3 * 2 * 4 * 2 * 2);
-    }
-
-    /// Weights of a deep layer (over a megabyte packed) prepared on huge pages are mapped so,
-    /// and equal the slow twin's, as those prepared on ordinary pages are; and the pages follow
-    /// the level.
-    #[test]
-    fn weights_on_either_pages_are_the_same() {
-        let dims = [512i64, 256, 3, 3];
-        let w = weights(dims.iter().product::<i64>() as usize, 3);
-        let ops = GemmOperands { source: DType::U8, weights: (-128, 127) };
-        let gemm_k = dims[2] * conv_row_bytes(dims[1], dims[3]);
-        let slow = prepare_weights_scalar(&w, dims, 32, gemm_k, ops, (DType::U8, 131), None).unwrap();
-        for pages in [Pages::Small, Pages::Huge] {
-            let fast = prepare_weights(&w, dims, 32, gemm_k, ops, (DType::U8, 131), None, pages).unwrap();
-            assert!(fast.packed.as_bytes().len() >= 1 << 20, "large enough for huge pages");
-            assert_eq!(fast.packed.pages(), pages);
-            assert_eq!(fast.packed.as_bytes(), slow.packed.as_bytes(), "{pages:?}");
-            assert_eq!(fast.compensation.as_bytes(), slow.compensation.as_bytes(), "{pages:?}");
-        }
-        assert_eq!(weight_pages(IsaLevel::Amx), Pages::Huge);
-        for level in [IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::AvxVnni, IsaLevel::Avx512Vnni] {
-            assert_eq!(weight_pages(level), Pages::Small, "{level:?}");
-        }
     }
 }

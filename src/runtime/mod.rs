@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use ir::DType;
 
 pub use kernel::GemmKernel;
-pub use storage::Pages;
 pub use tensor::{Arg, CheckedTensor, Element, Tensor};
 
 use crate::abi::{STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OK, STATUS_OUT_OF_MEMORY};

@@ -1,13 +1,9 @@
-//! `Storage`, the owned zeroed bytes behind a `Tensor`, 64-byte aligned, and `Pages`, the
-//! pages asked for. On `Pages::Huge` a large tensor (a megabyte or more: the deep layers'
-//! packed weights) is mapped on 2 MB boundaries with transparent huge pages requested
-//! (`MADV_HUGEPAGE`), so that a kernel streaming it once per inference walks one page table
-//! entry per 2 MB instead of one per 4 kB. Such a mapping is rounded up to whole huge pages (a
-//! tensor of just over a megabyte takes 2 MB), and each huge page is zeroed whole on its first
-//! touch, which costs more than the 4 kB pages of what is used where the kernel has no zeroed
-//! huge page at hand: so huge pages are asked for only where the kernels stream weights fast
-//! enough for page walks to matter (`Pages::for_weights`). The request is advice: where the
-//! kernel declines it the pages are ordinary ones, with the same contents.
+//! `Storage`, the owned zeroed bytes behind a `Tensor`: 64-byte aligned, and for large tensors
+//! (a megabyte or more: the deep layers' packed weights) mapped on 2 MB boundaries with
+//! transparent huge pages requested (`MADV_HUGEPAGE`), so that a kernel streaming them once
+//! per inference walks one page table entry per 2 MB instead of one per 4 kB. Such a mapping
+//! is rounded up to whole huge pages (a tensor of just over a megabyte takes 2 MB). The request
+//! is advice: where the kernel declines it the pages are ordinary ones, with the same contents.
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
@@ -17,22 +13,12 @@ use crate::abi::ALIGN;
 /// The huge page size mappings are aligned to.
 const HUGE: usize = 2 << 20;
 
-/// The pages a tensor's bytes are asked on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pages {
-    /// The global allocator's (ordinary pages).
-    Small,
-    /// Transparent huge pages for a tensor of a megabyte or more (smaller ones: `Small`).
-    Huge,
-}
-
 /// Owned, zero-initialized bytes.
 pub(crate) struct Storage {
     ptr: NonNull<u8>,
     /// Bytes allocated (at least one line).
     size: usize,
-    /// Mapped with `mmap` on huge pages (unmapped on drop), else from the global allocator
-    /// with `layout`.
+    /// Mapped with `mmap` (unmapped on drop), else from the global allocator with `layout`.
     mapped: bool,
 }
 
@@ -42,12 +28,10 @@ unsafe impl Send for Storage {}
 unsafe impl Sync for Storage {}
 
 impl Storage {
-    /// `bytes` zero bytes (at least one line, so even an empty tensor has addressable memory)
-    /// on `pages`.
-    pub(crate) fn zeroed(bytes: usize, pages: Pages) -> Storage {
+    /// `bytes` zero bytes (at least one line, so even an empty tensor has addressable memory).
+    pub(crate) fn zeroed(bytes: usize) -> Storage {
         let size = bytes.max(1).div_ceil(ALIGN) * ALIGN;
-        if pages == Pages::Huge
-            && size >= HUGE / 2
+        if size >= HUGE / 2
             && let Some(storage) = Storage::map(size)
         {
             return storage;
@@ -100,12 +84,6 @@ impl Storage {
         Some(Storage { ptr: NonNull::new(start as *mut u8)?, size, mapped: true })
     }
 
-    /// The pages the bytes are on (`Huge` where mapped on huge pages, even if the kernel
-    /// declined the advice).
-    pub(crate) fn pages(&self) -> Pages {
-        if self.mapped { Pages::Huge } else { Pages::Small }
-    }
-
     pub(crate) fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
     }
@@ -117,7 +95,7 @@ impl Storage {
 
 impl Clone for Storage {
     fn clone(&self) -> Storage {
-        let mut copy = Storage::zeroed(self.size, self.pages());
+        let mut copy = Storage::zeroed(self.size);
         // SAFETY: both hold at least `self.size` bytes and are distinct allocations.
         unsafe { std::ptr::copy_nonoverlapping(self.as_ptr(), copy.as_mut_ptr(), self.size) };
         copy
@@ -143,27 +121,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn storage_is_zeroed_aligned_and_clones_its_bytes_and_pages() {
-        for pages in [Pages::Small, Pages::Huge] {
-            for bytes in [0, 1, 63, 4096, HUGE / 2 - 1, HUGE / 2, HUGE + 3] {
-                let mut s = Storage::zeroed(bytes, pages);
-                let n = bytes.max(1);
-                assert!((s.as_ptr() as usize).is_multiple_of(ALIGN), "{bytes}");
-                let huge = pages == Pages::Huge && n.next_multiple_of(ALIGN) >= HUGE / 2;
-                assert_eq!(s.mapped, huge, "{pages:?} {bytes}: mapped only on huge pages, when large");
-                if huge {
-                    assert!((s.as_ptr() as usize).is_multiple_of(HUGE), "{bytes}: on a huge page boundary");
-                }
-                // SAFETY: `s` holds at least `n` bytes.
-                let view = unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr(), n) };
-                assert!(view.iter().all(|&b| b == 0), "{pages:?} {bytes}");
-                view.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
-                let c = s.clone();
-                assert_eq!(c.mapped, s.mapped, "{pages:?} {bytes}: a clone on the same pages");
-                // SAFETY: as above.
-                let copied = unsafe { std::slice::from_raw_parts(c.as_ptr(), n) };
-                assert!(copied.iter().enumerate().all(|(i, &b)| b == i as u8), "{pages:?} {bytes}");
+    fn storage_is_zeroed_aligned_and_clones_its_bytes() {
+        for bytes in [0, 1, 63, 4096, HUGE / 2 - 1, HUGE / 2, HUGE + 3] {
+            let mut s = Storage::zeroed(bytes);
+            let n = bytes.max(1);
+            assert!((s.as_ptr() as usize).is_multiple_of(ALIGN), "{bytes}");
+            if bytes >= HUGE / 2 {
+                assert!(s.mapped && (s.as_ptr() as usize).is_multiple_of(HUGE), "{bytes}: on a huge page boundary");
             }
+            // SAFETY: `s` holds at least `n` bytes.
+            let view = unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr(), n) };
+            assert!(view.iter().all(|&b| b == 0), "{bytes}");
+            view.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+            let c = s.clone();
+            // SAFETY: as above.
+            let copied = unsafe { std::slice::from_raw_parts(c.as_ptr(), n) };
+            assert!(copied.iter().enumerate().all(|(i, &b)| b == i as u8), "{bytes}");
         }
     }
 }

@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use ir::interp::Array;
 use ir::{DType, ScalarType};
 
-use super::storage::{Pages, Storage};
+use super::storage::Storage;
 use crate::error::RuntimeError;
 
 mod sealed {
@@ -86,29 +86,15 @@ fn element_count(dtype: DType, shape: &[i64]) -> Result<usize, RuntimeError> {
 
 impl Tensor {
     fn alloc(dtype: DType, shape: &[i64], len: usize) -> Tensor {
-        Tensor::alloc_on(dtype, shape, len, Pages::Small)
-    }
-
-    fn alloc_on(dtype: DType, shape: &[i64], len: usize, pages: Pages) -> Tensor {
         let bytes = len * dtype.bytes();
         // `element_count` bounds the bytes by isize::MAX.
-        Tensor { lines: Storage::zeroed(bytes, pages), bytes, dtype, shape: shape.to_vec() }
+        Tensor { lines: Storage::zeroed(bytes), bytes, dtype, shape: shape.to_vec() }
     }
 
     /// A tensor of zeros. Errors if `dtype` is a vector or the shape has a negative dimension
     /// or does not fit in memory.
     pub fn zeros(dtype: DType, shape: &[i64]) -> Result<Tensor, RuntimeError> {
-        Tensor::zeros_on(dtype, shape, Pages::Small)
-    }
-
-    /// `zeros` on `pages` (`Pages::Huge`: on transparent huge pages when large).
-    pub fn zeros_on(dtype: DType, shape: &[i64], pages: Pages) -> Result<Tensor, RuntimeError> {
-        Ok(Tensor::alloc_on(dtype, shape, element_count(dtype, shape)?, pages))
-    }
-
-    /// The pages the bytes were asked on (`Huge` only where large enough to be mapped so).
-    pub fn pages(&self) -> Pages {
-        self.lines.pages()
+        Ok(Tensor::alloc(dtype, shape, element_count(dtype, shape)?))
     }
 
     /// A tensor holding exactly these little-endian bytes (bool bytes are normalized to 0/1).

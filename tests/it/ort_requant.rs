@@ -510,7 +510,6 @@ fn the_plain_weight_preparation_equals_the_definitions() {
     use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, Packing, default_conv_knobs, prepare_conv2d_int8};
     use tensorlift::Tensor;
     use tensorlift::layer::prepare_weights;
-    use tensorlift::runtime::Pages;
 
     let knobs: Conv2dInt8Knobs = default_conv_knobs(&CONV_LAYERS[1], schedules::x86_conv::CoreRate::Slower, 1);
     let options = CompileOptions { target: Target::Level(IsaLevel::Scalar), threads: Some(1), ..Default::default() };
@@ -544,8 +543,8 @@ fn the_plain_weight_preparation_equals_the_definitions() {
                     }
                     None => (weights.clone(), [oc, ic, kh, kw]),
                 };
-                let (src_q, pages) = ((src_dtype, zp), Pages::Small);
-                let mine = prepare_weights(&kernel, kernel_dims, nr, gemm_k, operands, src_q, Some(&bias), pages).unwrap();
+                let mine =
+                    prepare_weights(&kernel, kernel_dims, nr, gemm_k, operands, (src_dtype, zp), Some(&bias)).unwrap();
 
                 let dims = vec![oc, ic, kh, kw];
                 let wei = placeholder_vec(dims.clone(), DType::I8, "w").unwrap();
