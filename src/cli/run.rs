@@ -94,7 +94,8 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let level = options.target.level()?;
     let start = Instant::now();
     // The tuning records are parsed on another core while the model is imported and
-    // partitioned (neither needs the other).
+    // partitioned (neither needs the other), and the table layers' keys the lookups of the
+    // records compare computed there too.
     let (imported, records) = std::thread::scope(|scope| {
         let records = scope.spawn(|| -> Result<_, String> {
             let user = match &db {
@@ -102,6 +103,9 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
                 None => Vec::new(),
             };
             let pretuned = if no_db { Vec::new() } else { pretuned_to_apply().map_err(|e| e.to_string())?.records };
+            if !user.is_empty() || !pretuned.is_empty() {
+                tensorlift::tune::warm_table_keys();
+            }
             Ok((user, pretuned))
         });
         let imported = tensorlift::onnx::load(&model);

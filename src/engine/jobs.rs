@@ -35,16 +35,20 @@ pub(super) struct Job {
 
 impl Job {
     /// What the function of the layer depends on besides what it takes as arguments (zero
-    /// points, scales, weights): layers that agree here most likely share it. `None`: an
-    /// auto-scheduled convolution, which compiles its own.
+    /// points, scales, weights): layers that agree here most likely share it. A fused residual
+    /// add's constants and the destination's zero point are part of the function of a layer
+    /// with one. `None`: an auto-scheduled convolution, which compiles its own.
     fn geometry(&self) -> Option<String> {
         let Work::Layer { layer, knobs, .. } = &self.work else { return None };
         let knobs = *knobs;
         Some(match layer {
-            Spec::Conv(s) => format!(
-                "conv {} {} {} {} {} {} {:?} {:?} {} {} {:?}",
-                s.h, s.w, s.ic, s.oc, s.kh, s.kw, s.stride, s.pads, s.src.dtype, s.dst.dtype, knobs
-            ),
+            Spec::Conv(s) => {
+                let sum = s.sum.map(|add| (add, s.dst.zero_point));
+                format!(
+                    "conv {} {} {} {} {} {} {:?} {:?} {} {} {knobs:?} {sum:?}",
+                    s.h, s.w, s.ic, s.oc, s.kh, s.kw, s.stride, s.pads, s.src.dtype, s.dst.dtype
+                )
+            }
             Spec::Dense(s) => format!("dense {} {} {} {} {} {:?}", s.m, s.k, s.n, s.src.dtype, s.dst.dtype, knobs),
         })
     }

@@ -270,6 +270,15 @@ pub fn record_for<'a>(
     select(fitting, &table_key(layer), host)
 }
 
+/// Computes the key of every table layer (`table_key`) ahead of the lookups that need them:
+/// on a core that would otherwise wait (`run` calls it while the model imports), so that
+/// choosing the knobs of a network's layers, one after the other, finds them.
+pub fn warm_table_keys() {
+    for layer in schedules::resnet18::layers() {
+        table_key(layer);
+    }
+}
+
 /// `workload(layer).key`, computed once per table layer in a process (building the definition
 /// for its key costs more than the lookup it serves, and every compile of a network asks for
 /// the keys of its layers' table geometries).
@@ -297,6 +306,10 @@ mod tests {
             assert!(!key.is_empty(), "{layer:?}");
             assert_eq!(table_key(layer), key, "{layer:?} on first use");
             assert_eq!(table_key(layer), key, "{layer:?} remembered");
+        }
+        warm_table_keys();
+        for layer in schedules::resnet18::layers() {
+            assert_eq!(table_key(layer), workload(layer).key, "{layer:?} after warming");
         }
     }
 
