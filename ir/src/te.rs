@@ -486,15 +486,7 @@ pub fn compute<const N: usize>(
 pub fn compute_vec(shape: Vec<i64>, body: impl FnOnce(&[Expr]) -> Expr, name: &str) -> Result<Tensor, TeError> {
     // The dtype is the body's; dimensions are checked before the body is built.
     check_shape("compute", name, &shape, DType::U8)?;
-    const AXIS_NAMES: [&str; 6] = ["i", "j", "k", "l", "m", "n"];
-    let axes: Vec<IterVar> = shape
-        .iter()
-        .enumerate()
-        .map(|(d, &extent)| {
-            let name = AXIS_NAMES.get(d).map(|s| s.to_string()).unwrap_or(format!("ax{d}"));
-            IterVar::new(name, extent, IterKind::DataPar)
-        })
-        .collect();
+    let axes = compute_axes(&shape);
     let index_exprs: Vec<Expr> = axes.iter().map(|a| a.to_expr()).collect();
     let body = body(&index_exprs);
     check_body(name, &axes, &body)?;
@@ -506,6 +498,29 @@ pub fn compute_vec(shape: Vec<i64>, body: impl FnOnce(&[Expr]) -> Expr, name: &s
     check_domain(name, &shape, &body)?;
     check_bounds(name, &axes, &body)?;
     Ok(Tensor::from_parts(name, shape, dtype, Operation::Compute { axes, body }))
+}
+
+/// The data-parallel axes of a compute of `shape`: `i, j, k, l, m, n`, then `ax6, ...`.
+fn compute_axes(shape: &[i64]) -> Vec<IterVar> {
+    const AXIS_NAMES: [&str; 6] = ["i", "j", "k", "l", "m", "n"];
+    shape
+        .iter()
+        .enumerate()
+        .map(|(d, &extent)| {
+            let name = AXIS_NAMES.get(d).map(|s| s.to_string()).unwrap_or(format!("ax{d}"));
+            IterVar::new(name, extent, IterKind::DataPar)
+        })
+        .collect()
+}
+
+/// `compute_vec` without its checks, for a copy of a compute `compute_vec` accepted whose body
+/// differs only in names (`workload`'s canonical copies): the tensor `compute_vec` would make,
+/// without walking the body again to check what holds already.
+pub(crate) fn compute_vec_renamed(shape: Vec<i64>, body: impl FnOnce(&[Expr]) -> Expr, name: &str) -> Tensor {
+    let axes = compute_axes(&shape);
+    let index_exprs: Vec<Expr> = axes.iter().map(|a| a.to_expr()).collect();
+    let body = body(&index_exprs);
+    Tensor::from_parts(name, shape, body.dtype(), Operation::Compute { axes, body })
 }
 
 /// Checks that the iteration domain of a compute (output axes times reduce axes) counts in `i64`.

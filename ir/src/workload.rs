@@ -19,7 +19,9 @@ use sha2::{Digest, Sha256};
 use crate::expr::{Expr, ExprKind, Var};
 use crate::intrin::TensorIntrin;
 use crate::mutator::{Mutator, walk_expr};
-use crate::te::{IterVar, Operation, Reducer, Tensor, TensorId, compute_vec, placeholder_vec_in_range};
+use crate::te::{
+    IterVar, Operation, Reducer, Tensor, TensorId, compute_vec, compute_vec_renamed, placeholder_vec_in_range,
+};
 
 /// The identity of a workload: `key` for lookups, `summary` for people.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -64,12 +66,24 @@ struct Canonical {
     tensors: Vec<Tensor>,
     outputs: Vec<Tensor>,
     text: String,
+    /// Whether the renamed computes are checked again as `compute_vec` checks a new one (the
+    /// slow twin the tests compare with), rather than made as the checked originals are.
+    checked: bool,
 }
 
 impl Canonical {
     fn of(first: &[&Tensor], outputs: &[&Tensor]) -> Canonical {
-        let mut c =
-            Canonical { renamed: HashMap::new(), tensors: Vec::new(), outputs: Vec::new(), text: String::new() };
+        Canonical::made(first, outputs, false)
+    }
+
+    fn made(first: &[&Tensor], outputs: &[&Tensor], checked: bool) -> Canonical {
+        let mut c = Canonical {
+            renamed: HashMap::new(),
+            tensors: Vec::new(),
+            outputs: Vec::new(),
+            text: String::new(),
+            checked,
+        };
         for t in first.iter().chain(outputs) {
             c.visit(t);
         }
@@ -99,15 +113,17 @@ impl Canonical {
                 .expect("the same range was accepted for the original"),
             (Some(body), _) => {
                 let axes = tensor.axes();
-                compute_vec(
-                    shape,
-                    |idx| {
-                        let vars = axes.iter().map(|a| a.var().clone()).zip(idx.iter().cloned()).collect();
-                        Rename { vars, tensors: &self.renamed, reduce_axes: 0 }.mutate_expr(body)
-                    },
-                    &name,
-                )
-                .expect("a renamed copy of a well-typed body is well typed")
+                let renamed = &self.renamed;
+                let body = |idx: &[Expr]| {
+                    let vars = axes.iter().map(|a| a.var().clone()).zip(idx.iter().cloned()).collect();
+                    Rename { vars, tensors: renamed, reduce_axes: 0 }.mutate_expr(body)
+                };
+                if self.checked {
+                    compute_vec(shape, body, &name).expect("a renamed copy of a well-typed body is well typed")
+                } else {
+                    // The original was checked when it was made; its copy differs in names only.
+                    compute_vec_renamed(shape, body, &name)
+                }
             }
         };
         let _ = write!(self.text, "{name}: {}{:?}", renamed.dtype(), renamed.shape());
@@ -201,6 +217,65 @@ impl Mutator for Rename<'_> {
                 r.reducer.reduce(expr.dtype(), &axes.iter().collect::<Vec<_>>(), source)
             }
             _ => walk_expr(self, expr),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+    use crate::expr::select;
+    use crate::te::{compute, max, placeholder, placeholder_in_range, reduce_axis, sum};
+
+    /// A padded 3×3 convolution over a ranged source, with a bias and a requantization, and
+    /// a max reduction beside it: every kind of tensor the canonical copy renames.
+    fn definitions() -> (Tensor, Vec<Tensor>) {
+        let x = placeholder_in_range([1, 4, 6, 6], DType::U8, 0..=100, "X").unwrap();
+        let w = placeholder([8, 4, 3, 3], DType::I8, "W").unwrap();
+        let pad = compute(
+            [1, 4, 8, 8],
+            |i| {
+                let (y, x_) = (&i[2] - 1, &i[3] - 1);
+                let inside = y.ge(0) & y.lt(6) & x_.ge(0) & x_.lt(6);
+                select(inside, x.at([&i[0], &i[1], &y, &x_]), Expr::int(DType::U8, 3))
+            },
+            "Pad",
+        )
+        .unwrap();
+        let (rc, ry, rx) =
+            (reduce_axis(4, "rc").unwrap(), reduce_axis(3, "ry").unwrap(), reduce_axis(3, "rx").unwrap());
+        let acc = compute(
+            [1, 8, 6, 6],
+            |i| {
+                let src = pad.at([&i[0], &rc, &(&i[2] + &*ry), &(&i[3] + &*rx)]).cast(DType::I32);
+                sum(DType::I32, &[&rc, &ry, &rx], src * w.at([&i[1], &rc, &ry, &rx]).cast(DType::I32))
+            },
+            "Acc",
+        )
+        .unwrap();
+        let out = compute([1, 8, 6, 6], |i| (acc.at([&i[0], &i[1], &i[2], &i[3]]) + 7).cast(DType::U8), "Out").unwrap();
+        let r = reduce_axis(8, "r").unwrap();
+        let peak = compute([1, 6, 6], |i| max(DType::I32, &[&r], acc.at([&i[0], &r, &i[1], &i[2]])), "Peak").unwrap();
+        (x, vec![out, peak])
+    }
+
+    /// The canonical copy made without checks is the one made with them: the same text, and
+    /// computes of the same shapes, dtypes and bodies.
+    #[test]
+    fn the_unchecked_canonical_copy_is_the_checked_one() {
+        let (x, defs) = definitions();
+        let outputs: Vec<&Tensor> = defs.iter().collect();
+        for first in [vec![], vec![&x]] {
+            let fast = Canonical::made(&first, &outputs, false);
+            let slow = Canonical::made(&first, &outputs, true);
+            assert!(fast.text.contains("max") && fast.text.contains("placeholder in 0..=100"), "{}", fast.text);
+            assert_eq!(fast.text, slow.text);
+            assert_eq!(fast.tensors.len(), slow.tensors.len());
+            for (f, s) in fast.tensors.iter().zip(&slow.tensors) {
+                assert_eq!((f.shape(), f.dtype(), f.name()), (s.shape(), s.dtype(), s.name()));
+                assert_eq!(f.body().map(|b| b.to_string()), s.body().map(|b| b.to_string()));
+            }
         }
     }
 }
