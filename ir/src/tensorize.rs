@@ -26,6 +26,7 @@
 //! the region's first index, so the proof takes the regions and no stage may be computed inside
 //! the region.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 use crate::analysis::linear::Linear;
@@ -34,7 +35,7 @@ use crate::expr::{Expr, ExprKind, Var};
 use crate::intrin::TensorIntrin;
 use crate::lower::infer_bounds::{Region, root_extents, root_values};
 use crate::mutator::substitute_map;
-use crate::passes::simplify::simplify_expr;
+use crate::passes::simplify::RangedSimplifier;
 use crate::schedule::{Attach, Relation, Schedule, Stage};
 use crate::te::{IterVar, Tensor};
 
@@ -204,7 +205,8 @@ pub(crate) fn plan(
         root_values(data, own, &extents).into_iter().map(|(a, v)| (a.var().clone(), v)).collect();
     let ranges: Vec<(Var, i64)> = data.leaves.iter().map(|l| (l.var().clone(), extents[l])).collect();
     let decl_position: HashMap<Var, usize> = decl_axes.iter().enumerate().map(|(i, a)| (a.var().clone(), i)).collect();
-    let ctx = AccessCtx { region, roots: &roots, ranges: &ranges, decl_position: &decl_position, axis, storage };
+    let simplifier = RefCell::new(RangedSimplifier::new(&ranges));
+    let ctx = AccessCtx { region, roots: &roots, simplifier, decl_position: &decl_position, axis, storage };
     let mut accesses = Vec::new();
     for (operand, tensor, stage_idx, decl_idx) in pairing.reads {
         accesses.push(ctx.access(operand, tensor, &stage_idx, &intrin.inputs[operand], &decl_idx)?);
@@ -337,8 +339,8 @@ struct AccessCtx<'a> {
     region: &'a [IterVar],
     /// Root axis variables to their values in leaf loops.
     roots: &'a HashMap<Var, Expr>,
-    /// Every leaf loop with its extent.
-    ranges: &'a [(Var, i64)],
+    /// Simplifies within every leaf loop with its extent (`RangedSimplifier`).
+    simplifier: RefCell<RangedSimplifier>,
     decl_position: &'a HashMap<Var, usize>,
     axis: &'a IterVar,
     storage: Storage<'a>,
@@ -369,7 +371,7 @@ impl Storage<'_> {
 
 impl AccessCtx<'_> {
     fn simplify(&self, e: &Expr) -> Expr {
-        simplify_expr(e, self.ranges)
+        self.simplifier.borrow_mut().simplify(e)
     }
 
     fn access(

@@ -49,13 +49,30 @@ pub fn simplify(func: &Func) -> Func {
 }
 
 /// `expr` simplified as `simplify` would inside loops binding each variable of `ranges` to
-/// `0..extent` (used to normalize tensor-expression indices, e.g. by `Schedule::tensorize`).
+/// `0..extent`: `RangedSimplifier` of one expression (its twin in the tests).
+#[cfg(test)]
 pub(crate) fn simplify_expr(expr: &Expr, ranges: &[(Var, i64)]) -> Expr {
-    let mut s = Simplifier { scope: Scope::new(), subst: HashMap::new(), lets: HashMap::new() };
-    for (var, extent) in ranges {
-        s.scope.push(var, Interval::of_extent(*extent));
+    RangedSimplifier::new(ranges).simplify(expr)
+}
+
+/// Expressions simplified as `simplify` would inside loops binding each variable of `ranges`
+/// to `0..extent` (used to normalize tensor-expression indices, e.g. by `Schedule::tensorize`),
+/// many over the same ranges: their scope made once (each expression leaves it as it was).
+pub(crate) struct RangedSimplifier(Simplifier);
+
+impl RangedSimplifier {
+    pub(crate) fn new(ranges: &[(Var, i64)]) -> RangedSimplifier {
+        let mut s = Simplifier { scope: Scope::new(), subst: HashMap::new(), lets: HashMap::new() };
+        for (var, extent) in ranges {
+            s.scope.push(var, Interval::of_extent(*extent));
+        }
+        RangedSimplifier(s)
     }
-    s.mutate_expr(expr)
+
+    /// `expr` simplified within the ranges.
+    pub(crate) fn simplify(&mut self, expr: &Expr) -> Expr {
+        self.0.mutate_expr(expr)
+    }
 }
 
 struct Simplifier {
@@ -549,6 +566,34 @@ mod tests {
 
     fn store_expr(e: Expr) -> Func {
         func(|_, b| Stmt::store(b, vec![idx(0)], e))
+    }
+
+    /// One simplifier over fixed ranges, reused, gives what a fresh one gives each expression:
+    /// divisions and remainders the ranges decide, conditions that assume facts in their
+    /// branches, and min/max the ranges bound, in turn and repeated.
+    #[test]
+    fn a_reused_ranged_simplifier_is_a_fresh_one() {
+        let (x, y, z) = (Var::index("x"), Var::index("y"), Var::index("z"));
+        let ranges = [(x.clone(), 8), (y.clone(), 3), (z.clone(), 16)];
+        let (xe, ye, ze) = (x.to_expr(), y.to_expr(), z.to_expr());
+        let exprs = [
+            (xe.clone() * 3 + ye.clone()) / 3,
+            (xe.clone() * 3 + ye.clone()) % 3,
+            select(xe.lt(4), (xe.clone() + 4) / 8, idx(1)),
+            select((ze.clone() - 2).ge(0), ze.clone() - 2, idx(0)),
+            min(xe.clone() + ye.clone(), idx(12)),
+            max(ze.clone() - 16, idx(-1)) + xe.clone() * 0,
+            ((ze.clone() * 4 + 1) / 4 + ye.clone() - ye.clone()) * 2,
+        ];
+        let mut reused = RangedSimplifier::new(&ranges);
+        for round in 0..2 {
+            for e in &exprs {
+                let fresh = simplify_expr(e, &ranges);
+                assert_eq!(reused.simplify(e).to_string(), fresh.to_string(), "round {round}: {e}");
+            }
+        }
+        assert_eq!(simplify_expr(&exprs[0], &ranges).to_string(), "x");
+        assert_eq!(simplify_expr(&exprs[1], &ranges).to_string(), "y");
     }
 
     #[test]
