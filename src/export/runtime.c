@@ -152,28 +152,29 @@ static struct {
     atomic_int caller_cpu;           /* the CPU the caller published the loop from (-1: unknown) */
     tl_body body;
     const void *closure;
-    int64_t n;
     atomic_uint_fast64_t range; /* the iterations not taken, `front..back`, as back << 32 | front */
     atomic_int status;
 } tl_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
 static pthread_mutex_t tl_pool_busy = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t tl_pool_once = PTHREAD_ONCE_INIT;
 
-/* Takes the next chunk of at most `chunk` iterations, from the front of those left (the
- * caller) or from the back (workers); 0 when none are left. */
-static int tl_take(uint64_t chunk, int from_front, int64_t *first, int64_t *end) {
+/* Takes the next chunk of what is left, 1/divisor of it (at least one iteration), from the
+ * front of those left (the caller) or from the back (workers); 0 when none are left. */
+static int tl_take(uint64_t divisor, int from_front, int64_t *first, int64_t *end) {
     uint64_t range = atomic_load_explicit(&tl_pool.range, memory_order_relaxed);
     for (;;) {
         uint64_t front = range & 0xffffffffu, back = range >> 32;
         if (front >= back) return 0;
+        uint64_t chunk = (back - front) / divisor;
+        if (chunk < 1) chunk = 1;
         uint64_t lo, hi, next;
         if (from_front) {
             lo = front;
-            hi = front + chunk < back ? front + chunk : back;
+            hi = front + chunk;
             next = (back << 32) | hi;
         } else {
             hi = back;
-            lo = back - front > chunk ? back - chunk : front;
+            lo = back - chunk;
             next = (lo << 32) | front;
         }
         if (atomic_compare_exchange_weak_explicit(&tl_pool.range, &range, next, memory_order_relaxed,
@@ -186,16 +187,16 @@ static int tl_take(uint64_t chunk, int from_front, int64_t *first, int64_t *end)
 }
 
 /* Runs iterations of the current loop until none are left or one failed, taking them in
- * chunks of about an eighth of a thread's share (one atomic operation per chunk, and the
- * chunks still balance uneven iterations): with two threads each runs one contiguous part,
- * the same part of every loop over the same rows, so a layer mostly reads what the same core
- * wrote in the layer before. */
-static void tl_drain(tl_body body, const void *closure, int64_t n, int from_front) {
-    int64_t chunk = n / (8 * (tl_pool.workers + 1));
-    if (chunk < 1) chunk = 1;
+ * guided chunks, what is left divided by TL_GUIDED times the threads (few atomic operations,
+ * and single iterations where the threads meet, so neither waits long for the other's last
+ * chunk): with two threads each runs one contiguous part, the same part of every loop over
+ * the same rows, so a layer mostly reads what the same core wrote in the layer before. */
+enum { TL_GUIDED = 2 };
+static void tl_drain(tl_body body, const void *closure, int from_front) {
+    uint64_t divisor = (uint64_t)TL_GUIDED * (uint64_t)(tl_pool.workers + 1);
     int64_t first, end;
     while (atomic_load_explicit(&tl_pool.status, memory_order_relaxed) == 0 &&
-           tl_take((uint64_t)chunk, from_front, &first, &end)) {
+           tl_take(divisor, from_front, &first, &end)) {
         for (int64_t i = first; i < end; i++) {
             int32_t s = body(closure, i);
             if (s != 0) {
@@ -237,7 +238,7 @@ static void *tl_worker(void *arg) {
         atomic_fetch_add(&tl_pool.running, 1);
         if (atomic_load(&tl_pool.open)) {
             if (placed) tl_avoid_caller(&allowed);
-            tl_drain(tl_pool.body, tl_pool.closure, tl_pool.n, 0);
+            tl_drain(tl_pool.body, tl_pool.closure, 0);
             tl_release_tiles();
         }
         if (atomic_fetch_sub(&tl_pool.running, 1) == 1) {
@@ -292,7 +293,6 @@ TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int
     pthread_mutex_lock(&tl_pool.lock);
     tl_pool.body = body;
     tl_pool.closure = closure;
-    tl_pool.n = n;
     atomic_store(&tl_pool.range, (uint64_t)n << 32);
     atomic_store(&tl_pool.status, 0);
     atomic_store_explicit(&tl_pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
@@ -300,7 +300,7 @@ TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int
     atomic_fetch_add_explicit(&tl_pool.generation, 1, memory_order_release);
     pthread_cond_broadcast(&tl_pool.wake);
     pthread_mutex_unlock(&tl_pool.lock);
-    tl_drain(body, closure, n, 1);
+    tl_drain(body, closure, 1);
     atomic_store(&tl_pool.open, 0);
     for (int spin = 0; spin < TL_SPINS && atomic_load(&tl_pool.running) > 0; spin++) _mm_pause();
     if (atomic_load(&tl_pool.running) > 0) {

@@ -4,7 +4,7 @@
 use std::alloc::{Layout, alloc, dealloc};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::abi::{ALIGN, HostFn};
@@ -64,11 +64,15 @@ pub fn with_pool<R>(pool: &Pool, f: impl FnOnce() -> R) -> R {
 /// than a short spin (the exported libraries' runtime spins the same way).
 const SPINS: usize = 4096;
 
+/// A thread's chunk is what is left of a loop divided by this many times the threads: large
+/// first chunks (few atomic operations), single iterations where the threads meet.
+const GUIDED: u64 = 2;
+
 /// The threads parallel loops run on: the calling thread and `threads - 1` workers, one loop
 /// at a time (a loop that finds the pool busy runs serially). Threads take iterations in
-/// chunks of about an eighth of a thread's share, the caller from the front of those left and
-/// workers from the back (`Shared::drain`). Workers spin between loops before they sleep;
-/// so does the caller waiting for them. The caller waits only for workers that joined the loop
+/// guided chunks (`GUIDED`), the caller from the front of those left and workers from the back
+/// (`Shared::drain`). Workers spin between loops before they sleep; so does the caller waiting
+/// for them. The caller waits only for workers that joined the loop
 /// before it ran out of iterations. A worker that wakes on the caller's CPU moves off it. The
 /// exported libraries' runtime (`export/runtime.c`) has the same scheme.
 pub struct Pool {
@@ -91,7 +95,6 @@ struct Shared {
     running: AtomicUsize,
     body: AtomicUsize,
     closure: AtomicUsize,
-    n: AtomicI64,
     /// The iterations not yet taken, `front..back`, as `back << 32 | front`.
     range: AtomicU64,
     status: AtomicI32,
@@ -103,20 +106,18 @@ struct Shared {
 }
 
 impl Shared {
-    /// Takes the next chunk of at most `chunk` iterations: from the front of what is left for
-    /// the caller, from the back for workers (`from_front` false); `None` when none are left.
-    fn take(&self, chunk: u64, from_front: bool) -> Option<(i64, i64)> {
+    /// Takes the next chunk of what is left, `1/divisor` of it (at least one iteration): from
+    /// the front for the caller, from the back for workers (`from_front` false); `None` when
+    /// none are left.
+    fn take(&self, divisor: u64, from_front: bool) -> Option<(i64, i64)> {
         let mut range = self.range.load(Ordering::Relaxed);
         loop {
             let (front, back) = (range & u64::from(u32::MAX), range >> 32);
             if front >= back {
                 return None;
             }
-            let (first, end) = if from_front {
-                (front, (front + chunk).min(back))
-            } else {
-                (back.saturating_sub(chunk).max(front), back)
-            };
+            let chunk = ((back - front) / divisor).max(1);
+            let (first, end) = if from_front { (front, front + chunk) } else { (back - chunk, back) };
             let next = if from_front { (back << 32) | end } else { (first << 32) | front };
             match self.range.compare_exchange_weak(range, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Some((first as i64, end as i64)),
@@ -128,17 +129,18 @@ impl Shared {
     /// Runs iterations of the current loop until none are left or one failed. The caller takes
     /// chunks from the front and workers from the back, so with two threads each runs one
     /// contiguous part, the same part of every loop over the same rows: a layer then reads
-    /// mostly what the same core wrote in the layer before, from its own cache.
+    /// mostly what the same core wrote in the layer before, from its own cache. Chunks are
+    /// guided: `GUIDED`·threads of them would take what is left, so they shrink to single
+    /// iterations where the threads meet and neither waits long for the other's last chunk.
     fn drain(&self, from_front: bool) {
         let body = self.body.load(Ordering::Relaxed);
         // SAFETY: `body` was stored from a `Body` by `Pool::run` before the loop was published.
         let body: Body = unsafe { std::mem::transmute::<usize, Body>(body) };
         let closure = self.closure.load(Ordering::Relaxed) as *const u8;
-        let n = self.n.load(Ordering::Relaxed);
         let once = self.once.load(Ordering::Relaxed);
-        let chunk = if once { 1 } else { (n / (8 * (self.workers as i64 + 1))).max(1) as u64 };
+        let divisor = if once { u64::MAX } else { GUIDED * (self.workers as u64 + 1) };
         while self.status.load(Ordering::Relaxed) == 0 {
-            let Some((first, end)) = self.take(chunk, from_front || once) else { return };
+            let Some((first, end)) = self.take(divisor, from_front || once) else { return };
             for i in first..end {
                 #[cfg(test)]
                 record_worker();
@@ -272,7 +274,6 @@ impl Pool {
             running: AtomicUsize::new(0),
             body: AtomicUsize::new(0),
             closure: AtomicUsize::new(0),
-            n: AtomicI64::new(0),
             range: AtomicU64::new(0),
             status: AtomicI32::new(0),
             once: AtomicBool::new(false),
@@ -303,7 +304,6 @@ impl Pool {
             let _guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
             shared.body.store(body as usize, Ordering::Relaxed);
             shared.closure.store(closure as usize, Ordering::Relaxed);
-            shared.n.store(n, Ordering::Relaxed);
             shared.range.store((n as u64) << 32, Ordering::Relaxed);
             shared.status.store(0, Ordering::Relaxed);
             shared.once.store(once, Ordering::Relaxed);
@@ -520,6 +520,7 @@ pub(crate) fn workers_seen(prefix: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicI64, AtomicU32};
 
     #[test]
     fn broadcast_runs_once_on_every_thread_of_the_pool() {
@@ -558,6 +559,50 @@ mod tests {
         let _busy = pool.busy.lock().unwrap();
         assert_eq!(with_pool(&pool, || parallel_for(count, closure, 10)), 0);
         assert_eq!(counter.load(Ordering::Relaxed), 20);
+    }
+
+    /// Counts the runs of each iteration; iteration `fail_at` fails with status 9.
+    struct Tally {
+        runs: Vec<AtomicU32>,
+        fail_at: i64,
+    }
+
+    extern "C" fn count_runs(closure: *const u8, i: i64) -> i32 {
+        // SAFETY: the test passes a `&Tally`.
+        let tally = unsafe { &*closure.cast::<Tally>() };
+        tally.runs[i as usize].fetch_add(1, Ordering::Relaxed);
+        if i == tally.fail_at { 9 } else { 0 }
+    }
+
+    #[test]
+    fn guided_chunks_run_every_iteration_exactly_once() {
+        for threads in 1..=4 {
+            let pool = Pool::new(threads).unwrap();
+            for n in 0..200usize {
+                let tally = Tally { runs: (0..n).map(|_| AtomicU32::new(0)).collect(), fail_at: -1 };
+                let closure = std::ptr::from_ref(&tally).cast::<u8>();
+                assert_eq!(pool.run(count_runs, closure, n as i64, false), 0, "{n} on {threads}");
+                let runs: Vec<u32> = tally.runs.iter().map(|r| r.load(Ordering::Relaxed)).collect();
+                assert!(runs.iter().all(|&r| r == 1), "{n} on {threads}: {runs:?}");
+                // A failing iteration: its status comes back, and no iteration runs twice.
+                if n > 0 {
+                    let tally = Tally { runs: (0..n).map(|_| AtomicU32::new(0)).collect(), fail_at: (n / 3) as i64 };
+                    let closure = std::ptr::from_ref(&tally).cast::<u8>();
+                    assert_eq!(pool.run(count_runs, closure, n as i64, false), 9, "{n} on {threads}");
+                    let runs: Vec<u32> = tally.runs.iter().map(|r| r.load(Ordering::Relaxed)).collect();
+                    assert_eq!(runs[n / 3], 1, "{n} on {threads}");
+                    assert!(runs.iter().all(|&r| r <= 1), "{n} on {threads}: {runs:?}");
+                }
+            }
+            // An early failure stops the rest: the first iteration fails, and the threads
+            // take at most a few guided chunks between them before they see it.
+            let n = 100_000;
+            let tally = Tally { runs: (0..n).map(|_| AtomicU32::new(0)).collect(), fail_at: 0 };
+            let closure = std::ptr::from_ref(&tally).cast::<u8>();
+            assert_eq!(pool.run(count_runs, closure, n as i64, false), 9, "on {threads}");
+            let ran = tally.runs.iter().filter(|r| r.load(Ordering::Relaxed) > 0).count();
+            assert!(ran < n * 3 / 4, "{ran} of {n} ran on {threads}");
+        }
     }
 
     #[test]

@@ -212,6 +212,86 @@ fn c_program_gets_the_jit_result_at_every_level_this_cpu_has() {
     }
 }
 
+/// Calls the library runtime's parallel loop directly (linked from the static archive). Per loop of `n` iterations it prints `n status fewest most failed` (the fewest and
+/// most runs of any one iteration, the runs of the failing one), first for loops of 0 to 199
+/// iterations, then with iteration n/3 failing (status 9); last, for a loop of 100000 whose
+/// first iteration fails, `ran status count`.
+const POOL_PROGRAM: &str = r#"#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+int32_t tensorlift_parallel_for(int32_t (*body)(const void *, int64_t), const void *closure, int64_t n);
+static atomic_int runs[100000];
+static int32_t count(const void *closure, int64_t i) {
+    atomic_fetch_add(&runs[i], 1);
+    return i == *(const int64_t *)closure ? 9 : 0;
+}
+static void loop(int64_t n, int64_t fail_at) {
+    for (int64_t i = 0; i < n; i++) atomic_store(&runs[i], 0);
+    int32_t status = tensorlift_parallel_for(count, &fail_at, n);
+    int fewest = 1, most = 1;
+    for (int64_t i = 0; i < n; i++) {
+        int r = atomic_load(&runs[i]);
+        if (r < fewest) fewest = r;
+        if (r > most) most = r;
+    }
+    int failed = fail_at >= 0 ? atomic_load(&runs[fail_at]) : 1;
+    printf("%lld %d %d %d %d\n", (long long)n, status, fewest, most, failed);
+}
+int main(void) {
+    for (int64_t n = 0; n < 200; n++) loop(n, -1);
+    for (int64_t n = 1; n < 200; n++) loop(n, n / 3);
+    int64_t first = 0;
+    for (int64_t i = 0; i < 100000; i++) atomic_store(&runs[i], 0);
+    int32_t status = tensorlift_parallel_for(count, &first, 100000);
+    int ran = 0;
+    for (int64_t i = 0; i < 100000; i++) ran += atomic_load(&runs[i]) > 0;
+    printf("ran %d %d\n", status, ran);
+    return 0;
+}
+"#;
+
+#[test]
+fn the_library_pool_runs_every_iteration_once_and_stops_at_a_failure() {
+    let lib = matmul_library();
+    let dir = lib.shared.parent().unwrap();
+    let source = dir.join("call_pool.c");
+    std::fs::write(&source, POOL_PROGRAM).unwrap();
+    // The export makes the runtime's symbols local; a copy of the archive exports this one.
+    let archive = dir.join("libpool.a");
+    let (ok, _, stderr) =
+        run(Command::new("objcopy").arg("--globalize-symbol=tensorlift_parallel_for").arg(&lib.archive).arg(&archive));
+    assert!(ok, "objcopy: {stderr}");
+    let exe = dir.join("call_pool");
+    let (ok, _, stderr) = run(Command::new("cc")
+        .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&source)
+        .arg(&archive)
+        .arg("-lpthread"));
+    assert!(ok, "cc: {stderr}");
+    for threads in 1..=4 {
+        let (ok, stdout, stderr) = run(Command::new(&exe).env("TENSORLIFT_NUM_THREADS", threads.to_string()));
+        assert!(ok, "{threads} threads: {stderr}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 200 + 199 + 1, "{threads} threads: {stdout}");
+        for (k, line) in lines[..399].iter().enumerate() {
+            let fields: Vec<i64> = line.split(' ').map(|f| f.parse().unwrap()).collect();
+            if k < 200 {
+                assert_eq!(fields, [k as i64, 0, 1, 1, 1], "{threads} threads");
+            } else {
+                // The failing iteration ran once and none twice; one thread skips every later one.
+                let n = k as i64 - 199;
+                let skipped = if threads == 1 && n > 1 { 0 } else { fields[2] };
+                assert_eq!(fields, [n, 9, skipped, 1, 1], "{threads} threads");
+            }
+        }
+        let last: Vec<&str> = lines[399].split(' ').collect();
+        assert_eq!(last[..2], ["ran", "9"], "{threads} threads");
+        let ran: usize = last[2].parse().unwrap();
+        assert!((1..75_000).contains(&ran), "{threads} threads: {ran} of 100000 ran after the first failed");
+    }
+}
+
 #[test]
 fn rust_loader_calls_the_library_and_reports_its_errors() {
     let lib = LoadedLibrary::open(&matmul_library().shared).expect("load");
