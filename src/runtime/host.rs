@@ -72,9 +72,9 @@ const GUIDED: u64 = 2;
 /// at a time (a loop that finds the pool busy runs serially). Threads take iterations in
 /// guided chunks (`GUIDED`), the caller from the front of those left and workers from the back
 /// (`Shared::drain`). Workers spin between loops before they sleep; so does the caller waiting
-/// for them. The caller waits only for workers that joined the loop
-/// before it ran out of iterations. A worker that wakes on the caller's CPU moves off it. The
-/// exported libraries' runtime (`export/runtime.c`) has the same scheme.
+/// for them. The caller waits only for workers that joined the loop before it ran out of
+/// iterations. A worker that wakes on the caller's CPU moves off it. The exported libraries'
+/// runtime (`export/runtime.c`) has the same scheme.
 pub struct Pool {
     threads: usize,
     busy: Mutex<()>,
