@@ -187,13 +187,13 @@ static int tl_take(uint64_t divisor, int from_front, int64_t *first, int64_t *en
 }
 
 /* Runs iterations of the current loop until none are left or one failed, taking them in
- * guided chunks, what is left divided by the threads (large ones first, few atomic
- * operations, then single iterations where the threads meet, so neither waits long for the
- * other's last chunk): with two threads each runs one contiguous part, the same part of every
- * loop over the same rows, so a layer mostly reads what the same core wrote in the layer
- * before. */
+ * guided chunks, what is left divided by TL_GUIDED times the threads (few atomic operations,
+ * and single iterations where the threads meet, so neither waits long for the other's last
+ * chunk): with two threads each runs one contiguous part, the same part of every loop over
+ * the same rows, so a layer mostly reads what the same core wrote in the layer before. */
+enum { TL_GUIDED = 2 };
 static void tl_drain(tl_body body, const void *closure, int from_front) {
-    uint64_t divisor = (uint64_t)tl_pool.workers + 1;
+    uint64_t divisor = (uint64_t)TL_GUIDED * (uint64_t)(tl_pool.workers + 1);
     int64_t first, end;
     while (atomic_load_explicit(&tl_pool.status, memory_order_relaxed) == 0 &&
            tl_take(divisor, from_front, &first, &end)) {

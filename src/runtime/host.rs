@@ -64,9 +64,13 @@ pub fn with_pool<R>(pool: &Pool, f: impl FnOnce() -> R) -> R {
 /// than a short spin (the exported libraries' runtime spins the same way).
 const SPINS: usize = 4096;
 
+/// A thread's chunk is what is left of a loop divided by this many times the threads: large
+/// first chunks (few atomic operations), single iterations where the threads meet.
+const GUIDED: u64 = 2;
+
 /// The threads parallel loops run on: the calling thread and `threads - 1` workers, one loop
 /// at a time (a loop that finds the pool busy runs serially). Threads take iterations in
-/// guided chunks, the caller from the front of those left and workers from the back
+/// guided chunks (`GUIDED`), the caller from the front of those left and workers from the back
 /// (`Shared::drain`). Workers spin between loops before they sleep; so does the caller waiting
 /// for them. The caller waits only for workers that joined the loop before it ran out of
 /// iterations. A worker that wakes on the caller's CPU moves off it. The exported libraries'
@@ -126,16 +130,15 @@ impl Shared {
     /// chunks from the front and workers from the back, so with two threads each runs one
     /// contiguous part, the same part of every loop over the same rows: a layer then reads
     /// mostly what the same core wrote in the layer before, from its own cache. Chunks are
-    /// guided, what is left divided by the threads: large ones first (few atomic operations),
-    /// then smaller down to single iterations where the threads meet, so that neither waits
-    /// long for the other's last chunk.
+    /// guided: `GUIDED`·threads of them would take what is left, so they shrink to single
+    /// iterations where the threads meet and neither waits long for the other's last chunk.
     fn drain(&self, from_front: bool) {
         let body = self.body.load(Ordering::Relaxed);
         // SAFETY: `body` was stored from a `Body` by `Pool::run` before the loop was published.
         let body: Body = unsafe { std::mem::transmute::<usize, Body>(body) };
         let closure = self.closure.load(Ordering::Relaxed) as *const u8;
         let once = self.once.load(Ordering::Relaxed);
-        let divisor = if once { u64::MAX } else { self.workers as u64 + 1 };
+        let divisor = if once { u64::MAX } else { GUIDED * (self.workers as u64 + 1) };
         while self.status.load(Ordering::Relaxed) == 0 {
             let Some((first, end)) = self.take(divisor, from_front || once) else { return };
             for i in first..end {
