@@ -77,6 +77,16 @@ pub enum IntrinKind {
     ///
     /// Layout: every operand is contiguous along `c`; row strides are free.
     Map { m: i64, n: i64 },
+    /// A GEMM whose `[m, n]` i32 result goes straight through a `Map` (`composite::gemm_map`,
+    /// which builds it; the two declarations are `TensorIntrinData::parts`): the call computes
+    /// `T = A·B` from zero into a temporary `T: i32[m, n]` exactly as the GEMM declaration
+    /// (a resetting call of it), then `out[p, c] = f(T[p, c], …)` exactly as the Map
+    /// declaration with `T` as its input 0. Operands: the GEMM's inputs (`A`, `B`), the Map's
+    /// inputs after the first, then the Map's output; `T` is no operand. Never a resetting
+    /// call itself (its output is overwritten, as a Map's).
+    ///
+    /// Layout: as each part requires of its operands.
+    GemmMap { m: i64, n: i64 },
     /// Implemented only by the equivalent loop nest.
     Generic,
 }
@@ -96,7 +106,8 @@ impl IntrinKind {
             IntrinKind::Map { .. } => {
                 ranks.iter().map(|&rank| (0..rank).map(|d| (d + 1 == rank).then_some(1)).collect()).collect()
             }
-            IntrinKind::Generic => vec![Vec::new(); ranks.len()],
+            // Built by `composite::gemm_map` from calls already checked, never tensorized.
+            IntrinKind::GemmMap { .. } | IntrinKind::Generic => vec![Vec::new(); ranks.len()],
         }
     }
 }
@@ -107,7 +118,7 @@ impl IntrinKind {
         match self {
             IntrinKind::Int8Gemm { .. } => Some(4),
             IntrinKind::Int16Gemm { .. } => Some(2),
-            IntrinKind::Map { .. } | IntrinKind::Generic => None,
+            IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => None,
         }
     }
 }
@@ -142,7 +153,11 @@ pub struct TensorIntrinData {
     /// every output element folds the reduction's values into its current value (the reset is
     /// the ordinary init statement the compiler emits before the call, or the call's own where
     /// it covers the whole reduction: `StmtKind::Call::reset`).
+    /// For `IntrinKind::GemmMap`, the Map's output, whose body reads the GEMM's result as the
+    /// Map's input 0 (not one of `inputs`): the semantics is `parts`.
     pub output: Tensor,
+    /// `IntrinKind::GemmMap` only: the GEMM and the Map declarations it chains.
+    pub parts: Option<(TensorIntrin, TensorIntrin)>,
 }
 
 /// A declared intrinsic; cheap to clone, identity is the declaration (pointer equality).
@@ -150,6 +165,11 @@ pub struct TensorIntrinData {
 pub struct TensorIntrin(Rc<TensorIntrinData>);
 
 impl TensorIntrin {
+    /// A declaration from its parts, for `composite` (which checks them).
+    pub(crate) fn from_data(data: TensorIntrinData) -> TensorIntrin {
+        TensorIntrin(Rc::new(data))
+    }
+
     /// The tensors the operands of a call stand for: the inputs in order, then the output.
     pub fn operand_tensors(&self) -> Vec<&Tensor> {
         self.0.inputs.iter().chain(std::iter::once(&self.0.output)).collect()
@@ -237,10 +257,15 @@ pub fn decl_tensor_intrin(
             check_gemm(name, output, inputs, Int8GemmSize { m, n, k, segments }, GemmForm::Exact16)?;
         }
         IntrinKind::Map { m, n } => check_map(name, output, (m, n), &reads)?,
+        IntrinKind::GemmMap { .. } => {
+            let expected = "a kind declared by a compute (composite::gemm_map builds GemmMap)";
+            return Err(bad("kind", expected.into(), "GemmMap".into()));
+        }
         IntrinKind::Generic => {}
     }
     let inputs = inputs.iter().map(|t| (*t).clone()).collect();
-    Ok(TensorIntrin(Rc::new(TensorIntrinData { name: name.to_string(), kind, inputs, output: output.clone() })))
+    let data = TensorIntrinData { name: name.to_string(), kind, inputs, output: output.clone(), parts: None };
+    Ok(TensorIntrin(Rc::new(data)))
 }
 
 /// `IntrinKind::Map`: an `[m, n]` output without reduction whose every read is `x[p, c]` of an

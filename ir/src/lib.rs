@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
+pub mod composite;
 pub mod dtype;
 pub mod error;
 pub mod expr;

@@ -101,7 +101,8 @@ pub fn resolve(r: &IntrinRef) -> Option<TensorIntrin> {
             .into_iter()
             .filter_map(|dtype| copy_map(m, n, dtype).ok())
             .find(|intrin| r.matches(intrin)),
-        IntrinKind::Generic => None,
+        // Built by lowering (`ir::composite`), never part of a schedule's trace.
+        IntrinKind::GemmMap { .. } | IntrinKind::Generic => None,
     }
 }
 

@@ -146,19 +146,36 @@ pub(crate) struct CompiledIntrin {
     compiler: Compiler,
     input_slots: Vec<usize>,
     run: ComputeFn,
+    /// `IntrinKind::GemmMap`: the GEMM part, its inputs' count and output shape; `run` is then
+    /// the Map part's.
+    gemm: Option<(Box<CompiledIntrin>, usize, Vec<i64>)>,
 }
 
 impl CompiledIntrin {
     pub fn new(intrin: &TensorIntrin) -> Result<CompiledIntrin, InterpError> {
+        if let Some((gemm, map)) = &intrin.parts {
+            let first = CompiledIntrin::new(gemm)?;
+            let mut second = CompiledIntrin::new(map)?;
+            second.gemm = Some((Box::new(first), gemm.inputs.len(), gemm.output.shape().to_vec()));
+            return Ok(second);
+        }
         let mut compiler = Compiler::default();
         let input_slots = intrin.inputs.iter().map(|t| compiler.bind_memory(Memory::Tensor(t.id()))).collect();
         let body = intrin.output.body().ok_or_else(|| malformed(format!("intrinsic {intrin} has no compute")))?;
         let run = compile_compute(&mut compiler, &intrin.output, body, true).map_err(|e| *e)?;
-        Ok(CompiledIntrin { compiler, input_slots, run })
+        Ok(CompiledIntrin { compiler, input_slots, run, gemm: None })
     }
 
     /// Updates `out` (the output's current values) from the input arrays, by the declaration.
-    pub fn apply(&self, inputs: Vec<Array>, out: &mut Array) -> Result<(), Fault> {
+    /// A `GemmMap` runs its GEMM from zero into a temporary, then its Map on the temporary and
+    /// the remaining inputs.
+    pub fn apply(&self, mut inputs: Vec<Array>, out: &mut Array) -> Result<(), Fault> {
+        if let Some((gemm, count, shape)) = &self.gemm {
+            let rest = inputs.split_off((*count).min(inputs.len()));
+            let mut temporary = Array::zeros(crate::dtype::DType::I32, shape);
+            gemm.apply(inputs, &mut temporary)?;
+            inputs = std::iter::once(temporary).chain(rest).collect();
+        }
         let mut frame = Frame::default();
         self.compiler.grow(&mut frame);
         for (&slot, array) in self.input_slots.iter().zip(inputs) {
