@@ -10,6 +10,7 @@ use crate::error::TeError;
 use crate::expr::{Expr, ExprKind, Var};
 use crate::intrin::{IntrinKind, TensorIntrin, TensorIntrinData, decl_tensor_intrin, reset_value};
 use crate::mutator::{Mutator, walk_expr};
+use crate::stmt::{ForKind, Operand, Stmt};
 use crate::te::{Tensor, TensorId, compute_vec, placeholder_vec, placeholder_vec_in_range};
 
 /// The `IntrinKind::GemmMap` of `gemm` (an `Int8Gemm` or `Int16Gemm` declaration) then `map`
@@ -96,6 +97,78 @@ pub fn map_tile(map: &TensorIntrin, m: i64, n: i64) -> Result<TensorIntrin, TeEr
     )?;
     let input_refs: Vec<&Tensor> = inputs.iter().collect();
     decl_tensor_intrin(&format!("{}_tile_{m}x{n}", map.name), IntrinKind::Map { m, n }, &output, &input_refs)
+}
+
+/// The loop nest that computes the declaration `intrin` (a compute over its inputs, not a
+/// `GemmMap`) on `operands` (flat origins, one stride per declaration dimension): per output
+/// point, the reduction's identity first with `reset`, then every reduce point folded in
+/// row-major order, or the body stored for a declaration without reduction. `None` for a
+/// composite or an operand count that does not match.
+pub fn call_nest(intrin: &TensorIntrin, operands: &[Operand], reset: bool) -> Option<Stmt> {
+    let tensors = intrin.operand_tensors();
+    if intrin.parts.is_some() || operands.len() != tensors.len() || operands.iter().any(|o| o.origin.len() != 1) {
+        return None;
+    }
+    let output = &intrin.output;
+    let body = output.body()?;
+    let flat = |operand: &Operand, index: &[Expr]| {
+        index.iter().zip(&operand.strides).fold(operand.origin[0].clone(), |acc, (i, &s)| acc + i.clone() * s)
+    };
+    let loops: Vec<(Var, i64)> = output.axes().iter().map(|a| (Var::index(a.var().name()), a.extent())).collect();
+    let mut vars: HashMap<Var, Expr> =
+        output.axes().iter().zip(&loops).map(|(a, (v, _))| (a.var().clone(), v.to_expr())).collect();
+    let reduce = match body.kind() {
+        ExprKind::Reduce(r) => Some(r),
+        _ => None,
+    };
+    let reduce_loops: Vec<(Var, i64)> = reduce
+        .map(|r| r.axes.iter().map(|a| (Var::index(a.var().name()), a.extent())).collect())
+        .unwrap_or_default();
+    if let Some(r) = reduce {
+        vars.extend(r.axes.iter().zip(&reduce_loops).map(|(a, (v, _))| (a.var().clone(), v.to_expr())));
+    }
+    let reads: HashMap<TensorId, Operand> =
+        intrin.inputs.iter().zip(operands).map(|(t, o)| (t.id(), o.clone())).collect();
+    let mut lower = Lower { vars: &vars, reads: &reads, flat: &flat };
+    let out = operands.last().expect("an output operand");
+    let out_index = vec![flat(out, &loops.iter().map(|(v, _)| v.to_expr()).collect::<Vec<_>>())];
+    let nest = |loops: &[(Var, i64)], inner: Stmt| {
+        loops.iter().rev().fold(inner, |body, (v, extent)| Stmt::for_loop(v.clone(), *extent, ForKind::Serial, body))
+    };
+    let point = match reduce {
+        Some(r) => {
+            let current = Expr::load(&out.buffer, out_index.clone());
+            let update = r.reducer.combine(current, lower.mutate_expr(&r.source));
+            let update = nest(&reduce_loops, Stmt::store(&out.buffer, out_index.clone(), update));
+            match reset {
+                true => Stmt::seq(vec![Stmt::store(&out.buffer, out_index, reset_value(intrin)?), update]),
+                false => update,
+            }
+        }
+        None => Stmt::store(&out.buffer, out_index, lower.mutate_expr(body)),
+    };
+    Some(nest(&loops, point))
+}
+
+/// A declaration's expression in loop IR: axes as loop variables, input reads as loads.
+struct Lower<'a, F: Fn(&Operand, &[Expr]) -> Expr> {
+    vars: &'a HashMap<Var, Expr>,
+    reads: &'a HashMap<TensorId, Operand>,
+    flat: &'a F,
+}
+
+impl<F: Fn(&Operand, &[Expr]) -> Expr> Mutator for Lower<'_, F> {
+    fn mutate_expr(&mut self, expr: &Expr) -> Expr {
+        let walked = walk_expr(self, expr);
+        match walked.kind() {
+            ExprKind::Var(v) if self.vars.contains_key(v) => self.vars[v].clone(),
+            ExprKind::TensorRead(t, idx) if self.reads.contains_key(&t.id()) => {
+                let operand = &self.reads[&t.id()];
+                Expr::load(&operand.buffer, vec![(self.flat)(operand, idx)])
+            }
+            _ => walked,
+        }
+    }
 }
 
 /// Replaces axes and input reads, each distinct node once (`done`, by node identity).

@@ -47,6 +47,9 @@ pub fn canonical_definition(outputs: &[&Tensor]) -> String {
 /// The key of an intrinsic's declaration: its inputs in call order, then its compute, renamed
 /// like a workload (the inputs first, so that their order is part of the key).
 pub fn intrin_key(intrin: &TensorIntrin) -> String {
+    if let Some((gemm, map)) = &intrin.parts {
+        return sha256_hex(&format!("{}+{}", intrin_key(gemm), intrin_key(map)));
+    }
     let inputs: Vec<&Tensor> = intrin.inputs.iter().collect();
     sha256_hex(&Canonical::of(&inputs, &[&intrin.output]).text)
 }

@@ -44,6 +44,14 @@ pub enum BuildError {
     Compile(#[from] CompileError),
 }
 
+/// What lowering may assume of the code generator for `options`' target: `GemmMap` kernels
+/// (`codegen::intrin`) at AVX-512 VNNI. At AMX the GEMM may run on tiles, and below AVX-512 the
+/// fused kernels do not exist: the GEMM and the Map stay two calls there.
+pub fn lower_options(options: &CompileOptions) -> Result<ir::lower::LowerOptions, BuildError> {
+    let level = options.target.level()?;
+    Ok(ir::lower::LowerOptions { fuse_epilogues: level == crate::isa::IsaLevel::Avx512Vnni })
+}
+
 /// Lowers `schedule` to a function of `args` (inputs and outputs, in call order) and compiles it.
 pub fn build(
     schedule: &Schedule,
@@ -55,10 +63,11 @@ pub fn build(
     let on = |var: &str| std::env::var_os(var).is_some_and(|v| v == "1");
     let (dump, time) = (on("TENSORLIFT_DUMP_IR"), on("TENSORLIFT_TIME_PASSES"));
     let mut passes = Vec::new();
+    let lower_options = lower_options(options)?;
     let lowered = if dump || time {
         let mut previous = String::new();
         let mut last = start;
-        ir::lower::lower_with_hook(schedule, args, name, &mut |pass, func| {
+        ir::lower::lower_with_hook(schedule, args, name, &lower_options, &mut |pass, func| {
             let pass_time = last.elapsed();
             if dump {
                 let text = func.to_string();
@@ -76,7 +85,7 @@ pub fn build(
             last = Instant::now();
         })?
     } else {
-        ir::lower::lower(schedule, args, name)?
+        ir::lower::lower_with(schedule, args, name, &lower_options)?
     };
     let lower_time = start.elapsed();
     let compiled = compile(&lowered, options)?;

@@ -115,7 +115,7 @@ fn gemm_shape(kind: IntrinKind, operands: &[Operand], reset: bool) -> Option<Gem
     let (m, n, k, segments, pack) = match kind {
         IntrinKind::Int8Gemm { m, n, k, segments, .. } => (m, n, k, segments, 4),
         IntrinKind::Int16Gemm { m, n, k, segments } => (m, n, k, segments, 2),
-        IntrinKind::Map { .. } | IntrinKind::Generic => return None,
+        IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => return None,
     };
     let [a, b, c] = operands else { return None };
     let a_dtype = a.buffer.dtype();
@@ -163,8 +163,10 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         reset: bool,
         fallback: &Stmt,
     ) -> Result<(), CompileError> {
-        if let IntrinKind::Map { .. } = intrin.kind {
-            return self.call_map(intrin, operands, fallback);
+        match intrin.kind {
+            IntrinKind::Map { .. } => return self.call_map(intrin, operands, fallback),
+            IntrinKind::GemmMap { .. } => return self.call_gemm_map(intrin, operands, fallback),
+            _ => {}
         }
         let Some(shape) = gemm_shape(intrin.kind, operands, reset) else {
             return self.stmt(fallback);
@@ -254,6 +256,18 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             return self.stmt(fallback);
         };
         self.call_kernel(kernel, &pointers)
+    }
+}
+
+impl<M: Module> FnTx<'_, '_, '_, M> {
+    /// A `GemmMap` call: its fallback, the GEMM and the Map calls on a temporary tile.
+    fn call_gemm_map(
+        &mut self,
+        _intrin: &TensorIntrin,
+        _operands: &[Operand],
+        fallback: &Stmt,
+    ) -> Result<(), CompileError> {
+        self.stmt(fallback)
     }
 }
 

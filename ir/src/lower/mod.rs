@@ -17,6 +17,7 @@ use crate::error::LowerError;
 use crate::passes::{
     check_gathers::check_gathers,
     flatten_buffers::flatten_buffers,
+    fuse_epilogues::fuse_epilogues,
     guard_accesses::guard_accesses,
     partition_loops::partition_loops,
     remove_no_ops::remove_no_ops,
@@ -33,16 +34,35 @@ use build_loop_nests::build_loop_nests;
 use infer_bounds::infer_bounds;
 use inline_stages::inline_stages;
 
-/// Lowers `schedule` into a function taking `args` (inputs and outputs, in call order).
-pub fn lower(schedule: &Schedule, args: &[&Tensor], name: &str) -> Result<Func, LowerError> {
-    lower_with_hook(schedule, args, name, &mut |_, _| {})
+/// What the code generator that will compile the result has, which some passes depend on.
+/// The default lowers for any code generator.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct LowerOptions {
+    /// It implements `IntrinKind::GemmMap` with kernels of its own: `fuse_epilogues` runs.
+    pub fuse_epilogues: bool,
 }
 
-/// `lower`, calling `after_pass(pass_name, func)` after every pass.
+/// Lowers `schedule` into a function taking `args` (inputs and outputs, in call order).
+pub fn lower(schedule: &Schedule, args: &[&Tensor], name: &str) -> Result<Func, LowerError> {
+    lower_with_hook(schedule, args, name, &LowerOptions::default(), &mut |_, _| {})
+}
+
+/// `lower` with `options`.
+pub fn lower_with(
+    schedule: &Schedule,
+    args: &[&Tensor],
+    name: &str,
+    options: &LowerOptions,
+) -> Result<Func, LowerError> {
+    lower_with_hook(schedule, args, name, options, &mut |_, _| {})
+}
+
+/// `lower_with`, calling `after_pass(pass_name, func)` after every pass.
 pub fn lower_with_hook(
     schedule: &Schedule,
     args: &[&Tensor],
     name: &str,
+    options: &LowerOptions,
     after_pass: &mut dyn FnMut(&str, &Func),
 ) -> Result<Func, LowerError> {
     check_args(schedule, args)?;
@@ -65,6 +85,10 @@ pub fn lower_with_hook(
     let func = step("flatten_buffers", flatten_buffers(&func), VerifyLevel::Lowered);
     let func = step("partition_loops", partition_loops(&func), VerifyLevel::Lowered);
     let func = step("simplify", simplify(&func), VerifyLevel::Lowered);
+    let func = match options.fuse_epilogues {
+        true => step("fuse_epilogues", fuse_epilogues(&func), VerifyLevel::Lowered),
+        false => func,
+    };
     let func = step("vectorize_loops", vectorize_loops(&func), VerifyLevel::Lowered);
     let func = step("unroll_loops", unroll_loops(&func), VerifyLevel::Lowered);
     let func = step("simplify", simplify(&func), VerifyLevel::Lowered);

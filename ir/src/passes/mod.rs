@@ -3,6 +3,7 @@
 pub mod check_gathers;
 mod facts;
 pub mod flatten_buffers;
+pub mod fuse_epilogues;
 pub mod guard_accesses;
 mod lanewise;
 pub mod partition_loops;
@@ -16,6 +17,7 @@ pub mod verify;
 
 pub use check_gathers::{check_gathers, checked_buffers};
 pub use flatten_buffers::flatten_buffers;
+pub use fuse_epilogues::fuse_epilogues;
 pub use guard_accesses::guard_accesses;
 pub use partition_loops::partition_loops;
 pub use remove_no_ops::remove_no_ops;

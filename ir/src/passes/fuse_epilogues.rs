@@ -1,0 +1,301 @@
+//! Fusion of a GEMM's epilogue: the element-wise `Map` that reads an accumulator buffer filled
+//! by resetting GEMM calls moves into those calls, which become `IntrinKind::GemmMap` calls
+//! (`composite`), so that a kernel maps each accumulator tile while it is in registers.
+
+use std::collections::HashMap;
+
+use crate::analysis::linear::Linear;
+use crate::composite::{call_nest, gemm_map, map_tile};
+use crate::expr::{Expr, Var};
+use crate::intrin::{IntrinKind, TensorIntrin};
+use crate::mutator::{Mutator, for_each_stmt, substitute, walk_stmt};
+use crate::stmt::{Buffer, ForKind, Func, Operand, Stmt, StmtKind};
+
+/// Tile points and map cells the proof enumerates at most; larger patterns stay as they are.
+const MAX_POINTS: i64 = 1 << 16;
+const MAX_CELLS: i64 = 1 << 22;
+
+/// Rewrites, in every `Allocate` of an accumulator `acc` whose body runs, one after the other,
+/// nests of `For` loops each around one resetting `Int8Gemm`/`Int16Gemm` call writing an
+/// `[mr, nr]` tile of `acc`, then a nest of at most one `For` loop around one `Map` call
+/// reading `acc` as its input 0: each GEMM call becomes a `GemmMap` call of the GEMM and the
+/// Map resized to the tile (`composite::map_tile`), whose other operands are offset to the
+/// tile (an `[n]` operand by its column, an `[m, n]` one by its row and column), and the Map
+/// nest goes. `acc`'s allocation goes when nothing reads it any more.
+///
+/// Only where it provably computes the same: the flat offsets are affine in the loop
+/// variables, the tiles (enumerated) cover every element the Map calls read exactly once,
+/// each tile inside one Map call's block, with the Map's row stride; the Map writes no buffer
+/// a GEMM reads; nothing else in the allocation touches `acc` between them. Run after
+/// `flatten_buffers` (origins are flat). A fused call's fallback is the two calls on a
+/// temporary tile, each with its declaration's loop nest as fallback.
+pub fn fuse_epilogues(func: &Func) -> Func {
+    let body = FuseEpilogues { fused: HashMap::new() }.mutate_stmt(&func.body);
+    Func { name: func.name.clone(), params: func.params.clone(), body }
+}
+
+struct FuseEpilogues {
+    /// Composites built so far, by (GEMM, Map) declaration identity and tile.
+    fused: HashMap<(usize, usize), (TensorIntrin, TensorIntrin)>,
+}
+
+impl Mutator for FuseEpilogues {
+    fn mutate_stmt(&mut self, stmt: &Stmt) -> Stmt {
+        let walked = walk_stmt(self, stmt);
+        let StmtKind::Allocate { buffer, body } = walked.kind() else { return walked };
+        let Some(fused) = self.fuse(buffer, body) else { return walked };
+        if touches(&fused, buffer) { Stmt::allocate(buffer.clone(), fused) } else { fused }
+    }
+}
+
+/// Whether `stmt` loads or stores `buffer`, or passes it to a call.
+fn touches(stmt: &Stmt, buffer: &Buffer) -> bool {
+    let mut found = false;
+    crate::mutator::for_each_stmt_expr(stmt, &mut |e| {
+        e.for_each(&mut |x| found |= matches!(x.kind(), crate::expr::ExprKind::Load(b, _) if b == buffer))
+    });
+    for_each_stmt(stmt, &mut |s| match s.kind() {
+        StmtKind::Store { buffer: b, .. } => found |= b == buffer,
+        StmtKind::Call { operands, .. } => found |= operands.iter().any(|o| &o.buffer == buffer),
+        _ => {}
+    });
+    found
+}
+
+/// A nest of `For` loops around one call.
+struct Nest<'s> {
+    loops: Vec<(Var, i64, ForKind)>,
+    intrin: &'s TensorIntrin,
+    operands: &'s [Operand],
+    reset: bool,
+}
+
+fn nest(stmt: &Stmt) -> Option<Nest<'_>> {
+    let mut loops = Vec::new();
+    let mut s = stmt;
+    loop {
+        match s.kind() {
+            StmtKind::For { var, extent, kind, body } if *kind != ForKind::Vectorized => {
+                loops.push((var.clone(), *extent, *kind));
+                s = body;
+            }
+            StmtKind::Call { intrin, operands, reset, .. } => {
+                return Some(Nest { loops, intrin, operands, reset: *reset });
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// A flat offset as `Σ coefficient · loop variable + constant` over `loops`' variables.
+fn affine(e: &Expr, loops: &[(Var, i64, ForKind)]) -> Option<(Vec<i64>, i64)> {
+    let form = Linear::of(e);
+    let mut coefficients = vec![0; loops.len()];
+    for (term, c) in &form.terms {
+        let v = term.as_var()?;
+        let d = loops.iter().position(|(l, _, _)| l == v)?;
+        coefficients[d] += c;
+    }
+    Some((coefficients, form.constant))
+}
+
+/// `Σ c_d · v_d + constant` as an index expression.
+fn linear_expr(coefficients: &[i64], loops: &[(Var, i64, ForKind)], constant: i64) -> Expr {
+    let mut terms = coefficients
+        .iter()
+        .zip(loops)
+        .filter(|(c, _)| **c != 0)
+        .map(|(&c, (v, _, _))| if c == 1 { v.to_expr() } else { v.to_expr() * c });
+    let first = terms.next().unwrap_or_else(|| Expr::index(constant));
+    let sum = terms.fold(first.clone(), |acc, t| acc + t);
+    if constant != 0 && !first.is_const() { sum + Expr::index(constant) } else { sum }
+}
+
+/// Where a tile lies in the Map's blocks: block `u`, row `p`, column `c`, as affine forms
+/// (coefficients over the nest's loops, constant).
+struct Placement {
+    u: (Vec<i64>, i64),
+    p: (Vec<i64>, i64),
+    c: (Vec<i64>, i64),
+}
+
+impl FuseEpilogues {
+    fn fuse(&mut self, acc: &Buffer, body: &Stmt) -> Option<Stmt> {
+        let stmts: Vec<Stmt> = match body.kind() {
+            StmtKind::Seq(stmts) => stmts.clone(),
+            _ => vec![body.clone()],
+        };
+        let users: Vec<usize> = (0..stmts.len()).filter(|&i| touches(&stmts[i], acc)).collect();
+        let (&last, first) = (users.last()?, users[0]);
+        if users.len() < 2 || last - first + 1 != users.len() {
+            return None;
+        }
+        let map = nest(&stmts[last])?;
+        let gemms: Vec<Nest> = stmts[first..last].iter().map(nest).collect::<Option<_>>()?;
+        let rewritten = self.rewrite(acc, &gemms, &map)?;
+        let mut out: Vec<Stmt> = stmts[..first].to_vec();
+        out.extend(rewritten);
+        out.extend(stmts[last + 1..].iter().cloned());
+        Some(Stmt::seq(out))
+    }
+
+    fn rewrite(&mut self, acc: &Buffer, gemms: &[Nest], map: &Nest) -> Option<Vec<Stmt>> {
+        let IntrinKind::Map { m: big_m, n: big_n } = map.intrin.kind else { return None };
+        let (map_acc, others) = map.operands.split_first()?;
+        if map.reset || map_acc.buffer != *acc || others.iter().any(|o| o.buffer == *acc) || map_acc.origin.len() != 1 {
+            return None;
+        }
+        let ld = match map_acc.strides[..] {
+            [ld, 1] if ld >= big_n => ld,
+            _ => return None,
+        };
+        // The Map's blocks: `blocks` of them, `big_m · ld` elements apart from `base`.
+        let (map_coefficients, base) = affine(&map_acc.origin[0], &map.loops)?;
+        let block = big_m * ld;
+        let (u_var, blocks) = match map.loops.as_slice() {
+            [] => (None, 1),
+            [(v, extent, _)] if map_coefficients == [block] => (Some(v.clone()), *extent),
+            _ => return None,
+        };
+        if blocks * big_m * big_n > MAX_CELLS {
+            return None;
+        }
+        let mut covered = vec![false; (blocks * big_m * big_n) as usize];
+        let mut placements = Vec::new();
+        for g in gemms {
+            let (m, n) = match g.intrin.kind {
+                IntrinKind::Int8Gemm { m, n, .. } | IntrinKind::Int16Gemm { m, n, .. } => (m, n),
+                _ => return None,
+            };
+            let (inputs, c) = g.operands.split_at(g.operands.len().checked_sub(1)?);
+            let c = &c[0];
+            let writes_only_acc = c.buffer == *acc && inputs.iter().all(|o| o.buffer != *acc);
+            let reads_no_output = inputs.iter().all(|o| o.buffer != others.last().expect("an output").buffer);
+            if !g.reset || !writes_only_acc || !reads_no_output || c.origin.len() != 1 || c.strides != [ld, 1] {
+                return None;
+            }
+            let (coefficients, constant) = affine(&c.origin[0], &g.loops)?;
+            let placement = place(&coefficients, constant - base, block, ld);
+            if !covers(&placement, &g.loops, (m, n), (blocks, big_m, big_n), &mut covered) {
+                return None;
+            }
+            placements.push(placement);
+        }
+        if covered.iter().any(|c| !c) {
+            return None;
+        }
+        gemms.iter().zip(&placements).map(|(g, p)| self.fused_nest(g, map, u_var.as_ref(), p)).collect()
+    }
+
+    /// `g` with its GEMM call replaced by the `GemmMap` call at `placement`.
+    fn fused_nest(&mut self, g: &Nest, map: &Nest, u_var: Option<&Var>, placement: &Placement) -> Option<Stmt> {
+        let (IntrinKind::Int8Gemm { m, n, .. } | IntrinKind::Int16Gemm { m, n, .. }) = g.intrin.kind else {
+            return None;
+        };
+        let key = (std::ptr::from_ref(&**g.intrin) as usize, std::ptr::from_ref(&**map.intrin) as usize);
+        let (fused, tile_map) = match self.fused.get(&key) {
+            Some(found) => found.clone(),
+            None => {
+                let tile_map = map_tile(map.intrin, m, n).ok()?;
+                let fused = gemm_map(g.intrin, &tile_map).ok()?;
+                self.fused.insert(key, (fused.clone(), tile_map.clone()));
+                (fused, tile_map)
+            }
+        };
+        let expr = |(coefficients, constant): &(Vec<i64>, i64)| linear_expr(coefficients, &g.loops, *constant);
+        let (u, p, c) = (expr(&placement.u), expr(&placement.p), expr(&placement.c));
+        let mut operands: Vec<Operand> = g.operands[..g.operands.len() - 1].to_vec();
+        for o in &map.operands[1..] {
+            let origin = match u_var {
+                Some(v) => substitute(&o.origin[0], &[(v.clone(), u.clone())]),
+                None => o.origin[0].clone(),
+            };
+            let origin = match o.strides[..] {
+                [row, 1] => origin + p.clone() * row + c.clone(),
+                [1] => origin + c.clone(),
+                _ => return None,
+            };
+            operands.push(Operand { buffer: o.buffer.clone(), origin: vec![origin], strides: o.strides.clone() });
+        }
+        // The fallback: both calls on a temporary tile.
+        let c_operand = g.operands.last().expect("an output");
+        let tile = Buffer::new(format!("{}.tile", c_operand.buffer.name()), c_operand.buffer.dtype(), vec![m, n]);
+        let at_tile = Operand { buffer: tile.clone(), origin: vec![Expr::index(0)], strides: vec![n, 1] };
+        let mut gemm_operands = g.operands[..g.operands.len() - 1].to_vec();
+        gemm_operands.push(at_tile.clone());
+        let mut map_operands = vec![at_tile];
+        map_operands.extend(operands[gemm_operands.len() - 1..].iter().cloned());
+        let gemm_call = Stmt::call(
+            g.intrin.clone(),
+            gemm_operands.clone(),
+            true,
+            call_nest(g.intrin, &gemm_operands, true)?,
+        );
+        let map_call =
+            Stmt::call(tile_map.clone(), map_operands.clone(), false, call_nest(&tile_map, &map_operands, false)?);
+        let fallback = Stmt::allocate(tile, Stmt::seq(vec![gemm_call, map_call]));
+        let call = Stmt::call(fused, operands, false, fallback);
+        Some(g.loops.iter().rev().fold(call, |body, (v, extent, kind)| Stmt::for_loop(v.clone(), *extent, *kind, body)))
+    }
+}
+
+/// The tile at flat offset `Σ coefficients · v + offset` from the Map's first block, split by
+/// each term's coefficient: multiples of `block` pick the block, other multiples of `ld` the
+/// row, the rest the column. `covers` checks that the split is the true one at every point.
+fn place(coefficients: &[i64], offset: i64, block: i64, ld: i64) -> Placement {
+    let (mut u, mut p, mut c) = (vec![0; coefficients.len()], vec![0; coefficients.len()], vec![0; coefficients.len()]);
+    for (d, &k) in coefficients.iter().enumerate() {
+        if k % block == 0 {
+            u[d] = k / block;
+        } else if k % ld == 0 {
+            p[d] = k / ld;
+        } else {
+            c[d] = k;
+        }
+    }
+    let u0 = offset.div_euclid(block);
+    let rest = offset - u0 * block;
+    let p0 = rest.div_euclid(ld);
+    Placement { u: (u, u0), p: (p, p0), c: (c, rest - p0 * ld) }
+}
+
+/// Whether every point of `loops` puts the `m × n` tile inside one block of the Map
+/// (`blocks × rows × columns`), marking its elements in `covered`, none twice.
+fn covers(
+    placement: &Placement,
+    loops: &[(Var, i64, ForKind)],
+    (m, n): (i64, i64),
+    (blocks, rows, columns): (i64, i64, i64),
+    covered: &mut [bool],
+) -> bool {
+    let points: i64 = loops.iter().map(|(_, e, _)| *e).product();
+    if points > MAX_POINTS || loops.iter().any(|(_, e, _)| *e <= 0) {
+        return false;
+    }
+    let eval = |(k, c0): &(Vec<i64>, i64), at: &[i64]| k.iter().zip(at).map(|(k, v)| k * v).sum::<i64>() + c0;
+    let mut at = vec![0; loops.len()];
+    for _ in 0..points {
+        let (u, p, c) = (eval(&placement.u, &at), eval(&placement.p, &at), eval(&placement.c, &at));
+        if u < 0 || u >= blocks || p < 0 || p + m > rows || c < 0 || c + n > columns {
+            return false;
+        }
+        for r in p..p + m {
+            for col in c..c + n {
+                let cell = &mut covered[((u * rows + r) * columns + col) as usize];
+                if *cell {
+                    return false;
+                }
+                *cell = true;
+            }
+        }
+        // The next point, the last loop fastest.
+        for d in (0..loops.len()).rev() {
+            at[d] += 1;
+            if at[d] < loops[d].1 {
+                break;
+            }
+            at[d] = 0;
+        }
+    }
+    true
+}
