@@ -8,7 +8,7 @@
 //! from the declaration's body, `kernels::map`). A resetting call (`Call::reset`) selects a
 //! GEMM kernel that starts from zero.
 
-use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, Value, types};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, StackSlotData, StackSlotKind, Value, types};
 use cranelift_module::{FuncId, Linkage, Module};
 use ir::intrin::{IntrinKind, TensorIntrin, pair_sums_fit_i16};
 use ir::stmt::Operand;
@@ -19,6 +19,7 @@ use super::{DefinedFunction, KERNEL_ALIGN};
 use crate::error::{CompileError, KernelError};
 use crate::isa::{IsaLevel, KernelVariant, VectorWidth};
 use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm};
+use crate::kernels::gemm_map::assemble_gemm_map;
 use crate::kernels::map::{MapShape, assemble_map};
 
 /// A kernel as defined in the module: what makes two calls share it.
@@ -27,6 +28,13 @@ pub(crate) enum KernelKey {
     Gemm {
         variant: KernelVariant,
         shape: GemmShape,
+    },
+    /// `declaration` is the structural key of the `Map` part (`workload::intrin_key`);
+    /// `row_strides` are the Map's operands'.
+    GemmMap {
+        shape: GemmShape,
+        declaration: String,
+        row_strides: Vec<i64>,
     },
     /// `declaration` is the structural key of the `Map` declaration (`workload::intrin_key`).
     Map {
@@ -215,14 +223,19 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     fn call_kernel(&mut self, kernel: FuncId, pointers: &[(Value, &Operand)]) -> Result<(), CompileError> {
         let mut args: Vec<Value> = Vec::with_capacity(pointers.len());
         for &(base, operand) in pointers {
-            let origin = self.expr(&operand.origin[0])?.as_scalar();
-            let bytes = operand.buffer.dtype().bytes() as i64;
-            let offset = if bytes == 1 { origin } else { self.b.ins().imul_imm_s(origin, bytes) };
-            args.push(self.b.ins().iadd(base, offset));
+            args.push(self.origin_address(base, operand)?);
         }
         let fref = self.cx.module.declare_func_in_func(kernel, self.b.func);
         self.b.ins().call(fref, &args);
         Ok(())
+    }
+
+    /// The address of `operand`'s origin in the buffer at `base`.
+    fn origin_address(&mut self, base: Value, operand: &Operand) -> Result<Value, CompileError> {
+        let origin = self.expr(&operand.origin[0])?.as_scalar();
+        let bytes = operand.buffer.dtype().bytes() as i64;
+        let offset = if bytes == 1 { origin } else { self.b.ins().imul_imm_s(origin, bytes) };
+        Ok(self.b.ins().iadd(base, offset))
     }
 
     /// A `Map` call: the kernel compiled from the declaration at the level's vector width (zmm
@@ -260,14 +273,66 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
 }
 
 impl<M: Module> FnTx<'_, '_, '_, M> {
-    /// A `GemmMap` call: its fallback, the GEMM and the Map calls on a temporary tile.
-    fn call_gemm_map(
-        &mut self,
-        _intrin: &TensorIntrin,
-        _operands: &[Operand],
-        fallback: &Stmt,
-    ) -> Result<(), CompileError> {
-        self.stmt(fallback)
+    /// A `GemmMap` call: the fused kernel (`kernels::gemm_map`) where the level selects the zmm
+    /// VNNI kernel for the GEMM part and the tile, the Map's body and its operands fit it; else
+    /// the fallback, the GEMM and the Map calls on a temporary tile.
+    fn call_gemm_map(&mut self, intrin: &TensorIntrin, operands: &[Operand], fallback: &Stmt) -> Result<(), CompileError> {
+        let Some((gemm, map)) = &intrin.parts else { return self.stmt(fallback) };
+        let (IntrinKind::Int8Gemm { m, n, saturating, .. }, IntrinKind::Map { .. }) = (gemm.kind, map.kind) else {
+            return self.stmt(fallback);
+        };
+        if operands.len() != intrin.operand_tensors().len() || !matches!(self.cx.level, IsaLevel::Avx512Vnni) {
+            return self.stmt(fallback);
+        }
+        // The GEMM part's shape, as if it wrote a dense `[m, n]` tile.
+        let tile = Buffer::new("tile", DType::I32, vec![m, n]);
+        let c = Operand { buffer: tile, origin: vec![ir::Expr::index(0)], strides: vec![n, 1] };
+        let Some(shape) = gemm_shape(gemm.kind, &[operands[0].clone(), operands[1].clone(), c], true) else {
+            return self.stmt(fallback);
+        };
+        let (a_range, b_range) = (value_bounds(&operands[0].buffer), value_bounds(&operands[1].buffer));
+        let facts = Int8GemmFacts {
+            a_signed: shape.a_dtype == DType::I8,
+            never_saturates: matches!((a_range, b_range), (Some(a), Some(b)) if pair_sums_fit_i16(a, b)),
+            b_above_min: b_range.is_some_and(|(lo, _)| lo > i64::from(i8::MIN)),
+        };
+        if select_int8_gemm(self.cx.level, saturating, facts) != Some(KernelVariant::AVX512_VNNI) {
+            return self.stmt(fallback);
+        }
+        // The Map's operands: input 0 is the tile, then the call's operands after A and B.
+        let mut row_strides = vec![n];
+        for (operand, tensor) in operands[2..].iter().zip(&intrin.operand_tensors()[2..]) {
+            let row_stride = match *operand.strides.as_slice() {
+                [row, 1] if row >= 0 => row,
+                [1] => 0,
+                _ => return self.stmt(fallback),
+            };
+            if operand.origin.len() != 1 || operand.buffer.dtype() != tensor.dtype() {
+                return self.stmt(fallback);
+            }
+            row_strides.push(row_stride);
+        }
+        let mut pointers = Vec::with_capacity(operands.len());
+        for operand in operands {
+            match self.buffers.get(&operand.buffer.id()).cloned() {
+                Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
+                _ => return self.stmt(fallback),
+            }
+        }
+        let Some(kernel) = self.cx.gemm_map_kernel(shape, map, row_strides, &intrin.name)? else {
+            return self.stmt(fallback);
+        };
+        // The operands' addresses, in a block the kernel reads.
+        let size = 8 * pointers.len() as u32;
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
+        for (k, &(base, operand)) in pointers.iter().enumerate() {
+            let address = self.origin_address(base, operand)?;
+            self.b.ins().stack_store(types::I64, address, slot, 8 * k as i32);
+        }
+        let block = self.b.ins().stack_addr(types::I64, slot, 0);
+        let fref = self.cx.module.declare_func_in_func(kernel, self.b.func);
+        self.b.ins().call(fref, &[block]);
+        Ok(())
     }
 }
 
@@ -301,6 +366,45 @@ impl<M: Module> ModuleCtx<'_, M> {
             intrin.name, shape.m, shape.n, shape.row_strides
         );
         self.functions.push(DefinedFunction { name, id, origin, kernel: None, size: bytes.len() });
+        self.kernels.insert(key, id);
+        Ok(Some(id))
+    }
+
+    /// The module's `GemmMap` kernel for the zmm VNNI GEMM of `shape` then `map` (its Map part,
+    /// whose operands have `row_strides`), defined on first use; `None` where the kernel
+    /// generator declines it (`KernelError::Unsupported`, `TooManyRegisters`, `OffsetTooLarge`).
+    fn gemm_map_kernel(
+        &mut self,
+        shape: GemmShape,
+        map: &TensorIntrin,
+        row_strides: Vec<i64>,
+        intrin: &str,
+    ) -> Result<Option<FuncId>, CompileError> {
+        let key = KernelKey::GemmMap { shape, declaration: ir::workload::intrin_key(map), row_strides: row_strides.clone() };
+        if let Some(&id) = self.kernels.get(&key) {
+            return Ok(Some(id));
+        }
+        let variant = KernelVariant::AVX512_VNNI;
+        let blocking = blocking_for(variant, &shape);
+        let bytes = match assemble_gemm_map(variant, &shape, blocking, map, &row_strides) {
+            Ok(bytes) => bytes,
+            Err(
+                KernelError::Unsupported { .. }
+                | KernelError::TooManyRegisters { .. }
+                | KernelError::OffsetTooLarge { .. },
+            ) => return Ok(None),
+            Err(other) => return Err(other.into()),
+        };
+        let name = format!("{}__{intrin}__zmm__{}", self.name, self.kernels.len());
+        let mut sig = Signature::new(self.module.target_config().default_call_conv);
+        sig.params.push(AbiParam::new(types::I64));
+        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
+        self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
+        let origin = format!(
+            "{variant} kernel for {intrin}: {}x{}x{}, {} segments, then {} in registers, row strides {row_strides:?}",
+            shape.m, shape.n, shape.k, shape.segments, map.name
+        );
+        self.functions.push(DefinedFunction { name, id, origin, kernel: Some(variant), size: bytes.len() });
         self.kernels.insert(key, id);
         Ok(Some(id))
     }

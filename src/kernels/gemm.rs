@@ -203,7 +203,7 @@ pub fn assemble_amx_gemm(shape: &GemmShape, spec: &AmxSpec) -> Result<Vec<u8>, K
 }
 
 /// The shape is valid, and `variant` exists and takes its A.
-fn check_variant(variant: KernelVariant, shape: &GemmShape) -> Result<(), KernelError> {
+pub(super) fn check_variant(variant: KernelVariant, shape: &GemmShape) -> Result<(), KernelError> {
     shape.validate(variant.method)?;
     if !variant.runs_at_any_level() {
         return Err(KernelError::NoSuchVariant { variant });
@@ -216,36 +216,36 @@ fn check_variant(variant: KernelVariant, shape: &GemmShape) -> Result<(), Kernel
 
 /// A vector register by number, at the kernel's width.
 #[derive(Clone, Copy)]
-struct V(usize);
+pub(super) struct V(pub(super) usize);
 
 /// GPR roles (all caller-saved): the three arguments advance per panel; r8/r10 point at the
 /// current row block of A/C, r9 at the current k step of B, rax counts k steps, r11 row
 /// blocks, rcx panels.
-const A_BASE: AsmRegister64 = rdi;
-const B_PANEL: AsmRegister64 = rsi;
+pub(super) const A_BASE: AsmRegister64 = rdi;
+pub(super) const B_PANEL: AsmRegister64 = rsi;
 const C_PANEL: AsmRegister64 = rdx;
-const A_BLOCK: AsmRegister64 = r8;
+pub(super) const A_BLOCK: AsmRegister64 = r8;
 const B_STEP: AsmRegister64 = r9;
 const C_BLOCK: AsmRegister64 = r10;
 const K_COUNT: AsmRegister64 = rax;
 const ROW_COUNT: AsmRegister64 = r11;
 const PANEL_COUNT: AsmRegister64 = rcx;
 
-struct Gen {
-    a: CodeAssembler,
+pub(super) struct Gen {
+    pub(super) a: CodeAssembler,
     variant: KernelVariant,
     shape: GemmShape,
     blocking: Blocking,
 }
 
 /// Registers of one block.
-struct Tile {
+pub(super) struct Tile {
     rows: usize,
     vectors: usize,
     /// Lanes of the last column vector that are inside C (`lanes()` when it is full).
     last_lanes: usize,
     /// `acc[i][j]` (Widen: `acc[i][2j + h]`, the partial sums of column half `h`).
-    acc: Vec<Vec<V>>,
+    pub(super) acc: Vec<Vec<V>>,
     /// More accumulator sets for a VNNI tile with few accumulators (`Gen::accumulator_sets`):
     /// k step `u` goes to set `u mod (1 + extra.len())`, set 0 being `acc`; they are added into
     /// `acc` before C is stored.
@@ -267,7 +267,7 @@ impl Tile {
 }
 
 impl Gen {
-    fn new(variant: KernelVariant, shape: GemmShape, blocking: Blocking) -> Result<Gen, KernelError> {
+    pub(super) fn new(variant: KernelVariant, shape: GemmShape, blocking: Blocking) -> Result<Gen, KernelError> {
         Ok(Gen { a: CodeAssembler::new(64)?, variant, shape, blocking })
     }
 
@@ -399,6 +399,18 @@ impl Gen {
 
     /// One row block: load or zero the accumulators, the k loop, add/store C.
     fn block(&mut self, rows: usize, vectors: usize, last_lanes: usize) -> Result<(), KernelError> {
+        self.block_with(rows, vectors, last_lanes, true).map(|_| ())
+    }
+
+    /// `block`, storing C only with `store`; the tile, whose `acc[i][j]` (Widen: `acc[i][2j]`)
+    /// then holds the sums of row `i`, column vector `j`.
+    pub(super) fn block_with(
+        &mut self,
+        rows: usize,
+        vectors: usize,
+        last_lanes: usize,
+        store: bool,
+    ) -> Result<Tile, KernelError> {
         let t = self.allocate(rows, vectors, last_lanes)?;
         let s = self.shape;
         if last_lanes < self.width().lanes() {
@@ -461,10 +473,12 @@ impl Gen {
                 for set in &t.extra {
                     self.vpaddd(t.acc[i][j], t.acc[i][j], set[i][j])?;
                 }
-                self.store_c(&t, t.acc[i][j * if self.variant.method == DotMethod::Widen { 2 } else { 1 }], i, j)?;
+                if store {
+                    self.store_c(&t, t.acc[i][j * if self.variant.method == DotMethod::Widen { 2 } else { 1 }], i, j)?;
+                }
             }
         }
-        Ok(())
+        Ok(t)
     }
 
     /// k values per step: one packed group of B.

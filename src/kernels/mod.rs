@@ -3,7 +3,8 @@
 //!
 //! `gemm` generates int8 GEMM kernels (`amx` those on AMX tiles) `fn(a: *const u8, b: *const i8, c: *mut i32)` (SysV)
 //! for one `Int8Gemm` shape with compile-time strides; `map` compiles the body of an
-//! element-wise `Map` declaration (a requantization) to zmm or ymm code; `peak` assembles the
+//! element-wise `Map` declaration (a requantization) to zmm or ymm code; `gemm_map` chains the
+//! two (a GEMM tile mapped in registers, `IntrinKind::GemmMap`); `peak` assembles the
 //! instruction chains whose throughput they are judged against. The bytes are position
 //! independent and carry no relocations, so `Module::define_function_bytes` puts the same kernel
 //! into the JIT or an object file.
@@ -13,6 +14,7 @@
 
 pub mod amx;
 pub mod gemm;
+pub mod gemm_map;
 pub mod map;
 pub mod peak;
 

@@ -15,11 +15,11 @@ use crate::isa::VectorWidth;
 use crate::kernels::imm32;
 
 impl<'d> Gen<'d> {
-    pub(super) fn kernel(&mut self, shape: &MapShape) -> Result<(), KernelError> {
-        let body = self.decl.output.body().expect("a Map declaration is a compute").clone();
+    /// Loads every constant the body and its store use, once.
+    pub(super) fn prepare(&mut self, body: &Expr) -> Result<(), KernelError> {
         let out = self.decl.output.dtype();
-        self.load_constants(&body)?;
-        if let Some(x) = narrowing_store(&body, out) {
+        self.load_constants(body)?;
+        if let Some(x) = narrowing_store(body, out) {
             let (lo, hi) = if out == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
             self.constant(lo.to_bits())?;
             self.constant(hi.to_bits())?;
@@ -30,6 +30,13 @@ impl<'d> Gen<'d> {
                 }
             }
         }
+        Ok(())
+    }
+
+    pub(super) fn kernel(&mut self, shape: &MapShape) -> Result<(), KernelError> {
+        let body = self.decl.output.body().expect("a Map declaration is a compute").clone();
+        self.prepare(&body)?;
+        let out = self.decl.output.dtype();
         let lanes = self.width.lanes() as i64;
         let (full, tail) = (shape.n / lanes * lanes, shape.n % lanes);
         let narrowed = narrowing_store(&body, out);
@@ -97,7 +104,7 @@ impl<'d> Gen<'d> {
     }
 
     /// One vector of outputs at column `COLUMN` of the current row.
-    fn vector(&mut self, body: &Expr) -> Result<(), KernelError> {
+    pub(super) fn vector(&mut self, body: &Expr) -> Result<(), KernelError> {
         self.live.clear();
         let out = self.decl.output.dtype();
         let arg = self.decl.inputs.len();
@@ -105,7 +112,7 @@ impl<'d> Gen<'d> {
             let clamped = self.converted(x, false)?;
             match self.width {
                 VectorWidth::Zmm => {
-                    let mem = xmmword_ptr(ARGS[arg] + COLUMN);
+                    let mem = xmmword_ptr(self.at(arg, 1)?);
                     if self.masked {
                         self.a.vpmovdb(mem.k2(), zmm(clamped))?;
                     } else {
@@ -121,7 +128,8 @@ impl<'d> Gen<'d> {
                     } else {
                         self.a.vpacksswb(xmm(clamped), xmm(clamped), xmm(clamped))?;
                     }
-                    self.a.vmovq(qword_ptr(ARGS[arg] + COLUMN), xmm(clamped))?;
+                    let mem = self.at(arg, 1)?;
+                    self.a.vmovq(qword_ptr(mem), xmm(clamped))?;
                     self.free.push(high);
                 }
             }
@@ -132,10 +140,11 @@ impl<'d> Gen<'d> {
             return self.unsupported(format!("a store of {} as {out}", body.dtype()));
         }
         let v = self.value(body)?;
+        let mem = self.at(arg, 4)?;
         match (self.width, self.masked) {
-            (VectorWidth::Zmm, false) => self.a.vmovdqu32(zmmword_ptr(ARGS[arg] + COLUMN * 4), zmm(v))?,
-            (VectorWidth::Zmm, true) => self.a.vmovdqu32(zmmword_ptr(ARGS[arg] + COLUMN * 4).k2(), zmm(v))?,
-            (VectorWidth::Ymm, _) => self.a.vmovdqu(ymmword_ptr(ARGS[arg] + COLUMN * 4), ymm(v))?,
+            (VectorWidth::Zmm, false) => self.a.vmovdqu32(zmmword_ptr(mem), zmm(v))?,
+            (VectorWidth::Zmm, true) => self.a.vmovdqu32(zmmword_ptr(mem).k2(), zmm(v))?,
+            (VectorWidth::Ymm, _) => self.a.vmovdqu(ymmword_ptr(mem), ymm(v))?,
         }
         self.release(body);
         Ok(())

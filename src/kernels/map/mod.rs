@@ -55,6 +55,7 @@
 //! constants, live values).
 
 mod copy;
+mod epilogue;
 mod loops;
 mod narrowing;
 mod nodes;
@@ -63,12 +64,14 @@ mod scaled_rounding;
 
 use std::collections::HashMap;
 
-use iced_x86::code_asm::CodeAssembler;
+use iced_x86::code_asm::{AsmMemoryOperand, CodeAssembler};
 use ir::intrin::{IntrinKind, TensorIntrin};
 
 use crate::error::KernelError;
 use crate::isa::VectorWidth;
-use registers::ARGS;
+use registers::{ARGS, COLUMN};
+
+pub(crate) use epilogue::{EpilogueTile, emit_epilogue};
 
 /// The problem of one map kernel: the block and each operand's row stride.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -130,12 +133,20 @@ struct Gen<'d> {
     grouped: bool,
     /// Elements from `COLUMN` to the current vector (within a group).
     offset: i32,
+    /// Set when the map runs as another kernel's epilogue (`epilogue`): where the operands
+    /// and the current vector are.
+    place: Option<epilogue::Place>,
 }
 
 impl<'d> Gen<'d> {
     fn new(width: VectorWidth, decl: &'d TensorIntrin, grouped: bool) -> Result<Gen<'d>, KernelError> {
+        Ok(Gen::with(CodeAssembler::new(64)?, width, decl, grouped))
+    }
+
+    /// A generator emitting into `a`, after what it holds.
+    fn with(a: CodeAssembler, width: VectorWidth, decl: &'d TensorIntrin, grouped: bool) -> Gen<'d> {
         let mut g = Gen {
-            a: CodeAssembler::new(64)?,
+            a,
             width,
             decl,
             constants: HashMap::new(),
@@ -145,10 +156,20 @@ impl<'d> Gen<'d> {
             masked: false,
             grouped,
             offset: 0,
+            place: None,
         };
         let body = decl.output.body().expect("a Map declaration is a compute");
         g.count_uses(body);
-        Ok(g)
+        g
+    }
+
+    /// The memory operand of operand `arg`'s elements (of `bytes` bytes) at the current vector.
+    fn at(&self, arg: usize, bytes: i32) -> Result<AsmMemoryOperand, KernelError> {
+        match (&self.place, bytes) {
+            (Some(place), _) => place.at(arg, bytes, self.width),
+            (None, 1) => Ok(ARGS[arg] + COLUMN + self.offset),
+            (None, _) => Ok(ARGS[arg] + COLUMN * 4 + self.offset * 4),
+        }
     }
 
     fn unsupported<T>(&self, what: impl Into<String>) -> Result<T, KernelError> {

@@ -7,7 +7,7 @@ use ir::DType;
 use ir::expr::{Expr, ExprKind};
 
 use super::Gen;
-use super::registers::{ARGS, COLUMN, xmm, ymm, zmm};
+use super::registers::{xmm, ymm, zmm};
 use super::scaled_rounding::ScaledRounding;
 use crate::error::KernelError;
 use crate::isa::VectorWidth;
@@ -110,7 +110,7 @@ impl<'d> Gen<'d> {
                     self.a.vpacksswb(zmm(v0), zmm(v0), zmm(v2))?;
                 }
                 self.a.vpermd(zmm(v0), zmm(permutation), zmm(v0))?;
-                self.a.vmovdqu8(zmmword_ptr(ARGS[arg] + COLUMN), zmm(v0))?;
+                self.a.vmovdqu8(zmmword_ptr(self.at(arg, 1)?), zmm(v0))?;
             }
             VectorWidth::Ymm => {
                 self.a.vpackssdw(ymm(v0), ymm(v0), ymm(v1))?;
@@ -121,7 +121,7 @@ impl<'d> Gen<'d> {
                     self.a.vpacksswb(ymm(v0), ymm(v0), ymm(v2))?;
                 }
                 self.a.vpermd(ymm(v0), ymm(permutation), ymm(v0))?;
-                self.a.vmovdqu(ymmword_ptr(ARGS[arg] + COLUMN), ymm(v0))?;
+                self.a.vmovdqu(ymmword_ptr(self.at(arg, 1)?), ymm(v0))?;
             }
         }
         self.free.extend(held);

@@ -7,7 +7,7 @@ use ir::expr::{BinOp, CmpOp, Expr, ExprKind};
 use ir::{DType, Tensor};
 
 use super::Gen;
-use super::registers::{ARGS, COLUMN, node, ymm, zmm};
+use super::registers::{node, ymm, zmm};
 use crate::error::KernelError;
 use crate::isa::VectorWidth;
 
@@ -35,11 +35,15 @@ impl<'d> Gen<'d> {
         match e.kind() {
             ExprKind::TensorRead(t, _) => {
                 let arg = self.input(t)?;
+                if let Some(reg) = self.register_input(arg) {
+                    return self.from_register(reg);
+                }
                 if lane_of(t.dtype()).is_none() {
                     return self.unsupported(format!("a read of {} {t} outside a conversion", t.dtype()));
                 }
                 let dst = self.allocate()?;
-                self.load(dst, ARGS[arg] + COLUMN * 4 + self.offset * 4)?;
+                let mem = self.at(arg, 4)?;
+                self.load(dst, mem)?;
                 Ok(dst)
             }
             ExprKind::Binary(op, x, y) => {
@@ -115,10 +119,12 @@ impl<'d> Gen<'d> {
     /// used nowhere else (a masked vector loads it under k2 instead).
     fn folded_read(&self, y: &Expr, lane: Lane) -> Result<Option<AsmMemoryOperand>, KernelError> {
         let ExprKind::TensorRead(t, _) = y.kind() else { return Ok(None) };
-        if self.masked || lane_of(t.dtype()) != Some(lane) || self.uses[&node(y)] != 1 {
+        let arg = self.input(t)?;
+        let in_register = self.register_input(arg).is_some();
+        if self.masked || in_register || lane_of(t.dtype()) != Some(lane) || self.uses[&node(y)] != 1 {
             return Ok(None);
         }
-        Ok(Some(ARGS[self.input(t)?] + COLUMN * 4 + self.offset * 4))
+        Ok(Some(self.at(arg, 4)?))
     }
 
     fn binary(&mut self, lane: Lane, op: BinOp, d: usize, x: usize, y: Operand, e: &Expr) -> Result<(), KernelError> {
@@ -157,8 +163,11 @@ impl<'d> Gen<'d> {
             && (t.dtype() == DType::U8 || t.dtype() == DType::I8)
         {
             let arg = self.input(t)?;
+            if self.register_input(arg).is_some() {
+                return self.unsupported(format!("a widening read of {t}, which is in a register"));
+            }
             let dst = self.allocate()?;
-            let mem = ARGS[arg] + COLUMN + self.offset;
+            let mem = self.at(arg, 1)?;
             let signed = t.dtype() == DType::I8;
             match (self.width, self.masked, signed) {
                 (VectorWidth::Zmm, false, false) => self.a.vpmovzxbd(zmm(dst), xmmword_ptr(mem))?,
@@ -201,7 +210,7 @@ impl<'d> Gen<'d> {
         Ok(())
     }
 
-    fn copy(&mut self, dst: usize, x: usize) -> Result<(), KernelError> {
+    pub(super) fn copy(&mut self, dst: usize, x: usize) -> Result<(), KernelError> {
         match self.width {
             VectorWidth::Zmm => self.a.vmovaps(zmm(dst), zmm(x))?,
             VectorWidth::Ymm => self.a.vmovaps(ymm(dst), ymm(x))?,

@@ -1,0 +1,74 @@
+//! The kernel of an `IntrinKind::GemmMap` call: one GEMM register tile (`gemm`), then the Map's
+//! body on each accumulator register (`map::emit_epilogue`) and the Map's store — the i32
+//! sums never go to memory.
+//!
+//! Signature (SysV): `fn(operands: *const *const u8)`, the addresses of the operands' origins
+//! in call order (A, B, the Map's inputs after the first, the Map's output), since a Map can
+//! have more operands than argument registers. Only the zmm VNNI GEMM, resetting, whose whole
+//! `m × n` tile is one register block; anything else is `KernelError::Unsupported` and the
+//! call runs its two-call fallback.
+
+use iced_x86::code_asm::*;
+use ir::intrin::{IntrinKind, TensorIntrin};
+
+use crate::error::KernelError;
+use crate::isa::{KernelVariant, VectorWidth};
+use crate::kernels::gemm::{A_BASE, A_BLOCK, B_PANEL, Blocking, Gen, GemmShape, check_variant};
+use crate::kernels::imm32;
+use crate::kernels::map::{EpilogueTile, emit_epilogue};
+
+/// Registers the Map's operands (after input 0) are addressed from during the epilogue: free
+/// once the k loop is done; r10 holds the operand block until they are loaded, r11 is the
+/// Map's scratch.
+const BASES: [AsmRegister64; 7] = [rdx, rcx, rsi, rdi, r8, r9, rax];
+const OPERANDS: AsmRegister64 = r10;
+
+/// Assembles the kernel of `shape` (a resetting GEMM of `variant`, blocked as `blocking`)
+/// followed by `map` (the `Map` part, `[shape.m, shape.n]`), whose operands have the row
+/// strides `row_strides` (elements; 0 for an `[n]` operand; input 0's is ignored).
+pub fn assemble_gemm_map(
+    variant: KernelVariant,
+    shape: &GemmShape,
+    blocking: Blocking,
+    map: &TensorIntrin,
+    row_strides: &[i64],
+) -> Result<Vec<u8>, KernelError> {
+    let unsupported = |what: String| Err(KernelError::Unsupported { what });
+    check_variant(variant, shape)?;
+    if variant != KernelVariant::AVX512_VNNI {
+        return unsupported(format!("a GEMM epilogue after the {variant} kernel"));
+    }
+    let lanes = variant.width.lanes();
+    let (m, n) = (shape.m.max(0) as usize, shape.n.max(0) as usize);
+    let vectors = n.div_ceil(lanes);
+    let one_block = m >= 1 && n >= 1 && m <= blocking.rows && vectors <= blocking.vectors;
+    if !shape.reset || !one_block || shape.k <= 0 || shape.segments <= 0 {
+        return unsupported(format!("a GEMM epilogue on {}x{}x{} (one resetting register block)", m, n, shape.k));
+    }
+    if map.kind != (IntrinKind::Map { m: shape.m, n: shape.n }) || row_strides.len() != map.inputs.len() + 1 {
+        return unsupported(format!("{} as the epilogue of a {m}x{n} tile", map.name));
+    }
+    let others = map.inputs.len();
+    if others > BASES.len() {
+        return unsupported(format!("{others} Map operands after the tile (at most {})", BASES.len()));
+    }
+    let mut g = Gen::new(variant, *shape, blocking)?;
+    g.a.mov(OPERANDS, A_BASE)?;
+    g.a.mov(A_BASE, qword_ptr(OPERANDS))?;
+    g.a.mov(B_PANEL, qword_ptr(OPERANDS + 8))?;
+    g.a.mov(A_BLOCK, A_BASE)?;
+    let last_lanes = n - (vectors - 1) * lanes;
+    let tile = g.block_with(m, vectors, last_lanes, false)?;
+    for (k, &base) in BASES[..others].iter().enumerate() {
+        g.a.mov(base, qword_ptr(OPERANDS + imm32("the operand block", 16 + 8 * k as i64)?))?;
+    }
+    // Input 0 is the tile: its base is never used.
+    let bases = std::iter::once(r11).chain(BASES[..others].iter().copied()).collect();
+    let acc = tile.acc.iter().map(|row| row.iter().map(|v| v.0).collect()).collect();
+    let epilogue = EpilogueTile { acc, last_lanes, bases, row_strides: row_strides.to_vec() };
+    let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
+    g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;
+    g.a.vzeroupper()?;
+    g.a.ret()?;
+    Ok(g.a.assemble(0)?)
+}

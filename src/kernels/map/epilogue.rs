@@ -1,0 +1,152 @@
+//! A map run as another kernel's epilogue (`kernels::gemm_map`): input 0 is a tile of vector
+//! registers (a GEMM's accumulators) instead of memory, the other operands are at base
+//! registers and constant offsets, and each vector is computed and stored as the map kernel
+//! does it (the same node code, the same narrowing store), one register of the tile at a time.
+
+use std::collections::HashSet;
+
+use iced_x86::code_asm::*;
+use ir::expr::{Expr, ExprKind};
+use ir::intrin::{IntrinKind, TensorIntrin};
+
+use super::Gen;
+use super::copy::is_copy;
+use super::registers::node;
+use crate::error::KernelError;
+use crate::isa::VectorWidth;
+use crate::kernels::imm32;
+
+/// Where the epilogue's operands are.
+pub(crate) struct EpilogueTile {
+    /// `acc[i][j]`: the register holding row `i`, column vector `j` of input 0.
+    pub acc: Vec<Vec<usize>>,
+    /// Lanes of the last column vector inside the block (`lanes()` when it is full).
+    pub last_lanes: usize,
+    /// Per operand (inputs in call order, then the output): the general register holding the
+    /// address of its element `[0, 0]` (or `[0]`); input 0's is never used.
+    pub bases: Vec<AsmRegister64>,
+    /// Per operand: elements between rows, 0 for an `[n]` operand.
+    pub row_strides: Vec<i64>,
+}
+
+/// The current vector of an epilogue (`Gen::place`).
+pub(super) struct Place {
+    bases: Vec<AsmRegister64>,
+    row_strides: Vec<i64>,
+    row: i64,
+    vector: i64,
+    /// The register of input 0 at the current vector.
+    acc: usize,
+    /// The body reads input 0 at one node: its register can become that node's value.
+    single_read: bool,
+    /// `acc` became a node's value (freed at its last use).
+    handed: bool,
+}
+
+impl Place {
+    pub(super) fn at(&self, arg: usize, bytes: i32, width: VectorWidth) -> Result<AsmMemoryOperand, KernelError> {
+        let elements = self.row * self.row_strides[arg] + self.vector * width.lanes() as i64;
+        Ok(self.bases[arg] + imm32("an epilogue operand", elements * i64::from(bytes))?)
+    }
+}
+
+/// Emits into `a` the map `decl` (an `IntrinKind::Map` whose input 0 is `i32[m, n]`) on
+/// `tile`, zmm only, and returns the assembler. Registers: vector registers outside `tile.acc`
+/// (clobbered), each of `tile.acc` after its vector, r11, k2–k4. `Unsupported` where the body
+/// or its temporaries do not fit beside the tile, or the shapes do not match.
+pub(crate) fn emit_epilogue(
+    a: CodeAssembler,
+    width: VectorWidth,
+    decl: &TensorIntrin,
+    tile: &EpilogueTile,
+) -> Result<CodeAssembler, KernelError> {
+    let unsupported = |what: String| Err(KernelError::Unsupported { what });
+    let IntrinKind::Map { m, n } = decl.kind else {
+        return unsupported(format!("{} is not a Map declaration", decl.name));
+    };
+    let lanes = width.lanes();
+    let vectors = tile.acc.first().map_or(0, Vec::len);
+    let fits = tile.acc.len() as i64 == m
+        && tile.acc.iter().all(|row| row.len() == vectors)
+        && vectors > 0
+        && ((vectors - 1) * lanes + tile.last_lanes) as i64 == n
+        && (1..=lanes).contains(&tile.last_lanes);
+    let operands = decl.operand_tensors();
+    if width != VectorWidth::Zmm || !fits || tile.bases.len() != operands.len() || tile.row_strides.len() != operands.len()
+    {
+        return unsupported(format!("an epilogue of {} on a {}-row tile of {vectors} vectors", decl.name, tile.acc.len()));
+    }
+    if is_copy(decl) || operands[0].dtype() != ir::DType::I32 {
+        return unsupported(format!("an epilogue of {} (input 0 an i32 value to map)", decl.name));
+    }
+    let mut g = Gen::with(a, width, decl, false);
+    let taken: HashSet<usize> = tile.acc.iter().flatten().copied().collect();
+    g.free.retain(|r| !taken.contains(r));
+    let body = decl.output.body().expect("a Map declaration is a compute").clone();
+    let single_read = reads_of_first_input(decl, &body) == 1;
+    g.place = Some(Place {
+        bases: tile.bases.clone(),
+        row_strides: tile.row_strides.clone(),
+        row: 0,
+        vector: 0,
+        acc: 0,
+        single_read,
+        handed: false,
+    });
+    g.prepare(&body)?;
+    if tile.last_lanes < lanes {
+        g.a.mov(r11d, (1u32 << tile.last_lanes) - 1)?;
+        g.a.kmovw(k2, r11d)?;
+        // The lanes past the block, which a check over every lane must ignore.
+        g.a.knotw(k4, k2)?;
+    }
+    for (i, row) in tile.acc.iter().enumerate() {
+        for (j, &acc) in row.iter().enumerate() {
+            if let Some(place) = g.place.as_mut() {
+                (place.row, place.vector, place.acc, place.handed) = (i as i64, j as i64, acc, false);
+            }
+            g.masked = j + 1 == vectors && tile.last_lanes < lanes;
+            g.offset = 0;
+            g.vector(&body)?;
+            if !g.place.as_ref().is_some_and(|p| p.handed) {
+                g.free.push(acc);
+            }
+        }
+    }
+    Ok(g.a)
+}
+
+/// Distinct nodes of `body` that read `decl`'s input 0.
+fn reads_of_first_input(decl: &TensorIntrin, body: &Expr) -> usize {
+    let mut nodes = HashSet::new();
+    body.for_each(&mut |e| {
+        if let ExprKind::TensorRead(t, _) = e.kind()
+            && t.id() == decl.inputs[0].id()
+        {
+            nodes.insert(node(e));
+        }
+    });
+    nodes.len()
+}
+
+impl Gen<'_> {
+    /// The register of input `arg` at the current vector, in an epilogue: input 0's.
+    pub(super) fn register_input(&self, arg: usize) -> Option<usize> {
+        self.place.as_ref().filter(|_| arg == 0).map(|p| p.acc)
+    }
+
+    /// A read of the register input `reg` as a node's value: `reg` itself where the body reads
+    /// it at one node (freed at that node's last use), else a copy.
+    pub(super) fn from_register(&mut self, reg: usize) -> Result<usize, KernelError> {
+        if let Some(place) = self.place.as_mut()
+            && place.single_read
+            && !place.handed
+        {
+            place.handed = true;
+            return Ok(reg);
+        }
+        let dst = self.allocate()?;
+        self.copy(dst, reg)?;
+        Ok(dst)
+    }
+}
