@@ -121,9 +121,8 @@ pub fn call_nest(intrin: &TensorIntrin, operands: &[Operand], reset: bool) -> Op
         ExprKind::Reduce(r) => Some(r),
         _ => None,
     };
-    let reduce_loops: Vec<(Var, i64)> = reduce
-        .map(|r| r.axes.iter().map(|a| (Var::index(a.var().name()), a.extent())).collect())
-        .unwrap_or_default();
+    let reduce_loops: Vec<(Var, i64)> =
+        reduce.map(|r| r.axes.iter().map(|a| (Var::index(a.var().name()), a.extent())).collect()).unwrap_or_default();
     if let Some(r) = reduce {
         vars.extend(r.axes.iter().zip(&reduce_loops).map(|(a, (v, _))| (a.var().clone(), v.to_expr())));
     }

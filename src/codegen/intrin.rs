@@ -276,7 +276,12 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     /// A `GemmMap` call: the fused kernel (`kernels::gemm_map`) where the level selects the zmm
     /// VNNI kernel for the GEMM part and the tile, the Map's body and its operands fit it; else
     /// the fallback, the GEMM and the Map calls on a temporary tile.
-    fn call_gemm_map(&mut self, intrin: &TensorIntrin, operands: &[Operand], fallback: &Stmt) -> Result<(), CompileError> {
+    fn call_gemm_map(
+        &mut self,
+        intrin: &TensorIntrin,
+        operands: &[Operand],
+        fallback: &Stmt,
+    ) -> Result<(), CompileError> {
         let Some((gemm, map)) = &intrin.parts else { return self.stmt(fallback) };
         let (IntrinKind::Int8Gemm { m, n, saturating, .. }, IntrinKind::Map { .. }) = (gemm.kind, map.kind) else {
             return self.stmt(fallback);
@@ -380,7 +385,8 @@ impl<M: Module> ModuleCtx<'_, M> {
         row_strides: Vec<i64>,
         intrin: &str,
     ) -> Result<Option<FuncId>, CompileError> {
-        let key = KernelKey::GemmMap { shape, declaration: ir::workload::intrin_key(map), row_strides: row_strides.clone() };
+        let key =
+            KernelKey::GemmMap { shape, declaration: ir::workload::intrin_key(map), row_strides: row_strides.clone() };
         if let Some(&id) = self.kernels.get(&key) {
             return Ok(Some(id));
         }
@@ -401,7 +407,7 @@ impl<M: Module> ModuleCtx<'_, M> {
         let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
         self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
         let origin = format!(
-            "{variant} kernel for {intrin}: {}x{}x{}, {} segments, then {} in registers, row strides {row_strides:?}",
+            "{variant} kernel for {intrin}: {}x{}x{}, {} segments, then the map kernel of {} as its epilogue, row strides {row_strides:?}",
             shape.m, shape.n, shape.k, shape.segments, map.name
         );
         self.functions.push(DefinedFunction { name, id, origin, kernel: Some(variant), size: bytes.len() });

@@ -13,7 +13,7 @@ use ir::intrin::{IntrinKind, TensorIntrin};
 
 use crate::error::KernelError;
 use crate::isa::{KernelVariant, VectorWidth};
-use crate::kernels::gemm::{A_BASE, A_BLOCK, B_PANEL, Blocking, Gen, GemmShape, check_variant};
+use crate::kernels::gemm::{A_BASE, A_BLOCK, B_PANEL, Blocking, GemmShape, Gen, check_variant};
 use crate::kernels::imm32;
 use crate::kernels::map::{EpilogueTile, emit_epilogue};
 

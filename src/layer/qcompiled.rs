@@ -201,10 +201,16 @@ impl CompiledQuantized {
         self.kernel.machine_code().iter().any(|c| c.origin.contains("map kernel"))
     }
 
-    /// One line: the level, the GEMM kernels, and whether the requantization is a map kernel.
+    /// One line: the level, the GEMM kernels, and whether the requantization is the GEMM
+    /// kernel's epilogue (`GemmMap`), a map kernel, or loops.
     pub fn kernel_description(&self) -> String {
         let kernels: Vec<String> = self.kernel_variants().iter().map(|v| v.to_string()).collect();
-        let map = if self.uses_map_kernel() { "map kernel" } else { "loops" };
+        let epilogue = self.kernel.machine_code().iter().any(|c| c.origin.contains("as its epilogue"));
+        let map = match (epilogue, self.uses_map_kernel()) {
+            (true, _) => "GEMM epilogue",
+            (false, true) => "map kernel",
+            (false, false) => "loops",
+        };
         let sum = if self.sum { " with the residual add" } else { "" };
         format!("{}: {}; requantization{sum}: {map}", self.isa_level().name(), kernels.join(", "))
     }

@@ -4,6 +4,7 @@
 mod amx;
 mod arith;
 mod errors;
+mod gemm_maps;
 mod intrinsics;
 mod kernels;
 mod maps;

@@ -225,12 +225,8 @@ impl FuseEpilogues {
         gemm_operands.push(at_tile.clone());
         let mut map_operands = vec![at_tile];
         map_operands.extend(operands[gemm_operands.len() - 1..].iter().cloned());
-        let gemm_call = Stmt::call(
-            g.intrin.clone(),
-            gemm_operands.clone(),
-            true,
-            call_nest(g.intrin, &gemm_operands, true)?,
-        );
+        let gemm_call =
+            Stmt::call(g.intrin.clone(), gemm_operands.clone(), true, call_nest(g.intrin, &gemm_operands, true)?);
         let map_call =
             Stmt::call(tile_map.clone(), map_operands.clone(), false, call_nest(&tile_map, &map_operands, false)?);
         let fallback = Stmt::allocate(tile, Stmt::seq(vec![gemm_call, map_call]));

@@ -72,9 +72,16 @@ pub(crate) fn emit_epilogue(
         && ((vectors - 1) * lanes + tile.last_lanes) as i64 == n
         && (1..=lanes).contains(&tile.last_lanes);
     let operands = decl.operand_tensors();
-    if width != VectorWidth::Zmm || !fits || tile.bases.len() != operands.len() || tile.row_strides.len() != operands.len()
+    if width != VectorWidth::Zmm
+        || !fits
+        || tile.bases.len() != operands.len()
+        || tile.row_strides.len() != operands.len()
     {
-        return unsupported(format!("an epilogue of {} on a {}-row tile of {vectors} vectors", decl.name, tile.acc.len()));
+        return unsupported(format!(
+            "an epilogue of {} on a {}-row tile of {vectors} vectors",
+            decl.name,
+            tile.acc.len()
+        ));
     }
     if is_copy(decl) || operands[0].dtype() != ir::DType::I32 {
         return unsupported(format!("an epilogue of {} (input 0 an i32 value to map)", decl.name));

@@ -1,0 +1,195 @@
+//! `GemmMap` calls (`passes::fuse_epilogues`, `kernels::gemm_map`): a resetting GEMM call into
+//! an accumulator, then a requantizing `Map` of it, fused by the pass; the fused kernel, the
+//! unfused pair of kernels and the interpreter (running the composite declaration, and the
+//! unfused calls) agree bit for bit over tiles with row and column tails, one and three
+//! segments, u8 and i8 outputs, with and without an `[m, n]` add input.
+
+use ir::composite::call_nest;
+use ir::expr::select;
+use ir::interp::{Array, run_func};
+use ir::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin};
+use ir::passes::fuse_epilogues;
+use ir::te::{Tensor as TeTensor, compute, placeholder_vec};
+use ir::{Buffer, DType, Expr, Func, Operand, Stmt, StmtKind};
+
+use super::{check_with, skip};
+use crate::isa::IsaLevel;
+use crate::runtime::CompileOptions;
+use crate::target::Target;
+
+/// One case: tile `m × n`, `segments` of `k`, the output dtype, an add input or not.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    m: i64,
+    n: i64,
+    segments: i64,
+    k: i64,
+    out: DType,
+    add: bool,
+}
+
+fn f32c(v: f32) -> Expr {
+    Expr::float(DType::F32, f64::from(v))
+}
+
+/// `sat(max(round(f32(acc - comp[c]) · scale[c]) + 3 (+ 0.75 · f32(sum[p, c])), lower))`,
+/// onnxruntime's requantization order (the add fused), over `[m, n]`.
+fn requantize(case: Case) -> TensorIntrin {
+    let Case { m, n, out, add, .. } = case;
+    let acc = placeholder_vec(vec![m, n], DType::I32, "acc").unwrap();
+    let comp = placeholder_vec(vec![n], DType::I32, "comp").unwrap();
+    let scale = placeholder_vec(vec![n], DType::F32, "scale").unwrap();
+    let sum = placeholder_vec(vec![m, n], DType::U8, "sum").unwrap();
+    let lower = if out == DType::U8 { 3.0 } else { -128.0 };
+    let y = compute(
+        [m, n],
+        |i| {
+            let (p, c) = (&i[0], &i[1]);
+            let centered = (acc.at([p, c]) - comp.at([c])).cast(DType::F32);
+            let mut q = (centered * scale.at([c])).round() + f32c(3.0);
+            if add {
+                q = f32c(0.75).fma(&sum.at([p, c]).cast(DType::F32), &q);
+            }
+            select(f32c(lower).lt(&q), q, f32c(lower)).saturating_cast(out)
+        },
+        "y",
+    )
+    .unwrap();
+    let mut inputs: Vec<&TeTensor> = vec![&acc, &comp, &scale];
+    if add {
+        inputs.push(&sum);
+    }
+    decl_tensor_intrin(&format!("rq_{m}x{n}"), IntrinKind::Map { m, n }, &y, &inputs).unwrap()
+}
+
+/// `allocate acc { call reset gemm(A, B, acc); call map(acc, …, out) }` over buffers with
+/// rows that are not dense (A's segments and rows, B's k groups, the sum's and output's rows).
+fn unfused(case: Case) -> Func {
+    let Case { m, n, segments, k, out, add } = case;
+    let gemm = schedules::intrin::int8_gemm_segmented_microkernel(m, n, segments, k, DType::U8, false).unwrap();
+    let map = requantize(case);
+    let (lds, ldb, ld_sum, ld_out) = (k + 4, 4 * n + 16, n + 8, n + 5);
+    let lda = segments * lds + 8;
+    let a = Buffer::new("A", DType::U8, vec![m * lda]);
+    let b = Buffer::new("B", DType::I8, vec![segments * k / 4 * ldb]);
+    let comp = Buffer::new("comp", DType::I32, vec![n]);
+    let scale = Buffer::new("scale", DType::F32, vec![n]);
+    let sum = Buffer::new("sum", DType::U8, vec![m * ld_sum]);
+    let y = Buffer::new("y", out, vec![m * ld_out]);
+    let acc = Buffer::new("acc", DType::I32, vec![m, n]);
+    let at =
+        |buffer: &Buffer, strides: Vec<i64>| Operand { buffer: buffer.clone(), origin: vec![Expr::index(0)], strides };
+    let a_strides = if segments > 1 { vec![lda, lds, 1] } else { vec![lda, 1] };
+    let gemm_operands = vec![at(&a, a_strides), at(&b, vec![ldb, 4, 1]), at(&acc, vec![n, 1])];
+    let mut map_operands = vec![at(&acc, vec![n, 1]), at(&comp, vec![1]), at(&scale, vec![1])];
+    if add {
+        map_operands.push(at(&sum, vec![ld_sum, 1]));
+    }
+    map_operands.push(at(&y, vec![ld_out, 1]));
+    let gemm_fallback = call_nest(&gemm, &gemm_operands, true).unwrap();
+    let map_fallback = call_nest(&map, &map_operands, false).unwrap();
+    let body = Stmt::allocate(
+        acc,
+        Stmt::seq(vec![
+            Stmt::call(gemm, gemm_operands, true, gemm_fallback),
+            Stmt::call(map, map_operands, false, map_fallback),
+        ]),
+    );
+    let mut params = vec![a, b, comp, scale];
+    if add {
+        params.push(sum);
+    }
+    params.push(y);
+    Func { name: "gemm_map".into(), params, body }
+}
+
+/// Arguments: A and B over their whole ranges, compensations and scales that spread the
+/// results over the output's range and past it.
+fn args(func: &Func) -> Vec<Array> {
+    func.params
+        .iter()
+        .enumerate()
+        .map(|(s, p)| {
+            let len = p.len() as i64;
+            let raw = |i: i64| (i * 7919 + s as i64 * 104_729) % 20_011;
+            match p.name() {
+                "A" | "sum" => {
+                    Array::from_i64(p.dtype(), p.shape(), &(0..len).map(|i| raw(i) % 256).collect::<Vec<_>>())
+                }
+                "B" => Array::from_i64(p.dtype(), p.shape(), &(0..len).map(|i| raw(i) % 256 - 128).collect::<Vec<_>>()),
+                "comp" => Array::from_i64(p.dtype(), p.shape(), &(0..len).map(|i| raw(i) - 10_000).collect::<Vec<_>>()),
+                "scale" => Array::from_f64(
+                    p.dtype(),
+                    p.shape(),
+                    &(0..len).map(|i| 1e-4 * (1 + raw(i) % 97) as f64).collect::<Vec<_>>(),
+                ),
+                _ => Array::zeros(p.dtype(), p.shape()),
+            }
+        })
+        .collect()
+}
+
+fn gemm_map_calls(func: &Func) -> usize {
+    let mut count = 0;
+    ir::mutator::for_each_stmt(&func.body, &mut |s| {
+        count += matches!(s.kind(), StmtKind::Call { intrin, .. } if matches!(intrin.kind, IntrinKind::GemmMap { .. }))
+            as usize;
+    });
+    count
+}
+
+#[test]
+fn fused_kernels_equal_the_unfused_pair_and_the_interpreter() {
+    let Some(&level) = skip::levels_here_for([IsaLevel::Avx512Vnni], "GemmMap kernels").first() else { return };
+    let options = CompileOptions { target: Target::Level(level), ..CompileOptions::default() };
+    let mut fused_kernels = 0;
+    for m in 1..=9 {
+        for n in [16, 32, 48, 40] {
+            for (segments, k) in [(1, 36), (3, 8)] {
+                for out in [DType::U8, DType::I8] {
+                    for add in [false, true] {
+                        let case = Case { m, n, segments, k, out, add };
+                        let before = unfused(case);
+                        let after = fuse_epilogues(&before);
+                        assert_eq!(gemm_map_calls(&after), 1, "{case:?}:\n{after}");
+                        let inputs = args(&before);
+                        // The interpreter: the composite declaration equals the two calls.
+                        let (mut want, mut got) = (inputs.clone(), inputs.clone());
+                        run_func(&before, &mut want).unwrap();
+                        run_func(&after, &mut got).unwrap();
+                        let output = want.len() - 1;
+                        assert!(got[output].bits_eq(&want[output]), "{case:?}: interpreter");
+                        // Each compiled function against the interpreter (`check_with`).
+                        let fused = check_with(&after, &inputs, &options);
+                        let pair = check_with(&before, &inputs, &options);
+                        let origins = |f: &crate::runtime::CompiledFunc| {
+                            f.machine_code().iter().map(|c| c.origin.clone()).collect::<Vec<_>>()
+                        };
+                        let uses_fused = origins(&fused).iter().any(|o| o.contains("epilogue"));
+                        assert!(origins(&pair).iter().any(|o| o.contains("map kernel")), "{case:?}");
+                        // Every tile that is one register block of the zmm VNNI kernel is fused.
+                        assert!(uses_fused || m > 8, "{case:?}: {:?}", origins(&fused));
+                        fused_kernels += uses_fused as usize;
+                    }
+                }
+            }
+        }
+    }
+    assert!(fused_kernels >= 8 * 4 * 2 * 2 * 2);
+}
+
+#[test]
+fn an_accumulator_read_elsewhere_is_not_fused() {
+    let case = Case { m: 4, n: 16, segments: 1, k: 8, out: DType::U8, add: false };
+    let before = unfused(case);
+    let StmtKind::Allocate { buffer, body } = before.body.kind() else { unreachable!("built as an allocation") };
+    // A store of an accumulator element to the output after the map: `acc` is read elsewhere.
+    let y = before.params.last().unwrap().clone();
+    let read = Expr::load(buffer, vec![Expr::index(0)]).cast(DType::U8);
+    let extra = Stmt::store(&y, vec![Expr::index(0)], read);
+    let body = Stmt::allocate(buffer.clone(), Stmt::seq(vec![body.clone(), extra]));
+    let before = Func { body, ..before };
+    let after = fuse_epilogues(&before);
+    assert_eq!(after.to_string(), before.to_string());
+    assert_eq!(gemm_map_calls(&after), 0);
+}
