@@ -16,16 +16,20 @@ fn golden_path(name: &str) -> PathBuf {
 #[track_caller]
 fn check_golden(name: &str, schedule: &Schedule, args: &[&Tensor]) {
     let func = ir::lower::lower(schedule, args, name).expect("golden schedules lower");
-    let actual = func.to_string();
+    check_golden_text(name, &func.to_string());
+}
+
+#[track_caller]
+fn check_golden_text(name: &str, actual: &str) {
     let path = golden_path(name);
     if std::env::var_os("TENSORLIFT_BLESS").is_some_and(|v| v == "1") {
-        std::fs::write(&path, &actual).expect("write golden file");
+        std::fs::write(&path, actual).expect("write golden file");
         crate::skip::skip(name, "TENSORLIFT_BLESS=1: the golden file was rewritten, not compared");
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_default();
     if expected != actual {
-        let diff = similar::TextDiff::from_lines(&expected, &actual);
+        let diff = similar::TextDiff::from_lines(&expected, actual);
         panic!(
             "lowered IR of `{name}` differs from {}:\n{}\nrerun with TENSORLIFT_BLESS=1 to accept it",
             path.display(),
@@ -227,4 +231,77 @@ fn golden_cache_write() {
     let (io, _) = s.split(&c, &c.axis(0), 2).unwrap();
     s.compute_at(&c_local, &c, &io).unwrap();
     check_golden("cache_write", &s, &[&a, &b, &c]);
+}
+
+/// `fuse_epilogues` on an `[8, 32]` accumulator filled by 2 × 2 resetting `4 × 16` GEMM calls
+/// (one segment of 8), then requantized with a residual add by one `Map` call: each GEMM call
+/// becomes a `GemmMap` call whose per-column operands move by the tile's column and whose
+/// `[m, n]` ones by its row and column, and the accumulator goes.
+#[test]
+fn golden_fuse_epilogues() {
+    use ir::composite::call_nest;
+    use ir::expr::select;
+    use ir::intrin::{IntrinKind, decl_tensor_intrin};
+    use ir::te::placeholder_vec;
+    use ir::{Buffer, Expr, ForKind, Func, Operand, Stmt, Var};
+
+    let (m, n, k, mr, nr) = (8, 32, 8, 4, 16);
+    let gemm = schedules::intrin::int8_gemm_segmented_microkernel(mr, nr, 1, k, DType::U8, false).unwrap();
+    let acc = placeholder_vec(vec![m, n], DType::I32, "acc").unwrap();
+    let comp = placeholder_vec(vec![n], DType::I32, "comp").unwrap();
+    let sum = placeholder_vec(vec![m, n], DType::U8, "sum").unwrap();
+    let f32c = |v: f64| Expr::float(DType::F32, v);
+    let y = compute(
+        [m, n],
+        |i| {
+            let q = (acc.at([&i[0], &i[1]]) - comp.at([&i[1]])).cast(DType::F32) * f32c(0.01);
+            let q = q.round() + sum.at([&i[0], &i[1]]).cast(DType::F32);
+            select(f32c(0.0).lt(&q), q, f32c(0.0)).saturating_cast(DType::U8)
+        },
+        "y",
+    )
+    .unwrap();
+    let map = decl_tensor_intrin("rq_8x32", IntrinKind::Map { m, n }, &y, &[&acc, &comp, &sum]).unwrap();
+    let a = Buffer::new("A", DType::U8, vec![m, k]);
+    let b = Buffer::new("B", DType::I8, vec![k / 4, n, 4]);
+    let (comp_b, sum_b, y_b) = (
+        Buffer::new("comp", DType::I32, vec![n]),
+        Buffer::new("sum", DType::U8, vec![m, n]),
+        Buffer::new("y", DType::U8, vec![m, n]),
+    );
+    let acc_b = Buffer::new("acc", DType::I32, vec![m, n]);
+    let (io, jo) = (Var::index("i.outer"), Var::index("j.outer"));
+    let at = |buffer: &Buffer, origin: Expr, strides: Vec<i64>| Operand { buffer: buffer.clone(), origin: vec![origin], strides };
+    let gemm_operands = vec![
+        at(&a, io.to_expr() * (mr * k), vec![k, 1]),
+        at(&b, jo.to_expr() * (nr * 4), vec![n * 4, 4, 1]),
+        at(&acc_b, io.to_expr() * (mr * n) + jo.to_expr() * nr, vec![n, 1]),
+    ];
+    let zero = || Expr::index(0);
+    let map_operands =
+        vec![at(&acc_b, zero(), vec![n, 1]), at(&comp_b, zero(), vec![1]), at(&sum_b, zero(), vec![n, 1]), at(&y_b, zero(), vec![n, 1])];
+    let gemm_call = Stmt::call(gemm.clone(), gemm_operands.clone(), true, call_nest(&gemm, &gemm_operands, true).unwrap());
+    let tiles = Stmt::for_loop(io, m / mr, ForKind::Serial, Stmt::for_loop(jo, n / nr, ForKind::Serial, gemm_call));
+    let map_call = Stmt::call(map.clone(), map_operands.clone(), false, call_nest(&map, &map_operands, false).unwrap());
+    let body = Stmt::allocate(acc_b, Stmt::seq(vec![tiles, map_call]));
+    let func = Func { name: "fuse_epilogues".into(), params: vec![a, b, comp_b, sum_b, y_b], body };
+    let fused = ir::passes::fuse_epilogues(&func);
+    assert_eq!(ir::passes::verify(&fused, ir::passes::VerifyLevel::Lowered), Ok(()));
+    // The same outputs by the interpreter, which runs the composite declaration.
+    let inputs: Vec<ir::interp::Array> = func
+        .params
+        .iter()
+        .enumerate()
+        .map(|(s, p)| {
+            let values: Vec<i64> = (0..p.len() as i64).map(|i| (i * 7919 + s as i64 * 331) % 251 - 120).collect();
+            let values: Vec<i64> =
+                if p.dtype() == DType::U8 { values.iter().map(|v| v.rem_euclid(256)).collect() } else { values };
+            ir::interp::Array::from_i64(p.dtype(), p.shape(), &values)
+        })
+        .collect();
+    let (mut want, mut got) = (inputs.clone(), inputs);
+    ir::interp::run_func(&func, &mut want).unwrap();
+    ir::interp::run_func(&fused, &mut got).unwrap();
+    assert!(got[4].bits_eq(&want[4]));
+    check_golden_text("fuse_epilogues", &fused.to_string());
 }
