@@ -193,4 +193,3 @@ fn an_accumulator_read_elsewhere_is_not_fused() {
     assert_eq!(after.to_string(), before.to_string());
     assert_eq!(gemm_map_calls(&after), 0);
 }
-

@@ -271,16 +271,25 @@ fn golden_fuse_epilogues() {
     );
     let acc_b = Buffer::new("acc", DType::I32, vec![m, n]);
     let (io, jo) = (Var::index("i.outer"), Var::index("j.outer"));
-    let at = |buffer: &Buffer, origin: Expr, strides: Vec<i64>| Operand { buffer: buffer.clone(), origin: vec![origin], strides };
+    let at = |buffer: &Buffer, origin: Expr, strides: Vec<i64>| Operand {
+        buffer: buffer.clone(),
+        origin: vec![origin],
+        strides,
+    };
     let gemm_operands = vec![
         at(&a, io.to_expr() * (mr * k), vec![k, 1]),
         at(&b, jo.to_expr() * (nr * 4), vec![n * 4, 4, 1]),
         at(&acc_b, io.to_expr() * (mr * n) + jo.to_expr() * nr, vec![n, 1]),
     ];
     let zero = || Expr::index(0);
-    let map_operands =
-        vec![at(&acc_b, zero(), vec![n, 1]), at(&comp_b, zero(), vec![1]), at(&sum_b, zero(), vec![n, 1]), at(&y_b, zero(), vec![n, 1])];
-    let gemm_call = Stmt::call(gemm.clone(), gemm_operands.clone(), true, call_nest(&gemm, &gemm_operands, true).unwrap());
+    let map_operands = vec![
+        at(&acc_b, zero(), vec![n, 1]),
+        at(&comp_b, zero(), vec![1]),
+        at(&sum_b, zero(), vec![n, 1]),
+        at(&y_b, zero(), vec![n, 1]),
+    ];
+    let gemm_call =
+        Stmt::call(gemm.clone(), gemm_operands.clone(), true, call_nest(&gemm, &gemm_operands, true).unwrap());
     let tiles = Stmt::for_loop(io, m / mr, ForKind::Serial, Stmt::for_loop(jo, n / nr, ForKind::Serial, gemm_call));
     let map_call = Stmt::call(map.clone(), map_operands.clone(), false, call_nest(&map, &map_operands, false).unwrap());
     let body = Stmt::allocate(acc_b, Stmt::seq(vec![tiles, map_call]));

@@ -225,7 +225,9 @@ impl Walk {
                 self.calls_dynamic += dynamic;
                 let elements = |shape: &[i64]| shape.iter().map(|&e| e as f64).product::<f64>();
                 let output = elements(intrin.output.shape());
-                let reduction: f64 = intrin.output.reduce_axes().iter().map(|a| a.extent() as f64).product();
+                // A `GemmMap` reduces as its GEMM part does.
+                let reducing = intrin.parts.as_ref().map_or(&intrin.output, |(gemm, _)| &gemm.output);
+                let reduction: f64 = reducing.reduce_axes().iter().map(|a| a.extent() as f64).product();
                 let input: f64 = intrin.inputs.iter().map(|t| elements(t.shape())).sum();
                 self.call_output = self.call_output.max(output);
                 self.call_input = self.call_input.max(input);

@@ -15,8 +15,10 @@ use crate::stmt::{Buffer, ForKind, Func, Operand, Stmt, StmtKind};
 const MAX_POINTS: i64 = 1 << 16;
 const MAX_CELLS: i64 = 1 << 22;
 
-/// Rewrites, in every `Allocate` of an accumulator `acc` whose body runs, one after the other,
-/// nests of `For` loops each around one resetting `Int8Gemm`/`Int16Gemm` call writing an
+/// Rewrites, in every `Allocate` of an accumulator `acc` whose body (inside allocations of
+/// other buffers) runs, one after the other, nests of `For` loops (each alone, or at the end of
+/// allocations of other buffers after statements not touching `acc`) each around one
+/// resetting `Int8Gemm`/`Int16Gemm` call writing an
 /// `[mr, nr]` tile of `acc`, then a nest of at most one `For` loop around one `Map` call
 /// reading `acc` as its input 0: each GEMM call becomes a `GemmMap` call of the GEMM and the
 /// Map resized to the tile (`composite::map_tile`), whose other operands are offset to the
@@ -62,15 +64,23 @@ fn touches(stmt: &Stmt, buffer: &Buffer) -> bool {
     found
 }
 
+/// The statements of `stmt`, nested sequences flattened.
+fn flatten(stmt: &Stmt, out: &mut Vec<Stmt>) {
+    match stmt.kind() {
+        StmtKind::Seq(stmts) => stmts.iter().for_each(|s| flatten(s, out)),
+        _ => out.push(stmt.clone()),
+    }
+}
+
 /// A nest of `For` loops around one call.
-struct Nest<'s> {
+struct Nest {
     loops: Vec<(Var, i64, ForKind)>,
-    intrin: &'s TensorIntrin,
-    operands: &'s [Operand],
+    intrin: TensorIntrin,
+    operands: Vec<Operand>,
     reset: bool,
 }
 
-fn nest(stmt: &Stmt) -> Option<Nest<'_>> {
+fn nest(stmt: &Stmt) -> Option<Nest> {
     let mut loops = Vec::new();
     let mut s = stmt;
     loop {
@@ -80,11 +90,40 @@ fn nest(stmt: &Stmt) -> Option<Nest<'_>> {
                 s = body;
             }
             StmtKind::Call { intrin, operands, reset, .. } => {
-                return Some(Nest { loops, intrin, operands, reset: *reset });
+                return Some(Nest { loops, intrin: intrin.clone(), operands: operands.clone(), reset: *reset });
             }
             _ => return None,
         }
     }
+}
+
+/// A statement writing `acc` by GEMM calls: one nest, or allocations of other buffers (a
+/// padded source's) around statements that do not touch `acc` (`prefix`), then nests only.
+struct Site {
+    allocations: Vec<Buffer>,
+    prefix: Vec<Stmt>,
+    nests: Vec<Nest>,
+}
+
+fn site(stmt: &Stmt, acc: &Buffer) -> Option<Site> {
+    if let Some(n) = nest(stmt) {
+        return Some(Site { allocations: Vec::new(), prefix: Vec::new(), nests: vec![n] });
+    }
+    let (mut allocations, mut s) = (Vec::new(), stmt);
+    while let StmtKind::Allocate { buffer, body } = s.kind()
+        && buffer != acc
+    {
+        allocations.push(buffer.clone());
+        s = body;
+    }
+    if allocations.is_empty() {
+        return None;
+    }
+    let mut stmts = Vec::new();
+    flatten(s, &mut stmts);
+    let first = stmts.iter().position(|x| touches(x, acc))?;
+    let nests = stmts[first..].iter().map(nest).collect::<Option<Vec<_>>>()?;
+    Some(Site { allocations, prefix: stmts[..first].to_vec(), nests })
 }
 
 /// A flat offset as `Σ coefficient · loop variable + constant` over `loops`' variables.
@@ -121,25 +160,35 @@ struct Placement {
 
 impl FuseEpilogues {
     fn fuse(&mut self, acc: &Buffer, body: &Stmt) -> Option<Stmt> {
-        let stmts: Vec<Stmt> = match body.kind() {
-            StmtKind::Seq(stmts) => stmts.clone(),
-            _ => vec![body.clone()],
-        };
+        // Through the allocations of other buffers (a padded source's, inside the accumulator's).
+        if let StmtKind::Allocate { buffer, body: inner } = body.kind()
+            && buffer != acc
+        {
+            return self.fuse(acc, inner).map(|fused| Stmt::allocate(buffer.clone(), fused));
+        }
+        let mut stmts = Vec::new();
+        flatten(body, &mut stmts);
         let users: Vec<usize> = (0..stmts.len()).filter(|&i| touches(&stmts[i], acc)).collect();
         let (&last, first) = (users.last()?, users[0]);
         if users.len() < 2 || last - first + 1 != users.len() {
             return None;
         }
         let map = nest(&stmts[last])?;
-        let gemms: Vec<Nest> = stmts[first..last].iter().map(nest).collect::<Option<_>>()?;
-        let rewritten = self.rewrite(acc, &gemms, &map)?;
+        let sites: Vec<Site> = stmts[first..last].iter().map(|s| site(s, acc)).collect::<Option<_>>()?;
+        let gemms: Vec<&Nest> = sites.iter().flat_map(|s| &s.nests).collect();
+        let mut fused = self.rewrite(acc, &gemms, &map)?.into_iter();
         let mut out: Vec<Stmt> = stmts[..first].to_vec();
-        out.extend(rewritten);
+        for site in &sites {
+            let mut body = site.prefix.clone();
+            body.extend(fused.by_ref().take(site.nests.len()));
+            let body = Stmt::seq(body);
+            out.push(site.allocations.iter().rev().fold(body, |b, buffer| Stmt::allocate(buffer.clone(), b)));
+        }
         out.extend(stmts[last + 1..].iter().cloned());
         Some(Stmt::seq(out))
     }
 
-    fn rewrite(&mut self, acc: &Buffer, gemms: &[Nest], map: &Nest) -> Option<Vec<Stmt>> {
+    fn rewrite(&mut self, acc: &Buffer, gemms: &[&Nest], map: &Nest) -> Option<Vec<Stmt>> {
         let IntrinKind::Map { m: big_m, n: big_n } = map.intrin.kind else { return None };
         let (map_acc, others) = map.operands.split_first()?;
         if map.reset || map_acc.buffer != *acc || others.iter().any(|o| o.buffer == *acc) || map_acc.origin.len() != 1 {
@@ -192,12 +241,12 @@ impl FuseEpilogues {
         let (IntrinKind::Int8Gemm { m, n, .. } | IntrinKind::Int16Gemm { m, n, .. }) = g.intrin.kind else {
             return None;
         };
-        let key = (std::ptr::from_ref(&**g.intrin) as usize, std::ptr::from_ref(&**map.intrin) as usize);
+        let key = (std::ptr::from_ref(&*g.intrin) as usize, std::ptr::from_ref(&*map.intrin) as usize);
         let (fused, tile_map) = match self.fused.get(&key) {
             Some(found) => found.clone(),
             None => {
-                let tile_map = map_tile(map.intrin, m, n).ok()?;
-                let fused = gemm_map(g.intrin, &tile_map).ok()?;
+                let tile_map = map_tile(&map.intrin, m, n).ok()?;
+                let fused = gemm_map(&g.intrin, &tile_map).ok()?;
                 self.fused.insert(key, (fused.clone(), tile_map.clone()));
                 (fused, tile_map)
             }
@@ -226,7 +275,7 @@ impl FuseEpilogues {
         let mut map_operands = vec![at_tile];
         map_operands.extend(operands[gemm_operands.len() - 1..].iter().cloned());
         let gemm_call =
-            Stmt::call(g.intrin.clone(), gemm_operands.clone(), true, call_nest(g.intrin, &gemm_operands, true)?);
+            Stmt::call(g.intrin.clone(), gemm_operands.clone(), true, call_nest(&g.intrin, &gemm_operands, true)?);
         let map_call =
             Stmt::call(tile_map.clone(), map_operands.clone(), false, call_nest(&tile_map, &map_operands, false)?);
         let fallback = Stmt::allocate(tile, Stmt::seq(vec![gemm_call, map_call]));
