@@ -29,7 +29,7 @@ fn check_golden_text(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_default();
     if expected != actual {
-        let diff = similar::TextDiff::from_lines(&expected, actual);
+        let diff = similar::TextDiff::from_lines(expected.as_str(), actual);
         panic!(
             "lowered IR of `{name}` differs from {}:\n{}\nrerun with TENSORLIFT_BLESS=1 to accept it",
             path.display(),
