@@ -110,7 +110,7 @@ fn args(func: &Func) -> Vec<Array> {
         .iter()
         .enumerate()
         .map(|(s, p)| {
-            let len = p.len() as i64;
+            let len = p.len();
             let raw = |i: i64| (i * 7919 + s as i64 * 104_729) % 20_011;
             match p.name() {
                 "A" | "sum" => {

@@ -302,7 +302,7 @@ fn golden_fuse_epilogues() {
         .iter()
         .enumerate()
         .map(|(s, p)| {
-            let values: Vec<i64> = (0..p.len() as i64).map(|i| (i * 7919 + s as i64 * 331) % 251 - 120).collect();
+            let values: Vec<i64> = (0..p.len()).map(|i| (i * 7919 + s as i64 * 331) % 251 - 120).collect();
             let values: Vec<i64> =
                 if p.dtype() == DType::U8 { values.iter().map(|v| v.rem_euclid(256)).collect() } else { values };
             ir::interp::Array::from_i64(p.dtype(), p.shape(), &values)

@@ -144,7 +144,7 @@ impl Gen<'_> {
 
     /// A read of the register input `reg` as a node's value: `reg` itself where the body reads
     /// it at one node (freed at that node's last use), else a copy.
-    pub(super) fn from_register(&mut self, reg: usize) -> Result<usize, KernelError> {
+    pub(super) fn read_register(&mut self, reg: usize) -> Result<usize, KernelError> {
         if let Some(place) = self.place.as_mut()
             && place.single_read
             && !place.handed

@@ -36,7 +36,7 @@ impl<'d> Gen<'d> {
             ExprKind::TensorRead(t, _) => {
                 let arg = self.input(t)?;
                 if let Some(reg) = self.register_input(arg) {
-                    return self.from_register(reg);
+                    return self.read_register(reg);
                 }
                 if lane_of(t.dtype()).is_none() {
                     return self.unsupported(format!("a read of {} {t} outside a conversion", t.dtype()));
