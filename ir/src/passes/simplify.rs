@@ -582,7 +582,7 @@ mod tests {
             select(xe.lt(4), (xe.clone() + 4) / 8, idx(1)),
             select((ze.clone() - 2).ge(0), ze.clone() - 2, idx(0)),
             min(xe.clone() + ye.clone(), idx(12)),
-            max(ze.clone() - 16, idx(-1)) + xe.clone() * 0,
+            max(ze.clone() - 16, idx(-1)) + xe.clone() * idx(0),
             ((ze.clone() * 4 + 1) / 4 + ye.clone() - ye.clone()) * 2,
         ];
         let mut reused = RangedSimplifier::new(&ranges);
