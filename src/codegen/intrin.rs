@@ -250,14 +250,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         let mut pointers = Vec::with_capacity(operands.len());
         let mut row_strides = Vec::with_capacity(operands.len());
         for (operand, tensor) in operands.iter().zip(intrin.operand_tensors()) {
-            let row_stride = match *operand.strides.as_slice() {
-                [row, 1] if row >= 0 => row,
-                [1] => 0,
-                _ => return self.stmt(fallback),
-            };
-            if operand.origin.len() != 1 || operand.buffer.dtype() != tensor.dtype() {
-                return self.stmt(fallback);
-            }
+            let Some(row_stride) = map_row_stride(operand, tensor) else { return self.stmt(fallback) };
             match self.buffers.get(&operand.buffer.id()).cloned() {
                 Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
                 _ => return self.stmt(fallback),
@@ -307,14 +300,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         // The Map's operands: input 0 is the tile, then the call's operands after A and B.
         let mut row_strides = vec![n];
         for (operand, tensor) in operands[2..].iter().zip(&intrin.operand_tensors()[2..]) {
-            let row_stride = match *operand.strides.as_slice() {
-                [row, 1] if row >= 0 => row,
-                [1] => 0,
-                _ => return self.stmt(fallback),
-            };
-            if operand.origin.len() != 1 || operand.buffer.dtype() != tensor.dtype() {
-                return self.stmt(fallback);
-            }
+            let Some(row_stride) = map_row_stride(operand, tensor) else { return self.stmt(fallback) };
             row_strides.push(row_stride);
         }
         let mut pointers = Vec::with_capacity(operands.len());
@@ -339,6 +325,18 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         self.b.ins().call(fref, &[block]);
         Ok(())
     }
+}
+
+/// The row stride of a Map operand as its kernel addresses it (elements; 0 for an `[n]`
+/// operand), or `None` where the kernel cannot: not contiguous along the columns, more than
+/// one origin, or a dtype other than the declaration's.
+fn map_row_stride(operand: &Operand, tensor: &ir::te::Tensor) -> Option<i64> {
+    let row_stride = match *operand.strides.as_slice() {
+        [row, 1] if row >= 0 => row,
+        [1] => 0,
+        _ => return None,
+    };
+    (operand.origin.len() == 1 && operand.buffer.dtype() == tensor.dtype()).then_some(row_stride)
 }
 
 impl<M: Module> ModuleCtx<'_, M> {
