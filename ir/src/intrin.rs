@@ -68,6 +68,16 @@ pub enum IntrinKind {
     /// Layout: as `Int8Gemm` with groups of two i16 (`B` stride 1 along `ki` and 2 along `n`;
     /// a group is 4 bytes either way).
     Int16Gemm { m: i64, n: i64, k: i64, segments: i64 },
+    /// `C[m, n] (f32) = C[m, n] + A[m, 0]·B[0, n] + A[m, 1]·B[1, n] + … + A[m, k-1]·B[k-1, n]`
+    /// with `A: f32[m, k]`, `B: f32[k, n]` and `C: f32[m, n]`, the body
+    /// `Σ_{kk<k} A[m, kk] * B[kk, n]` (`f32_gemm_compute`): each product rounded to f32, then
+    /// added to the running sum in ascending `kk`, left to right, exactly the fold of a float
+    /// `sum` (no fused multiply-add, no reassociation), so results equal the interpreter's bit
+    /// for bit (any NaN for a NaN). A resetting call starts the sum at +0.0.
+    ///
+    /// Layout: a row of `A` is contiguous along `k`, a row of `B` and of `C` along `n`; row
+    /// strides are free (`B` is usually a packed panel of `n` columns, so its rows are dense).
+    F32Gemm { m: i64, n: i64, k: i64 },
     /// An element-wise map over an `m × n` block, `out[p, c] = f(…)`: the declaration's body
     /// `f` has no reduction and reads each input at `[p, c]` (an `[m, n]` input) or at `[c]` (an
     /// `[n]` input: per-column parameters such as per-channel scales). What `f` computes is
@@ -102,6 +112,7 @@ impl IntrinKind {
                 let a = if *segments > 1 { vec![None, None, Some(1)] } else { vec![None, Some(1)] };
                 vec![a, vec![None, Some(pack), Some(1)], vec![None, Some(1)]]
             }
+            IntrinKind::F32Gemm { .. } => vec![vec![None, Some(1)]; 3],
             // `[m, n]` or `[n]` operands: unit stride along `c`, whatever the rows'.
             IntrinKind::Map { .. } => {
                 ranks.iter().map(|&rank| (0..rank).map(|d| (d + 1 == rank).then_some(1)).collect()).collect()
@@ -113,12 +124,13 @@ impl IntrinKind {
 }
 
 impl IntrinKind {
-    /// Consecutive `k` packed per column of `B` in a GEMM kind: 4 bytes, or 2 i16.
+    /// Consecutive `k` packed per column of `B` in an integer GEMM kind: 4 bytes, or 2 i16
+    /// (`F32Gemm` packs none: its `B` is `[k, n]`).
     pub fn pack(&self) -> Option<i64> {
         match self {
             IntrinKind::Int8Gemm { .. } => Some(4),
             IntrinKind::Int16Gemm { .. } => Some(2),
-            IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => None,
+            IntrinKind::F32Gemm { .. } | IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => None,
         }
     }
 }
@@ -256,6 +268,7 @@ pub fn decl_tensor_intrin(
         IntrinKind::Int16Gemm { m, n, k, segments } => {
             check_gemm(name, output, inputs, Int8GemmSize { m, n, k, segments }, GemmForm::Exact16)?;
         }
+        IntrinKind::F32Gemm { m, n, k } => check_f32_gemm(name, output, inputs, (m, n, k))?,
         IntrinKind::Map { m, n } => check_map(name, output, (m, n), &reads)?,
         IntrinKind::GemmMap { .. } => {
             let expected = "a kind declared by a compute (composite::gemm_map builds GemmMap)";
@@ -473,6 +486,45 @@ pub fn int16_gemm_compute(a: &Tensor, b: &Tensor, size: Int8GemmSize, name: &str
     compute([m, n], |i| sum(DType::I32, &reduce.iter().collect::<Vec<_>>(), product(&i[0], &i[1], ki.to_expr())), name)
 }
 
+/// The definition of `IntrinKind::F32Gemm` over the placeholders `a: f32[m, k]` and
+/// `b: f32[k, n]`: `C[i, j] = Σ_{kk} A[i, kk] * B[kk, j]` in f32, named `name`.
+pub fn f32_gemm_compute(a: &Tensor, b: &Tensor, (m, n, k): (i64, i64, i64), name: &str) -> Result<Tensor, TeError> {
+    let kk = reduce_axis(k, "kk")?;
+    compute([m, n], |i| sum(DType::F32, &[&kk], a.at([&i[0], &kk.to_expr()]) * b.at([&kk.to_expr(), &i[1]])), name)
+}
+
+/// `IntrinKind::F32Gemm`: the shapes and dtypes of the kind, and its definition's body.
+fn check_f32_gemm(name: &str, output: &Tensor, inputs: &[&Tensor], (m, n, k): (i64, i64, i64)) -> Result<(), TeError> {
+    let bad = |what: &str, expected: String, found: String| TeError::BadIntrinsic {
+        intrin: name.to_string(),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    if m <= 0 || n <= 0 || k <= 0 {
+        return Err(bad("F32Gemm sizes", "m, n, k > 0".into(), format!("m={m}, n={n}, k={k}")));
+    }
+    if inputs.len() != 2 {
+        return Err(bad("F32Gemm inputs", "2 (A, B)".into(), inputs.len().to_string()));
+    }
+    let expected = [("A", inputs[0], vec![m, k]), ("B", inputs[1], vec![k, n]), ("C (output)", output, vec![m, n])];
+    for (role, tensor, shape) in expected {
+        if tensor.dtype() != DType::F32 || tensor.shape() != shape.as_slice() {
+            let found = format!("{}{:?}", tensor.dtype(), tensor.shape());
+            return Err(bad(&format!("F32Gemm operand {role}"), format!("f32{shape:?}"), found));
+        }
+    }
+    let canonical = f32_gemm_compute(inputs[0], inputs[1], (m, n, k), name)
+        .expect("the GEMM definition is well typed for valid sizes and operands");
+    let (body, canonical_body) = (output.body().expect("checked to be a compute"), canonical.body().expect("a compute"));
+    let mut vars: HashMap<Var, Var> =
+        output.axes().iter().zip(canonical.axes()).map(|(a, b)| (a.var().clone(), b.var().clone())).collect();
+    if !alpha_eq(body, canonical_body, &mut vars) {
+        return Err(bad("F32Gemm body", format!("`{canonical_body}`"), format!("`{body}`")));
+    }
+    Ok(())
+}
+
 /// Equality up to renaming of bound variables: `vars` maps variables of `a` to those of `b`
 /// (output axes given by the caller, reduction axes added where the reductions are met).
 fn alpha_eq(a: &Expr, b: &Expr, vars: &mut HashMap<Var, Var>) -> bool {
@@ -580,6 +632,32 @@ mod tests {
         let err = decl_tensor_intrin("g", IntrinKind::Int16Gemm { m: 2, n: 16, k: 5, segments: 1 }, &c, &[&a, &b])
             .unwrap_err();
         assert!(err.to_string().contains("k a positive multiple of 2, found m=2, n=16, k=5"), "{err}");
+    }
+
+    #[test]
+    fn the_f32_gemm_definition_is_an_ordered_float_sum_of_products() {
+        let a = placeholder([3, 5], DType::F32, "A").unwrap();
+        let b = placeholder([5, 16], DType::F32, "B").unwrap();
+        let c = f32_gemm_compute(&a, &b, (3, 16, 5), "C").unwrap();
+        assert_eq!(c.body().unwrap().to_string(), "sum[kk in 0..5](A[i, kk]*B[kk, j])");
+        let kind = IntrinKind::F32Gemm { m: 3, n: 16, k: 5 };
+        let intrin = decl_tensor_intrin("g", kind, &c, &[&a, &b]).unwrap();
+        assert_eq!(reset_value(&intrin).map(|e| e.to_string()), Some(Expr::float(DType::F32, 0.0).to_string()));
+        assert_eq!(kind.required_strides(&[2, 2, 2]), vec![vec![None, Some(1)]; 3]);
+        assert_eq!(kind.pack(), None);
+        // Another size, dtype or body is not the kind's.
+        let err = decl_tensor_intrin("g", IntrinKind::F32Gemm { m: 3, n: 16, k: 4 }, &c, &[&a, &b]).unwrap_err();
+        assert_eq!(err.to_string(), "tensor intrinsic g: F32Gemm operand A: expected f32[3, 4], found f32[3, 5]");
+        let kk = reduce_axis(5, "kk").unwrap();
+        let swapped =
+            compute([3, 16], |i| sum(DType::F32, &[&kk], b.at([&kk.to_expr(), &i[1]]) * a.at([&i[0], &kk.to_expr()])), "C")
+                .unwrap();
+        let err = decl_tensor_intrin("g", kind, &swapped, &[&a, &b]).unwrap_err();
+        assert!(matches!(&err, TeError::BadIntrinsic { what, .. } if what == "F32Gemm body"), "{err}");
+        let (a8, b8) = gemm_operands(3, 16, 8);
+        let int8 = int8_gemm_compute(&a8, &b8, Int8GemmSize { m: 3, n: 16, k: 8, segments: 1 }, false, "C").unwrap();
+        let err = decl_tensor_intrin("g", IntrinKind::F32Gemm { m: 3, n: 16, k: 8 }, &int8, &[&a8, &b8]).unwrap_err();
+        assert!(err.to_string().contains("F32Gemm operand A: expected f32[3, 8], found u8[3, 8]"), "{err}");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! against the intrinsic's kind when it is declared, and `Schedule::tensorize` proves a loop
 //! nest equal to it before replacing the nest by a call.
 
-use ir::intrin::{Int8GemmSize, IntrinKind, TensorIntrin, decl_tensor_intrin, int8_gemm_compute, int16_gemm_compute};
+use ir::intrin::{
+    Int8GemmSize, IntrinKind, TensorIntrin, decl_tensor_intrin, f32_gemm_compute, int8_gemm_compute, int16_gemm_compute,
+};
 use ir::te::{compute_vec, placeholder_vec};
 use ir::trace::IntrinRef;
 use ir::{DType, TeError};
@@ -75,6 +77,17 @@ pub fn gemm_segmented_microkernel(
     }
 }
 
+/// The `m × n` f32 micro-kernel over a reduction of `k` (`IntrinKind::F32Gemm`):
+/// `C[i, j] = C[i, j] + A[i, 0]·B[0, j] + … + A[i, k-1]·B[k-1, j]` with `A: f32[m, k]`,
+/// `B: f32[k, n]` and `C: f32[m, n]`, each product rounded, the sum in ascending `k` (the
+/// fold of a float `sum`). Named `f32_gemm_{m}x{n}x{k}`. Errors if a size is not positive.
+pub fn f32_gemm_microkernel(m: i64, n: i64, k: i64) -> Result<TensorIntrin, TeError> {
+    let a = placeholder_vec(vec![m, k], DType::F32, "A")?;
+    let b = placeholder_vec(vec![k, n], DType::F32, "B")?;
+    let c = f32_gemm_compute(&a, &b, (m, n, k), "C")?;
+    decl_tensor_intrin(&format!("f32_gemm_{m}x{n}x{k}"), IntrinKind::F32Gemm { m, n, k }, &c, &[&a, &b])
+}
+
 /// The copy of an `[m, n]` block of `dtype` (`out[p, c] = x[p, c]`, an `IntrinKind::Map`):
 /// what the gathered rows of a convolution (`ops::DirectConvLayer::im2col`) are tensorized
 /// with, each kernel row of a row of pixels one call.
@@ -97,6 +110,7 @@ pub fn resolve(r: &IntrinRef) -> Option<TensorIntrin> {
         IntrinKind::Int16Gemm { m, n, k, segments } => {
             int16_gemm_segmented_microkernel(m, n, segments, k).ok().filter(|intrin| r.matches(intrin))
         }
+        IntrinKind::F32Gemm { m, n, k } => f32_gemm_microkernel(m, n, k).ok().filter(|intrin| r.matches(intrin)),
         IntrinKind::Map { m, n } => [DType::U8, DType::I8, DType::I16]
             .into_iter()
             .filter_map(|dtype| copy_map(m, n, dtype).ok())
@@ -122,6 +136,16 @@ mod tests {
             saturating.output.body().unwrap().to_string(),
             "sum[ko in 0..2, kp in 0..2](i32(sat_i16(i32(A[i, ko*4 + kp*2])*i32(B[ko, j, kp*2]) + i32(A[i, ko*4 + (kp*2 + 1)])*i32(B[ko, j, kp*2 + 1]))))"
         );
+    }
+
+    #[test]
+    fn the_f32_declaration_is_named_by_its_tile_and_resolves() {
+        let g = f32_gemm_microkernel(6, 64, 512).unwrap();
+        assert_eq!(g.name, "f32_gemm_6x64x512");
+        assert_eq!(g.inputs[1].shape(), &[512, 64]);
+        let r = IntrinRef::of(&g);
+        assert!(resolve(&r).is_some_and(|back| r.matches(&back)));
+        assert!(matches!(f32_gemm_microkernel(6, 0, 8), Err(TeError::BadShape { .. })));
     }
 
     #[test]

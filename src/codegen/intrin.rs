@@ -6,7 +6,8 @@
 //! bytes serve the JIT and object export, and are called with the operands' origin addresses:
 //! `fn(a, b, c)` for a GEMM, one pointer per operand for a `Map` (whose kernel is compiled
 //! from the declaration's body, `kernels::map`). A resetting call (`Call::reset`) selects a
-//! GEMM kernel that starts from zero.
+//! GEMM kernel that starts from zero. An `F32Gemm` call runs the exact f32 kernel
+//! (`kernels::gemm_f32`) at the level's vector width, from AVX2 up.
 
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, StackSlotData, StackSlotKind, Value, types};
 use cranelift_module::{FuncId, Linkage, Module};
@@ -19,6 +20,7 @@ use super::{DefinedFunction, KERNEL_ALIGN};
 use crate::error::{CompileError, KernelError};
 use crate::isa::{IsaLevel, KernelVariant, VectorWidth};
 use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm};
+use crate::kernels::gemm_f32::{F32Blocking, F32GemmShape, assemble_f32_gemm};
 use crate::kernels::gemm_map::assemble_gemm_map;
 use crate::kernels::map::{MapShape, assemble_map};
 
@@ -28,6 +30,10 @@ pub(crate) enum KernelKey {
     Gemm {
         variant: KernelVariant,
         shape: GemmShape,
+    },
+    F32Gemm {
+        width: VectorWidth,
+        shape: F32GemmShape,
     },
     /// `declaration` is the structural key of the `Map` part (`workload::intrin_key`);
     /// `row_strides` are the Map's operands'.
@@ -123,7 +129,9 @@ fn gemm_shape(kind: IntrinKind, operands: &[Operand], reset: bool) -> Option<Gem
     let (m, n, k, segments, pack) = match kind {
         IntrinKind::Int8Gemm { m, n, k, segments, .. } => (m, n, k, segments, 4),
         IntrinKind::Int16Gemm { m, n, k, segments } => (m, n, k, segments, 2),
-        IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => return None,
+        IntrinKind::F32Gemm { .. } | IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => {
+            return None;
+        }
     };
     let [a, b, c] = operands else { return None };
     let a_dtype = a.buffer.dtype();
@@ -144,6 +152,22 @@ fn gemm_shape(kind: IntrinKind, operands: &[Operand], reset: bool) -> Option<Gem
         }
         _ => None,
     }
+}
+
+/// The kernel shape of an `F32Gemm` call, if its operands have the layout the kernel assumes:
+/// f32 buffers, one origin each, unit stride along each row, non-negative row strides.
+fn f32_gemm_shape(kind: IntrinKind, operands: &[Operand], reset: bool) -> Option<F32GemmShape> {
+    let IntrinKind::F32Gemm { m, n, k } = kind else { return None };
+    let [a, b, c] = operands else { return None };
+    let mut strides = [0; 3];
+    for (operand, stride) in [a, b, c].into_iter().zip(&mut strides) {
+        match *operand.strides.as_slice() {
+            [row, 1] if row >= 0 && operand.buffer.dtype() == DType::F32 && operand.origin.len() == 1 => *stride = row,
+            _ => return None,
+        }
+    }
+    let [lda, ldb, ldc] = strides;
+    Some(F32GemmShape { m, n, k, lda, ldb, ldc, reset })
 }
 
 /// Blocking for one call: the declaration's tile in one register block when it fits, else
@@ -172,6 +196,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         fallback: &Stmt,
     ) -> Result<(), CompileError> {
         match intrin.kind {
+            IntrinKind::F32Gemm { .. } => return self.call_f32_gemm(intrin, operands, reset, fallback),
             IntrinKind::Map { .. } => return self.call_map(intrin, operands, fallback),
             IntrinKind::GemmMap { .. } => return self.call_gemm_map(intrin, operands, fallback),
             _ => {}
@@ -214,6 +239,34 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             kernel => kernel,
         };
         let Some(kernel) = kernel else {
+            return self.stmt(fallback);
+        };
+        self.call_kernel(kernel, &pointers)
+    }
+
+    /// An `F32Gemm` call: the exact kernel at the level's width (zmm with AVX-512, else ymm), or
+    /// the loop nest below AVX2 or where the operands' layout has no kernel.
+    fn call_f32_gemm(
+        &mut self,
+        intrin: &TensorIntrin,
+        operands: &[Operand],
+        reset: bool,
+        fallback: &Stmt,
+    ) -> Result<(), CompileError> {
+        let width = match self.cx.level {
+            IsaLevel::Avx512Vnni | IsaLevel::Amx => VectorWidth::Zmm,
+            IsaLevel::AvxVnni | IsaLevel::Avx2 => VectorWidth::Ymm,
+            IsaLevel::Scalar => return self.stmt(fallback),
+        };
+        let Some(shape) = f32_gemm_shape(intrin.kind, operands, reset) else { return self.stmt(fallback) };
+        let mut pointers = Vec::with_capacity(3);
+        for operand in operands {
+            match self.buffers.get(&operand.buffer.id()).cloned() {
+                Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
+                _ => return self.stmt(fallback),
+            }
+        }
+        let Some(kernel) = self.cx.f32_gemm_kernel(width, shape, &intrin.name)? else {
             return self.stmt(fallback);
         };
         self.call_kernel(kernel, &pointers)
@@ -409,6 +462,39 @@ impl<M: Module> ModuleCtx<'_, M> {
             shape.m, shape.n, shape.k, shape.segments, map.name
         );
         self.functions.push(DefinedFunction { name, id, origin, kernel: Some(variant), size: bytes.len() });
+        self.kernels.insert(key, id);
+        Ok(Some(id))
+    }
+
+    /// The module's f32 kernel for `shape` at `width`, defined on first use; `None` when an
+    /// offset does not fit 32 bits, which leaves the call to its fallback.
+    fn f32_gemm_kernel(
+        &mut self,
+        width: VectorWidth,
+        shape: F32GemmShape,
+        intrin: &str,
+    ) -> Result<Option<FuncId>, CompileError> {
+        let key = KernelKey::F32Gemm { width, shape };
+        if let Some(&id) = self.kernels.get(&key) {
+            return Ok(Some(id));
+        }
+        let blocking = F32Blocking::for_tile(width, shape.m, shape.n);
+        let bytes = match assemble_f32_gemm(width, &shape, blocking) {
+            Ok(bytes) => bytes,
+            Err(KernelError::OffsetTooLarge { .. }) => return Ok(None),
+            Err(other) => return Err(other.into()),
+        };
+        let wide = if width == VectorWidth::Zmm { "zmm" } else { "ymm" };
+        let name = format!("{}__{intrin}__f32_{wide}__{}", self.name, self.kernels.len());
+        let mut sig = Signature::new(self.module.target_config().default_call_conv);
+        sig.params.extend([AbiParam::new(types::I64), AbiParam::new(types::I64), AbiParam::new(types::I64)]);
+        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
+        self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
+        let origin = format!(
+            "f32-{wide} kernel for {intrin}: {}x{}x{}, lda {} ldb {} ldc {}, {}x{} register tile, k unrolled {}",
+            shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc, blocking.rows, blocking.vectors, blocking.unroll
+        );
+        self.functions.push(DefinedFunction { name, id, origin, kernel: None, size: bytes.len() });
         self.kernels.insert(key, id);
         Ok(Some(id))
     }

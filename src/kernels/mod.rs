@@ -2,7 +2,8 @@
 //! registers, `vpdpbusd` on 256/512 bits, opmasks.
 //!
 //! `gemm` generates int8 GEMM kernels (`amx` those on AMX tiles) `fn(a: *const u8, b: *const i8, c: *mut i32)` (SysV)
-//! for one `Int8Gemm` shape with compile-time strides; `map` compiles the body of an
+//! for one `Int8Gemm` shape with compile-time strides; `gemm_f32` the exact f32 GEMM kernels
+//! (`F32Gemm`, separate rounded multiplies and adds in the declaration's order); `map` compiles the body of an
 //! element-wise `Map` declaration (a requantization) to zmm or ymm code; `gemm_map` chains the
 //! two (a GEMM tile mapped in registers, `IntrinKind::GemmMap`); `peak` assembles the
 //! instruction chains whose throughput they are judged against. The bytes are position
@@ -14,6 +15,7 @@
 
 pub mod amx;
 pub mod gemm;
+pub mod gemm_f32;
 pub mod gemm_map;
 pub mod map;
 pub mod peak;
