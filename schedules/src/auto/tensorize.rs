@@ -1,7 +1,8 @@
-//! Auto-tensorize for int8 contractions: recognize `out[..] = Σ_r i32(A[..]) · i32(B[..])` with
-//! a u8 `A` and an i8 `B` (matmul, batched matmul, convolutions with one group), rewrite the
-//! definition into the packed GEMM the micro-kernels read, and tensorize its tiles with
-//! `intrin::gemm_segmented_microkernel`.
+//! Auto-tensorize for contractions: recognize `out[..] = Σ_r i32(A[..]) · i32(B[..])` with
+//! a u8 `A` and an i8 `B` (matmul, batched matmul, convolutions with one group), or the f32
+//! `out[..] = Σ_r A[..] · B[..]` of two f32 operands, rewrite the definition into the packed
+//! GEMM the micro-kernels read, and tensorize its tiles with
+//! `intrin::gemm_segmented_microkernel` (int8) or `intrin::f32_gemm_microkernel` (f32).
 //!
 //! The output's axes are classified by which operand they index: both (batch), only `A` (rows
 //! of the GEMM: the last such axis is the kernel's `mr` rows), only `B` (exactly one: the
@@ -27,6 +28,13 @@
 //! The kernel form: u8 bytes and `vpdpbusd` with VNNI, or without it where the operands' value
 //! ranges prove the AVX2 triple exact (`ir::intrin::pair_sums_fit_i16`); otherwise both
 //! operands pre-widened to i16 pairs (`Int16Gemm`, exact on every input).
+//!
+//! An f32 contraction (`GemmForm::F32`) is rewritten the same way with groups of one `k`: `A`
+//! in place or copied, `B` packed as `<out>.gemm_b[batch…, ⌈N/nr⌉, K, nr]`, and the GEMM
+//! `Σ_k A'[.., k] · Bp[.., n/nr, k, n%nr]` keeps the definition's flat reduction order
+//! (declaration order, last axis fastest) and its products, so every element folds the same
+//! rounded products in the same order as the definition (`IntrinKind::F32Gemm`). Its `A` is
+//! one segment: no direct form.
 
 use std::collections::HashMap;
 
@@ -41,7 +49,7 @@ use ir::{DType, Expr, ScheduleError, TeError, Var};
 use super::analysis::{StageInfo, StageKind};
 use super::annotate::{lanes, parallelize, vectorize_injective};
 use super::tiling::dividing_tiles;
-use crate::intrin::gemm_segmented_microkernel;
+use crate::intrin::{f32_gemm_microkernel, gemm_segmented_microkernel};
 
 /// A tensor read: the tensor and its index expressions in the definition's variables.
 #[derive(Clone, Debug)]
@@ -76,6 +84,8 @@ pub enum GemmForm {
     Bytes,
     /// Both operands widened to i16, two `k` per pair (`vpmaddwd`).
     I16Pairs,
+    /// f32 × f32 summed in f32, one `k` per group (`IntrinKind::F32Gemm`).
+    F32,
 }
 
 impl GemmForm {
@@ -83,24 +93,28 @@ impl GemmForm {
         match self {
             GemmForm::Bytes => "u8",
             GemmForm::I16Pairs => "i16",
+            GemmForm::F32 => "f32",
         }
     }
     fn pack(self) -> i64 {
         match self {
             GemmForm::Bytes => 4,
             GemmForm::I16Pairs => 2,
+            GemmForm::F32 => 1,
         }
     }
     fn a_dtype(self) -> DType {
         match self {
             GemmForm::Bytes => DType::U8,
             GemmForm::I16Pairs => DType::I16,
+            GemmForm::F32 => DType::F32,
         }
     }
     fn b_dtype(self) -> DType {
         match self {
             GemmForm::Bytes => DType::I8,
             GemmForm::I16Pairs => DType::I16,
+            GemmForm::F32 => DType::F32,
         }
     }
 }
@@ -110,6 +124,15 @@ fn read_under_casts(e: &Expr) -> Option<Read> {
     match e.kind() {
         ExprKind::Cast(inner) => read_under_casts(inner),
         ExprKind::TensorRead(t, idx) => Some(Read { tensor: t.clone(), indices: idx.clone() }),
+        _ => None,
+    }
+}
+
+/// `e` as a read of an f32 tensor under casts to f32 only (which change no value).
+fn read_f32(e: &Expr) -> Option<Read> {
+    match e.kind() {
+        ExprKind::Cast(inner) if e.dtype() == DType::F32 => read_f32(inner),
+        ExprKind::TensorRead(t, idx) if t.dtype() == DType::F32 => Some(Read { tensor: t.clone(), indices: idx.clone() }),
         _ => None,
     }
 }
@@ -128,19 +151,29 @@ pub fn recognize(st: &StageInfo) -> Result<Contraction, String> {
     }
     let body = st.tensor.body().ok_or("no body")?;
     let ExprKind::Reduce(r) = body.kind() else { return Err("not a reduction".into()) };
-    if r.reducer != Reducer::Sum || body.dtype() != DType::I32 {
-        return Err(format!("a {} into {}, not a sum into i32", r.reducer.name(), body.dtype()));
+    if r.reducer != Reducer::Sum || ![DType::I32, DType::F32].contains(&body.dtype()) {
+        return Err(format!("a {} into {}, not a sum into i32 or f32", r.reducer.name(), body.dtype()));
     }
     let ExprKind::Binary(ir::expr::BinOp::Mul, x, y) = r.source.kind() else {
         return Err("the summand is not a product of two operands".into());
     };
-    let (Some(x), Some(y)) = (read_under_casts(x), read_under_casts(y)) else {
-        return Err("a factor of the product is not a (cast) tensor read".into());
-    };
-    let (a, b) = match (x.tensor.dtype(), y.tensor.dtype()) {
-        (DType::U8, DType::I8) => (x, y),
-        (DType::I8, DType::U8) => (y, x),
-        (p, q) => return Err(format!("operands {p} × {q}, not u8 × i8")),
+    let (a, b) = if body.dtype() == DType::F32 {
+        let (Some(x), Some(y)) = (read_f32(x), read_f32(y)) else {
+            return Err("a factor of the f32 product is not a read of an f32 tensor".into());
+        };
+        // A is the operand indexed by the rows: the first, unless only the second is indexed
+        // by an output axis the first does not use (the product commutes exactly).
+        let only = |p: &Read, q: &Read| st.spatial.iter().any(|ax| uses(p, ax.var()) && !uses(q, ax.var()));
+        if only(&y, &x) && !only(&x, &y) { (y, x) } else { (x, y) }
+    } else {
+        let (Some(x), Some(y)) = (read_under_casts(x), read_under_casts(y)) else {
+            return Err("a factor of the product is not a (cast) tensor read".into());
+        };
+        match (x.tensor.dtype(), y.tensor.dtype()) {
+            (DType::U8, DType::I8) => (x, y),
+            (DType::I8, DType::U8) => (y, x),
+            (p, q) => return Err(format!("operands {p} × {q}, not u8 × i8 into i32")),
+        }
     };
     for rv in &r.axes {
         if !uses(&a, rv.var()) || !uses(&b, rv.var()) {
@@ -158,11 +191,11 @@ pub fn recognize(st: &StageInfo) -> Result<Contraction, String> {
         }
     }
     let Some(&row) = rows.iter().rev().find(|&&i| st.spatial[i].extent() > 1).or(rows.last()) else {
-        return Err("no output axis indexes only the u8 operand (no GEMM rows)".into());
+        return Err("no output axis indexes only the first operand (no GEMM rows)".into());
     };
     let [col] = cols[..] else {
         return Err(format!(
-            "{} output axes index only the i8 operand, expected one (a depthwise or grouped \
+            "{} output axes index only the second operand, expected one (a depthwise or grouped \
              convolution has none)",
             cols.len()
         ));
@@ -184,9 +217,12 @@ pub fn recognize(st: &StageInfo) -> Result<Contraction, String> {
     })
 }
 
-/// The kernel form for these options: bytes with VNNI or where ranges prove the triple exact,
-/// else i16 pairs; with the reason, for the listing.
+/// The kernel form for these options: f32 for an f32 contraction; bytes with VNNI or where
+/// ranges prove the triple exact, else i16 pairs; with the reason, for the listing.
 pub fn form_for(c: &Contraction, vnni: bool) -> (GemmForm, String) {
+    if c.output.dtype() == DType::F32 {
+        return (GemmForm::F32, "f32: rounded products summed in the definition's order".into());
+    }
     let range = |t: &Tensor| {
         t.value_range()
             .or_else(|| t.dtype().scalar.int_range().map(|(lo, hi)| (lo as i64, hi as i64)))
@@ -324,6 +360,9 @@ fn is_var(e: &Expr, v: &Var) -> bool {
 /// other reduction axis has an extent above 1 (the segments); a segment is whole groups of the
 /// kernel's packing, or where `rx` spans the row, made so by padding `rx`.
 pub fn direct(c: &Contraction, form: GemmForm) -> Result<Direct, String> {
+    if form == GemmForm::F32 {
+        return Err("the f32 kernel reads A as one segment".into());
+    }
     let r = c.reduce.len();
     if r == 1 {
         return Err("one reduction axis: the GEMM's K, read as the direct form would".into());
@@ -518,11 +557,17 @@ pub fn rewrite(
     };
     let nb = c.batch.len();
     let mut shape: Vec<i64> = c.batch.iter().map(|&i| c.axes[i].extent()).collect();
-    shape.extend([ceil_div(n, nr), kp / p, nr, p]);
+    // f32: no group axis (groups of one `k`).
+    let grouped = form != GemmForm::F32;
+    shape.extend([ceil_div(n, nr), kp / p, nr]);
+    if grouped {
+        shape.push(p);
+    }
     let packed_b = compute_vec(
         shape,
         |i| {
-            let (col, kk) = (&i[nb] * nr + &i[nb + 2], &i[nb + 1] * p + &i[nb + 3]);
+            let col = &i[nb] * nr + &i[nb + 2];
+            let kk = if grouped { &i[nb + 1] * p + &i[nb + 3] } else { i[nb + 1].clone() };
             let mut map = decode(&c.reduce, &extents, &kk);
             let valid = inside(&c.reduce, &extents, &map);
             for (pos, &ax) in c.batch.iter().enumerate() {
@@ -537,7 +582,7 @@ pub fn rewrite(
                 (None, false) => None,
             };
             match valid {
-                Some(valid) => select(valid, value, Expr::int(form.b_dtype(), 0)),
+                Some(valid) => select(valid, value, Expr::zero(form.b_dtype())),
                 None => value,
             }
         },
@@ -578,7 +623,7 @@ pub fn rewrite(
                 .map(|ax| if kept.contains(&ax) { g[at(ax)].clone() } else { Expr::index(0) })
                 .collect();
             let i = &i[..];
-            let kk = &ko * p + &ki;
+            let kk = if grouped { &ko * p + &ki } else { ko.to_expr() };
             let a = match (direct, &a_copy) {
                 (Some(d), _) => direct_read(c, d, a_copy.as_ref(), i, ks.as_ref(), kk),
                 (None, None) => {
@@ -601,7 +646,12 @@ pub fn rewrite(
                 Some(ks) => ks * (seg_k / p) + &ko,
                 None => ko.to_expr(),
             };
-            idx.extend([col / nr, group, col % nr, ki.to_expr()]);
+            idx.extend([col / nr, group, col % nr]);
+            if !grouped {
+                // One `k` per group: `ko` is `k` itself, in the definition's order.
+                return sum(DType::F32, &[&ko], a * read_b.at_vec(idx));
+            }
+            idx.push(ki.to_expr());
             let b = read_b.at_vec(idx);
             let reduce: Vec<&IterVar> = ks.iter().chain([&ko, &ki]).collect();
             sum(DType::I32, &reduce, a.cast(DType::I32) * b.cast(DType::I32))
@@ -806,8 +856,12 @@ pub fn schedule(
 ) -> Result<Tensorized, TensorizeError> {
     let rw = rewrite(c, form, point.nr, prepare_b, direct, point.mr).map_err(TensorizeError::Rewrite)?;
     let (m, n) = (rw.gemm.shape()[rw.gemm_rows], c.axes[c.cols].extent());
-    let intrin = gemm_segmented_microkernel(point.mr.min(m), point.nr.min(n), rw.segments, rw.seg_k, form.a_dtype())
-        .map_err(TensorizeError::Rewrite)?;
+    let (mr, nr) = (point.mr.min(m), point.nr.min(n));
+    let intrin = match form {
+        GemmForm::F32 => f32_gemm_microkernel(mr, nr, rw.seg_k),
+        _ => gemm_segmented_microkernel(mr, nr, rw.segments, rw.seg_k, form.a_dtype()),
+    }
+    .map_err(TensorizeError::Rewrite)?;
     let mut s = create_schedule(&[&rw.output]);
     let run = |s: &mut Schedule| -> Result<(), ScheduleError> {
         if let Some(copy) = &rw.a_copy {
@@ -910,12 +964,16 @@ pub fn schedule(
 /// vector per `k` would store lane by lane). Panels on the thread pool.
 fn schedule_packing(s: &mut Schedule, bp: &Tensor, nb: usize, threads: usize) -> Result<(), ScheduleError> {
     let b_axes = bp.axes().to_vec();
-    let (jo, ko, ji, ki) = (&b_axes[nb], &b_axes[nb + 1], &b_axes[nb + 2], &b_axes[nb + 3]);
+    let (jo, ko, ji) = (&b_axes[nb], &b_axes[nb + 1], &b_axes[nb + 2]);
     let mut order: Vec<&IterVar> = b_axes[..nb].iter().collect();
-    order.extend([jo, ko, ji, ki]);
+    order.extend([jo, ko, ji]);
+    // f32 panels have no group axis: a row of `nr` columns of `B` is one vector.
+    order.extend(b_axes.get(nb + 3));
     s.reorder(bp, &order)?;
     s.vectorize(bp, ji)?;
-    s.vectorize(bp, ki)?;
+    if let Some(ki) = b_axes.get(nb + 3) {
+        s.vectorize(bp, ki)?;
+    }
     let mut panels: Vec<IterVar> = b_axes[..nb].to_vec();
     panels.push(jo.clone());
     parallelize(s, bp, &panels, threads)?;
