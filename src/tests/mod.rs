@@ -4,6 +4,7 @@
 mod amx;
 mod arith;
 mod errors;
+mod f32_gemm;
 mod gemm_maps;
 mod intrinsics;
 mod kernels;
