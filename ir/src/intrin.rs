@@ -130,7 +130,9 @@ impl IntrinKind {
         match self {
             IntrinKind::Int8Gemm { .. } => Some(4),
             IntrinKind::Int16Gemm { .. } => Some(2),
-            IntrinKind::F32Gemm { .. } | IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => None,
+            IntrinKind::F32Gemm { .. } | IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => {
+                None
+            }
         }
     }
 }
@@ -516,7 +518,8 @@ fn check_f32_gemm(name: &str, output: &Tensor, inputs: &[&Tensor], (m, n, k): (i
     }
     let canonical = f32_gemm_compute(inputs[0], inputs[1], (m, n, k), name)
         .expect("the GEMM definition is well typed for valid sizes and operands");
-    let (body, canonical_body) = (output.body().expect("checked to be a compute"), canonical.body().expect("a compute"));
+    let (body, canonical_body) =
+        (output.body().expect("checked to be a compute"), canonical.body().expect("a compute"));
     let mut vars: HashMap<Var, Var> =
         output.axes().iter().zip(canonical.axes()).map(|(a, b)| (a.var().clone(), b.var().clone())).collect();
     if !alpha_eq(body, canonical_body, &mut vars) {
@@ -649,9 +652,12 @@ mod tests {
         let err = decl_tensor_intrin("g", IntrinKind::F32Gemm { m: 3, n: 16, k: 4 }, &c, &[&a, &b]).unwrap_err();
         assert_eq!(err.to_string(), "tensor intrinsic g: F32Gemm operand A: expected f32[3, 4], found f32[3, 5]");
         let kk = reduce_axis(5, "kk").unwrap();
-        let swapped =
-            compute([3, 16], |i| sum(DType::F32, &[&kk], b.at([&kk.to_expr(), &i[1]]) * a.at([&i[0], &kk.to_expr()])), "C")
-                .unwrap();
+        let swapped = compute(
+            [3, 16],
+            |i| sum(DType::F32, &[&kk], b.at([&kk.to_expr(), &i[1]]) * a.at([&i[0], &kk.to_expr()])),
+            "C",
+        )
+        .unwrap();
         let err = decl_tensor_intrin("g", kind, &swapped, &[&a, &b]).unwrap_err();
         assert!(matches!(&err, TeError::BadIntrinsic { what, .. } if what == "F32Gemm body"), "{err}");
         let (a8, b8) = gemm_operands(3, 16, 8);

@@ -492,7 +492,15 @@ impl<M: Module> ModuleCtx<'_, M> {
         self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
         let origin = format!(
             "f32-{wide} kernel for {intrin}: {}x{}x{}, lda {} ldb {} ldc {}, {}x{} register tile, k unrolled {}",
-            shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc, blocking.rows, blocking.vectors, blocking.unroll
+            shape.m,
+            shape.n,
+            shape.k,
+            shape.lda,
+            shape.ldb,
+            shape.ldc,
+            blocking.rows,
+            blocking.vectors,
+            blocking.unroll
         );
         self.functions.push(DefinedFunction { name, id, origin, kernel: None, size: bytes.len() });
         self.kernels.insert(key, id);

@@ -57,11 +57,16 @@ impl F32GemmShape {
         if self.k <= 0 {
             return (0, 0, if self.reset { size(span(self.m, self.ldc, self.n)) } else { 0 });
         }
-        (size(span(self.m, self.lda, self.k)), size(span(self.k, self.ldb, self.n)), size(span(self.m, self.ldc, self.n)))
+        (
+            size(span(self.m, self.lda, self.k)),
+            size(span(self.k, self.ldb, self.n)),
+            size(span(self.m, self.ldc, self.n)),
+        )
     }
 
     fn validate(&self) -> Result<(), KernelError> {
-        let fields = [("m", self.m), ("n", self.n), ("k", self.k), ("lda", self.lda), ("ldb", self.ldb), ("ldc", self.ldc)];
+        let fields =
+            [("m", self.m), ("n", self.n), ("k", self.k), ("lda", self.lda), ("ldb", self.ldb), ("ldc", self.ldc)];
         match fields.into_iter().find(|(_, v)| *v < 0) {
             Some((what, found)) => Err(KernelError::BadShape { what, expected: "non-negative".into(), found }),
             None => Ok(()),
@@ -111,7 +116,11 @@ impl F32Blocking {
 
 /// Assembles the kernel for `shape` at `width` (see the module doc); position independent, no
 /// relocations.
-pub fn assemble_f32_gemm(width: VectorWidth, shape: &F32GemmShape, blocking: F32Blocking) -> Result<Vec<u8>, KernelError> {
+pub fn assemble_f32_gemm(
+    width: VectorWidth,
+    shape: &F32GemmShape,
+    blocking: F32Blocking,
+) -> Result<Vec<u8>, KernelError> {
     shape.validate()?;
     for (what, v) in [("rows", blocking.rows), ("vectors", blocking.vectors), ("unroll", blocking.unroll)] {
         if v == 0 {
@@ -120,7 +129,11 @@ pub fn assemble_f32_gemm(width: VectorWidth, shape: &F32GemmShape, blocking: F32
     }
     if F32Blocking::registers(width, blocking.rows, blocking.vectors, false) + 1 > width.registers() {
         let expected = format!("a tile that leaves a temporary of the {} vector registers", width.registers());
-        return Err(KernelError::BadShape { what: "rows × vectors", expected, found: (blocking.rows * blocking.vectors) as i64 });
+        return Err(KernelError::BadShape {
+            what: "rows × vectors",
+            expected,
+            found: (blocking.rows * blocking.vectors) as i64,
+        });
     }
     let mut g = Gen { a: CodeAssembler::new(64)?, width, shape: *shape, blocking };
     g.kernel()?;
@@ -211,7 +224,8 @@ impl Gen {
         let s = self.shape;
         let masked = last_lanes < self.width.lanes();
         let mut block_rows = self.blocking.rows;
-        while block_rows > 1 && F32Blocking::registers(self.width, block_rows, vectors, masked) + 1 > self.width.registers()
+        while block_rows > 1
+            && F32Blocking::registers(self.width, block_rows, vectors, masked) + 1 > self.width.registers()
         {
             block_rows -= 1;
         }

@@ -72,8 +72,9 @@ impl Case {
         let a = placeholder([m, k], DType::F32, "A").unwrap();
         let b = placeholder([k, n], DType::F32, "B").unwrap();
         let r = reduce_axis(k, "k").unwrap();
-        let c = compute([m, n], |i| sum(DType::F32, &[&r], a.at([&i[0], &r.to_expr()]) * b.at([&r.to_expr(), &i[1]])), "C")
-            .unwrap();
+        let c =
+            compute([m, n], |i| sum(DType::F32, &[&r], a.at([&i[0], &r.to_expr()]) * b.at([&r.to_expr(), &i[1]])), "C")
+                .unwrap();
         let mut s = create_schedule(&[&c]);
         let (io, jo, ii, ji) = s.tile(&c, &c.axis(0), &c.axis(1), mr, nr).unwrap();
         let k_axis = c.reduce_axes()[0].clone();

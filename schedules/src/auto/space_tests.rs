@@ -147,6 +147,53 @@ fn int8_contractions_get_a_tensorized_sketch_at_both_levels() {
     }
 }
 
+/// An f32 batched matmul `C[b, i, j] = Σ_k f(A, B)` whose product is `product(a, b)`.
+fn f32_batch_matmul(product: impl Fn(ir::Expr, ir::Expr) -> ir::Expr) -> Definition {
+    use ir::te::{compute, placeholder, reduce_axis, sum};
+    let a = placeholder([2, 6, 12], ir::DType::F32, "A").unwrap();
+    let b = placeholder([2, 12, 40], ir::DType::F32, "B").unwrap();
+    let r = reduce_axis(12, "k").unwrap();
+    let c = compute(
+        [2, 6, 40],
+        |i| sum(ir::DType::F32, &[&r], product(a.at([&i[0], &i[1], &r.to_expr()]), b.at([&i[0], &r.to_expr(), &i[2]]))),
+        "C",
+    )
+    .unwrap();
+    Definition { inputs: vec![a, b.clone()], outputs: vec![c], constants: vec![b], ops: 0.0 }
+}
+
+#[test]
+fn f32_contractions_tensorize_onto_the_f32_kernel() {
+    let mut rng = Rng(7);
+    let matmul = OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::F32 }.build().unwrap();
+    // The product in either order (it commutes exactly: A is the operand indexed by the rows).
+    let batched = f32_batch_matmul(|a, b| a * b);
+    let swapped = f32_batch_matmul(|a, b| b * a);
+    for (def, label) in [(&matmul, "matmul"), (&batched, "batch matmul"), (&swapped, "B·A")] {
+        for vnni in [true, false] {
+            let space = Space::of(def, options(vnni));
+            let listing = space.listing();
+            let sketch = space.sketches().iter().find(|s| s.name == "tensorize.f32");
+            let sketch = sketch.unwrap_or_else(|| panic!("{label}: no tensorize.f32 sketch\n{listing}"));
+            assert!(listing.contains("f32: rounded products summed in the definition's order"), "{listing}");
+            assert!(listing.contains("direct-source at C: does not apply: the f32 kernel reads A as one segment"));
+            for _ in 0..8 {
+                let point = rng.point(sketch);
+                check(def, &space, &point, label);
+                assert!(lowered_call(&space, &point).contains("call reset f32_gemm_"), "{label} {point:?}");
+            }
+        }
+    }
+    // A product rounded through f16 on the way is not a product of f32 reads: the rewrite
+    // would drop the rounding.
+    let rounded = f32_batch_matmul(|a, b| a.cast(ir::DType::F16).cast(ir::DType::F32) * b);
+    let listing = Space::of(&rounded, options(true)).listing();
+    assert!(
+        listing.contains("auto-tensorize at C: does not apply: a factor of the f32 product is not a read"),
+        "{listing}"
+    );
+}
+
 #[test]
 fn the_listing_names_each_rules_outcome() {
     let def = OpSpec::Conv2d { ic: 8, oc: 8, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 8 }.build().unwrap();
@@ -157,7 +204,7 @@ fn the_listing_names_each_rules_outcome() {
         "compute-location at conv.pad: sketch rules.at",
         "auto-inline at conv.pad: compute_inline",
         "multi-level-tiling at conv: S_outer R R_inner S_inner",
-        "auto-tensorize at conv: does not apply: 0 output axes index only the i8 operand",
+        "auto-tensorize at conv: does not apply: 0 output axes index only the second operand",
     ] {
         assert!(listing.contains(line), "{line}\n{listing}");
     }

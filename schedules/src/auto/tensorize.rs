@@ -132,7 +132,9 @@ fn read_under_casts(e: &Expr) -> Option<Read> {
 fn read_f32(e: &Expr) -> Option<Read> {
     match e.kind() {
         ExprKind::Cast(inner) if e.dtype() == DType::F32 => read_f32(inner),
-        ExprKind::TensorRead(t, idx) if t.dtype() == DType::F32 => Some(Read { tensor: t.clone(), indices: idx.clone() }),
+        ExprKind::TensorRead(t, idx) if t.dtype() == DType::F32 => {
+            Some(Read { tensor: t.clone(), indices: idx.clone() })
+        }
         _ => None,
     }
 }
@@ -161,10 +163,12 @@ pub fn recognize(st: &StageInfo) -> Result<Contraction, String> {
         let (Some(x), Some(y)) = (read_f32(x), read_f32(y)) else {
             return Err("a factor of the f32 product is not a read of an f32 tensor".into());
         };
-        // A is the operand indexed by the rows: the first, unless only the second is indexed
-        // by an output axis the first does not use (the product commutes exactly).
-        let only = |p: &Read, q: &Read| st.spatial.iter().any(|ax| uses(p, ax.var()) && !uses(q, ax.var()));
-        if only(&y, &x) && !only(&x, &y) { (y, x) } else { (x, y) }
+        // B is the operand the output's last (contiguous) axis indexes alone, the columns the
+        // kernel stores as vectors: the second factor, unless only the first is (the product
+        // commutes exactly).
+        let last_only =
+            |p: &Read, q: &Read| st.spatial.last().is_some_and(|ax| uses(p, ax.var()) && !uses(q, ax.var()));
+        if last_only(&x, &y) && !last_only(&y, &x) { (y, x) } else { (x, y) }
     } else {
         let (Some(x), Some(y)) = (read_under_casts(x), read_under_casts(y)) else {
             return Err("a factor of the product is not a (cast) tensor read".into());
