@@ -209,7 +209,7 @@ impl FuseEpilogues {
         if blocks * big_m * big_n > MAX_CELLS {
             return None;
         }
-        let mut covered = vec![false; (blocks * big_m * big_n) as usize];
+        let mut covered = Cells::new(blocks * big_m * big_n);
         let mut placements = Vec::new();
         for g in gemms {
             let (m, n) = match g.intrin.kind {
@@ -230,7 +230,7 @@ impl FuseEpilogues {
             }
             placements.push(placement);
         }
-        if covered.iter().any(|c| !c) {
+        if !covered.all() {
             return None;
         }
         gemms.iter().zip(&placements).map(|(g, p)| self.fused_nest(g, map, u_var.as_ref(), p)).collect()
@@ -304,6 +304,46 @@ fn place(coefficients: &[i64], offset: i64, block: i64, ld: i64) -> Placement {
     Placement { u: (u, u0), p: (p, p0), c: (c, rest - p0 * ld) }
 }
 
+/// The Map's cells as bits, one per element, set as tiles cover them.
+struct Cells {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Cells {
+    fn new(len: i64) -> Cells {
+        let len = len as usize;
+        Cells { words: vec![0; len.div_ceil(64)], len }
+    }
+
+    /// Sets cells `start..start + count` (in range); false, and nothing set, if one of them was
+    /// set already.
+    fn mark(&mut self, start: usize, count: usize) -> bool {
+        let spans = Cells::spans(start, count);
+        if spans.clone().any(|(word, mask)| self.words[word] & mask != 0) {
+            return false;
+        }
+        spans.for_each(|(word, mask)| self.words[word] |= mask);
+        true
+    }
+
+    /// The words of cells `start..start + count` and the mask of those cells in each.
+    fn spans(start: usize, count: usize) -> impl Iterator<Item = (usize, u64)> + Clone {
+        let end = start + count;
+        (start / 64..end.div_ceil(64)).map(move |word| {
+            let (lo, hi) = (start.max(word * 64) - word * 64, end.min(word * 64 + 64) - word * 64);
+            let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
+            (word, mask)
+        })
+    }
+
+    /// Whether every cell is set.
+    fn all(&self) -> bool {
+        let (full, rest) = (self.len / 64, self.len % 64);
+        self.words[..full].iter().all(|&w| w == u64::MAX) && (rest == 0 || self.words[full] == (1u64 << rest) - 1)
+    }
+}
+
 /// Whether every point of `loops` puts the `m × n` tile inside one block of the Map
 /// (`blocks × rows × columns`), marking its elements in `covered`, none twice.
 fn covers(
@@ -311,7 +351,7 @@ fn covers(
     loops: &[(Var, i64, ForKind)],
     (m, n): (i64, i64),
     (blocks, rows, columns): (i64, i64, i64),
-    covered: &mut [bool],
+    covered: &mut Cells,
 ) -> bool {
     let points: i64 = loops.iter().map(|(_, e, _)| *e).product();
     if points > MAX_POINTS || loops.iter().any(|(_, e, _)| *e <= 0) {
@@ -325,12 +365,8 @@ fn covers(
             return false;
         }
         for r in p..p + m {
-            for col in c..c + n {
-                let cell = &mut covered[((u * rows + r) * columns + col) as usize];
-                if *cell {
-                    return false;
-                }
-                *cell = true;
+            if !covered.mark(((u * rows + r) * columns + c) as usize, n as usize) {
+                return false;
             }
         }
         // The next point, the last loop fastest.
@@ -343,4 +379,40 @@ fn covers(
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cells;
+
+    /// `Cells` against one bool per cell: random ranges across word boundaries, overlaps
+    /// refused, `all` only once every cell is set.
+    #[test]
+    fn cells_agree_with_one_bool_per_cell() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |bound: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % bound as u64) as usize
+        };
+        for len in [1usize, 63, 64, 65, 200, 1000] {
+            let (mut cells, mut bools) = (Cells::new(len as i64), vec![false; len]);
+            for _ in 0..400 {
+                let start = next(len);
+                let count = 1 + next((len - start).min(130));
+                let expected = bools[start..start + count].iter().all(|b| !b);
+                assert_eq!(cells.mark(start, count), expected, "len {len} at {start} count {count}");
+                if expected {
+                    bools[start..start + count].iter_mut().for_each(|b| *b = true);
+                }
+                assert_eq!(cells.all(), bools.iter().all(|&b| b), "len {len}");
+            }
+            // Cover whatever is left cell by cell, then everything is set.
+            for i in 0..len {
+                assert_eq!(cells.mark(i, 1), !bools[i]);
+            }
+            assert!(cells.all());
+        }
+    }
 }
