@@ -12,7 +12,7 @@
 //! * `qconv`, `qdense`: the compile API of imported networks' quantized convolutions and matrix
 //!   products in onnxruntime's requantization order (`QConvSpec`, `QDenseSpec`,
 //!   `compile_qconv`, `compile_qdense`), `qprepare`, their weight preparation in plain Rust
-//!   (`prepare_weights`), `qcompiled`, what they give (`CompiledQuantized`), `qlowered`, the
+//!   (`prepare_weights`; its x86 vector loops in `qprepare_x86`), `qcompiled`, what they give (`CompiledQuantized`), `qlowered`, the
 //!   same lowered for a level without compiling (`LoweredQuantized`, for the export), and
 //!   `kernel_cache`, their functions shared between layers of one geometry, across threads
 //!   (`KernelCache`); `qauto`, the convolutions the x86 template does not take (groups,
@@ -31,6 +31,7 @@ mod qconv;
 mod qdense;
 mod qlowered;
 mod qprepare;
+mod qprepare_x86;
 mod transpose;
 
 pub use data::LayerData;

@@ -5,6 +5,7 @@
 //! path (a network's weights prepare at memory speed): each panel's channels gathered into
 //! reduction rows, then interleaved four bytes (one packed group: four i8, or two i16) at a time;
 //! or, where four input channels of one tap make one i8 group, packed straight from the weights.
+//! Four channels at a time, i8 entries move through the vector loops of `qprepare_x86`.
 //! `prepare_weights_scalar` is its slow twin, element by element as the definition reads;
 //! the tests here compare the two bit for bit, and `tests/it/ort_requant.rs` checks the fast one
 //! against the compiled definition.
@@ -13,6 +14,7 @@ use ir::DType;
 use schedules::ops::{GemmOperands, conv_row_bytes, source_shift};
 
 use super::error::LayerError;
+use super::qprepare_x86;
 use crate::runtime::Tensor;
 
 /// Weights prepared for the per-call function.
@@ -69,7 +71,8 @@ pub fn prepare_weights(
             *c = channel_sum(w).wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o]));
         }
         if quads {
-            pack_quads(block, &offsets, (ic, nr), panel);
+            let done = qprepare_x86::pack_quads_3x3(block, &offsets, (ic, nr), panel);
+            pack_quads(block, &offsets, (ic, nr), done, panel);
             continue;
         }
         let rows: &[i8] = if direct {
@@ -80,11 +83,14 @@ pub fn prepare_weights(
             }
             &scratch[..channels * k_len]
         };
+        // Four channels at a time where the vector loop takes them (i8 entries).
+        let done = if wide { 0 } else { qprepare_x86::interleave_rows(rows, k_len, channels, nr, panel) };
         // Group by group: `channels` rows read in step (each stays in one cache line for 16 or 32
         // groups), the panel written in sequence. Channels past `OC` stay zero.
         for (g, entries) in panel.chunks_exact_mut(nr * ENTRY).enumerate() {
             let at = g * pack;
-            for (entry, r) in entries.chunks_exact_mut(ENTRY).zip(rows.chunks_exact(k_len)) {
+            let entries = &mut entries[done * ENTRY..];
+            for (entry, r) in entries.chunks_exact_mut(ENTRY).zip(rows[done * k_len..].chunks_exact(k_len)) {
                 let v = &r[at..at + pack];
                 let bytes = if wide {
                     let [a, b] = [i16::from(v[0]).to_le_bytes(), i16::from(v[1]).to_le_bytes()];
@@ -107,18 +113,19 @@ fn channel_sum(w: &[i8]) -> i32 {
 
 /// The i8 entries of one panel whose channels' weights are `block` (`[channels, IC, KH, KW]`):
 /// entry (group `k / 4`, channel `j`) holds `w[j, i..i + 4, ky, kx]` for `k = ky·row + kx·ic + i`
-/// (`IC` and `row` multiples of four, so that the four bytes share one tap). `taps[t]` is the
-/// byte offset in the panel of tap `t`'s first group (`quad_offsets`). Tap by tap, group by
-/// group, so that the panel is written in sequence (each channel's next bytes a few apart).
-fn pack_quads(block: &[i8], taps: &[usize], (ic, nr): (usize, usize), panel: &mut [u8]) {
+/// (`IC` and `row` multiples of four, so that the four bytes share one tap), for the channels
+/// from `first` on. `taps[t]` is the byte offset in the panel of tap `t`'s first group
+/// (`quad_offsets`). Tap by tap, group by group, so that the panel is written in sequence (each
+/// channel's next bytes a few apart).
+fn pack_quads(block: &[i8], taps: &[usize], (ic, nr): (usize, usize), first: usize, panel: &mut [u8]) {
     let khkw = taps.len();
     let per_channel = ic * khkw;
     for (t, &offset) in taps.iter().enumerate() {
         for q in 0..ic / 4 {
             let entries = &mut panel[offset + q * nr * 4..][..nr * 4];
-            let first = 4 * q * khkw + t;
-            for (entry, w) in entries.chunks_exact_mut(4).zip(block.chunks_exact(per_channel)) {
-                let v = &w[first..first + 3 * khkw + 1];
+            let at = 4 * q * khkw + t;
+            for (entry, w) in entries.chunks_exact_mut(4).zip(block.chunks_exact(per_channel)).skip(first) {
+                let v = &w[at..at + 3 * khkw + 1];
                 entry.copy_from_slice(&[v[0] as u8, v[khkw] as u8, v[2 * khkw] as u8, v[3 * khkw] as u8]);
             }
         }
@@ -235,6 +242,11 @@ mod tests {
             [5, 1, 2, 3],
             [20, 12, 3, 2],
             [9, 8, 1, 3],
+            [30, 12, 3, 3],
+            [13, 8, 3, 3],
+            [18, 36, 1, 1],
+            [7, 20, 1, 1],
+            [6, 4, 3, 3],
         ];
         let mut cases = 0;
         for (n, dims) in shapes.iter().enumerate() {
