@@ -409,8 +409,8 @@ mod tests {
                 assert_eq!(cells.all(), bools.iter().all(|&b| b), "len {len}");
             }
             // Cover whatever is left cell by cell, then everything is set.
-            for i in 0..len {
-                assert_eq!(cells.mark(i, 1), !bools[i]);
+            for (i, &set) in bools.iter().enumerate() {
+                assert_eq!(cells.mark(i, 1), !set);
             }
             assert!(cells.all());
         }
