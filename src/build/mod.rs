@@ -18,6 +18,7 @@ use thiserror::Error;
 pub use core_rate::core_rate;
 
 use crate::error::CompileError;
+use crate::isa::IsaLevel;
 use crate::runtime::{CompileOptions, CompiledFunc, compile};
 
 /// A lowered and compiled function.
@@ -44,12 +45,24 @@ pub enum BuildError {
     Compile(#[from] CompileError),
 }
 
-/// What lowering may assume of the code generator for `options`' target: `GemmMap` kernels
-/// (`codegen::intrin`) at AVX-512 VNNI. At AMX the GEMM may run on tiles, and below AVX-512 the
-/// fused kernels do not exist: the GEMM and the Map stay two calls there.
+/// What lowering may assume of the code generator for `options`' target (`lower_options_at`
+/// its level).
 pub fn lower_options(options: &CompileOptions) -> Result<ir::lower::LowerOptions, BuildError> {
-    let level = options.target.level()?;
-    Ok(ir::lower::LowerOptions { fuse_epilogues: level == crate::isa::IsaLevel::Avx512Vnni })
+    Ok(lower_options_at(options.target.level()?))
+}
+
+/// What lowering may assume of code generated for `level`, by the JIT or into an exported
+/// object alike: `GemmMap` kernels (`codegen::intrin`) at AVX-512 VNNI. At AMX the GEMM may run
+/// on tiles, and below AVX-512 the fused kernels do not exist: the GEMM and the Map stay two
+/// calls there.
+pub fn lower_options_at(level: IsaLevel) -> ir::lower::LowerOptions {
+    ir::lower::LowerOptions { fuse_epilogues: level == IsaLevel::Avx512Vnni }
+}
+
+/// Lowers `schedule` for code of `level` that is not compiled here (an exported library's
+/// objects): the lowering `build` does for a target of that level.
+pub fn lower_at(schedule: &Schedule, args: &[&Tensor], name: &str, level: IsaLevel) -> Result<Func, LowerError> {
+    ir::lower::lower_with(schedule, args, name, &lower_options_at(level))
 }
 
 /// Lowers `schedule` to a function of `args` (inputs and outputs, in call order) and compiles it.

@@ -10,6 +10,7 @@ use schedules::x86_conv::{Conv2dInt8Error, Conv2dInt8Knobs, CoreRate, Packing, d
 use thiserror::Error;
 
 use super::Operator;
+use crate::build::lower_at;
 use crate::isa::IsaLevel;
 use crate::layer::{LayerData, NotInTable};
 use crate::record::Record;
@@ -59,8 +60,7 @@ pub fn matmul(m: i64, n: i64, k: i64, levels: &[IsaLevel]) -> Result<Operator, O
         schedule_gemm_source(&mut s, source, true)?;
     }
     schedule_gemm_int8(&mut s, &c, knobs)?;
-    let func = ir::lower::lower(&s, &[&a, &b, &c], "matmul")?;
-    Ok(Operator::portable("matmul", &func, levels))
+    Ok(Operator::per_level("matmul", levels, |level| lower_at(&s, &[&a, &b, &c], "matmul", level))?)
 }
 
 /// The threads a library's layer runs on: its pool is sized where the library loads
@@ -118,9 +118,9 @@ pub fn resnet18_layer(
         let (knobs, operands) = layer_knobs(layer, level, weights, tuning);
         let (prep, run) = table_layer(layer, &quant, knobs, operands, Layout::Nhwc, &name)?;
         Ok(if prepare {
-            ir::lower::lower(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), &format!("{name}_prepare"))?
+            lower_at(&prep.schedule, &prep.args.iter().collect::<Vec<_>>(), &format!("{name}_prepare"), level)?
         } else {
-            ir::lower::lower(&run.schedule, &run.args.iter().collect::<Vec<_>>(), &name)?
+            lower_at(&run.schedule, &run.args.iter().collect::<Vec<_>>(), &name, level)?
         })
     };
     let prepare = Operator::per_level(&format!("{name}_prepare"), levels, |level| lower(level, true))?;

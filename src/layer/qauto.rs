@@ -32,7 +32,7 @@ use schedules::quant::{QuantAttrs, QuantError, Requantization, Scales, TensorQua
 
 use super::error::{LayerError, SpecError};
 use super::qconv::{ActQuant, check_act, check_output_scales, check_weight_scales};
-use crate::build::{BuildError, build};
+use crate::build::{BuildError, build, lower_at};
 use crate::isa::IsaLevel;
 use crate::runtime::{Arg, CompileOptions, CompiledFunc, Tensor};
 
@@ -536,6 +536,6 @@ pub fn lower_qconv_auto_at(
         schedule_qconv_auto(spec, level, threads, point)?;
     let key = format!("{} {point:?} {} {}", workload_key(&[&output]).key, scheduled.threads, level.name());
     let args: Vec<&ir::Tensor> = scheduled.args.iter().collect();
-    let func = ir::lower::lower(&scheduled.schedule, &args, &spec.name).map_err(BuildError::from)?;
+    let func = lower_at(&scheduled.schedule, &args, &spec.name, level).map_err(BuildError::from)?;
     Ok((LoweredAuto { func, key, point, constants }, rejected))
 }

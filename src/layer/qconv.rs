@@ -31,7 +31,7 @@ use super::kernel_cache::KernelCache;
 use super::qcompiled::{CompiledQuantized, Prepared};
 use super::qlowered::LoweredQuantized;
 use super::qprepare::{PreparedWeights, prepare_weights};
-use crate::build::{BuildError, build, core_rate};
+use crate::build::{BuildError, build, core_rate, lower_at};
 use crate::isa::IsaLevel;
 use crate::runtime::{CompileOptions, Tensor};
 
@@ -433,7 +433,7 @@ fn lower_quantized(
     }
     let (layer, operands) = schedule_quantized(spec, shapes, conv, knobs, level)?;
     let key = format!("{} {knobs:?} {}", workload_key(&[&layer.layer.output]).key, level.name());
-    let func = ir::lower::lower(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), &spec.name)
+    let func = lower_at(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), &spec.name, level)
         .map_err(BuildError::from)?;
     let PreparedWeights { packed, compensation } = prepare_quantized(spec, shapes, conv.stride, knobs, operands)?;
     let mut weights = vec![packed, compensation];

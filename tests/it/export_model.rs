@@ -349,6 +349,67 @@ fn exported_models_equal_the_engine_from_c_rust_and_tensorlift_run() {
     check_exported_model("resnet18_w8_s32_qdq_s8_pc.onnx", "netqdq", &kinds, 0, None);
 }
 
+/// The library's functions at `level` (manifest names, `k0`, ...) whose object defines a
+/// fused GEMM-and-Map kernel (`IntrinKind::GemmMap`: a kernel symbol named after a GEMM
+/// declaration, assembled for zmm), from the shared library's symbol table.
+fn functions_with_fused_kernels(lib: &ModelLibrary, level: IsaLevel) -> Vec<String> {
+    let (ok, symbols, stderr) = run(Command::new("nm").arg(&lib.library.shared));
+    assert!(ok, "nm: {stderr}");
+    let prefix = format!("tlx_{}__", lib.library.name);
+    let level_part = format!("__{}__", level.name().replace('-', "_"));
+    let mut functions: Vec<String> = symbols
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2)?.strip_prefix(&prefix))
+        .filter_map(|s| {
+            let (function, kernel) = s.split_once(&level_part)?;
+            (kernel.starts_with("int8_gemm") && kernel.contains("__zmm__")).then(|| function.to_string())
+        })
+        .collect();
+    functions.dedup();
+    functions
+}
+
+/// An exported library lowers each level's functions as the JIT lowers for that level
+/// (`build::lower_at`): at `avx512-vnni` the requantization is the GEMM kernel's epilogue
+/// in the library exactly where it is in the engine compiled for `avx512-vnni`, partition by
+/// partition, and no other level has a fused kernel; the library's output from C equals the
+/// engine's at every level this CPU has.
+#[test]
+fn an_exported_library_fuses_the_epilogues_the_jit_fuses() {
+    let file = "resnet18_w8_s32_qdq_u8_pc.onnx";
+    let levels = [IsaLevel::Avx2, IsaLevel::Avx512Vnni];
+    let graph = tensorlift::onnx::load(&model(file)).unwrap().graph;
+    let lib = export_with_kernels(&graph, file, "netepi", &levels, &["compiled conv", "compiled dense"], file);
+    let fused = functions_with_fused_kernels(&lib, IsaLevel::Avx512Vnni);
+    assert!(!fused.is_empty(), "{file}: no fused kernel at avx512-vnni");
+    assert_eq!(functions_with_fused_kernels(&lib, IsaLevel::Avx2), Vec::<String>::new(), "{file}: avx2");
+    let partitions = lib.library.manifest["partitions"].as_array().expect("partitions").clone();
+    if crate::skip::has_level(IsaLevel::Avx512Vnni, "the engine at avx512-vnni") {
+        for threads in THREADS {
+            let options = CompileOptions {
+                threads: Some(threads),
+                target: tensorlift::Target::Level(IsaLevel::Avx512Vnni),
+                ..CompileOptions::default()
+            };
+            let partitioned = graph.get_partitions(PartitionPolicy::FusionWithoutSum);
+            let compiled = engine::compile(graph.clone(), partitioned, &options).expect("engine");
+            let mut epilogues = 0;
+            for (step, p) in compiled.steps().iter().zip(&partitions) {
+                let (engine::Kernel::Conv(c) | engine::Kernel::Dense(c)) = &step.kernel else { continue };
+                let function = p["function"]["avx512-vnni"][threads.to_string()].as_str().expect("function");
+                let jit = c.kernel_description().contains("GEMM epilogue");
+                epilogues += usize::from(jit);
+                assert_eq!(fused.iter().any(|f| f == function), jit, "{file}, {threads} threads: {p}");
+            }
+            assert!(epilogues > 0, "{file}, {threads} threads: the engine fuses no epilogue");
+        }
+    }
+    let specs = engine_on(&graph, 1).input_specs();
+    let inputs: Vec<Value> = specs.iter().map(|(d, dims)| crate::engine::input(*d, dims, 11)).collect();
+    let want = expected(&graph, &inputs, file);
+    check_from_c(&lib, &inputs, &want, &levels, file);
+}
+
 /// The MobileNet-style test models, QOperator and QDQ: two depthwise convolutions and a grouped
 /// one, auto-scheduled (`auto rules`), beside the template's pointwise ones
 /// (`check_exported_model`). The auto-scheduled points take the threads they are made for, so
