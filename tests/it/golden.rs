@@ -233,12 +233,21 @@ fn golden_cache_write() {
     check_golden("cache_write", &s, &[&a, &b, &c]);
 }
 
-/// `fuse_epilogues` on an `[8, 32]` accumulator filled by 2 × 2 resetting `4 × 16` GEMM calls
-/// (one segment of 8), then requantized with a residual add by one `Map` call: each GEMM call
-/// becomes a `GemmMap` call whose per-column operands move by the tile's column and whose
-/// `[m, n]` ones by its row and column, and the accumulator goes.
-#[test]
-fn golden_fuse_epilogues() {
+/// How the GEMM calls of `epilogue_func` walk their `4 × 16` tiles.
+#[derive(Clone, Copy, PartialEq)]
+enum TileLoops {
+    /// `for i.outer in 0..2 { for j.outer in 0..2 { … } }`, one `Map` call over all rows.
+    Nested,
+    /// One parallel loop `f in 0..4` fusing both, its tile at `f / 2`, `f % 2` (with the
+    /// unused `let` lowering leaves), and a parallel `Map` nest over the two row blocks.
+    Fused,
+    /// `Fused` with the row term dropped: two tiles land on the same accumulator cells.
+    FusedOverlapping,
+}
+
+/// An `[8, 32]` accumulator filled by 2 × 2 resetting `4 × 16` GEMM calls (one segment of 8)
+/// walked as `tiles` says, then requantized with a residual add by `Map` calls.
+fn epilogue_func(tiles: TileLoops) -> ir::Func {
     use ir::composite::call_nest;
     use ir::expr::select;
     use ir::intrin::{IntrinKind, decl_tensor_intrin};
@@ -246,13 +255,15 @@ fn golden_fuse_epilogues() {
     use ir::{Buffer, Expr, ForKind, Func, Operand, Stmt, Var};
 
     let (m, n, k, mr, nr) = (8, 32, 8, 4, 16);
+    // The `Map` covers all rows, or one row block per call.
+    let map_m = if tiles == TileLoops::Nested { m } else { mr };
     let gemm = schedules::intrin::int8_gemm_segmented_microkernel(mr, nr, 1, k, DType::U8, false).unwrap();
-    let acc = placeholder_vec(vec![m, n], DType::I32, "acc").unwrap();
+    let acc = placeholder_vec(vec![map_m, n], DType::I32, "acc").unwrap();
     let comp = placeholder_vec(vec![n], DType::I32, "comp").unwrap();
-    let sum = placeholder_vec(vec![m, n], DType::U8, "sum").unwrap();
+    let sum = placeholder_vec(vec![map_m, n], DType::U8, "sum").unwrap();
     let f32c = |v: f64| Expr::float(DType::F32, v);
     let y = compute(
-        [m, n],
+        [map_m, n],
         |i| {
             let q = (acc.at([&i[0], &i[1]]) - comp.at([&i[1]])).cast(DType::F32) * f32c(0.01);
             let q = q.round() + sum.at([&i[0], &i[1]]).cast(DType::F32);
@@ -261,7 +272,8 @@ fn golden_fuse_epilogues() {
         "y",
     )
     .unwrap();
-    let map = decl_tensor_intrin("rq_8x32", IntrinKind::Map { m, n }, &y, &[&acc, &comp, &sum]).unwrap();
+    let map = decl_tensor_intrin(&format!("rq_{map_m}x{n}"), IntrinKind::Map { m: map_m, n }, &y, &[&acc, &comp, &sum])
+        .unwrap();
     let a = Buffer::new("A", DType::U8, vec![m, k]);
     let b = Buffer::new("B", DType::I8, vec![k / 4, n, 4]);
     let (comp_b, sum_b, y_b) = (
@@ -270,33 +282,60 @@ fn golden_fuse_epilogues() {
         Buffer::new("y", DType::U8, vec![m, n]),
     );
     let acc_b = Buffer::new("acc", DType::I32, vec![m, n]);
-    let (io, jo) = (Var::index("i.outer"), Var::index("j.outer"));
     let at = |buffer: &Buffer, origin: Expr, strides: Vec<i64>| Operand {
         buffer: buffer.clone(),
         origin: vec![origin],
         strides,
     };
+    let (io, jo, f) = (Var::index("i.outer"), Var::index("j.outer"), Var::index("f"));
+    let (row, column) = match tiles {
+        TileLoops::Nested => (io.to_expr(), jo.to_expr()),
+        TileLoops::Fused | TileLoops::FusedOverlapping => (f.to_expr() / 2, f.to_expr() % 2),
+    };
+    let acc_row = if tiles == TileLoops::FusedOverlapping { Expr::index(0) } else { row.clone() * (mr * n) };
     let gemm_operands = vec![
-        at(&a, io.to_expr() * (mr * k), vec![k, 1]),
-        at(&b, jo.to_expr() * (nr * 4), vec![n * 4, 4, 1]),
-        at(&acc_b, io.to_expr() * (mr * n) + jo.to_expr() * nr, vec![n, 1]),
-    ];
-    let zero = || Expr::index(0);
-    let map_operands = vec![
-        at(&acc_b, zero(), vec![n, 1]),
-        at(&comp_b, zero(), vec![1]),
-        at(&sum_b, zero(), vec![n, 1]),
-        at(&y_b, zero(), vec![n, 1]),
+        at(&a, row.clone() * (mr * k), vec![k, 1]),
+        at(&b, column.clone() * (nr * 4), vec![n * 4, 4, 1]),
+        at(&acc_b, acc_row + column * nr, vec![n, 1]),
     ];
     let gemm_call =
         Stmt::call(gemm.clone(), gemm_operands.clone(), true, call_nest(&gemm, &gemm_operands, true).unwrap());
-    let tiles = Stmt::for_loop(io, m / mr, ForKind::Serial, Stmt::for_loop(jo, n / nr, ForKind::Serial, gemm_call));
+    let u = Var::index("u");
+    let block = match tiles {
+        TileLoops::Nested => Expr::index(0),
+        _ => u.to_expr() * (mr * n),
+    };
+    let map_operands = vec![
+        at(&acc_b, block.clone(), vec![n, 1]),
+        at(&comp_b, Expr::index(0), vec![1]),
+        at(&sum_b, block.clone(), vec![n, 1]),
+        at(&y_b, block, vec![n, 1]),
+    ];
     let map_call = Stmt::call(map.clone(), map_operands.clone(), false, call_nest(&map, &map_operands, false).unwrap());
-    let body = Stmt::allocate(acc_b, Stmt::seq(vec![tiles, map_call]));
-    let func = Func { name: "fuse_epilogues".into(), params: vec![a, b, comp_b, sum_b, y_b], body };
-    let fused = ir::passes::fuse_epilogues(&func);
+    let (tile_nest, map_nest) = match tiles {
+        TileLoops::Nested => (
+            Stmt::for_loop(io, m / mr, ForKind::Serial, Stmt::for_loop(jo, n / nr, ForKind::Serial, gemm_call)),
+            map_call,
+        ),
+        _ => (
+            Stmt::for_loop(
+                f.clone(),
+                4,
+                ForKind::Parallel,
+                Stmt::let_stmt(Var::index("i.1"), f.to_expr() / 2, gemm_call),
+            ),
+            Stmt::for_loop(u, m / mr, ForKind::Parallel, map_call),
+        ),
+    };
+    let body = Stmt::allocate(acc_b, Stmt::seq(vec![tile_nest, map_nest]));
+    Func { name: "fuse_epilogues".into(), params: vec![a, b, comp_b, sum_b, y_b], body }
+}
+
+/// `fuse_epilogues` of `func`, checked by the verifier and against the interpreter: the same
+/// output as `func` on the same inputs (the interpreter runs the composite declaration).
+fn fuse_and_check(func: &ir::Func) -> ir::Func {
+    let fused = ir::passes::fuse_epilogues(func);
     assert_eq!(ir::passes::verify(&fused, ir::passes::VerifyLevel::Lowered), Ok(()));
-    // The same outputs by the interpreter, which runs the composite declaration.
     let inputs: Vec<ir::interp::Array> = func
         .params
         .iter()
@@ -309,8 +348,31 @@ fn golden_fuse_epilogues() {
         })
         .collect();
     let (mut want, mut got) = (inputs.clone(), inputs);
-    ir::interp::run_func(&func, &mut want).unwrap();
+    ir::interp::run_func(func, &mut want).unwrap();
     ir::interp::run_func(&fused, &mut got).unwrap();
     assert!(got[4].bits_eq(&want[4]));
+    fused
+}
+
+/// `fuse_epilogues` on `epilogue_func(Nested)`: each GEMM call becomes a `GemmMap` call whose
+/// per-column operands move by the tile's column and whose `[m, n]` ones by its row and
+/// column, and the accumulator goes.
+#[test]
+fn golden_fuse_epilogues() {
+    let fused = fuse_and_check(&epilogue_func(TileLoops::Nested));
     check_golden_text("fuse_epilogues", &fused.to_string());
+}
+
+/// `fuse_epilogues` on one fused parallel tile loop indexed by `/ 2` and `% 2`
+/// (`epilogue_func(Fused)`, the form of a parallel conv's tiles): the tiles, enumerated, cover
+/// the `Map` nest's blocks once each, so the calls fuse, with each operand's block given by
+/// the quotient and its column by the remainder; where two tiles overlap
+/// (`FusedOverlapping`), nothing changes.
+#[test]
+fn golden_fuse_epilogues_fused_loop() {
+    let fused = fuse_and_check(&epilogue_func(TileLoops::Fused));
+    assert!(!fused.to_string().contains("acc"), "{fused}");
+    check_golden_text("fuse_epilogues_fused_loop", &fused.to_string());
+    let overlapping = epilogue_func(TileLoops::FusedOverlapping);
+    assert_eq!(ir::passes::fuse_epilogues(&overlapping).to_string(), overlapping.to_string());
 }

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 
 use crate::analysis::linear::Linear;
 use crate::composite::{call_nest, gemm_map, map_tile};
-use crate::expr::{Expr, Var};
+use crate::dtype::DType;
+use crate::expr::{BinOp, Expr, ExprKind, Var};
 use crate::intrin::{IntrinKind, TensorIntrin};
 use crate::mutator::{Mutator, for_each_stmt, substitute, walk_stmt};
 use crate::stmt::{Buffer, ForKind, Func, Operand, Stmt, StmtKind};
@@ -25,8 +26,10 @@ const MAX_CELLS: i64 = 1 << 22;
 /// tile (an `[n]` operand by its column, an `[m, n]` one by its row and column), and the Map
 /// nest goes. `acc`'s allocation goes when nothing reads it any more.
 ///
-/// Only where it provably computes the same: the flat offsets are affine in the loop
-/// variables, the tiles (enumerated) cover every element the Map calls read exactly once,
+/// Only where it provably computes the same: the flat offsets are linear in terms the proof
+/// evaluates (loop variables, their quotients and remainders by constants, as in one fused
+/// parallel tile loop: `Let`s between the loops are substituted), the tiles (enumerated, each
+/// term's value at each point) cover every element the Map calls read exactly once,
 /// each tile inside one Map call's block, with the Map's row stride; the Map writes no buffer
 /// a GEMM reads; nothing else in the allocation touches `acc` between them. Run after
 /// `flatten_buffers` (origins are flat). A fused call's fallback is the two calls on a
@@ -54,7 +57,7 @@ impl Mutator for FuseEpilogues {
 fn touches(stmt: &Stmt, buffer: &Buffer) -> bool {
     let mut found = false;
     crate::mutator::for_each_stmt_expr(stmt, &mut |e| {
-        e.for_each(&mut |x| found |= matches!(x.kind(), crate::expr::ExprKind::Load(b, _) if b == buffer))
+        e.for_each(&mut |x| found |= matches!(x.kind(), ExprKind::Load(b, _) if b == buffer))
     });
     for_each_stmt(stmt, &mut |s| match s.kind() {
         StmtKind::Store { buffer: b, .. } => found |= b == buffer,
@@ -72,7 +75,8 @@ fn flatten(stmt: &Stmt, out: &mut Vec<Stmt>) {
     }
 }
 
-/// A nest of `For` loops around one call.
+/// A nest of `For` loops around one call; the `Let`s between them substituted into the
+/// call's operands.
 struct Nest {
     loops: Vec<(Var, i64, ForKind)>,
     intrin: TensorIntrin,
@@ -82,6 +86,7 @@ struct Nest {
 
 fn nest(stmt: &Stmt) -> Option<Nest> {
     let mut loops = Vec::new();
+    let mut lets = Vec::new();
     let mut s = stmt;
     loop {
         match s.kind() {
@@ -89,8 +94,18 @@ fn nest(stmt: &Stmt) -> Option<Nest> {
                 loops.push((var.clone(), *extent, *kind));
                 s = body;
             }
+            StmtKind::Let { var, value, body } => {
+                lets.push((var.clone(), value.clone()));
+                s = body;
+            }
             StmtKind::Call { intrin, operands, reset, .. } => {
-                return Some(Nest { loops, intrin: intrin.clone(), operands: operands.clone(), reset: *reset });
+                // Innermost first: a value may name an outer `Let`'s variable.
+                let bound = |e: &Expr| lets.iter().rev().fold(e.clone(), |e, pair| substitute(&e, &[pair.clone()]));
+                let operands = operands
+                    .iter()
+                    .map(|o| Operand { origin: o.origin.iter().map(bound).collect(), ..o.clone() })
+                    .collect();
+                return Some(Nest { loops, intrin: intrin.clone(), operands, reset: *reset });
             }
             _ => return None,
         }
@@ -126,33 +141,64 @@ fn site(stmt: &Stmt, acc: &Buffer) -> Option<Site> {
     Some(Site { allocations, prefix: stmts[..first].to_vec(), nests })
 }
 
-/// A flat offset as `Σ coefficient · loop variable + constant` over `loops`' variables.
-fn affine(e: &Expr, loops: &[(Var, i64, ForKind)]) -> Option<(Vec<i64>, i64)> {
+/// A flat offset as `Σ coefficient · term + constant`, each term an index expression of
+/// `loops`' variables that `value` evaluates (a variable, or, say, the quotient and remainder
+/// of a fused loop's variable by a constant): the terms and the coefficients, the constant.
+fn linear(e: &Expr, loops: &[(Var, i64, ForKind)]) -> Option<(Vec<Expr>, Vec<i64>, i64)> {
     let form = Linear::of(e);
-    let mut coefficients = vec![0; loops.len()];
+    let zero = vec![0; loops.len()];
+    let mut terms = Vec::new();
+    let mut coefficients = Vec::new();
     for (term, c) in &form.terms {
-        let v = term.as_var()?;
-        let d = loops.iter().position(|(l, _, _)| l == v)?;
-        coefficients[d] += c;
+        value(term, loops, &zero)?;
+        terms.push(term.clone());
+        coefficients.push(*c);
     }
-    Some((coefficients, form.constant))
+    Some((terms, coefficients, form.constant))
 }
 
-/// `Σ c_d · v_d + constant` as an index expression.
-fn linear_expr(coefficients: &[i64], loops: &[(Var, i64, ForKind)], constant: i64) -> Expr {
-    let mut terms = coefficients
+/// The value of the index expression `e` where `loops`' variables are `at`; `None` for any
+/// other variable or node (loads, calls, selects ...) and on overflow. Division and modulo
+/// floor, by zero give zero (`expr`'s semantics).
+fn value(e: &Expr, loops: &[(Var, i64, ForKind)], at: &[i64]) -> Option<i64> {
+    match e.kind() {
+        ExprKind::Int(v) if e.dtype() == DType::INDEX => Some(*v),
+        ExprKind::Var(v) => loops.iter().position(|(l, _, _)| l == v).map(|d| at[d]),
+        ExprKind::Binary(op, a, b) if e.dtype() == DType::INDEX => {
+            let (a, b) = (value(a, loops, at)?, value(b, loops, at)?);
+            match op {
+                BinOp::Add => a.checked_add(b),
+                BinOp::Sub => a.checked_sub(b),
+                BinOp::Mul => a.checked_mul(b),
+                BinOp::Div if b == 0 => Some(0),
+                BinOp::Div => a.checked_div_euclid(b).map(|q| if b < 0 && a.rem_euclid(b) != 0 { q - 1 } else { q }),
+                BinOp::Mod if b == 0 => Some(0),
+                BinOp::Mod => a.checked_rem_euclid(b).map(|r| if b < 0 && r != 0 { r + b } else { r }),
+                BinOp::Min => Some(a.min(b)),
+                BinOp::Max => Some(a.max(b)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// `Σ c_t · term_t + constant` as an index expression.
+fn linear_expr(coefficients: &[i64], terms: &[Expr], constant: i64) -> Expr {
+    let mut scaled = coefficients
         .iter()
-        .zip(loops)
+        .zip(terms)
         .filter(|(c, _)| **c != 0)
-        .map(|(&c, (v, _, _))| if c == 1 { v.to_expr() } else { v.to_expr() * c });
-    let first = terms.next().unwrap_or_else(|| Expr::index(constant));
-    let sum = terms.fold(first.clone(), |acc, t| acc + t);
+        .map(|(&c, t)| if c == 1 { t.clone() } else { t.clone() * c });
+    let first = scaled.next().unwrap_or_else(|| Expr::index(constant));
+    let sum = scaled.fold(first.clone(), |acc, t| acc + t);
     if constant != 0 && !first.is_const() { sum + Expr::index(constant) } else { sum }
 }
 
-/// Where a tile lies in the Map's blocks: block `u`, row `p`, column `c`, as affine forms
-/// (coefficients over the nest's loops, constant).
+/// Where a tile lies in the Map's blocks: block `u`, row `p`, column `c`, as linear forms
+/// (coefficients over the nest's offset's terms, constant).
 struct Placement {
+    terms: Vec<Expr>,
     u: (Vec<i64>, i64),
     p: (Vec<i64>, i64),
     c: (Vec<i64>, i64),
@@ -199,11 +245,13 @@ impl FuseEpilogues {
             _ => return None,
         };
         // The Map's blocks: `blocks` of them, `big_m · ld` elements apart from `base`.
-        let (map_coefficients, base) = affine(&map_acc.origin[0], &map.loops)?;
+        let (map_terms, map_coefficients, base) = linear(&map_acc.origin[0], &map.loops)?;
         let block = big_m * ld;
         let (u_var, blocks) = match map.loops.as_slice() {
-            [] => (None, 1),
-            [(v, extent, _)] if map_coefficients == [block] => (Some(v.clone()), *extent),
+            [] if map_terms.is_empty() => (None, 1),
+            [(v, extent, _)] if map_coefficients == [block] && map_terms[0].as_var() == Some(v) => {
+                (Some(v.clone()), *extent)
+            }
             _ => return None,
         };
         if blocks * big_m * big_n > MAX_CELLS {
@@ -223,8 +271,8 @@ impl FuseEpilogues {
             if !g.reset || !writes_only_acc || !reads_no_output || c.origin.len() != 1 || c.strides != [ld, 1] {
                 return None;
             }
-            let (coefficients, constant) = affine(&c.origin[0], &g.loops)?;
-            let placement = place(&coefficients, constant - base, block, ld);
+            let (terms, coefficients, constant) = linear(&c.origin[0], &g.loops)?;
+            let placement = place(terms, &coefficients, constant.checked_sub(base)?, block, ld);
             if !covers(&placement, &g.loops, (m, n), (blocks, big_m, big_n), &mut covered) {
                 return None;
             }
@@ -251,7 +299,7 @@ impl FuseEpilogues {
                 (fused, tile_map)
             }
         };
-        let expr = |(coefficients, constant): &(Vec<i64>, i64)| linear_expr(coefficients, &g.loops, *constant);
+        let expr = |(coefficients, constant): &(Vec<i64>, i64)| linear_expr(coefficients, &placement.terms, *constant);
         let (u, p, c) = (expr(&placement.u), expr(&placement.p), expr(&placement.c));
         let mut operands: Vec<Operand> = g.operands[..g.operands.len() - 1].to_vec();
         for o in &map.operands[1..] {
@@ -284,10 +332,10 @@ impl FuseEpilogues {
     }
 }
 
-/// The tile at flat offset `Σ coefficients · v + offset` from the Map's first block, split by
-/// each term's coefficient: multiples of `block` pick the block, other multiples of `ld` the
+/// The tile at flat offset `Σ coefficients · terms + offset` from the Map's first block, split
+/// by each term's coefficient: multiples of `block` pick the block, other multiples of `ld` the
 /// row, the rest the column. `covers` checks that the split is the true one at every point.
-fn place(coefficients: &[i64], offset: i64, block: i64, ld: i64) -> Placement {
+fn place(terms: Vec<Expr>, coefficients: &[i64], offset: i64, block: i64, ld: i64) -> Placement {
     let (mut u, mut p, mut c) = (vec![0; coefficients.len()], vec![0; coefficients.len()], vec![0; coefficients.len()]);
     for (d, &k) in coefficients.iter().enumerate() {
         if k % block == 0 {
@@ -301,7 +349,7 @@ fn place(coefficients: &[i64], offset: i64, block: i64, ld: i64) -> Placement {
     let u0 = offset.div_euclid(block);
     let rest = offset - u0 * block;
     let p0 = rest.div_euclid(ld);
-    Placement { u: (u, u0), p: (p, p0), c: (c, rest - p0 * ld) }
+    Placement { terms, u: (u, u0), p: (p, p0), c: (c, rest - p0 * ld) }
 }
 
 /// The Map's cells as bits, one per element, set as tiles cover them.
@@ -357,10 +405,19 @@ fn covers(
     if points > MAX_POINTS || loops.iter().any(|(_, e, _)| *e <= 0) {
         return false;
     }
-    let eval = |(k, c0): &(Vec<i64>, i64), at: &[i64]| k.iter().zip(at).map(|(k, v)| k * v).sum::<i64>() + c0;
+    let eval = |(k, c0): &(Vec<i64>, i64), values: &[i64]| {
+        k.iter().zip(values).try_fold(*c0, |sum, (k, v)| sum.checked_add(k.checked_mul(*v)?))
+    };
     let mut at = vec![0; loops.len()];
     for _ in 0..points {
-        let (u, p, c) = (eval(&placement.u, &at), eval(&placement.p, &at), eval(&placement.c, &at));
+        let Some(values) = placement.terms.iter().map(|t| value(t, loops, &at)).collect::<Option<Vec<i64>>>() else {
+            return false;
+        };
+        let (Some(u), Some(p), Some(c)) =
+            (eval(&placement.u, &values), eval(&placement.p, &values), eval(&placement.c, &values))
+        else {
+            return false;
+        };
         if u < 0 || u >= blocks || p < 0 || p + m > rows || c < 0 || c + n > columns {
             return false;
         }
