@@ -14,8 +14,8 @@ use crate::stmt::{ForKind, Operand, Stmt};
 use crate::te::{Tensor, TensorId, compute_vec, placeholder_vec, placeholder_vec_in_range};
 
 /// The `IntrinKind::GemmMap` of `gemm` (an `Int8Gemm` or `Int16Gemm` declaration) then `map`
-/// (a `Map` declaration of the same `[m, n]` whose input 0 is `i32[m, n]`), named
-/// `<gemm>_<map>`.
+/// (a `Map` declaration of the GEMM's `m` rows and its first `n` columns, `n` at most the
+/// GEMM's, whose input 0 is `i32[m, n]`), named `<gemm>_<map>`.
 ///
 /// Errors (`TeError::BadIntrinsic`) if the kinds or the sizes do not chain.
 pub fn gemm_map(gemm: &TensorIntrin, map: &TensorIntrin) -> Result<TensorIntrin, TeError> {
@@ -39,10 +39,11 @@ pub fn gemm_map(gemm: &TensorIntrin, map: &TensorIntrin) -> Result<TensorIntrin,
         return Err(bad("second part", "a Map".into(), format!("{:?}", map.kind)));
     };
     let first = map.inputs.first();
-    let chains = (m, n) == (gm, gn) && first.is_some_and(|t| t.dtype() == DType::I32 && t.shape() == [m, n]);
+    let chains =
+        m == gm && (1..=gn).contains(&n) && first.is_some_and(|t| t.dtype() == DType::I32 && t.shape() == [m, n]);
     if !chains {
         let found = first.map_or("no input".into(), |t| format!("{}{:?} over [{m}, {n}]", t.dtype(), t.shape()));
-        return Err(bad("Map input 0", format!("i32[{gm}, {gn}], the GEMM's output"), found));
+        return Err(bad("Map input 0", format!("i32[{gm}, 1..={gn}], the GEMM's output's first columns"), found));
     }
     let mut inputs = gemm.inputs.clone();
     inputs.extend(map.inputs[1..].iter().cloned());
@@ -273,12 +274,16 @@ mod tests {
     }
 
     #[test]
-    fn parts_chain_only_with_matching_sizes() {
+    fn parts_chain_only_with_matching_rows_and_at_most_the_columns() {
         let fused = gemm_map(&gemm(4, 16, 8), &requantize(4, 16)).unwrap();
         assert_eq!(fused.kind, IntrinKind::GemmMap { m: 4, n: 16 });
         let names: Vec<&str> = fused.operand_tensors().iter().map(|t| t.name()).collect();
         assert_eq!(names, ["A", "B", "comp", "s", "r", "out"]);
         assert!(gemm_map(&gemm(4, 16, 8), &requantize(4, 32)).is_err());
+        assert!(gemm_map(&gemm(4, 16, 8), &requantize(2, 16)).is_err());
+        // A Map of the first columns of the GEMM's tile (the last panel of a wider output).
+        let partial = gemm_map(&gemm(4, 16, 8), &requantize(4, 8)).unwrap();
+        assert_eq!(partial.kind, IntrinKind::GemmMap { m: 4, n: 8 });
         assert!(gemm_map(&requantize(4, 16), &requantize(4, 16)).is_err());
     }
 }

@@ -87,11 +87,11 @@ pub enum IntrinKind {
     ///
     /// Layout: every operand is contiguous along `c`; row strides are free.
     Map { m: i64, n: i64 },
-    /// A GEMM whose `[m, n]` i32 result goes straight through a `Map` (`composite::gemm_map`,
-    /// which builds it; the two declarations are `TensorIntrinData::parts`): the call computes
-    /// `T = A·B` from zero into a temporary `T: i32[m, n]` exactly as the GEMM declaration
-    /// (a resetting call of it), then `out[p, c] = f(T[p, c], …)` exactly as the Map
-    /// declaration with `T` as its input 0. Operands: the GEMM's inputs (`A`, `B`), the Map's
+    /// A GEMM whose i32 result goes straight through a `Map` (`composite::gemm_map`, which
+    /// builds it; the two declarations are `TensorIntrinData::parts`): the call computes
+    /// `T = A·B` from zero into a temporary `T: i32[m, N]` exactly as the GEMM declaration
+    /// (a resetting call of it, `N` its columns), then `out[p, c] = f(T[p, c], …)` for the
+    /// first `n ≤ N` columns exactly as the `[m, n]` Map declaration with `T` as its input 0. Operands: the GEMM's inputs (`A`, `B`), the Map's
     /// inputs after the first, then the Map's output; `T` is no operand. Never a resetting
     /// call itself (its output is overwritten, as a Map's).
     ///

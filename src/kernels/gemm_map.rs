@@ -24,8 +24,10 @@ const BASES: [AsmRegister64; 7] = [rdx, rcx, rsi, rdi, r8, r9, rax];
 const OPERANDS: AsmRegister64 = r10;
 
 /// Assembles the kernel of `shape` (a resetting GEMM of `variant`, blocked as `blocking`)
-/// followed by `map` (the `Map` part, `[shape.m, shape.n]`), whose operands have the row
-/// strides `row_strides` (elements; 0 for an `[n]` operand; input 0's is ignored).
+/// followed by `map` (the `Map` part, `[shape.m, n]` for the tile's first `n ≤ shape.n`
+/// columns: the last vector it maps is stored under a mask, and the registers past it are
+/// never read), whose operands have the row strides `row_strides` (elements; 0 for an `[n]`
+/// operand; input 0's is ignored).
 pub fn assemble_gemm_map(
     variant: KernelVariant,
     shape: &GemmShape,
@@ -45,7 +47,11 @@ pub fn assemble_gemm_map(
     if !shape.reset || !one_block || shape.k <= 0 || shape.segments <= 0 {
         return unsupported(format!("a GEMM epilogue on {}x{}x{} (one resetting register block)", m, n, shape.k));
     }
-    if map.kind != (IntrinKind::Map { m: shape.m, n: shape.n }) || row_strides.len() != map.inputs.len() + 1 {
+    let map_n = match map.kind {
+        IntrinKind::Map { m: map_m, n: map_n } if map_m == shape.m && (1..=shape.n).contains(&map_n) => map_n as usize,
+        _ => return unsupported(format!("{} as the epilogue of a {m}x{n} tile", map.name)),
+    };
+    if row_strides.len() != map.inputs.len() + 1 {
         return unsupported(format!("{} as the epilogue of a {m}x{n} tile", map.name));
     }
     let others = map.inputs.len();
@@ -64,7 +70,10 @@ pub fn assemble_gemm_map(
     }
     // Input 0 is the tile: its base is never used.
     let bases = std::iter::once(r11).chain(BASES[..others].iter().copied()).collect();
-    let acc = tile.acc.iter().map(|row| row.iter().map(|v| v.0).collect()).collect();
+    // The Map's columns: its vectors of the tile, the last one's lanes.
+    let map_vectors = map_n.div_ceil(lanes);
+    let acc = tile.acc.iter().map(|row| row[..map_vectors].iter().map(|v| v.0).collect()).collect();
+    let last_lanes = map_n - (map_vectors - 1) * lanes;
     let epilogue = EpilogueTile { acc, last_lanes, bases, row_strides: row_strides.to_vec() };
     let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
     g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;

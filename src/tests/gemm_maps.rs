@@ -17,11 +17,13 @@ use crate::isa::IsaLevel;
 use crate::runtime::CompileOptions;
 use crate::target::Target;
 
-/// One case: tile `m × n`, `segments` of `k`, the output dtype, an add input or not.
+/// One case: tile `m × n`, `segments` of `k`, the output dtype, an add input or not; the Map
+/// over the tile's first `cols` columns (`n`, or fewer: the last panel of a wider output).
 #[derive(Clone, Copy, Debug)]
 struct Case {
     m: i64,
     n: i64,
+    cols: i64,
     segments: i64,
     k: i64,
     out: DType,
@@ -33,9 +35,9 @@ fn f32c(v: f32) -> Expr {
 }
 
 /// `sat(max(round(f32(acc - comp[c]) · scale[c]) + 3 (+ 0.75 · f32(sum[p, c])), lower))`,
-/// onnxruntime's requantization order (the add fused), over `[m, n]`.
+/// onnxruntime's requantization order (the add fused), over `[m, cols]`.
 fn requantize(case: Case) -> TensorIntrin {
-    let Case { m, n, out, add, .. } = case;
+    let Case { m, cols: n, out, add, .. } = case;
     let acc = placeholder_vec(vec![m, n], DType::I32, "acc").unwrap();
     let comp = placeholder_vec(vec![n], DType::I32, "comp").unwrap();
     let scale = placeholder_vec(vec![n], DType::F32, "scale").unwrap();
@@ -65,15 +67,15 @@ fn requantize(case: Case) -> TensorIntrin {
 /// `allocate acc { call reset gemm(A, B, acc); call map(acc, …, out) }` over buffers with
 /// rows that are not dense (A's segments and rows, B's k groups, the sum's and output's rows).
 fn unfused(case: Case) -> Func {
-    let Case { m, n, segments, k, out, add } = case;
+    let Case { m, n, cols, segments, k, out, add } = case;
     let gemm = schedules::intrin::int8_gemm_segmented_microkernel(m, n, segments, k, DType::U8, false).unwrap();
     let map = requantize(case);
     let (lds, ldb, ld_sum, ld_out) = (k + 4, 4 * n + 16, n + 8, n + 5);
     let lda = segments * lds + 8;
     let a = Buffer::new("A", DType::U8, vec![m * lda]);
     let b = Buffer::new("B", DType::I8, vec![segments * k / 4 * ldb]);
-    let comp = Buffer::new("comp", DType::I32, vec![n]);
-    let scale = Buffer::new("scale", DType::F32, vec![n]);
+    let comp = Buffer::new("comp", DType::I32, vec![cols]);
+    let scale = Buffer::new("scale", DType::F32, vec![cols]);
     let sum = Buffer::new("sum", DType::U8, vec![m * ld_sum]);
     let y = Buffer::new("y", out, vec![m * ld_out]);
     let acc = Buffer::new("acc", DType::I32, vec![m, n]);
@@ -148,7 +150,7 @@ fn fused_kernels_equal_the_unfused_pair_and_the_interpreter() {
             for (segments, k) in [(1, 36), (3, 8)] {
                 for out in [DType::U8, DType::I8] {
                     for add in [false, true] {
-                        let case = Case { m, n, segments, k, out, add };
+                        let case = Case { m, n, cols: n, segments, k, out, add };
                         let before = unfused(case);
                         let after = fuse_epilogues(&before);
                         assert_eq!(gemm_map_calls(&after), 1, "{case:?}:\n{after}");
@@ -180,7 +182,7 @@ fn fused_kernels_equal_the_unfused_pair_and_the_interpreter() {
 
 #[test]
 fn an_accumulator_read_elsewhere_is_not_fused() {
-    let case = Case { m: 4, n: 16, segments: 1, k: 8, out: DType::U8, add: false };
+    let case = Case { m: 4, n: 16, cols: 16, segments: 1, k: 8, out: DType::U8, add: false };
     let before = unfused(case);
     let StmtKind::Allocate { buffer, body } = before.body.kind() else { unreachable!("built as an allocation") };
     // A store of an accumulator element to the output after the map: `acc` is read elsewhere.
@@ -192,4 +194,34 @@ fn an_accumulator_read_elsewhere_is_not_fused() {
     let after = fuse_epilogues(&before);
     assert_eq!(after.to_string(), before.to_string());
     assert_eq!(gemm_map_calls(&after), 0);
+}
+
+/// A Map over the first columns of the GEMM's tile (the last panel of an output whose columns
+/// are not a whole number of panels) fuses: the kernel maps and stores those columns only
+/// (the last vector under a mask), equal to the unfused pair, the call's fallback and the
+/// interpreter, whose output past them stays as it was.
+#[test]
+fn a_map_of_the_first_columns_of_the_tile_is_fused() {
+    let Some(&level) = skip::levels_here_for([IsaLevel::Avx512Vnni], "GemmMap kernels").first() else { return };
+    let options = CompileOptions { target: Target::Level(level), ..CompileOptions::default() };
+    for (m, n, cols) in [(1, 16, 8), (1, 16, 1), (3, 32, 20), (4, 48, 33), (2, 48, 47), (5, 32, 16)] {
+        for add in [false, true] {
+            let case = Case { m, n, cols, segments: 1, k: 36, out: DType::U8, add };
+            let before = unfused(case);
+            let after = fuse_epilogues(&before);
+            assert_eq!(gemm_map_calls(&after), 1, "{case:?}:\n{after}");
+            let inputs = args(&before);
+            let (mut want, mut got) = (inputs.clone(), inputs.clone());
+            run_func(&before, &mut want).unwrap();
+            run_func(&after, &mut got).unwrap();
+            let output = want.len() - 1;
+            assert!(got[output].bits_eq(&want[output]), "{case:?}: interpreter");
+            let fused = check_with(&after, &inputs, &options);
+            check_with(&before, &inputs, &options);
+            // The fallback (below AVX-512 the call runs the two calls on a temporary tile).
+            check_with(&after, &inputs, &CompileOptions { target: Target::Level(IsaLevel::Avx2), ..options });
+            let origins: Vec<String> = fused.machine_code().iter().map(|c| c.origin.clone()).collect();
+            assert!(origins.iter().any(|o| o.contains("epilogue")), "{case:?}: {origins:?}");
+        }
+    }
 }

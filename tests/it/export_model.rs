@@ -378,7 +378,7 @@ fn functions_with_fused_kernels(lib: &ModelLibrary, level: IsaLevel) -> Vec<Stri
 fn an_exported_library_fuses_the_epilogues_the_jit_fuses() {
     let file = "resnet18_w8_s32_qdq_u8_pc.onnx";
     let levels = [IsaLevel::Avx2, IsaLevel::Avx512Vnni];
-    let graph = tensorlift::onnx::load(&model(file)).unwrap().graph;
+    let graph = tensorlift::onnx::load(model(file)).unwrap().graph;
     let lib = export_with_kernels(&graph, file, "netepi", &levels, &["compiled conv", "compiled dense"], file);
     let fused = functions_with_fused_kernels(&lib, IsaLevel::Avx512Vnni);
     assert!(!fused.is_empty(), "{file}: no fused kernel at avx512-vnni");

@@ -243,6 +243,11 @@ enum TileLoops {
     Fused,
     /// `Fused` with the row term dropped: two tiles land on the same accumulator cells.
     FusedOverlapping,
+    /// `for j.outer in 0..2 { for i.outer in 0..2 { … } }`, one `Map` call over all rows and
+    /// the first 24 columns: the last panel's tiles map 8 of their 16 columns.
+    PartialPanel,
+    /// `Nested` with the `Map` of `PartialPanel`: the partial tiles are every other one.
+    PartialInner,
 }
 
 /// An `[8, 32]` accumulator filled by 2 × 2 resetting `4 × 16` GEMM calls (one segment of 8)
@@ -256,14 +261,15 @@ fn epilogue_func(tiles: TileLoops) -> ir::Func {
 
     let (m, n, k, mr, nr) = (8, 32, 8, 4, 16);
     // The `Map` covers all rows, or one row block per call.
-    let map_m = if tiles == TileLoops::Nested { m } else { mr };
+    let map_m = if matches!(tiles, TileLoops::Fused | TileLoops::FusedOverlapping) { mr } else { m };
+    let map_n = if matches!(tiles, TileLoops::PartialPanel | TileLoops::PartialInner) { 24 } else { n };
     let gemm = schedules::intrin::int8_gemm_segmented_microkernel(mr, nr, 1, k, DType::U8, false).unwrap();
-    let acc = placeholder_vec(vec![map_m, n], DType::I32, "acc").unwrap();
-    let comp = placeholder_vec(vec![n], DType::I32, "comp").unwrap();
-    let sum = placeholder_vec(vec![map_m, n], DType::U8, "sum").unwrap();
+    let acc = placeholder_vec(vec![map_m, map_n], DType::I32, "acc").unwrap();
+    let comp = placeholder_vec(vec![map_n], DType::I32, "comp").unwrap();
+    let sum = placeholder_vec(vec![map_m, map_n], DType::U8, "sum").unwrap();
     let f32c = |v: f64| Expr::float(DType::F32, v);
     let y = compute(
-        [map_m, n],
+        [map_m, map_n],
         |i| {
             let q = (acc.at([&i[0], &i[1]]) - comp.at([&i[1]])).cast(DType::F32) * f32c(0.01);
             let q = q.round() + sum.at([&i[0], &i[1]]).cast(DType::F32);
@@ -272,8 +278,13 @@ fn epilogue_func(tiles: TileLoops) -> ir::Func {
         "y",
     )
     .unwrap();
-    let map = decl_tensor_intrin(&format!("rq_{map_m}x{n}"), IntrinKind::Map { m: map_m, n }, &y, &[&acc, &comp, &sum])
-        .unwrap();
+    let map = decl_tensor_intrin(
+        &format!("rq_{map_m}x{map_n}"),
+        IntrinKind::Map { m: map_m, n: map_n },
+        &y,
+        &[&acc, &comp, &sum],
+    )
+    .unwrap();
     let a = Buffer::new("A", DType::U8, vec![m, k]);
     let b = Buffer::new("B", DType::I8, vec![k / 4, n, 4]);
     let (comp_b, sum_b, y_b) = (
@@ -289,7 +300,7 @@ fn epilogue_func(tiles: TileLoops) -> ir::Func {
     };
     let (io, jo, f) = (Var::index("i.outer"), Var::index("j.outer"), Var::index("f"));
     let (row, column) = match tiles {
-        TileLoops::Nested => (io.to_expr(), jo.to_expr()),
+        TileLoops::Nested | TileLoops::PartialPanel | TileLoops::PartialInner => (io.to_expr(), jo.to_expr()),
         TileLoops::Fused | TileLoops::FusedOverlapping => (f.to_expr() / 2, f.to_expr() % 2),
     };
     let acc_row = if tiles == TileLoops::FusedOverlapping { Expr::index(0) } else { row.clone() * (mr * n) };
@@ -302,8 +313,8 @@ fn epilogue_func(tiles: TileLoops) -> ir::Func {
         Stmt::call(gemm.clone(), gemm_operands.clone(), true, call_nest(&gemm, &gemm_operands, true).unwrap());
     let u = Var::index("u");
     let block = match tiles {
-        TileLoops::Nested => Expr::index(0),
-        _ => u.to_expr() * (mr * n),
+        TileLoops::Fused | TileLoops::FusedOverlapping => u.to_expr() * (mr * n),
+        _ => Expr::index(0),
     };
     let map_operands = vec![
         at(&acc_b, block.clone(), vec![n, 1]),
@@ -313,11 +324,15 @@ fn epilogue_func(tiles: TileLoops) -> ir::Func {
     ];
     let map_call = Stmt::call(map.clone(), map_operands.clone(), false, call_nest(&map, &map_operands, false).unwrap());
     let (tile_nest, map_nest) = match tiles {
-        TileLoops::Nested => (
+        TileLoops::Nested | TileLoops::PartialInner => (
             Stmt::for_loop(io, m / mr, ForKind::Serial, Stmt::for_loop(jo, n / nr, ForKind::Serial, gemm_call)),
             map_call,
         ),
-        _ => (
+        TileLoops::PartialPanel => (
+            Stmt::for_loop(jo, n / nr, ForKind::Serial, Stmt::for_loop(io, m / mr, ForKind::Serial, gemm_call)),
+            map_call,
+        ),
+        TileLoops::Fused | TileLoops::FusedOverlapping => (
             Stmt::for_loop(
                 f.clone(),
                 4,
@@ -375,4 +390,19 @@ fn golden_fuse_epilogues_fused_loop() {
     check_golden_text("fuse_epilogues_fused_loop", &fused.to_string());
     let overlapping = epilogue_func(TileLoops::FusedOverlapping);
     assert_eq!(ir::passes::fuse_epilogues(&overlapping).to_string(), overlapping.to_string());
+}
+
+/// `fuse_epilogues` where the `Map` reads the first 24 of the accumulator's 32 columns
+/// (`epilogue_func(PartialPanel)`, the form of a dense layer whose outputs are not a whole
+/// number of panels): the outermost tile loop's last iteration, whose tiles map 8 of their
+/// 16 columns, is peeled into `GemmMap` calls of its own with the Map resized to `4 × 8`.
+/// Where the partial tiles are not that iteration's (`PartialInner`), nothing changes.
+#[test]
+fn golden_fuse_epilogues_partial_panel() {
+    let fused = fuse_and_check(&epilogue_func(TileLoops::PartialPanel));
+    let text = fused.to_string();
+    assert!(text.contains("_tile_4x8(") && text.contains("_tile_4x16(") && !text.contains("acc"), "{text}");
+    check_golden_text("fuse_epilogues_partial_panel", &text);
+    let inner = epilogue_func(TileLoops::PartialInner);
+    assert_eq!(ir::passes::fuse_epilogues(&inner).to_string(), inner.to_string());
 }

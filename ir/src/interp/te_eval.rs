@@ -146,9 +146,19 @@ pub(crate) struct CompiledIntrin {
     compiler: Compiler,
     input_slots: Vec<usize>,
     run: ComputeFn,
-    /// `IntrinKind::GemmMap`: the GEMM part, its inputs' count and output shape; `run` is then
-    /// the Map part's.
-    gemm: Option<(Box<CompiledIntrin>, usize, Vec<i64>)>,
+    /// `IntrinKind::GemmMap`: its GEMM part; `run` is then the Map part's.
+    gemm: Option<GemmPart>,
+}
+
+/// The GEMM part of a compiled `GemmMap`.
+struct GemmPart {
+    compiled: Box<CompiledIntrin>,
+    /// The GEMM's inputs (the call's first operands).
+    inputs: usize,
+    /// The GEMM's output shape.
+    shape: Vec<i64>,
+    /// The Map's input 0 shape: the GEMM's rows, its first columns.
+    map_shape: Vec<i64>,
 }
 
 impl CompiledIntrin {
@@ -156,7 +166,13 @@ impl CompiledIntrin {
         if let Some((gemm, map)) = &intrin.parts {
             let first = CompiledIntrin::new(gemm)?;
             let mut second = CompiledIntrin::new(map)?;
-            second.gemm = Some((Box::new(first), gemm.inputs.len(), gemm.output.shape().to_vec()));
+            let map_input = map.inputs.first().map_or_else(Vec::new, |t| t.shape().to_vec());
+            second.gemm = Some(GemmPart {
+                compiled: Box::new(first),
+                inputs: gemm.inputs.len(),
+                shape: gemm.output.shape().to_vec(),
+                map_shape: map_input,
+            });
             return Ok(second);
         }
         let mut compiler = Compiler::default();
@@ -167,13 +183,24 @@ impl CompiledIntrin {
     }
 
     /// Updates `out` (the output's current values) from the input arrays, by the declaration.
-    /// A `GemmMap` runs its GEMM from zero into a temporary, then its Map on the temporary and
-    /// the remaining inputs.
+    /// A `GemmMap` runs its GEMM from zero into a temporary, then its Map on the temporary's
+    /// first columns (all of them, or as many as the Map has) and the remaining inputs.
     pub fn apply(&self, mut inputs: Vec<Array>, out: &mut Array) -> Result<(), Fault> {
-        if let Some((gemm, count, shape)) = &self.gemm {
+        if let Some(GemmPart { compiled, inputs: count, shape, map_shape }) = &self.gemm {
             let rest = inputs.split_off((*count).min(inputs.len()));
             let mut temporary = Array::zeros(crate::dtype::DType::I32, shape);
-            gemm.apply(inputs, &mut temporary)?;
+            compiled.apply(inputs, &mut temporary)?;
+            if let ([rows, columns], [_, map_columns]) = (shape.as_slice(), map_shape.as_slice())
+                && map_columns < columns
+            {
+                let mut first = Array::zeros(crate::dtype::DType::I32, map_shape);
+                for r in 0..*rows {
+                    for c in 0..*map_columns {
+                        first.set((r * map_columns + c) as usize, temporary.get((r * columns + c) as usize));
+                    }
+                }
+                temporary = first;
+            }
             inputs = std::iter::once(temporary).chain(rest).collect();
         }
         let mut frame = Frame::default();

@@ -30,7 +30,11 @@ const MAX_CELLS: i64 = 1 << 22;
 /// evaluates (loop variables, their quotients and remainders by constants, as in one fused
 /// parallel tile loop: `Let`s between the loops are substituted), the tiles (enumerated, each
 /// term's value at each point) cover every element the Map calls read exactly once,
-/// each tile inside one Map call's block, with the Map's row stride; the Map writes no buffer
+/// each tile inside one Map call's block, with the Map's row stride, or starting in its
+/// columns and ending past them within the row stride (the last panel of an output that is
+/// not a whole number of panels: that tile's Map is resized to the columns it reads, and
+/// where only some tiles are such, they must be the last iteration of the nest's outermost
+/// loop, which is peeled into a nest of its own, in the same order); the Map writes no buffer
 /// a GEMM reads; nothing else in the allocation touches `acc` between them. Run after
 /// `flatten_buffers` (origins are flat). A fused call's fallback is the two calls on a
 /// temporary tile, each with its declaration's loop nest as fallback.
@@ -40,8 +44,8 @@ pub fn fuse_epilogues(func: &Func) -> Func {
 }
 
 struct FuseEpilogues {
-    /// Composites built so far, by (GEMM, Map) declaration identity and tile.
-    fused: HashMap<(usize, usize), (TensorIntrin, TensorIntrin)>,
+    /// Composites built so far, by (GEMM, Map) declaration identity and the columns mapped.
+    fused: HashMap<(usize, usize, i64), (TensorIntrin, TensorIntrin)>,
 }
 
 impl Mutator for FuseEpilogues {
@@ -77,6 +81,7 @@ fn flatten(stmt: &Stmt, out: &mut Vec<Stmt>) {
 
 /// A nest of `For` loops around one call; the `Let`s between them substituted into the
 /// call's operands.
+#[derive(Clone)]
 struct Nest {
     loops: Vec<(Var, i64, ForKind)>,
     intrin: TensorIntrin,
@@ -100,7 +105,8 @@ fn nest(stmt: &Stmt) -> Option<Nest> {
             }
             StmtKind::Call { intrin, operands, reset, .. } => {
                 // Innermost first: a value may name an outer `Let`'s variable.
-                let bound = |e: &Expr| lets.iter().rev().fold(e.clone(), |e, pair| substitute(&e, &[pair.clone()]));
+                let bound =
+                    |e: &Expr| lets.iter().rev().fold(e.clone(), |e, pair| substitute(&e, std::slice::from_ref(pair)));
                 let operands = operands
                     .iter()
                     .map(|o| Operand { origin: o.origin.iter().map(bound).collect(), ..o.clone() })
@@ -197,6 +203,7 @@ fn linear_expr(coefficients: &[i64], terms: &[Expr], constant: i64) -> Expr {
 
 /// Where a tile lies in the Map's blocks: block `u`, row `p`, column `c`, as linear forms
 /// (coefficients over the nest's offset's terms, constant).
+#[derive(Clone)]
 struct Placement {
     terms: Vec<Expr>,
     u: (Vec<i64>, i64),
@@ -258,7 +265,7 @@ impl FuseEpilogues {
             return None;
         }
         let mut covered = Cells::new(blocks * big_m * big_n);
-        let mut placements = Vec::new();
+        let mut pieces = Vec::new();
         for g in gemms {
             let (m, n) = match g.intrin.kind {
                 IntrinKind::Int8Gemm { m, n, .. } | IntrinKind::Int16Gemm { m, n, .. } => (m, n),
@@ -273,27 +280,41 @@ impl FuseEpilogues {
             }
             let (terms, coefficients, constant) = linear(&c.origin[0], &g.loops)?;
             let placement = place(terms, &coefficients, constant.checked_sub(base)?, block, ld);
-            if !covers(&placement, &g.loops, (m, n), (blocks, big_m, big_n), &mut covered) {
-                return None;
-            }
-            placements.push(placement);
+            let widths = covers(&placement, &g.loops, (m, n), (blocks, big_m, big_n, ld), &mut covered)?;
+            pieces.push(split_partial(g, placement, &widths)?);
         }
         if !covered.all() {
             return None;
         }
-        gemms.iter().zip(&placements).map(|(g, p)| self.fused_nest(g, map, u_var.as_ref(), p)).collect()
+        let mut out = Vec::with_capacity(pieces.len());
+        for nest_pieces in &pieces {
+            let stmts = nest_pieces
+                .iter()
+                .map(|(g, placement, width)| self.fused_nest(g, map, u_var.as_ref(), placement, *width))
+                .collect::<Option<Vec<_>>>()?;
+            out.push(Stmt::seq(stmts));
+        }
+        Some(out)
     }
 
-    /// `g` with its GEMM call replaced by the `GemmMap` call at `placement`.
-    fn fused_nest(&mut self, g: &Nest, map: &Nest, u_var: Option<&Var>, placement: &Placement) -> Option<Stmt> {
+    /// `g` with its GEMM call replaced by the `GemmMap` call at `placement`, mapping the tile's
+    /// first `width` columns.
+    fn fused_nest(
+        &mut self,
+        g: &Nest,
+        map: &Nest,
+        u_var: Option<&Var>,
+        placement: &Placement,
+        width: i64,
+    ) -> Option<Stmt> {
         let (IntrinKind::Int8Gemm { m, n, .. } | IntrinKind::Int16Gemm { m, n, .. }) = g.intrin.kind else {
             return None;
         };
-        let key = (std::ptr::from_ref(&*g.intrin) as usize, std::ptr::from_ref(&*map.intrin) as usize);
+        let key = (std::ptr::from_ref(&*g.intrin) as usize, std::ptr::from_ref(&*map.intrin) as usize, width);
         let (fused, tile_map) = match self.fused.get(&key) {
             Some(found) => found.clone(),
             None => {
-                let tile_map = map_tile(&map.intrin, m, n).ok()?;
+                let tile_map = map_tile(&map.intrin, m, width).ok()?;
                 let fused = gemm_map(&g.intrin, &tile_map).ok()?;
                 self.fused.insert(key, (fused.clone(), tile_map.clone()));
                 (fused, tile_map)
@@ -392,40 +413,40 @@ impl Cells {
     }
 }
 
-/// Whether every point of `loops` puts the `m × n` tile inside one block of the Map
-/// (`blocks × rows × columns`), marking its elements in `covered`, none twice.
+/// At every point of `loops` (the last loop fastest), the columns of the `m × n` tile the
+/// Map reads: the tile lies in one block of the Map (`blocks × rows × columns`, rows `ld`
+/// elements apart), starting in its columns, and its columns past them (within `ld`) are
+/// read by no Map call. Marks the cells read in `covered`; `None` where a cell is marked
+/// twice, a tile lies elsewhere, or the points are too many to enumerate.
 fn covers(
     placement: &Placement,
     loops: &[(Var, i64, ForKind)],
     (m, n): (i64, i64),
-    (blocks, rows, columns): (i64, i64, i64),
+    (blocks, rows, columns, ld): (i64, i64, i64, i64),
     covered: &mut Cells,
-) -> bool {
+) -> Option<Vec<i64>> {
     let points: i64 = loops.iter().map(|(_, e, _)| *e).product();
     if points > MAX_POINTS || loops.iter().any(|(_, e, _)| *e <= 0) {
-        return false;
+        return None;
     }
     let eval = |(k, c0): &(Vec<i64>, i64), values: &[i64]| {
         k.iter().zip(values).try_fold(*c0, |sum, (k, v)| sum.checked_add(k.checked_mul(*v)?))
     };
+    let mut widths = Vec::with_capacity(points as usize);
     let mut at = vec![0; loops.len()];
     for _ in 0..points {
-        let Some(values) = placement.terms.iter().map(|t| value(t, loops, &at)).collect::<Option<Vec<i64>>>() else {
-            return false;
-        };
-        let (Some(u), Some(p), Some(c)) =
-            (eval(&placement.u, &values), eval(&placement.p, &values), eval(&placement.c, &values))
-        else {
-            return false;
-        };
-        if u < 0 || u >= blocks || p < 0 || p + m > rows || c < 0 || c + n > columns {
-            return false;
+        let values = placement.terms.iter().map(|t| value(t, loops, &at)).collect::<Option<Vec<i64>>>()?;
+        let (u, p, c) = (eval(&placement.u, &values)?, eval(&placement.p, &values)?, eval(&placement.c, &values)?);
+        if u < 0 || u >= blocks || p < 0 || p + m > rows || c < 0 || c >= columns || c + n > ld {
+            return None;
         }
+        let width = n.min(columns - c);
         for r in p..p + m {
-            if !covered.mark(((u * rows + r) * columns + c) as usize, n as usize) {
-                return false;
+            if !covered.mark(((u * rows + r) * columns + c) as usize, width as usize) {
+                return None;
             }
         }
+        widths.push(width);
         // The next point, the last loop fastest.
         for d in (0..loops.len()).rev() {
             at[d] += 1;
@@ -435,7 +456,34 @@ fn covers(
             at[d] = 0;
         }
     }
-    true
+    Some(widths)
+}
+
+/// `g` as nests that each map one width of tile (`widths`, per point as `covers` gives them):
+/// itself, where every tile maps the same columns; else, where only the last iteration of
+/// its outermost loop maps fewer (the last panel of an output whose columns are not a whole
+/// number of panels), that loop without it, then that iteration (the order is the same).
+fn split_partial(g: &Nest, placement: Placement, widths: &[i64]) -> Option<Vec<(Nest, Placement, i64)>> {
+    let whole = widths[0];
+    if widths.iter().all(|w| *w == whole) {
+        return Some(vec![(g.clone(), placement, whole)]);
+    }
+    let (var, extent, _) = g.loops.first()?.clone();
+    let rest = (widths.len() as i64 / extent * (extent - 1)) as usize;
+    let last = widths[rest];
+    if widths[..rest].iter().any(|w| *w != whole) || widths[rest..].iter().any(|w| *w != last) {
+        return None;
+    }
+    let mut loops = g.loops.clone();
+    loops[0].1 = extent - 1;
+    let head = Nest { loops, ..g.clone() };
+    let pair = [(var, Expr::index(extent - 1))];
+    let at_last = |e: &Expr| substitute(e, &pair);
+    let operands =
+        g.operands.iter().map(|o| Operand { origin: o.origin.iter().map(at_last).collect(), ..o.clone() }).collect();
+    let tail = Nest { loops: g.loops[1..].to_vec(), operands, ..g.clone() };
+    let tail_placement = Placement { terms: placement.terms.iter().map(at_last).collect(), ..placement.clone() };
+    Some(vec![(head, placement, whole), (tail, tail_placement, last)])
 }
 
 #[cfg(test)]
