@@ -27,7 +27,6 @@ use crate::intrin::TensorIntrin;
 use crate::mutator::{Mutator, substitute_map, walk_expr};
 use crate::stmt::ForKind;
 use crate::te::{IterKind, IterVar, Operation, Tensor, TensorId, compute_vec};
-use crate::tensorize::PlannedOperand;
 use crate::trace::{IntrinRef, RecordedStep, Step};
 
 /// Identity of a stage within its schedule.
@@ -166,20 +165,6 @@ pub struct Schedule {
     pub(crate) definition_stages: usize,
     /// One entry per successful primitive call (`trace`).
     pub(crate) recorded: Vec<RecordedStep>,
-    /// Bumped by every change of the stages other than a tensorize request (which no other
-    /// stage's proof reads): a proof made at the current revision still holds.
-    revision: u64,
-    /// The call operands each tensorize request was proven with (`tensorize::plan`), and the
-    /// revision and request of that proof, so that lowering plans each call once.
-    planned: HashMap<Stage, Planned>,
-}
-
-/// A tensorize proof's operands, with the revision and request (axis, intrinsic) it was made at.
-#[derive(Clone, Debug)]
-struct Planned {
-    revision: u64,
-    request: (IterVar, TensorIntrin),
-    operands: Vec<PlannedOperand>,
 }
 
 /// The largest vector a `vectorize` may request.
@@ -194,8 +179,6 @@ pub fn create_schedule(outputs: &[&Tensor]) -> Schedule {
         outputs: Vec::new(),
         definition_stages: 0,
         recorded: Vec::new(),
-        revision: 0,
-        planned: HashMap::new(),
     };
     for out in outputs {
         s.add_tree(out);
@@ -232,7 +215,6 @@ impl Schedule {
         };
         let leaves = axes.iter().chain(&reduce_axes).cloned().collect();
         let stage = Stage(self.stages.len() as u32);
-        self.revision += 1;
         self.by_tensor.insert(tensor.id(), stage);
         self.stages.push(StageData {
             tensor,
@@ -280,31 +262,7 @@ impl Schedule {
     }
 
     fn data_mut(&mut self, stage: Stage) -> &mut StageData {
-        self.revision += 1;
         &mut self.stages[stage.0 as usize]
-    }
-
-    /// The tensorize request of `stage`, to change without a new revision (no other stage's
-    /// proof depends on it).
-    fn request_mut(&mut self, stage: Stage) -> &mut Option<(IterVar, TensorIntrin)> {
-        &mut self.stages[stage.0 as usize].tensorize
-    }
-
-    /// The operands of `stage`'s tensorize call as its proof found them, if that proof was made
-    /// on this schedule as it is (same revision, same request).
-    pub(crate) fn planned(&self, stage: Stage) -> Option<&[PlannedOperand]> {
-        let planned = self.planned.get(&stage)?;
-        let (axis, intrin) = self.stage_data(stage).tensorize.as_ref()?;
-        let current = planned.revision == self.revision && planned.request.0 == *axis && planned.request.1 == *intrin;
-        current.then_some(planned.operands.as_slice())
-    }
-
-    /// Keeps the operands of proofs just made on the current revision (`planned`).
-    fn keep_planned(&mut self, proofs: Vec<(Stage, Vec<PlannedOperand>)>) {
-        for (stage, operands) in proofs {
-            let Some(request) = self.stage_data(stage).tensorize.clone() else { continue };
-            self.planned.insert(stage, Planned { revision: self.revision, request, operands });
-        }
     }
 
     fn leaf_position(&self, primitive: &'static str, stage: Stage, axis: &IterVar) -> Result<usize, ScheduleError> {
@@ -780,13 +738,11 @@ impl Schedule {
     pub fn tensorize(&mut self, tensor: &Tensor, axis: &IterVar, intrin: &TensorIntrin) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("tensorize", tensor)?;
         self.leaf_position("tensorize", stage, axis)?;
-        let previous = self.request_mut(stage).replace((axis.clone(), intrin.clone()));
-        match self.check_tensorized(&[stage]) {
-            Ok(proofs) => self.keep_planned(proofs),
-            Err(e) => {
-                *self.request_mut(stage) = previous;
-                return Err(e);
-            }
+        let previous = self.data_mut(stage).tensorize.replace((axis.clone(), intrin.clone()));
+        let checked = self.check_tensorized(&[stage]);
+        if checked.is_err() {
+            self.data_mut(stage).tensorize = previous;
+            return checked;
         }
         let step = Step::Tensorize {
             stage: self.stage_ref(tensor),
@@ -798,20 +754,14 @@ impl Schedule {
     }
 
     /// Re-proves the tensorize requests of `stages` (those that have one) on the current
-    /// schedule, the first failure first; the operands of each proof.
-    fn check_tensorized(&self, stages: &[Stage]) -> Result<Vec<(Stage, Vec<PlannedOperand>)>, ScheduleError> {
+    /// schedule, the first failure first.
+    fn check_tensorized(&self, stages: &[Stage]) -> Result<(), ScheduleError> {
         if stages.iter().all(|&s| self.stage_data(s).tensorize.is_none()) {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let bodies = crate::lower::inline_stages::inline_stages(self);
         let regions = crate::lower::infer_bounds::infer_bounds(self, &bodies);
-        let mut proofs = Vec::new();
-        for &stage in stages {
-            if let Some(operands) = self.check_tensorized_with(stage, &bodies, &regions)? {
-                proofs.push((stage, operands));
-            }
-        }
-        Ok(proofs)
+        stages.iter().try_for_each(|&stage| self.check_tensorized_with(stage, &bodies, &regions))
     }
 
     fn check_tensorized_with(
@@ -819,9 +769,9 @@ impl Schedule {
         stage: Stage,
         bodies: &HashMap<Stage, Expr>,
         regions: &HashMap<Stage, crate::lower::infer_bounds::Region>,
-    ) -> Result<Option<Vec<PlannedOperand>>, ScheduleError> {
+    ) -> Result<(), ScheduleError> {
         let data = self.stage_data(stage);
-        let Some((axis, intrin)) = &data.tensorize else { return Ok(None) };
+        let Some((axis, intrin)) = &data.tensorize else { return Ok(()) };
         self.leaf_position("tensorize", stage, axis)?;
         let error = |m: crate::tensorize::Mismatch| {
             ScheduleError::TensorizeMismatch(Box::new(TensorizeMismatch {
@@ -843,7 +793,7 @@ impl Schedule {
             };
             return Err(error(m));
         };
-        crate::tensorize::plan(self, regions, stage, axis, intrin, body).map(Some).map_err(error)
+        crate::tensorize::plan(self, regions, stage, axis, intrin, body).map(|_| ()).map_err(error)
     }
 
     /// Runs a primitive; if any stage is tensorized and the result breaks its proof, restores
@@ -857,8 +807,7 @@ impl Schedule {
         }
         let before = self.clone();
         let result = primitive(self).and_then(|value| {
-            let proofs = self.check_tensorized(&self.order)?;
-            self.keep_planned(proofs);
+            self.check_tensorized(&self.order)?;
             Ok(value)
         });
         if result.is_err() {

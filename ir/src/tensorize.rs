@@ -57,7 +57,6 @@ fn mismatch(
 }
 
 /// One operand of the call.
-#[derive(Clone, Debug)]
 pub(crate) struct PlannedOperand {
     /// The tensor whose buffer holds the region.
     pub tensor: Tensor,
@@ -66,16 +65,6 @@ pub(crate) struct PlannedOperand {
     pub origin: Vec<Expr>,
     /// Flat element strides, one per dimension of the declaration tensor.
     pub strides: Vec<i64>,
-}
-
-impl PlannedOperand {
-    /// The same operand: one tensor, structurally equal origins, equal strides.
-    pub(crate) fn same(&self, other: &PlannedOperand) -> bool {
-        self.tensor.id() == other.tensor.id()
-            && self.strides == other.strides
-            && self.origin.len() == other.origin.len()
-            && self.origin.iter().zip(&other.origin).all(|(a, b)| a.structurally_eq(b))
-    }
 }
 
 /// One read (or the output's store) of the stage, paired with the declaration's.
@@ -738,31 +727,6 @@ mod tests {
             &pseudo_random(12 * 16, 1, 0, 255),
             &pseudo_random(2 * 4 * 16 * 4, 2, -128, 127),
         );
-    }
-
-    /// The operands a tensorize proof found are kept for lowering while the schedule is as it
-    /// was proven (they equal a fresh plan), and dropped by any later change of the stages.
-    #[test]
-    fn a_proof_s_operands_are_kept_until_the_schedule_changes() {
-        let p = Packed::new(12, 32, 16, 16);
-        let c = p.exact();
-        let (mut s, leaves) = tiled(&c, 4, 16);
-        s.tensorize(&c, &leaves[2], &gemm_intrin(4, 16, 16, false)).unwrap();
-        let stage = s.stage_of(&c).unwrap();
-        let kept = s.planned(stage).expect("kept after tensorize").to_vec();
-        let bodies = crate::lower::inline_stages::inline_stages(&s);
-        let regions = crate::lower::infer_bounds::infer_bounds(&s, &bodies);
-        let (axis, intrin) = s.stage_data(stage).tensorize.clone().unwrap();
-        let fresh = crate::tensorize::plan(&s, &regions, stage, &axis, &intrin, &bodies[&stage])
-            .unwrap_or_else(|m| panic!("the proof no longer holds: {}", m.what));
-        assert_eq!(kept.len(), fresh.len());
-        assert!(kept.iter().zip(&fresh).all(|(a, b)| a.same(b)), "{kept:?} vs {fresh:?}");
-        // A change that needs no new proof (the outer row loop made parallel) drops them.
-        s.parallel(&c, &leaves[0]).unwrap();
-        assert!(s.planned(stage).is_none());
-        // Lowering plans again then, and the call is unchanged.
-        let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
-        assert_eq!(count_calls(&f), 1, "{f}");
     }
 
     #[test]

@@ -233,29 +233,18 @@ impl Ctx<'_> {
         let loops: Vec<Loop> =
             data.leaves.iter().map(|l| Loop { var: loop_var(l), extent: extents[l], kind: data.for_kind(l) }).collect();
         let mut region_call = data.tensorize.as_ref().map(|(axis, intrin)| {
-            // The schedule's proof of this very schedule gives the operands; planned again where
-            // there is none, and in debug builds to check that the two agree.
-            let kept = self.schedule.planned(stage);
-            let plan = || {
-                crate::tensorize::plan(self.schedule, self.regions, stage, axis, intrin, &self.bodies[&stage])
-                    .unwrap_or_else(|m| {
-                        let (stage, part, what) = (data.name(), m.part, &m.what);
-                        panic!(
-                            "build_loop_nests: tensorize of {stage} was proven by the schedule, now {part} ({what}) differs"
-                        )
-                    })
-            };
-            let planned = match kept {
-                Some(kept) if !cfg!(debug_assertions) => kept.to_vec(),
-                _ => {
-                    let planned = plan();
-                    if let Some(kept) = kept {
-                        let same = kept.len() == planned.len() && kept.iter().zip(&planned).all(|(a, b)| a.same(b));
-                        assert!(same, "build_loop_nests: the kept tensorize operands of {} differ", data.name());
-                    }
-                    planned
-                }
-            };
+            let planned = crate::tensorize::plan(
+                self.schedule,
+                self.regions,
+                stage,
+                axis,
+                intrin,
+                &self.bodies[&stage],
+            )
+            .unwrap_or_else(|m| {
+                let (stage, part, what) = (data.name(), m.part, &m.what);
+                panic!("build_loop_nests: tensorize of {stage} was proven by the schedule, now {part} ({what}) differs")
+            });
             let operands = planned
                 .into_iter()
                 .map(|p| Operand {
