@@ -413,17 +413,12 @@ impl<M: Module> ModuleCtx<'_, M> {
         };
         let wide = if width == VectorWidth::Zmm { "zmm" } else { "ymm" };
         let name = format!("{}__{}__{wide}__{}", self.name, intrin.name, self.kernels.len());
-        let mut sig = Signature::new(self.module.target_config().default_call_conv);
-        sig.params.extend(intrin.operand_tensors().iter().map(|_| AbiParam::new(types::I64)));
-        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
-        self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
         let origin = format!(
             "{wide} map kernel for {}: {}x{}, row strides {:?}",
             intrin.name, shape.m, shape.n, shape.row_strides
         );
-        self.functions.push(DefinedFunction { name, id, origin, kernel: None, size: bytes.len() });
-        self.kernels.insert(key, id);
-        Ok(Some(id))
+        let params = intrin.operand_tensors().len();
+        self.define_kernel(key, name, params, &bytes, origin, None).map(Some)
     }
 
     /// The module's `GemmMap` kernel for the zmm VNNI GEMM of `shape` then `map` (its Map part,
@@ -453,17 +448,11 @@ impl<M: Module> ModuleCtx<'_, M> {
             Err(other) => return Err(other.into()),
         };
         let name = format!("{}__{intrin}__zmm__{}", self.name, self.kernels.len());
-        let mut sig = Signature::new(self.module.target_config().default_call_conv);
-        sig.params.push(AbiParam::new(types::I64));
-        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
-        self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
         let origin = format!(
             "{variant} kernel for {intrin}: {}x{}x{}, {} segments, then the map kernel of {} as its epilogue, row strides {row_strides:?}",
             shape.m, shape.n, shape.k, shape.segments, map.name
         );
-        self.functions.push(DefinedFunction { name, id, origin, kernel: Some(variant), size: bytes.len() });
-        self.kernels.insert(key, id);
-        Ok(Some(id))
+        self.define_kernel(key, name, 1, &bytes, origin, Some(variant)).map(Some)
     }
 
     /// The module's f32 kernel for `shape` at `width`, defined on first use; `None` when an
@@ -486,10 +475,6 @@ impl<M: Module> ModuleCtx<'_, M> {
         };
         let wide = if width == VectorWidth::Zmm { "zmm" } else { "ymm" };
         let name = format!("{}__{intrin}__f32_{wide}__{}", self.name, self.kernels.len());
-        let mut sig = Signature::new(self.module.target_config().default_call_conv);
-        sig.params.extend([AbiParam::new(types::I64), AbiParam::new(types::I64), AbiParam::new(types::I64)]);
-        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
-        self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
         let origin = format!(
             "f32-{wide} kernel for {intrin}: {}x{}x{}, lda {} ldb {} ldc {}, {}x{} register tile, k unrolled {}",
             shape.m,
@@ -502,9 +487,7 @@ impl<M: Module> ModuleCtx<'_, M> {
             blocking.vectors,
             blocking.unroll
         );
-        self.functions.push(DefinedFunction { name, id, origin, kernel: None, size: bytes.len() });
-        self.kernels.insert(key, id);
-        Ok(Some(id))
+        self.define_kernel(key, name, 3, &bytes, origin, None).map(Some)
     }
 
     /// The module's kernel for `variant` and `shape`, defined on first use; `None` when the
@@ -526,10 +509,6 @@ impl<M: Module> ModuleCtx<'_, M> {
             Err(other) => return Err(other.into()),
         };
         let name = format!("{}__{intrin}__{}__{}", self.name, variant.name().replace('-', "_"), self.kernels.len());
-        let mut sig = Signature::new(self.module.target_config().default_call_conv);
-        sig.params.extend([AbiParam::new(types::I64), AbiParam::new(types::I64), AbiParam::new(types::I64)]);
-        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
-        self.module.define_function_bytes(id, KERNEL_ALIGN, &bytes, &[]).map_err(|e| module_error(&name, e))?;
         let segments = match shape.segments {
             1 => String::new(),
             count => format!(" per segment, {count} segments {} bytes apart", shape.lds),
@@ -546,8 +525,27 @@ impl<M: Module> ModuleCtx<'_, M> {
             blocking.vectors,
             blocking.unroll
         );
-        self.functions.push(DefinedFunction { name, id, origin, kernel: Some(variant), size: bytes.len() });
+        self.define_kernel(key, name, 3, &bytes, origin, Some(variant)).map(Some)
+    }
+
+    /// Declares the hand-assembled `bytes` as the module's local function `name` of `params`
+    /// pointer arguments (SysV), lists it among the defined functions with `origin` and its
+    /// kernel family, and keeps it for `key`.
+    fn define_kernel(
+        &mut self,
+        key: KernelKey,
+        name: String,
+        params: usize,
+        bytes: &[u8],
+        origin: String,
+        kernel: Option<KernelVariant>,
+    ) -> Result<FuncId, CompileError> {
+        let mut sig = Signature::new(self.module.target_config().default_call_conv);
+        sig.params.extend((0..params).map(|_| AbiParam::new(types::I64)));
+        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| module_error(&name, e))?;
+        self.module.define_function_bytes(id, KERNEL_ALIGN, bytes, &[]).map_err(|e| module_error(&name, e))?;
+        self.functions.push(DefinedFunction { name, id, origin, kernel, size: bytes.len() });
         self.kernels.insert(key, id);
-        Ok(Some(id))
+        Ok(id)
     }
 }

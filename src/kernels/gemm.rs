@@ -22,8 +22,6 @@
 //! so no prologue is needed; every kernel ends with `vzeroupper` (Cranelift's own code uses
 //! legacy-SSE encodings, which would pay the AVX transition penalty).
 
-use iced_x86::Register;
-use iced_x86::code_asm::registers::{ymm::get_ymm, zmm::get_zmm};
 use iced_x86::code_asm::*;
 
 use ir::DType;
@@ -32,6 +30,7 @@ use crate::error::KernelError;
 use crate::isa::{DotMethod, KernelVariant, VectorWidth};
 use crate::kernels::amx::{AmxSpec, assemble_amx, assemble_amx_with};
 use crate::kernels::imm32;
+use crate::kernels::vreg::{V, xmm, ymm, zmm};
 
 /// One kernel's problem: sizes and strides, all compile-time constants.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -213,10 +212,6 @@ pub(super) fn check_variant(variant: KernelVariant, shape: &GemmShape) -> Result
     }
     Ok(())
 }
-
-/// A vector register by number, at the kernel's width.
-#[derive(Clone, Copy)]
-pub(super) struct V(pub(super) usize);
 
 /// GPR roles (all caller-saved): the three arguments advance per panel; r8/r10 point at the
 /// current row block of A/C, r9 at the current k step of B, rax counts k steps, r11 row
@@ -717,18 +712,4 @@ impl Gen {
         }
         Ok(())
     }
-}
-
-// Register numbers come from `Gen::allocate`, which checked them against the width's register
-// count, so these lookups cannot fail.
-fn zmm(v: V) -> AsmRegisterZmm {
-    get_zmm(Register::ZMM0 + v.0 as u32).expect("allocated zmm register")
-}
-
-fn ymm(v: V) -> AsmRegisterYmm {
-    get_ymm(Register::YMM0 + v.0 as u32).expect("allocated ymm register")
-}
-
-fn xmm(v: V) -> AsmRegisterXmm {
-    registers::xmm::get_xmm(Register::XMM0 + v.0 as u32).expect("allocated xmm register")
 }

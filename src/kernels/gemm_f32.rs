@@ -20,13 +20,12 @@
 //! outside the operands is read or written; a partial row block is the same code with fewer
 //! rows. Only caller-saved registers; every kernel ends with `vzeroupper`.
 
-use iced_x86::Register;
-use iced_x86::code_asm::registers::{ymm::get_ymm, zmm::get_zmm};
 use iced_x86::code_asm::*;
 
 use crate::error::KernelError;
 use crate::isa::VectorWidth;
 use crate::kernels::imm32;
+use crate::kernels::vreg::{V, xmm, ymm, zmm};
 
 /// One kernel's problem: sizes and strides (elements), all compile-time constants.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -151,10 +150,6 @@ const C_BLOCK: AsmRegister64 = r10;
 const K_COUNT: AsmRegister64 = rax;
 const ROW_COUNT: AsmRegister64 = r11;
 const PANEL_COUNT: AsmRegister64 = rcx;
-
-/// A vector register by number, at the kernel's width.
-#[derive(Clone, Copy)]
-struct V(usize);
 
 /// Registers of one block.
 struct Tile {
@@ -410,18 +405,4 @@ impl Gen {
         }
         Ok(())
     }
-}
-
-// Register numbers come from `Gen::allocate`, within the width's register count (checked by
-// `assemble_f32_gemm` and `Gen::panel`), so these lookups cannot fail.
-fn zmm(v: V) -> AsmRegisterZmm {
-    get_zmm(Register::ZMM0 + v.0 as u32).expect("allocated zmm register")
-}
-
-fn ymm(v: V) -> AsmRegisterYmm {
-    get_ymm(Register::YMM0 + v.0 as u32).expect("allocated ymm register")
-}
-
-fn xmm(v: V) -> AsmRegisterXmm {
-    registers::xmm::get_xmm(Register::XMM0 + v.0 as u32).expect("allocated xmm register")
 }

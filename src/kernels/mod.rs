@@ -19,6 +19,7 @@ pub mod gemm_f32;
 pub mod gemm_map;
 pub mod map;
 pub mod peak;
+mod vreg;
 
 use crate::error::KernelError;
 

@@ -140,6 +140,22 @@ fn gemm_map_calls(func: &Func) -> usize {
     count
 }
 
+/// `case` unfused, then after `fuse_epilogues` (checked to make one `GemmMap` call), and the
+/// arguments they ran on: the interpreter gives the two the same output, bit for bit (the
+/// composite declaration equals the two calls).
+fn fused_as_interpreted(case: Case) -> (Func, Func, Vec<Array>) {
+    let before = unfused(case);
+    let after = fuse_epilogues(&before);
+    assert_eq!(gemm_map_calls(&after), 1, "{case:?}:\n{after}");
+    let inputs = args(&before);
+    let (mut want, mut got) = (inputs.clone(), inputs.clone());
+    run_func(&before, &mut want).unwrap();
+    run_func(&after, &mut got).unwrap();
+    let output = want.len() - 1;
+    assert!(got[output].bits_eq(&want[output]), "{case:?}: interpreter");
+    (before, after, inputs)
+}
+
 #[test]
 fn fused_kernels_equal_the_unfused_pair_and_the_interpreter() {
     let Some(&level) = skip::levels_here_for([IsaLevel::Avx512Vnni], "GemmMap kernels").first() else { return };
@@ -151,16 +167,7 @@ fn fused_kernels_equal_the_unfused_pair_and_the_interpreter() {
                 for out in [DType::U8, DType::I8] {
                     for add in [false, true] {
                         let case = Case { m, n, cols: n, segments, k, out, add };
-                        let before = unfused(case);
-                        let after = fuse_epilogues(&before);
-                        assert_eq!(gemm_map_calls(&after), 1, "{case:?}:\n{after}");
-                        let inputs = args(&before);
-                        // The interpreter: the composite declaration equals the two calls.
-                        let (mut want, mut got) = (inputs.clone(), inputs.clone());
-                        run_func(&before, &mut want).unwrap();
-                        run_func(&after, &mut got).unwrap();
-                        let output = want.len() - 1;
-                        assert!(got[output].bits_eq(&want[output]), "{case:?}: interpreter");
+                        let (before, after, inputs) = fused_as_interpreted(case);
                         // Each compiled function against the interpreter (`check_with`).
                         let fused = check_with(&after, &inputs, &options);
                         let pair = check_with(&before, &inputs, &options);
@@ -207,15 +214,7 @@ fn a_map_of_the_first_columns_of_the_tile_is_fused() {
     for (m, n, cols) in [(1, 16, 8), (1, 16, 1), (3, 32, 20), (4, 48, 33), (2, 48, 47), (5, 32, 16)] {
         for add in [false, true] {
             let case = Case { m, n, cols, segments: 1, k: 36, out: DType::U8, add };
-            let before = unfused(case);
-            let after = fuse_epilogues(&before);
-            assert_eq!(gemm_map_calls(&after), 1, "{case:?}:\n{after}");
-            let inputs = args(&before);
-            let (mut want, mut got) = (inputs.clone(), inputs.clone());
-            run_func(&before, &mut want).unwrap();
-            run_func(&after, &mut got).unwrap();
-            let output = want.len() - 1;
-            assert!(got[output].bits_eq(&want[output]), "{case:?}: interpreter");
+            let (before, after, inputs) = fused_as_interpreted(case);
             let fused = check_with(&after, &inputs, &options);
             check_with(&before, &inputs, &options);
             // The fallback (below AVX-512 the call runs the two calls on a temporary tile).
