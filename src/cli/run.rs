@@ -61,6 +61,12 @@ pub struct Args {
     /// Ignore every database: the default knobs everywhere.
     #[arg(long, conflicts_with = "db")]
     no_db: bool,
+    /// Time each partition after running it once more right before (`CompiledGraph::
+    /// execute_warm`): its operands, weights and code in cache, so that the difference from a
+    /// run without this flag is what fetching them costs. The median latency then counts both
+    /// runs of every partition.
+    #[arg(long)]
+    warm_steps: bool,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
 }
@@ -89,7 +95,7 @@ struct Row {
 }
 
 pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
-    let Args { model, input, output, threads, isa, repeat, policy, seed, db, no_db, verify, format } = args;
+    let Args { model, input, output, threads, isa, repeat, policy, seed, db, no_db, verify, warm_steps, format } = args;
     let options = CompileOptions { target: isa.target(), threads, ..CompileOptions::default() };
     let level = options.target.level()?;
     let start = Instant::now();
@@ -163,7 +169,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(repeat); compiled.steps().len()];
     for _ in 0..repeat {
         let begin = Instant::now();
-        let (_, times) = compiled.execute(&inputs)?;
+        let (_, times) = if warm_steps { compiled.execute_warm(&inputs)? } else { compiled.execute(&inputs)? };
         totals.push(begin.elapsed().as_secs_f64());
         for (v, t) in per_step.iter_mut().zip(times) {
             v.push(t.as_secs_f64());
@@ -176,7 +182,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let threads_used = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let rows = rows(&compiled, &per_step);
     let probes = probe_rates(&rows, threads_used)?;
-    let run = Run { phases, compile, median_ms, threads: threads_used, isa: level.name(), verified };
+    let run = Run { phases, compile, median_ms, threads: threads_used, isa: level.name(), verified, warm_steps };
     report(&compiled, &rows, &probes, &run, output.as_ref(), format);
     Ok(())
 }
@@ -262,6 +268,8 @@ struct Run {
     isa: &'static str,
     /// Whether the output equalled the reference's (`--verify`).
     verified: Option<bool>,
+    /// Each partition timed after a run of its own (`--warm-steps`).
+    warm_steps: bool,
 }
 
 fn report(
@@ -272,7 +280,7 @@ fn report(
     output: Option<&PathBuf>,
     format: Format,
 ) {
-    let Run { ref phases, compile, median_ms, threads, isa, verified } = *run;
+    let Run { ref phases, compile, median_ms, threads, isa, verified, warm_steps } = *run;
     let import = phases.import;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let pct = |r: &Row| Some(100.0 * r.gops? / probes.get(&r.probe?.to_string())?);
@@ -297,6 +305,7 @@ fn report(
             "threads": threads,
             "isa": isa,
             "verified": verified,
+            "warm_steps": warm_steps,
             "probes": probes,
             "partitions": partitions,
             "output": output.map(|p| p.display().to_string()),
@@ -337,6 +346,9 @@ fn report(
         "{steps} partitions, isa {isa}, {threads} thread(s): import {:.1} ms, compile {compile_ms:.1} ms (with import), median {median_ms:.3} ms per inference",
         import.as_secs_f64() * 1e3
     );
+    if warm_steps {
+        println!("warm steps: each partition timed right after a run of its own (the median counts both)");
+    }
     if verified == Some(true) {
         println!("verified: the output equals the graph reference's, bit for bit");
     }

@@ -335,3 +335,36 @@ fn a_fused_residual_add_equals_the_unfused_partitions_at_every_level() {
     }
     assert!(fused_somewhere > 0);
 }
+
+#[test]
+fn warm_steps_compute_what_the_plain_run_computes() {
+    // The best level here and the scalar one; one thread (the first step then quantizes the
+    // input as it stores it) and two (the native loops on the pool).
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "warm steps");
+    let best = *levels.last().expect("the scalar level runs everywhere");
+    for path in models().iter().filter(|p| p.to_string_lossy().contains("_q")) {
+        for (level, threads) in [(IsaLevel::Scalar, 1), (best, 1), (best, 2)] {
+            let what = format!("{} at {level}, {threads} thread(s)", path.file_name().unwrap().to_string_lossy());
+            let mut g = compiled(path, level, threads);
+            let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, 3)).collect();
+            let tensors: Vec<_> = g
+                .steps()
+                .iter()
+                .flat_map(|s| s.partition.outputs.iter().map(move |&t| (s.partition.id.to_string(), t)))
+                .collect();
+            let (plain, plain_times) = g.execute(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let plain_values: Vec<Value> = tensors.iter().map(|(_, t)| g.value(*t).expect("a step's output")).collect();
+            let (warm, warm_times) = g.execute_warm(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(plain_times.len(), g.steps().len(), "{what}");
+            assert_eq!(warm_times.len(), g.steps().len(), "{what}: one time per step");
+            assert_eq!(plain.len(), warm.len(), "{what}");
+            for (p, w) in plain.iter().zip(&warm) {
+                assert!(p.bits_eq(w), "{what}: the outputs differ");
+            }
+            for ((id, t), p) in tensors.iter().zip(&plain_values) {
+                let w = g.value(*t).expect("a step's output");
+                assert!(p.bits_eq(&w), "{what}: partition {id} differs");
+            }
+        }
+    }
+}

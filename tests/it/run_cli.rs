@@ -63,3 +63,22 @@ fn an_input_file_of_the_wrong_shape_is_an_error_naming_both() {
     assert!(!ok && stderr.contains("no-such-model.onnx"), "{stderr}");
     std::fs::remove_file(&input).ok();
 }
+
+#[test]
+fn warm_steps_time_every_partition_and_say_so() {
+    let file = model("resnet18_w8_s32_qop_u8_pc.onnx");
+    let args = ["run", &file, "--repeat", "2", "--threads", "1", "--format", "json"];
+    let (ok, stdout, stderr) = tensorlift(&[&args[..], &["--warm-steps"]].concat());
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(json["warm_steps"], true, "{json}");
+    let partitions = json["partitions"].as_array().expect("partitions");
+    assert!(!partitions.is_empty());
+    for p in partitions {
+        assert!(p["median_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{p}");
+    }
+    let (ok, stdout, stderr) = tensorlift(&args);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(json["warm_steps"], false, "{json}");
+}
