@@ -3,7 +3,8 @@
 //! parallel and layers of one geometry share one. The first layer of each geometry is taken
 //! first, so that a thread seldom waits for a function another thread is compiling. The
 //! auto-scheduled convolutions (`Work::Auto`) are jobs of the same queue, taken before the
-//! others since each compiles its own function.
+//! others since each compiles its own function. `TENSORLIFT_TRACE_JOBS=1` prints, per job, its
+//! thread, when it started and ended and the CPU time its thread spent on it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -93,19 +94,46 @@ pub(super) fn compile_jobs<'a>(
     let next = AtomicUsize::new(0);
     let results = Mutex::new(HashMap::with_capacity(order.len()));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(order.len()).max(1);
-    let work = || {
+    let trace = std::env::var_os("TENSORLIFT_TRACE_JOBS").is_some_and(|v| v == "1");
+    let (begin, traced) = (Instant::now(), Mutex::new(Vec::new()));
+    let work = |thread: usize| {
         while let Some(&(index, job)) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-            let start = Instant::now();
+            let (start, cpu) = (Instant::now(), trace.then(thread_cpu));
             let result = job.compile(&cache, options);
             let done = (result, start.elapsed());
+            if let Some(cpu) = cpu {
+                let span = (start - begin, start - begin + done.1, thread_cpu().saturating_sub(cpu));
+                traced.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((thread, index, span));
+            }
             results.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(index, done);
         }
     };
     std::thread::scope(|scope| {
-        for _ in 1..threads {
-            scope.spawn(work);
+        for thread in 1..threads {
+            scope.spawn(move || work(thread));
         }
-        work();
+        work(0);
     });
+    if trace {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let traced = traced.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (thread, index, (start, end, cpu)) in traced {
+            eprintln!(
+                "job of step {index}: thread {thread}, {:.2}..{:.2} ms, cpu {:.2} ms",
+                ms(start),
+                ms(end),
+                ms(cpu)
+            );
+        }
+        eprintln!("jobs: {:.2} ms on {threads} thread(s)", ms(begin.elapsed()));
+    }
     results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The CPU time of the calling thread so far (zero where the clock cannot be read).
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid, writable timespec for the duration of the call.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    if ok { Duration::new(t.tv_sec as u64, t.tv_nsec as u32) } else { Duration::ZERO }
 }
