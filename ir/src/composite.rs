@@ -3,7 +3,7 @@
 //! `passes::fuse_epilogues` builds them from calls already in the IR; a kernel can then map the
 //! accumulators while they are in registers instead of storing and reloading them.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::dtype::DType;
 use crate::error::TeError;
@@ -75,7 +75,7 @@ pub fn map_tile(map: &TensorIntrin, m: i64, n: i64) -> Result<TensorIntrin, TeEr
     if (m, n) == (big_m, big_n) {
         return Ok(map.clone());
     }
-    let mut tensors = HashMap::new();
+    let mut tensors = HashMap::default();
     let mut inputs = Vec::with_capacity(map.inputs.len());
     for input in &map.inputs {
         let shape = if input.shape().len() == 2 { vec![m, n] } else { vec![n] };
@@ -92,7 +92,7 @@ pub fn map_tile(map: &TensorIntrin, m: i64, n: i64) -> Result<TensorIntrin, TeEr
         vec![m, n],
         |axes| {
             let vars = old_axes.iter().cloned().zip(axes.iter().cloned()).collect();
-            Resize { vars, tensors: &tensors, done: HashMap::new() }.mutate_expr(body)
+            Resize { vars, tensors: &tensors, done: HashMap::default() }.mutate_expr(body)
         },
         map.output.name(),
     )?;

@@ -1,6 +1,8 @@
 //! Queries over the loop IR that code generation needs before translating a statement.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashSet as HashSet;
 
 use ir::expr::VarId;
 use ir::stmt::BufferId;
@@ -44,7 +46,7 @@ fn walk(stmt: &Stmt, in_parallel: bool, on_stmt: &mut dyn FnMut(&Stmt, bool), on
 /// Buffers that some `Store` or intrinsic call (its output, the last operand) under `stmt`
 /// writes.
 pub(crate) fn stored_buffers(stmt: &Stmt) -> HashSet<BufferId> {
-    let mut stored = HashSet::new();
+    let mut stored = HashSet::default();
     walk(
         stmt,
         false,
@@ -74,8 +76,8 @@ pub(crate) fn captures(body: &Stmt) -> Captures {
     let mut used_vars = BTreeMap::new();
     let mut used_bufs = BTreeMap::new();
     let mut stmt_bufs = BTreeMap::new();
-    let mut bound_vars = HashSet::new();
-    let mut bound_bufs = HashSet::new();
+    let mut bound_vars = HashSet::default();
+    let mut bound_bufs = HashSet::default();
     walk(
         body,
         false,

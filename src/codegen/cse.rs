@@ -11,7 +11,7 @@
 //! one expression or a run of lets (the accumulator that `relu`'s `select(0 < x, x, 0)` reads
 //! twice) but never across a write, and never hoisted.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use ir::expr::VarId;
 use ir::stmt::BufferId;
@@ -146,7 +146,7 @@ pub(crate) fn is_trivial(e: &Expr) -> bool {
 /// The maximal non-trivial subexpressions of `body` (outside nested parallel loops, which are
 /// other functions) that use no variable bound in `body`, nor `loop_var`, and are pure.
 pub(crate) fn loop_invariants(body: &Stmt, loop_var: VarId, readonly: &HashSet<BufferId>) -> Vec<Expr> {
-    let mut bound = HashSet::from([loop_var]);
+    let mut bound = HashSet::from_iter([loop_var]);
     collect_bound(body, &mut bound);
     let mut out = Vec::new();
     visit_exprs(body, &mut |e, is_index| {

@@ -1,6 +1,6 @@
 //! The per-function translator: statements, loops, outlined parallel bodies, scratch buffers.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -56,7 +56,7 @@ pub(crate) struct ModuleCtx<'m, M: Module> {
 impl<'m, M: Module> ModuleCtx<'m, M> {
     pub fn new(module: &'m mut M, func: &ir::Func, level: IsaLevel) -> Result<Self, CompileError> {
         let call_conv = module.target_config().default_call_conv;
-        let mut host = HashMap::new();
+        let mut host = HashMap::default();
         for f in HostFn::ALL {
             let id = module
                 .declare_function(f.symbol(), Linkage::Import, &host::signature(f, call_conv))
@@ -74,7 +74,7 @@ impl<'m, M: Module> ModuleCtx<'m, M> {
             readonly,
             level,
             functions: Vec::new(),
-            kernels: HashMap::new(),
+            kernels: HashMap::default(),
             checked: ir::passes::checked_buffers(func).iter().map(Buffer::id).collect(),
         })
     }
@@ -129,9 +129,9 @@ pub(crate) fn build_function<M: Module>(
         let mut tx = FnTx {
             cx: &mut *cx,
             b,
-            env: HashMap::new(),
-            buffers: HashMap::new(),
-            host_refs: HashMap::new(),
+            env: HashMap::default(),
+            buffers: HashMap::default(),
+            host_refs: HashMap::default(),
             heap_live: Vec::new(),
             stack_bytes: 0,
             cache: ExprCache::default(),

@@ -5,7 +5,7 @@
 //! when an integer result could leave its type's range, its interval is the whole type range,
 //! so an interval is sound for the value the program actually computes.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::dtype::{DType, ScalarType};
 use crate::expr::{BinOp, CmpOp, Expr, ExprKind, Var, VectorReduceOp};

@@ -2,7 +2,7 @@
 //! by resetting GEMM calls moves into those calls, which become `IntrinKind::GemmMap` calls
 //! (`composite`), so that a kernel maps each accumulator tile while it is in registers.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::analysis::linear::Linear;
 use crate::composite::{call_nest, gemm_map, map_tile};
@@ -39,7 +39,7 @@ const MAX_CELLS: i64 = 1 << 22;
 /// `flatten_buffers` (origins are flat). A fused call's fallback is the two calls on a
 /// temporary tile, each with its declaration's loop nest as fallback.
 pub fn fuse_epilogues(func: &Func) -> Func {
-    let body = FuseEpilogues { fused: HashMap::new() }.mutate_stmt(&func.body);
+    let body = FuseEpilogues { fused: HashMap::default() }.mutate_stmt(&func.body);
     Func { name: func.name.clone(), params: func.params.clone(), body }
 }
 

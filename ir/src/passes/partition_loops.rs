@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use crate::analysis::linear::Linear;
 use crate::dtype::DType;
 use crate::expr::{BinOp, CmpOp, Expr, ExprKind, Var};
@@ -93,7 +95,7 @@ fn ceil_div(a: i128, b: i128) -> i128 {
 /// What the body binds: the ranges of its loops and the values of its lets.
 #[derive(Default)]
 struct Inner {
-    ranges: HashMap<Var, i64>,
+    ranges: FxHashMap<Var, i64>,
     lets: HashMap<Var, Expr>,
 }
 

@@ -4,6 +4,8 @@
 use crate::passes::facts::{FactMutator, mutate_for_with_facts, mutate_if_with_facts};
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use crate::analysis::interval::{Interval, Scope, bounds_of, negate, prove};
 use crate::analysis::linear::Linear;
 use crate::dtype::DType;
@@ -43,7 +45,7 @@ use crate::stmt::{Func, Stmt, StmtKind};
 /// statements that became no-ops (`remove_no_ops` does), or move code between loops. A tree it
 /// cannot simplify is returned as the identical `Rc`.
 pub fn simplify(func: &Func) -> Func {
-    let mut s = Simplifier { scope: Scope::new(), subst: HashMap::new(), lets: HashMap::new() };
+    let mut s = Simplifier { scope: Scope::new(), subst: FxHashMap::default(), lets: HashMap::new() };
     let body = s.mutate_stmt(&func.body);
     Func { name: func.name.clone(), params: func.params.clone(), body }
 }
@@ -62,7 +64,7 @@ pub(crate) struct RangedSimplifier(Simplifier);
 
 impl RangedSimplifier {
     pub(crate) fn new(ranges: &[(Var, i64)]) -> RangedSimplifier {
-        let mut s = Simplifier { scope: Scope::new(), subst: HashMap::new(), lets: HashMap::new() };
+        let mut s = Simplifier { scope: Scope::new(), subst: FxHashMap::default(), lets: HashMap::new() };
         for (var, extent) in ranges {
             s.scope.push(var, Interval::of_extent(*extent));
         }
@@ -78,7 +80,7 @@ impl RangedSimplifier {
 struct Simplifier {
     scope: Scope,
     /// Let-bound variables replaced by their constant or variable value.
-    subst: HashMap<Var, Expr>,
+    subst: FxHashMap<Var, Expr>,
     /// The values of the enclosing `i64` lets that stay (for the division rule).
     lets: HashMap<Var, Expr>,
 }
