@@ -268,7 +268,7 @@ impl TensorQuant {
     }
 
     /// Errors unless both masks are 0 (what operators support for activations).
-    fn require_per_tensor(&self, op: &str, arg: &str) -> Result<(f32, i32), QuantError> {
+    pub(crate) fn require_per_tensor(&self, op: &str, arg: &str) -> Result<(f32, i32), QuantError> {
         for (what, mask) in [("scales", self.scales.mask), ("zero points", self.zero_points.mask)] {
             if mask != 0 {
                 return Err(QuantError::UnsupportedMask {

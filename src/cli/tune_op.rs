@@ -40,6 +40,10 @@ enum Kind {
         k: Dim,
         #[arg(long, value_enum, default_value_t = DtypeChoice::U8)]
         dtype: DtypeChoice,
+        /// End as the quantized layers end: the i32 accumulator requantized to u8 (per-channel
+        /// multipliers, compensation and bias, round half to even, saturate). u8 only.
+        #[arg(long)]
+        requantize: bool,
         #[command(flatten)]
         search: OpSearchArgs,
     },
@@ -64,6 +68,10 @@ enum Kind {
         pad: Dim,
         #[arg(long, default_value_t = 1, value_parser = positive::<Dim>, allow_negative_numbers = true)]
         groups: Dim,
+        /// End as the quantized layers end: the i32 accumulator requantized to u8 (per-channel
+        /// multipliers, compensation and bias, round half to even, saturate).
+        #[arg(long)]
+        requantize: bool,
         #[command(flatten)]
         search: OpSearchArgs,
     },
@@ -207,19 +215,24 @@ fn non_negative(s: &str) -> Result<Dim, String> {
     Ok(v)
 }
 
+/// `spec` requantized to u8 where `requantize` is set (`OpSpec::Requantized`).
+fn requantized(spec: OpSpec, requantize: bool) -> OpSpec {
+    if requantize { OpSpec::Requantized { of: Box::new(spec) } } else { spec }
+}
+
 impl Kind {
     /// The operator and the search's flags.
     fn spec(self) -> (OpSpec, OpSearchArgs) {
         match self {
-            Kind::Matmul { m, n, k, dtype, search } => {
+            Kind::Matmul { m, n, k, dtype, requantize, search } => {
                 let dtype = match dtype {
                     DtypeChoice::U8 => MatmulDtype::U8,
                     DtypeChoice::F32 => MatmulDtype::F32,
                 };
-                (OpSpec::Matmul { m, n, k, dtype }, search)
+                (requantized(OpSpec::Matmul { m, n, k, dtype }, requantize), search)
             }
-            Kind::Conv2d { ic, oc, h, w, kh, kw, stride, pad, groups, search } => {
-                (OpSpec::Conv2d { ic, oc, h, w, kh, kw, stride, pad, groups }, search)
+            Kind::Conv2d { ic, oc, h, w, kh, kw, stride, pad, groups, requantize, search } => {
+                (requantized(OpSpec::Conv2d { ic, oc, h, w, kh, kw, stride, pad, groups }, requantize), search)
             }
             Kind::BatchMatmul { b, m, n, k, search } => (OpSpec::BatchMatmul { b, m, n, k }, search),
             Kind::Pool { c, h, w, k, stride, search } => (OpSpec::Pool { c, h, w, k, stride }, search),

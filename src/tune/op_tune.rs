@@ -448,5 +448,8 @@ pub fn template(spec: &OpSpec) -> Result<Template, OpTuneError> {
         OpSpec::BatchMatmul { .. } | OpSpec::Pool { .. } | OpSpec::Softmax { .. } | OpSpec::Layernorm { .. } => {
             none("only the auto-scheduler's rules schedule it")
         }
+        OpSpec::Requantized { .. } => {
+            none("the template of a requantized layer runs as `tensorlift resnet18 --layer L` and `tune resnet18`")
+        }
     }
 }

@@ -5,6 +5,7 @@
 mod batch_matmul;
 mod conv2d;
 mod pool;
+mod requantized;
 
 use ir::te::{placeholder, placeholder_vec};
 use ir::{DType, TeError, Tensor};
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use batch_matmul::batch_matmul_int8;
 pub use conv2d::conv2d_nhwc_int8;
 pub use pool::max_pool_nhwc;
+pub use requantized::requantized;
 
 use crate::nn;
 
@@ -44,6 +46,9 @@ pub enum OpSpec {
     Softmax { rows: i64, cols: i64 },
     /// f32 layer normalization over the last axis of `[rows, cols]` (`nn::layernorm`, eps 1e-5).
     Layernorm { rows: i64, cols: i64 },
+    /// An int8 contraction (`of`: a u8 `matmul` or a `conv2d`) ending as the quantized layers
+    /// end (`requantized`): its i32 accumulator requantized to u8.
+    Requantized { of: Box<OpSpec> },
 }
 
 /// A definition built from an `OpSpec`: its inputs (in call order) and outputs.
@@ -88,6 +93,7 @@ impl OpSpec {
             OpSpec::Pool { .. } => "pool",
             OpSpec::Softmax { .. } => "softmax",
             OpSpec::Layernorm { .. } => "layernorm",
+            OpSpec::Requantized { of } => of.kind(),
         }
     }
 
@@ -104,12 +110,14 @@ impl OpSpec {
             OpSpec::Pool { c, h, w, k, stride } => format!("pool {h}x{w}x{c} k{k} s{stride}"),
             OpSpec::Softmax { rows, cols } => format!("softmax {rows}x{cols}"),
             OpSpec::Layernorm { rows, cols } => format!("layernorm {rows}x{cols}"),
+            OpSpec::Requantized { of } => format!("{} requantized u8", of.label()),
         }
     }
 
     /// A fresh definition. Errors (typed, naming the op) for a shape the definition rejects.
     pub fn build(&self) -> Result<Definition, TeError> {
         match *self {
+            OpSpec::Requantized { ref of } => requantized(of),
             OpSpec::Matmul { m, n, k, dtype } => {
                 let (ad, bd, out) = match dtype {
                     MatmulDtype::U8 => (DType::U8, DType::I8, DType::I32),

@@ -135,12 +135,64 @@ fn check_onnxruntime_attrs(
 }
 
 /// The requantized output of a layer and what it reads besides the accumulator.
-pub(super) struct Requantized {
+#[derive(Clone, Debug)]
+pub struct Requantized {
     /// Placeholder `i32[OC]` (`<name>.compensation`): bind the `compensation` computed when the
     /// weights were prepared.
-    pub(super) compensation: Tensor,
-    pub(super) output: Tensor,
-    pub(super) params: Vec<Param>,
+    pub compensation: Tensor,
+    pub output: Tensor,
+    pub params: Vec<Param>,
+}
+
+/// The layers' requantization (`requantize_layer`, the stage `conv2d_nchw_int8` and
+/// `dense_int8` end with) applied to an existing i32 accumulator stage `acc` whose last axis is
+/// the output channel: what an operator that ends at the accumulator becomes when it ends as
+/// the layer does. `weights_dims` are the weights' dimensions with the output channel first
+/// (they shape the per-channel scales). The source and destination quantization must be per
+/// tensor, as the layers require.
+pub fn requantize_accumulator(
+    acc: &Tensor,
+    weights_dims: &[i64],
+    bias: Option<&Tensor>,
+    sum_input: Option<&Tensor>,
+    attrs: &QuantAttrs,
+    name: &str,
+) -> Result<Requantized, QuantError> {
+    let op = format!("requantize_accumulator {name}");
+    if acc.dtype() != DType::I32 {
+        return Err(dtype_error(&op, "the accumulator", "i32", acc.dtype()));
+    }
+    let dims = acc.shape().to_vec();
+    let channels = dims.last().copied().unwrap_or(0);
+    if weights_dims.first() != Some(&channels) {
+        let found = format!("{weights_dims:?} for an accumulator of shape {dims:?}");
+        return Err(shape_error(&op, "the weights' dimensions", "the output channels (last axis) first", found));
+    }
+    if !is_dst_type(attrs.dst_dtype) {
+        return Err(dtype_error(&op, "the destination", DST_TYPES, attrs.dst_dtype));
+    }
+    let (src_scale, _) = attrs.src.require_per_tensor(&op, "src")?;
+    let dst_q = activation_quant(&op, "dst", &attrs.dst, &dims, attrs.dst_dtype)?;
+    attrs.wei_scales.check("weights scales", weights_dims)?;
+    if let Some(b) = bias
+        && (b.dtype() != DType::F32 || b.shape() != [channels])
+    {
+        let found = format!("{} {:?}", b.dtype(), b.shape());
+        return Err(shape_error(&op, "the bias", format!("f32 [{channels}]"), found));
+    }
+    check_post_ops(&op, &attrs.post_ops, sum_input, &dims)?;
+    let channel_axis = dims.len() - 1;
+    requantize_layer(
+        dims,
+        |i| acc.at_vec(i.to_vec()),
+        channel_axis,
+        weights_dims,
+        bias,
+        sum_input,
+        (src_scale, dst_q),
+        attrs,
+        name,
+    )
 }
 
 /// `x = f32(acc − comp[oc]) · M[oc] + bias[oc]`, then post-ops and the destination (see `quant`),

@@ -49,7 +49,7 @@ pub use direct_conv::{DirectConvLayer, SourceRows, conv2d_int8_direct};
 pub use elementwise::{add_int8, relu_int8};
 pub use gemm_operands::{GemmOperands, source_shift};
 pub use grouped_conv::{GroupedConvParams, conv2d_nhwc_grouped_int8};
-pub use layer::QuantizedLayer;
+pub use layer::{QuantizedLayer, Requantized, requantize_accumulator};
 pub use layout::{Layout, convert_layout, nchw_to_nchwc, nchwc_to_nchw};
 pub use packing::{conv_row_bytes, im2col_k, oihw_to_vnni_blocked, pack_conv2d_weights};
 pub use pool::{global_avg_pool, max_pool2d};
