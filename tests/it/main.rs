@@ -28,6 +28,7 @@ mod python;
 mod quant;
 mod ray_driver;
 mod readme;
+mod requantize_op;
 mod run_cli;
 mod shapes;
 #[path = "../../src/tests/skip.rs"]

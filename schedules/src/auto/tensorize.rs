@@ -149,7 +149,9 @@ pub fn recognize(st: &StageInfo) -> Result<Contraction, String> {
         return Err("not a reduction".into());
     }
     if !st.is_output {
-        return Err("not an output (the rewrite replaces an output stage)".into());
+        return Err("not an output: the rewrite replaces an output stage, and computing an element-wise consumer \
+                    (a requantization epilogue) at the GEMM tile, by cache_write of the accumulator, is not built"
+            .into());
     }
     let body = st.tensor.body().ok_or("no body")?;
     let ExprKind::Reduce(r) = body.kind() else { return Err("not a reduction".into()) };

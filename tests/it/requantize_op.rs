@@ -1,0 +1,104 @@
+//! `tune op ... --requantize`: the catalog's int8 contractions ending as the quantized layers end
+//! (`OpSpec::Requantized`, the layers' requantization stage on the accumulator): points of the
+//! rules' space verified bit for bit against the interpreter, the space's listing, the CLI flag.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use schedules::auto::Space;
+use schedules::catalog::{MatmulDtype, OpSpec};
+use tensorlift::IsaLevel;
+use tensorlift::record::Status;
+use tensorlift::tune::op_bench::{OpBench, OpReference, space_options};
+
+fn level() -> IsaLevel {
+    IsaLevel::detect().unwrap()
+}
+
+fn requantized(of: OpSpec) -> OpSpec {
+    OpSpec::Requantized { of: Box::new(of) }
+}
+
+fn small_ops() -> Vec<OpSpec> {
+    vec![
+        requantized(OpSpec::Matmul { m: 8, n: 24, k: 20, dtype: MatmulDtype::U8 }),
+        requantized(OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 }),
+        requantized(OpSpec::Conv2d { ic: 6, oc: 12, h: 7, w: 7, kh: 3, kw: 3, stride: 2, pad: 1, groups: 1 }),
+        requantized(OpSpec::Conv2d { ic: 8, oc: 16, h: 5, w: 5, kh: 1, kw: 1, stride: 2, pad: 0, groups: 1 }),
+    ]
+}
+
+#[test]
+fn requantized_points_are_bit_exact_against_the_interpreter() {
+    for spec in small_ops() {
+        let def = spec.build().unwrap();
+        let out = &def.outputs[0];
+        assert_eq!(
+            (out.dtype(), out.name()),
+            (ir::DType::U8, format!("{}.u8", out.name().trim_end_matches(".u8")).as_str())
+        );
+        let reference = Arc::new(OpReference::new(&spec).unwrap());
+        // The check compares rounded values, not outputs all at the clamps.
+        let values = reference.outputs[0].to_i64_vec();
+        let mid = values.iter().filter(|&&v| v > 0 && v < 255).count();
+        assert!(mid * 2 > values.len(), "{}: {mid} of {} outputs inside u8", spec.label(), values.len());
+        let bench = OpBench::new(&spec, level(), 2, reference).unwrap();
+        let space = Space::of(&def, space_options(level(), 2));
+        // The generic point and the first and last point of every other sketch.
+        let mut points = vec![space.default_point()];
+        for s in space.sketches().iter().filter(|s| s.name != "generic") {
+            for pick in [0usize, usize::MAX] {
+                let values = s.decisions.iter().map(|d| d.choices[pick.min(d.choices.len() - 1)]).collect();
+                points.push(schedules::auto::AutoPoint { sketch: s.name.clone(), values });
+            }
+        }
+        assert!(points.len() >= 3, "{}: {}", spec.label(), space.listing());
+        for point in &points {
+            let m = bench.measure(point, 1, None);
+            assert_eq!((m.status, m.verified), (Status::Ok, true), "{} {point:?}: {m:?}", spec.label());
+        }
+    }
+}
+
+#[test]
+fn the_listing_of_a_requantized_conv_says_why_the_gemm_rewrite_does_not_apply() {
+    let spec = requantized(OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 });
+    let def = spec.build().unwrap();
+    let listing = Space::of(&def, space_options(level(), 1)).listing();
+    assert!(listing.contains("sketch rules\n"), "{listing}");
+    assert!(listing.contains("parallel-vectorize at conv.u8"), "{listing}");
+    assert!(
+        listing.contains("auto-tensorize at conv: does not apply: not an output")
+            && listing.contains("cache_write of the accumulator, is not built"),
+        "{listing}"
+    );
+}
+
+fn tensorlift(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorlift")).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_requantize_flag_tunes_the_u8_definition_and_refuses_f32() {
+    let conv = ["conv2d", "--ic", "8", "--oc", "16", "--h", "6", "--w", "6", "--kh", "3", "--kw", "3", "--pad", "1"];
+    let run = |extra: &[&str]| tensorlift(&[&["tune", "op"], &conv[..], extra].concat());
+    let (ok, stdout, stderr) = run(&["--requantize", "--trials", "3", "--threads", "1", "--format", "json"]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(stdout.trim().lines().last().unwrap()).unwrap();
+    assert!(report["tuned_gops"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report.to_string().contains("requantized u8"), "{report}");
+    // Without the flag, the i32 definition: a different workload.
+    let (ok, plain, stderr) = run(&["--trials", "3", "--threads", "1", "--format", "json"]);
+    assert!(ok, "{stderr}");
+    let plain: serde_json::Value = serde_json::from_str(plain.trim().lines().last().unwrap()).unwrap();
+    assert!(!plain.to_string().contains("requantized"), "{plain}");
+    let (ok, _, stderr) =
+        tensorlift(&["tune", "op", "matmul", "--m", "4", "--n", "8", "--k", "8", "--dtype", "f32", "--requantize"]);
+    assert!(!ok && !stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("a u8 x i8 matmul or an int8 conv2d"), "{stderr}");
+}
