@@ -116,7 +116,7 @@ pub fn generate(
         out.push((sketch, plan));
     }
     for st in infos.iter().filter(|s| matches!(s.kind, StageKind::Reduction { .. })) {
-        match recognize(st) {
+        match recognize(st, &infos) {
             Err(why) => {
                 notes.push(RuleNote { rule: "auto-tensorize", stage: st.tensor.name().into(), outcome: Err(why) })
             }

@@ -41,7 +41,7 @@ use std::collections::HashMap;
 use ir::analysis::linear::Linear;
 use ir::expr::{ExprKind, min as index_min, select};
 use ir::intrin::pair_sums_fit_i16;
-use ir::mutator::substitute_map;
+use ir::mutator::{Mutator, substitute_map, walk_expr};
 use ir::schedule::{Schedule, create_schedule};
 use ir::te::{IterVar, Reducer, Tensor, compute_vec, placeholder_vec, placeholder_vec_in_range, reduce_axis, sum};
 use ir::{DType, Expr, ScheduleError, TeError, Var};
@@ -75,6 +75,84 @@ pub struct Contraction {
     pub rows: usize,
     /// The output axis of the kernel's columns.
     pub cols: usize,
+    /// The element-wise output stage that reads the contraction, where the contraction is not
+    /// itself an output (a requantization epilogue): rebuilt on the rewritten accumulator.
+    pub epilogue: Option<Tensor>,
+}
+
+/// Reads of `from` in an expression: whether each is at exactly `axes`, and the expression with
+/// them turned into reads of `to` (when given).
+struct ReadsOf<'a> {
+    from: &'a Tensor,
+    to: Option<&'a Tensor>,
+    axes: &'a [Var],
+    elementwise: bool,
+    found: bool,
+}
+
+impl Mutator for ReadsOf<'_> {
+    fn mutate_expr(&mut self, expr: &Expr) -> Expr {
+        let expr = walk_expr(self, expr);
+        match expr.kind() {
+            ExprKind::TensorRead(t, idx) if t == self.from => {
+                let same = idx.len() == self.axes.len()
+                    && idx.iter().zip(self.axes).all(|(e, v)| matches!(e.kind(), ExprKind::Var(w) if w == v));
+                self.elementwise &= same;
+                self.found = true;
+                match self.to {
+                    Some(to) => to.at_vec(idx.clone()),
+                    None => expr,
+                }
+            }
+            _ => expr,
+        }
+    }
+}
+
+/// The element-wise epilogue of `st` among `stages`: the one output stage reading it, an
+/// injective stage of its shape that reads it only at its own indices; or why there is none.
+pub fn epilogue_of(st: &StageInfo, stages: &[StageInfo]) -> Result<Tensor, String> {
+    let not = |why: &str| {
+        Err(format!(
+            "not an output, and {why} (the rewrite replaces an output stage or the accumulator of one element-wise output)"
+        ))
+    };
+    if st.consumers != 1 {
+        return not(&format!("read by {} stages", st.consumers));
+    }
+    let reads = |e: &StageInfo| -> Option<bool> {
+        let body = e.tensor.body()?;
+        let axes: Vec<Var> = e.tensor.axes().iter().map(|a| a.var().clone()).collect();
+        let mut m = ReadsOf { from: &st.tensor, to: None, axes: &axes, elementwise: true, found: false };
+        let _ = m.mutate_expr(body);
+        m.found.then_some(m.elementwise)
+    };
+    let Some(consumer) = stages.iter().find(|e| e.tensor.id() != st.tensor.id() && reads(e).is_some()) else {
+        return not("no stage reads it");
+    };
+    if !consumer.is_output || !matches!(consumer.kind, StageKind::Injective) {
+        return not(&format!("its consumer {} is not an element-wise output", consumer.tensor.name()));
+    }
+    if consumer.tensor.shape() != st.tensor.shape() || reads(consumer) != Some(true) {
+        return not(&format!("its consumer {} does not read it element by element", consumer.tensor.name()));
+    }
+    Ok(consumer.tensor.clone())
+}
+
+/// `epilogue` rebuilt on `acc` in place of the accumulator `from` it read.
+fn rebuild_epilogue(epilogue: &Tensor, from: &Tensor, acc: &Tensor) -> Result<Tensor, TeError> {
+    let body = epilogue.body().cloned().unwrap_or_else(|| epilogue.at_vec(vec![]));
+    let old: Vec<Var> = epilogue.axes().iter().map(|a| a.var().clone()).collect();
+    compute_vec(
+        epilogue.shape().to_vec(),
+        |i| {
+            let mut m = ReadsOf { from, to: Some(acc), axes: &old, elementwise: true, found: false };
+            let replaced = m.mutate_expr(&body);
+            let map: HashMap<Var, Expr> = old.iter().cloned().zip(i.iter().cloned()).collect();
+            substitute_map(&replaced, &map)
+        },
+        epilogue.name(),
+    )
 }
 
 /// How the kernel reads its operands.
@@ -144,15 +222,11 @@ fn uses(read: &Read, v: &Var) -> bool {
 }
 
 /// The contraction `st` computes, or why it is none.
-pub fn recognize(st: &StageInfo) -> Result<Contraction, String> {
+pub fn recognize(st: &StageInfo, stages: &[StageInfo]) -> Result<Contraction, String> {
     if !matches!(st.kind, StageKind::Reduction { .. }) {
         return Err("not a reduction".into());
     }
-    if !st.is_output {
-        return Err("not an output: the rewrite replaces an output stage, and computing an element-wise consumer \
-                    (a requantization epilogue) at the GEMM tile, by cache_write of the accumulator, is not built"
-            .into());
-    }
+    let epilogue = if st.is_output { None } else { Some(epilogue_of(st, stages)?) };
     let body = st.tensor.body().ok_or("no body")?;
     let ExprKind::Reduce(r) = body.kind() else { return Err("not a reduction".into()) };
     if r.reducer != Reducer::Sum || ![DType::I32, DType::F32].contains(&body.dtype()) {
@@ -220,6 +294,7 @@ pub fn recognize(st: &StageInfo) -> Result<Contraction, String> {
         outer,
         rows: row,
         cols: col,
+        epilogue,
     })
 }
 
@@ -429,7 +504,9 @@ pub struct Rewritten {
     /// `<out>.gemm_c`, the output with its columns padded to whole panels (the padding
     /// multiplies the packed `B`'s zero columns).
     pub gemm: Tensor,
-    /// The definition's output (its name, shape and dtype): the GEMM, or a copy of its columns.
+    /// The contraction's result (its name, shape and dtype): the GEMM, or a copy of its columns.
+    pub acc: Tensor,
+    /// The definition's output: `acc`, or the contraction's element-wise epilogue rebuilt on it.
     pub output: Tensor,
     /// `K'`, the reduction padded to whole groups.
     pub k: i64,
@@ -682,6 +759,10 @@ pub fn rewrite(
     } else {
         gemm.clone()
     };
+    let result = match &c.epilogue {
+        Some(e) => rebuild_epilogue(e, &c.output, &output)?,
+        None => output.clone(),
+    };
     let (gemm_rows, gemm_cols) = (at(c.rows), at(c.cols));
     let gemm_outer = c.outer.iter().filter(|&&i| kept.contains(&i)).map(|&i| at(i)).collect();
     Ok(Rewritten {
@@ -689,7 +770,8 @@ pub fn rewrite(
         packed_b,
         prepared_b,
         gemm,
-        output,
+        acc: output,
+        output: result,
         k: kp,
         extents,
         segments,
@@ -928,6 +1010,10 @@ pub fn schedule(
         }
         if rw.prepared_b.is_none() {
             schedule_packing(s, &rw.packed_b, c.batch.len(), point.threads)?;
+        }
+        if rw.acc.id() != rw.gemm.id() && rw.acc.id() != rw.output.id() {
+            // The copy of the GEMM's columns is read once per element by the epilogue.
+            s.compute_inline(&rw.acc)?;
         }
         if rw.output.id() != rw.gemm.id() {
             let outer = vectorize_injective(s, &rw.output, lanes(vector_bytes, rw.output.dtype().bytes()))?;
