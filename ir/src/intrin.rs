@@ -52,6 +52,11 @@ pub enum IntrinKind {
     /// `i32(A[m, ks, ko*4+ki]) * i32(B[ks*(k/4)+ko, n, ki])` (the saturating form likewise, pairs
     /// within a segment).
     ///
+    /// A call may compute a range of the segments (`StmtKind::Call::range`): the segments
+    /// `first ≤ s < last` only, which is the definition above on an `A` whose elements in the
+    /// other segments are 0 (every product of theirs is then 0, a saturated pair 0 + 0 too), so
+    /// the i32 sums of the segments in the range are added to `C` and nothing else.
+    ///
     /// Layout (checked by `tensorize`, relied on by kernels): the four `ki` of one column are
     /// adjacent (`B` stride 1 along `ki`), the columns of one `ko` follow each other (`B` stride 4
     /// along `n`, so one `ko` step is a dense `n × 4` panel), a row of `A` is contiguous along `k`
@@ -134,6 +139,35 @@ impl IntrinKind {
                 None
             }
         }
+    }
+}
+
+/// The segments of a GEMM whose calls may take a segment range (`StmtKind::Call::range`): an
+/// `Int8Gemm` or `Int16Gemm` declaration of `S > 1` segments, or a `GemmMap` whose GEMM part
+/// is one. Segment `s` reads `A[·, s, ·]` and the `k/pack` rows of `B` from `s·k/pack` on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Segments {
+    /// `S`.
+    pub count: i64,
+    /// `k` of one segment.
+    pub k: i64,
+    /// Consecutive `k` per group of `B` (`IntrinKind::pack`).
+    pub pack: i64,
+    /// Rows of `A` (`m`).
+    pub m: i64,
+}
+
+/// `intrin`'s segments, if its calls may take a segment range (see `Segments`).
+pub fn segmented_gemm(intrin: &TensorIntrin) -> Option<Segments> {
+    let gemm = match (&intrin.kind, &intrin.parts) {
+        (IntrinKind::GemmMap { .. }, Some((gemm, _))) => gemm.kind,
+        (kind, _) => *kind,
+    };
+    match gemm {
+        IntrinKind::Int8Gemm { m, k, segments, .. } | IntrinKind::Int16Gemm { m, k, segments, .. } if segments > 1 => {
+            Some(Segments { count: segments, k, pack: gemm.pack()?, m })
+        }
+        _ => None,
     }
 }
 

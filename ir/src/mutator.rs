@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::expr::{Expr, ExprKind, ReduceData, Var};
-use crate::stmt::{Operand, Stmt, StmtKind};
+use crate::stmt::{Operand, SegmentRange, Stmt, StmtKind};
 
 pub trait Mutator {
     fn mutate_expr(&mut self, expr: &Expr) -> Expr {
@@ -132,13 +132,19 @@ pub fn walk_stmt<M: Mutator + ?Sized>(m: &mut M, stmt: &Stmt) -> Stmt {
             }
             Stmt::allocate(buffer.clone(), new_body)
         }
-        StmtKind::Call { intrin, operands, reset, fallback } => {
+        StmtKind::Call { intrin, operands, reset, fallback, range } => {
             let origins: Vec<Vec<Expr>> =
                 operands.iter().map(|op| op.origin.iter().map(|i| m.mutate_expr(i)).collect()).collect();
             let new_fallback = m.mutate_stmt(fallback);
+            let new_range =
+                range.as_ref().map(|r| SegmentRange { first: m.mutate_expr(&r.first), last: m.mutate_expr(&r.last) });
             let same_origins =
                 operands.iter().zip(&origins).all(|(op, new)| !changed(&op.origin.iter().collect::<Vec<_>>(), new));
-            if same_origins && new_fallback.same_node(fallback) {
+            let same_range = match (range, &new_range) {
+                (Some(r), Some(n)) => r.first.same_node(&n.first) && r.last.same_node(&n.last),
+                _ => true,
+            };
+            if same_origins && same_range && new_fallback.same_node(fallback) {
                 return stmt.clone();
             }
             let operands = operands
@@ -146,7 +152,7 @@ pub fn walk_stmt<M: Mutator + ?Sized>(m: &mut M, stmt: &Stmt) -> Stmt {
                 .zip(origins)
                 .map(|(op, origin)| Operand { buffer: op.buffer.clone(), origin, strides: op.strides.clone() })
                 .collect();
-            Stmt::call(intrin.clone(), operands, *reset, new_fallback)
+            Stmt::call_in_range(intrin.clone(), operands, *reset, new_fallback, new_range)
         }
         StmtKind::BoundsCheck { cond, buffer } => {
             let new_cond = m.mutate_expr(cond);
@@ -187,7 +193,13 @@ pub fn for_each_stmt_expr(stmt: &Stmt, f: &mut dyn FnMut(&Expr)) {
             f(value)
         }
         StmtKind::If { cond, .. } | StmtKind::BoundsCheck { cond, .. } => f(cond),
-        StmtKind::Call { operands, .. } => operands.iter().flat_map(|op| &op.origin).for_each(&mut *f),
+        StmtKind::Call { operands, range, .. } => {
+            operands.iter().flat_map(|op| &op.origin).for_each(&mut *f);
+            if let Some(r) = range {
+                f(&r.first);
+                f(&r.last);
+            }
+        }
         StmtKind::For { .. } | StmtKind::Seq(_) | StmtKind::Allocate { .. } => {}
     });
 }

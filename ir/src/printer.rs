@@ -256,7 +256,7 @@ impl Printer {
                 self.expr(cond);
                 let _ = writeln!(self.out, " else out_of_bounds({})", buffer.name());
             }
-            StmtKind::Call { intrin, operands, reset, .. } => {
+            StmtKind::Call { intrin, operands, reset, range, .. } => {
                 self.line_start();
                 let _ = write!(self.out, "call {}{}(", if *reset { "reset " } else { "" }, intrin.name);
                 for (i, op) in operands.iter().enumerate() {
@@ -266,7 +266,15 @@ impl Printer {
                     self.access(op.buffer.name(), &op.origin);
                     let _ = write!(self.out, " strides {:?}", op.strides);
                 }
-                self.out.push_str(")\n");
+                self.out.push(')');
+                if let Some(r) = range {
+                    self.out.push_str(" segments [");
+                    self.expr(&r.first);
+                    self.out.push_str(", ");
+                    self.expr(&r.last);
+                    self.out.push(')');
+                }
+                self.out.push('\n');
             }
         }
     }

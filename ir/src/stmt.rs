@@ -192,6 +192,13 @@ impl Operand {
     }
 }
 
+/// The segments `first ≤ s < last` a segmented GEMM call computes (`StmtKind::Call::range`).
+#[derive(Clone, Debug)]
+pub struct SegmentRange {
+    pub first: Expr,
+    pub last: Expr,
+}
+
 #[derive(Debug)]
 pub enum StmtKind {
     For {
@@ -241,11 +248,21 @@ pub enum StmtKind {
     /// init nest covers exactly the call's output region, so that a kernel can start from the
     /// identity instead of reading the output; the fallback then holds the init nest before
     /// the update loops.
+    ///
+    /// With `range` (an `Int8Gemm` or `Int16Gemm` declaration of `S > 1` segments, or a
+    /// `GemmMap` whose GEMM part is one), the call computes only the segments `s` with
+    /// `first ≤ s < last` (index expressions evaluated before the call; an empty range when
+    /// `first ≥ last` after clamping both to `[0, S]`): exactly the declaration on an `A` whose
+    /// elements in the other segments were 0 (`IntrinKind::Int8Gemm`). A reset still sets the
+    /// output first, so a resetting call with an empty range writes the identity (a `GemmMap`
+    /// maps the zero tile). The fallback computes every segment: a range is only set where the
+    /// other segments provably read zeros (`passes::zero_segment_range`), so the two agree.
     Call {
         intrin: TensorIntrin,
         operands: Vec<Operand>,
         reset: bool,
         fallback: Stmt,
+        range: Option<SegmentRange>,
     },
     /// A run-time check of reads whose index depends on data (`passes::check_gathers` inserts
     /// them; a vectorized loop checks all its lanes at once): if `cond` is false (in any lane,
@@ -315,7 +332,18 @@ impl Stmt {
     }
 
     pub fn call(intrin: TensorIntrin, operands: Vec<Operand>, reset: bool, fallback: Stmt) -> Stmt {
-        Stmt::new(StmtKind::Call { intrin, operands, reset, fallback })
+        Stmt::new(StmtKind::Call { intrin, operands, reset, fallback, range: None })
+    }
+
+    /// A call computing only the segments `range` (see `StmtKind::Call`).
+    pub fn call_in_range(
+        intrin: TensorIntrin,
+        operands: Vec<Operand>,
+        reset: bool,
+        fallback: Stmt,
+        range: Option<SegmentRange>,
+    ) -> Stmt {
+        Stmt::new(StmtKind::Call { intrin, operands, reset, fallback, range })
     }
 
     pub fn bounds_check(cond: Expr, buffer: &Buffer) -> Stmt {

@@ -247,8 +247,16 @@ fn compile_stmt(c: &mut Compiler, stmt: &Stmt) -> Result<StmtFn, InterpError> {
                 result
             })
         }
-        StmtKind::Call { intrin, operands, reset, .. } => {
+        StmtKind::Call { intrin, operands, reset, range, .. } => {
             let tensors = intrin.operand_tensors();
+            // The segments outside the range: `A`'s elements there read as 0.
+            let range = match (range, crate::intrin::segmented_gemm(intrin)) {
+                (None, _) => None,
+                (Some(r), Some(segments)) => Some((c.compile(&r.first)?, c.compile(&r.last)?, segments)),
+                (Some(_), None) => {
+                    return Err(malformed(format!("call of {intrin} has a segment range, but no segments")));
+                }
+            };
             let reset_to = match (reset, crate::intrin::reset_value(intrin)) {
                 (false, _) => None,
                 (true, Some(identity)) => Some(match identity.kind() {
@@ -306,11 +314,23 @@ fn compile_stmt(c: &mut Compiler, stmt: &Stmt) -> Result<StmtFn, InterpError> {
             let declaration = CompiledIntrin::new(intrin)?;
             Box::new(move |f| {
                 let (output, inputs) = regions.split_last().expect("a call has an output operand");
-                let arrays = inputs.iter().map(|r| Ok(r.gather(f, &r.positions(f, Access::Read)?))).collect::<Result<
-                    Vec<_>,
-                    Fault,
-                >>(
-                )?;
+                let mut arrays = inputs
+                    .iter()
+                    .map(|r| Ok(r.gather(f, &r.positions(f, Access::Read)?)))
+                    .collect::<Result<Vec<_>, Fault>>()?;
+                if let Some((first, last, segments)) = &range {
+                    let count = segments.count;
+                    let first = first(f, 0)?.as_int().clamp(0, count);
+                    let last = last(f, 0)?.as_int().clamp(first, count);
+                    // `A: [m, S, k]`, in row-major order.
+                    let a = &mut arrays[0];
+                    for p in 0..a.len() {
+                        let s = (p as i64 / segments.k) % count;
+                        if s < first || s >= last {
+                            a.set(p, Scalar::Int(0));
+                        }
+                    }
+                }
                 let positions = output.positions(f, Access::Write)?;
                 let mut out = output.gather(f, &positions);
                 if let Some(identity) = reset_to {

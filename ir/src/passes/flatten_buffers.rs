@@ -63,13 +63,14 @@ impl Mutator for Flatten {
             StmtKind::Store { buffer, indices, value } if indices.len() != 1 => {
                 Stmt::store(buffer, vec![flat_index(buffer, indices)], value.clone())
             }
-            StmtKind::Call { intrin, operands, reset, fallback } if operands.iter().any(|op| op.origin.len() != 1) => {
+            StmtKind::Call { intrin, operands, reset, fallback, range } if operands.iter().any(|op| op.origin.len() != 1) => {
                 let flat = |op: &Operand| {
                     let origin =
                         if op.origin.len() == 1 { op.origin.clone() } else { vec![flat_index(&op.buffer, &op.origin)] };
                     Operand { buffer: op.buffer.clone(), origin, strides: op.strides.clone() }
                 };
-                Stmt::call(intrin.clone(), operands.iter().map(flat).collect(), *reset, fallback.clone())
+                let operands = operands.iter().map(flat).collect();
+                Stmt::call_in_range(intrin.clone(), operands, *reset, fallback.clone(), range.clone())
             }
             _ => walked,
         }

@@ -40,6 +40,7 @@ use thiserror::Error;
 
 use crate::dtype::{DType, ScalarType};
 use crate::expr::{Expr, ExprKind, Var};
+use crate::intrin::segmented_gemm;
 use crate::stmt::{Buffer, ForKind, Func, Stmt, StmtKind};
 
 /// How much of the pipeline has run.
@@ -190,7 +191,7 @@ impl<'f> Verifier<'f> {
                 self.stmt(body);
                 leave(&mut self.buffers, buffer);
             }
-            StmtKind::Call { intrin, operands, reset, fallback } => {
+            StmtKind::Call { intrin, operands, reset, fallback, range } => {
                 let tensors = intrin.operand_tensors();
                 if *reset && crate::intrin::reset_value(intrin).is_none() {
                     let stmt = self.stmt_line();
@@ -225,6 +226,16 @@ impl<'f> Verifier<'f> {
                         let (name, shape) = (op.buffer.name(), tensor.shape());
                         let what = format!("the stride count of operand {name} (for {tensor}{shape:?})");
                         call_error(what, tensor.shape().len().to_string(), op.strides.len().to_string(), self);
+                    }
+                }
+                if let Some(r) = range {
+                    if segmented_gemm(intrin).is_none() {
+                        let expected = "a segmented Int8Gemm or Int16Gemm declaration, or a GemmMap of one".into();
+                        call_error("a segment range".into(), expected, format!("{:?}", intrin.kind), self);
+                    }
+                    for e in [&r.first, &r.last] {
+                        self.expr(e);
+                        self.expect_dtype(|| "a segment range bound".to_string(), DType::INDEX, e.dtype());
                     }
                 }
                 self.stmt(fallback);
