@@ -54,9 +54,13 @@ pub fn lower_options(options: &CompileOptions) -> Result<ir::lower::LowerOptions
 /// What lowering may assume of code generated for `level`, by the JIT or into an exported
 /// object alike: `GemmMap` kernels (`codegen::intrin`) at AVX-512 VNNI. At AMX the GEMM may run
 /// on tiles, and below AVX-512 the fused kernels do not exist: the GEMM and the Map stay two
-/// calls there.
+/// calls there. Segment ranges from AVX2 to AVX-512 VNNI, whose register kernels loop over a
+/// run-time count of segments (the AMX tile kernel does not).
 pub fn lower_options_at(level: IsaLevel) -> ir::lower::LowerOptions {
-    ir::lower::LowerOptions { fuse_epilogues: level == IsaLevel::Avx512Vnni }
+    ir::lower::LowerOptions {
+        fuse_epilogues: level == IsaLevel::Avx512Vnni,
+        segment_ranges: matches!(level, IsaLevel::Avx2 | IsaLevel::AvxVnni | IsaLevel::Avx512Vnni),
+    }
 }
 
 /// Lowers `schedule` for code of `level` that is not compiled here (an exported library's

@@ -25,6 +25,7 @@ use crate::passes::{
     unroll_loops::unroll_loops,
     vectorize_loops::vectorize_loops,
     verify::{VerifyLevel, verify},
+    zero_segment_range::zero_segment_range,
 };
 use crate::schedule::Schedule;
 use crate::stmt::Func;
@@ -40,6 +41,9 @@ use inline_stages::inline_stages;
 pub struct LowerOptions {
     /// It implements `IntrinKind::GemmMap` with kernels of its own: `fuse_epilogues` runs.
     pub fuse_epilogues: bool,
+    /// Its GEMM kernels take a segment range at run time (`StmtKind::Call::range`):
+    /// `zero_segment_range` runs.
+    pub segment_ranges: bool,
 }
 
 /// Lowers `schedule` into a function taking `args` (inputs and outputs, in call order).
@@ -87,6 +91,10 @@ pub fn lower_with_hook(
     let func = step("simplify", simplify(&func), VerifyLevel::Lowered);
     let func = match options.fuse_epilogues {
         true => step("fuse_epilogues", fuse_epilogues(&func), VerifyLevel::Lowered),
+        false => func,
+    };
+    let func = match options.segment_ranges {
+        true => step("zero_segment_range", zero_segment_range(&func), VerifyLevel::Lowered),
         false => func,
     };
     let func = step("vectorize_loops", vectorize_loops(&func), VerifyLevel::Lowered);

@@ -63,7 +63,9 @@ impl Mutator for Flatten {
             StmtKind::Store { buffer, indices, value } if indices.len() != 1 => {
                 Stmt::store(buffer, vec![flat_index(buffer, indices)], value.clone())
             }
-            StmtKind::Call { intrin, operands, reset, fallback, range } if operands.iter().any(|op| op.origin.len() != 1) => {
+            StmtKind::Call { intrin, operands, reset, fallback, range }
+                if operands.iter().any(|op| op.origin.len() != 1) =>
+            {
                 let flat = |op: &Operand| {
                     let origin =
                         if op.origin.len() == 1 { op.origin.clone() } else { vec![flat_index(&op.buffer, &op.origin)] };

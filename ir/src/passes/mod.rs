@@ -14,6 +14,7 @@ mod testing;
 pub mod unroll_loops;
 pub mod vectorize_loops;
 pub mod verify;
+pub mod zero_segment_range;
 
 pub use check_gathers::{check_gathers, checked_buffers};
 pub use flatten_buffers::flatten_buffers;
@@ -25,6 +26,7 @@ pub use simplify::simplify;
 pub use unroll_loops::unroll_loops;
 pub use vectorize_loops::vectorize_loops;
 pub use verify::{VerifyError, VerifyLevel, verify};
+pub use zero_segment_range::zero_segment_range;
 
 #[cfg(test)]
 mod tests {

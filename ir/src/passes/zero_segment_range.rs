@@ -1,0 +1,775 @@
+//! Zero segment ranges: a segmented GEMM call whose first or last segments, for some values of
+//! the enclosing loop variables, read only elements the function provably stored as the
+//! constant 0 (the padding rows of a convolution whose pad value is 0) gets a segment range
+//! (`StmtKind::Call::range`) computed from its `A` origin at run time, so the kernel skips them.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::dtype::DType;
+use crate::expr::{BinOp, CmpOp, Expr, ExprKind, Var, max, min};
+use crate::intrin::{Segments, TensorIntrin, segmented_gemm};
+use crate::mutator::for_each_stmt;
+use crate::stmt::{Buffer, BufferId, Func, Operand, SegmentRange, Stmt, StmtKind};
+
+/// Elements of an allocation the proof tracks at most; larger buffers are never proven zero.
+const MAX_CELLS: i64 = 1 << 22;
+/// Evaluation steps the proof spends per function at most (a bound on compile time); past it,
+/// nothing more is proven and the rest of the function stays as it is.
+const MAX_WORK: u64 = 1 << 22;
+
+/// Gives every `Int8Gemm`/`Int16Gemm` call of `S > 1` segments (or `GemmMap` call of one),
+/// without a range, whose `A` buffer provably holds 0 in its first `Z0` elements or its last
+/// `len - Z1` ones where the call runs, the range `[first, last)` with (floor division, `o`
+/// the flat `A` origin, `lds > 0` the segment stride, `h = (m-1)·lda + k - 1` the offset of a
+/// segment's last element from its first, `lda ≥ 0`):
+///
+/// `first = clamp((Z0 - h - 1 + lds - o) / lds, 0, S)`, `last = clamp((Z1 + lds - 1 - o) / lds, 0, S)`.
+///
+/// The argument: segment `s` reads `[o + s·lds, o + s·lds + h]`, inside `A`'s buffer (calls
+/// read only inside their buffers). For `s < first`, `s·lds ≤ Z0 - h - 1 - o`, so the whole
+/// segment lies below `Z0`: zeros. For `s ≥ last`, `s·lds ≥ Z1 - o`, so the segment starts at
+/// `Z1` or later: zeros. Segments outside `[first, last)` (all of them when `first ≥ last`)
+/// therefore read only zeros, and the call with the range computes what the call without it
+/// does (`IntrinKind::Int8Gemm`: the range is the declaration on such an `A`). `o` is the
+/// origin as the call evaluates it, for whatever values the loop variables take, so nothing is
+/// peeled or split and parallel loops (fused rows and panels, `/` and `%`) are covered alike;
+/// `Z0` and `Z1` are constants proven for every iteration. Calls whose range is `[0, S)` at
+/// every point of the loops their origin uses (enumerated, within the work budget) are left
+/// as they are.
+///
+/// The proof of `Z0`, `Z1`, in program order: an allocation's elements start unknown; a nest
+/// of loops, lets, ifs (whose conditions evaluate on the index variables) and stores sets each
+/// element it stores to "zero" or "unknown" by the stored value (an integer 0, a cast of one,
+/// or a select whose condition evaluates on the index variables), enumerating its iterations;
+/// a fact holds for every value the enclosing loop variables take there. Any other statement
+/// that writes a buffer (a call) makes it unknown, as does a loop for the buffers its body
+/// writes (at its start: every kind of loop computes what the serial one does). A source whose
+/// pad value is not a literal 0 proves nothing, and its calls stay as they are.
+///
+/// Run after `flatten_buffers` (origins and indices are flat) and `fuse_epilogues` (which then
+/// sees the calls as built).
+pub fn zero_segment_range(func: &Func) -> Func {
+    let mut pass = ZeroSegmentRange { work: 0 };
+    let body = pass.stmt(&func.body, &mut Env::default(), &mut Zeros::default());
+    Func { name: func.name.clone(), params: func.params.clone(), body }
+}
+
+struct ZeroSegmentRange {
+    work: u64,
+}
+
+/// The enclosing loops' ranges `[lo, hi)` and the index lets in scope.
+#[derive(Default, Clone)]
+struct Env {
+    loops: Vec<(Var, i64, i64)>,
+    lets: Vec<(Var, Expr)>,
+}
+
+/// Per tracked allocation, whether each element holds 0 (for every value of the enclosing loop
+/// variables); shared until written.
+#[derive(Default, Clone)]
+struct Zeros(HashMap<BufferId, Rc<Vec<bool>>>);
+
+impl Zeros {
+    fn forget(&mut self, buffers: &[Buffer]) {
+        for b in buffers {
+            if let Some(bits) = self.0.get_mut(&b.id())
+                && bits.iter().any(|z| *z)
+            {
+                *bits = Rc::new(vec![false; bits.len()]);
+            }
+        }
+    }
+}
+
+fn has_gemm(stmt: &Stmt) -> bool {
+    let mut found = false;
+    for_each_stmt(stmt, &mut |s| {
+        if let StmtKind::Call { intrin, .. } = s.kind() {
+            found |= segmented_gemm(intrin).is_some();
+        }
+    });
+    found
+}
+
+/// Whether `stmt` holds a segmented GEMM call reading `buffer` as `A`.
+fn reads_as_a(stmt: &Stmt, buffer: &Buffer) -> bool {
+    let mut found = false;
+    for_each_stmt(stmt, &mut |s| {
+        if let StmtKind::Call { intrin, operands, .. } = s.kind() {
+            found |= segmented_gemm(intrin).is_some() && operands.first().is_some_and(|a| &a.buffer == buffer);
+        }
+    });
+    found
+}
+
+/// The buffers `stmt` writes: stored to, or a call's output.
+fn written(stmt: &Stmt) -> Vec<Buffer> {
+    let mut out: Vec<Buffer> = Vec::new();
+    for_each_stmt(stmt, &mut |s| {
+        let b = match s.kind() {
+            StmtKind::Store { buffer, .. } => buffer,
+            StmtKind::Call { operands, .. } => match operands.last() {
+                Some(o) => &o.buffer,
+                None => return,
+            },
+            _ => return,
+        };
+        if !out.contains(b) {
+            out.push(b.clone());
+        }
+    });
+    out
+}
+
+/// Whether `stmt` is loops, lets, ifs and stores only.
+fn is_store_nest(stmt: &Stmt) -> bool {
+    let mut ok = true;
+    for_each_stmt(stmt, &mut |s| {
+        ok &= matches!(
+            s.kind(),
+            StmtKind::For { .. }
+                | StmtKind::Let { .. }
+                | StmtKind::If { .. }
+                | StmtKind::Store { .. }
+                | StmtKind::Seq(_)
+        )
+    });
+    ok
+}
+
+/// Values of index variables; `None` for a variable bound to something not evaluable.
+type Assignment = HashMap<Var, Option<i64>>;
+
+/// `e` evaluated on index (and bool) arithmetic, if every variable it reads has a value.
+fn eval(e: &Expr, at: &Assignment) -> Option<i64> {
+    let index_or_bool = |d: DType| d == DType::INDEX || d == DType::BOOL;
+    if !index_or_bool(e.dtype()) {
+        return None;
+    }
+    match e.kind() {
+        ExprKind::Int(v) if e.dtype() == DType::BOOL => Some(i64::from(*v != 0)),
+        ExprKind::Int(v) => Some(*v),
+        ExprKind::Var(v) => *at.get(v)?,
+        ExprKind::Binary(op, a, b) => {
+            let (x, y) = (eval(a, at)?, eval(b, at)?);
+            Some(match op {
+                BinOp::Add => x.checked_add(y)?,
+                BinOp::Sub => x.checked_sub(y)?,
+                BinOp::Mul => x.checked_mul(y)?,
+                BinOp::Div if y == 0 => 0,
+                BinOp::Div => x.div_euclid(y) - i64::from(y < 0 && x.rem_euclid(y) != 0),
+                BinOp::Mod if y == 0 => 0,
+                BinOp::Mod => x - y * (x.div_euclid(y) - i64::from(y < 0 && x.rem_euclid(y) != 0)),
+                BinOp::Min => x.min(y),
+                BinOp::Max => x.max(y),
+                BinOp::And if e.dtype() == DType::BOOL => x & y,
+                BinOp::Or if e.dtype() == DType::BOOL => x | y,
+                _ => return None,
+            })
+        }
+        ExprKind::Cmp(op, a, b) if a.dtype() == DType::INDEX => {
+            let (x, y) = (eval(a, at)?, eval(b, at)?);
+            Some(i64::from(match op {
+                CmpOp::Lt => x < y,
+                CmpOp::Le => x <= y,
+                CmpOp::Gt => x > y,
+                CmpOp::Ge => x >= y,
+                CmpOp::Eq => x == y,
+                CmpOp::Ne => x != y,
+            }))
+        }
+        ExprKind::Not(a) if e.dtype() == DType::BOOL => Some(1 - eval(a, at)?),
+        _ => None,
+    }
+}
+
+/// Whether the integer value `e` is 0 at `at`, provably.
+fn is_zero(e: &Expr, at: &Assignment) -> bool {
+    if !e.dtype().is_int() {
+        return false;
+    }
+    match e.kind() {
+        ExprKind::Int(v) => *v == 0,
+        ExprKind::Cast(a) | ExprKind::SaturatingCast(a) | ExprKind::Broadcast(a) => is_zero(a, at),
+        ExprKind::Select(c, a, b) => match eval(c, at) {
+            Some(0) => is_zero(b, at),
+            Some(_) => is_zero(a, at),
+            None => is_zero(a, at) && is_zero(b, at),
+        },
+        _ => false,
+    }
+}
+
+/// The variables of `env` that `exprs` read, through the lets in scope.
+fn env_vars(env: &Env, exprs: &[&Expr]) -> Vec<(Var, i64, i64)> {
+    let mut seen: Vec<Var> = Vec::new();
+    let mut stack: Vec<Expr> = exprs.iter().map(|e| (*e).clone()).collect();
+    while let Some(e) = stack.pop() {
+        e.for_each(&mut |x| {
+            if let ExprKind::Var(v) = x.kind()
+                && !seen.contains(v)
+            {
+                seen.push(v.clone());
+                if let Some((_, value)) = env.lets.iter().rev().find(|(l, _)| l == v) {
+                    stack.push(value.clone());
+                }
+            }
+        });
+    }
+    env.loops.iter().filter(|(v, _, _)| seen.contains(v)).cloned().collect()
+}
+
+/// Calls `f` at every point of `vars`' ranges, with the lets of `env` bound; stops (false) when
+/// `f` does or the work budget runs out.
+fn for_points(
+    work: &mut u64,
+    env: &Env,
+    vars: &[(Var, i64, i64)],
+    f: &mut dyn FnMut(&Assignment, &mut u64) -> bool,
+) -> bool {
+    let mut at: Assignment = HashMap::new();
+    let mut point: Vec<i64> = vars.iter().map(|(_, lo, _)| *lo).collect();
+    if vars.iter().any(|(_, lo, hi)| hi <= lo) {
+        return true;
+    }
+    loop {
+        *work += 1;
+        if *work > MAX_WORK {
+            return false;
+        }
+        at.clear();
+        for ((v, _, _), p) in vars.iter().zip(&point) {
+            at.insert(v.clone(), Some(*p));
+        }
+        for (v, value) in &env.lets {
+            let x = eval(value, &at);
+            at.insert(v.clone(), x);
+        }
+        if !f(&at, work) {
+            return false;
+        }
+        let mut d = vars.len();
+        loop {
+            if d == 0 {
+                return true;
+            }
+            d -= 1;
+            point[d] += 1;
+            if point[d] < vars[d].2 {
+                break;
+            }
+            point[d] = vars[d].1;
+        }
+    }
+}
+
+impl ZeroSegmentRange {
+    /// `stmt` rewritten, and `zeros` updated past it.
+    fn stmt(&mut self, stmt: &Stmt, env: &mut Env, zeros: &mut Zeros) -> Stmt {
+        if !has_gemm(stmt) {
+            if is_store_nest(stmt) {
+                self.stores(stmt, env, zeros);
+            } else {
+                zeros.forget(&written(stmt));
+            }
+            return stmt.clone();
+        }
+        match stmt.kind() {
+            StmtKind::Seq(stmts) => Stmt::seq(stmts.iter().map(|s| self.stmt(s, env, zeros)).collect()),
+            StmtKind::Allocate { buffer, body } => {
+                let tracked = buffer.dtype().is_int() && buffer.len() <= MAX_CELLS && reads_as_a(body, buffer);
+                if tracked {
+                    zeros.0.insert(buffer.id(), Rc::new(vec![false; buffer.len() as usize]));
+                }
+                let body = self.stmt(body, env, zeros);
+                zeros.0.remove(&buffer.id());
+                Stmt::allocate(buffer.clone(), body)
+            }
+            StmtKind::Let { var, value, body } => {
+                env.lets.push((var.clone(), value.clone()));
+                let body = self.stmt(body, env, zeros);
+                env.lets.pop();
+                Stmt::let_stmt(var.clone(), value.clone(), body)
+            }
+            StmtKind::If { cond, then_case, else_case } => {
+                let then_case = self.stmt(then_case, env, &mut zeros.clone());
+                let else_case = else_case.as_ref().map(|e| self.stmt(e, env, &mut zeros.clone()));
+                zeros.forget(&written(stmt));
+                Stmt::new(StmtKind::If { cond: cond.clone(), then_case, else_case })
+            }
+            StmtKind::For { var, extent, kind, body } => {
+                // What the body writes is unknown at an iteration's start (the previous ones
+                // wrote it).
+                let mut inner = zeros.clone();
+                inner.forget(&written(body));
+                env.loops.push((var.clone(), 0, *extent));
+                let body = self.stmt(body, env, &mut inner);
+                env.loops.pop();
+                zeros.forget(&written(stmt));
+                Stmt::for_loop(var.clone(), *extent, *kind, body)
+            }
+            StmtKind::Call { intrin, operands, reset, fallback, range: None } => {
+                let out = self.call(intrin, operands, env, zeros).map_or_else(
+                    || stmt.clone(),
+                    |r| Stmt::call_in_range(intrin.clone(), operands.clone(), *reset, fallback.clone(), Some(r)),
+                );
+                zeros.forget(&written(stmt));
+                out
+            }
+            _ => {
+                zeros.forget(&written(stmt));
+                stmt.clone()
+            }
+        }
+    }
+
+    /// Applies the stores of the loops-lets-stores nest `stmt` to `zeros`, for every value of
+    /// the enclosing variables it reads (an element is zero after it when it is for all).
+    fn stores(&mut self, stmt: &Stmt, env: &Env, zeros: &mut Zeros) {
+        let targets: Vec<Buffer> = written(stmt).into_iter().filter(|b| zeros.0.contains_key(&b.id())).collect();
+        if targets.is_empty() {
+            return;
+        }
+        let mut exprs: Vec<Expr> = Vec::new();
+        crate::mutator::for_each_stmt_expr(stmt, &mut |e| exprs.push(e.clone()));
+        let vars = env_vars(env, &exprs.iter().collect::<Vec<_>>());
+        let before: HashMap<BufferId, Vec<bool>> =
+            targets.iter().map(|b| (b.id(), zeros.0[&b.id()].to_vec())).collect();
+        let mut result: Option<HashMap<BufferId, Vec<bool>>> = None;
+        let mut fills = HashMap::new();
+        let complete = for_points(&mut self.work, env, &vars, &mut |at, work| {
+            let mut state = before.clone();
+            let mut at = at.clone();
+            if !exec(stmt, &mut at, &mut state, work, &mut fills) {
+                return false;
+            }
+            match &mut result {
+                None => result = Some(state),
+                Some(r) => {
+                    for (id, bits) in r.iter_mut() {
+                        bits.iter_mut().zip(&state[id]).for_each(|(x, y)| *x &= *y);
+                    }
+                }
+            }
+            true
+        });
+        match (complete, result) {
+            (true, Some(r)) => zeros.0.extend(r.into_iter().map(|(id, bits)| (id, Rc::new(bits)))),
+            _ => zeros.forget(&targets),
+        }
+    }
+
+    /// The range of a call (see `zero_segment_range`), where `A`'s buffer has a zero prefix or
+    /// suffix and the range is not every segment at some point of the loops.
+    fn call(&mut self, intrin: &TensorIntrin, operands: &[Operand], env: &Env, zeros: &Zeros) -> Option<SegmentRange> {
+        let Segments { count, k, m, .. } = segmented_gemm(intrin)?;
+        let (a, out) = (operands.first()?, operands.last()?);
+        let (bits, [origin], &[lda, lds, 1]) =
+            (zeros.0.get(&a.buffer.id())?, a.origin.as_slice(), a.strides.as_slice())
+        else {
+            return None;
+        };
+        if out.buffer == a.buffer || lds <= 0 || lda < 0 || m <= 0 || k <= 0 {
+            return None;
+        }
+        let len = bits.len() as i64;
+        let z0 = bits.iter().take_while(|z| **z).count() as i64;
+        let z1 = len - bits.iter().rev().take_while(|z| **z).count() as i64;
+        if z0 == 0 && z1 == len {
+            return None;
+        }
+        let h = (m - 1) * lda + k - 1;
+        let (first_at, last_at) = (z0 - h - 1 + lds, z1 + lds - 1);
+        let clamp = |e: Expr| min(max(e, Expr::index(0)), Expr::index(count));
+        let first = clamp((Expr::index(first_at) - origin.clone()) / Expr::index(lds));
+        let last = clamp((Expr::index(last_at) - origin.clone()) / Expr::index(lds));
+        // Whether some point of the loops skips a segment; a point that does not evaluate
+        // might, so it counts as one.
+        let vars = env_vars(env, &[origin]);
+        let mut skips = false;
+        let complete = for_points(&mut self.work, env, &vars, &mut |at, _| {
+            skips = match eval(origin, at) {
+                Some(o) => (first_at - o).div_euclid(lds) > 0 || (last_at - o).div_euclid(lds) < count,
+                None => true,
+            };
+            !skips
+        });
+        (skips || !complete).then_some(SegmentRange { first, last })
+    }
+}
+
+/// Runs the loops-lets-stores nest `stmt` at `at` on the zero facts of `state`'s buffers; false
+/// when the budget runs out. A store whose index does not evaluate makes its buffer unknown.
+fn exec(
+    stmt: &Stmt,
+    at: &mut Assignment,
+    state: &mut HashMap<BufferId, Vec<bool>>,
+    work: &mut u64,
+    fills: &mut Fills,
+) -> bool {
+    *work += 1;
+    if *work > MAX_WORK {
+        return false;
+    }
+    match stmt.kind() {
+        StmtKind::Seq(stmts) => stmts.iter().all(|s| exec(s, at, state, work, fills)),
+        StmtKind::Let { var, value, body } => {
+            let old = at.insert(var.clone(), eval(value, at));
+            let ok = exec(body, at, state, work, fills);
+            restore(at, var, old);
+            ok
+        }
+        StmtKind::For { var, extent, body, .. } => {
+            let key = std::ptr::from_ref(body.kind()) as usize;
+            let range = fills.entry(key).or_insert_with(|| fill_range(var, *extent, body)).clone();
+            if let Some((buffer, index, value)) = range {
+                return fill(var, *extent, (&buffer, &index, &value), at, state, work);
+            }
+            let old = at.remove(var);
+            let mut ok = true;
+            for i in 0..*extent {
+                at.insert(var.clone(), Some(i));
+                if !exec(body, at, state, work, fills) {
+                    ok = false;
+                    break;
+                }
+            }
+            restore(at, var, old);
+            ok
+        }
+        // A condition that does not evaluate (it reads memory) leaves what the branches store
+        // unknown: the whole nest then proves nothing.
+        StmtKind::If { cond, then_case, else_case } => match eval(cond, at) {
+            Some(0) => else_case.as_ref().is_none_or(|e| exec(e, at, state, work, fills)),
+            Some(_) => exec(then_case, at, state, work, fills),
+            None => false,
+        },
+        StmtKind::Store { buffer, indices, value } => {
+            let Some(bits) = state.get_mut(&buffer.id()) else { return true };
+            match (indices.as_slice(), value.dtype().lanes) {
+                ([index], 1) => match eval(index, at) {
+                    Some(i) if (0..bits.len() as i64).contains(&i) => bits[i as usize] = is_zero(value, at),
+                    _ => bits.iter_mut().for_each(|z| *z = false),
+                },
+                _ => bits.iter_mut().for_each(|z| *z = false),
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Per loop body (by node), what `fill_range` found.
+type Fills = HashMap<usize, Option<(Buffer, Expr, Expr)>>;
+
+/// For the innermost loop `for var in 0..extent { let …; buffer[e + var] = value }`, whose
+/// value's zero test does not depend on `var` (no select condition in it, the only thing the
+/// test evaluates, reads `var` or the lets): the buffer, the index with the lets expanded
+/// (they are few and small) and the value. The loop stores one range of elements.
+fn fill_range(var: &Var, extent: i64, body: &Stmt) -> Option<(Buffer, Expr, Expr)> {
+    let mut lets: Vec<(Var, Expr)> = Vec::new();
+    let mut s = body;
+    while let StmtKind::Let { var: v, value, body } = s.kind() {
+        lets.push((v.clone(), value.clone()));
+        s = body;
+    }
+    let StmtKind::Store { buffer, indices, value } = s.kind() else { return None };
+    let [index] = indices.as_slice() else { return None };
+    if value.dtype().lanes != 1 || extent <= 0 {
+        return None;
+    }
+    let mut expanded = index.clone();
+    for (v, value) in lets.iter().rev() {
+        expanded = crate::mutator::substitute(&expanded, &[(v.clone(), value.clone())]);
+    }
+    let form = crate::analysis::linear::Linear::of(&expanded);
+    let coefficient: i64 = form.terms.iter().filter(|(t, _)| t.as_var() == Some(var)).map(|(_, c)| *c).sum();
+    let others_use = form.terms.iter().any(|(t, _)| t.as_var() != Some(var) && t.uses_var(var));
+    let mut value_varies = false;
+    value.for_each(&mut |e| {
+        if let ExprKind::Select(c, _, _) = e.kind() {
+            value_varies |= c.uses_var(var) || lets.iter().any(|(v, _)| c.uses_var(v));
+        }
+    });
+    if coefficient != 1 || others_use || value_varies {
+        return None;
+    }
+    Some((buffer.clone(), expanded, value.clone()))
+}
+
+/// Runs a loop `fill_range` accepted: elements `[e, e + extent)` of `buffer` set at once.
+fn fill(
+    var: &Var,
+    extent: i64,
+    (buffer, index, value): (&Buffer, &Expr, &Expr),
+    at: &mut Assignment,
+    state: &mut HashMap<BufferId, Vec<bool>>,
+    work: &mut u64,
+) -> bool {
+    *work += 1;
+    let Some(bits) = state.get_mut(&buffer.id()) else { return true };
+    let old = at.insert(var.clone(), Some(0));
+    let (start, zero) = (eval(index, at), is_zero(value, at));
+    restore(at, var, old);
+    match start {
+        Some(s) if s >= 0 && s + extent <= bits.len() as i64 => {
+            bits[s as usize..(s + extent) as usize].iter_mut().for_each(|z| *z = zero)
+        }
+        _ => bits.iter_mut().for_each(|z| *z = false),
+    }
+    true
+}
+
+fn restore(at: &mut Assignment, var: &Var, old: Option<Option<i64>>) {
+    match old {
+        Some(v) => at.insert(var.clone(), v),
+        None => at.remove(var),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::composite::call_nest;
+    use crate::expr::select;
+    use crate::intrin::{Int8GemmSize, IntrinKind, decl_tensor_intrin, int8_gemm_compute};
+    use crate::passes::testing::assert_same_results;
+    use crate::passes::verify::{VerifyLevel, verify};
+    use crate::stmt::ForKind;
+    use crate::te::placeholder_vec;
+    /// How the hand-built convolution computes its rows, after the schedules' modes.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Mode {
+        /// The padded source first, then the panels outermost, the output rows inside.
+        Whole,
+        /// The padded source first, then the output rows outermost, the panels inside.
+        PerRow,
+        /// Per output row (a parallel loop), its `KH` padded rows copied first.
+        PerRowWithSource,
+        /// The padded source by a parallel loop, then rows × panels fused into one parallel
+        /// loop, indexed with `/` and `%`.
+        Fused,
+    }
+
+    /// The pad value of the padded source.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum PadValue {
+        Literal(i64),
+        /// Read from a parameter: unknown to the pass.
+        Param,
+    }
+
+    /// A 3×3 convolution over `[H, W·IC]` u8 rows (IC = 4, so a kernel row is a GEMM segment
+    /// of 12 bytes), padded by `pad` with `value`, at `stride`, OC = 4·`panels` channels in
+    /// panels of 4, one resetting `OW × 4` GEMM call of 3 segments per output row and panel:
+    /// what `x86_conv` lowers to, by hand.
+    fn conv(pad: i64, stride: i64, value: PadValue, mode: Mode, panels: i64) -> Func {
+        let (h, w, ic, kh, nr) = (6, 5, 4, 3, 4);
+        let (oh, ow, oc, k) = ((h + 2 * pad - kh) / stride + 1, (w + 2 * pad - kh) / stride + 1, nr * panels, kh * ic);
+        let rw = (w + 2 * pad) * ic;
+        let src = Buffer::new("src", DType::U8, vec![h * w * ic]);
+        let wei = Buffer::new("wei", DType::I8, vec![panels * kh * k / 4 * nr * 4]);
+        let pv = Buffer::new("pv", DType::U8, vec![1]);
+        let out = Buffer::new("out", DType::I32, vec![oh * ow * oc]);
+        let size = Int8GemmSize { m: ow, n: nr, k, segments: kh };
+        let a = placeholder_vec(size.a_shape(), DType::U8, "A").unwrap();
+        let b = placeholder_vec(vec![kh * k / 4, nr, 4], DType::I8, "B").unwrap();
+        let c = int8_gemm_compute(&a, &b, size, false, "C").unwrap();
+        let gemm = decl_tensor_intrin(
+            &format!("int8_gemm_{ow}x{nr}x{kh}x{k}"),
+            IntrinKind::Int8Gemm { m: ow, n: nr, k, segments: kh, saturating: false },
+            &c,
+            &[&a, &b],
+        )
+        .unwrap();
+        let pad_value = match value {
+            PadValue::Literal(v) => Expr::int(DType::U8, v),
+            PadValue::Param => Expr::load(&pv, vec![Expr::index(0)]),
+        };
+        // Row `r` of the padded source into `rows[to·RW ..]`.
+        let (t, r_var) = (Var::index("t"), Var::index("r"));
+        let pad_row = |rows: &Buffer, r: Expr, to: Expr| {
+            let (y, x) = (r - pad, t.to_expr() - pad * ic);
+            let inside = y.clone().ge(0) & y.clone().lt(h) & x.clone().ge(0) & x.clone().lt(w * ic);
+            let at = min(max(y, 0), h - 1) * (w * ic) + min(max(x, 0), w * ic - 1);
+            let value = select(inside, Expr::load(&src, vec![at]), pad_value.clone());
+            Stmt::for_loop(t.clone(), rw, ForKind::Serial, Stmt::store(rows, vec![to * rw + t.to_expr()], value))
+        };
+        let padded = Buffer::new("padded", DType::U8, vec![(h + 2 * pad) * rw]);
+        let all_rows =
+            |kind| Stmt::for_loop(r_var.clone(), h + 2 * pad, kind, pad_row(&padded, r_var.to_expr(), r_var.to_expr()));
+        let (y, l) = (Var::index("y"), Var::index("l"));
+        let call = |rows: &Buffer, a_origin: Expr, y: Expr, l: Expr| {
+            let operands = vec![
+                Operand { buffer: rows.clone(), origin: vec![a_origin], strides: vec![stride * ic, rw, 1] },
+                Operand { buffer: wei.clone(), origin: vec![l.clone() * (kh * k * nr)], strides: vec![nr * 4, 4, 1] },
+                Operand { buffer: out.clone(), origin: vec![y * (ow * oc) + l * nr], strides: vec![oc, 1] },
+            ];
+            let fallback = call_nest(&gemm, &operands, true).unwrap();
+            Stmt::call(gemm.clone(), operands, true, fallback)
+        };
+        let source_call = || call(&padded, y.to_expr() * (stride * rw), y.to_expr(), l.to_expr());
+        let body = match mode {
+            Mode::Whole => Stmt::seq(vec![
+                all_rows(ForKind::Serial),
+                Stmt::for_loop(
+                    l.clone(),
+                    panels,
+                    ForKind::Serial,
+                    Stmt::for_loop(y.clone(), oh, ForKind::Serial, source_call()),
+                ),
+            ]),
+            Mode::PerRow => Stmt::seq(vec![
+                all_rows(ForKind::Serial),
+                Stmt::for_loop(
+                    y.clone(),
+                    oh,
+                    ForKind::Serial,
+                    Stmt::for_loop(l.clone(), panels, ForKind::Serial, source_call()),
+                ),
+            ]),
+            Mode::PerRowWithSource => {
+                let rows = Buffer::new("rows", DType::U8, vec![kh * rw]);
+                let j = Var::index("j");
+                let copy = Stmt::for_loop(
+                    j.clone(),
+                    kh,
+                    ForKind::Serial,
+                    pad_row(&rows, y.to_expr() * stride + j.to_expr(), j.to_expr()),
+                );
+                let calls = Stmt::for_loop(
+                    l.clone(),
+                    panels,
+                    ForKind::Serial,
+                    call(&rows, Expr::index(0), y.to_expr(), l.to_expr()),
+                );
+                let per_row = Stmt::allocate(rows, Stmt::seq(vec![copy, calls]));
+                return Func {
+                    name: "conv".into(),
+                    params: vec![src, wei, pv, out],
+                    body: Stmt::for_loop(y, oh, ForKind::Parallel, per_row),
+                };
+            }
+            Mode::Fused => {
+                let f = Var::index("f");
+                let (row, panel) = (f.to_expr() / panels, f.to_expr() % panels);
+                let fused = call(&padded, row.clone() * (stride * rw), row, panel);
+                Stmt::seq(vec![all_rows(ForKind::Parallel), Stmt::for_loop(f, oh * panels, ForKind::Parallel, fused)])
+            }
+        };
+        Func { name: "conv".into(), params: vec![src, wei, pv, out], body: Stmt::allocate(padded, body) }
+    }
+
+    /// The segment counts of the GEMM calls of `f`, in order.
+    /// The ranges of the GEMM calls of `f`, in order (`None` for a call without one).
+    fn ranges(f: &Func) -> Vec<Option<SegmentRange>> {
+        let mut out = Vec::new();
+        for_each_stmt(&f.body, &mut |s| {
+            if let StmtKind::Call { intrin, range, .. } = s.kind()
+                && segmented_gemm(intrin).is_some()
+            {
+                out.push(range.clone());
+            }
+        });
+        out
+    }
+
+    /// The range of the one GEMM call of `g`, which must have one.
+    fn one_range(g: &Func) -> SegmentRange {
+        match ranges(g).as_slice() {
+            [Some(range)] => range.clone(),
+            other => panic!("one ranged call expected, found {} calls:\n{g}", other.len()),
+        }
+    }
+
+    #[test]
+    fn zero_padding_rows_fall_outside_the_range_with_the_same_results() {
+        for mode in [Mode::Whole, Mode::PerRow, Mode::PerRowWithSource, Mode::Fused] {
+            for (pad, stride) in [(1, 1), (1, 2), (2, 1), (2, 2), (0, 1)] {
+                for value in [PadValue::Literal(0), PadValue::Literal(3), PadValue::Param] {
+                    let panels = if mode == Mode::Fused { 8 } else { 2 };
+                    let f = conv(pad, stride, value, mode, panels);
+                    let g = zero_segment_range(&f);
+                    let what = format!("{mode:?}, pad {pad}, stride {stride}, {value:?}:\n{g}");
+                    assert_eq!(verify(&g, VerifyLevel::Lowered), Ok(()), "{what}");
+                    assert_same_results(&f, &g);
+                    let ranged = ranges(&g).iter().any(Option::is_some);
+                    // A per-row copy of the source holds the padding on some rows only: no
+                    // element is zero on every iteration, nothing is proven.
+                    let expected = value == PadValue::Literal(0) && pad > 0 && mode != Mode::PerRowWithSource;
+                    assert_eq!(ranged, expected, "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn each_output_row_skips_exactly_the_kernel_rows_in_the_padding() {
+        // H = 6, KH = 3: output row y reads padded rows y·stride + s, the padding being rows
+        // below `pad` and from `H + pad` on.
+        for (pad, stride) in [(1, 1), (1, 2), (2, 1), (2, 2)] {
+            for mode in [Mode::Whole, Mode::PerRow, Mode::Fused] {
+                let panels = 2;
+                let g = zero_segment_range(&conv(pad, stride, PadValue::Literal(0), mode, panels));
+                let range = one_range(&g);
+                let oh = (6 + 2 * pad - 3) / stride + 1;
+                let (var, points) = match mode {
+                    Mode::Fused => ("f", oh * panels),
+                    _ => ("y", oh),
+                };
+                let mut vars: Vec<Var> = Vec::new();
+                for e in [&range.first, &range.last] {
+                    e.for_each(&mut |x| {
+                        if let ExprKind::Var(v) = x.kind()
+                            && !vars.contains(v)
+                        {
+                            vars.push(v.clone());
+                        }
+                    });
+                }
+                assert!(vars.iter().all(|v| v.name() == var), "{g}");
+                for p in 0..points {
+                    let at: Assignment = vars.iter().map(|v| (v.clone(), Some(p))).collect();
+                    let y = if mode == Mode::Fused { p / panels } else { p };
+                    let want = ((pad - y * stride).max(0), (6 + pad - y * stride).min(3));
+                    let got = (eval(&range.first, &at).unwrap(), eval(&range.last, &at).unwrap());
+                    assert_eq!(got, want, "{mode:?}, pad {pad}, stride {stride}, row {y}:\n{g}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_write_between_the_padding_and_the_call_shrinks_what_is_proven() {
+        let f = conv(1, 1, PadValue::Literal(0), Mode::PerRow, 1);
+        let StmtKind::Allocate { buffer, body } = f.body.kind() else { unreachable!() };
+        let StmtKind::Seq(parts) = body.kind() else { unreachable!() };
+        let StmtKind::For { var: y, .. } = parts[1].kind() else { unreachable!() };
+        // A nonzero element in the top padding row: row 0 computes its first segment, the last
+        // row still skips its last.
+        let overwrite = Stmt::store(buffer, vec![Expr::index(5)], Expr::int(DType::U8, 1));
+        let body = Stmt::seq(vec![parts[0].clone(), overwrite, parts[1].clone()]);
+        let f = Func { body: Stmt::allocate(buffer.clone(), body), ..f };
+        let g = zero_segment_range(&f);
+        let range = one_range(&g);
+        let at = |row: i64| Assignment::from([(y.clone(), Some(row))]);
+        assert_eq!((eval(&range.first, &at(0)), eval(&range.last, &at(0))), (Some(0), Some(3)), "{g}");
+        assert_eq!((eval(&range.first, &at(5)), eval(&range.last, &at(5))), (Some(0), Some(2)), "{g}");
+        assert_same_results(&f, &g);
+        // Overwritten by a loop of unknown values: nothing is proven.
+        let t = Var::index("t");
+        let unknown = Stmt::for_loop(
+            t.clone(),
+            buffer.len(),
+            ForKind::Serial,
+            Stmt::store(buffer, vec![t.to_expr()], Expr::load(&f.params[0], vec![Expr::index(0)])),
+        );
+        let StmtKind::Allocate { body, .. } = f.body.kind() else { unreachable!() };
+        let StmtKind::Seq(parts) = body.kind() else { unreachable!() };
+        let body = Stmt::seq(vec![parts[0].clone(), unknown, parts[2].clone()]);
+        let f = Func { body: Stmt::allocate(buffer.clone(), body), ..f };
+        assert!(ranges(&zero_segment_range(&f)).iter().all(Option::is_none));
+    }
+}
