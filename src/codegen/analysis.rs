@@ -36,8 +36,12 @@ fn walk(stmt: &Stmt, in_parallel: bool, on_stmt: &mut dyn FnMut(&Stmt, bool), on
         StmtKind::Seq(stmts) => stmts.iter().for_each(|s| walk(s, in_parallel, on_stmt, on_expr)),
         StmtKind::Allocate { body, .. } => walk(body, in_parallel, on_stmt, on_expr),
         // Code generation runs a kernel on the operands or the fallback, so both are uses.
-        StmtKind::Call { operands, fallback, .. } => {
+        StmtKind::Call { operands, fallback, range, .. } => {
             operands.iter().flat_map(|o| &o.origin).for_each(&mut exprs);
+            if let Some(r) = range {
+                exprs(&r.first);
+                exprs(&r.last);
+            }
             walk(fallback, in_parallel, on_stmt, on_expr)
         }
     }

@@ -284,8 +284,8 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
                 self.fail_if(failed, |tx| tx.iconst(types::I32, STATUS_INDEX_OUT_OF_BOUNDS + position as i64));
                 Ok(())
             }
-            StmtKind::Call { intrin, operands, reset, fallback } => {
-                self.call_intrin(intrin, operands, *reset, fallback)
+            StmtKind::Call { intrin, operands, reset, fallback, range } => {
+                self.call_intrin(intrin, operands, *reset, fallback, range.as_ref())
             }
             StmtKind::If { cond, then_case, else_case } => {
                 if !cond.dtype().is_bool() || cond.dtype().is_vector() {

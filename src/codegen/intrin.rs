@@ -6,20 +6,24 @@
 //! bytes serve the JIT and object export, and are called with the operands' origin addresses:
 //! `fn(a, b, c)` for a GEMM, one pointer per operand for a `Map` (whose kernel is compiled
 //! from the declaration's body, `kernels::map`). A resetting call (`Call::reset`) selects a
-//! GEMM kernel that starts from zero. An `F32Gemm` call runs the exact f32 kernel
+//! GEMM kernel that starts from zero. A call with a segment range (`Call::range`) selects the
+//! kernel that loops over a run-time count of segments (`assemble_gemm_ranged`; the zmm VNNI
+//! one where the level would pick AMX tiles), with `A` and `B` moved to the range's first
+//! segment: `fn(a, b, c, count)`, or the count after the addresses of a `GemmMap` block. An `F32Gemm` call runs the exact f32 kernel
 //! (`kernels::gemm_f32`) at the level's vector width, from AVX2 up.
 
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, StackSlotData, StackSlotKind, Value, types};
 use cranelift_module::{FuncId, Linkage, Module};
+use ir::intrin::segmented_gemm;
 use ir::intrin::{IntrinKind, TensorIntrin, pair_sums_fit_i16};
-use ir::stmt::Operand;
+use ir::stmt::{Operand, SegmentRange};
 use ir::{Buffer, DType, Stmt};
 
 use super::func::{BufLoc, FnTx, ModuleCtx, module_error};
 use super::{DefinedFunction, KERNEL_ALIGN};
 use crate::error::{CompileError, KernelError};
 use crate::isa::{IsaLevel, KernelVariant, VectorWidth};
-use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm};
+use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm, assemble_gemm_ranged};
 use crate::kernels::gemm_f32::{F32Blocking, F32GemmShape, assemble_f32_gemm};
 use crate::kernels::gemm_map::assemble_gemm_map;
 use crate::kernels::map::{MapShape, assemble_map};
@@ -30,6 +34,8 @@ pub(crate) enum KernelKey {
     Gemm {
         variant: KernelVariant,
         shape: GemmShape,
+        /// The segment count is an argument (`assemble_gemm_ranged`).
+        ranged: bool,
     },
     F32Gemm {
         width: VectorWidth,
@@ -41,6 +47,7 @@ pub(crate) enum KernelKey {
         shape: GemmShape,
         declaration: String,
         row_strides: Vec<i64>,
+        ranged: bool,
     },
     /// `declaration` is the structural key of the `Map` declaration (`workload::intrin_key`).
     Map {
@@ -194,11 +201,12 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         operands: &[Operand],
         reset: bool,
         fallback: &Stmt,
+        range: Option<&SegmentRange>,
     ) -> Result<(), CompileError> {
         match intrin.kind {
             IntrinKind::F32Gemm { .. } => return self.call_f32_gemm(intrin, operands, reset, fallback),
             IntrinKind::Map { .. } => return self.call_map(intrin, operands, fallback),
-            IntrinKind::GemmMap { .. } => return self.call_gemm_map(intrin, operands, fallback),
+            IntrinKind::GemmMap { .. } => return self.call_gemm_map(intrin, operands, fallback, range),
             _ => {}
         }
         let Some(shape) = gemm_shape(intrin.kind, operands, reset) else {
@@ -220,28 +228,66 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         let Some(mut variant) = selected else {
             return self.stmt(fallback);
         };
-        if variant == KernelVariant::AMX_INT8 && !amx_pays_off(&shape) {
+        if variant == KernelVariant::AMX_INT8 && (range.is_some() || !amx_pays_off(&shape)) {
             variant = KernelVariant::AVX512_VNNI;
         }
+        let Some((operands, count)) = self.in_range(intrin, operands, range)? else { return self.stmt(fallback) };
         let mut pointers = Vec::with_capacity(3);
-        for operand in operands {
+        for operand in &operands {
             match self.buffers.get(&operand.buffer.id()).cloned() {
                 Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
                 // Kernels need memory operands (`analysis::promotion` never promotes them).
                 _ => return self.stmt(fallback),
             }
         }
-        let kernel = match self.cx.int8_gemm_kernel(variant, shape, &intrin.name)? {
+        let ranged = count.is_some();
+        let kernel = match self.cx.int8_gemm_kernel(variant, shape, &intrin.name, ranged)? {
             // Offsets the tile kernel cannot encode: the zmm kernel, exact for the same inputs.
             None if variant == KernelVariant::AMX_INT8 => {
-                self.cx.int8_gemm_kernel(KernelVariant::AVX512_VNNI, shape, &intrin.name)?
+                self.cx.int8_gemm_kernel(KernelVariant::AVX512_VNNI, shape, &intrin.name, ranged)?
             }
             kernel => kernel,
         };
         let Some(kernel) = kernel else {
             return self.stmt(fallback);
         };
-        self.call_kernel(kernel, &pointers)
+        let mut args = Vec::with_capacity(4);
+        for &(base, operand) in &pointers {
+            args.push(self.origin_address(base, operand)?);
+        }
+        args.extend(count);
+        let fref = self.cx.module.declare_func_in_func(kernel, self.b.func);
+        self.b.ins().call(fref, &args);
+        Ok(())
+    }
+
+    /// The operands of a call with `A` and `B` moved to the first segment of `range`, and the
+    /// count of segments in it (both clamped to `[0, S]`, as `StmtKind::Call::range` reads
+    /// them); the operands as they are and no count without a range. `None` for a range on a
+    /// call without segments or operands a kernel takes (which the fallback then computes).
+    fn in_range(
+        &mut self,
+        intrin: &TensorIntrin,
+        operands: &[Operand],
+        range: Option<&SegmentRange>,
+    ) -> Result<Option<(Vec<Operand>, Option<Value>)>, CompileError> {
+        let Some(range) = range else { return Ok(Some((operands.to_vec(), None))) };
+        let Some(segments) = segmented_gemm(intrin) else { return Ok(None) };
+        let (Some(a), Some(b)) = (operands.first(), operands.get(1)) else { return Ok(None) };
+        let (&[_, lds, _], &[ldb, ..], [a_origin], [b_origin]) =
+            (a.strides.as_slice(), b.strides.as_slice(), a.origin.as_slice(), b.origin.as_slice())
+        else {
+            return Ok(None);
+        };
+        use ir::expr::{max, min};
+        let clamp = |e: &ir::Expr, lo: ir::Expr| min(max(e.clone(), lo), ir::Expr::index(segments.count));
+        let first = clamp(&range.first, ir::Expr::index(0));
+        let last = clamp(&range.last, first.clone());
+        let mut moved = operands.to_vec();
+        moved[0].origin = vec![a_origin.clone() + first.clone() * lds];
+        moved[1].origin = vec![b_origin.clone() + first.clone() * (segments.k / segments.pack * ldb)];
+        let count = self.expr(&(last - first))?.as_scalar();
+        Ok(Some((moved, Some(count))))
     }
 
     /// An `F32Gemm` call: the exact kernel at the level's width (zmm with AVX-512, else ymm), or
@@ -327,6 +373,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         intrin: &TensorIntrin,
         operands: &[Operand],
         fallback: &Stmt,
+        range: Option<&SegmentRange>,
     ) -> Result<(), CompileError> {
         let Some((gemm, map)) = &intrin.parts else { return self.stmt(fallback) };
         let (IntrinKind::Int8Gemm { m, n, saturating, .. }, IntrinKind::Map { .. }) = (gemm.kind, map.kind) else {
@@ -356,22 +403,27 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             let Some(row_stride) = map_row_stride(operand, tensor) else { return self.stmt(fallback) };
             row_strides.push(row_stride);
         }
+        let Some((operands, count)) = self.in_range(intrin, operands, range)? else { return self.stmt(fallback) };
         let mut pointers = Vec::with_capacity(operands.len());
-        for operand in operands {
+        for operand in &operands {
             match self.buffers.get(&operand.buffer.id()).cloned() {
                 Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
                 _ => return self.stmt(fallback),
             }
         }
-        let Some(kernel) = self.cx.gemm_map_kernel(shape, map, row_strides, &intrin.name)? else {
+        let ranged = count.is_some();
+        let Some(kernel) = self.cx.gemm_map_kernel(shape, map, row_strides, &intrin.name, ranged)? else {
             return self.stmt(fallback);
         };
-        // The operands' addresses, in a block the kernel reads.
-        let size = 8 * pointers.len() as u32;
+        // The operands' addresses (then the segment count), in a block the kernel reads.
+        let size = 8 * (pointers.len() + usize::from(ranged)) as u32;
         let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
         for (k, &(base, operand)) in pointers.iter().enumerate() {
             let address = self.origin_address(base, operand)?;
             self.b.ins().stack_store(types::I64, address, slot, 8 * k as i32);
+        }
+        if let Some(count) = count {
+            self.b.ins().stack_store(types::I64, count, slot, 8 * pointers.len() as i32);
         }
         let block = self.b.ins().stack_addr(types::I64, slot, 0);
         let fref = self.cx.module.declare_func_in_func(kernel, self.b.func);
@@ -430,15 +482,16 @@ impl<M: Module> ModuleCtx<'_, M> {
         map: &TensorIntrin,
         row_strides: Vec<i64>,
         intrin: &str,
+        ranged: bool,
     ) -> Result<Option<FuncId>, CompileError> {
-        let key =
-            KernelKey::GemmMap { shape, declaration: ir::workload::intrin_key(map), row_strides: row_strides.clone() };
+        let declaration = ir::workload::intrin_key(map);
+        let key = KernelKey::GemmMap { shape, declaration, row_strides: row_strides.clone(), ranged };
         if let Some(&id) = self.kernels.get(&key) {
             return Ok(Some(id));
         }
         let variant = KernelVariant::AVX512_VNNI;
         let blocking = blocking_for(variant, &shape);
-        let bytes = match assemble_gemm_map(variant, &shape, blocking, map, &row_strides) {
+        let bytes = match assemble_gemm_map(variant, &shape, blocking, map, &row_strides, ranged) {
             Ok(bytes) => bytes,
             Err(
                 KernelError::Unsupported { .. }
@@ -448,8 +501,9 @@ impl<M: Module> ModuleCtx<'_, M> {
             Err(other) => return Err(other.into()),
         };
         let name = format!("{}__{intrin}__zmm__{}", self.name, self.kernels.len());
+        let segments = if ranged { "a run-time count of" } else { "" };
         let origin = format!(
-            "{variant} kernel for {intrin}: {}x{}x{}, {} segments, then the map kernel of {} as its epilogue, row strides {row_strides:?}",
+            "{variant} kernel for {intrin}: {}x{}x{}, {segments}{} segments, then the map kernel of {} as its epilogue, row strides {row_strides:?}",
             shape.m, shape.n, shape.k, shape.segments, map.name
         );
         self.define_kernel(key, name, 1, &bytes, origin, Some(variant)).map(Some)
@@ -497,13 +551,19 @@ impl<M: Module> ModuleCtx<'_, M> {
         variant: KernelVariant,
         shape: GemmShape,
         intrin: &str,
+        ranged: bool,
     ) -> Result<Option<FuncId>, CompileError> {
-        let key = KernelKey::Gemm { variant, shape };
+        let key = KernelKey::Gemm { variant, shape, ranged };
         if let Some(&id) = self.kernels.get(&key) {
             return Ok(Some(id));
         }
         let blocking = blocking_for(variant, &shape);
-        let bytes = match assemble_gemm(variant, &shape, blocking) {
+        let assembled = if ranged {
+            assemble_gemm_ranged(variant, &shape, blocking)
+        } else {
+            assemble_gemm(variant, &shape, blocking)
+        };
+        let bytes = match assembled {
             Ok(bytes) => bytes,
             Err(KernelError::OffsetTooLarge { .. }) => return Ok(None),
             Err(other) => return Err(other.into()),
@@ -511,6 +571,7 @@ impl<M: Module> ModuleCtx<'_, M> {
         let name = format!("{}__{intrin}__{}__{}", self.name, variant.name().replace('-', "_"), self.kernels.len());
         let segments = match shape.segments {
             1 => String::new(),
+            count if ranged => format!(" per segment, a run-time count of {count} segments {} bytes apart", shape.lds),
             count => format!(" per segment, {count} segments {} bytes apart", shape.lds),
         };
         let origin = format!(
@@ -525,7 +586,7 @@ impl<M: Module> ModuleCtx<'_, M> {
             blocking.vectors,
             blocking.unroll
         );
-        self.define_kernel(key, name, 3, &bytes, origin, Some(variant)).map(Some)
+        self.define_kernel(key, name, 3 + usize::from(ranged), &bytes, origin, Some(variant)).map(Some)
     }
 
     /// Declares the hand-assembled `bytes` as the module's local function `name` of `params`

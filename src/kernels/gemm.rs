@@ -194,6 +194,33 @@ pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocki
     Ok(g.a.assemble(0)?)
 }
 
+/// The kernel for `shape` computing a run-time number of its segments, under the SysV
+/// signature `fn(a, b, c, segments: i64)`: `C (+)= Σ_{s < segments}` of the segments read from
+/// `a` (`lds` apart) and `b` (`k/pack` groups per segment), `segments` in `[0, shape.segments]`
+/// (the caller moves `a` and `b` to the first segment of a range, `StmtKind::Call::range`). No
+/// segment leaves C as it is, or zeroes it for a resetting shape. The segment loop replaces
+/// `assemble_gemm`'s unrolled segments; every k step is the same. Not the AMX kernel
+/// (`KernelError::Unsupported`).
+pub fn assemble_gemm_ranged(
+    variant: KernelVariant,
+    shape: &GemmShape,
+    blocking: Blocking,
+) -> Result<Vec<u8>, KernelError> {
+    check_variant(variant, shape)?;
+    for (what, v) in [("rows", blocking.rows), ("vectors", blocking.vectors), ("unroll", blocking.unroll)] {
+        if v == 0 {
+            return Err(KernelError::BadShape { what, expected: "at least 1".into(), found: 0 });
+        }
+    }
+    if variant.method == DotMethod::Amx {
+        return Err(KernelError::Unsupported { what: "a run-time segment count on AMX tiles".into() });
+    }
+    let mut g = Gen::new(variant, *shape, blocking)?;
+    g.ranged = true;
+    g.kernel()?;
+    Ok(g.a.assemble(0)?)
+}
+
 /// The AMX kernel for `shape` with `spec` instead of `AmxSpec::default_for(shape)`: the same
 /// checks and results as `assemble_gemm` with `KernelVariant::AMX_INT8`.
 pub fn assemble_amx_gemm(shape: &GemmShape, spec: &AmxSpec) -> Result<Vec<u8>, KernelError> {
@@ -225,12 +252,19 @@ const C_BLOCK: AsmRegister64 = r10;
 const K_COUNT: AsmRegister64 = rax;
 const ROW_COUNT: AsmRegister64 = r11;
 const PANEL_COUNT: AsmRegister64 = rcx;
+/// A ranged kernel's segment count (callee-saved, so pushed and popped): the count, the
+/// segments left in a block, the row block's A while the segments advance it.
+pub(super) const SEGMENTS: AsmRegister64 = r12;
+const SEGMENTS_LEFT: AsmRegister64 = rbx;
+const A_SAVED: AsmRegister64 = r13;
 
 pub(super) struct Gen {
     pub(super) a: CodeAssembler,
     variant: KernelVariant,
     shape: GemmShape,
     blocking: Blocking,
+    /// The segments come at run time (`assemble_gemm_ranged`): a loop over `SEGMENTS` of them.
+    pub(super) ranged: bool,
 }
 
 /// Registers of one block.
@@ -263,7 +297,23 @@ impl Tile {
 
 impl Gen {
     pub(super) fn new(variant: KernelVariant, shape: GemmShape, blocking: Blocking) -> Result<Gen, KernelError> {
-        Ok(Gen { a: CodeAssembler::new(64)?, variant, shape, blocking })
+        Ok(Gen { a: CodeAssembler::new(64)?, variant, shape, blocking, ranged: false })
+    }
+
+    /// Saves the callee-saved registers a ranged kernel uses (before anything else).
+    pub(super) fn save_segment_registers(&mut self) -> Result<(), KernelError> {
+        for r in [SEGMENTS_LEFT, SEGMENTS, A_SAVED] {
+            self.a.push(r)?;
+        }
+        Ok(())
+    }
+
+    /// Restores what `save_segment_registers` saved (before returning).
+    pub(super) fn restore_segment_registers(&mut self) -> Result<(), KernelError> {
+        for r in [A_SAVED, SEGMENTS, SEGMENTS_LEFT] {
+            self.a.pop(r)?;
+        }
+        Ok(())
     }
 
     fn width(&self) -> VectorWidth {
@@ -274,6 +324,11 @@ impl Gen {
         let s = self.shape;
         let lanes = self.width().lanes() as i64;
         let panel_cols = self.blocking.vectors as i64 * lanes;
+        if self.ranged {
+            self.save_segment_registers()?;
+            // The fourth argument.
+            self.a.mov(SEGMENTS, rcx)?;
+        }
         // A reset over an empty reduction still writes C (zeros).
         if s.m > 0 && s.n > 0 && ((s.k > 0 && s.segments > 0) || s.reset) {
             let full_panels = s.n / panel_cols;
@@ -300,6 +355,9 @@ impl Gen {
                 let last_lanes = tail_cols as usize - (vectors - 1) * self.width().lanes();
                 self.panel(vectors, last_lanes)?;
             }
+        }
+        if self.ranged {
+            self.restore_segment_registers()?;
         }
         self.a.vzeroupper()?;
         self.a.ret()?;
@@ -435,7 +493,10 @@ impl Gen {
         let sets = t.extra.len() + 1;
         let unroll = self.blocking.unroll.next_multiple_of(sets) as i64;
         let loops = steps / unroll;
-        for segment in 0..s.segments {
+        if self.ranged {
+            self.segment_loop(&t, steps, unroll)?;
+        }
+        for segment in 0..if self.ranged { 0 } else { s.segments } {
             let a_offset = segment * s.lds * s.a_dtype.bytes() as i64;
             self.a.xor(K_COUNT, K_COUNT)?;
             if loops > 0 {
@@ -474,6 +535,48 @@ impl Gen {
             }
         }
         Ok(t)
+    }
+
+    /// The k loop of `steps` steps (`unroll` per iteration) for each of `SEGMENTS` segments,
+    /// A_BLOCK advanced `lds` per segment and restored after, B continuing where it stopped.
+    fn segment_loop(&mut self, t: &Tile, steps: i64, unroll: i64) -> Result<(), KernelError> {
+        let s = self.shape;
+        let loops = steps / unroll;
+        let mut done = self.a.create_label();
+        let mut top = self.a.create_label();
+        self.a.mov(A_SAVED, A_BLOCK)?;
+        self.a.mov(SEGMENTS_LEFT, SEGMENTS)?;
+        self.a.test(SEGMENTS_LEFT, SEGMENTS_LEFT)?;
+        self.a.jle(done)?;
+        self.a.set_label(&mut top)?;
+        self.a.xor(K_COUNT, K_COUNT)?;
+        if loops > 0 {
+            let mut k_top = self.a.create_label();
+            self.a.set_label(&mut k_top)?;
+            for u in 0..unroll {
+                self.step(t, 0, u)?;
+            }
+            self.a.add(B_STEP, imm32("an unrolled k step of B", unroll * self.ldb_bytes())?)?;
+            if loops > 1 || steps % unroll > 0 {
+                self.a.add(K_COUNT, imm32("k steps", unroll)?)?;
+            }
+            if loops > 1 {
+                self.a.cmp(K_COUNT, imm32("k steps", loops * unroll)?)?;
+                self.a.jb(k_top)?;
+            }
+        }
+        for u in 0..steps % unroll {
+            self.step(t, 0, u)?;
+        }
+        if steps % unroll > 0 {
+            self.a.add(B_STEP, imm32("the k steps of B after the loop", steps % unroll * self.ldb_bytes())?)?;
+        }
+        self.a.add(A_BLOCK, imm32("a segment of A", s.lds * s.a_dtype.bytes() as i64)?)?;
+        self.a.dec(SEGMENTS_LEFT)?;
+        self.a.jnz(top)?;
+        self.a.set_label(&mut done)?;
+        self.a.mov(A_BLOCK, A_SAVED)?;
+        Ok(())
     }
 
     /// k values per step: one packed group of B.

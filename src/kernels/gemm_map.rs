@@ -4,7 +4,7 @@
 //!
 //! Signature (SysV): `fn(operands: *const *const u8)`, the addresses of the operands' origins
 //! in call order (A, B, the Map's inputs after the first, the Map's output), since a Map can
-//! have more operands than argument registers. Only the zmm VNNI GEMM, resetting, whose whole
+//! have more operands than argument registers; a ranged kernel's segment count follows them. Only the zmm VNNI GEMM, resetting, whose whole
 //! `m × n` tile is one register block; anything else is `KernelError::Unsupported` and the
 //! call runs its two-call fallback.
 
@@ -13,7 +13,7 @@ use ir::intrin::{IntrinKind, TensorIntrin};
 
 use crate::error::KernelError;
 use crate::isa::{KernelVariant, VectorWidth};
-use crate::kernels::gemm::{A_BASE, A_BLOCK, B_PANEL, Blocking, GemmShape, Gen, check_variant};
+use crate::kernels::gemm::{A_BASE, A_BLOCK, B_PANEL, Blocking, GemmShape, Gen, SEGMENTS, check_variant};
 use crate::kernels::imm32;
 use crate::kernels::map::{EpilogueTile, emit_epilogue};
 
@@ -27,13 +27,16 @@ const OPERANDS: AsmRegister64 = r10;
 /// followed by `map` (the `Map` part, `[shape.m, n]` for the tile's first `n ≤ shape.n`
 /// columns: the last vector it maps is stored under a mask, and the registers past it are
 /// never read), whose operands have the row strides `row_strides` (elements; 0 for an `[n]`
-/// operand; input 0's is ignored).
+/// operand; input 0's is ignored). `ranged`: the GEMM computes a run-time number of its
+/// segments (`gemm::assemble_gemm_ranged`), read from the operand block after the addresses
+/// (an i64); no segment maps the zero tile.
 pub fn assemble_gemm_map(
     variant: KernelVariant,
     shape: &GemmShape,
     blocking: Blocking,
     map: &TensorIntrin,
     row_strides: &[i64],
+    ranged: bool,
 ) -> Result<Vec<u8>, KernelError> {
     let unsupported = |what: String| Err(KernelError::Unsupported { what });
     check_variant(variant, shape)?;
@@ -60,6 +63,12 @@ pub fn assemble_gemm_map(
     }
     let mut g = Gen::new(variant, *shape, blocking)?;
     g.a.mov(OPERANDS, A_BASE)?;
+    if ranged {
+        g.ranged = true;
+        g.save_segment_registers()?;
+        // A, B, the Map's operands after the tile, its output: then the count.
+        g.a.mov(SEGMENTS, qword_ptr(OPERANDS + imm32("the operand block", 8 * (3 + others as i64))?))?;
+    }
     g.a.mov(A_BASE, qword_ptr(OPERANDS))?;
     g.a.mov(B_PANEL, qword_ptr(OPERANDS + 8))?;
     g.a.mov(A_BLOCK, A_BASE)?;
@@ -77,6 +86,9 @@ pub fn assemble_gemm_map(
     let epilogue = EpilogueTile { acc, last_lanes, bases, row_strides: row_strides.to_vec() };
     let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
     g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;
+    if ranged {
+        g.restore_segment_registers()?;
+    }
     g.a.vzeroupper()?;
     g.a.ret()?;
     Ok(g.a.assemble(0)?)

@@ -139,10 +139,12 @@ pub fn conv2d_int8_direct(
     let ((src_scale, src_zp), dst_q) = check_layer_attrs(&op, src, weights, bias, &out_dims, sum_input, attrs)?;
     let (source, shifted) = shifted_source(src, gemm, name)?;
     // In onnxruntime's order (imported networks), the padding value is an argument, so that
-    // layers of one geometry share their function whatever their source zero points.
+    // layers of one geometry share their function whatever their source zero points; except a
+    // padding value of 0, a literal, so that lowering sees padding rows that contribute nothing
+    // to the GEMM (`passes::skip_zero_segments`) and layers padding with 0 share among themselves.
     let pad = i64::from(src_zp + source_shift(src.dtype(), gemm));
     let mut pad_params = Params::default();
-    let pad_value = if attrs.requantization == Requantization::OnnxRuntime {
+    let pad_value = if attrs.requantization == Requantization::OnnxRuntime && pad != 0 {
         pad_params.scalar(gemm, pad, &format!("{name}.pad_value"))
     } else {
         Expr::int(gemm, pad)
