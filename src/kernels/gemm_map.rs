@@ -66,8 +66,8 @@ pub fn assemble_gemm_map(
     if ranged {
         g.ranged = true;
         g.save_segment_registers()?;
-        // A, B, the Map's operands after the tile, its output: then the count.
-        g.a.mov(SEGMENTS, qword_ptr(OPERANDS + imm32("the operand block", 8 * (3 + others as i64))?))?;
+        // A, B, then `others` (the Map's operands after the tile, its output): then the count.
+        g.a.mov(SEGMENTS, qword_ptr(OPERANDS + imm32("the operand block", 8 * (2 + others as i64))?))?;
     }
     g.a.mov(A_BASE, qword_ptr(OPERANDS))?;
     g.a.mov(B_PANEL, qword_ptr(OPERANDS + 8))?;

@@ -224,3 +224,53 @@ fn a_map_of_the_first_columns_of_the_tile_is_fused() {
         }
     }
 }
+
+/// Sets `range` on every `GemmMap` call of `func`.
+fn with_range(func: &Func, range: (i64, i64)) -> Func {
+    struct SetRange(ir::stmt::SegmentRange);
+    impl ir::mutator::Mutator for SetRange {
+        fn mutate_stmt(&mut self, stmt: &Stmt) -> Stmt {
+            let walked = ir::mutator::walk_stmt(self, stmt);
+            match walked.kind() {
+                StmtKind::Call { intrin, operands, reset, fallback, .. }
+                    if matches!(intrin.kind, IntrinKind::GemmMap { .. }) =>
+                {
+                    let range = Some(self.0.clone());
+                    Stmt::call_in_range(intrin.clone(), operands.clone(), *reset, fallback.clone(), range)
+                }
+                _ => walked,
+            }
+        }
+    }
+    let range = ir::stmt::SegmentRange { first: Expr::index(range.0), last: Expr::index(range.1) };
+    let body = ir::mutator::Mutator::mutate_stmt(&mut SetRange(range), &func.body);
+    Func { body, ..func.clone() }
+}
+
+/// A `GemmMap` call with a segment range: the fused kernel with a run-time segment count
+/// maps the sums of the segments in the range only (the zero tile for an empty one), as the
+/// interpreter does, on A that is not zero outside the range.
+#[test]
+fn a_ranged_gemm_map_maps_the_segments_in_the_range() {
+    let Some(&level) = skip::levels_here_for([IsaLevel::Avx512Vnni], "GemmMap kernels").first() else { return };
+    let options = CompileOptions { target: Target::Level(level), ..CompileOptions::default() };
+    for (m, n) in [(1, 16), (4, 40), (6, 64)] {
+        for add in [false, true] {
+            let case = Case { m, n, cols: n, segments: 3, k: 8, out: DType::U8, add };
+            let (_, after, inputs) = fused_as_interpreted(case);
+            let mut outputs = Vec::new();
+            for range in [(0, 3), (1, 3), (0, 2), (1, 2), (2, 2), (3, 0), (-1, 9)] {
+                let ranged = with_range(&after, range);
+                let fused = check_with(&ranged, &inputs, &options);
+                let origins: Vec<String> = fused.machine_code().iter().map(|c| c.origin.clone()).collect();
+                assert!(origins.iter().any(|o| o.contains("a run-time count of")), "{case:?} {range:?}: {origins:?}");
+                let mut got = inputs.clone();
+                run_func(&ranged, &mut got).unwrap();
+                outputs.push(got.pop().unwrap());
+            }
+            // The ranges compute different sums; the full one and one past the ends the same.
+            assert!(outputs[0].bits_eq(&outputs[6]) && !outputs[0].bits_eq(&outputs[1]), "{case:?}");
+            assert!(outputs[4].bits_eq(&outputs[5]) && !outputs[4].bits_eq(&outputs[3]), "{case:?}");
+        }
+    }
+}

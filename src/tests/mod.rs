@@ -10,6 +10,7 @@ mod intrinsics;
 mod kernels;
 mod maps;
 mod native;
+mod segment_ranges;
 mod skip;
 mod stmts;
 mod vectors;

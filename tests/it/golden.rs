@@ -406,3 +406,47 @@ fn golden_fuse_epilogues_partial_panel() {
     let inner = epilogue_func(TileLoops::PartialInner);
     assert_eq!(ir::passes::fuse_epilogues(&inner).to_string(), inner.to_string());
 }
+
+/// `zero_segment_range` on a 3×3, pad 1, stride 1 convolution of a u8 source with zero point 0
+/// (onnxruntime's order: the padding is a literal 0), lowered at AVX-512 VNNI with the panels
+/// outermost (one panel): one GEMM call (fused with its requantization) in the row loop, whose
+/// segment range, from the row, leaves out padded row 0 for output row 0 and padded row 5 for
+/// output row 3.
+#[test]
+fn golden_zero_segment_range() {
+    use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, Packing, TileOrder};
+    use tensorlift::IsaLevel;
+    use tensorlift::layer::{ActQuant, QConvSpec, lower_qconv};
+    let (ic, oc) = (8, 16);
+    let spec = QConvSpec {
+        name: "skip".into(),
+        src: ActQuant { dtype: DType::U8, scale: 0.5, zero_point: 0 },
+        h: 4,
+        w: 4,
+        ic,
+        oc,
+        kh: 3,
+        kw: 3,
+        stride: (1, 1),
+        pads: [1; 4],
+        weights: (0..oc * ic * 9).map(|i| (i % 7 - 3) as i8).collect(),
+        weight_scales: vec![0.25; oc as usize],
+        bias: None,
+        dst: ActQuant { dtype: DType::U8, scale: 1.0, zero_point: 0 },
+        relu: false,
+        sum: None,
+    };
+    let knobs = Conv2dInt8Knobs {
+        mr: 4,
+        nr: 16,
+        lanes: 16,
+        order: TileOrder::ChannelsOuter,
+        threads: 1,
+        packing: Packing::Bytes,
+        accumulation: Accumulate::Whole,
+    };
+    let lowered = lower_qconv(&spec, Some(knobs), IsaLevel::Avx512Vnni, 1).unwrap();
+    let text = lowered.func.to_string();
+    assert!(text.contains(") segments ["), "{text}");
+    check_golden_text("zero_segment_range", &text);
+}

@@ -601,3 +601,45 @@ fn layers_of_one_geometry_share_their_function_and_keep_their_quantization() {
     }
     assert_eq!((cache.len(), cache.hits()), (3, 2));
 }
+
+/// A source whose zero point makes the padding 0 (u8 zero point 0, or i8 -128 shifted to u8):
+/// the GEMM calls of the border rows compute only the kernel rows that read the source
+/// (`passes::zero_segment_range`), with the same results as the plain reference, in every
+/// accumulation mode, at every level, on one thread and two (parallel row loops too).
+#[test]
+fn zero_padding_skips_its_kernel_rows_bit_for_bit() {
+    use schedules::x86_conv::{Accumulate, Conv2dInt8Knobs, Packing, TileOrder};
+    let pad2 = Case { what: "3x3 s1 p2", hw: (7, 6), ic: 8, oc: 16, k: (3, 3), stride: 1, pad: 2 };
+    for (n, case) in [&cases()[1], &cases()[3], &pad2].into_iter().enumerate() {
+        for (src_dtype, zero_point) in [(DType::U8, 0), (DType::I8, -128)] {
+            let mut spec = spec(case, src_dtype, DType::U8, true, false, 60 + n as u64);
+            spec.src.zero_point = zero_point;
+            let src = source(&spec, 61 + n as u64);
+            let expected = reference(&spec, &src);
+            for level in levels() {
+                for accumulation in [Accumulate::Whole, Accumulate::PerRow, Accumulate::PerRowWithSource] {
+                    for (order, mr, nr, threads) in
+                        [(TileOrder::ChannelsOuter, 4, 8, 1), (TileOrder::PixelsOuter, 3, 16, 2)]
+                    {
+                        let packing = Packing::Bytes;
+                        let knobs = Conv2dInt8Knobs { mr, nr, lanes: 16, order, threads, packing, accumulation };
+                        let compiled = compile_qconv(&spec, Some(knobs), &options(level, threads)).unwrap();
+                        let mut dst = vec![0u8; expected.len()];
+                        compiled.run(&src, &mut dst).unwrap();
+                        let what = format!("{} {knobs:?} at {level}", spec.name);
+                        assert_eq!(dst, expected, "{what}");
+                        // From VNNI on the GEMM reads a u8 source (an i8 one shifted by 128),
+                        // whose padding is 0 (below, it reads the source as i8, padded with
+                        // -128); a copy of the source per row holds the padding on some rows
+                        // only.
+                        let ranged = compiled.func().machine_code().iter().any(|c| c.origin.contains("run-time count"));
+                        let expect = level >= IsaLevel::AvxVnni
+                            && level != IsaLevel::Amx
+                            && accumulation != Accumulate::PerRowWithSource;
+                        assert_eq!(ranged, expect, "{what}");
+                    }
+                }
+            }
+        }
+    }
+}
