@@ -139,8 +139,47 @@ fn is_store_nest(stmt: &Stmt) -> bool {
     ok
 }
 
-/// Values of index variables; `None` for a variable bound to something not evaluable.
-type Assignment = HashMap<Var, Option<i64>>;
+/// Values of index variables; `None` for a variable bound to something not evaluable. A few
+/// at a time (the loops and lets in scope), found by a scan: the proof looks them up for every
+/// element it enumerates, where hashing costs more than the scan.
+#[derive(Clone, Default)]
+struct Assignment(Vec<(Var, Option<i64>)>);
+
+impl Assignment {
+    fn get(&self, v: &Var) -> Option<&Option<i64>> {
+        self.0.iter().find(|(x, _)| x == v).map(|(_, value)| value)
+    }
+
+    /// Binds `v`; its previous binding, if any.
+    fn insert(&mut self, v: Var, value: Option<i64>) -> Option<Option<i64>> {
+        match self.0.iter_mut().find(|(x, _)| *x == v) {
+            Some(slot) => Some(std::mem::replace(&mut slot.1, value)),
+            None => {
+                self.0.push((v, value));
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, v: &Var) -> Option<Option<i64>> {
+        let at = self.0.iter().position(|(x, _)| x == v)?;
+        Some(self.0.swap_remove(at).1)
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl FromIterator<(Var, Option<i64>)> for Assignment {
+    fn from_iter<I: IntoIterator<Item = (Var, Option<i64>)>>(iter: I) -> Assignment {
+        let mut at = Assignment::default();
+        for (v, value) in iter {
+            at.insert(v, value);
+        }
+        at
+    }
+}
 
 /// `e` evaluated on index (and bool) arithmetic, if every variable it reads has a value.
 fn eval(e: &Expr, at: &Assignment) -> Option<i64> {
@@ -229,7 +268,7 @@ fn for_points(
     vars: &[(Var, i64, i64)],
     f: &mut dyn FnMut(&Assignment, &mut u64) -> bool,
 ) -> bool {
-    let mut at: Assignment = HashMap::new();
+    let mut at = Assignment::default();
     let mut point: Vec<i64> = vars.iter().map(|(_, lo, _)| *lo).collect();
     if vars.iter().any(|(_, lo, hi)| hi <= lo) {
         return true;
@@ -754,7 +793,7 @@ mod tests {
         let f = Func { body: Stmt::allocate(buffer.clone(), body), ..f };
         let g = zero_segment_range(&f);
         let range = one_range(&g);
-        let at = |row: i64| Assignment::from([(y.clone(), Some(row))]);
+        let at = |row: i64| Assignment::from_iter([(y.clone(), Some(row))]);
         assert_eq!((eval(&range.first, &at(0)), eval(&range.last, &at(0))), (Some(0), Some(3)), "{g}");
         assert_eq!((eval(&range.first, &at(5)), eval(&range.last, &at(5))), (Some(0), Some(2)), "{g}");
         assert_same_results(&f, &g);
