@@ -50,7 +50,7 @@ fn args(func: &Func) -> Vec<Array> {
                 .map(|i| match p.dtype() {
                     DType::U8 => 1 + raw(i) % 255,
                     DType::I8 => raw(i) % 255 - 127,
-                    DType::I16 => raw(i) - 10_000,
+                    // i16 and i32.
                     _ => raw(i) - 10_000,
                 })
                 .collect();
