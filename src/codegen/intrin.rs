@@ -57,6 +57,10 @@ pub(crate) enum KernelKey {
     },
 }
 
+/// A call's operands moved to the first segment of its range, and the segment count
+/// (`FnTx::in_range`).
+type InRange = (Vec<Operand>, Option<Value>);
+
 /// What the operands' value ranges prove about an `Int8Gemm` call.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Int8GemmFacts {
@@ -270,7 +274,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         intrin: &TensorIntrin,
         operands: &[Operand],
         range: Option<&SegmentRange>,
-    ) -> Result<Option<(Vec<Operand>, Option<Value>)>, CompileError> {
+    ) -> Result<Option<InRange>, CompileError> {
         let Some(range) = range else { return Ok(Some((operands.to_vec(), None))) };
         let Some(segments) = segmented_gemm(intrin) else { return Ok(None) };
         let (Some(a), Some(b)) = (operands.first(), operands.get(1)) else { return Ok(None) };
