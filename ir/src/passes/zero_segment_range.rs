@@ -50,13 +50,22 @@ const MAX_WORK: u64 = 1 << 22;
 /// Run after `flatten_buffers` (origins and indices are flat) and `fuse_epilogues` (which then
 /// sees the calls as built).
 pub fn zero_segment_range(func: &Func) -> Func {
-    let mut pass = ZeroSegmentRange { work: 0 };
+    with_closed_form(func, true)
+}
+
+/// `zero_segment_range`, running the stores' innermost loops at once when `closed_form`, or
+/// element by element (its slow twin).
+fn with_closed_form(func: &Func, closed_form: bool) -> Func {
+    let mut pass = ZeroSegmentRange { work: 0, closed_form };
     let body = pass.stmt(&func.body, &mut Env::default(), &mut Zeros::default());
     Func { name: func.name.clone(), params: func.params.clone(), body }
 }
 
 struct ZeroSegmentRange {
     work: u64,
+    /// Whether innermost loops `fill_range` accepts are run at once; the enumerating slow
+    /// twin (tests) runs every element.
+    closed_form: bool,
 }
 
 /// The enclosing loops' ranges `[lo, hi)` and the index lets in scope.
@@ -374,14 +383,20 @@ impl ZeroSegmentRange {
         let mut exprs: Vec<Expr> = Vec::new();
         crate::mutator::for_each_stmt_expr(stmt, &mut |e| exprs.push(e.clone()));
         let vars = env_vars(env, &exprs.iter().collect::<Vec<_>>());
-        let before: HashMap<BufferId, Vec<bool>> =
-            targets.iter().map(|b| (b.id(), zeros.0[&b.id()].to_vec())).collect();
+        // The facts before the nest, taken out of `zeros` (copied only when shared or when
+        // the nest runs at more than one point).
+        let mut before: HashMap<BufferId, Vec<bool>> = targets
+            .iter()
+            .filter_map(|b| zeros.0.remove(&b.id()).map(|bits| (b.id(), Rc::unwrap_or_clone(bits))))
+            .collect();
+        let points: i64 = vars.iter().map(|(_, lo, hi)| (hi - lo).max(0)).product();
         let mut result: Option<HashMap<BufferId, Vec<bool>>> = None;
-        let mut fills = HashMap::new();
+        let mut fills = Fills::new();
+        let closed_form = self.closed_form;
         let complete = for_points(&mut self.work, env, &vars, &mut |at, work| {
-            let mut state = before.clone();
+            let mut state = if points == 1 { std::mem::take(&mut before) } else { before.clone() };
             let mut at = at.clone();
-            if !exec(stmt, &mut at, &mut state, work, &mut fills) {
+            if !exec(stmt, &mut at, &mut state, work, closed_form.then_some(&mut fills)) {
                 return false;
             }
             match &mut result {
@@ -396,7 +411,11 @@ impl ZeroSegmentRange {
         });
         match (complete, result) {
             (true, Some(r)) => zeros.0.extend(r.into_iter().map(|(id, bits)| (id, Rc::new(bits)))),
-            _ => zeros.forget(&targets),
+            _ => {
+                for b in &targets {
+                    zeros.0.insert(b.id(), Rc::new(vec![false; b.len() as usize]));
+                }
+            }
         }
     }
 
@@ -446,31 +465,40 @@ fn exec(
     at: &mut Assignment,
     state: &mut HashMap<BufferId, Vec<bool>>,
     work: &mut u64,
-    fills: &mut Fills,
+    mut fills: Option<&mut Fills>,
 ) -> bool {
     *work += 1;
     if *work > MAX_WORK {
         return false;
     }
     match stmt.kind() {
-        StmtKind::Seq(stmts) => stmts.iter().all(|s| exec(s, at, state, work, fills)),
+        StmtKind::Seq(stmts) => stmts.iter().all(|s| exec(s, at, state, work, fills.as_deref_mut())),
         StmtKind::Let { var, value, body } => {
             let old = at.insert(var.clone(), eval(value, at));
-            let ok = exec(body, at, state, work, fills);
+            let ok = exec(body, at, state, work, fills.as_deref_mut());
             restore(at, var, old);
             ok
         }
         StmtKind::For { var, extent, body, .. } => {
-            let key = std::ptr::from_ref(body.kind()) as usize;
-            let range = fills.entry(key).or_insert_with(|| fill_range(var, *extent, body)).clone();
-            if let Some((buffer, index, value)) = range {
-                return fill(var, *extent, (&buffer, &index, &value), at, state, work);
+            if let Some(fills) = fills.as_deref_mut() {
+                let key = std::ptr::from_ref(body.kind()) as usize;
+                let at_key = match fills.iter().position(|(k, _)| *k == key) {
+                    Some(i) => i,
+                    None => {
+                        fills.push((key, fill_range(var, *extent, body)));
+                        fills.len() - 1
+                    }
+                };
+                if let Some(f) = &fills[at_key].1 {
+                    fill(var, *extent, f, at, state, work);
+                    return true;
+                }
             }
             let old = at.remove(var);
             let mut ok = true;
             for i in 0..*extent {
                 at.insert(var.clone(), Some(i));
-                if !exec(body, at, state, work, fills) {
+                if !exec(body, at, state, work, fills.as_deref_mut()) {
                     ok = false;
                     break;
                 }
@@ -481,8 +509,8 @@ fn exec(
         // A condition that does not evaluate (it reads memory) leaves what the branches store
         // unknown: the whole nest then proves nothing.
         StmtKind::If { cond, then_case, else_case } => match eval(cond, at) {
-            Some(0) => else_case.as_ref().is_none_or(|e| exec(e, at, state, work, fills)),
-            Some(_) => exec(then_case, at, state, work, fills),
+            Some(0) => else_case.as_ref().is_none_or(|e| exec(e, at, state, work, fills.as_deref_mut())),
+            Some(_) => exec(then_case, at, state, work, fills.as_deref_mut()),
             None => false,
         },
         StmtKind::Store { buffer, indices, value } => {
@@ -500,14 +528,102 @@ fn exec(
     }
 }
 
-/// Per loop body (by node), what `fill_range` found.
-type Fills = HashMap<usize, Option<(Buffer, Expr, Expr)>>;
+/// Per loop body (by node), what `fill_range` found; a few per nest, found by a scan.
+type Fills = Vec<(usize, Option<Fill>)>;
+
+/// An innermost loop `fill_range` accepted: it stores elements `[e, e + extent)` of `buffer`
+/// (`index` is `e + var`, the lets expanded), each holding `value`.
+#[derive(Clone)]
+struct Fill {
+    buffer: Buffer,
+    index: Expr,
+    value: Expr,
+    /// For a value `select(cond, then, else)` whose `cond` reads the loop variable: `cond` as
+    /// linear constraints on it, and the two values, whose zero tests do not read it.
+    split: Option<(Vec<Constraint>, Expr, Expr)>,
+}
+
+/// `sign·(coefficient·var + d) + offset ≤ 0`, `d` the value of `diff` at `var = 0`: one
+/// comparison of a conjunction, `diff` being its left side minus its right side (linear in
+/// `var`, so at `var = v` it is `coefficient·v + d`).
+#[derive(Clone)]
+struct Constraint {
+    coefficient: i64,
+    diff: Expr,
+    sign: i64,
+    offset: i64,
+}
+
+/// `c` (lets expanded) as constraints on `var`, when it is a conjunction of comparisons of
+/// index expressions linear in `var` (`!=` is not one interval: refused).
+fn constraints(c: &Expr, var: &Var, out: &mut Vec<Constraint>) -> Option<()> {
+    match c.kind() {
+        ExprKind::Binary(BinOp::And, a, b) if c.dtype() == DType::BOOL => {
+            constraints(a, var, out)?;
+            constraints(b, var, out)
+        }
+        ExprKind::Cmp(op, a, b) if a.dtype() == DType::INDEX && b.dtype() == DType::INDEX => {
+            let diff = a.clone() - b.clone();
+            let form = crate::analysis::linear::Linear::of(&diff);
+            let coefficient: i64 = form.terms.iter().filter(|(t, _)| t.as_var() == Some(var)).map(|(_, c)| *c).sum();
+            if form.terms.iter().any(|(t, _)| t.as_var() != Some(var) && t.uses_var(var)) {
+                return None;
+            }
+            let mut push = |sign, offset| out.push(Constraint { coefficient, diff: diff.clone(), sign, offset });
+            // `a < b` ⇔ `diff + 1 ≤ 0`, `a > b` ⇔ `-diff + 1 ≤ 0`, and so on.
+            match op {
+                CmpOp::Lt => push(1, 1),
+                CmpOp::Le => push(1, 0),
+                CmpOp::Gt => push(-1, 1),
+                CmpOp::Ge => push(-1, 0),
+                CmpOp::Eq => {
+                    push(1, 0);
+                    push(-1, 0)
+                }
+                CmpOp::Ne => return None,
+            }
+            Some(())
+        }
+        _ => None,
+    }
+}
+
+/// The values `v` in `[0, extent)` where every constraint holds, as `[lo, hi)` (empty when
+/// `lo ≥ hi`); `None` when a `diff` does not evaluate at `at` (`var` bound to 0).
+fn interval(constraints: &[Constraint], extent: i64, at: &Assignment) -> Option<(i64, i64)> {
+    let (mut lo, mut hi) = (0i128, i128::from(extent));
+    for k in constraints {
+        // `c·v + r ≤ 0`, exactly (i128 holds every product of two i64).
+        let c = i128::from(k.sign) * i128::from(k.coefficient);
+        let r = i128::from(k.sign) * i128::from(eval(&k.diff, at)?) + i128::from(k.offset);
+        match c.signum() {
+            0 if r > 0 => hi = lo,
+            0 => {}
+            1 => hi = hi.min((-r).div_euclid(c) + 1),
+            _ => lo = lo.max(-((-r).div_euclid(-c))),
+        }
+    }
+    let clamp = |x: i128| x.clamp(0, i128::from(extent)) as i64;
+    Some((clamp(lo), clamp(hi)))
+}
+
+/// Whether a select condition in `e` reads `var` or one of `lets`.
+fn varies(e: &Expr, var: &Var, lets: &[(Var, Expr)]) -> bool {
+    let mut out = false;
+    e.for_each(&mut |x| {
+        if let ExprKind::Select(c, _, _) = x.kind() {
+            out |= c.uses_var(var) || lets.iter().any(|(v, _)| c.uses_var(v));
+        }
+    });
+    out
+}
 
 /// For the innermost loop `for var in 0..extent { let …; buffer[e + var] = value }`, whose
 /// value's zero test does not depend on `var` (no select condition in it, the only thing the
-/// test evaluates, reads `var` or the lets): the buffer, the index with the lets expanded
-/// (they are few and small) and the value. The loop stores one range of elements.
-fn fill_range(var: &Var, extent: i64, body: &Stmt) -> Option<(Buffer, Expr, Expr)> {
+/// test evaluates, reads `var` or the lets), or whose value is `select(cond, then, else)` with
+/// `cond` a conjunction of comparisons linear in `var` and `then`, `else` of the first kind:
+/// the loop stores one range of elements, zero or not by the part of it `cond` holds on.
+fn fill_range(var: &Var, extent: i64, body: &Stmt) -> Option<Fill> {
     let mut lets: Vec<(Var, Expr)> = Vec::new();
     let mut s = body;
     while let StmtKind::Let { var: v, value, body } = s.kind() {
@@ -519,46 +635,61 @@ fn fill_range(var: &Var, extent: i64, body: &Stmt) -> Option<(Buffer, Expr, Expr
     if value.dtype().lanes != 1 || extent <= 0 {
         return None;
     }
-    let mut expanded = index.clone();
-    for (v, value) in lets.iter().rev() {
-        expanded = crate::mutator::substitute(&expanded, &[(v.clone(), value.clone())]);
-    }
+    let expand = |e: &Expr| {
+        let mut expanded = e.clone();
+        for (v, value) in lets.iter().rev() {
+            expanded = crate::mutator::substitute(&expanded, &[(v.clone(), value.clone())]);
+        }
+        expanded
+    };
+    let expanded = expand(index);
     let form = crate::analysis::linear::Linear::of(&expanded);
     let coefficient: i64 = form.terms.iter().filter(|(t, _)| t.as_var() == Some(var)).map(|(_, c)| *c).sum();
     let others_use = form.terms.iter().any(|(t, _)| t.as_var() != Some(var) && t.uses_var(var));
-    let mut value_varies = false;
-    value.for_each(&mut |e| {
-        if let ExprKind::Select(c, _, _) = e.kind() {
-            value_varies |= c.uses_var(var) || lets.iter().any(|(v, _)| c.uses_var(v));
-        }
-    });
-    if coefficient != 1 || others_use || value_varies {
+    if coefficient != 1 || others_use {
         return None;
     }
-    Some((buffer.clone(), expanded, value.clone()))
+    let split = match value.kind() {
+        _ if !varies(value, var, &lets) => None,
+        ExprKind::Select(c, a, b) if !varies(a, var, &lets) && !varies(b, var, &lets) => {
+            let mut out = Vec::new();
+            constraints(&expand(c), var, &mut out)?;
+            Some((out, a.clone(), b.clone()))
+        }
+        _ => return None,
+    };
+    Some(Fill { buffer: buffer.clone(), index: expanded, value: value.clone(), split })
 }
 
-/// Runs a loop `fill_range` accepted: elements `[e, e + extent)` of `buffer` set at once.
-fn fill(
-    var: &Var,
-    extent: i64,
-    (buffer, index, value): (&Buffer, &Expr, &Expr),
-    at: &mut Assignment,
-    state: &mut HashMap<BufferId, Vec<bool>>,
-    work: &mut u64,
-) -> bool {
+/// Runs a loop `fill_range` accepted: elements `[e, e + extent)` of `buffer` set at once, or
+/// its three parts (before, where and after `cond` holds) for a split select.
+fn fill(var: &Var, extent: i64, f: &Fill, at: &mut Assignment, state: &mut HashMap<BufferId, Vec<bool>>, work: &mut u64) {
     *work += 1;
-    let Some(bits) = state.get_mut(&buffer.id()) else { return true };
+    let Some(bits) = state.get_mut(&f.buffer.id()) else { return };
     let old = at.insert(var.clone(), Some(0));
-    let (start, zero) = (eval(index, at), is_zero(value, at));
+    let start = eval(&f.index, at);
+    // Per part `[from, to)` of the loop, whether it stores zeros: a select whose condition
+    // does not evaluate is zero where both of its values are (as `is_zero` has it).
+    let parts: Vec<(i64, i64, bool)> = match &f.split {
+        None => vec![(0, extent, is_zero(&f.value, at))],
+        Some((constraints, then, other)) => {
+            let (z_then, z_else) = (is_zero(then, at), is_zero(other, at));
+            match interval(constraints, extent, at) {
+                Some((lo, hi)) if lo < hi => vec![(0, lo, z_else), (lo, hi, z_then), (hi, extent, z_else)],
+                Some(_) => vec![(0, extent, z_else)],
+                None => vec![(0, extent, z_then && z_else)],
+            }
+        }
+    };
     restore(at, var, old);
     match start {
         Some(s) if s >= 0 && s + extent <= bits.len() as i64 => {
-            bits[s as usize..(s + extent) as usize].iter_mut().for_each(|z| *z = zero)
+            for (from, to, zero) in parts {
+                bits[(s + from) as usize..(s + to) as usize].iter_mut().for_each(|z| *z = zero)
+            }
         }
         _ => bits.iter_mut().for_each(|z| *z = false),
     }
-    true
 }
 
 fn restore(at: &mut Assignment, var: &Var, old: Option<Option<i64>>) {
