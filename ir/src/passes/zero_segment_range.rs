@@ -42,7 +42,12 @@ const MAX_WORK: u64 = 1 << 22;
 /// of loops, lets, ifs (whose conditions evaluate on the index variables) and stores sets each
 /// element it stores to "zero" or "unknown" by the stored value (an integer 0, a cast of one,
 /// or a select whose condition evaluates on the index variables), enumerating its iterations;
-/// a fact holds for every value the enclosing loop variables take there. Any other statement
+/// a fact holds for every value the enclosing loop variables take there. An innermost loop
+/// storing `buffer[e + var]` runs at once (`fill_range`): its value's zero test either does not
+/// read `var`, or is a select whose condition is a conjunction of comparisons linear in `var`,
+/// `coefficient·var + d ≤ 0` each, which holds exactly on the `var` of an interval computed
+/// from `d` (the comparison's value at `var = 0`); the elements before, inside and after it
+/// get the zero test of the select's one or other value, as enumerating them would. Any other statement
 /// that writes a buffer (a call) makes it unknown, as does a loop for the buffers its body
 /// writes (at its start: every kind of loop computes what the serial one does). A source whose
 /// pad value is not a literal 0 proves nothing, and its calls stay as they are.
@@ -510,7 +515,7 @@ fn exec(
         // unknown: the whole nest then proves nothing.
         StmtKind::If { cond, then_case, else_case } => match eval(cond, at) {
             Some(0) => else_case.as_ref().is_none_or(|e| exec(e, at, state, work, fills.as_deref_mut())),
-            Some(_) => exec(then_case, at, state, work, fills.as_deref_mut()),
+            Some(_) => exec(then_case, at, state, work, fills),
             None => false,
         },
         StmtKind::Store { buffer, indices, value } => {
@@ -663,7 +668,14 @@ fn fill_range(var: &Var, extent: i64, body: &Stmt) -> Option<Fill> {
 
 /// Runs a loop `fill_range` accepted: elements `[e, e + extent)` of `buffer` set at once, or
 /// its three parts (before, where and after `cond` holds) for a split select.
-fn fill(var: &Var, extent: i64, f: &Fill, at: &mut Assignment, state: &mut HashMap<BufferId, Vec<bool>>, work: &mut u64) {
+fn fill(
+    var: &Var,
+    extent: i64,
+    f: &Fill,
+    at: &mut Assignment,
+    state: &mut HashMap<BufferId, Vec<bool>>,
+    work: &mut u64,
+) {
     *work += 1;
     let Some(bits) = state.get_mut(&f.buffer.id()) else { return };
     let old = at.insert(var.clone(), Some(0));
@@ -941,5 +953,84 @@ mod tests {
         let body = Stmt::seq(vec![parts[0].clone(), unknown, parts[2].clone()]);
         let f = Func { body: Stmt::allocate(buffer.clone(), body), ..f };
         assert!(ranges(&zero_segment_range(&f)).iter().all(Option::is_none));
+    }
+
+    mod closed_form {
+        use super::*;
+        use proptest::prelude::*;
+
+        const OPS: [CmpOp; 6] = [CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge, CmpOp::Eq, CmpOp::Ne];
+
+        /// The zero facts of `buf` after `nest`, with `y` an enclosing loop of `ys` iterations.
+        fn zero_bits(nest: &Stmt, buf: &Buffer, y: &Var, ys: i64, closed_form: bool) -> Vec<bool> {
+            let mut pass = ZeroSegmentRange { work: 0, closed_form };
+            let mut zeros = Zeros::default();
+            zeros.0.insert(buf.id(), Rc::new(vec![false; buf.len() as usize]));
+            let env = Env { loops: vec![(y.clone(), 0, ys)], lets: Vec::new() };
+            pass.stores(nest, &env, &mut zeros);
+            zeros.0[&buf.id()].to_vec()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(400))]
+            /// A padded-source nest `for r { for t { let x = t + offset; buf[r·W + t] =
+            /// select(cond, 0, src) or select(cond, src, 0) } }` under a loop `y`: the facts
+            /// run in closed form, element by element, and as this test computes them agree.
+            #[test]
+            fn split_selects_agree_with_enumerating_every_element(
+                (rows, width, ys, offset) in (1i64..4, 1i64..24, 1i64..4, -6i64..6),
+                // Comparisons `a·x + b·r + c·y + d  op  e` (`op` indexes `OPS`).
+                cond in prop::collection::vec((0usize..6, -3i64..4, -2i64..3, -2i64..3, -12i64..12, -12i64..12), 1..4),
+                zero_then in any::<bool>(),
+            ) {
+                let (y, r, t, x) = (Var::index("y"), Var::index("r"), Var::index("t"), Var::index("x"));
+                let src = Buffer::new("src", DType::U8, vec![1]);
+                let buf = Buffer::new("buf", DType::U8, vec![rows * width]);
+                let c = cond
+                    .iter()
+                    .map(|&(op, a, b, c, d, e)| {
+                        let lhs = x.to_expr() * a + r.to_expr() * b + y.to_expr() * c + d;
+                        Expr::cmp(OPS[op], lhs, Expr::index(e))
+                    })
+                    .reduce(|p, q| p & q)
+                    .unwrap();
+                let (zero, load) = (Expr::int(DType::U8, 0), Expr::load(&src, vec![Expr::index(0)]));
+                let value = if zero_then { select(c, zero, load) } else { select(c, load, zero) };
+                let store = Stmt::store(&buf, vec![r.to_expr() * width + t.to_expr()], value);
+                let inner = Stmt::let_stmt(x.clone(), t.to_expr() + offset, store);
+                let nest = Stmt::for_loop(
+                    r.clone(),
+                    rows,
+                    ForKind::Serial,
+                    Stmt::for_loop(t.clone(), width, ForKind::Serial, inner.clone()),
+                );
+                // Without `!=`, the inner loop is one the closed form takes.
+                let no_ne = cond.iter().all(|k| OPS[k.0] != CmpOp::Ne);
+                prop_assert_eq!(fill_range(&t, width, &inner).is_some_and(|f| f.split.is_some()), no_ne);
+                let holds = |op: CmpOp, l: i64, e: i64| match op {
+                    CmpOp::Lt => l < e,
+                    CmpOp::Le => l <= e,
+                    CmpOp::Gt => l > e,
+                    CmpOp::Ge => l >= e,
+                    CmpOp::Eq => l == e,
+                    CmpOp::Ne => l != e,
+                };
+                let want: Vec<bool> = (0..rows * width)
+                    .map(|i| {
+                        let (ri, ti) = (i / width, i % width);
+                        (0..ys).all(|yi| {
+                            let c = cond.iter().all(|&(op, a, b, c, d, e)| {
+                                holds(OPS[op], a * (ti + offset) + b * ri + c * yi + d, e)
+                            });
+                            c == zero_then
+                        })
+                    })
+                    .collect();
+                let fast = zero_bits(&nest, &buf, &y, ys, true);
+                let slow = zero_bits(&nest, &buf, &y, ys, false);
+                prop_assert_eq!(&slow, &want);
+                prop_assert_eq!(&fast, &want);
+            }
+        }
     }
 }
