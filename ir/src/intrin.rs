@@ -96,8 +96,9 @@ pub enum IntrinKind {
     /// builds it; the two declarations are `TensorIntrinData::parts`): the call computes
     /// `T = A·B` from zero into a temporary `T: i32[m, N]` exactly as the GEMM declaration
     /// (a resetting call of it, `N` its columns), then `out[p, c] = f(T[p, c], …)` for the
-    /// first `n ≤ N` columns exactly as the `[m, n]` Map declaration with `T` as its input 0. Operands: the GEMM's inputs (`A`, `B`), the Map's
-    /// inputs after the first, then the Map's output; `T` is no operand. Never a resetting
+    /// first `n ≤ N` columns exactly as the `[m, n]` Map declaration with `T` as its input 0.
+    /// Operands: the GEMM's inputs (`A`, `B`), the Map's inputs after the first, then the Map's
+    /// output; `T` is no operand. Never a resetting
     /// call itself (its output is overwritten, as a Map's).
     ///
     /// Layout: as each part requires of its operands.

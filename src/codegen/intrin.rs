@@ -9,8 +9,9 @@
 //! GEMM kernel that starts from zero. A call with a segment range (`Call::range`) selects the
 //! kernel that loops over a run-time count of segments (`assemble_gemm_ranged`; the zmm VNNI
 //! one where the level would pick AMX tiles), with `A` and `B` moved to the range's first
-//! segment: `fn(a, b, c, count)`, or the count after the addresses of a `GemmMap` block. An `F32Gemm` call runs the exact f32 kernel
-//! (`kernels::gemm_f32`) at the level's vector width, from AVX2 up.
+//! segment: `fn(a, b, c, count)`, or the count after the addresses of a `GemmMap` block. An
+//! `F32Gemm` call runs the exact f32 kernel (`kernels::gemm_f32`) at the level's vector width,
+//! from AVX2 up.
 
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Signature, StackSlotData, StackSlotKind, Value, types};
 use cranelift_module::{FuncId, Linkage, Module};
