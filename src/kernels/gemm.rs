@@ -492,31 +492,11 @@ impl Gen {
         // Every accumulator set gets steps of each unrolled iteration.
         let sets = t.extra.len() + 1;
         let unroll = self.blocking.unroll.next_multiple_of(sets) as i64;
-        let loops = steps / unroll;
         if self.ranged {
             self.segment_loop(&t, steps, unroll)?;
         }
         for segment in 0..if self.ranged { 0 } else { s.segments } {
-            let a_offset = segment * s.lds * s.a_dtype.bytes() as i64;
-            self.a.xor(K_COUNT, K_COUNT)?;
-            if loops > 0 {
-                let mut top = self.a.create_label();
-                self.a.set_label(&mut top)?;
-                for u in 0..unroll {
-                    self.step(&t, a_offset, u)?;
-                }
-                self.a.add(B_STEP, imm32("an unrolled k step of B", unroll * self.ldb_bytes())?)?;
-                if loops > 1 || steps % unroll > 0 {
-                    self.a.add(K_COUNT, imm32("k steps", unroll)?)?;
-                }
-                if loops > 1 {
-                    self.a.cmp(K_COUNT, imm32("k steps", loops * unroll)?)?;
-                    self.a.jb(top)?;
-                }
-            }
-            for u in 0..steps % unroll {
-                self.step(&t, a_offset, u)?;
-            }
+            self.k_loop(&t, segment * s.lds * s.a_dtype.bytes() as i64, steps, unroll)?;
             if segment + 1 < s.segments && steps % unroll > 0 {
                 self.a.add(B_STEP, imm32("the k steps of B after the loop", steps % unroll * self.ldb_bytes())?)?;
             }
@@ -541,7 +521,6 @@ impl Gen {
     /// A_BLOCK advanced `lds` per segment and restored after, B continuing where it stopped.
     fn segment_loop(&mut self, t: &Tile, steps: i64, unroll: i64) -> Result<(), KernelError> {
         let s = self.shape;
-        let loops = steps / unroll;
         let mut done = self.a.create_label();
         let mut top = self.a.create_label();
         self.a.mov(A_SAVED, A_BLOCK)?;
@@ -549,25 +528,7 @@ impl Gen {
         self.a.test(SEGMENTS_LEFT, SEGMENTS_LEFT)?;
         self.a.jle(done)?;
         self.a.set_label(&mut top)?;
-        self.a.xor(K_COUNT, K_COUNT)?;
-        if loops > 0 {
-            let mut k_top = self.a.create_label();
-            self.a.set_label(&mut k_top)?;
-            for u in 0..unroll {
-                self.step(t, 0, u)?;
-            }
-            self.a.add(B_STEP, imm32("an unrolled k step of B", unroll * self.ldb_bytes())?)?;
-            if loops > 1 || steps % unroll > 0 {
-                self.a.add(K_COUNT, imm32("k steps", unroll)?)?;
-            }
-            if loops > 1 {
-                self.a.cmp(K_COUNT, imm32("k steps", loops * unroll)?)?;
-                self.a.jb(k_top)?;
-            }
-        }
-        for u in 0..steps % unroll {
-            self.step(t, 0, u)?;
-        }
+        self.k_loop(t, 0, steps, unroll)?;
         if steps % unroll > 0 {
             self.a.add(B_STEP, imm32("the k steps of B after the loop", steps % unroll * self.ldb_bytes())?)?;
         }
@@ -576,6 +537,33 @@ impl Gen {
         self.a.jnz(top)?;
         self.a.set_label(&mut done)?;
         self.a.mov(A_BLOCK, A_SAVED)?;
+        Ok(())
+    }
+
+    /// One segment's k loop: `steps` steps, `unroll` per iteration, then the remainder, reading
+    /// A at `a_offset` bytes from A_BLOCK and advancing B_STEP by the unrolled iterations (not
+    /// past the remainder: the caller's choice).
+    fn k_loop(&mut self, t: &Tile, a_offset: i64, steps: i64, unroll: i64) -> Result<(), KernelError> {
+        let loops = steps / unroll;
+        self.a.xor(K_COUNT, K_COUNT)?;
+        if loops > 0 {
+            let mut top = self.a.create_label();
+            self.a.set_label(&mut top)?;
+            for u in 0..unroll {
+                self.step(t, a_offset, u)?;
+            }
+            self.a.add(B_STEP, imm32("an unrolled k step of B", unroll * self.ldb_bytes())?)?;
+            if loops > 1 || steps % unroll > 0 {
+                self.a.add(K_COUNT, imm32("k steps", unroll)?)?;
+            }
+            if loops > 1 {
+                self.a.cmp(K_COUNT, imm32("k steps", loops * unroll)?)?;
+                self.a.jb(top)?;
+            }
+        }
+        for u in 0..steps % unroll {
+            self.step(t, a_offset, u)?;
+        }
         Ok(())
     }
 

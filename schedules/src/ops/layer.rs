@@ -66,6 +66,22 @@ pub(super) fn check_layer_attrs_dims(
         return Err(dtype_error(op, "the destination", DST_TYPES, attrs.dst_dtype));
     }
     let src_q = activation_quant(op, "src", &attrs.src, src.shape(), src.dtype())?;
+    let dst_q = check_requantization(op, weights_dims, bias, out_dims, sum_input, attrs)?;
+    Ok((src_q, dst_q))
+}
+
+/// The checks of a layer's requantization of its accumulator (of shape `out_dims`; the weights'
+/// dimensions `weights_dims`, output channel first): the destination's quantization, which it
+/// returns, the weights scales, the bias, the post-ops and onnxruntime's order. The caller
+/// checks the destination's type and the source first.
+fn check_requantization(
+    op: &str,
+    weights_dims: &[i64],
+    bias: Option<&Tensor>,
+    out_dims: &[i64],
+    sum_input: Option<&Tensor>,
+    attrs: &QuantAttrs,
+) -> Result<PerTensor, QuantError> {
     let dst_q = activation_quant(op, "dst", &attrs.dst, out_dims, attrs.dst_dtype)?;
     if attrs.wei_scales.mask > 1 {
         return Err(QuantError::UnsupportedMask {
@@ -97,7 +113,7 @@ pub(super) fn check_layer_attrs_dims(
             found,
         ));
     }
-    Ok((src_q, dst_q))
+    Ok(dst_q)
 }
 
 /// What onnxruntime's order (`quant` module doc) adds: a u8 or i8 destination, no f32 bias
@@ -172,15 +188,7 @@ pub fn requantize_accumulator(
         return Err(dtype_error(&op, "the destination", DST_TYPES, attrs.dst_dtype));
     }
     let (src_scale, _) = attrs.src.require_per_tensor(&op, "src")?;
-    let dst_q = activation_quant(&op, "dst", &attrs.dst, &dims, attrs.dst_dtype)?;
-    attrs.wei_scales.check("weights scales", weights_dims)?;
-    if let Some(b) = bias
-        && (b.dtype() != DType::F32 || b.shape() != [channels])
-    {
-        let found = format!("{} {:?}", b.dtype(), b.shape());
-        return Err(shape_error(&op, "the bias", format!("f32 [{channels}]"), found));
-    }
-    check_post_ops(&op, &attrs.post_ops, sum_input, &dims)?;
+    let dst_q = check_requantization(&op, weights_dims, bias, &dims, sum_input, attrs)?;
     let channel_axis = dims.len() - 1;
     requantize_layer(
         dims,
