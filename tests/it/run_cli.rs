@@ -32,9 +32,11 @@ fn run_verifies_reports_json_and_writes_the_output() {
     ]);
     assert!(ok, "{stderr}");
     let json: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
-    for key in ["compile_ms", "median_ms", "threads", "isa", "partitions", "output"] {
+    for key in ["compile_ms", "compile_cpu_ms", "median_ms", "threads", "isa", "partitions", "output"] {
         assert!(json.get(key).is_some(), "no {key} in {json}");
     }
+    // The compile read, partitioned, prepared and compiled something: it took CPU time.
+    assert!(json["compile_cpu_ms"].as_f64().is_some_and(|c| c > 0.0), "{json}");
     assert_eq!(json["verified"], true);
     assert_eq!(json["threads"], 1);
     let partitions = json["partitions"].as_array().expect("partitions");
