@@ -249,6 +249,52 @@ fn bodies_without_a_vector_form_run_the_loop_nest() {
     }
 }
 
+/// `round(max(x · y, k))`, then `min(·, 300)` where `upper`, stored as u8: the body's own
+/// clamp proves the value at or above 0 where `k ≥ 0`.
+fn clamped_below(name: &'static str, k: f32, upper: bool) -> MapCase {
+    MapCase {
+        name,
+        inputs: vec![(DType::F32, true), (DType::F32, false)],
+        body: std::rc::Rc::new(move |x: &[Expr]| {
+            let v = x[0].clone() * x[1].clone();
+            let v = select(f32c(k).lt(&v), v, f32c(k));
+            let v = if upper { select(v.lt(f32c(300.0)), v, f32c(300.0)) } else { v };
+            v.round().saturating_cast(DType::U8)
+        }),
+    }
+}
+
+#[test]
+fn u8_stores_leave_out_the_clamp_their_body_proves() {
+    for (m, n) in [(3, 40), (2, 37), (1, 16)] {
+        for level in skip::levels_here(IsaLevel::ALL) {
+            // Every vector's `vmaxps`: the body's `max`, and the store's clamp from below
+            // unless the body's bound is at or above 0 (zmm; ymm packs clamp from above).
+            let mut maxes = Vec::new();
+            for (name, k, upper) in [
+                ("bound_0", 0.0, false),
+                ("bound_3_min", 3.0, true),
+                ("bound_neg", -5.0, false),
+                ("bound_neg_half", -0.5, true),
+            ] {
+                let case = clamped_below(name, k, upper);
+                let ran = case.check(m, n, level);
+                if !ran {
+                    continue;
+                }
+                let code = crate::disasm::disassemble(compile_at(&case.func(m, n), level).machine_code());
+                maxes.push((name, code.matches("vmaxps").count()));
+            }
+            if level.has_avx512() {
+                let [(_, zero), (_, three), (_, negative), (_, negative_half)] = maxes[..] else {
+                    panic!("{m}x{n} at {level}: {maxes:?}");
+                };
+                assert!(zero == three && negative == negative_half && negative > zero, "{m}x{n} at {level}: {maxes:?}");
+            }
+        }
+    }
+}
+
 /// `round(x / s + zp)` stored as `dst` over one `[1, n]` row of f32 `x`.
 fn scaled_rounding(s: f32, zp: Option<f32>, dst: DType) -> MapCase {
     MapCase {

@@ -5,7 +5,7 @@ use iced_x86::code_asm::*;
 use ir::DType;
 use ir::expr::Expr;
 
-use super::narrowing::{GROUP, narrowing_store};
+use super::narrowing::{Clamp, GROUP, narrowing_store};
 use super::nodes::lane_of;
 use super::registers::{ARGS, COLUMN, ROW_COUNT, xmm, ymm, zmm};
 use super::scaled_rounding::ScaledRounding;
@@ -109,14 +109,15 @@ impl<'d> Gen<'d> {
         let out = self.decl.output.dtype();
         let arg = self.decl.inputs.len();
         if let Some(x) = narrowing_store(body, out) {
-            let clamped = self.converted(x, false)?;
+            let clamped = self.converted(x, Clamp::for_vector(out, self.width))?;
             match self.width {
                 VectorWidth::Zmm => {
                     let mem = xmmword_ptr(self.at(arg, 1)?);
-                    if self.masked {
-                        self.a.vpmovdb(mem.k2(), zmm(clamped))?;
+                    let mem = if self.masked { mem.k2() } else { mem };
+                    if out == DType::U8 {
+                        self.a.vpmovusdb(mem, zmm(clamped))?;
                     } else {
-                        self.a.vpmovdb(mem, zmm(clamped))?;
+                        self.a.vpmovsdb(mem, zmm(clamped))?;
                     }
                 }
                 VectorWidth::Ymm => {

@@ -25,16 +25,17 @@
 //! * any other `c ? t : f` with `c` a float comparison: `vcmpps` with the ordered predicate (false on
 //!   NaN, as the IR's comparisons; `!=` unordered: true on NaN), then a blend;
 //! * the store of an f32 value as u8 or i8 (`Cast` and `SaturatingCast` agree on float → int:
-//!   toward zero, saturated, NaN → 0): NaN lanes zeroed (i8 only: `vmaxps` below already turns
-//!   NaN into the lower bound 0 of u8), then `vmaxps` with the lower bound as second operand
-//!   (returned for NaN), `vminps` with the upper, `vcvttps2dq` (exact on the clamped integral
-//!   or truncated value), and a narrowing store (`vpmovdb`; ymm: `vpackssdw` +
-//!   `vpackuswb`/`vpacksswb`, which cannot saturate on values already in range). Where a row
-//!   holds four vectors or more, they go four at a time: `vminps` with the upper bound only,
-//!   the conversion, then the packs, whose saturation is the clamp from below (a NaN or a
-//!   value below `i32::MIN` converts to `0x80000000`, the lowest byte after the packs), and
-//!   `vpermd` to undo their interleaving by 128-bit lanes: three fewer instructions per
-//!   vector;
+//!   toward zero, saturated, NaN → 0): a clamp on the one side the narrowing does not
+//!   saturate, the conversion (`vcvttps2dq`, exact on the clamped integral or truncated value),
+//!   then a saturating narrowing. The conversion gives `0x80000000` for NaN and for values past
+//!   `i32`'s range of either sign. zmm u8: `vmaxps` with the lower bound 0 as second operand
+//!   (returned for NaN), then `vpmovusdb`, which takes the dword as unsigned and saturates it
+//!   from above (`0x80000000` too: only values past `i32::MAX` convert to it there); left out
+//!   where the body's own clamps prove the value a number at or above 0 (`bounds`). i8 (zmm
+//!   `vpmovsdb`, ymm packs) and ymm u8 (`vpackssdw` + `vpackuswb`): NaN lanes zeroed (i8 only),
+//!   `vminps` with the upper bound, then signed saturation, where `0x80000000` is the lowest
+//!   value. Where a row holds four vectors or more, they go four at a time through the packs
+//!   (the same clamp from above), and `vpermd` undoes their interleaving by 128-bit lanes;
 //! * that store of `round(x / s + zp)` with constants `s` and `zp` (a requantization): the
 //!   quotient by one FMA with the reciprocal of `s` wherever that provably rounds to the same
 //!   integer, the division itself in the rare vectors where it may not (`ScaledRounding`):
@@ -49,11 +50,12 @@
 //! A copy (the body one read of an input of the output's dtype) is not evaluated node by node:
 //! `copy` moves its bytes.
 //!
-//! Files: `copy` (the copy kernel), `loops` (the loop nest and one vector's store), `nodes` (the code of each node
+//! Files: `bounds` (a value's lower bound read off the body's clamps), `copy` (the copy kernel), `loops` (the loop nest and one vector's store), `nodes` (the code of each node
 //! family), `narrowing` (the store of f32 as u8 or i8), `scaled_rounding` (the requantization's
 //! rounding by the reciprocal, and its proof), `registers` (general and vector registers,
 //! constants, live values).
 
+mod bounds;
 mod copy;
 mod epilogue;
 mod loops;

@@ -1,12 +1,14 @@
 //! The store of an f32 value as u8 or i8 (`Cast` and `SaturatingCast` agree on float → int:
-//! toward zero, saturated, NaN → 0): clamped and converted vector by vector, or four vectors at a
-//! time saturated by the packs that narrow them.
+//! toward zero, saturated, NaN → 0): converted vector by vector and narrowed by a saturating
+//! `vpmovusdb`/`vpmovsdb` (zmm) or packs (ymm), or four vectors at a time saturated by the packs
+//! that narrow them; each side the narrowing saturates needs no clamp.
 
 use iced_x86::code_asm::*;
 use ir::DType;
 use ir::expr::{Expr, ExprKind};
 
 use super::Gen;
+use super::bounds::at_least;
 use super::registers::{xmm, ymm, zmm};
 use super::scaled_rounding::ScaledRounding;
 use crate::error::KernelError;
@@ -24,50 +26,73 @@ pub(super) fn narrowing_store(root: &Expr, out: DType) -> Option<&Expr> {
     }
 }
 
+/// The clamp a converted value needs before its narrowing, by the side the narrowing does not
+/// saturate correctly on the conversion's result (`0x80000000` for NaN and out-of-range
+/// values, both signs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Clamp {
+    /// From above only: the narrowing takes the value as signed and saturates it from below
+    /// (packs; `vpmovsdb`), where `0x80000000` is the lowest value.
+    Above,
+    /// From below only: the narrowing takes the value as unsigned and saturates it from above
+    /// (`vpmovusdb` to u8), where `0x80000000` is above 255 and a negative value would be too.
+    Below,
+}
+
+impl Clamp {
+    /// The clamp before the saturating narrowing of one vector to `out` (u8 or i8) at `width`:
+    /// zmm narrows with `vpmovusdb` (u8) or `vpmovsdb` (i8), ymm with the packs.
+    pub(super) fn for_vector(out: DType, width: VectorWidth) -> Clamp {
+        if out == DType::U8 && width == VectorWidth::Zmm { Clamp::Below } else { Clamp::Above }
+    }
+}
+
 /// Vectors per group of a narrowing store: two `vpackssdw` and one `vpackuswb` (or
 /// `vpacksswb`) narrow four i32 vectors to one of bytes.
 pub(super) const GROUP: i64 = 4;
 
 impl<'d> Gen<'d> {
-    /// The value `x` of a narrowing store as i32 in a fresh register: clamped to the output's
-    /// range (`saturated_by_packing`: only from above, the packing of `group` saturating the
-    /// rest) and converted, NaN as 0.
-    pub(super) fn converted(&mut self, x: &Expr, saturated_by_packing: bool) -> Result<usize, KernelError> {
+    /// The value `x` of a narrowing store as i32 in a fresh register: clamped on the side
+    /// `clamp` names (the narrowing saturating the other) and converted, NaN as 0 after the
+    /// narrowing. A clamp from below that `x` provably never needs (`bounds::at_least`: a number
+    /// at or above the output's lowest value) is left out.
+    pub(super) fn converted(&mut self, x: &Expr, clamp: Clamp) -> Result<usize, KernelError> {
+        let lowest = if self.decl.output.dtype() == DType::U8 { 0.0 } else { -128.0 };
+        let needed = !(clamp == Clamp::Below && at_least(x).is_some_and(|b| b >= lowest));
         let clamped = match ScaledRounding::of(x) {
             Some(r) => {
                 let t = self.scaled_by_reciprocal(&r)?;
-                let clamped = self.clamped(t, true, saturated_by_packing)?;
+                let clamped = self.clamped(t, true, clamp, needed)?;
                 self.free.push(t);
                 clamped
             }
             None => {
                 let v = self.value(x)?;
-                self.clamped(v, false, saturated_by_packing)?
+                self.clamped(v, false, clamp, needed)?
             }
         };
         self.release(x);
         Ok(clamped)
     }
 
-    /// `v` clamped and converted as `converted` says, into a fresh register; `rounds`: to
-    /// nearest (the reciprocal path leaves `round` to the conversion; clamping to integral
-    /// bounds first commutes with rounding), else truncated.
-    fn clamped(&mut self, v: usize, rounds: bool, saturated_by_packing: bool) -> Result<usize, KernelError> {
+    /// `v` clamped (where `needed`) and converted as `converted` says, into a fresh register;
+    /// `rounds`: to nearest (the reciprocal path leaves `round` to the conversion; clamping to
+    /// integral bounds first commutes with rounding), else truncated.
+    fn clamped(&mut self, v: usize, rounds: bool, clamp: Clamp, needed: bool) -> Result<usize, KernelError> {
         let out = self.decl.output.dtype();
         let clamped = self.allocate()?;
         let (lo, hi) = if out == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
         let (lo, hi, zero) = (self.constant(lo.to_bits())?, self.constant(hi.to_bits())?, self.constant(0)?);
         let mut source = v;
         if out == DType::I8 {
-            // NaN → +0 first: `vmaxps` below would give the lower bound, -128, and so would the
-            // packing, from the conversion's 0x80000000.
+            // NaN → +0 first: the conversion's 0x80000000 would saturate to -128.
             self.ordered_only(clamped, v, zero)?;
             source = clamped;
         }
-        if saturated_by_packing {
-            self.below_to_int(clamped, source, hi, rounds)?;
-        } else {
-            self.clamp_to_int(clamped, source, (lo, hi), rounds)?;
+        match (clamp, needed) {
+            (Clamp::Above, _) => self.below_to_int(clamped, source, hi, rounds)?,
+            (Clamp::Below, true) => self.above_to_int(clamped, source, lo, rounds)?,
+            (Clamp::Below, false) => self.to_int(clamped, source, rounds)?,
         }
         Ok(clamped)
     }
@@ -85,7 +110,7 @@ impl<'d> Gen<'d> {
         match (ScaledRounding::of(x), self.width) {
             (Some(r), VectorWidth::Zmm) => {
                 for t in self.scaled_group(&r)? {
-                    held.push(self.clamped(t, true, true)?);
+                    held.push(self.clamped(t, true, Clamp::Above, true)?);
                     self.free.push(t);
                 }
             }
@@ -93,7 +118,7 @@ impl<'d> Gen<'d> {
                 for g in 0..GROUP as i32 {
                     self.offset = g * lanes;
                     self.live.clear();
-                    held.push(self.converted(x, true)?);
+                    held.push(self.converted(x, Clamp::Above)?);
                 }
             }
         }
@@ -165,40 +190,30 @@ impl<'d> Gen<'d> {
             VectorWidth::Zmm => self.a.vminps(zmm(dst), zmm(hi), zmm(src))?,
             VectorWidth::Ymm => self.a.vminps(ymm(dst), ymm(hi), ymm(src))?,
         }
-        self.convert_in_place(dst, rounds)
+        self.to_int(dst, dst, rounds)
     }
 
-    /// `dst` converted from f32 to i32 in place, rounded to nearest even or truncated.
-    fn convert_in_place(&mut self, dst: usize, rounds: bool) -> Result<(), KernelError> {
+    /// `dst` = `src` clamped from below to `lo` (a NaN gives `lo`) as i32, rounded to nearest
+    /// even or truncated; above the output's range it is whatever the unsigned narrowing
+    /// saturates (`0x80000000` past `i32::MAX` included).
+    fn above_to_int(&mut self, dst: usize, src: usize, lo: usize, rounds: bool) -> Result<(), KernelError> {
+        // `vmaxps` returns its second operand where either is NaN.
+        match self.width {
+            VectorWidth::Zmm => self.a.vmaxps(zmm(dst), zmm(src), zmm(lo))?,
+            VectorWidth::Ymm => self.a.vmaxps(ymm(dst), ymm(src), ymm(lo))?,
+        }
+        self.to_int(dst, dst, rounds)
+    }
+
+    /// `dst` = `src` converted from f32 to i32, rounded to nearest even or truncated.
+    fn to_int(&mut self, dst: usize, src: usize, rounds: bool) -> Result<(), KernelError> {
         match (self.width, rounds) {
-            (VectorWidth::Zmm, true) => self.a.vcvtps2dq(zmm(dst), zmm(dst))?,
-            (VectorWidth::Zmm, false) => self.a.vcvttps2dq(zmm(dst), zmm(dst))?,
-            (VectorWidth::Ymm, true) => self.a.vcvtps2dq(ymm(dst), ymm(dst))?,
-            (VectorWidth::Ymm, false) => self.a.vcvttps2dq(ymm(dst), ymm(dst))?,
+            (VectorWidth::Zmm, true) => self.a.vcvtps2dq(zmm(dst), zmm(src))?,
+            (VectorWidth::Zmm, false) => self.a.vcvttps2dq(zmm(dst), zmm(src))?,
+            (VectorWidth::Ymm, true) => self.a.vcvtps2dq(ymm(dst), ymm(src))?,
+            (VectorWidth::Ymm, false) => self.a.vcvttps2dq(ymm(dst), ymm(src))?,
         }
         Ok(())
-    }
-
-    /// `dst` = `src` clamped to `[lo, hi]` (registers holding the bounds; a NaN gives `lo`) as
-    /// i32, rounded to nearest even or truncated.
-    fn clamp_to_int(
-        &mut self,
-        dst: usize,
-        src: usize,
-        (lo, hi): (usize, usize),
-        rounds: bool,
-    ) -> Result<(), KernelError> {
-        match self.width {
-            VectorWidth::Zmm => {
-                self.a.vmaxps(zmm(dst), zmm(src), zmm(lo))?;
-                self.a.vminps(zmm(dst), zmm(dst), zmm(hi))?;
-            }
-            VectorWidth::Ymm => {
-                self.a.vmaxps(ymm(dst), ymm(src), ymm(lo))?;
-                self.a.vminps(ymm(dst), ymm(dst), ymm(hi))?;
-            }
-        }
-        self.convert_in_place(dst, rounds)
     }
 
     /// `dst = v` with NaN lanes replaced by +0 (`zero` holds +0).
