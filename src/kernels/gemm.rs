@@ -265,6 +265,10 @@ pub(super) struct Gen {
     blocking: Blocking,
     /// The segments come at run time (`assemble_gemm_ranged`): a loop over `SEGMENTS` of them.
     pub(super) ranged: bool,
+    /// A resetting zmm block starts its accumulators at `0 - v` (wrapping) instead of zero, `v`
+    /// the i32 vector at this register (column vector `j` at `64·j` bytes; a partial one read
+    /// under k1): `gemm_map` folds its epilogue's `acc - v` into the start.
+    pub(super) negated_start: Option<AsmRegister64>,
 }
 
 /// Registers of one block.
@@ -297,7 +301,7 @@ impl Tile {
 
 impl Gen {
     pub(super) fn new(variant: KernelVariant, shape: GemmShape, blocking: Blocking) -> Result<Gen, KernelError> {
-        Ok(Gen { a: CodeAssembler::new(64)?, variant, shape, blocking, ranged: false })
+        Ok(Gen { a: CodeAssembler::new(64)?, variant, shape, blocking, ranged: false, negated_start: None })
     }
 
     /// Saves the callee-saved registers a ranged kernel uses (before anything else).
@@ -479,6 +483,7 @@ impl Gen {
                         self.zero(t.acc[i][2 * j])?;
                         self.zero(t.acc[i][2 * j + 1])?;
                     }
+                    _ if s.reset && self.negated_start.is_some() => self.negated_start(&t, i, j)?,
                     _ if s.reset => self.zero(t.acc[i][j])?,
                     _ => self.load_c(&t, t.acc[i][j], i, j)?,
                 }
@@ -735,6 +740,26 @@ impl Gen {
         match self.width() {
             VectorWidth::Zmm => self.a.vmovdqu32(zmm(dst).k1().z(), zmmword_ptr(mem))?,
             VectorWidth::Ymm => self.a.vpmaskmovd(ymm(dst), ymm(t.mask), ymmword_ptr(mem))?,
+        }
+        Ok(())
+    }
+
+    /// `acc[i][j] = 0 - v[j]` (`negated_start`): computed in row 0, copied to the rows below.
+    fn negated_start(&mut self, t: &Tile, i: usize, j: usize) -> Result<(), KernelError> {
+        let (Some(base), VectorWidth::Zmm) = (self.negated_start, self.width()) else {
+            return Err(KernelError::Unsupported { what: "a negated start outside a zmm block".into() });
+        };
+        let dst = t.acc[i][j];
+        if i > 0 {
+            self.a.vmovdqa32(zmm(dst), zmm(t.acc[0][j]))?;
+            return Ok(());
+        }
+        self.zero(dst)?;
+        let mem = zmmword_ptr(base + imm32("a start vector", (j * self.width().bytes()) as i64)?);
+        if t.masked(j, self.width()) {
+            self.a.vpsubd(zmm(dst).k1().z(), zmm(dst), mem)?;
+        } else {
+            self.a.vpsubd(zmm(dst), zmm(dst), mem)?;
         }
         Ok(())
     }

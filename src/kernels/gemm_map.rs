@@ -1,6 +1,10 @@
 //! The kernel of an `IntrinKind::GemmMap` call: one GEMM register tile (`gemm`), then the Map's
 //! body on each accumulator register (`map::emit_epilogue`) and the Map's store — the i32
-//! sums never go to memory.
+//! sums never go to memory. Where the Map reads the tile only as `acc - c` with `c` an i32 per
+//! column (`map::centering_operand`: the requantization's compensation), the accumulators start
+//! at `-c`: one subtraction per column vector before the k loop instead of one per register in
+//! the epilogue, whose instructions after the last multiply-add are what a tile costs beyond
+//! them.
 //!
 //! Signature (SysV): `fn(operands: *const *const u8)`, the addresses of the operands' origins
 //! in call order (A, B, the Map's inputs after the first, the Map's output), since a Map can
@@ -15,13 +19,15 @@ use crate::error::KernelError;
 use crate::isa::{KernelVariant, VectorWidth};
 use crate::kernels::gemm::{A_BASE, A_BLOCK, B_PANEL, Blocking, GemmShape, Gen, SEGMENTS, check_variant};
 use crate::kernels::imm32;
-use crate::kernels::map::{EpilogueTile, emit_epilogue};
+use crate::kernels::map::{EpilogueTile, centering_operand, emit_epilogue};
 
 /// Registers the Map's operands (after input 0) are addressed from during the epilogue: free
 /// once the k loop is done; r10 holds the operand block until they are loaded, r11 is the
 /// Map's scratch.
 const BASES: [AsmRegister64; 7] = [rdx, rcx, rsi, rdi, r8, r9, rax];
 const OPERANDS: AsmRegister64 = r10;
+/// The address of the accumulators' negated start (`Gen::negated_start`) during the GEMM.
+const START: AsmRegister64 = r11;
 
 /// Assembles the kernel of `shape` (a resetting GEMM of `variant`, blocked as `blocking`)
 /// followed by `map` (the `Map` part, `[shape.m, n]` for the tile's first `n ≤ shape.n`
@@ -72,6 +78,13 @@ pub fn assemble_gemm_map(
     g.a.mov(A_BASE, qword_ptr(OPERANDS))?;
     g.a.mov(B_PANEL, qword_ptr(OPERANDS + 8))?;
     g.a.mov(A_BLOCK, A_BASE)?;
+    // The epilogue's `acc - c` as the accumulators' start (`centering_operand`): r11 is free
+    // until the epilogue, which then reads the tile as that difference.
+    let centered = centering_operand(map, row_strides);
+    if let Some(k) = centered {
+        g.a.mov(START, qword_ptr(OPERANDS + imm32("the operand block", 16 + 8 * (k as i64 - 1))?))?;
+        g.negated_start = Some(START);
+    }
     let last_lanes = n - (vectors - 1) * lanes;
     let tile = g.block_with(m, vectors, last_lanes, false)?;
     for (k, &base) in BASES[..others].iter().enumerate() {
@@ -83,7 +96,7 @@ pub fn assemble_gemm_map(
     let map_vectors = map_n.div_ceil(lanes);
     let acc = tile.acc.iter().map(|row| row[..map_vectors].iter().map(|v| v.0).collect()).collect();
     let last_lanes = map_n - (map_vectors - 1) * lanes;
-    let epilogue = EpilogueTile { acc, last_lanes, bases, row_strides: row_strides.to_vec() };
+    let epilogue = EpilogueTile { acc, last_lanes, bases, row_strides: row_strides.to_vec(), centered };
     let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
     g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;
     if ranged {

@@ -178,6 +178,12 @@ fn fused_kernels_equal_the_unfused_pair_and_the_interpreter() {
                         assert!(origins(&pair).iter().any(|o| o.contains("map kernel")), "{case:?}");
                         // Every tile that is one register block of the zmm VNNI kernel is fused.
                         assert!(uses_fused || m > 8, "{case:?}: {:?}", origins(&fused));
+                        if uses_fused {
+                            // `acc - comp` is the accumulators' start: one `vpsubd` per column
+                            // vector before the k loop, none per register after it.
+                            let code = crate::disasm::disassemble(fused.machine_code());
+                            assert_eq!(code.matches("vpsubd").count(), (n as usize).div_ceil(16), "{case:?}\n{code}");
+                        }
                         fused_kernels += uses_fused as usize;
                     }
                 }

@@ -2,11 +2,15 @@
 //! registers (a GEMM's accumulators) instead of memory, the other operands are at base
 //! registers and constant offsets, and each vector is computed and stored as the map kernel
 //! does it (the same node code, the same narrowing store), one register of the tile at a time.
+//! Where the body reads input 0 only as `in0 - c` with `c` an i32 `[n]` operand
+//! (`centering_operand`), the GEMM can start its accumulators at `-c` instead of zero, and the
+//! tile's registers are then the value of that subtraction.
 
 use std::collections::HashSet;
 
 use iced_x86::code_asm::*;
-use ir::expr::{Expr, ExprKind};
+use ir::DType;
+use ir::expr::{BinOp, Expr, ExprKind};
 use ir::intrin::{IntrinKind, TensorIntrin};
 
 use super::Gen;
@@ -27,6 +31,8 @@ pub(crate) struct EpilogueTile {
     pub bases: Vec<AsmRegister64>,
     /// Per operand: elements between rows, 0 for an `[n]` operand.
     pub row_strides: Vec<i64>,
+    /// The registers hold `in0 - in_k` for this `centering_operand` `k`, not input 0.
+    pub centered: Option<usize>,
 }
 
 /// The current vector of an epilogue (`Gen::place`).
@@ -41,6 +47,8 @@ pub(super) struct Place {
     single_read: bool,
     /// `acc` became a node's value (freed at its last use).
     handed: bool,
+    /// The node `in0 - in_k` whose value `acc` holds (`EpilogueTile::centered`).
+    centered: Option<usize>,
 }
 
 impl Place {
@@ -91,6 +99,11 @@ pub(crate) fn emit_epilogue(
     g.free.retain(|r| !taken.contains(r));
     let body = decl.output.body().expect("a Map declaration is a compute").clone();
     let single_read = reads_of_first_input(decl, &body) == 1;
+    let centered = match tile.centered {
+        Some(k) if centering_operand(decl, &tile.row_strides) == Some(k) => centering_node(decl, &body, k),
+        Some(_) => return unsupported(format!("an epilogue of {} on a centered tile", decl.name)),
+        None => None,
+    };
     g.place = Some(Place {
         bases: tile.bases.clone(),
         row_strides: tile.row_strides.clone(),
@@ -99,6 +112,7 @@ pub(crate) fn emit_epilogue(
         acc: 0,
         single_read,
         handed: false,
+        centered,
     });
     g.prepare(&body)?;
     if tile.last_lanes < lanes {
@@ -123,6 +137,37 @@ pub(crate) fn emit_epilogue(
     Ok(g.a)
 }
 
+/// The input `k` (an i32 `[n]` operand: row stride 0) for which `decl`'s body reads input 0 at
+/// exactly one node, the left side of `in0 - in_k`: a GEMM that starts its accumulators at
+/// `-in_k` (wrapping, as `vpsubd` and `vpdpbusd`) leaves in them what that node computes.
+pub(crate) fn centering_operand(decl: &TensorIntrin, row_strides: &[i64]) -> Option<usize> {
+    let body = decl.output.body()?;
+    if reads_of_first_input(decl, body) != 1 {
+        return None;
+    }
+    (1..decl.inputs.len()).find(|&k| {
+        let t = &decl.inputs[k];
+        t.dtype() == DType::I32 && row_strides.get(k) == Some(&0) && centering_node(decl, body, k).is_some()
+    })
+}
+
+/// The node `in0 - in_k` of `body` (`centering_operand`).
+fn centering_node(decl: &TensorIntrin, body: &Expr, k: usize) -> Option<usize> {
+    let is_read_of =
+        |e: &Expr, arg: usize| matches!(e.kind(), ExprKind::TensorRead(t, _) if t.id() == decl.inputs[arg].id());
+    let mut found = None;
+    body.for_each(&mut |e| {
+        if let ExprKind::Binary(BinOp::Sub, x, y) = e.kind()
+            && e.dtype() == DType::I32
+            && is_read_of(x, 0)
+            && is_read_of(y, k)
+        {
+            found = Some(node(e));
+        }
+    });
+    found
+}
+
 /// Distinct nodes of `body` that read `decl`'s input 0.
 fn reads_of_first_input(decl: &TensorIntrin, body: &Expr) -> usize {
     let mut nodes = HashSet::new();
@@ -137,6 +182,12 @@ fn reads_of_first_input(decl: &TensorIntrin, body: &Expr) -> usize {
 }
 
 impl Gen<'_> {
+    /// The tile's register at the current vector where `e` is the node it holds the value of
+    /// (`Place::centered`).
+    pub(super) fn centered_register(&self, e: &Expr) -> Option<usize> {
+        self.place.as_ref().filter(|p| p.centered == Some(node(e))).map(|p| p.acc)
+    }
+
     /// The register of input `arg` at the current vector, in an epilogue: input 0's.
     pub(super) fn register_input(&self, arg: usize) -> Option<usize> {
         self.place.as_ref().filter(|_| arg == 0).map(|p| p.acc)

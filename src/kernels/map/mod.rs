@@ -73,7 +73,7 @@ use crate::error::KernelError;
 use crate::isa::VectorWidth;
 use registers::{ARGS, COLUMN};
 
-pub(crate) use epilogue::{EpilogueTile, emit_epilogue};
+pub(crate) use epilogue::{EpilogueTile, centering_operand, emit_epilogue};
 
 /// The problem of one map kernel: the block and each operand's row stride.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]

@@ -32,6 +32,9 @@ impl<'d> Gen<'d> {
         let Some(lane) = lane_of(e.dtype()) else {
             return self.unsupported(format!("`{e}` of {}", e.dtype()));
         };
+        if let Some(reg) = self.centered_register(e) {
+            return self.read_register(reg);
+        }
         match e.kind() {
             ExprKind::TensorRead(t, _) => {
                 let arg = self.input(t)?;
