@@ -50,7 +50,8 @@
 //! A copy (the body one read of an input of the output's dtype) is not evaluated node by node:
 //! `copy` moves its bytes.
 //!
-//! Files: `bounds` (a value's lower bound read off the body's clamps), `copy` (the copy kernel), `loops` (the loop nest and one vector's store), `nodes` (the code of each node
+//! Files: `bounds` (a value's lower bound read off the body's clamps), `copy` (the copy
+//! kernel), `loops` (the loop nest and one vector's store), `nodes` (the code of each node
 //! family), `narrowing` (the store of f32 as u8 or i8), `scaled_rounding` (the requantization's
 //! rounding by the reciprocal, and its proof), `registers` (general and vector registers,
 //! constants, live values).

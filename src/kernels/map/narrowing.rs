@@ -92,7 +92,7 @@ impl<'d> Gen<'d> {
         match (clamp, needed) {
             (Clamp::Above, _) => self.below_to_int(clamped, source, hi, rounds)?,
             (Clamp::Below, true) => self.above_to_int(clamped, source, lo, rounds)?,
-            (Clamp::Below, false) => self.to_int(clamped, source, rounds)?,
+            (Clamp::Below, false) => self.convert_to_int(clamped, source, rounds)?,
         }
         Ok(clamped)
     }
@@ -190,7 +190,7 @@ impl<'d> Gen<'d> {
             VectorWidth::Zmm => self.a.vminps(zmm(dst), zmm(hi), zmm(src))?,
             VectorWidth::Ymm => self.a.vminps(ymm(dst), ymm(hi), ymm(src))?,
         }
-        self.to_int(dst, dst, rounds)
+        self.convert_to_int(dst, dst, rounds)
     }
 
     /// `dst` = `src` clamped from below to `lo` (a NaN gives `lo`) as i32, rounded to nearest
@@ -202,11 +202,11 @@ impl<'d> Gen<'d> {
             VectorWidth::Zmm => self.a.vmaxps(zmm(dst), zmm(src), zmm(lo))?,
             VectorWidth::Ymm => self.a.vmaxps(ymm(dst), ymm(src), ymm(lo))?,
         }
-        self.to_int(dst, dst, rounds)
+        self.convert_to_int(dst, dst, rounds)
     }
 
     /// `dst` = `src` converted from f32 to i32, rounded to nearest even or truncated.
-    fn to_int(&mut self, dst: usize, src: usize, rounds: bool) -> Result<(), KernelError> {
+    fn convert_to_int(&mut self, dst: usize, src: usize, rounds: bool) -> Result<(), KernelError> {
         match (self.width, rounds) {
             (VectorWidth::Zmm, true) => self.a.vcvtps2dq(zmm(dst), zmm(src))?,
             (VectorWidth::Zmm, false) => self.a.vcvttps2dq(zmm(dst), zmm(src))?,
