@@ -10,7 +10,9 @@ searches keep one database each.
 Columns: generic and tuned GOPS (validated medians, probe-corrected as `tune op` reports them),
 the speedup, the tuned point's % of the peak probe measured beside it (int8 kernels), the
 trials the learned search needed to reach the random search's best (within --tolerance) and
-the random search's own, the seconds until the learned search first reached 95% of its final
+the random search's own (both searches measure the generic point first as the baseline, the
+generic column, and neither counts it: trial 1 is the learned search's top-scored point and
+the random search's first draw; both are counted from the `curve` that `tune op` reports), the seconds until the learned search first reached 95% of its final
 speed (trial index × the run's seconds per trial), the model's held-out Spearman, and
 onnxruntime's GOPS.
 

@@ -97,6 +97,9 @@ pub struct LayerResult {
     /// Every record, in measurement order: the default point's first, then one per trial, then
     /// (after more than one trial) the default point's again.
     pub records: Vec<Record>,
+    /// The leading records measured before the search that are not trials: 1 where the default
+    /// point is the baseline rather than the first trial (the auto-scheduler's searches), else 0.
+    pub baseline: usize,
     pub elapsed: Duration,
 }
 
@@ -127,17 +130,18 @@ impl LayerResult {
         phases.representatives(self.records.iter().filter(|r| r.ok()))
     }
 
-    /// Trials of the search (validation measurements are not trials).
+    /// Trials of the search (validation measurements and the baseline are not trials).
     pub fn trials(&self) -> usize {
-        self.records.iter().filter(|r| !r.is_validation()).count()
+        self.records.iter().filter(|r| !r.is_validation()).count().saturating_sub(self.baseline)
     }
 
-    /// Best corrected GOPS (`Phases`) after each trial (0 until one succeeded): the tuning
-    /// curve.
+    /// Best corrected GOPS (`Phases`) after each trial (0 until one succeeded), the baseline
+    /// left out: the tuning curve.
     pub fn curve(&self) -> Vec<f64> {
         let phases = self.phases();
         let mut best: f64 = 0.0;
-        self.records[..self.trials()]
+        let start = self.baseline.min(self.records.len());
+        self.records[start..start + self.trials()]
             .iter()
             .map(|r| {
                 best = best.max(phases.gops(r).filter(|_| r.ok()).unwrap_or(0.0));
@@ -174,7 +178,7 @@ pub fn tune_layer(
         phase: Phase::Search,
     };
     tune_space(worker, (space, workload(layer)), (template, &[]), options, db, progress).map(|(records, elapsed)| {
-        LayerResult { name: layer.name().to_string(), workload: workload(layer), records, elapsed }
+        LayerResult { name: layer.name().to_string(), workload: workload(layer), records, baseline: 0, elapsed }
     })
 }
 
@@ -375,6 +379,7 @@ mod tests {
             name: "R5".into(),
             workload: WorkloadRef { key: "k".into(), op: "conv2d_int8".into(), summary: "R5".into() },
             records,
+            baseline: 0,
             elapsed: Duration::ZERO,
         };
         let phases = result.phases();

@@ -95,6 +95,7 @@ pub fn tune_model(
             name: task.workload.summary.clone(),
             workload: task.workload.clone(),
             records,
+            baseline: 0,
             elapsed,
         });
     }
@@ -112,7 +113,8 @@ fn options_for_auto(options: &TuneOptions) -> OpTuneOptions {
     OpTuneOptions {
         level: options.level,
         max_threads: options.max_threads,
-        trials: options.trials,
+        // The task's trials include its baseline, as a template task's include its default.
+        trials: options.trials.saturating_sub(1),
         budget: options.budget,
         repeat: options.repeat,
         search_budget: options.search_budget,

@@ -1,5 +1,6 @@
 //! Tuning an operator of the catalog in the auto-scheduler's space (`tensorlift tune op`): the
-//! generic point measured first, the best point a database already has for this CPU next, then
+//! generic point measured first as the baseline (not a trial, so that neither search spends a
+//! trial on it), the best point a database already has for this CPU next, then
 //! rounds of points the search proposes (`auto::resume`: evolution
 //! guided by the learned cost model, or random), each measured in a worker process (`worker`, so a
 //! crash or a hang is a record), then the fastest few measured again in rounds (as
@@ -64,7 +65,8 @@ pub struct OpTuneOptions {
     pub level: IsaLevel,
     /// Most threads a point may use.
     pub max_threads: usize,
-    /// Stop after this many search measurements (the generic point's included) ...
+    /// Stop after this many search measurements (the baseline, measured before them, is not
+    /// one) ...
     pub trials: usize,
     /// ... or this much time, whichever comes first.
     pub budget: Option<Duration>,
@@ -284,8 +286,8 @@ pub struct AutoSearch<'a> {
     pub label: String,
     pub workload: WorkloadRef,
     pub space: &'a Space,
-    /// The baseline, measured first: an operator's generic point, a model convolution's
-    /// rules' point (what runs without a record).
+    /// The baseline, measured first and not counted as a trial: an operator's generic point,
+    /// a model convolution's rules' point (what runs without a record).
     pub default: AutoPoint,
     /// Points measured right after it, whatever the history holds: the database's best.
     pub known: Vec<AutoPoint>,
@@ -296,9 +298,10 @@ pub struct AutoSearch<'a> {
 }
 
 /// Searches `search.space` with `worker`, each point measured as `candidate` makes it: the
-/// default point, the known ones the space accepts, then rounds of `options.batch` proposed
-/// points not measured before (`auto::resume`: evolution guided by the learned cost model, or
-/// random) until `options.trials` search measurements or `options.budget`, then the validation
+/// default point (the baseline, not a trial), the known ones the space accepts, then rounds of
+/// `options.batch` proposed points not measured before (`auto::resume`: evolution guided by the
+/// learned cost model, or random) until `options.trials` search measurements besides the
+/// baseline or `options.budget`, then the validation
 /// rounds of the default and the fastest `FINALISTS`. Every record is appended to `db` (when
 /// given) as it comes; `progress` sees each search record.
 pub fn tune_auto_space(
@@ -336,8 +339,10 @@ pub fn tune_auto_space(
             firsts.push(p);
         }
     }
-    let within_budget =
-        |records: &[Record]| records.len() < options.trials && options.budget.is_none_or(|b| start.elapsed() < b);
+    // The baseline is measured whatever the trials; the trials follow it.
+    let within_budget = |records: &[Record]| {
+        records.is_empty() || records.len() <= options.trials && options.budget.is_none_or(|b| start.elapsed() < b)
+    };
     let mut failure: Option<DbError> = None;
     let mut run = |points: &[AutoPoint], records: &mut Vec<Record>| -> Vec<Option<f64>> {
         let mut times = Vec::new();
@@ -357,7 +362,8 @@ pub fn tune_auto_space(
     };
     let first_times = run(&firsts, &mut records);
     measured.extend(firsts.iter().cloned().zip(first_times));
-    let mut search = search_options(options, options.trials.saturating_sub(records.len()), vec![], prior);
+    let baseline = records.len().min(1);
+    let mut search = search_options(options, (options.trials + baseline).saturating_sub(records.len()), vec![], prior);
     search.deadline = options.budget.map(|b| start + b);
     let log = resume(&lowered, &trials(&measured), &mut |points| run(points, &mut records), &search)
         .map_err(|source| OpTuneError::Search { op: label.clone(), source })?;
@@ -384,7 +390,7 @@ pub fn tune_auto_space(
             }
         }
     }
-    let result = LayerResult { name: label, workload, records, elapsed: start.elapsed() };
+    let result = LayerResult { name: label, workload, records, baseline, elapsed: start.elapsed() };
     Ok(OpTuned { result, held_out_spearman: log.held_out_spearman })
 }
 

@@ -36,7 +36,10 @@ fn a_users_definition_is_auto_scheduled_and_the_result_is_exact() {
     options.strategy = Strategy::Evolutionary;
     let def = dense_nt(12, 40, 36);
     let result = autoschedule("dense_nt", def.clone(), &options).unwrap();
-    assert!(result.log.trials.len() <= 10 && !result.log.trials.is_empty());
+    // The generic point first, as the baseline (not a trial), then at most 10 trials.
+    assert_eq!(result.log.resumed, 1);
+    assert_eq!(result.log.trials[0].point.sketch, "generic");
+    assert!(result.log.trials.len() <= 11 && result.log.trials.len() > 1);
     let points: HashSet<_> = result.log.trials.iter().map(|t| &t.point).collect();
     assert_eq!(points.len(), result.log.trials.len(), "a point was measured twice");
     assert!(result.listing.contains("sketch generic"), "{}", result.listing);

@@ -178,8 +178,11 @@ fn tune_op_writes_verified_records_reports_json_and_proposes_new_candidates() {
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
     let key = spec_workload(&spec).unwrap().key;
     assert!(loaded.records.iter().all(|r| r.workload.key == key && r.schedule.auto.is_some()));
+    // The generic point first, as the baseline (not a trial), then the trials.
     let searched: Vec<&Record> = loaded.records.iter().filter(|r| !r.is_validation()).collect();
-    assert_eq!(searched.len(), trials);
+    assert_eq!(searched.len(), trials + 1);
+    assert_eq!(searched[0].schedule.auto.as_ref(), Some(&default_point(&spec, 1)));
+    assert_eq!(json["curve"].as_array().map(Vec::len), Some(trials), "{json}");
     assert!(loaded.records.iter().any(|r| r.ok()), "{:?}", loaded.records);
     // The records apply: the best point on this CPU is one the run measured and verified.
     let (point, record) =

@@ -16,7 +16,7 @@ use schedules::catalog::Definition;
 use thiserror::Error;
 
 use super::compiled_point::CompiledPoint;
-use super::search::{SearchError, SearchLog, SearchOptions, Strategy, search};
+use super::search::{SearchError, SearchLog, SearchOptions, Strategy, Trial, resume};
 use super::space::LoweredSpace;
 use crate::bench::median;
 use crate::build::BuildError;
@@ -31,7 +31,8 @@ use crate::tune::op_bench::{OpBench, OpBenchError, OpReference};
 pub struct AutoOptions {
     pub level: IsaLevel,
     pub max_threads: usize,
-    /// Search measurements (the generic point's included).
+    /// Search measurements after the generic point's (the baseline, measured first, is not a
+    /// trial).
     pub trials: usize,
     pub strategy: Strategy,
     /// Timed calls per measurement, as many as fit in `search_budget` during the search.
@@ -78,7 +79,8 @@ pub struct AutoScheduled {
     /// after the search, interleaved.
     pub default_seconds: f64,
     pub best_seconds: f64,
-    /// Every search measurement, in order, with the cost model's held-out correlations.
+    /// Every search measurement, in order (the generic point's first, `resumed`: 1), with the
+    /// cost model's held-out correlations.
     pub log: SearchLog,
     /// The space's sketches, decisions and rule notes (`Space::listing`).
     pub listing: String,
@@ -139,7 +141,6 @@ pub fn autoschedule(
     let default = bench.space.default_point();
     let mut search_options = SearchOptions::new(options.trials, options.strategy);
     search_options.seed = options.seed;
-    search_options.starts = vec![default.clone()];
     if options.prior {
         let shipped = crate::tune::prior::shipped()?;
         search_options.prior =
@@ -149,7 +150,10 @@ pub fn autoschedule(
     let mut measure = |points: &[AutoPoint]| -> Vec<Option<f64>> {
         points.iter().map(|p| seconds(p, options.search_budget).ok()).collect()
     };
-    let log = search(&lowered, &mut measure, &search_options)?;
+    // The generic point first, as the baseline the search starts from, not one of its trials.
+    let baseline =
+        Trial { point: default.clone(), seconds: seconds(&default, options.search_budget).ok(), predicted: None };
+    let log = resume(&lowered, &[baseline], &mut measure, &search_options)?;
     // The finalists: the generic point first, then the fastest of the search.
     let mut ranked: Vec<_> = log.trials.iter().filter(|t| t.seconds.is_some()).collect();
     ranked.sort_by(|a, b| a.seconds.unwrap_or(f64::INFINITY).total_cmp(&b.seconds.unwrap_or(f64::INFINITY)));

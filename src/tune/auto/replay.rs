@@ -5,10 +5,10 @@
 //! `TableSpace` is the table as a `SearchSpace`: it accepts only the points of the table (a
 //! mutation that leaves the table is rejected, as a point the space cannot build would be)
 //! and lists them, so random proposals draw uniformly from the table. `race` replays what
-//! `tune op` does — the first points measured, then the search in batches — once with the
+//! `tune op` does — the baseline measured first, then the search in batches — once with the
 //! learned search and once with the random search on the same seed, and counts the trials each
 //! needed to reach the random search's best, as `scripts/autoschedule_suite.py` does with real
-//! measurements.
+//! measurements: the baseline is not a trial of either.
 
 use std::collections::HashMap;
 
@@ -80,8 +80,8 @@ impl SearchSpace for TableSpace {
     }
 }
 
-/// What one replayed race found: the trials (the first points included) each search needed to
-/// reach the random search's best within the tolerance (`None`: never).
+/// What one replayed race found: the trials (after the baseline) each search needed to reach
+/// the random search's best within the tolerance (`None`: never).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Race {
     pub learned: Option<usize>,
@@ -96,30 +96,34 @@ impl Race {
     }
 }
 
-/// Replays one search on `table`: `first` measured (those in the table), then `options.trials`
-/// minus those, in batches, as `tune op` runs it.
+/// Replays one search on `table`: the baseline `first` measured (those in the table, the log's
+/// `resumed` trials), then `options.trials` more, in batches, as `tune op` runs it.
 pub fn replay(table: &TableSpace, first: &[AutoPoint], options: &SearchOptions) -> Result<SearchLog, SearchError> {
     let history: Vec<Trial> = first
         .iter()
         .filter(|p| table.rows.contains_key(*p))
         .map(|p| Trial { point: p.clone(), seconds: table.seconds(p), predicted: None })
         .collect();
-    let rest = SearchOptions { trials: options.trials.saturating_sub(history.len()), ..options.clone() };
-    resume(table, &history, &mut |points| table.measure(points), &rest)
+    resume(table, &history, &mut |points| table.measure(points), options)
+}
+
+/// `log` without its baseline (the `resumed` trials): the search's own trials.
+fn searched(log: SearchLog) -> SearchLog {
+    SearchLog { trials: log.trials[log.resumed..].to_vec(), resumed: 0, held_out_spearman: log.held_out_spearman }
 }
 
 /// The race of a contender (`learned`: the learned search, or for a control another random
 /// search, run with its own strategy) against the random search (`random`, run as
-/// `Strategy::Random`), both from `first`: the trials each needed to reach within `tolerance`
-/// of the random search's best speed.
+/// `Strategy::Random`), both after the baseline `first`: the trials each needed to reach
+/// within `tolerance` of the random search's best speed, neither counting the baseline.
 pub fn race(
     table: &TableSpace,
     first: &[AutoPoint],
     (learned, random): (&SearchOptions, &SearchOptions),
     tolerance: f64,
 ) -> Result<Race, SearchError> {
-    let learned_log = replay(table, first, learned)?;
-    let random_log = replay(table, first, &SearchOptions { strategy: Strategy::Random, ..random.clone() })?;
+    let learned_log = searched(replay(table, first, learned)?);
+    let random_log = searched(replay(table, first, &SearchOptions { strategy: Strategy::Random, ..random.clone() })?);
     let Some(best) = random_log.best().and_then(|t| t.seconds) else {
         return Ok(Race { learned: None, random: None });
     };
@@ -161,10 +165,11 @@ mod tests {
         for strategy in [Strategy::Evolutionary, Strategy::Random] {
             let options = SearchOptions { seed: 4, batch: 8, ..SearchOptions::new(40, strategy) };
             let log = replay(&table, &first, &options).unwrap();
-            assert_eq!(log.trials.len(), 40);
+            // The baseline, then 40 trials.
+            assert_eq!((log.resumed, log.trials.len()), (1, 41));
             assert_eq!(log.trials[0].point, first[0]);
             assert!(log.trials.iter().all(|t| table.features(&t.point).is_some()), "a point outside the table");
-            assert_eq!(log.trials.iter().map(|t| &t.point).collect::<HashSet<_>>().len(), 40);
+            assert_eq!(log.trials.iter().map(|t| &t.point).collect::<HashSet<_>>().len(), 41);
             assert!(log.trials.iter().all(|t| t.seconds == table.seconds(&t.point)));
             assert_eq!(replay(&table, &first, &options).unwrap(), log, "same seed, same replay");
             let other = SearchOptions { seed: 5, ..options };
@@ -180,8 +185,11 @@ mod tests {
         let random = SearchOptions { seed: 1, batch: 8, ..SearchOptions::new(64, Strategy::Random) };
         let outcome = race(&table, &first, (&learned, &random), 0.0).unwrap();
         let random_log = replay(&table, &first, &random).unwrap();
-        let best = random_log.best().and_then(|t| t.seconds).unwrap();
-        assert_eq!(outcome.random, random_log.trials_to_reach(best));
+        // The baseline (the slow `flat` point) is not a trial: the count starts after it.
+        let own = &random_log.trials[1..];
+        let best = own.iter().filter_map(|t| t.seconds).min_by(f64::total_cmp).unwrap();
+        let reached = own.iter().position(|t| t.seconds == Some(best)).map(|i| i + 1);
+        assert_eq!(outcome.random, reached);
         assert_eq!(outcome, race(&table, &first, (&learned, &random), 0.0).unwrap());
         assert!(Race { learned: Some(5), random: Some(10) }.learned_wins());
         assert!(!Race { learned: Some(6), random: Some(10) }.learned_wins());
