@@ -13,7 +13,8 @@
 //! ```
 //!
 //! `--table DIR`: every `*.jsonl` database in DIR (the suite's operators measured by the random
-//! search on this CPU, at `--threads`); `--only A,B`: only the operators whose label contains A
+//! search on this CPU, at `--threads`); `--prior FILE`: a prior file (as `tuning/prior.jsonl`) in
+//! the shipped prior's place; `--only A,B`: only the operators whose label contains A
 //! or B (a `transfer` configuration then trains on those others only). A replay sees only the table: a point the evolution
 //! breeds outside it is rejected as an unbuildable point would be, so the replay ranks the
 //! table's points by the model rather than exploring the whole space; the random search draws
@@ -37,7 +38,7 @@ use tensorlift::tune::auto::{
 };
 use tensorlift::tune::op_bench::spec_workload;
 use tensorlift::tune::op_tune::op_table;
-use tensorlift::tune::prior::{samples, shipped};
+use tensorlift::tune::prior::{parse, samples, shipped};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -51,6 +52,8 @@ struct Args {
     configs: Vec<String>,
     /// Only the suite's operators whose label contains one of these (all when empty).
     only: Vec<String>,
+    /// A prior file in the shipped prior's place (`shipped-prior`).
+    prior: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, Error> {
@@ -63,6 +66,7 @@ fn parse_args() -> Result<Args, Error> {
         threads: 1,
         configs: vec!["before".into(), "default".into()],
         only: vec![],
+        prior: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -76,6 +80,7 @@ fn parse_args() -> Result<Args, Error> {
             "--threads" => args.threads = value()?.parse()?,
             "--configs" => args.configs = value()?.split(',').map(str::to_string).collect(),
             "--only" => args.only = value()?.split(',').map(str::to_string).collect(),
+            "--prior" => args.prior = Some(value()?.into()),
             other => return Err(format!("unknown flag {other:?}").into()),
         }
     }
@@ -186,7 +191,10 @@ fn main() -> Result<(), Error> {
         tables.push((spec.clone(), space.default_point(), TableSpace::new(lowered.sketches(), rows), samples));
     }
     let ops = tables.len();
-    let shipped = shipped()?;
+    let shipped = match &args.prior {
+        Some(file) => parse(&std::fs::read_to_string(file)?)?,
+        None => shipped()?,
+    };
     for (index, (spec, default_point, table, _)) in tables.iter().enumerate() {
         let first = [default_point.clone()];
         let others: Vec<Vec<Sample>> =
