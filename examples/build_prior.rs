@@ -9,7 +9,9 @@
 //!
 //! `--threads N` (default 1) must be the table's `--threads`. An existing `--out` file keeps its
 //! workloads of other ISA levels or thread counts (a prior per level, each measured on a CPU of
-//! that level); those of this level and threads are replaced.
+//! that level); those of this level and threads that the table measured are replaced, the others
+//! kept, so a table of some specs alone (`search_table.py --set prior --only ...`) adds or
+//! re-measures just those. This level's lines are written in `specs()` order.
 //!
 //! `--refresh FILE` instead recomputes the features of every point of the prior `FILE` with the
 //! current code (lowering only, any level on any CPU) and keeps the measured times: after a
@@ -20,7 +22,7 @@ use std::path::PathBuf;
 
 use tensorlift::isa::IsaLevel;
 use tensorlift::record::{CpuRef, Database};
-use tensorlift::tune::prior::{PriorWorkload, build, features_now, parse, round, specs};
+use tensorlift::tune::prior::{PriorError, PriorWorkload, build, features_now, parse, round, specs};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -46,27 +48,49 @@ fn main() -> Result<(), Error> {
     let level = IsaLevel::detect().ok_or("no supported ISA level on this CPU")?;
     let cpu = tensorlift::isa::cpu_id().as_ref().map(CpuRef::from).ok_or("this CPU does not identify itself")?;
     let records = Database::load_dir(&table)?;
-    let prior = build(&specs(), &records, level, threads, &cpu)?;
-    // The lines of other levels or threads kept as they are (not re-serialized).
+    // The lines of other levels or threads kept as they are (not re-serialized), and this
+    // level's by workload key.
     let text = match std::fs::read_to_string(&out) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(e.into()),
     };
     let mut kept: Vec<&str> = Vec::new();
+    let mut own: Vec<(String, &str)> = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let w: PriorWorkload = parse(line)?.remove(0);
         if w.isa != level.name() || w.threads != threads {
             kept.push(line);
+        } else {
+            own.push((w.key, line));
+        }
+    }
+    // Per spec: the table's measurements, else this level's line as it was.
+    let mut lines: Vec<String> = Vec::new();
+    for spec in specs() {
+        match build(std::slice::from_ref(&spec), &records, level, threads, &cpu) {
+            Ok(built) => {
+                for w in built {
+                    eprintln!("{}: {} points measured", w.spec.label(), w.points.len());
+                    lines.push(serde_json::to_string(&w)?);
+                }
+            }
+            Err(PriorError::Missing { op }) => {
+                let key = tensorlift::tune::prior::key_of(&spec)?;
+                let line = own.iter().find(|(k, _)| *k == key).map(|(_, l)| *l);
+                let line = line.ok_or_else(|| format!("{op}: neither in the table nor in {}", out.display()))?;
+                eprintln!("{op}: kept");
+                lines.push(line.to_string());
+            }
+            Err(e) => return Err(e.into()),
         }
     }
     let mut file = std::fs::File::create(&out)?;
     for line in kept {
         writeln!(file, "{line}")?;
     }
-    for w in &prior {
-        writeln!(file, "{}", serde_json::to_string(w)?)?;
-        eprintln!("{}: {} points", w.spec.label(), w.points.len());
+    for line in lines {
+        writeln!(file, "{line}")?;
     }
     Ok(())
 }

@@ -53,6 +53,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1000, help="the random search's seed (keep it apart from the suite's)")
     ap.add_argument("--out", required=True, help="a directory for the databases")
     ap.add_argument("--only", nargs="*", default=None, help="short names of the ops to measure")
+    ap.add_argument("--search-budget-ms", type=float, default=None,
+                    help="tune op's --search-budget-ms (0: every point timed --repeat times; default: tune op's)")
     ap.add_argument("--set", choices=["suite", "prior"], default="suite",
                     help="the suite's operators, or the prior's (other shapes of the same kinds)")
     a = ap.parse_args()
@@ -67,6 +69,8 @@ def main():
         start = time.time()
         cmd = [a.tensorlift, "tune", "op", *op, "--trials", str(a.points), "--threads", str(a.threads),
                "--search", "random", "--seed", str(a.seed), "--format", "json", "--db", db]
+        if a.search_budget_ms is not None:
+            cmd += ["--search-budget-ms", str(a.search_budget_ms)]
         out = subprocess.run(cmd, text=True, capture_output=True)
         if out.returncode != 0:
             sys.exit(f"{' '.join(cmd)}: {out.stderr.strip()}")

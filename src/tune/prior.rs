@@ -172,6 +172,12 @@ pub fn build(
     Ok(out)
 }
 
+/// The workload key of `spec` (what a prior line's `key` is).
+pub fn key_of(spec: &OpSpec) -> Result<String, PriorError> {
+    let def = definition(spec).map_err(Box::new)?;
+    Ok(op_workload(spec, &def).key)
+}
+
 /// `x` to 1/1000: the stored precision of features (the file stays small; the trees' split
 /// thresholds do not need more).
 pub fn round(x: f32) -> f32 {
