@@ -148,8 +148,9 @@ enum StrategyChoice {
 /// The flags of `tune op KIND` after the shape.
 #[derive(clap::Args)]
 struct OpSearchArgs {
-    /// Search measurements, the generic point's included (default 64). With --propose: the
-    /// database's search records of this operator to reach (no limit when not given).
+    /// Search measurements after the generic point, which is measured first as the baseline
+    /// and is not one (default 64). With --propose: the database's search records of this
+    /// operator to reach (no limit when not given).
     #[arg(long, value_parser = positive::<usize>, allow_negative_numbers = true)]
     trials: Option<usize>,
     /// Time of the search in seconds (stops at whichever of --trials and this comes first).
