@@ -117,3 +117,87 @@ fn the_requantize_flag_tunes_the_u8_definition_and_refuses_f32() {
     assert!(!ok && !stderr.contains("panicked"), "{stderr}");
     assert!(stderr.contains("a u8 x i8 matmul or an int8 conv2d"), "{stderr}");
 }
+
+/// The three geometries of the epilogue-at-tile tests: a 1×1 stride-2 downsample, a 7×7
+/// stride-2 stem with padding and a 3×3.
+fn epilogue_ops() -> Vec<OpSpec> {
+    vec![
+        requantized(OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 1, kw: 1, stride: 2, pad: 0, groups: 1 }),
+        requantized(OpSpec::Conv2d { ic: 3, oc: 16, h: 12, w: 12, kh: 7, kw: 7, stride: 2, pad: 3, groups: 1 }),
+        requantized(OpSpec::Conv2d { ic: 8, oc: 24, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 }),
+    ]
+}
+
+/// Every `.epi` point of `space` at the first and the last choices, and every other corner of
+/// `gemm.mr × gemm.nr`.
+fn epi_points(space: &Space) -> Vec<schedules::auto::AutoPoint> {
+    let mut points = Vec::new();
+    for s in space.sketches().iter().filter(|s| s.name.ends_with(".epi")) {
+        for picks in [[0usize, 0], [usize::MAX, usize::MAX], [0, usize::MAX], [usize::MAX, 0]] {
+            let values = s
+                .decisions
+                .iter()
+                .enumerate()
+                .map(|(i, d)| d.choices[picks[i.min(1)].min(d.choices.len() - 1)])
+                .collect();
+            points.push(schedules::auto::AutoPoint { sketch: s.name.clone(), values });
+        }
+    }
+    points
+}
+
+#[test]
+fn epilogue_at_tile_points_are_bit_exact_at_each_level() {
+    // AVX-512 VNNI fuses the Map into the GEMM's calls; AVX2 keeps the two calls (no fused
+    // kernel there): both must agree with the interpreter.
+    for level in [IsaLevel::Avx512Vnni, IsaLevel::Avx2] {
+        if !level.is_supported() {
+            continue;
+        }
+        for spec in epilogue_ops() {
+            let reference = Arc::new(OpReference::new(&spec).unwrap());
+            let bench = OpBench::new(&spec, level, 2, reference).unwrap();
+            let points = epi_points(&bench.space);
+            assert!(points.len() >= 4, "{level} {}: {}", spec.label(), bench.space.listing());
+            for point in &points {
+                let m = bench.measure(point, 1, None);
+                assert_eq!((m.status, m.verified), (Status::Ok, true), "{level} {} {point:?}: {m:?}", spec.label());
+            }
+        }
+    }
+}
+
+#[test]
+fn the_epilogue_at_tile_lowers_to_gemm_map_calls_at_avx512_vnni_only() {
+    for spec in epilogue_ops() {
+        let def = spec.build().unwrap();
+        let space = Space::of(&def, space_options(IsaLevel::Avx512Vnni, 2));
+        let listing = space.listing();
+        assert!(listing.contains("epilogue-at-tile at conv: sketch tensorize.u8"), "{listing}");
+        for point in epi_points(&space) {
+            let scheduled = space.apply(&point).unwrap();
+            let args: Vec<&ir::Tensor> = scheduled.args.iter().collect();
+            let calls = |level| {
+                let func = tensorlift::build::lower_at(&scheduled.schedule, &args, "f", level).unwrap();
+                let text = func.to_string();
+                let names: Vec<String> = text
+                    .lines()
+                    .filter_map(|l| l.trim().strip_prefix("call "))
+                    .map(|c| c.trim_start_matches("reset ").split('(').next().unwrap().to_string())
+                    .collect();
+                (names, text)
+            };
+            // Every GEMM call carries the row's Map, and no Map runs on its own.
+            let (names, text) = calls(IsaLevel::Avx512Vnni);
+            let gemms: Vec<&String> = names.iter().filter(|n| n.starts_with("int8_gemm")).collect();
+            assert!(!gemms.is_empty(), "{point:?}: {text}");
+            assert!(gemms.iter().all(|n| n.contains("_conv.u8.row_")), "{point:?}: {names:?}");
+            assert!(!names.iter().any(|n| n.starts_with("conv.u8.row_")), "{point:?}: {names:?}");
+            assert!(!text.contains("conv.gemm_c") && !text.contains("allocate conv["), "{point:?}: {text}");
+            // Below AVX-512 the GEMM and the Map stay two calls.
+            let (names, _) = calls(IsaLevel::Avx2);
+            assert!(names.iter().any(|n| n.starts_with("conv.u8.row_")), "{point:?}: {names:?}");
+            assert!(!names.iter().any(|n| n.contains("_conv.u8.row_")), "{point:?}: {names:?}");
+        }
+    }
+}

@@ -19,6 +19,7 @@
 
 mod analysis;
 mod annotate;
+mod epilogue;
 mod inline;
 mod sketch;
 mod tensorize;
@@ -134,6 +135,8 @@ pub enum AutoError {
         #[source]
         source: Box<ScheduleError>,
     },
+    #[error("sketch `{sketch}`: the epilogue's row map could not be declared: {why}")]
+    Epilogue { sketch: String, why: String },
     #[error("sketch `{sketch}`: rewriting the definition failed: {source}")]
     Rewrite {
         sketch: String,

@@ -62,6 +62,9 @@ pub struct TensorizePlan {
     prepare_b: bool,
     /// The `.direct` sketch: `A` read in its direct form (`tensorize::Direct`).
     direct: Option<Direct>,
+    /// The `.epi` sketch: the epilogue tensorized per output row, fused into the GEMM's tile
+    /// calls by lowering (`super::epilogue`).
+    epilogue_at_tile: bool,
 }
 
 /// How a sketch is applied.
@@ -244,16 +247,64 @@ fn tensorize_sketch(
         Some(_) => ".direct",
     };
     let name = format!("tensorize.{}{variant}", form.name());
-    let plan = TensorizePlan { contraction: c, form, inline, mr, nr, cols_outer, threads, prepare_b, direct };
-    let sketch = Sketch { name, decisions: d.decisions };
+    let flat = direct.as_ref().is_some_and(|d| d.flat.is_some());
+    let why_not_at_tile = super::epilogue::unsupported(&c, flat);
+    let has_epilogue = c.epilogue.is_some();
+    let mut plan = TensorizePlan {
+        contraction: c,
+        form,
+        inline,
+        mr,
+        nr,
+        cols_outer,
+        threads,
+        prepare_b,
+        direct,
+        epilogue_at_tile: why_not_at_tile.is_none(),
+    };
+    let mut sketch = Sketch { name, decisions: d.decisions };
     let rule = match &plan.direct {
         None => "auto-tensorize",
         Some(d) if d.flat.is_some() => "flat-rows",
         Some(_) => "direct-source",
     };
-    // Kept only if the proof succeeds at the sketch's first point.
+    // Kept only if the proof succeeds at the sketch's first point; an epilogue the row Map or
+    // its proof refuses runs as its own pass (the sketch without `.epi`).
     let first: Vec<i64> = sketch.decisions.iter().map(|d| d.choices[0]).collect();
-    match apply_tensorize(&plan, &Values(&first), options) {
+    let mut applied = apply_tensorize(&plan, &Values(&first), options);
+    if plan.epilogue_at_tile {
+        let at_tile = format!("{}.epi", sketch.name);
+        match &applied {
+            Ok(_) => {
+                notes.push(RuleNote {
+                    rule: "epilogue-at-tile",
+                    stage: stage.clone(),
+                    outcome: Ok(format!(
+                        "sketch {at_tile}: the epilogue tensorized as one Map per output row, which lowering fuses \
+                         into each GEMM tile's call (GemmMap: the tile mapped in registers); no pass over the whole \
+                         accumulator"
+                    )),
+                });
+                sketch.name = at_tile;
+            }
+            Err(e) => {
+                notes.push(RuleNote {
+                    rule: "epilogue-at-tile",
+                    stage: stage.clone(),
+                    outcome: Err(format!("sketch {}: {}", sketch.name, describe(e))),
+                });
+                plan.epilogue_at_tile = false;
+                applied = apply_tensorize(&plan, &Values(&first), options);
+            }
+        }
+    } else if let (true, Some(why)) = (has_epilogue, why_not_at_tile) {
+        notes.push(RuleNote {
+            rule: "epilogue-at-tile",
+            stage: stage.clone(),
+            outcome: Err(format!("sketch {}: {why}; the epilogue runs as its own pass", sketch.name)),
+        });
+    }
+    match applied {
         Ok(_) => {
             let packing = if plan.prepare_b {
                 format!("{} is a constant: packed once by a prepare function", b.name())
@@ -284,13 +335,17 @@ fn tensorize_sketch(
             Some((sketch, Plan::Tensorize(Box::new(plan))))
         }
         Err(e) => {
-            let why = match e {
-                TensorizeError::Rewrite(e) => format!("the rewrite failed: {e}"),
-                TensorizeError::Schedule(e) => format!("the proof or a primitive failed: {e}"),
-            };
-            notes.push(RuleNote { rule, stage, outcome: Err(why) });
+            notes.push(RuleNote { rule, stage, outcome: Err(describe(&e)) });
             None
         }
+    }
+}
+
+fn describe(e: &TensorizeError) -> String {
+    match e {
+        TensorizeError::Rewrite(e) => format!("the rewrite failed: {e}"),
+        TensorizeError::Schedule(e) => format!("the proof or a primitive failed: {e}"),
+        TensorizeError::Epilogue(why) => format!("the epilogue's row map could not be declared: {why}"),
     }
 }
 
@@ -309,6 +364,7 @@ fn apply_tensorize(p: &TensorizePlan, v: &Values, options: &SpaceOptions) -> Res
         &p.inline,
         p.prepare_b,
         p.direct.as_ref(),
+        p.epilogue_at_tile,
     )
 }
 
@@ -369,6 +425,7 @@ pub fn apply(
             let t = apply_tensorize(p, &v, options).map_err(|e| match e {
                 TensorizeError::Rewrite(e) => AutoError::Rewrite { sketch: sketch.to_string(), source: Box::new(e) },
                 TensorizeError::Schedule(e) => schedule_err(e),
+                TensorizeError::Epilogue(why) => AutoError::Epilogue { sketch: sketch.to_string(), why },
             })?;
             let threads = v.get(p.threads) as usize;
             let mut args: Vec<Tensor> = inputs.iter().cloned().chain([t.output]).collect();

@@ -933,6 +933,11 @@ pub struct Tensorized {
 /// Rewrites and schedules `c` at `point`: inlines the definition's injective stages into the
 /// `A` copy, vectorizes the copy, tiles the output by `mr × nr` and tensorizes each tile; the
 /// packing of `B` is a stage of the call, or with `prepare_b` a function of its own.
+///
+/// With `epilogue_at_tile` (the `.epi` sketches, `super::epilogue`), the epilogue is tensorized
+/// per output row as a Map, which lowering fuses into the GEMM's tile calls; its outer loops
+/// of more than one iteration on the thread pool.
+#[allow(clippy::too_many_arguments)]
 pub fn schedule(
     c: &Contraction,
     form: GemmForm,
@@ -941,8 +946,13 @@ pub fn schedule(
     inline: &[Tensor],
     prepare_b: bool,
     direct: Option<&Direct>,
+    epilogue_at_tile: bool,
 ) -> Result<Tensorized, TensorizeError> {
     let rw = rewrite(c, form, point.nr, prepare_b, direct, point.mr).map_err(TensorizeError::Rewrite)?;
+    let row_map = match epilogue_at_tile && rw.output.id() != rw.acc.id() {
+        true => Some(super::epilogue::row_map(&rw.output, &rw.acc).map_err(TensorizeError::Epilogue)?),
+        false => None,
+    };
     let (m, n) = (rw.gemm.shape()[rw.gemm_rows], c.axes[c.cols].extent());
     let (mr, nr) = (point.mr.min(m), point.nr.min(n));
     let intrin = match form {
@@ -1015,7 +1025,15 @@ pub fn schedule(
             // The copy of the GEMM's columns is read once per element by the epilogue.
             s.compute_inline(&rw.acc)?;
         }
-        if rw.output.id() != rw.gemm.id() {
+        if let Some(map) = &row_map {
+            // One Map per output row; the outer loops of one iteration (a batch of one) are not
+            // fused into the parallel loop, so the Map nest keeps one loop (`fuse_epilogues`).
+            let axes = rw.output.axes().to_vec();
+            let row = &axes[axes.len() - 2];
+            let outer: Vec<IterVar> = axes[..axes.len() - 2].iter().filter(|a| a.extent() > 1).cloned().collect();
+            parallelize(s, &rw.output, &outer, point.threads)?;
+            s.tensorize(&rw.output, row, map)?;
+        } else if rw.output.id() != rw.gemm.id() {
             let outer = vectorize_injective(s, &rw.output, lanes(vector_bytes, rw.output.dtype().bytes()))?;
             parallelize(s, &rw.output, &outer, point.threads)?;
         }
@@ -1077,6 +1095,8 @@ fn schedule_packing(s: &mut Schedule, bp: &Tensor, nb: usize, threads: usize) ->
 pub enum TensorizeError {
     Rewrite(TeError),
     Schedule(ScheduleError),
+    /// The epilogue's row Map could not be declared (`super::epilogue::row_map`).
+    Epilogue(String),
 }
 
 #[cfg(test)]
