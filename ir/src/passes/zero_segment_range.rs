@@ -12,6 +12,9 @@ use crate::intrin::{Segments, TensorIntrin, segmented_gemm};
 use crate::mutator::for_each_stmt;
 use crate::stmt::{Buffer, BufferId, Func, Operand, SegmentRange, Stmt, StmtKind};
 
+mod runs;
+use runs::ZeroRuns;
+
 /// Elements of an allocation the proof tracks at most; larger buffers are never proven zero.
 const MAX_CELLS: i64 = 1 << 22;
 /// Evaluation steps the proof spends per function at most (a bound on compile time); past it,
@@ -80,18 +83,18 @@ struct Env {
     lets: Vec<(Var, Expr)>,
 }
 
-/// Per tracked allocation, whether each element holds 0 (for every value of the enclosing loop
+/// Per tracked allocation, the elements known to hold 0 (for every value of the enclosing loop
 /// variables); shared until written.
 #[derive(Default, Clone)]
-struct Zeros(HashMap<BufferId, Rc<Vec<bool>>>);
+struct Zeros(HashMap<BufferId, Rc<ZeroRuns>>);
 
 impl Zeros {
     fn forget(&mut self, buffers: &[Buffer]) {
         for b in buffers {
             if let Some(bits) = self.0.get_mut(&b.id())
-                && bits.iter().any(|z| *z)
+                && bits.any()
             {
-                *bits = Rc::new(vec![false; bits.len()]);
+                *bits = Rc::new(ZeroRuns::none(bits.len()));
             }
         }
     }
@@ -334,7 +337,7 @@ impl ZeroSegmentRange {
             StmtKind::Allocate { buffer, body } => {
                 let tracked = buffer.dtype().is_int() && buffer.len() <= MAX_CELLS && reads_as_a(body, buffer);
                 if tracked {
-                    zeros.0.insert(buffer.id(), Rc::new(vec![false; buffer.len() as usize]));
+                    zeros.0.insert(buffer.id(), Rc::new(ZeroRuns::none(buffer.len() as usize)));
                 }
                 let body = self.stmt(body, env, zeros);
                 zeros.0.remove(&buffer.id());
@@ -390,12 +393,12 @@ impl ZeroSegmentRange {
         let vars = env_vars(env, &exprs.iter().collect::<Vec<_>>());
         // The facts before the nest, taken out of `zeros` (copied only when shared or when
         // the nest runs at more than one point).
-        let mut before: HashMap<BufferId, Vec<bool>> = targets
+        let mut before: HashMap<BufferId, ZeroRuns> = targets
             .iter()
             .filter_map(|b| zeros.0.remove(&b.id()).map(|bits| (b.id(), Rc::unwrap_or_clone(bits))))
             .collect();
         let points: i64 = vars.iter().map(|(_, lo, hi)| (hi - lo).max(0)).product();
-        let mut result: Option<HashMap<BufferId, Vec<bool>>> = None;
+        let mut result: Option<HashMap<BufferId, ZeroRuns>> = None;
         let mut fills = Fills::new();
         let closed_form = self.closed_form;
         let complete = for_points(&mut self.work, env, &vars, &mut |at, work| {
@@ -408,7 +411,7 @@ impl ZeroSegmentRange {
                 None => result = Some(state),
                 Some(r) => {
                     for (id, bits) in r.iter_mut() {
-                        bits.iter_mut().zip(&state[id]).for_each(|(x, y)| *x &= *y);
+                        bits.intersect(&state[id]);
                     }
                 }
             }
@@ -418,7 +421,7 @@ impl ZeroSegmentRange {
             (true, Some(r)) => zeros.0.extend(r.into_iter().map(|(id, bits)| (id, Rc::new(bits)))),
             _ => {
                 for b in &targets {
-                    zeros.0.insert(b.id(), Rc::new(vec![false; b.len() as usize]));
+                    zeros.0.insert(b.id(), Rc::new(ZeroRuns::none(b.len() as usize)));
                 }
             }
         }
@@ -438,8 +441,7 @@ impl ZeroSegmentRange {
             return None;
         }
         let len = bits.len() as i64;
-        let z0 = bits.iter().take_while(|z| **z).count() as i64;
-        let z1 = len - bits.iter().rev().take_while(|z| **z).count() as i64;
+        let (z0, z1) = (bits.prefix() as i64, bits.suffix_start() as i64);
         if z0 == 0 && z1 == len {
             return None;
         }
@@ -468,7 +470,7 @@ impl ZeroSegmentRange {
 fn exec(
     stmt: &Stmt,
     at: &mut Assignment,
-    state: &mut HashMap<BufferId, Vec<bool>>,
+    state: &mut HashMap<BufferId, ZeroRuns>,
     work: &mut u64,
     mut fills: Option<&mut Fills>,
 ) -> bool {
@@ -522,10 +524,12 @@ fn exec(
             let Some(bits) = state.get_mut(&buffer.id()) else { return true };
             match (indices.as_slice(), value.dtype().lanes) {
                 ([index], 1) => match eval(index, at) {
-                    Some(i) if (0..bits.len() as i64).contains(&i) => bits[i as usize] = is_zero(value, at),
-                    _ => bits.iter_mut().for_each(|z| *z = false),
+                    Some(i) if (0..bits.len() as i64).contains(&i) => {
+                        bits.set(i as usize, i as usize + 1, is_zero(value, at))
+                    }
+                    _ => bits.clear(),
                 },
-                _ => bits.iter_mut().for_each(|z| *z = false),
+                _ => bits.clear(),
             }
             true
         }
@@ -688,7 +692,7 @@ fn fill_range(var: &Var, extent: i64, body: &Stmt) -> Option<Fill> {
 
 /// Runs a loop `fill_range` accepted: elements `[e, e + extent)` of `buffer` set at once, or
 /// its three parts (before, where and after `cond` holds) for a split select.
-fn fill(var: &Var, f: &Fill, at: &mut Assignment, state: &mut HashMap<BufferId, Vec<bool>>, work: &mut u64) {
+fn fill(var: &Var, f: &Fill, at: &mut Assignment, state: &mut HashMap<BufferId, ZeroRuns>, work: &mut u64) {
     *work += 1;
     let Some(bits) = state.get_mut(&f.buffer.id()) else { return };
     let extent = f.extent;
@@ -715,10 +719,10 @@ fn fill(var: &Var, f: &Fill, at: &mut Assignment, state: &mut HashMap<BufferId, 
     match start {
         Some(s) if s >= 0 && s + extent <= bits.len() as i64 => {
             for (from, to, zero) in parts {
-                bits[(s + from) as usize..(s + to) as usize].iter_mut().for_each(|z| *z = zero)
+                bits.set((s + from) as usize, (s + to) as usize, zero)
             }
         }
-        _ => bits.iter_mut().for_each(|z| *z = false),
+        _ => bits.clear(),
     }
 }
 
@@ -983,10 +987,10 @@ mod tests {
         fn zero_bits(nest: &Stmt, buf: &Buffer, y: &Var, ys: i64, closed_form: bool) -> Vec<bool> {
             let mut pass = ZeroSegmentRange { work: 0, closed_form };
             let mut zeros = Zeros::default();
-            zeros.0.insert(buf.id(), Rc::new(vec![false; buf.len() as usize]));
+            zeros.0.insert(buf.id(), Rc::new(ZeroRuns::none(buf.len() as usize)));
             let env = Env { loops: vec![(y.clone(), 0, ys)], lets: Vec::new() };
             pass.stores(nest, &env, &mut zeros);
-            zeros.0[&buf.id()].to_vec()
+            zeros.0[&buf.id()].to_bits()
         }
 
         proptest! {
