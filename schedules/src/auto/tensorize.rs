@@ -39,7 +39,7 @@
 use std::collections::HashMap;
 
 use ir::analysis::linear::Linear;
-use ir::expr::{ExprKind, min as index_min, select};
+use ir::expr::{BinOp, CmpOp, ExprKind, min as index_min, select};
 use ir::intrin::pair_sums_fit_i16;
 use ir::mutator::{Mutator, substitute_map, walk_expr};
 use ir::schedule::{Schedule, create_schedule};
@@ -820,6 +820,11 @@ fn direct_copy(c: &Contraction, form: GemmForm, d: &Direct, vp: i64) -> Result<O
     }
     if d.flatten {
         let (pixels, ch) = (shape[rank - 2], shape[rank - 1]);
+        if ch % DENSE_ROW_LANES != 0 {
+            if let Some(copy) = dense_rows_copy(c, form, d, &name)? {
+                return Ok(Some(copy));
+            }
+        }
         let mut flat: Vec<i64> = shape[..rank - 2].to_vec();
         // The last segment's overhang past the row: zeros (they multiply zeros of the packing).
         let overhang = d.overhang(c);
@@ -842,6 +847,121 @@ fn direct_copy(c: &Contraction, form: GemmForm, d: &Direct, vp: i64) -> Result<O
         Ok(Some(copy))
     } else {
         Ok(Some(compute_vec(shape.to_vec(), |i| a.at_vec(i.to_vec()).cast(form.a_dtype()), &name)?))
+    }
+}
+
+/// The lanes of a dense row copy's vectors (`dense_rows_copy`), and what its rows are rounded
+/// up to: where a pixel's channels do not fill them (the stem's 3), the row's bytes are copied
+/// along the row, as the template copies its padded rows.
+pub const DENSE_ROW_LANES: i64 = 16;
+
+/// The flattened copy of `A` (`direct_copy`) as rows of bytes, or `None` where a row would hold
+/// no pixel of the source: element `t` of a row is pixel `t / C`'s channel `t % C`, rows
+/// rounded up to whole `DENSE_ROW_LANES` (zeros past the row's pixels and the overhang). Where
+/// `A` is a padding stage (`select(inside, value, zero)`), its body is inlined here with the
+/// padding's bounds on the pixel (`x + k ≥ 0`, `x + k < E`) as bounds on `t`, and the value
+/// read at the offset clamped into them: `partition_loops` then splits each row at the
+/// padding and the interior is one dense copy (a pixel's channels decoded out of `t` would
+/// keep every pixel a select of `C` lanes).
+fn dense_rows_copy(c: &Contraction, form: GemmForm, d: &Direct, name: &str) -> Result<Option<Tensor>, TeError> {
+    let a = &c.a.tensor;
+    let shape = a.shape();
+    let rank = shape.len();
+    let (pixels, ch) = (shape[rank - 2], shape[rank - 1]);
+    let row = pixels * ch + d.overhang(c);
+    let mut flat: Vec<i64> = shape[..rank - 2].to_vec();
+    flat.push(ceil_div(row, DENSE_ROW_LANES) * DENSE_ROW_LANES);
+    // A padding stage's condition, value and padding value over its own axes, else `A` read.
+    let axes = a.axes();
+    let parts = match a.body().map(|b| b.kind()) {
+        Some(ExprKind::Select(cond, t, f)) if axes.len() == rank => Some((cond.clone(), t.clone(), f.clone())),
+        _ => None,
+    };
+    let (mut lo, mut hi) = (0, pixels);
+    let mut rest: Vec<Expr> = Vec::new();
+    if let Some((cond, _, _)) = &parts {
+        let x = axes[rank - 2].var();
+        for term in conjuncts(cond) {
+            match pixel_bound(&term, x) {
+                Some(Bound::Lo(b)) => lo = lo.max(b),
+                Some(Bound::Hi(b)) => hi = hi.min(b),
+                None => rest.push(term),
+            }
+        }
+    }
+    if hi <= lo {
+        return Ok(None);
+    }
+    let copy = compute_vec(
+        flat,
+        |i| {
+            let t = &i[rank - 2];
+            // The offset clamped into the pixels the bounds keep (exact inside them).
+            let ct = index_min(ir::expr::max(t - lo * ch, Expr::index(0)), Expr::index((hi - lo) * ch - 1));
+            let inside = t.clone().ge(lo * ch) & t.clone().lt(hi * ch);
+            let zero = Expr::int(form.a_dtype(), 0);
+            let Some((_, value, padding)) = &parts else {
+                let mut idx: Vec<Expr> = i[..rank - 2].to_vec();
+                idx.extend([&ct / ch + lo, &ct % ch]);
+                return select(inside, a.at_vec(idx).cast(form.a_dtype()), zero);
+            };
+            let map = |x: Expr, k: Expr| -> HashMap<Var, Expr> {
+                let mut map: HashMap<Var, Expr> = HashMap::new();
+                for (j, ax) in axes[..rank - 2].iter().enumerate() {
+                    map.insert(ax.var().clone(), i[j].clone());
+                }
+                map.insert(axes[rank - 2].var().clone(), x);
+                map.insert(axes[rank - 1].var().clone(), k);
+                map
+            };
+            let clamped = map(&ct / ch + lo, &ct % ch);
+            let cond = rest.iter().fold(inside, |acc, e| acc & substitute_map(e, &clamped));
+            let value = substitute_map(value, &clamped).cast(form.a_dtype());
+            // Outside the bounds: the padding value at the pixel itself, zeros past the row.
+            let at_t = map(t / ch, t % ch);
+            let padding = substitute_map(padding, &at_t).cast(form.a_dtype());
+            let padding = select(t.clone().lt(pixels * ch), padding, zero);
+            select(cond, value, padding)
+        },
+        name,
+    )?;
+    Ok(Some(copy))
+}
+
+/// The terms of a conjunction (`a & b & …`).
+fn conjuncts(e: &Expr) -> Vec<Expr> {
+    match e.kind() {
+        ExprKind::Binary(BinOp::And, l, r) => {
+            let mut out = conjuncts(l);
+            out.extend(conjuncts(r));
+            out
+        }
+        _ => vec![e.clone()],
+    }
+}
+
+/// A bound on a pixel: `x ≥ b` or `x < b`.
+enum Bound {
+    Lo(i64),
+    Hi(i64),
+}
+
+/// `term` as a bound on `x`, where it compares `x + k` with a constant.
+fn pixel_bound(term: &Expr, x: &Var) -> Option<Bound> {
+    let ExprKind::Cmp(op, l, r) = term.kind() else { return None };
+    let (l, r) = (Linear::of(l), Linear::of(r));
+    let [(e, 1)] = l.terms.as_slice() else { return None };
+    if !r.terms.is_empty() || !is_var(e, x) {
+        return None;
+    }
+    // `x + k op 0`.
+    let k = l.constant - r.constant;
+    match op {
+        CmpOp::Ge => Some(Bound::Lo(-k)),
+        CmpOp::Gt => Some(Bound::Lo(-k + 1)),
+        CmpOp::Lt => Some(Bound::Hi(-k)),
+        CmpOp::Le => Some(Bound::Hi(-k + 1)),
+        _ => None,
     }
 }
 
@@ -979,7 +1099,16 @@ pub fn schedule(
             // where the copy is one flat row, its pixels.
             let rank = copy.axes().len();
             let mut first = copy.axes()[..rank - 1].iter().find(|a| a.extent() > 1).cloned();
-            if let Some(d) = direct.filter(|d| d.flatten) {
+            let ch = c.a.tensor.shape()[c.a.tensor.shape().len() - 1];
+            let dense_rows = direct.is_some_and(|d| d.flatten && d.flat.is_none())
+                && ch % DENSE_ROW_LANES != 0
+                && span % DENSE_ROW_LANES == 0;
+            if dense_rows {
+                // Rows of bytes (`dense_rows_copy`): vectors along the row, dense between the
+                // padding that `partition_loops` splits off.
+                let (_, lanes) = s.split(copy, &last, DENSE_ROW_LANES)?;
+                s.vectorize(copy, &lanes)?;
+            } else if let Some(d) = direct.filter(|d| d.flatten) {
                 // Source rows (with flat rows), then pixels, then channels: one loop each, so
                 // that the decoding of the flat index folds away and the channels are one
                 // dense vector read.
@@ -1005,7 +1134,7 @@ pub fn schedule(
                 }
             }
             let f = dividing_tiles(span, 2, lanes(vector_bytes, form.a_dtype().bytes()) * 2).into_iter().max();
-            if let Some(f) = f.filter(|f| *f > 1) {
+            if let Some(f) = f.filter(|f| *f > 1 && !dense_rows) {
                 if f < span {
                     let (_, vi) = s.split(copy, &last, f)?;
                     s.vectorize(copy, &vi)?;
