@@ -820,10 +820,10 @@ fn direct_copy(c: &Contraction, form: GemmForm, d: &Direct, vp: i64) -> Result<O
     }
     if d.flatten {
         let (pixels, ch) = (shape[rank - 2], shape[rank - 1]);
-        if ch % DENSE_ROW_LANES != 0 {
-            if let Some(copy) = dense_rows_copy(c, form, d, &name)? {
-                return Ok(Some(copy));
-            }
+        if ch % DENSE_ROW_LANES != 0
+            && let Some(copy) = dense_rows_copy(c, form, d, &name)?
+        {
+            return Ok(Some(copy));
         }
         let mut flat: Vec<i64> = shape[..rank - 2].to_vec();
         // The last segment's overhang past the row: zeros (they multiply zeros of the packing).
