@@ -815,25 +815,14 @@ mod tests {
             Stmt::call(gemm.clone(), operands, true, fallback)
         };
         let source_call = || call(&padded, y.to_expr() * (stride * rw), y.to_expr(), l.to_expr());
+        // The padded rows, then the calls in two loops, `outer` around `inner`.
+        let padded_then_calls = |(outer, n): (&Var, i64), (inner, m): (&Var, i64)| {
+            let calls = Stmt::for_loop(inner.clone(), m, ForKind::Serial, source_call());
+            Stmt::seq(vec![all_rows(ForKind::Serial), Stmt::for_loop(outer.clone(), n, ForKind::Serial, calls)])
+        };
         let body = match mode {
-            Mode::Whole => Stmt::seq(vec![
-                all_rows(ForKind::Serial),
-                Stmt::for_loop(
-                    l.clone(),
-                    panels,
-                    ForKind::Serial,
-                    Stmt::for_loop(y.clone(), oh, ForKind::Serial, source_call()),
-                ),
-            ]),
-            Mode::PerRow => Stmt::seq(vec![
-                all_rows(ForKind::Serial),
-                Stmt::for_loop(
-                    y.clone(),
-                    oh,
-                    ForKind::Serial,
-                    Stmt::for_loop(l.clone(), panels, ForKind::Serial, source_call()),
-                ),
-            ]),
+            Mode::Whole => padded_then_calls((&l, panels), (&y, oh)),
+            Mode::PerRow => padded_then_calls((&y, oh), (&l, panels)),
             Mode::PerRowWithSource => {
                 let rows = Buffer::new("rows", DType::U8, vec![kh * rw]);
                 let j = Var::index("j");
