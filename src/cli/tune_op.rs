@@ -336,6 +336,7 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
         "best": summary.best.map(|b| &b.schedule.auto),
         "applied": applied,
         "curve": result.curve(),
+        "trial_gops": result.trial_gops(),
         "search": if options.strategy == Strategy::Random { "random" } else { "evolutionary" },
         "held_out_spearman": tuned.held_out_spearman,
         "model_spearman": model_spearman,

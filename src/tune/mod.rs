@@ -135,16 +135,25 @@ impl LayerResult {
         self.records.iter().filter(|r| !r.is_validation()).count().saturating_sub(self.baseline)
     }
 
-    /// Best corrected GOPS (`Phases`) after each trial (0 until one succeeded), the baseline
-    /// left out: the tuning curve.
-    pub fn curve(&self) -> Vec<f64> {
+    /// Corrected GOPS (`Phases`) of each trial in order (0 where it failed), the baseline left
+    /// out: how many of a random search's draws reach a level, not only when the first did.
+    pub fn trial_gops(&self) -> Vec<f64> {
         let phases = self.phases();
-        let mut best: f64 = 0.0;
         let start = self.baseline.min(self.records.len());
         self.records[start..start + self.trials()]
             .iter()
-            .map(|r| {
-                best = best.max(phases.gops(r).filter(|_| r.ok()).unwrap_or(0.0));
+            .map(|r| phases.gops(r).filter(|_| r.ok()).unwrap_or(0.0))
+            .collect()
+    }
+
+    /// Best corrected GOPS after each trial (0 until one succeeded), the baseline left out:
+    /// the tuning curve, the running maximum of `trial_gops`.
+    pub fn curve(&self) -> Vec<f64> {
+        let mut best: f64 = 0.0;
+        self.trial_gops()
+            .into_iter()
+            .map(|g| {
+                best = best.max(g);
                 best
             })
             .collect()

@@ -183,6 +183,13 @@ fn a_small_tuning_run_records_every_trial_and_starts_at_the_default() {
     assert!(phases.seconds(best) <= phases.seconds(result.default_record().unwrap()));
     let curve = result.curve();
     assert!(curve.windows(2).all(|w| w[0] <= w[1]) && curve[0] > 0.0, "{curve:?}");
+    // The curve is the running best of the trials' own speeds: each step up is a trial's own.
+    let trials = result.trial_gops();
+    assert_eq!(trials.len(), curve.len());
+    assert_eq!(trials[0], curve[0]);
+    for (i, w) in curve.windows(2).enumerate() {
+        assert_eq!(w[1], w[0].max(trials[i + 1]), "{trials:?} {curve:?}");
+    }
     let loaded = Database::load(&db).unwrap();
     assert_eq!(loaded.records.len(), 4 + 4 * rounds);
     assert!(loaded.errors.is_empty());

@@ -183,6 +183,14 @@ fn tune_op_writes_verified_records_reports_json_and_proposes_new_candidates() {
     assert_eq!(searched.len(), trials + 1);
     assert_eq!(searched[0].schedule.auto.as_ref(), Some(&default_point(&spec, 1)));
     assert_eq!(json["curve"].as_array().map(Vec::len), Some(trials), "{json}");
+    // Each trial's own speed: one per trial, the curve's end their maximum, and a trial that
+    // failed reports 0.
+    let own: Vec<f64> = json["trial_gops"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(own.len(), trials, "{json}");
+    assert_eq!(Some(own.iter().copied().fold(0.0, f64::max)), json["curve"][trials - 1].as_f64(), "{json}");
+    for (g, r) in own.iter().zip(&searched[1..]) {
+        assert_eq!(*g > 0.0, r.ok(), "{json}");
+    }
     assert!(loaded.records.iter().any(|r| r.ok()), "{:?}", loaded.records);
     // The records apply: the best point on this CPU is one the run measured and verified.
     let (point, record) =
