@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::compile::{CompiledGraph, Step};
 use super::error::EngineError;
 use super::kernel::Kernel;
-use super::native::quantize::quantize_copying;
+use super::native::split::quantize_copying;
 use super::slot::{Slot, f32_bytes};
 use crate::graph::{Data, Value, reference};
 
@@ -113,15 +113,15 @@ impl CompiledGraph {
         Ok((outputs, times))
     }
 
-    /// The graph input (its index) that the first step, a native quantization on one thread,
-    /// stores into its buffer as it quantizes it (`run_quantize_copying`): f32 stored in the
-    /// logical order, so that the step's one pass over the input replaces a copy and a read.
+    /// The graph input (its index) that the first step, a native quantization, stores into its
+    /// buffer as it quantizes it (`run_quantize_copying`): f32 stored in the logical order, so
+    /// that the step's one pass over the input replaces a copy and a read.
     fn quantize_copying_input(&self, inputs: &[Value]) -> Option<usize> {
         let step = self.steps.first()?;
         let (Kernel::Quantize(_), [s]) = (&step.kernel, &step.inputs[..]) else { return None };
         let k = self.inputs.iter().position(|&(_, t)| t == *s)?;
         let plain = !self.slots[*s].nhwc && matches!(inputs[k].data(), Data::F32(_));
-        (self.pool.is_none() && plain).then_some(k)
+        plain.then_some(k)
     }
 
     /// The first step (a `Kernel::Quantize` of `value`'s slot, `quantize_copying_input`) run
@@ -135,7 +135,8 @@ impl CompiledGraph {
         let (input, out) = (step.inputs[0], step.outputs[0]);
         let mut output = std::mem::replace(&mut self.slots[out], Slot::placeholder());
         let dims = if output.nhwc { output.nchw() } else { [0; 4] };
-        quantize_copying(&f32_bytes(x), dims, output.nhwc, *q, &mut output.bytes, &mut self.slots[input].bytes);
+        let (pool, copy) = (self.pool.as_deref(), &mut self.slots[input].bytes);
+        quantize_copying(pool, &f32_bytes(x), dims, output.nhwc, *q, &mut output.bytes, copy);
         self.slots[out] = output;
     }
 

@@ -112,7 +112,7 @@ fn quantize_variants_match_the_scalar_twin() {
     }
 }
 
-/// The quantization that also stores its source (`quantize_copying`, the network input's
+/// The quantization that also stores its source (`quantize_part_copying`, the network input's
 /// store fused into the first step): the same bytes as the scalar twin, and a copy equal to the
 /// source, in both layouts.
 #[test]
@@ -134,7 +134,17 @@ fn quantize_copying_matches_the_scalar_twin_and_copies_its_source() {
                 quantize_scalar(&x, *dims, nhwc, scale, zp, ty, &mut want);
                 let (mut got, mut copy) = (vec![0x5au8; len], vec![0x5au8; raw.len()]);
                 let q = Affine { scale, zero_point: zp, ty };
-                quantize_part_in(build, &raw, *dims, nhwc, q, 0, &mut got, Some(&mut copy)).unwrap();
+                if nhwc {
+                    // A part per image, each storing its image's channel planes.
+                    let [_, c, h, w] = *dims;
+                    let image = c * h * w;
+                    for (b, (got, copy)) in got.chunks_mut(image).zip(copy.chunks_mut(4 * image)).enumerate() {
+                        let mut planes: Vec<&mut [u8]> = copy.chunks_mut(4 * h * w).collect();
+                        quantize_part_in(build, &raw, *dims, true, q, b * image, got, &mut planes).unwrap();
+                    }
+                } else {
+                    quantize_part_in(build, &raw, *dims, false, q, 0, &mut got, &mut [&mut copy[..]]).unwrap();
+                }
                 assert!(got == want, "{name} {dims:?} nhwc {nhwc}: the quantized bytes differ");
                 assert!(copy == raw, "{name} {dims:?} nhwc {nhwc}: the copy differs from the source");
             }
@@ -389,15 +399,14 @@ fn split_loops_on_a_pool_equal_the_one_thread_loops() {
                 let mut want = vec![0xa5u8; len];
                 quantize_scalar(&x, dims, nhwc, 0.018_627_45, 128, Int8::U8, &mut want);
                 let mut got = vec![0x5au8; len];
-                split::quantize(
-                    pool,
-                    &raw,
-                    dims,
-                    nhwc,
-                    Affine { scale: 0.018_627_45, zero_point: 128, ty: Int8::U8 },
-                    &mut got,
-                );
+                let q = Affine { scale: 0.018_627_45, zero_point: 128, ty: Int8::U8 };
+                split::quantize(pool, &raw, dims, nhwc, q, &mut got);
                 assert!(got == want, "{}", at(format!("quantize {dims:?} nhwc {nhwc}")));
+                // The same with the source stored as it is read (the network input's buffer).
+                let (mut got, mut copy) = (vec![0x5au8; len], vec![0x5au8; raw.len()]);
+                split::quantize_copying(pool, &raw, dims, nhwc, q, &mut got, &mut copy);
+                assert!(got == want, "{}", at(format!("quantize copying {dims:?} nhwc {nhwc}")));
+                assert!(copy == raw, "{}", at(format!("the copy of quantize copying {dims:?} nhwc {nhwc}")));
             }
         }
 

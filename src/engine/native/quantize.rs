@@ -11,21 +11,30 @@ use super::Int8;
 use super::{Affine, Build, round_clamped};
 
 /// Pixels per block of the NHWC case: a few kilobytes of source per channel.
-const BLOCK: usize = 64;
+pub(super) const BLOCK: usize = 64;
 
 /// Quantizes `src` (f32 in little-endian bytes; NCHW `[n, c, h, w]`, or any shape with
 /// `nhwc == false`) into `dst`, written in NHWC order when `nhwc`: the part of the output from
 /// element `first` on that `dst` holds (whole pixels when `nhwc`); `src` is the whole source.
 pub fn quantize_part(src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, first: usize, dst: &mut [u8]) {
-    let ran = quantize_part_in(Build::best(), src, dims, nhwc, q, first, dst, None);
+    let ran = quantize_part_in(Build::best(), src, dims, nhwc, q, first, dst, &mut []);
     debug_assert!(ran.is_some(), "the best build is available");
 }
 
-/// `quantize_part` of the whole output that also copies `src` into `copy` (as long), each
-/// piece as the quantization reads it: one pass over the source where the source's bytes are
-/// also kept (a network's input stored into the engine's buffer).
-pub fn quantize_copying(src: &[u8], dims: [usize; 4], nhwc: bool, q: Affine, dst: &mut [u8], copy: &mut [u8]) {
-    let ran = quantize_part_in(Build::best(), src, dims, nhwc, q, 0, dst, Some(copy));
+/// `quantize_part` that also stores the source bytes it reads, in the same pass (a network's
+/// input kept in the engine's buffer as it is quantized): into `copy[0]` from the part's first
+/// element where not `nhwc`; where `nhwc`, the part lies within one image and `copy[ch]` takes
+/// channel `ch`'s plane from the part's first pixel.
+pub fn quantize_part_copying(
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    q: Affine,
+    first: usize,
+    dst: &mut [u8],
+    copy: &mut [&mut [u8]],
+) {
+    let ran = quantize_part_in(Build::best(), src, dims, nhwc, q, first, dst, copy);
     debug_assert!(ran.is_some(), "the best build is available");
 }
 
@@ -39,12 +48,12 @@ pub(crate) fn quantize_in(
     q: Affine,
     dst: &mut [u8],
 ) -> Option<()> {
-    quantize_part_in(build, src, dims, nhwc, q, 0, dst, None)
+    quantize_part_in(build, src, dims, nhwc, q, 0, dst, &mut [])
 }
 
 native_builds! {
-    /// `quantize_part` compiled for `build`, copying the source bytes it reads into `copy` (at
-    /// the same offsets) where there is one.
+    /// `quantize_part` compiled for `build`, storing the source bytes it reads into `copy` as
+    /// `quantize_part_copying` does where it is not empty.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn quantize_part_in(
         src: &[u8],
@@ -53,7 +62,7 @@ native_builds! {
         q: Affine,
         first: usize,
         dst: &mut [u8],
-        copy: Option<&mut [u8]>,
+        copy: &mut [&mut [u8]],
     ) => quantize_any
 }
 
@@ -65,20 +74,13 @@ fn quantize_any(
     q: Affine,
     first: usize,
     dst: &mut [u8],
-    mut copy: Option<&mut [u8]>,
+    copy: &mut [&mut [u8]],
 ) {
     let Affine { scale, zero_point, ty } = q;
     let (lo, hi) = ty.range();
     let bounds = ((lo - zero_point) as f32, (hi - zero_point) as f32);
-    // Copies `src[at..at + len]` into `copy` where there is one.
-    let mut keep = |at: usize, len: usize| {
-        if let Some(copy) = copy.as_deref_mut() {
-            copy[at..at + len].copy_from_slice(&src[at..at + len]);
-        }
-    };
     if !nhwc {
-        keep(first * 4, dst.len() * 4);
-        run(&src[first * 4..], scale, zero_point, bounds, dst);
+        run(&src[first * 4..], scale, zero_point, bounds, dst, kept(copy, 0, 0, dst.len()));
         return;
     }
     let [n, c, h, w] = dims;
@@ -94,23 +96,43 @@ fn quantize_any(
     while p < end {
         let (b, q) = (p / plane, p % plane);
         let len = BLOCK.min(plane - q).min(end - p);
-        let image = &src[b * c * plane * 4..][..c * plane * 4];
+        let at = b * c * plane + q;
         for ch in 0..c {
-            keep((b * c * plane + ch * plane + q) * 4, len * 4);
-            let from = &image[(ch * plane + q) * 4..][..len * 4];
-            run(from, scale, zero_point, bounds, &mut block[ch * BLOCK..][..len]);
+            let from = &src[(at + ch * plane) * 4..][..len * 4];
+            let copy = kept(copy, ch, p - begin, len);
+            run(from, scale, zero_point, bounds, &mut block[ch * BLOCK..][..len], copy);
         }
         interleave(&block, c, len, &mut dst[(p - begin) * c..][..len * c]);
         p += len;
     }
 }
 
-/// Quantizes a contiguous run: `src` holds `dst.len()` f32 in little-endian bytes.
+/// Where `len` f32 from element `at` of `copy[i]` go, if `copy` is not empty.
 #[inline(always)]
-fn run(src: &[u8], scale: f32, zero_point: i32, (lo, hi): (f32, f32), dst: &mut [u8]) {
-    for (d, x) in dst.iter_mut().zip(src.chunks_exact(4)) {
+fn kept<'a>(copy: &'a mut [&mut [u8]], i: usize, at: usize, len: usize) -> Option<&'a mut [u8]> {
+    copy.get_mut(i).map(|copy| &mut copy[4 * at..4 * (at + len)])
+}
+
+/// Quantizes a contiguous run: `src` holds `dst.len()` f32 in little-endian bytes; each is also
+/// stored into `copy` (as long as `src`) where there is one, in the same pass.
+#[inline(always)]
+fn run(src: &[u8], scale: f32, zero_point: i32, (lo, hi): (f32, f32), dst: &mut [u8], copy: Option<&mut [u8]>) {
+    let q = |x: &[u8]| {
         let x = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-        *d = (round_clamped(x / scale, lo, hi) + zero_point) as u8;
+        (round_clamped(x / scale, lo, hi) + zero_point) as u8
+    };
+    match copy {
+        Some(copy) => {
+            for ((d, x), c) in dst.iter_mut().zip(src.chunks_exact(4)).zip(copy.chunks_exact_mut(4)) {
+                c.copy_from_slice(x);
+                *d = q(x);
+            }
+        }
+        None => {
+            for (d, x) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *d = q(x);
+            }
+        }
     }
 }
 

@@ -2,11 +2,13 @@
 //! the pool's threads compute at once. Every element is computed exactly as the whole loop
 //! computes it, so the result is the same at every thread count.
 
+use std::sync::Mutex;
+
 use super::add::{AddParams, add as add_all};
 use super::dequantize::dequantize as dequantize_part;
 use super::global_avg_pool::global_avg_pool as global_avg_pool_part;
 use super::max_pool::{Window, max_pool_lines};
-use super::quantize::quantize_part;
+use super::quantize::{BLOCK, quantize_part, quantize_part_copying};
 use super::{Affine, Int8};
 use crate::runtime::host::Pool;
 
@@ -69,8 +71,57 @@ pub fn quantize(pool: Option<&Pool>, src: &[u8], dims: [usize; 4], nhwc: bool, q
     let unit = if nhwc { dims[1].max(1) } else { 1 };
     let per = piece(pool, dst.len() / unit, 5 * unit);
     // Whole blocks of pixels (`quantize_part`'s interleaving) where the pieces are pixels.
-    let per = if nhwc { per.next_multiple_of(64) } else { per };
+    let per = if nhwc { per.next_multiple_of(BLOCK) } else { per };
     split(pool, dst, unit, per, |first, part| quantize_part(src, dims, nhwc, q, first * unit, part));
+}
+
+/// `quantize` that also stores `src` into `copy` (as long) in the same pass: each piece stores
+/// the source bytes it reads (`quantize_part_copying`), so the source is read once.
+pub fn quantize_copying(
+    pool: Option<&Pool>,
+    src: &[u8],
+    dims: [usize; 4],
+    nhwc: bool,
+    q: Affine,
+    dst: &mut [u8],
+    copy: &mut [u8],
+) {
+    if dst.is_empty() {
+        return;
+    }
+    if !nhwc {
+        let per = piece(pool, dst.len(), 5);
+        let pieces: Vec<_> = copy.chunks_mut(4 * per).map(|c| Mutex::new(vec![c])).collect();
+        split(pool, dst, 1, per, |first, part| {
+            quantize_part_copying(src, dims, false, q, first, part, &mut take(&pieces[first / per]))
+        });
+        return;
+    }
+    let [_, c, h, w] = dims;
+    let plane = h * w;
+    if c == 0 || plane == 0 {
+        return;
+    }
+    // Pieces of whole blocks of one image's pixels: piece `i` stores the `i`-th part of each of
+    // the image's channel planes.
+    let per = piece(pool, plane, 5 * c).next_multiple_of(BLOCK);
+    for (b, (dst, copy)) in dst.chunks_exact_mut(plane * c).zip(copy.chunks_exact_mut(4 * plane * c)).enumerate() {
+        let mut pieces: Vec<Vec<&mut [u8]>> = (0..plane.div_ceil(per)).map(|_| Vec::with_capacity(c)).collect();
+        for channel in copy.chunks_exact_mut(4 * plane) {
+            for (i, part) in channel.chunks_mut(4 * per).enumerate() {
+                pieces[i].push(part);
+            }
+        }
+        let pieces: Vec<_> = pieces.into_iter().map(Mutex::new).collect();
+        split(pool, dst, c, per, |first, part| {
+            quantize_part_copying(src, dims, true, q, (b * plane + first) * c, part, &mut take(&pieces[first / per]))
+        });
+    }
+}
+
+/// A piece's slices of the copy, taken by the piece that owns them.
+fn take<'a>(slices: &Mutex<Vec<&'a mut [u8]>>) -> Vec<&'a mut [u8]> {
+    std::mem::take(&mut *slices.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// `native::dequantize::dequantize` on pieces of channel planes (of elements, when not `nhwc`).
