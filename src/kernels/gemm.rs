@@ -22,6 +22,7 @@
 //! so no prologue is needed; every kernel ends with `vzeroupper` (Cranelift's own code uses
 //! legacy-SSE encodings, which would pay the AVX transition penalty).
 
+use iced_x86::Instruction;
 use iced_x86::code_asm::*;
 
 use ir::DType;
@@ -269,7 +270,26 @@ pub(super) struct Gen {
     /// the i32 vector at this register (column vector `j` at `64·j` bytes; a partial one read
     /// under k1): `gemm_map` folds its epilogue's `acc - v` into the start.
     pub(super) negated_start: Option<AsmRegister64>,
+    /// Where a block's registers go (`RegisterLayout`); `None`: from register 0 up.
+    pub(super) layout: Option<RegisterLayout>,
+    /// Instructions to spread over the first k steps of the next block (`block_with`): another
+    /// block's epilogue, issued beside this block's multiply-adds instead of after its own.
+    /// Straight-line code that touches no register the block uses and no flags across a step.
+    pub(super) interleaved: Vec<Instruction>,
 }
+
+/// Registers of a block whose accumulators must not meet those of the block before it (the
+/// epilogue of one runs during the k loop of the next, `gemm_map`): the accumulators from
+/// `accumulators`, the B vectors and the A broadcast from `rest`; one accumulator set.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RegisterLayout {
+    pub(crate) accumulators: usize,
+    pub(crate) rest: usize,
+}
+
+/// Unrolled k loop iterations of a block's first segment peeled to carry `Gen::interleaved`
+/// (at most).
+const SPREAD_ITERATIONS: i64 = 4;
 
 /// Registers of one block.
 pub(super) struct Tile {
@@ -294,6 +314,16 @@ pub(super) struct Tile {
 }
 
 impl Tile {
+    /// Every vector register the block uses.
+    pub(super) fn registers(&self) -> Vec<usize> {
+        let mut regs: Vec<usize> = self.acc.iter().chain(self.extra.iter().flatten()).flatten().map(|v| v.0).collect();
+        regs.extend(self.b.iter().map(|v| v.0));
+        regs.extend([self.a, self.abs, self.tmp, self.ones, self.mask].map(|v| v.0));
+        regs.sort_unstable();
+        regs.dedup();
+        regs
+    }
+
     fn masked(&self, j: usize, width: VectorWidth) -> bool {
         j + 1 == self.vectors && self.last_lanes < width.lanes()
     }
@@ -301,7 +331,16 @@ impl Tile {
 
 impl Gen {
     pub(super) fn new(variant: KernelVariant, shape: GemmShape, blocking: Blocking) -> Result<Gen, KernelError> {
-        Ok(Gen { a: CodeAssembler::new(64)?, variant, shape, blocking, ranged: false, negated_start: None })
+        Ok(Gen {
+            a: CodeAssembler::new(64)?,
+            variant,
+            shape,
+            blocking,
+            ranged: false,
+            negated_start: None,
+            layout: None,
+            interleaved: Vec::new(),
+        })
     }
 
     /// Saves the callee-saved registers a ranged kernel uses (before anything else).
@@ -425,7 +464,7 @@ impl Gen {
         Self::VNNI_CHAINS.div_ceil(tile).min(room + 1).max(1)
     }
 
-    fn allocate(&self, rows: usize, vectors: usize, last_lanes: usize) -> Result<Tile, KernelError> {
+    pub(super) fn allocate(&self, rows: usize, vectors: usize, last_lanes: usize) -> Result<Tile, KernelError> {
         let variant = self.variant;
         let masked = last_lanes < self.width().lanes();
         let needed = Blocking::registers(variant, rows, vectors, masked);
@@ -433,14 +472,19 @@ impl Gen {
         if needed > available {
             return Err(KernelError::TooManyRegisters { variant, rows, vectors, needed, available });
         }
-        let mut next = 0;
+        let per_vector = if variant.method == DotMethod::Widen { 2 } else { 1 };
+        // The accumulators row by row from `first`, the other registers from `next`.
+        let row = vectors * per_vector;
+        let (first, mut next) = match self.layout {
+            Some(layout) => (layout.accumulators, layout.rest),
+            None => (0, rows * row),
+        };
+        let acc = (0..rows).map(|i| (0..row).map(|j| V(first + i * row + j)).collect()).collect();
         let mut take = |count: usize| {
             let regs: Vec<V> = (next..next + count).map(V).collect();
             next += count;
             regs
         };
-        let per_vector = if variant.method == DotMethod::Widen { 2 } else { 1 };
-        let acc = (0..rows).map(|_| take(vectors * per_vector)).collect();
         let b = take(vectors * per_vector);
         let a = take(1)[0];
         // Registers a method does not use alias the last one; they are never emitted.
@@ -449,9 +493,13 @@ impl Gen {
         let ones = if uses_ones { take(1)[0] } else { a };
         let abs = if variant.method == DotMethod::SignTransfer { take(1)[0] } else { a };
         let mask = if masked && self.width() == VectorWidth::Ymm { take(1)[0] } else { a };
-        let sets = self.accumulator_sets(rows, vectors, masked);
+        let sets = if self.layout.is_some() { 1 } else { self.accumulator_sets(rows, vectors, masked) };
         let extra = (1..sets).map(|_| (0..rows).map(|_| take(vectors)).collect()).collect();
-        Ok(Tile { rows, vectors, last_lanes, acc, extra, b, a, abs, tmp, ones, mask })
+        let tile = Tile { rows, vectors, last_lanes, acc, extra, b, a, abs, tmp, ones, mask };
+        if tile.registers().iter().any(|&r| r >= available) {
+            return Err(KernelError::TooManyRegisters { variant, rows, vectors, needed, available });
+        }
+        Ok(tile)
     }
 
     /// One row block: load or zero the accumulators, the k loop, add/store C.
@@ -497,11 +545,18 @@ impl Gen {
         // Every accumulator set gets steps of each unrolled iteration.
         let sets = t.extra.len() + 1;
         let unroll = self.blocking.unroll.next_multiple_of(sets) as i64;
+        let mut spread = std::mem::take(&mut self.interleaved);
         if self.ranged {
+            // No peeled steps in the segment loop: the instructions go before it.
+            for instruction in spread.drain(..) {
+                self.a.add_instruction(instruction)?;
+            }
             self.segment_loop(&t, steps, unroll)?;
         }
         for segment in 0..if self.ranged { 0 } else { s.segments } {
-            self.k_loop(&t, segment * s.lds * s.a_dtype.bytes() as i64, steps, unroll)?;
+            let a_offset = segment * s.lds * s.a_dtype.bytes() as i64;
+            let peeled = self.spread_over_steps(&t, a_offset, steps, unroll, std::mem::take(&mut spread))?;
+            self.k_loop(&t, a_offset + 4 * peeled, steps - peeled, unroll)?;
             if segment + 1 < s.segments && steps % unroll > 0 {
                 self.a.add(B_STEP, imm32("the k steps of B after the loop", steps % unroll * self.ldb_bytes())?)?;
             }
@@ -543,6 +598,42 @@ impl Gen {
         self.a.set_label(&mut done)?;
         self.a.mov(A_BLOCK, A_SAVED)?;
         Ok(())
+    }
+
+    /// The first k steps of a segment (a whole number of unrolled iterations, at most
+    /// `SPREAD_ITERATIONS`, or none when `spread` is empty or the segment is shorter) as
+    /// straight-line code with `spread`'s instructions in equal parts after each step (all of
+    /// them before the loop where no step is peeled); B_STEP advanced past them. Returns the
+    /// steps peeled: the loop does the rest, A `4 ·` that many bytes further.
+    fn spread_over_steps(
+        &mut self,
+        t: &Tile,
+        a_offset: i64,
+        steps: i64,
+        unroll: i64,
+        spread: Vec<Instruction>,
+    ) -> Result<i64, KernelError> {
+        if spread.is_empty() {
+            return Ok(0);
+        }
+        let peeled = (steps / unroll).min(SPREAD_ITERATIONS) * unroll;
+        if peeled == 0 {
+            for instruction in spread {
+                self.a.add_instruction(instruction)?;
+            }
+            return Ok(0);
+        }
+        let per_step = spread.len().div_ceil(peeled as usize);
+        let mut rest = spread.into_iter();
+        self.a.xor(K_COUNT, K_COUNT)?;
+        for u in 0..peeled {
+            self.step(t, a_offset, u)?;
+            for instruction in rest.by_ref().take(per_step) {
+                self.a.add_instruction(instruction)?;
+            }
+        }
+        self.a.add(B_STEP, imm32("the peeled k steps of B", peeled * self.ldb_bytes())?)?;
+        Ok(peeled)
     }
 
     /// One segment's k loop: `steps` steps, `unroll` per iteration, then the remainder, reading

@@ -13,11 +13,14 @@
 //! call runs its two-call fallback.
 
 use iced_x86::code_asm::*;
+use iced_x86::{FlowControl, Instruction, InstructionInfoFactory, OpAccess, Register};
 use ir::intrin::{IntrinKind, TensorIntrin};
 
 use crate::error::KernelError;
 use crate::isa::{KernelVariant, VectorWidth};
-use crate::kernels::gemm::{A_BASE, A_BLOCK, B_PANEL, Blocking, GemmShape, Gen, SEGMENTS, check_variant};
+use crate::kernels::gemm::{
+    A_BASE, A_BLOCK, B_PANEL, Blocking, GemmShape, Gen, RegisterLayout, SEGMENTS, check_variant,
+};
 use crate::kernels::imm32;
 use crate::kernels::map::{EpilogueTile, centering_operand, emit_epilogue};
 
@@ -53,8 +56,12 @@ pub fn assemble_gemm_map(
     let (m, n) = (shape.m.max(0) as usize, shape.n.max(0) as usize);
     let vectors = n.div_ceil(lanes);
     let one_block = m >= 1 && n >= 1 && m <= blocking.rows && vectors <= blocking.vectors;
-    if !shape.reset || !one_block || shape.k <= 0 || shape.segments <= 0 {
-        return unsupported(format!("a GEMM epilogue on {}x{}x{} (one resetting register block)", m, n, shape.k));
+    let blocks = m >= 1 && n >= 1 && vectors <= blocking.vectors && !ranged;
+    if !shape.reset || !(one_block || blocks) || shape.k <= 0 || shape.segments <= 0 {
+        return unsupported(format!(
+            "a GEMM epilogue on {}x{}x{} (a resetting tile of one register block, or of row blocks without a segment range)",
+            m, n, shape.k
+        ));
     }
     let map_n = match map.kind {
         IntrinKind::Map { m: map_m, n: map_n } if map_m == shape.m && (1..=shape.n).contains(&map_n) => map_n as usize,
@@ -66,6 +73,9 @@ pub fn assemble_gemm_map(
     let others = map.inputs.len();
     if others > BASES.len() {
         return unsupported(format!("{others} Map operands after the tile (at most {})", BASES.len()));
+    }
+    if !one_block {
+        return assemble_row_blocks(variant, shape, blocking, map, map_n, row_strides);
     }
     let mut g = Gen::new(variant, *shape, blocking)?;
     g.a.mov(OPERANDS, A_BASE)?;
@@ -96,7 +106,15 @@ pub fn assemble_gemm_map(
     let map_vectors = map_n.div_ceil(lanes);
     let acc = tile.acc.iter().map(|row| row[..map_vectors].iter().map(|v| v.0).collect()).collect();
     let last_lanes = map_n - (map_vectors - 1) * lanes;
-    let epilogue = EpilogueTile { acc, last_lanes, bases, row_strides: row_strides.to_vec(), centered };
+    let epilogue = EpilogueTile {
+        acc,
+        first_row: 0,
+        reserved: Vec::new(),
+        last_lanes,
+        bases,
+        row_strides: row_strides.to_vec(),
+        centered,
+    };
     let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
     g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;
     if ranged {
@@ -105,4 +123,143 @@ pub fn assemble_gemm_map(
     g.a.vzeroupper()?;
     g.a.ret()?;
     Ok(g.a.assemble(0)?)
+}
+
+/// The Map's operands after the tile, in a kernel of row blocks: registers the k loop leaves
+/// alone (it uses rdi, rsi, r8, r9 and rax; r10 holds the start, r11 is the Map's scratch).
+/// The callee-saved ones are saved and restored.
+const BLOCK_BASES: [AsmRegister64; 8] = [rdx, rcx, rbx, rbp, r12, r13, r14, r15];
+/// The accumulators' negated start in a kernel of row blocks (`START` is the Map's scratch).
+const BLOCK_START: AsmRegister64 = r10;
+
+/// `assemble_gemm_map` for a tile taller than one register block and no segment range: row
+/// blocks of at most `blocking.rows` rows, as evenly filled as possible, each with its own
+/// register tile, alternating between two sets of accumulator registers (`RegisterLayout`), so
+/// that the epilogue of a block runs within the first k steps of the next one
+/// (`Gen::interleaved`), its conversions and stores issued beside the next block's
+/// multiply-adds instead of after the last of its own; the last block's epilogue follows its k
+/// loop. Every element gets the same instructions as in a one-block kernel, in the same order;
+/// only the schedule moves. Falls back to fewer rows per block where the two tiles and the
+/// Map's registers do not fit; `Unsupported` where none fits.
+fn assemble_row_blocks(
+    variant: KernelVariant,
+    shape: &GemmShape,
+    blocking: Blocking,
+    map: &TensorIntrin,
+    map_n: usize,
+    row_strides: &[i64],
+) -> Result<Vec<u8>, KernelError> {
+    let m = shape.m as usize;
+    let mut tried = None;
+    for rows in (1..=blocking.rows.min(m)).rev() {
+        match assemble_blocks_of(variant, shape, blocking, map, map_n, row_strides, m.div_ceil(m.div_ceil(rows))) {
+            Err(e @ (KernelError::Unsupported { .. } | KernelError::TooManyRegisters { .. })) => tried = Some(e),
+            done => return done,
+        }
+    }
+    Err(tried.unwrap_or(KernelError::Unsupported { what: format!("{} as the epilogue of row blocks", map.name) }))
+}
+
+/// `assemble_row_blocks` with blocks of `rows` rows (the last one the rest).
+fn assemble_blocks_of(
+    variant: KernelVariant,
+    shape: &GemmShape,
+    blocking: Blocking,
+    map: &TensorIntrin,
+    map_n: usize,
+    row_strides: &[i64],
+    rows: usize,
+) -> Result<Vec<u8>, KernelError> {
+    let lanes = variant.width.lanes();
+    let (m, n) = (shape.m as usize, shape.n as usize);
+    let vectors = n.div_ceil(lanes);
+    let last_lanes = n - (vectors - 1) * lanes;
+    let others = map.inputs.len();
+    let block_starts: Vec<usize> = (0..m).step_by(rows).collect();
+    // Two accumulator sets, then the B vectors and the A broadcast.
+    let set = rows * vectors;
+    let layouts =
+        [RegisterLayout { accumulators: 0, rest: 2 * set }, RegisterLayout { accumulators: set, rest: 2 * set }];
+    let mut g = Gen::new(variant, *shape, Blocking { rows, ..blocking })?;
+    let saved: Vec<AsmRegister64> =
+        BLOCK_BASES[..others].iter().copied().filter(|r| [rbx, rbp, r12, r13, r14, r15].contains(r)).collect();
+    for &r in &saved {
+        g.a.push(r)?;
+    }
+    g.a.mov(OPERANDS, A_BASE)?;
+    g.a.mov(A_BASE, qword_ptr(OPERANDS))?;
+    g.a.mov(B_PANEL, qword_ptr(OPERANDS + 8))?;
+    for (k, &base) in BLOCK_BASES[..others].iter().enumerate() {
+        g.a.mov(base, qword_ptr(OPERANDS + imm32("the operand block", 16 + 8 * k as i64)?))?;
+    }
+    let centered = centering_operand(map, row_strides);
+    if let Some(k) = centered {
+        // The last read of the operand block: BLOCK_START is OPERANDS.
+        g.a.mov(BLOCK_START, qword_ptr(OPERANDS + imm32("the operand block", 16 + 8 * (k as i64 - 1))?))?;
+        g.negated_start = Some(BLOCK_START);
+    }
+    let bases: Vec<AsmRegister64> = std::iter::once(r11).chain(BLOCK_BASES[..others].iter().copied()).collect();
+    let map_vectors = map_n.div_ceil(lanes);
+    let map_last_lanes = map_n - (map_vectors - 1) * lanes;
+    let lda = shape.lda * shape.a_dtype.bytes() as i64;
+    for (b, &first_row) in block_starts.iter().enumerate() {
+        let block_rows = rows.min(m - first_row);
+        g.layout = Some(layouts[b % 2]);
+        g.a.mov(A_BLOCK, A_BASE)?;
+        if first_row > 0 {
+            g.a.add(A_BLOCK, imm32("a row block of A", first_row as i64 * lda)?)?;
+        }
+        let tile = g.block_with(block_rows, vectors, last_lanes, false)?;
+        // What the epilogue must leave alone: the next block's registers, if any.
+        let reserved = match block_starts.get(b + 1) {
+            Some(&next) => {
+                g.layout = Some(layouts[(b + 1) % 2]);
+                g.allocate(rows.min(m - next), vectors, last_lanes)?.registers()
+            }
+            None => Vec::new(),
+        };
+        let acc = tile.acc.iter().map(|row| row[..map_vectors].iter().map(|v| v.0).collect()).collect();
+        let epilogue = EpilogueTile {
+            acc,
+            first_row,
+            reserved,
+            last_lanes: map_last_lanes,
+            bases: bases.clone(),
+            row_strides: row_strides.to_vec(),
+            centered,
+        };
+        let code = emit_epilogue(CodeAssembler::new(64)?, VectorWidth::Zmm, map, &epilogue)?;
+        let instructions = code.instructions().to_vec();
+        // Only straight-line code that writes no general register but the Map's scratch can
+        // run inside the next block's steps; anything else runs here, before that block.
+        let movable = instructions.iter().all(|i| straight_line(i));
+        if b + 1 < block_starts.len() && movable {
+            g.interleaved = instructions;
+        } else {
+            for instruction in instructions {
+                g.a.add_instruction(instruction)?;
+            }
+        }
+    }
+    for &r in saved.iter().rev() {
+        g.a.pop(r)?;
+    }
+    g.a.vzeroupper()?;
+    g.a.ret()?;
+    Ok(g.a.assemble(0)?)
+}
+
+/// `instruction` falls through, addresses no memory relative to itself and writes no general
+/// register other than r11 and no flags: it can run between two k steps.
+fn straight_line(instruction: &Instruction) -> bool {
+    let mut info = InstructionInfoFactory::new();
+    let info = info.info(instruction);
+    let writes_gpr = info.used_registers().iter().any(|u| {
+        let r = u.register();
+        r.is_gpr() && r.full_register() != Register::R11 && !matches!(u.access(), OpAccess::Read | OpAccess::CondRead)
+    });
+    instruction.flow_control() == FlowControl::Next
+        && !instruction.is_ip_rel_memory_operand()
+        && !writes_gpr
+        && instruction.rflags_modified() == 0
 }

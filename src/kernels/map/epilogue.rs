@@ -22,8 +22,13 @@ use crate::kernels::imm32;
 
 /// Where the epilogue's operands are.
 pub(crate) struct EpilogueTile {
-    /// `acc[i][j]`: the register holding row `i`, column vector `j` of input 0.
+    /// `acc[i][j]`: the register holding row `first_row + i`, column vector `j` of input 0.
     pub acc: Vec<Vec<usize>>,
+    /// The Map's row of `acc[0]`: the rows from it are mapped, the others left to other calls.
+    pub first_row: usize,
+    /// Vector registers the epilogue leaves as they are (another GEMM block's, when it runs
+    /// during that block's k loop).
+    pub reserved: Vec<usize>,
     /// Lanes of the last column vector inside the block (`lanes()` when it is full).
     pub last_lanes: usize,
     /// Per operand (inputs in call order, then the output): the general register holding the
@@ -59,9 +64,10 @@ impl Place {
 }
 
 /// Emits into `a` the map `decl` (an `IntrinKind::Map` whose input 0 is `i32[m, n]`) on
-/// `tile`, zmm only, and returns the assembler. Registers: vector registers outside `tile.acc`
-/// (clobbered), each of `tile.acc` after its vector, r11, k2–k4. `Unsupported` where the body
-/// or its temporaries do not fit beside the tile, or the shapes do not match.
+/// `tile` (its rows of the map), zmm only, and returns the assembler. Registers: vector
+/// registers outside `tile.acc` and `tile.reserved` (clobbered), each of `tile.acc` after its
+/// vector, r11, k2–k4. `Unsupported` where the body or its temporaries do not fit beside the
+/// tile, or the shapes do not match.
 pub(crate) fn emit_epilogue(
     a: CodeAssembler,
     width: VectorWidth,
@@ -74,7 +80,8 @@ pub(crate) fn emit_epilogue(
     };
     let lanes = width.lanes();
     let vectors = tile.acc.first().map_or(0, Vec::len);
-    let fits = tile.acc.len() as i64 == m
+    let fits = !tile.acc.is_empty()
+        && (tile.first_row + tile.acc.len()) as i64 <= m
         && tile.acc.iter().all(|row| row.len() == vectors)
         && vectors > 0
         && ((vectors - 1) * lanes + tile.last_lanes) as i64 == n
@@ -95,7 +102,7 @@ pub(crate) fn emit_epilogue(
         return unsupported(format!("an epilogue of {} (input 0 an i32 value to map)", decl.name));
     }
     let mut g = Gen::with(a, width, decl, false);
-    let taken: HashSet<usize> = tile.acc.iter().flatten().copied().collect();
+    let taken: HashSet<usize> = tile.acc.iter().flatten().chain(&tile.reserved).copied().collect();
     g.free.retain(|r| !taken.contains(r));
     let body = decl.output.body().expect("a Map declaration is a compute").clone();
     let single_read = reads_of_first_input(decl, &body) == 1;
@@ -124,7 +131,8 @@ pub(crate) fn emit_epilogue(
     for (i, row) in tile.acc.iter().enumerate() {
         for (j, &acc) in row.iter().enumerate() {
             if let Some(place) = g.place.as_mut() {
-                (place.row, place.vector, place.acc, place.handed) = (i as i64, j as i64, acc, false);
+                (place.row, place.vector, place.acc, place.handed) =
+                    ((tile.first_row + i) as i64, j as i64, acc, false);
             }
             g.masked = j + 1 == vectors && tile.last_lanes < lanes;
             g.offset = 0;
