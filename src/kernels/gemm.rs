@@ -547,11 +547,7 @@ impl Gen {
         let unroll = self.blocking.unroll.next_multiple_of(sets) as i64;
         let mut spread = std::mem::take(&mut self.interleaved);
         if self.ranged {
-            // No peeled steps in the segment loop: the instructions go before it.
-            for instruction in spread.drain(..) {
-                self.a.add_instruction(instruction)?;
-            }
-            self.segment_loop(&t, steps, unroll)?;
+            self.segment_loop(&t, steps, unroll, std::mem::take(&mut spread))?;
         }
         for segment in 0..if self.ranged { 0 } else { s.segments } {
             let a_offset = segment * s.lds * s.a_dtype.bytes() as i64;
@@ -579,24 +575,47 @@ impl Gen {
 
     /// The k loop of `steps` steps (`unroll` per iteration) for each of `SEGMENTS` segments,
     /// A_BLOCK advanced `lds` per segment and restored after, B continuing where it stopped.
-    fn segment_loop(&mut self, t: &Tile, steps: i64, unroll: i64) -> Result<(), KernelError> {
-        let s = self.shape;
+    /// `spread` (`spread_over_steps`) goes into the first segment's first steps, or runs alone
+    /// when there is no segment.
+    fn segment_loop(&mut self, t: &Tile, steps: i64, unroll: i64, spread: Vec<Instruction>) -> Result<(), KernelError> {
         let mut done = self.a.create_label();
         let mut top = self.a.create_label();
         self.a.mov(A_SAVED, A_BLOCK)?;
         self.a.mov(SEGMENTS_LEFT, SEGMENTS)?;
         self.a.test(SEGMENTS_LEFT, SEGMENTS_LEFT)?;
-        self.a.jle(done)?;
+        if spread.is_empty() {
+            self.a.jle(done)?;
+        } else {
+            let mut first = self.a.create_label();
+            self.a.jg(first)?;
+            for instruction in spread.iter().cloned() {
+                self.a.add_instruction(instruction)?;
+            }
+            self.a.jmp(done)?;
+            self.a.set_label(&mut first)?;
+            let peeled = self.spread_over_steps(t, 0, steps, unroll, spread)?;
+            self.k_loop(t, 4 * peeled, steps - peeled, unroll)?;
+            self.next_segment(steps, unroll)?;
+            self.a.jz(done)?;
+        }
         self.a.set_label(&mut top)?;
         self.k_loop(t, 0, steps, unroll)?;
+        self.next_segment(steps, unroll)?;
+        self.a.jnz(top)?;
+        self.a.set_label(&mut done)?;
+        self.a.mov(A_BLOCK, A_SAVED)?;
+        Ok(())
+    }
+
+    /// After a segment of `segment_loop`: B past the steps after the loop, A to the next
+    /// segment, one segment less left (the flags of that count).
+    fn next_segment(&mut self, steps: i64, unroll: i64) -> Result<(), KernelError> {
+        let s = self.shape;
         if steps % unroll > 0 {
             self.a.add(B_STEP, imm32("the k steps of B after the loop", steps % unroll * self.ldb_bytes())?)?;
         }
         self.a.add(A_BLOCK, imm32("a segment of A", s.lds * s.a_dtype.bytes() as i64)?)?;
         self.a.dec(SEGMENTS_LEFT)?;
-        self.a.jnz(top)?;
-        self.a.set_label(&mut done)?;
-        self.a.mov(A_BLOCK, A_SAVED)?;
         Ok(())
     }
 

@@ -56,10 +56,10 @@ pub fn assemble_gemm_map(
     let (m, n) = (shape.m.max(0) as usize, shape.n.max(0) as usize);
     let vectors = n.div_ceil(lanes);
     let one_block = m >= 1 && n >= 1 && m <= blocking.rows && vectors <= blocking.vectors;
-    let blocks = m >= 1 && n >= 1 && vectors <= blocking.vectors && !ranged;
+    let blocks = m >= 1 && n >= 1 && vectors <= blocking.vectors;
     if !shape.reset || !(one_block || blocks) || shape.k <= 0 || shape.segments <= 0 {
         return unsupported(format!(
-            "a GEMM epilogue on {}x{}x{} (a resetting tile of one register block, or of row blocks without a segment range)",
+            "a GEMM epilogue on {}x{}x{} (a resetting tile of one register block, or of row blocks)",
             m, n, shape.k
         ));
     }
@@ -75,7 +75,7 @@ pub fn assemble_gemm_map(
         return unsupported(format!("{others} Map operands after the tile (at most {})", BASES.len()));
     }
     if !one_block {
-        return assemble_row_blocks(variant, shape, blocking, map, map_n, row_strides);
+        return assemble_row_blocks(variant, shape, blocking, map, map_n, row_strides, ranged);
     }
     let mut g = Gen::new(variant, *shape, blocking)?;
     g.a.mov(OPERANDS, A_BASE)?;
@@ -126,11 +126,13 @@ pub fn assemble_gemm_map(
 }
 
 /// The Map's operands after the tile, in a kernel of row blocks: registers the k loop leaves
-/// alone (it uses rdi, rsi, r8, r9 and rax; r10 holds the start, r11 is the Map's scratch).
-/// The callee-saved ones are saved and restored.
-const BLOCK_BASES: [AsmRegister64; 8] = [rdx, rcx, rbx, rbp, r12, r13, r14, r15];
-/// The accumulators' negated start in a kernel of row blocks (`START` is the Map's scratch).
-const BLOCK_START: AsmRegister64 = r10;
+/// alone (it uses rdi, rsi, r8, r9 and rax, and with a segment range rbx, r12 and r13; r11 is
+/// the Map's scratch). The callee-saved ones are saved and restored.
+const BLOCK_BASES: [AsmRegister64; 9] = [rdx, rcx, r10, rbp, r14, r15, rbx, r12, r13];
+/// Of `BLOCK_BASES`, those a ranged kernel can take (the others hold its segments).
+const RANGED_BLOCK_BASES: usize = 6;
+/// Callee-saved registers.
+const CALLEE_SAVED: [AsmRegister64; 6] = [rbx, rbp, r12, r13, r14, r15];
 
 /// `assemble_gemm_map` for a tile taller than one register block and no segment range: row
 /// blocks of at most `blocking.rows` rows, as evenly filled as possible, each with its own
@@ -148,11 +150,13 @@ fn assemble_row_blocks(
     map: &TensorIntrin,
     map_n: usize,
     row_strides: &[i64],
+    ranged: bool,
 ) -> Result<Vec<u8>, KernelError> {
     let m = shape.m as usize;
     let mut tried = None;
     for rows in (1..=blocking.rows.min(m)).rev() {
-        match assemble_blocks_of(variant, shape, blocking, map, map_n, row_strides, m.div_ceil(m.div_ceil(rows))) {
+        let even = m.div_ceil(m.div_ceil(rows));
+        match assemble_blocks_of(variant, shape, blocking, map, map_n, row_strides, ranged, even) {
             Err(e @ (KernelError::Unsupported { .. } | KernelError::TooManyRegisters { .. })) => tried = Some(e),
             done => return done,
         }
@@ -168,6 +172,7 @@ fn assemble_blocks_of(
     map: &TensorIntrin,
     map_n: usize,
     row_strides: &[i64],
+    ranged: bool,
     rows: usize,
 ) -> Result<Vec<u8>, KernelError> {
     let lanes = variant.width.lanes();
@@ -180,31 +185,51 @@ fn assemble_blocks_of(
     let set = rows * vectors;
     let layouts =
         [RegisterLayout { accumulators: 0, rest: 2 * set }, RegisterLayout { accumulators: set, rest: 2 * set }];
+    let free_bases = if ranged { &BLOCK_BASES[..RANGED_BLOCK_BASES] } else { &BLOCK_BASES[..] };
+    if others > free_bases.len() {
+        return Err(KernelError::Unsupported { what: format!("{others} Map operands after row blocks") });
+    }
+    let block_bases = &free_bases[..others];
     let mut g = Gen::new(variant, *shape, Blocking { rows, ..blocking })?;
-    let saved: Vec<AsmRegister64> =
-        BLOCK_BASES[..others].iter().copied().filter(|r| [rbx, rbp, r12, r13, r14, r15].contains(r)).collect();
+    g.ranged = ranged;
+    if ranged {
+        g.save_segment_registers()?;
+    }
+    let saved: Vec<AsmRegister64> = block_bases.iter().copied().filter(|r| CALLEE_SAVED.contains(r)).collect();
     for &r in &saved {
         g.a.push(r)?;
     }
+    let operand = |k: i64| imm32("the operand block", 8 * k);
     g.a.mov(OPERANDS, A_BASE)?;
     g.a.mov(A_BASE, qword_ptr(OPERANDS))?;
     g.a.mov(B_PANEL, qword_ptr(OPERANDS + 8))?;
-    for (k, &base) in BLOCK_BASES[..others].iter().enumerate() {
-        g.a.mov(base, qword_ptr(OPERANDS + imm32("the operand block", 16 + 8 * k as i64)?))?;
+    if ranged {
+        // A, B, then `others` (the Map's operands after the tile, its output): then the count.
+        g.a.mov(SEGMENTS, qword_ptr(OPERANDS + operand(2 + others as i64)?))?;
     }
+    // The accumulators' negated start: on the stack, into r11 (the Map's scratch) before each
+    // block.
     let centered = centering_operand(map, row_strides);
     if let Some(k) = centered {
-        // The last read of the operand block: BLOCK_START is OPERANDS.
-        g.a.mov(BLOCK_START, qword_ptr(OPERANDS + imm32("the operand block", 16 + 8 * (k as i64 - 1))?))?;
-        g.negated_start = Some(BLOCK_START);
+        g.a.push(qword_ptr(OPERANDS + operand(2 + k as i64 - 1)?))?;
+        g.negated_start = Some(r11);
     }
-    let bases: Vec<AsmRegister64> = std::iter::once(r11).chain(BLOCK_BASES[..others].iter().copied()).collect();
+    // OPERANDS (r10) last: it may be a base.
+    let mut loads: Vec<(usize, AsmRegister64)> = block_bases.iter().copied().enumerate().collect();
+    loads.sort_by_key(|&(_, r)| r == OPERANDS);
+    for (k, base) in loads {
+        g.a.mov(base, qword_ptr(OPERANDS + operand(2 + k as i64)?))?;
+    }
+    let bases: Vec<AsmRegister64> = std::iter::once(r11).chain(block_bases.iter().copied()).collect();
     let map_vectors = map_n.div_ceil(lanes);
     let map_last_lanes = map_n - (map_vectors - 1) * lanes;
     let lda = shape.lda * shape.a_dtype.bytes() as i64;
     for (b, &first_row) in block_starts.iter().enumerate() {
         let block_rows = rows.min(m - first_row);
         g.layout = Some(layouts[b % 2]);
+        if centered.is_some() {
+            g.a.mov(r11, qword_ptr(rsp))?;
+        }
         g.a.mov(A_BLOCK, A_BASE)?;
         if first_row > 0 {
             g.a.add(A_BLOCK, imm32("a row block of A", first_row as i64 * lda)?)?;
@@ -241,8 +266,14 @@ fn assemble_blocks_of(
             }
         }
     }
+    if centered.is_some() {
+        g.a.pop(r11)?;
+    }
     for &r in saved.iter().rev() {
         g.a.pop(r)?;
+    }
+    if ranged {
+        g.restore_segment_registers()?;
     }
     g.a.vzeroupper()?;
     g.a.ret()?;
