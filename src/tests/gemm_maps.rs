@@ -180,9 +180,11 @@ fn fused_kernels_equal_the_unfused_pair_and_the_interpreter() {
                         assert!(uses_fused || m > 8, "{case:?}: {:?}", origins(&fused));
                         if uses_fused {
                             // `acc - comp` is the accumulators' start: one `vpsubd` per column
-                            // vector before the k loop, none per register after it.
+                            // vector before the k loop (of each row block in a taller tile),
+                            // none per register after it.
                             let code = crate::disasm::disassemble(fused.machine_code());
-                            assert_eq!(code.matches("vpsubd").count(), (n as usize).div_ceil(16), "{case:?}\n{code}");
+                            let (subs, vectors) = (code.matches("vpsubd").count(), (n as usize).div_ceil(16));
+                            assert!(subs == vectors || (m > 8 && subs % vectors == 0), "{case:?}\n{code}");
                         }
                         fused_kernels += uses_fused as usize;
                     }
@@ -260,9 +262,11 @@ fn with_range(func: &Func, range: (i64, i64)) -> Func {
 fn a_ranged_gemm_map_maps_the_segments_in_the_range() {
     let Some(&level) = skip::levels_here_for([IsaLevel::Avx512Vnni], "GemmMap kernels").first() else { return };
     let options = CompileOptions { target: Target::Level(level), ..CompileOptions::default() };
-    for (m, n) in [(1, 16), (4, 40), (6, 64)] {
+    // The last three: tiles of row blocks, each block's epilogue in the next one's first steps
+    // (k = 36) or before them (k = 8: fewer steps than one unrolled iteration).
+    for (m, n, k) in [(1, 16, 8), (4, 40, 8), (6, 64, 8), (14, 32, 36), (9, 48, 36), (16, 40, 8)] {
         for add in [false, true] {
-            let case = Case { m, n, cols: n, segments: 3, k: 8, out: DType::U8, add };
+            let case = Case { m, n, cols: n, segments: 3, k, out: DType::U8, add };
             let (_, after, inputs) = fused_as_interpreted(case);
             let mut outputs = Vec::new();
             for range in [(0, 3), (1, 3), (0, 2), (1, 2), (2, 2), (3, 0), (-1, 9)] {
@@ -277,6 +281,39 @@ fn a_ranged_gemm_map_maps_the_segments_in_the_range() {
             // The ranges compute different sums; the full one and one past the ends the same.
             assert!(outputs[0].bits_eq(&outputs[6]) && !outputs[0].bits_eq(&outputs[1]), "{case:?}");
             assert!(outputs[4].bits_eq(&outputs[5]) && !outputs[4].bits_eq(&outputs[3]), "{case:?}");
+        }
+    }
+}
+
+/// Tiles taller than one register block (`gemm_map::assemble_row_blocks`): row blocks whose
+/// epilogues run within the next block's k steps, equal to the unfused pair and the
+/// interpreter, over row and column tails, short and long segments, u8 and i8, with and
+/// without the add input; where a block has a whole unrolled iteration of k steps, a store of
+/// the block before it comes before the last multiply-add.
+#[test]
+fn a_tile_of_row_blocks_maps_each_block_within_the_next_ones_steps() {
+    let Some(&level) = skip::levels_here_for([IsaLevel::Avx512Vnni], "GemmMap kernels").first() else { return };
+    let options = CompileOptions { target: Target::Level(level), ..CompileOptions::default() };
+    for (m, n) in [(14, 32), (13, 32), (9, 48), (12, 64), (16, 40), (25, 16)] {
+        for (segments, k) in [(1, 36), (3, 64), (3, 8)] {
+            for (out, add) in [(DType::U8, false), (DType::I8, true), (DType::U8, true)] {
+                let case = Case { m, n, cols: n, segments, k, out, add };
+                let (before, after, inputs) = fused_as_interpreted(case);
+                let fused = check_with(&after, &inputs, &options);
+                check_with(&before, &inputs, &options);
+                let kernel = fused
+                    .machine_code()
+                    .iter()
+                    .find(|c| c.origin.contains("epilogue"))
+                    .unwrap_or_else(|| panic!("{case:?}: no fused kernel"));
+                let code = crate::disasm::disassemble(std::slice::from_ref(kernel));
+                let first_store = code.find(if out == DType::U8 { "vpmovusdb" } else { "vpmovsdb" });
+                let last_product = code.rfind("vpdpbusd");
+                assert!(first_store.is_some() && last_product.is_some(), "{case:?}\n{code}");
+                if k / 4 >= 4 {
+                    assert!(first_store < last_product, "{case:?}: no epilogue within the k steps\n{code}");
+                }
+            }
         }
     }
 }
