@@ -8,9 +8,11 @@
 //!
 //! Signature (SysV): `fn(operands: *const *const u8)`, the addresses of the operands' origins
 //! in call order (A, B, the Map's inputs after the first, the Map's output), since a Map can
-//! have more operands than argument registers; a ranged kernel's segment count follows them. Only the zmm VNNI GEMM, resetting, whose whole
-//! `m × n` tile is one register block; anything else is `KernelError::Unsupported` and the
-//! call runs its two-call fallback.
+//! have more operands than argument registers; a ranged kernel's segment count follows them.
+//! Only the zmm VNNI GEMM, resetting, whose `n` columns fit one register block; a taller tile
+//! runs as row blocks (`assemble_row_blocks`), each block's epilogue within the next block's
+//! first k steps. Anything else is `KernelError::Unsupported` and the call runs its two-call
+//! fallback.
 
 use iced_x86::code_asm::*;
 use iced_x86::{FlowControl, Instruction, InstructionInfoFactory, OpAccess, Register};
@@ -156,7 +158,7 @@ fn assemble_row_blocks(
     let mut tried = None;
     for rows in (1..=blocking.rows.min(m)).rev() {
         let even = m.div_ceil(m.div_ceil(rows));
-        match assemble_blocks_of(variant, shape, blocking, map, map_n, row_strides, ranged, even) {
+        match assemble_blocks_of(variant, shape, Blocking { rows: even, ..blocking }, map, map_n, row_strides, ranged) {
             Err(e @ (KernelError::Unsupported { .. } | KernelError::TooManyRegisters { .. })) => tried = Some(e),
             done => return done,
         }
@@ -164,7 +166,7 @@ fn assemble_row_blocks(
     Err(tried.unwrap_or(KernelError::Unsupported { what: format!("{} as the epilogue of row blocks", map.name) }))
 }
 
-/// `assemble_row_blocks` with blocks of `rows` rows (the last one the rest).
+/// `assemble_row_blocks` with blocks of `blocking.rows` rows (the last one the rest).
 fn assemble_blocks_of(
     variant: KernelVariant,
     shape: &GemmShape,
@@ -173,8 +175,8 @@ fn assemble_blocks_of(
     map_n: usize,
     row_strides: &[i64],
     ranged: bool,
-    rows: usize,
 ) -> Result<Vec<u8>, KernelError> {
+    let rows = blocking.rows;
     let lanes = variant.width.lanes();
     let (m, n) = (shape.m as usize, shape.n as usize);
     let vectors = n.div_ceil(lanes);
@@ -190,7 +192,7 @@ fn assemble_blocks_of(
         return Err(KernelError::Unsupported { what: format!("{others} Map operands after row blocks") });
     }
     let block_bases = &free_bases[..others];
-    let mut g = Gen::new(variant, *shape, Blocking { rows, ..blocking })?;
+    let mut g = Gen::new(variant, *shape, blocking)?;
     g.ranged = ranged;
     if ranged {
         g.save_segment_registers()?;
@@ -257,7 +259,7 @@ fn assemble_blocks_of(
         let instructions = code.instructions().to_vec();
         // Only straight-line code that writes no general register but the Map's scratch can
         // run inside the next block's steps; anything else runs here, before that block.
-        let movable = instructions.iter().all(|i| straight_line(i));
+        let movable = instructions.iter().all(straight_line);
         if b + 1 < block_starts.len() && movable {
             g.interleaved = instructions;
         } else {
