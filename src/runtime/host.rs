@@ -100,6 +100,13 @@ struct Shared {
     status: AtomicI32,
     /// Each thread runs at most one iteration (`Pool::broadcast`).
     once: AtomicBool,
+    /// Workers asleep on `wake` (changed under `lock`): a loop is published with a wake-up
+    /// only when there is one, since `Condvar::notify_all` is a system call even when nobody
+    /// waits.
+    sleepers: AtomicUsize,
+    /// Whether the caller sleeps on `idle` (set under `lock`): the last worker out wakes it
+    /// only then, for the same reason.
+    caller_sleeps: AtomicBool,
     lock: Mutex<()>,
     wake: Condvar,
     idle: Condvar,
@@ -163,9 +170,11 @@ impl Shared {
             let published = || self.generation.load(Ordering::Acquire) != seen;
             if !(0..SPINS).any(|_| published() || spin()) {
                 let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                self.sleepers.fetch_add(1, Ordering::Relaxed);
                 while !published() {
                     guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
                 }
+                self.sleepers.fetch_sub(1, Ordering::Relaxed);
             }
             seen = self.generation.load(Ordering::Acquire);
             // Join, then look whether the loop is still open: the caller closes it before it
@@ -177,7 +186,9 @@ impl Shared {
                 // share of the loop is done.
                 crate::isa::release_tiles();
             }
-            if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The caller sets `caller_sleeps` before it looks at `running` for the last time
+            // (both sequentially consistent): it sees this worker gone, or is seen asleep.
+            if self.running.fetch_sub(1, Ordering::SeqCst) == 1 && self.caller_sleeps.load(Ordering::SeqCst) {
                 let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
                 self.idle.notify_one();
             }
@@ -277,6 +288,8 @@ impl Pool {
             range: AtomicU64::new(0),
             status: AtomicI32::new(0),
             once: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            caller_sleeps: AtomicBool::new(false),
             lock: Mutex::new(()),
             wake: Condvar::new(),
             idle: Condvar::new(),
@@ -310,7 +323,10 @@ impl Pool {
             shared.caller_cpu.store(placement::current_cpu(), Ordering::Relaxed);
             shared.open.store(true, Ordering::SeqCst);
             shared.generation.fetch_add(1, Ordering::Release);
-            shared.wake.notify_all();
+            // A worker goes to sleep under the lock, after it looked at `generation`.
+            if shared.sleepers.load(Ordering::Relaxed) > 0 {
+                shared.wake.notify_all();
+            }
         }
         shared.drain(true);
         if once {
@@ -327,9 +343,11 @@ impl Pool {
         let done = || shared.running.load(Ordering::SeqCst) == 0;
         if !(0..SPINS).any(|_| done() || spin()) {
             let mut guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
+            shared.caller_sleeps.store(true, Ordering::SeqCst);
             while !done() {
                 guard = shared.idle.wait(guard).unwrap_or_else(|e| e.into_inner());
             }
+            shared.caller_sleeps.store(false, Ordering::Relaxed);
         }
         shared.status.load(Ordering::Relaxed)
     }
@@ -625,6 +643,43 @@ mod tests {
             count.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(count.load(Ordering::Relaxed), 100);
+    }
+
+    #[test]
+    fn a_worker_asleep_between_loops_is_woken_for_the_next() {
+        let pool = Pool::new(2).unwrap();
+        for _ in 0..3 {
+            // Far longer than the spin: the worker sleeps when the loop is published.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let threads = Mutex::new(Vec::new());
+            pool.for_each(40, |_| {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                let mut seen = threads.lock().unwrap();
+                let id = std::thread::current().id();
+                if !seen.contains(&id) {
+                    seen.push(id);
+                }
+            });
+            assert_eq!(threads.lock().unwrap().len(), 2, "the worker joined");
+        }
+    }
+
+    #[test]
+    fn a_caller_asleep_waiting_for_a_slow_worker_is_woken() {
+        let pool = Pool::new(2).unwrap();
+        let caller = std::thread::current().id();
+        for _ in 0..5 {
+            let count = AtomicI64::new(0);
+            // The worker's iterations outlast the caller's spin: the caller sleeps until the
+            // last worker out wakes it.
+            pool.for_each(2, |_| {
+                if std::thread::current().id() != caller {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+            });
+            assert_eq!(count.load(Ordering::Relaxed), 2);
+        }
     }
 
     #[cfg(target_os = "linux")]
