@@ -117,14 +117,26 @@ pub(super) fn compile_jobs<'a>(
     if trace {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let traced = traced.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let done = results.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (thread, index, (start, end, cpu)) in traced {
+            // A layer's split: its function (or the wait for it, when cached) and its weights.
+            let split = match done.get(&index) {
+                Some((Ok(Kernel::Conv(c) | Kernel::Dense(c)), _)) => format!(
+                    ", function {:.2} ms{}, weights {:.2} ms",
+                    ms(c.compile_time()),
+                    if c.cached() { " (cached)" } else { "" },
+                    ms(c.prepare_time())
+                ),
+                _ => String::new(),
+            };
             eprintln!(
-                "job of step {index}: thread {thread}, {:.2}..{:.2} ms, cpu {:.2} ms",
+                "job of step {index}: thread {thread}, {:.2}..{:.2} ms, cpu {:.2} ms{split}",
                 ms(start),
                 ms(end),
                 ms(cpu)
             );
         }
+        drop(done);
         eprintln!("jobs: {:.2} ms on {threads} thread(s)", ms(begin.elapsed()));
     }
     results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
