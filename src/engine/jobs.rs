@@ -1,10 +1,12 @@
 //! `compile_jobs`: the quantized convolutions and products of a network compiled on every core
 //! (`std::thread::scope`) with one shared `KernelCache`, so that distinct functions compile in
 //! parallel and layers of one geometry share one. The first layer of each geometry is taken
-//! first, so that a thread seldom waits for a function another thread is compiling. The
-//! auto-scheduled convolutions (`Work::Auto`) are jobs of the same queue, taken before the
-//! others since each compiles its own function. `TENSORLIFT_TRACE_JOBS=1` prints, per job, its
-//! thread, when it started and ended and the CPU time its thread spent on it.
+//! first, so that a thread seldom waits for a function another thread is compiling; among those
+//! and among the others, the layers with the most weights first, so that no long preparation
+//! ends the queue while other cores idle. The auto-scheduled convolutions (`Work::Auto`) are
+//! jobs of the same queue, taken before the others since each compiles its own function.
+//! `TENSORLIFT_TRACE_JOBS=1` prints, per job, its thread, when it started and ended, the CPU
+//! time its thread spent on it and a layer's function and weight times.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -54,6 +56,16 @@ impl Job {
         })
     }
 
+    /// The weights a layer job prepares, in bytes: what sets its cost apart beyond its
+    /// function (the deep layers' weights fault in fresh pages as they are packed).
+    fn weight_bytes(&self) -> usize {
+        match &self.work {
+            Work::Layer { layer: Spec::Conv(s), .. } => s.weights.len(),
+            Work::Layer { layer: Spec::Dense(s), .. } => s.weights.len(),
+            Work::Auto { spec, .. } => spec.weights.len(),
+        }
+    }
+
     fn compile(&self, cache: &KernelCache, options: &CompileOptions) -> Result<Kernel, LayerError> {
         Ok(match &self.work {
             Work::Layer { layer, knobs, .. } => {
@@ -88,6 +100,11 @@ pub(super) fn compile_jobs<'a>(
             None => auto.push((index, job)),
             Some(g) => if seen.insert(g) { &mut first } else { &mut rest }.push((index, job)),
         }
+    }
+    // Within each group the jobs with the most weights first (longest first): a large
+    // preparation last would leave the other cores idle at the end.
+    for group in [&mut first, &mut rest] {
+        group.sort_by_key(|&(index, job)| (std::cmp::Reverse(job.weight_bytes()), index));
     }
     let order: Vec<(usize, &Job)> = auto.into_iter().chain(first).chain(rest).collect();
     let cache = KernelCache::new();
