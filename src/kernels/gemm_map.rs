@@ -256,16 +256,19 @@ fn assemble_blocks_of(
             centered,
         };
         let code = emit_epilogue(CodeAssembler::new(64)?, VectorWidth::Zmm, map, &epilogue)?;
-        let instructions = code.instructions().to_vec();
+        let mut instructions = code.instructions().to_vec();
         // Only straight-line code that writes no general register but the Map's scratch can
-        // run inside the next block's steps; anything else runs here, before that block.
+        // run inside the next block's steps; anything else runs here, before that block,
+        // emitted into this kernel's assembler itself: its labels are the scratch
+        // assembler's, which would collide with this one's.
         let movable = instructions.iter().all(straight_line);
         if b + 1 < block_starts.len() && movable {
+            // No branch reaches them: a label the scratch assembler left on one goes.
+            instructions.iter_mut().for_each(|i| i.set_ip(0));
             g.interleaved = instructions;
         } else {
-            for instruction in instructions {
-                g.a.add_instruction(instruction)?;
-            }
+            let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
+            g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;
         }
     }
     if centered.is_some() {
