@@ -7,7 +7,8 @@
 //! cargo run --release --example build_prior -- --table /tmp/prior_table --out tuning/prior.jsonl
 //! ```
 //!
-//! `--threads N` (default 1) must be the table's `--threads`. An existing `--out` file keeps its
+//! A table measured at a lower level (`TENSORLIFT_ISA=avx2` for both commands) builds that
+//! level's lines. `--threads N` (default 1) must be the table's `--threads`. An existing `--out` file keeps its
 //! workloads of other ISA levels or thread counts (a prior per level, each measured on a CPU of
 //! that level); those of this level and threads that the table measured are replaced, the others
 //! kept, so a table of some specs alone (`search_table.py --set prior --only ...`) adds or
@@ -45,7 +46,9 @@ fn main() -> Result<(), Error> {
     let (Some(table), Some(out)) = (table, out) else {
         return Err("expected --table DIR --out FILE".into());
     };
-    let level = IsaLevel::detect().ok_or("no supported ISA level on this CPU")?;
+    // The level the table was measured at: this CPU's best, or `TENSORLIFT_ISA` as for the
+    // search table's runs.
+    let level = tensorlift::Target::Native.level()?;
     let cpu = tensorlift::isa::cpu_id().as_ref().map(CpuRef::from).ok_or("this CPU does not identify itself")?;
     let records = Database::load_dir(&table)?;
     // The lines of other levels or threads kept as they are (not re-serialized), and this

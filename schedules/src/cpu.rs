@@ -46,21 +46,42 @@ fn vectorize_last_axis(s: &mut Schedule, stages: &[&Tensor], lanes: i64) -> Resu
     Ok(())
 }
 
+/// Vectorizes a row fold's lane stage (`nn::FOLD_LANES` partials of a row, `[rows..., l]` with
+/// the reduction `m` over the row's chunks): the loops become `rows..., m, l.outer, l.inner`
+/// with `l.inner` in vectors of `lanes` and `l.outer` unrolled, so each chunk of the row is one
+/// or more contiguous loads and every lane still folds its elements in increasing `m`.
+fn vectorize_lane_fold(s: &mut Schedule, stage: &Tensor, lanes: i64) -> Result<(), ScheduleError> {
+    let rank = stage.shape().len();
+    let last = stage.axis(rank - 1);
+    let m = stage.reduce_axes()[0].clone();
+    let (outer, inner) = s.split(stage, &last, lanes.min(crate::nn::FOLD_LANES))?;
+    let rows: Vec<_> = (0..rank - 1).map(|i| stage.axis(i)).collect();
+    let mut order: Vec<&ir::IterVar> = rows.iter().collect();
+    order.extend([&m, &outer, &inner]);
+    s.reorder(stage, &order)?;
+    s.unroll(stage, &outer)?;
+    s.vectorize(stage, &inner)
+}
+
 /// `nn::softmax` with its two elementwise stages (`exp`, which is most of the work, and the
-/// division) vectorized by `lanes` along the last axis. The max and sum reductions keep the
-/// definition's sequential `k` loop: vectorizing a float sum along `k` would reassociate it and
-/// change its bits, and this schedule must give the interpreter's result exactly.
+/// division) vectorized by `lanes` along the last axis, and the max and sum folds vectorized
+/// across their lanes (`vectorize_lane_fold`). Each lane keeps the definition's order, so this
+/// schedule gives the interpreter's result exactly.
 pub fn softmax_vectorized(sm: &crate::nn::Softmax, lanes: i64) -> Result<Schedule, ScheduleError> {
     let mut s = create_schedule(&[&sm.output]);
     vectorize_last_axis(&mut s, &[&sm.exp, &sm.output], lanes)?;
+    vectorize_lane_fold(&mut s, &sm.max_lanes, lanes)?;
+    vectorize_lane_fold(&mut s, &sm.sum_lanes, lanes)?;
     Ok(s)
 }
 
-/// `nn::layernorm` with the normalization stage vectorized by `lanes` along the last axis; the
-/// sums stay sequential in `k` (as in `softmax_vectorized`).
+/// `nn::layernorm` with the normalization stage vectorized by `lanes` along the last axis and
+/// the two sums vectorized across their lanes (as in `softmax_vectorized`).
 pub fn layernorm_vectorized(ln: &crate::nn::LayerNorm, lanes: i64) -> Result<Schedule, ScheduleError> {
     let mut s = create_schedule(&[&ln.output]);
     vectorize_last_axis(&mut s, &[&ln.output], lanes)?;
+    vectorize_lane_fold(&mut s, &ln.sum_lanes, lanes)?;
+    vectorize_lane_fold(&mut s, &ln.sq_lanes, lanes)?;
     Ok(s)
 }
 

@@ -387,14 +387,65 @@ mod tests {
 /// The stages of `softmax`, for scheduling.
 #[derive(Clone, Debug)]
 pub struct Softmax {
-    /// `max[r] = max_k x[r, k]` (`<name>.max`).
+    /// `max_lanes[r, l] = max` of `x[r, k]` over `k ≡ l (mod FOLD_LANES)` (`<name>.max_lanes`).
+    pub max_lanes: Tensor,
+    /// `max[r] = max_l max_lanes[r, l]` (`<name>.max`).
     pub max: Tensor,
     /// `e[r, k] = exp(x[r, k] − max[r])` (`<name>.exp`).
     pub exp: Tensor,
-    /// `sum[r] = Σ_k e[r, k]` in increasing `k` (`<name>.sum`).
+    /// `sum_lanes[r, l] = Σ e[r, k]` over `k ≡ l (mod FOLD_LANES)` in increasing `k`
+    /// (`<name>.sum_lanes`).
+    pub sum_lanes: Tensor,
+    /// `sum[r] = Σ_l sum_lanes[r, l]` in increasing `l` (`<name>.sum`).
     pub sum: Tensor,
     /// `y[r, k] = e[r, k] / sum[r]`.
     pub output: Tensor,
+}
+
+/// The number of partial folds of a row reduction (`lane_fold`): a row's sum is defined as
+/// `FOLD_LANES` partial sums, lane `l` taking the elements `k ≡ l (mod FOLD_LANES)` in
+/// increasing `k`, then the partials added in increasing `l` — the order a 16-lane vector
+/// accumulator computes, so schedules vectorize the row (contiguous loads) and still give
+/// the interpreter's bits. Fixed by the definition, not by the target's vector width.
+pub const FOLD_LANES: i64 = 16;
+
+/// The two stages of a row reduction of `source(r, k)` over `k < n` in the lane order of
+/// `FOLD_LANES`: `(<name>_lanes[r, l], <name>[r])`. A lane past the row's end (`n` not a
+/// multiple of the lanes) takes the reducer's identity for its missing elements.
+fn lane_fold(
+    rows: &[i64],
+    n: i64,
+    reducer: &ir::te::Reducer,
+    source: impl Fn(&[Expr], Expr) -> Expr,
+    name: &str,
+) -> Result<(Tensor, Tensor), TeError> {
+    let chunks = (n + FOLD_LANES - 1) / FOLD_LANES;
+    let m = reduce_axis(chunks, "m")?;
+    let mut lanes_shape = rows.to_vec();
+    lanes_shape.push(FOLD_LANES);
+    let lanes = compute_vec(
+        lanes_shape,
+        |i| {
+            let (r, l) = (&i[..i.len() - 1], &i[i.len() - 1]);
+            let k = m.to_expr() * FOLD_LANES + l;
+            let value = source(r, k.clone());
+            let value = if n % FOLD_LANES == 0 {
+                value
+            } else {
+                let identity = reducer.identity(value.dtype());
+                select(k.lt(n), value, identity)
+            };
+            reducer.reduce(DType::F32, &[&m], value)
+        },
+        &format!("{name}_lanes"),
+    )?;
+    let l = reduce_axis(FOLD_LANES, "l")?;
+    let fold = compute_vec(
+        rows.to_vec(),
+        |r| reducer.reduce(DType::F32, &[&l], lanes.at_vec(with_last(r, l.to_expr()))),
+        name,
+    )?;
+    Ok((lanes, fold))
 }
 
 /// Checks that `x` is f32 of rank at least 2 and returns (row dimensions, last extent).
@@ -425,20 +476,17 @@ fn with_last(r: &[Expr], k: Expr) -> Vec<Expr> {
 /// `y[r, k] = exp(x[r, k] − max_j x[r, j]) / Σ_j exp(x[r, j] − max_j x[r, j])`.
 ///
 /// Every exponent is at most 0, so no `exp` overflows and the largest term of each row is
-/// exactly 1 (the sum is at least 1). `exp` is `ir::math::exp` (within 1 ulp); the sum runs in
-/// increasing `k` in f32, and schedules keep that order (see `cpu::softmax_vectorized`), so every
-/// schedule gives the interpreter's bits. A NaN in a row is skipped by the max and makes that
-/// row NaN; a row of all −∞ is NaN (−∞ − −∞).
+/// exactly 1 (the sum is at least 1). `exp` is `ir::math::exp` (within 1 ulp); the max and
+/// the sum are row folds in the lane order of `FOLD_LANES` (the sum in f32: 16 partial sums in
+/// increasing `k`, then added in increasing lane), which schedules keep, so every schedule
+/// gives the interpreter's bits. A NaN in a row is skipped by the max and makes that row NaN;
+/// a row of all −∞ is NaN (−∞ − −∞).
 pub fn softmax(x: &Tensor, name: &str) -> Result<Softmax, TeError> {
     let (rows, n) = rows_and_last(&format!("softmax {name}"), x)?;
     let mut full = rows.clone();
     full.push(n);
-    let k = reduce_axis(n, "k")?;
-    let max = compute_vec(
-        rows.clone(),
-        |r| ir::te::max(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))),
-        &format!("{name}.max"),
-    )?;
+    let (max_lanes, max) =
+        lane_fold(&rows, n, &ir::te::Reducer::Max, |r, k| x.at_vec(with_last(r, k)), &format!("{name}.max"))?;
     let exp = compute_vec(
         full.clone(),
         |i| {
@@ -447,21 +495,26 @@ pub fn softmax(x: &Tensor, name: &str) -> Result<Softmax, TeError> {
         },
         &format!("{name}.exp"),
     )?;
-    let j = reduce_axis(n, "j")?;
-    let sum_t =
-        compute_vec(rows, |r| sum(DType::F32, &[&j], exp.at_vec(with_last(r, j.to_expr()))), &format!("{name}.sum"))?;
+    let (sum_lanes, sum_t) =
+        lane_fold(&rows, n, &ir::te::Reducer::Sum, |r, k| exp.at_vec(with_last(r, k)), &format!("{name}.sum"))?;
     let output = compute_vec(full, |i| exp.at_vec(i.to_vec()) / sum_t.at_vec(i[..i.len() - 1].to_vec()), name)?;
-    Ok(Softmax { max, exp, sum: sum_t, output })
+    Ok(Softmax { max_lanes, max, exp, sum_lanes, sum: sum_t, output })
 }
 
 /// The stages of `layernorm`, for scheduling.
 #[derive(Clone, Debug)]
 pub struct LayerNorm {
-    /// `sum[r] = Σ_k x[r, k]` in increasing `k` (`<name>.sum`).
+    /// `sum_lanes[r, l] = Σ x[r, k]` over `k ≡ l (mod FOLD_LANES)` in increasing `k`
+    /// (`<name>.sum_lanes`).
+    pub sum_lanes: Tensor,
+    /// `sum[r] = Σ_l sum_lanes[r, l]` in increasing `l` (`<name>.sum`).
     pub sum: Tensor,
     /// `mean[r] = sum[r] / N` (`<name>.mean`).
     pub mean: Tensor,
-    /// `sq[r] = Σ_k (x[r, k] − mean[r])²` in increasing `k` (`<name>.sq`).
+    /// `sq_lanes[r, l] = Σ (x[r, k] − mean[r])²` over `k ≡ l (mod FOLD_LANES)` in increasing
+    /// `k` (`<name>.sq_lanes`).
+    pub sq_lanes: Tensor,
+    /// `sq[r] = Σ_l sq_lanes[r, l]` in increasing `l` (`<name>.sq`).
     pub sq: Tensor,
     /// `inv_std[r] = rsqrt(sq[r] / N + eps)` (`<name>.inv_std`).
     pub inv_std: Tensor,
@@ -473,8 +526,8 @@ pub struct LayerNorm {
 /// `y = (x − mean) / sqrt(var + eps) · gamma + beta`, with the biased variance
 /// `var = Σ (x − mean)² / N` computed in two passes (no cancellation of `E[x²] − mean²`).
 ///
-/// All in f32 in the order written on the stages of `LayerNorm`; the sums run in increasing `k`
-/// and schedules keep that order, so every schedule gives the interpreter's bits. `1/sqrt` is
+/// All in f32 in the order written on the stages of `LayerNorm`; the sums are row folds in the
+/// lane order of `FOLD_LANES`, which schedules keep, so every schedule gives the interpreter's bits. `1/sqrt` is
 /// `ir::math::rsqrt` (two correctly rounded operations). `eps` must be finite and non-negative.
 pub fn layernorm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32, name: &str) -> Result<LayerNorm, TeError> {
     let op = format!("layernorm {name}");
@@ -500,19 +553,16 @@ pub fn layernorm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32, name: &str
     let mut full = rows.clone();
     full.push(n);
     let count = Expr::float(DType::F32, n as f64);
-    let k = reduce_axis(n, "k")?;
-    let sum_t = compute_vec(
-        rows.clone(),
-        |r| sum(DType::F32, &[&k], x.at_vec(with_last(r, k.to_expr()))),
-        &format!("{name}.sum"),
-    )?;
+    let (sum_lanes, sum_t) =
+        lane_fold(&rows, n, &ir::te::Reducer::Sum, |r, k| x.at_vec(with_last(r, k)), &format!("{name}.sum"))?;
     let mean = compute_vec(rows.clone(), |r| sum_t.at_vec(r.to_vec()) / &count, &format!("{name}.mean"))?;
-    let j = reduce_axis(n, "j")?;
-    let sq = compute_vec(
-        rows.clone(),
-        |r| {
-            let d = x.at_vec(with_last(r, j.to_expr())) - mean.at_vec(r.to_vec());
-            sum(DType::F32, &[&j], &d * &d)
+    let (sq_lanes, sq) = lane_fold(
+        &rows,
+        n,
+        &ir::te::Reducer::Sum,
+        |r, k| {
+            let d = x.at_vec(with_last(r, k)) - mean.at_vec(r.to_vec());
+            &d * &d
         },
         &format!("{name}.sq"),
     )?;
@@ -528,7 +578,7 @@ pub fn layernorm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32, name: &str
         },
         name,
     )?;
-    Ok(LayerNorm { sum: sum_t, mean, sq, inv_std, output })
+    Ok(LayerNorm { sum_lanes, sum: sum_t, mean, sq_lanes, sq, inv_std, output })
 }
 
 /// GELU of an f32 tensor of any shape, exact form (not the tanh approximation):

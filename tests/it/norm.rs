@@ -7,7 +7,7 @@ use ir::te::{Tensor, placeholder};
 use ir::{DType, TeError};
 use schedules::cpu::{gelu_vectorized, layernorm_vectorized, softmax_vectorized};
 use schedules::generic::default_schedule;
-use schedules::nn::{gelu, layernorm, softmax};
+use schedules::nn::{FOLD_LANES, gelu, layernorm, softmax};
 use tensorlift::{CompileOptions, Tensor as RtTensor, build};
 
 /// Deterministic f32 values in `[lo, hi)`.
@@ -78,6 +78,36 @@ fn softmax_matches_the_interpreter_and_an_f64_reference() {
     for row in got.chunks(n) {
         assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-5, "a row sums to {}", row.iter().sum::<f64>());
     }
+}
+
+/// A row's sum in the definition's lane order, in plain Rust: `FOLD_LANES` partial sums over
+/// `k ≡ l`, in increasing `k`, then added in increasing `l`.
+fn lane_order_sum(row: &[f32]) -> f32 {
+    let lanes = FOLD_LANES as usize;
+    let partials: Vec<f32> =
+        (0..lanes).map(|l| row.iter().skip(l).step_by(lanes).fold(0.0f32, |a, &v| a + v)).collect();
+    partials.iter().fold(0.0f32, |a, &p| a + p)
+}
+
+#[test]
+fn softmax_sums_each_row_in_the_lane_order() {
+    // Terms spread over many binades, so the order of the additions shows in the bits; 37 leaves
+    // a tail of 5 lanes.
+    let (rows, n) = (4usize, 37usize);
+    let xs = uniform(rows * n, 7, -30.0, 30.0);
+    let x = placeholder([rows as i64, n as i64], DType::F32, "x").unwrap();
+    let sm = softmax(&x, "softmax").unwrap();
+    let xa = array(x.shape(), &xs);
+    let stages = eval_te(&[&sm.exp, &sm.sum], &[(&x, &xa)]).unwrap();
+    let exps: Vec<f32> = stages[0].to_f64_vec().iter().map(|&v| v as f32).collect();
+    let sums: Vec<f32> = stages[1].to_f64_vec().iter().map(|&v| v as f32).collect();
+    let mut sequential_differs = false;
+    for (row, &sum) in exps.chunks(n).zip(&sums) {
+        assert_eq!(sum.to_bits(), lane_order_sum(row).to_bits(), "row {row:?}");
+        sequential_differs |= row.iter().fold(0.0f32, |a, &v| a + v).to_bits() != sum.to_bits();
+    }
+    // The data distinguish the lane order from the sequential one, so the check above can fail.
+    assert!(sequential_differs, "every row sums to the same bits in either order");
 }
 
 #[test]
