@@ -18,6 +18,7 @@ pub mod math;
 pub mod mutator;
 pub mod passes;
 pub mod printer;
+mod proven_plans;
 pub mod schedule;
 pub mod stmt;
 pub mod te;

@@ -20,13 +20,16 @@
 //! that would break it is rejected with the mismatch and leaves the schedule unchanged.
 
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use crate::error::{MismatchPart, ScheduleError, TensorizeMismatch};
 use crate::expr::{Expr, ExprKind};
 use crate::intrin::TensorIntrin;
 use crate::mutator::{Mutator, substitute_map, walk_expr};
+use crate::proven_plans::ProvenPlans;
 use crate::stmt::ForKind;
 use crate::te::{IterKind, IterVar, Operation, Tensor, TensorId, compute_vec};
+use crate::tensorize::PlannedOperand;
 use crate::trace::{IntrinRef, RecordedStep, Step};
 
 /// Identity of a stage within its schedule.
@@ -165,6 +168,8 @@ pub struct Schedule {
     pub(crate) definition_stages: usize,
     /// One entry per successful primitive call (`trace`).
     pub(crate) recorded: Vec<RecordedStep>,
+    /// The operand plans of the tensorize requests proven on the schedule as it is.
+    proofs: ProvenPlans,
 }
 
 /// The largest vector a `vectorize` may request.
@@ -179,6 +184,7 @@ pub fn create_schedule(outputs: &[&Tensor]) -> Schedule {
         outputs: Vec::new(),
         definition_stages: 0,
         recorded: Vec::new(),
+        proofs: ProvenPlans::default(),
     };
     for out in outputs {
         s.add_tree(out);
@@ -215,6 +221,7 @@ impl Schedule {
         };
         let leaves = axes.iter().chain(&reduce_axes).cloned().collect();
         let stage = Stage(self.stages.len() as u32);
+        self.proofs.forget_all();
         self.by_tensor.insert(tensor.id(), stage);
         self.stages.push(StageData {
             tensor,
@@ -261,8 +268,22 @@ impl Schedule {
         Ok(stage)
     }
 
+    /// A stage to change: every proven plan is forgotten (`ProvenPlans`).
     fn data_mut(&mut self, stage: Stage) -> &mut StageData {
+        self.proofs.forget_all();
         &mut self.stages[stage.0 as usize]
+    }
+
+    /// The operand plan of `stage`'s tensorize request as proven on the schedule as it is
+    /// (`None`: not kept; lowering proves it again).
+    pub(crate) fn proven_plan(&self, stage: Stage) -> Option<Rc<[PlannedOperand]>> {
+        self.proofs.get(stage)
+    }
+
+    /// Forgets every proven plan, as any change would (tests compare lowering with and without).
+    #[cfg(test)]
+    pub(crate) fn forget_proven_plans(&mut self) {
+        self.proofs.forget_all();
     }
 
     fn leaf_position(&self, primitive: &'static str, stage: Stage, axis: &IterVar) -> Result<usize, ScheduleError> {
@@ -738,10 +759,13 @@ impl Schedule {
     pub fn tensorize(&mut self, tensor: &Tensor, axis: &IterVar, intrin: &TensorIntrin) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("tensorize", tensor)?;
         self.leaf_position("tensorize", stage, axis)?;
-        let previous = self.data_mut(stage).tensorize.replace((axis.clone(), intrin.clone()));
+        // Only this stage's plan depends on its request: the others' stay proven.
+        self.proofs.forget(stage);
+        let previous = self.stages[stage.0 as usize].tensorize.replace((axis.clone(), intrin.clone()));
         let checked = self.check_tensorized(&[stage]);
         if checked.is_err() {
-            self.data_mut(stage).tensorize = previous;
+            self.proofs.forget(stage);
+            self.stages[stage.0 as usize].tensorize = previous;
             return checked;
         }
         let step = Step::Tensorize {
@@ -793,7 +817,9 @@ impl Schedule {
             };
             return Err(error(m));
         };
-        crate::tensorize::plan(self, regions, stage, axis, intrin, body).map(|_| ()).map_err(error)
+        let planned = crate::tensorize::plan(self, regions, stage, axis, intrin, body).map_err(error)?;
+        self.proofs.keep(stage, planned);
+        Ok(())
     }
 
     /// Runs a primitive; if any stage is tensorized and the result breaks its proof, restores

@@ -67,6 +67,17 @@ pub(crate) struct PlannedOperand {
     pub strides: Vec<i64>,
 }
 
+/// Whether two plans name the same tensors at structurally equal origins with equal strides.
+pub(crate) fn same_plan(a: &[PlannedOperand], b: &[PlannedOperand]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| {
+            a.tensor.id() == b.tensor.id()
+                && a.strides == b.strides
+                && a.origin.len() == b.origin.len()
+                && a.origin.iter().zip(&b.origin).all(|(x, y)| x.structurally_eq(y))
+        })
+}
+
 /// One read (or the output's store) of the stage, paired with the declaration's.
 struct Access {
     /// Declaration input position, or the input count for the output.
@@ -577,6 +588,7 @@ fn check_mapping(
 
 #[cfg(test)]
 mod tests {
+    use super::{plan, same_plan};
     use crate::dtype::DType;
     use crate::error::{MismatchPart, ScheduleError};
     use crate::expr::Expr;
@@ -740,6 +752,48 @@ mod tests {
         let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
         assert!(f.to_string().contains("Bp[j.outer*16] strides [4, 4, 1]"), "{f}");
         run_checked(&f, (&p.a, &p.bp, &c), &pseudo_random(48, 21, 0, 255), &pseudo_random(32, 22, -128, 127));
+    }
+
+    #[test]
+    fn the_proven_plan_is_kept_for_lowering_until_the_schedule_changes() {
+        let p = Packed::new(12, 32, 16, 16);
+        let c = p.exact();
+        let intrin = gemm_intrin(4, 16, 16, false);
+        let (mut s, leaves) = tiled(&c, 4, 16);
+        s.tensorize(&c, &leaves[2], &intrin).unwrap();
+        let stage = s.stage_of(&c).unwrap();
+        let fresh = |s: &Schedule| {
+            let bodies = crate::lower::inline_stages::inline_stages(s);
+            let regions = crate::lower::infer_bounds::infer_bounds(s, &bodies);
+            plan(s, &regions, stage, &leaves[2], &intrin, &bodies[&stage]).ok().unwrap()
+        };
+        // Kept, and what planning again on the same schedule gives.
+        let kept = s.proven_plan(stage).expect("the proof keeps its plan");
+        assert_eq!(kept.len(), 3);
+        assert!(same_plan(&kept, &fresh(&s)));
+        // Lowering from the kept plan and from a fresh one emit the same function.
+        let from_kept = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
+        let mut forgotten = s.clone();
+        forgotten.forget_proven_plans();
+        assert!(forgotten.proven_plan(stage).is_none());
+        let from_fresh = lower(&forgotten, &[&p.a, &p.bp, &c], "gemm").unwrap();
+        assert_eq!(from_kept.to_string(), from_fresh.to_string());
+        // A split outside the region re-proves the request: the plan kept is the new loops'.
+        let (outer, _) = s.split(&c, &leaves[0], 1).unwrap();
+        let resplit = s.proven_plan(stage).expect("the split re-proves the request");
+        assert!(same_plan(&resplit, &fresh(&s)));
+        assert!(!same_plan(&resplit, &kept));
+        // A primitive that does not re-prove forgets it; lowering plans the call again.
+        s.parallel(&c, &outer).unwrap();
+        assert!(s.proven_plan(stage).is_none());
+        let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
+        assert_eq!(count_calls(&f), 1, "{f}");
+        run_checked(
+            &f,
+            (&p.a, &p.bp, &c),
+            &pseudo_random(12 * 16, 7, 0, 255),
+            &pseudo_random(2 * 4 * 16 * 4, 8, -128, 127),
+        );
     }
 
     #[test]

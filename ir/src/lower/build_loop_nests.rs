@@ -1,6 +1,7 @@
 //! Lowering step: turn each stage into its loop nest and assemble the function.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use crate::expr::{Expr, ExprKind, Var};
 use crate::intrin::{TensorIntrin, reset_value};
@@ -9,6 +10,7 @@ use crate::mutator::{Mutator, substitute_map, walk_expr};
 use crate::schedule::{Attach, Schedule, Stage};
 use crate::stmt::{Buffer, ForKind, Func, Operand, Stmt, StmtKind};
 use crate::te::{IterVar, Tensor, TensorId};
+use crate::tensorize::{PlannedOperand, same_plan};
 
 /// Builds the function computing the schedule's outputs from `args` (inputs and outputs, in
 /// call order).
@@ -77,14 +79,19 @@ pub fn build_loop_nests(
             }
         }
     }
+    let mut renamed = HashSet::new();
     let regions: HashMap<Stage, Region> = regions
         .iter()
         .map(|(&stage, region)| {
-            let dims = region.dims.iter().map(|(min, extent)| (substitute_map(min, &local_loops), *extent)).collect();
+            let dims: Vec<(Expr, i64)> =
+                region.dims.iter().map(|(min, extent)| (substitute_map(min, &local_loops), *extent)).collect();
+            if dims.iter().zip(&region.dims).any(|((new, _), (old, _))| !new.same_node(old)) {
+                renamed.insert(stage);
+            }
             (stage, Region { dims })
         })
         .collect();
-    let ctx = Ctx { schedule, bodies, regions: &regions, buffers, attached, local_loops };
+    let ctx = Ctx { schedule, bodies, regions: &regions, buffers, attached, local_loops, renamed };
     let nests: Vec<Stmt> = schedule
         .order()
         .iter()
@@ -115,6 +122,8 @@ struct Ctx<'a> {
     attached: HashMap<Stage, Vec<(IterVar, Stage)>>,
     /// The fresh loop variable of each root axis that is a leaf whose region does not start at 0.
     local_loops: HashMap<Var, Expr>,
+    /// The stages whose regions name a renamed loop (`local_loops`): not as `infer_bounds` does.
+    renamed: HashSet<Stage>,
 }
 
 /// Something placed inside a loop nest, right inside loop number `depth` (-1: outside all).
@@ -233,24 +242,44 @@ impl Ctx<'_> {
         let loops: Vec<Loop> =
             data.leaves.iter().map(|l| Loop { var: loop_var(l), extent: extents[l], kind: data.for_kind(l) }).collect();
         let mut region_call = data.tensorize.as_ref().map(|(axis, intrin)| {
-            let planned = crate::tensorize::plan(
-                self.schedule,
-                self.regions,
-                stage,
-                axis,
-                intrin,
-                &self.bodies[&stage],
-            )
-            .unwrap_or_else(|m| {
-                let (stage, part, what) = (data.name(), m.part, &m.what);
-                panic!("build_loop_nests: tensorize of {stage} was proven by the schedule, now {part} ({what}) differs")
-            });
+            let plan = || {
+                crate::tensorize::plan(self.schedule, self.regions, stage, axis, intrin, &self.bodies[&stage])
+                    .unwrap_or_else(|m| {
+                        let (stage, part, what) = (data.name(), m.part, &m.what);
+                        panic!(
+                            "build_loop_nests: tensorize of {stage} was proven by the schedule, now {part} ({what}) differs"
+                        )
+                    })
+            };
+            // The schedule's proof planned the call on this very schedule (`ProvenPlans`), with
+            // the regions as `infer_bounds` names them: kept where the regions it read (the
+            // stage's own and its operands') are those, none renamed here (`local_loops`).
+            // Debug builds plan again and compare.
+            let reads_renamed = |p: &[PlannedOperand]| {
+                self.renamed.contains(&stage)
+                    || p.iter().any(|o| self.schedule.stage_of(&o.tensor).is_ok_and(|s| self.renamed.contains(&s)))
+            };
+            let kept = self.schedule.proven_plan(stage).filter(|p| !reads_renamed(p));
+            let planned: Rc<[PlannedOperand]> = match kept {
+                Some(proven) => {
+                    if cfg!(debug_assertions) {
+                        let again = plan();
+                        assert!(
+                            same_plan(&proven, &again),
+                            "build_loop_nests: the kept plan of {}'s tensorize differs from planning again",
+                            data.name()
+                        );
+                    }
+                    proven
+                }
+                None => plan().into(),
+            };
             let operands = planned
-                .into_iter()
+                .iter()
                 .map(|p| Operand {
                     buffer: self.buffers[&p.tensor.id()].clone(),
                     origin: p.origin.iter().map(|o| substitute_map(o, loop_vars)).collect(),
-                    strides: p.strides,
+                    strides: p.strides.clone(),
                 })
                 .collect();
             let depth = data.leaves.iter().position(|l| l == axis).expect("tensorize axis is a leaf");
