@@ -21,6 +21,7 @@
 //! assert_eq!(intrin.name, "dot8");
 //! ```
 
+use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::ops::Deref;
@@ -210,25 +211,37 @@ pub struct TensorIntrinData {
 }
 
 /// A declared intrinsic; cheap to clone, identity is the declaration (pointer equality).
-#[derive(Clone, Debug)]
-pub struct TensorIntrin(Rc<TensorIntrinData>);
+#[derive(Clone)]
+pub struct TensorIntrin(Rc<Declared>);
+
+/// A declaration and its key (`workload::intrin_key`), computed once: the declaration never
+/// changes, and its key is asked for by the schedule's trace and again by code generation.
+struct Declared {
+    data: TensorIntrinData,
+    key: OnceCell<String>,
+}
 
 impl TensorIntrin {
     /// A declaration from its parts, for `composite` (which checks them).
     pub(crate) fn from_data(data: TensorIntrinData) -> TensorIntrin {
-        TensorIntrin(Rc::new(data))
+        TensorIntrin(Rc::new(Declared { data, key: OnceCell::new() }))
+    }
+
+    /// The declaration's key, computed by `compute` the first time it is asked for.
+    pub(crate) fn key_with(&self, compute: impl FnOnce() -> String) -> &str {
+        self.0.key.get_or_init(compute)
     }
 
     /// The tensors the operands of a call stand for: the inputs in order, then the output.
     pub fn operand_tensors(&self) -> Vec<&Tensor> {
-        self.0.inputs.iter().chain(std::iter::once(&self.0.output)).collect()
+        self.0.data.inputs.iter().chain(std::iter::once(&self.0.data.output)).collect()
     }
 }
 
 impl Deref for TensorIntrin {
     type Target = TensorIntrinData;
     fn deref(&self) -> &TensorIntrinData {
-        &self.0
+        &self.0.data
     }
 }
 
@@ -239,9 +252,15 @@ impl PartialEq for TensorIntrin {
 }
 impl Eq for TensorIntrin {}
 
+impl fmt::Debug for TensorIntrin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TensorIntrin").field(&self.0.data).finish()
+    }
+}
+
 impl fmt::Display for TensorIntrin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.name)
+        f.write_str(&self.0.data.name)
     }
 }
 
@@ -315,7 +334,7 @@ pub fn decl_tensor_intrin(
     }
     let inputs = inputs.iter().map(|t| (*t).clone()).collect();
     let data = TensorIntrinData { name: name.to_string(), kind, inputs, output: output.clone(), parts: None };
-    Ok(TensorIntrin(Rc::new(data)))
+    Ok(TensorIntrin::from_data(data))
 }
 
 /// `IntrinKind::Map`: an `[m, n]` output without reduction whose every read is `x[p, c]` of an

@@ -47,6 +47,12 @@ pub fn canonical_definition(outputs: &[&Tensor]) -> String {
 /// The key of an intrinsic's declaration: its inputs in call order, then its compute, renamed
 /// like a workload (the inputs first, so that their order is part of the key).
 pub fn intrin_key(intrin: &TensorIntrin) -> String {
+    // A declaration never changes: its key is computed once (`TensorIntrin::key_with`).
+    intrin.key_with(|| declaration_key(intrin)).to_string()
+}
+
+/// `intrin_key` computed from the declaration (what the kept key is).
+fn declaration_key(intrin: &TensorIntrin) -> String {
     if let Some((gemm, map)) = &intrin.parts {
         return sha256_hex(&format!("{}+{}", intrin_key(gemm), intrin_key(map)));
     }
@@ -261,6 +267,49 @@ mod tests {
         let r = reduce_axis(8, "r").unwrap();
         let peak = compute([1, 6, 6], |i| max(DType::I32, &[&r], acc.at([&i[0], &r, &i[1], &i[2]])), "Peak").unwrap();
         (x, vec![out, peak])
+    }
+
+    /// A GEMM of `k` and a map over its `[m, n]` tile, and the two chained.
+    fn gemm_map_declarations(m: i64, n: i64, k: i64) -> [TensorIntrin; 3] {
+        use crate::intrin::{Int8GemmSize, IntrinKind, decl_tensor_intrin, int8_gemm_compute};
+        let a = placeholder([m, k], DType::U8, "A").unwrap();
+        let b = placeholder([k / 4, n, 4], DType::I8, "B").unwrap();
+        let c = int8_gemm_compute(&a, &b, Int8GemmSize { m, n, k, segments: 1 }, false, "C").unwrap();
+        let kind = IntrinKind::Int8Gemm { m, n, k, segments: 1, saturating: false };
+        let gemm = decl_tensor_intrin("gemm", kind, &c, &[&a, &b]).unwrap();
+        let acc = placeholder([m, n], DType::I32, "acc").unwrap();
+        let s = placeholder([n], DType::F32, "s").unwrap();
+        let out = compute(
+            [m, n],
+            |i| (acc.at([&i[0], &i[1]]).cast(DType::F32) * s.at([&i[1]])).round().saturating_cast(DType::U8),
+            "out",
+        )
+        .unwrap();
+        let map = decl_tensor_intrin("rq", IntrinKind::Map { m, n }, &out, &[&acc, &s]).unwrap();
+        let chained = crate::composite::gemm_map(&gemm, &map).unwrap();
+        [gemm, map, chained]
+    }
+
+    /// The key kept with a declaration is the one computed from it, whichever is asked first
+    /// (the chained one or its parts), and the same for an equal declaration built apart.
+    #[test]
+    fn the_kept_intrinsic_key_is_the_declarations() {
+        let [gemm, map, chained] = gemm_map_declarations(4, 16, 32);
+        let fresh: Vec<String> = [&gemm, &map, &chained].iter().map(|i| declaration_key(i)).collect();
+        assert_eq!(intrin_key(&chained), fresh[2]);
+        assert_eq!(
+            [intrin_key(&gemm), intrin_key(&map), intrin_key(&chained)],
+            [&fresh[0], &fresh[1], &fresh[2]].map(String::clone)
+        );
+        let [gemm2, map2, chained2] = gemm_map_declarations(4, 16, 32);
+        assert_eq!(
+            [intrin_key(&map2), intrin_key(&gemm2), intrin_key(&chained2)],
+            [&fresh[1], &fresh[0], &fresh[2]].map(String::clone)
+        );
+        let [other_gemm, _, other] = gemm_map_declarations(4, 16, 64);
+        assert_ne!(intrin_key(&other_gemm), fresh[0]);
+        assert_ne!(intrin_key(&other), fresh[2]);
+        assert_eq!(intrin_key(&other), declaration_key(&other));
     }
 
     /// The canonical copy made without checks is the one made with them: the same text, and
