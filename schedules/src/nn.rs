@@ -435,14 +435,14 @@ fn lane_fold(
                 let identity = reducer.identity(value.dtype());
                 select(k.lt(n), value, identity)
             };
-            reducer.reduce(DType::F32, &[&m], value)
+            reducer.reduce(value.dtype(), &[&m], value)
         },
         &format!("{name}_lanes"),
     )?;
     let l = reduce_axis(FOLD_LANES, "l")?;
     let fold = compute_vec(
         rows.to_vec(),
-        |r| reducer.reduce(DType::F32, &[&l], lanes.at_vec(with_last(r, l.to_expr()))),
+        |r| reducer.reduce(lanes.dtype(), &[&l], lanes.at_vec(with_last(r, l.to_expr()))),
         name,
     )?;
     Ok((lanes, fold))
