@@ -3,7 +3,8 @@
 //! parallel and layers of one geometry share one. The first layer of each geometry is taken
 //! first, so that a thread seldom waits for a function another thread is compiling; among those
 //! and among the others, the layers with the most weights first, so that no long preparation
-//! ends the queue while other cores idle. The auto-scheduled convolutions (`Work::Auto`) are
+//! ends the queue while other cores idle. The layers' packed weights are cut from one
+//! reservation (`runtime::WeightArena`). The auto-scheduled convolutions (`Work::Auto`) are
 //! jobs of the same queue, taken before the others since each compiles its own function.
 //! `TENSORLIFT_TRACE_JOBS=1` prints, per job, its thread, when it started and ended, the CPU
 //! time its thread spent on it and a layer's function and weight times.
@@ -107,7 +108,12 @@ pub(super) fn compile_jobs<'a>(
         group.sort_by_key(|&(index, job)| (std::cmp::Reverse(job.weight_bytes()), index));
     }
     let order: Vec<(usize, &Job)> = auto.into_iter().chain(first).chain(rest).collect();
-    let cache = KernelCache::new();
+    // The layers' packed weights cut from one reservation (`WeightArena`: fresh pages are
+    // faulted one huge page at a time, none left partly used per layer). Packed entries take up
+    // to twice the weights' bytes (i16 at levels without VNNI) and panels and rows pad them; the
+    // reservation is address space, so it is ample, and a layer that does not fit allocates its own.
+    let weights: usize = order.iter().map(|(_, job)| job.weight_bytes()).sum();
+    let cache = KernelCache::with_weight_arena(weights.saturating_mul(4));
     let next = AtomicUsize::new(0);
     let results = Mutex::new(HashMap::with_capacity(order.len()));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(order.len()).max(1);

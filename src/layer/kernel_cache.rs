@@ -5,7 +5,9 @@
 //! the function. Shared between threads, so that distinct functions compile in parallel; a
 //! thread that needs a function another is compiling waits for it. A cache made
 //! `keeping_weights` also keeps each layer's prepared weights by its name, panel width and GEMM
-//! operands (what the tuner's measurement of one layer under many schedules reuses).
+//! operands (what the tuner's measurement of one layer under many schedules reuses). A cache made
+//! `with_weight_arena` has the layers' packed weights cut from one reservation (`WeightArena`:
+//! a network's compile).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +20,7 @@ use schedules::x86_conv::Conv2dInt8Knobs;
 use super::error::LayerError;
 use super::qprepare::PreparedWeights;
 use crate::isa::IsaLevel;
-use crate::runtime::CompiledFunc;
+use crate::runtime::{CompiledFunc, WeightArena};
 
 /// What identifies a compiled function: the workload key of its definition, the knobs, the
 /// level, the threads and the optimization level (its `Debug` text).
@@ -35,6 +37,8 @@ pub struct KernelCache {
     hits: AtomicUsize,
     /// Prepared weights by (layer name, nr, operands), when kept (`keeping_weights`).
     weights: Option<Mutex<HashMap<WeightsKey, PreparedWeights>>>,
+    /// Where the layers' packed weights are cut from (`None`: each allocated on its own).
+    arena: Option<WeightArena>,
 }
 
 /// What identifies prepared weights in a cache that keeps them: the layer's name, the panel
@@ -51,6 +55,17 @@ impl KernelCache {
     /// means one set of weights, bias and source zero point (one spec compiled many times).
     pub fn keeping_weights() -> KernelCache {
         KernelCache { weights: Some(Mutex::default()), ..KernelCache::default() }
+    }
+
+    /// A cache whose layers' packed weights are cut from one reservation of at least `bytes`
+    /// (`WeightArena`; where the OS refuses it, each is allocated on its own).
+    pub fn with_weight_arena(bytes: usize) -> KernelCache {
+        KernelCache { arena: WeightArena::reserve(bytes), ..KernelCache::default() }
+    }
+
+    /// Where the layers' packed weights are cut from, if anywhere.
+    pub(super) fn weight_arena(&self) -> Option<&WeightArena> {
+        self.arena.as_ref()
     }
 
     /// The prepared weights of `key` (name, panel width, operands, and the reduction length and

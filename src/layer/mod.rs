@@ -46,5 +46,5 @@ pub use qcompiled::CompiledQuantized;
 pub use qconv::{ActQuant, QConvSpec, compile_qconv, compile_qconv_in, lower_qconv};
 pub use qdense::{QDenseSpec, compile_qdense, compile_qdense_in, lower_qdense};
 pub use qlowered::LoweredQuantized;
-pub use qprepare::{PreparedWeights, prepare_weights, prepare_weights_scalar};
+pub use qprepare::{PreparedWeights, prepare_weights, prepare_weights_in, prepare_weights_scalar};
 pub use transpose::{nchw_to_nhwc, nhwc_to_nchw, permute_bytes};

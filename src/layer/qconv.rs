@@ -30,10 +30,10 @@ use super::error::{LayerError, SpecError};
 use super::kernel_cache::KernelCache;
 use super::qcompiled::{CompiledQuantized, Prepared};
 use super::qlowered::LoweredQuantized;
-use super::qprepare::{PreparedWeights, prepare_weights};
+use super::qprepare::{PreparedWeights, prepare_weights_in};
 use crate::build::{BuildError, build, core_rate, lower_at};
 use crate::isa::IsaLevel;
-use crate::runtime::{CompileOptions, Tensor};
+use crate::runtime::{CompileOptions, Tensor, WeightArena};
 
 /// The quantization of an activation: `real = scale · (q − zero_point)`, `q` of `dtype` (u8 or
 /// i8), per tensor.
@@ -343,13 +343,14 @@ fn sum_input(spec: &QConvSpec, shapes: &Shapes) -> Result<Option<ir::te::Tensor>
 
 /// The weights of `spec` prepared for its function's operands and `knobs.nr` (rearranged first
 /// where the knobs apply space to depth at `stride`): the per-call function's arguments between
-/// source and output, before the definition's parameters.
+/// source and output, before the definition's parameters. The packed tensor is cut from `arena`
+/// where one is given.
 fn prepare_quantized(
     spec: &QConvSpec,
     shapes: &Shapes,
-    stride: i64,
-    knobs: Conv2dInt8Knobs,
+    (stride, knobs): (i64, Conv2dInt8Knobs),
     operands: GemmOperands,
+    arena: Option<&WeightArena>,
 ) -> Result<PreparedWeights, LayerError> {
     let dims = [shapes.wei[0], shapes.wei[1], shapes.wei[2], shapes.wei[3]];
     let src_q = (spec.src.dtype, spec.src.zero_point);
@@ -357,9 +358,10 @@ fn prepare_quantized(
     match knobs.space_to_depth(stride, dims[2], dims[3]) {
         Some(s) => {
             let kernel = space_to_depth_values(&spec.weights, dims, s);
-            prepare_weights(&kernel, space_to_depth_dims(dims, s), knobs.nr, k, operands, src_q, bias)
+            let dims = space_to_depth_dims(dims, s);
+            prepare_weights_in(arena, &kernel, dims, (knobs.nr, k), operands, src_q, bias)
         }
-        None => prepare_weights(&spec.weights, dims, knobs.nr, k, operands, src_q, bias),
+        None => prepare_weights_in(arena, &spec.weights, dims, (knobs.nr, k), operands, src_q, bias),
     }
 }
 
@@ -410,7 +412,7 @@ fn build_quantized(
     let start = Instant::now();
     let PreparedWeights { packed, compensation } = cache
         .prepared((name.clone(), knobs.nr, operands, weight_layout(shapes, conv.stride, knobs)), || {
-            prepare_quantized(spec, shapes, conv.stride, knobs, operands)
+            prepare_quantized(spec, shapes, (conv.stride, knobs), operands, cache.weight_arena())
         })?;
     let prepared = Prepared { packed, compensation, params, time: start.elapsed() };
     let io = ((spec.src.dtype, shapes.src.clone()), (spec.dst.dtype, shapes.dst.clone()));
@@ -435,7 +437,8 @@ fn lower_quantized(
     let key = format!("{} {knobs:?} {}", workload_key(&[&layer.layer.output]).key, level.name());
     let func = lower_at(&layer.schedule, &layer.args.iter().collect::<Vec<_>>(), &spec.name, level)
         .map_err(BuildError::from)?;
-    let PreparedWeights { packed, compensation } = prepare_quantized(spec, shapes, conv.stride, knobs, operands)?;
+    let PreparedWeights { packed, compensation } =
+        prepare_quantized(spec, shapes, (conv.stride, knobs), operands, None)?;
     let mut weights = vec![packed, compensation];
     weights.extend(params(&layer));
     Ok(LoweredQuantized { func, key, knobs, operands, weights })

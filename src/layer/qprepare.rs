@@ -15,7 +15,7 @@ use schedules::ops::{GemmOperands, conv_row_bytes, source_shift};
 
 use super::error::LayerError;
 use super::qprepare_x86;
-use crate::runtime::Tensor;
+use crate::runtime::{Tensor, WeightArena};
 
 /// Weights prepared for the per-call function.
 #[derive(Clone)]
@@ -39,6 +39,20 @@ pub fn prepare_weights(
     nr: i64,
     gemm_k: i64,
     operands: GemmOperands,
+    src: (DType, i32),
+    bias: Option<&[i32]>,
+) -> Result<PreparedWeights, LayerError> {
+    prepare_weights_in(None, weights, dims, (nr, gemm_k), operands, src, bias)
+}
+
+/// `prepare_weights` with the packed tensor cut from `arena` where one is given (a compile's
+/// weights from one reservation, `WeightArena`); the same values either way.
+pub fn prepare_weights_in(
+    arena: Option<&WeightArena>,
+    weights: &[i8],
+    dims: [i64; 4],
+    (nr, gemm_k): (i64, i64),
+    operands: GemmOperands,
     (src_dtype, src_zp): (DType, i32),
     bias: Option<&[i32]>,
 ) -> Result<PreparedWeights, LayerError> {
@@ -48,7 +62,11 @@ pub fn prepare_weights(
     let groups = k_len / pack;
     let dtype = operands.weight_dtype();
     let wide = dtype == DType::I16;
-    let mut packed = Tensor::zeros(dtype, &[panels as i64, groups as i64, nr as i64, pack as i64])?;
+    let shape = [panels as i64, groups as i64, nr as i64, pack as i64];
+    let mut packed = match arena {
+        Some(arena) => arena.zeros(dtype, &shape)?,
+        None => Tensor::zeros(dtype, &shape)?,
+    };
     let factor = src_zp.wrapping_add(source_shift(src_dtype, operands.source));
     let mut compensation = vec![0i32; oc];
     // A 1×1 kernel whose channels need no padding is already in reduction order.
@@ -225,9 +243,10 @@ mod tests {
 
     /// The fast path against its slow twin over kernel sizes, channel counts that pad rows
     /// and panels, panel widths, every GEMM operand type and source dtype, with and without a
-    /// bias: bit for bit.
+    /// bias: bit for bit; and packed into tensors cut from a `WeightArena`, the same.
     #[test]
     fn the_fast_preparation_equals_the_scalar_one() {
+        let arena = WeightArena::reserve(1 << 20).unwrap();
         let operands = [
             GemmOperands { source: DType::U8, weights: (-128, 127) },
             GemmOperands { source: DType::I8, weights: (-127, 127) },
@@ -270,6 +289,15 @@ mod tests {
                             assert_eq!(fast.packed.dtype(), slow.packed.dtype(), "{what}");
                             assert_eq!(fast.packed.as_bytes(), slow.packed.as_bytes(), "{what}");
                             assert_eq!(fast.compensation.as_bytes(), slow.compensation.as_bytes(), "{what}");
+                            let cut =
+                                prepare_weights_in(Some(&arena), &w, *dims, (nr, gemm_k), ops, (src, zp), b).unwrap();
+                            assert_eq!(cut.packed.shape(), slow.packed.shape(), "{what}, from the arena");
+                            assert_eq!(cut.packed.as_bytes(), slow.packed.as_bytes(), "{what}, from the arena");
+                            assert_eq!(
+                                cut.compensation.as_bytes(),
+                                slow.compensation.as_bytes(),
+                                "{what}, from the arena"
+                            );
                             cases += 1;
                         }
                     }
@@ -277,5 +305,6 @@ mod tests {
             }
         }
         assert_eq!(cases, shapes.len() * 3 * 2 * 4 * 2 * 2);
+        assert!(arena.used() > 0, "tensors were cut from the arena");
     }
 }

@@ -9,6 +9,7 @@
 //! The target vocabulary `CompileOptions` and `CompiledFunc` name lives on the ground floor:
 //! import it from there (`isa::IsaLevel`, `target::Target`), or use the crate root's short names.
 
+mod arena;
 pub(crate) mod host;
 mod kernel;
 pub mod peak;
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use ir::DType;
 
+pub use arena::WeightArena;
 pub use kernel::GemmKernel;
 pub use tensor::{Arg, CheckedTensor, Element, Tensor};
 

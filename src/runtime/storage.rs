@@ -4,9 +4,12 @@
 //! per inference walks one page table entry per 2 MB instead of one per 4 kB. Such a mapping
 //! is rounded up to whole huge pages (a tensor of just over a megabyte takes 2 MB). The request
 //! is advice: where the kernel declines it the pages are ordinary ones, with the same contents.
+//! A `Storage` may also be a range of a mapping shared with others (`WeightArena`, which cuts a
+//! compile's weights from one reservation), the mapping kept until its last range is dropped.
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use crate::abi::ALIGN;
 
@@ -18,8 +21,7 @@ pub(crate) struct Storage {
     ptr: NonNull<u8>,
     /// Bytes allocated (at least one line).
     size: usize,
-    /// Mapped with `mmap` (unmapped on drop), else from the global allocator with `layout`.
-    mapped: bool,
+    backing: Backing,
 }
 
 // SAFETY: `Storage` owns its bytes exclusively, like a `Vec<u8>`.
@@ -27,31 +29,34 @@ unsafe impl Send for Storage {}
 // SAFETY: shared access only reads through `&self`.
 unsafe impl Sync for Storage {}
 
-impl Storage {
-    /// `bytes` zero bytes (at least one line, so even an empty tensor has addressable memory).
-    pub(crate) fn zeroed(bytes: usize) -> Storage {
-        let size = bytes.max(1).div_ceil(ALIGN) * ALIGN;
-        if size >= HUGE / 2
-            && let Some(storage) = Storage::map(size)
-        {
-            return storage;
-        }
-        let layout = Storage::layout(size);
-        // SAFETY: `layout` has a non-zero size; the pointer is checked.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(ptr) else { std::alloc::handle_alloc_error(layout) };
-        Storage { ptr, size, mapped: false }
-    }
+/// Where a `Storage`'s bytes come from.
+enum Backing {
+    /// The global allocator, with `Storage::layout(size)`.
+    Heap,
+    /// A range of a mapping: one of its own, or of a `WeightArena` shared with other tensors.
+    /// Held for its drop: the mapping is unmapped when its last range is dropped.
+    Mapped { _mapping: Arc<Mapping> },
+}
 
-    fn layout(size: usize) -> Layout {
-        Layout::from_size_align(size, ALIGN).expect("tensor sizes are bounded by isize::MAX")
-    }
+/// An anonymous private mapping on huge page boundaries with huge pages requested, unmapped on
+/// drop.
+pub(crate) struct Mapping {
+    base: NonNull<u8>,
+    size: usize,
+}
 
+// SAFETY: the mapping is plain memory; who may touch which bytes is up to the `Storage`s cut
+// from it, each of which owns its range exclusively.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `Mapping` itself exposes no access to the bytes.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
     /// Fresh anonymous pages (zero, untouched) for `size` bytes rounded up to whole huge pages,
     /// on a huge page boundary, with huge pages requested before the first touch; `None` where
     /// the mapping fails (the caller falls back to the allocator).
-    fn map(size: usize) -> Option<Storage> {
-        let size = size.checked_next_multiple_of(HUGE)?;
+    pub(crate) fn huge(size: usize) -> Option<Mapping> {
+        let size = size.max(1).checked_next_multiple_of(HUGE)?;
         let span = size.checked_add(HUGE)?;
         // SAFETY: an anonymous private mapping at an address of the kernel's choice.
         let base = unsafe {
@@ -81,7 +86,58 @@ impl Storage {
             }
             libc::madvise(start as *mut libc::c_void, size, libc::MADV_HUGEPAGE);
         }
-        Some(Storage { ptr: NonNull::new(start as *mut u8)?, size, mapped: true })
+        Some(Mapping { base: NonNull::new(start as *mut u8)?, size })
+    }
+
+    /// Bytes mapped (a multiple of the huge page size).
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the range was mapped by `Mapping::huge` and is unmapped once, after the last
+        // `Storage` cut from it.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.size) };
+    }
+}
+
+impl Storage {
+    /// `bytes` zero bytes (at least one line, so even an empty tensor has addressable memory).
+    pub(crate) fn zeroed(bytes: usize) -> Storage {
+        let size = Storage::lines(bytes);
+        if size >= HUGE / 2
+            && let Some(mapping) = Mapping::huge(size)
+        {
+            return Storage { ptr: mapping.base, size, backing: Backing::Mapped { _mapping: Arc::new(mapping) } };
+        }
+        let layout = Storage::layout(size);
+        // SAFETY: `layout` has a non-zero size; the pointer is checked.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(ptr) else { std::alloc::handle_alloc_error(layout) };
+        Storage { ptr, size, backing: Backing::Heap }
+    }
+
+    /// The bytes a `Storage` of `bytes` takes: whole lines, at least one.
+    pub(crate) fn lines(bytes: usize) -> usize {
+        bytes.max(1).div_ceil(ALIGN) * ALIGN
+    }
+
+    /// The `size` bytes of `mapping` from `offset` on, as a `Storage` that keeps the mapping.
+    ///
+    /// # Safety
+    /// `offset` is a multiple of `ALIGN`, `size` of `Storage::lines`, the range lies inside the
+    /// mapping, was never written and is handed out once (no other `Storage` overlaps it).
+    pub(crate) unsafe fn in_mapping(mapping: &Arc<Mapping>, offset: usize, size: usize) -> Storage {
+        debug_assert!(offset.is_multiple_of(ALIGN) && offset + size <= mapping.size);
+        // SAFETY: the caller keeps `offset` inside the mapping.
+        let ptr = unsafe { mapping.base.add(offset) };
+        Storage { ptr, size, backing: Backing::Mapped { _mapping: Arc::clone(mapping) } }
+    }
+
+    fn layout(size: usize) -> Layout {
+        Layout::from_size_align(size, ALIGN).expect("tensor sizes are bounded by isize::MAX")
     }
 
     pub(crate) fn as_ptr(&self) -> *const u8 {
@@ -104,14 +160,11 @@ impl Clone for Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        // SAFETY: the bytes were obtained as `mapped` says, with this size, and are released
-        // once.
-        unsafe {
-            if self.mapped {
-                libc::munmap(self.ptr.as_ptr().cast(), self.size);
-            } else {
-                std::alloc::dealloc(self.ptr.as_ptr(), Storage::layout(self.size));
-            }
+        // A mapped range goes with its mapping (`Mapping`'s drop, after the last range).
+        if let Backing::Heap = self.backing {
+            // SAFETY: the bytes came from the global allocator with this layout and are
+            // released once.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), Storage::layout(self.size)) };
         }
     }
 }
@@ -127,7 +180,10 @@ mod tests {
             let n = bytes.max(1);
             assert!((s.as_ptr() as usize).is_multiple_of(ALIGN), "{bytes}");
             if bytes >= HUGE / 2 {
-                assert!(s.mapped && (s.as_ptr() as usize).is_multiple_of(HUGE), "{bytes}: on a huge page boundary");
+                assert!(
+                    matches!(s.backing, Backing::Mapped { .. }) && (s.as_ptr() as usize).is_multiple_of(HUGE),
+                    "{bytes}: on a huge page boundary"
+                );
             }
             // SAFETY: `s` holds at least `n` bytes.
             let view = unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr(), n) };

@@ -91,6 +91,17 @@ impl Tensor {
         Tensor { lines: Storage::zeroed(bytes), bytes, dtype, shape: shape.to_vec() }
     }
 
+    /// A tensor of zeros on the bytes `storage` gives for its size (`Storage::lines` of it, zero).
+    /// Errors as `zeros`.
+    pub(super) fn zeros_on(
+        dtype: DType,
+        shape: &[i64],
+        storage: impl FnOnce(usize) -> Storage,
+    ) -> Result<Tensor, RuntimeError> {
+        let bytes = element_count(dtype, shape)? * dtype.bytes();
+        Ok(Tensor { lines: storage(bytes), bytes, dtype, shape: shape.to_vec() })
+    }
+
     /// A tensor of zeros. Errors if `dtype` is a vector or the shape has a negative dimension
     /// or does not fit in memory.
     pub fn zeros(dtype: DType, shape: &[i64]) -> Result<Tensor, RuntimeError> {

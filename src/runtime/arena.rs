@@ -1,0 +1,91 @@
+//! `WeightArena`: one reservation of fresh memory that the packed weights of a compile are cut
+//! from, one after the other, rather than a mapping or allocation each. A fresh page costs a
+//! fault and its zeroing when first written; cut from one reservation on huge pages, the
+//! weights fault one 2 MB page at a time and leave no partly used page per tensor (a tensor of
+//! its own mapping rounds up to whole huge pages, one in the allocator's heap takes 4 kB
+//! pages). The reservation is address space only: pages never written cost nothing. A tensor
+//! that no longer fits is allocated as `Tensor::zeros` allocates; the mapping lives until the
+//! arena and every tensor cut from it are dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ir::DType;
+
+use super::Tensor;
+use super::storage::{Mapping, Storage};
+use crate::error::RuntimeError;
+
+/// Zeroed tensors cut in turn from one mapping (module doc). Shared between threads.
+pub struct WeightArena {
+    mapping: Arc<Mapping>,
+    /// Bytes handed out so far, from the mapping's start.
+    used: AtomicUsize,
+}
+
+impl WeightArena {
+    /// Reserves at least `bytes` (whole huge pages); `None` where the OS refuses the mapping.
+    pub fn reserve(bytes: usize) -> Option<WeightArena> {
+        Some(WeightArena { mapping: Arc::new(Mapping::huge(bytes)?), used: AtomicUsize::new(0) })
+    }
+
+    /// A tensor of zeros, cut from the arena while it has room, else as `Tensor::zeros` makes
+    /// one. Errors as `Tensor::zeros`.
+    pub fn zeros(&self, dtype: DType, shape: &[i64]) -> Result<Tensor, RuntimeError> {
+        Tensor::zeros_on(dtype, shape, |bytes| self.take(bytes).unwrap_or_else(|| Storage::zeroed(bytes)))
+    }
+
+    /// The next `bytes` (whole lines) of the mapping, if they fit.
+    fn take(&self, bytes: usize) -> Option<Storage> {
+        let size = Storage::lines(bytes);
+        let capacity = self.mapping.size();
+        let offset = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(size).filter(|&end| end <= capacity)
+            })
+            .ok()?;
+        // SAFETY: `used` only grows, so `offset..offset + size` (inside the mapping, lines from
+        // its line-aligned start) is handed out this once; the mapping's pages are fresh, and
+        // nothing writes a range before it is handed out.
+        Some(unsafe { Storage::in_mapping(&self.mapping, offset, size) })
+    }
+
+    /// Bytes handed out so far.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tensors cut from an arena are zero, line-aligned and disjoint, outlive the arena, and
+    /// once it is full come from the allocator with the same contents.
+    #[test]
+    fn tensors_are_zero_disjoint_and_outlive_the_arena() {
+        let arena = WeightArena::reserve(1).unwrap();
+        let capacity = arena.mapping.size();
+        let shapes: [&[i64]; 4] = [&[3, 5], &[1000], &[7, 9, 11], &[64]];
+        let mut tensors: Vec<Tensor> = shapes.iter().map(|s| arena.zeros(DType::I8, s).unwrap()).collect();
+        assert_eq!(arena.used(), 64 + 1024 + 704 + 64);
+        // A tensor larger than what is left comes from the allocator; the arena is not used up.
+        let big = arena.zeros(DType::I32, &[capacity as i64 / 4]).unwrap();
+        assert_eq!(arena.used(), 64 + 1024 + 704 + 64);
+        tensors.push(big);
+        for (i, t) in tensors.iter_mut().enumerate() {
+            assert!((t.as_bytes().as_ptr() as usize).is_multiple_of(crate::abi::ALIGN), "tensor {i}");
+            assert!(t.as_bytes().iter().all(|&b| b == 0), "tensor {i} is zero");
+            t.as_mut_bytes().fill(i as u8 + 1);
+        }
+        drop(arena);
+        for (i, t) in tensors.iter().enumerate() {
+            assert!(t.as_bytes().iter().all(|&b| b == i as u8 + 1), "tensor {i} kept its own bytes");
+        }
+        // The copy of an arena tensor is a tensor of its own.
+        let copy = tensors[1].clone();
+        drop(tensors);
+        assert!(copy.as_bytes().iter().all(|&b| b == 2));
+    }
+}
