@@ -1,8 +1,10 @@
-//! A model file's bytes: mapped into memory read-only where the OS allows (`memmap2`, with
-//! `MAP_POPULATE` on Linux), so that decoding reads the page cache in place, with no copy of
-//! the file into fresh memory and no page fault per page of it; else read. Decoding from the returned
-//! `Bytes` leaves every `bytes` field (tensors' `raw_data`) a view of it, and the graph's s8
-//! constants (a quantized network's weights) stay views of it (`tensor::decode`).
+//! A model file's bytes: mapped into memory read-only where the OS allows (`memmap2`), so that
+//! decoding reads the page cache in place, with no copy of the file into fresh memory; else
+//! read. Decoding from the returned `Bytes` leaves every `bytes` field (tensors' `raw_data`) a
+//! view of it, and the graph's s8 constants (a quantized network's weights) stay views of it
+//! (`tensor::decode`). The pages are not mapped up front (no `MAP_POPULATE`): the serial import
+//! touches only the protobuf's structure, and the weights' pages are mapped as the compile's
+//! jobs read them to pack them, on every core.
 //!
 //! As with any mapped file, another process truncating or rewriting the file while it is
 //! imported or its graph is used changes what is read (or faults); the mapping lives until the
@@ -31,13 +33,13 @@ pub fn file_bytes(path: &Path) -> std::io::Result<Bytes> {
     Ok(Bytes::from(bytes))
 }
 
-/// A private read-only mapping of the whole of `file`, its pages read in up front where the
-/// OS supports it (`MAP_POPULATE`); `None` if the OS refused (the caller reads instead).
+/// A private read-only mapping of the whole of `file`; `None` if the OS refused (the caller
+/// reads instead).
 fn map(file: &File) -> Option<Mmap> {
     // SAFETY: a read-only mapping of an open file; memmap2 owns it (unmapped on drop, after the
     // last `Bytes` view). Changes to the file by another process while mapped are the caveat of
     // the module doc, not undefined behaviour this process causes.
-    unsafe { MmapOptions::new().populate().map(file) }.ok()
+    unsafe { MmapOptions::new().map(file) }.ok()
 }
 
 #[cfg(test)]
