@@ -13,6 +13,7 @@ pub mod error;
 pub mod expr;
 pub mod interp;
 pub mod intrin;
+pub mod intrin_tail;
 pub mod lower;
 pub mod math;
 pub mod mutator;

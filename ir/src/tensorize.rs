@@ -111,6 +111,22 @@ pub(crate) fn plan(
     intrin: &TensorIntrin,
     body: &Expr,
 ) -> Result<Vec<PlannedOperand>, Mismatch> {
+    plan_with_extents(schedule, regions, stage, axis, intrin, body, &HashMap::new())
+}
+
+/// `plan` with the loops of `shorter` (leaves of the region) over fewer iterations than their
+/// extents: the proof that the first iterations of those loops (a split's partial last tile)
+/// compute `intrin`, a declaration of that many points along the axes they map to
+/// (`intrin_tail::shrink_axis`).
+pub(crate) fn plan_with_extents(
+    schedule: &Schedule,
+    regions: &HashMap<Stage, Region>,
+    stage: Stage,
+    axis: &IterVar,
+    intrin: &TensorIntrin,
+    body: &Expr,
+    shorter: &HashMap<IterVar, i64>,
+) -> Result<Vec<PlannedOperand>, Mismatch> {
     let data = schedule.stage_data(stage);
     let pos = data.leaves.iter().position(|l| l == axis).expect("tensorize axis is a leaf");
     let region = &data.leaves[pos..];
@@ -211,9 +227,15 @@ pub(crate) fn plan(
 
     let storage = Storage { schedule, regions };
     let own = &regions[&stage];
-    let extents = data.pass_down_extents(&root_extents(data, own));
+    let mut extents = data.pass_down_extents(&root_extents(data, own));
     let roots: HashMap<Var, Expr> =
         root_values(data, own, &extents).into_iter().map(|(a, v)| (a.var().clone(), v)).collect();
+    // Root values follow from the splits' factors; only the loops' ranges shrink.
+    for (leaf, &extent) in shorter {
+        if region.contains(leaf) && (1..=extents[leaf]).contains(&extent) {
+            extents.insert(leaf.clone(), extent);
+        }
+    }
     let ranges: Vec<(Var, i64)> = data.leaves.iter().map(|l| (l.var().clone(), extents[l])).collect();
     let decl_position: HashMap<Var, usize> = decl_axes.iter().enumerate().map(|(i, a)| (a.var().clone(), i)).collect();
     let simplifier = RefCell::new(RangedSimplifier::new(&ranges));

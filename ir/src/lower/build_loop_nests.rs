@@ -155,10 +155,32 @@ struct RegionCall {
     operands: Vec<Operand>,
     /// The tail guards of the region at its last point, if there are any.
     condition: Option<Expr>,
+    /// Where `condition` fails: the calls of the partial tiles, each under its own condition
+    /// (none holds where another does), tried in turn before the fallback.
+    tails: Vec<TailCall>,
     /// The init nest of a reduction when it covers exactly the call's output region: the call
     /// resets (`StmtKind::Call::reset`) and its fallback runs this nest first.
     reset: Option<Stmt>,
 }
+
+/// The call of a partial tile: the declaration over the points its loops keep.
+struct TailCall {
+    intrin: TensorIntrin,
+    operands: Vec<Operand>,
+    condition: Expr,
+}
+
+/// A partial tile proven: which region loops run fewer iterations (the loop, the guarded axis
+/// whose split made it, how many), the declaration over those and the operands' plan.
+struct PlannedTail {
+    shorter: Vec<(IterVar, IterVar, i64)>,
+    intrin: TensorIntrin,
+    planned: Vec<PlannedOperand>,
+}
+
+/// Guarded axes whose partial tiles get calls of their own at most; more make too many
+/// combinations.
+const MAX_TAIL_AXES: usize = 2;
 
 impl Ctx<'_> {
     /// The loop nest computing `stage`'s region into its buffer.
@@ -274,41 +296,62 @@ impl Ctx<'_> {
                 }
                 None => plan().into(),
             };
-            let operands = planned
-                .iter()
-                .map(|p| Operand {
-                    buffer: self.buffers[&p.tensor.id()].clone(),
-                    origin: p.origin.iter().map(|o| substitute_map(o, loop_vars)).collect(),
-                    strides: p.strides.clone(),
-                })
-                .collect();
+            let operands = planned.iter().map(|p| self.operand(p)).collect();
             let depth = data.leaves.iter().position(|l| l == axis).expect("tensorize axis is a leaf");
             let last: HashMap<Var, Expr> =
                 data.leaves[depth..].iter().map(|l| (loop_var(l), Expr::index(extents[l] - 1))).collect();
             let in_region = |e: &Expr| last.keys().any(|v| e.uses_var(v));
-            let tails = data
-                .guarded_axes(&extents)
-                .into_iter()
-                .filter(|parent| in_region(&leaf_values[parent]))
-                .map(|parent| below(&substitute_map(&leaf_values[&parent], &last), extents[&parent]));
-            // A stage computed at a loop whose region may stick out of the tensor (guarded
-            // above): the region's first and last point inside the tensor's domain.
+            let guarded: Vec<IterVar> =
+                data.guarded_axes(&extents).into_iter().filter(|parent| in_region(&leaf_values[parent])).collect();
+            // Every guard holds at the region's point `at` (each loop of the region at its last
+            // iteration, or where `at` says): as leaf values grow with every loop, then at all
+            // of its points up to there. A stage computed at a loop whose region may stick out of
+            // the tensor (guarded above) adds the region's first and that point inside the
+            // tensor's domain.
             let first: HashMap<Var, Expr> = last.keys().map(|v| (v.clone(), Expr::index(0))).collect();
-            let domain = data
-                .axes
-                .iter()
-                .zip(&region.dims)
-                .filter(|(axis, (min, extent))| {
-                    matches!(data.attach, Attach::At { .. })
-                        && !min.as_int().is_some_and(|m| m >= 0 && m + extent <= axis.extent())
-                        && in_region(&roots[*axis])
+            let holds_up_to = |at: &HashMap<Var, Expr>| {
+                let tails =
+                    guarded.iter().map(|parent| below(&substitute_map(&leaf_values[parent], at), extents[parent]));
+                let domain = data
+                    .axes
+                    .iter()
+                    .zip(&region.dims)
+                    .filter(|(axis, (min, extent))| {
+                        matches!(data.attach, Attach::At { .. })
+                            && !min.as_int().is_some_and(|m| m >= 0 && m + extent <= axis.extent())
+                            && in_region(&roots[*axis])
+                    })
+                    .flat_map(|(axis, _)| {
+                        let lowest = substitute_map(&roots[axis], &first).ge(Expr::index(0));
+                        [lowest, below(&substitute_map(&roots[axis], at), axis.extent())]
+                    });
+                tails.chain(domain).reduce(|a, b| a & b)
+            };
+            let condition = holds_up_to(&last);
+            let tails = match &condition {
+                Some(_) => self.tail_calls(stage, axis, intrin, depth, &extents, &guarded, &leaf_values, &|l| {
+                    loop_var(l)
                 })
-                .flat_map(|(axis, _)| {
-                    let lowest = substitute_map(&roots[axis], &first).ge(Expr::index(0));
-                    [lowest, below(&substitute_map(&roots[axis], &last), axis.extent())]
-                });
-            let condition = tails.chain(domain).reduce(|a, b| a & b);
-            RegionCall { depth, intrin: intrin.clone(), operands, condition, reset: None }
+                .into_iter()
+                .map(|tail| {
+                    // The guards hold up to the tail's last points and fail right after them
+                    // (`at_least`): the tile's points inside the guards are exactly the call's.
+                    let mut at = last.clone();
+                    let mut beyond = Vec::new();
+                    for (leaf, parent, points) in &tail.shorter {
+                        at.insert(loop_var(leaf), Expr::index(points - 1));
+                        let past = HashMap::from([(loop_var(leaf), Expr::index(*points))]);
+                        beyond.push(at_least(&substitute_map(&leaf_values[parent], &past), extents[parent]));
+                    }
+                    let held = holds_up_to(&at).expect("a tail has guards");
+                    let condition = beyond.into_iter().fold(held, |a, b| a & b);
+                    let operands = tail.planned.iter().map(|p| self.operand(p)).collect();
+                    TailCall { intrin: tail.intrin, operands, condition }
+                })
+                .collect(),
+                None => Vec::new(),
+            };
+            RegionCall { depth, intrin: intrin.clone(), operands, condition, tails, reset: None }
         });
         let root_vars: HashMap<Var, Expr> = roots.iter().map(|(a, v)| (a.var().clone(), v.clone())).collect();
         let value = self.to_loads(&self.bodies[&stage], &root_vars);
@@ -380,6 +423,102 @@ impl Ctx<'_> {
         self.wrap(&loops[..p as usize], common, Stmt::seq(vec![init, update]))
     }
 
+    /// `p` as a call's operand, in the loop variables of the nest.
+    fn operand(&self, p: &PlannedOperand) -> Operand {
+        Operand {
+            buffer: self.buffers[&p.tensor.id()].clone(),
+            origin: p.origin.iter().map(|o| substitute_map(o, &self.local_loops)).collect(),
+            strides: p.strides.clone(),
+        }
+    }
+
+    /// The partial tiles of the tensorized region from leaf `axis` (at `depth`) of `stage`
+    /// whose declarations `intrin_tail::shrink_axis` makes and `tensorize` proves: for each
+    /// non-empty set of the `guarded` axes (a non-dividing split's parent, `leaf_values` in the
+    /// loop variables `loop_var` names) whose value steps by 1 along exactly one region loop,
+    /// that loop over the split's remainder (its parent's extent modulo the loop's), the others
+    /// whole. A set whose declaration or proof fails has no call (its tiles run the fallback).
+    #[allow(clippy::too_many_arguments)]
+    fn tail_calls(
+        &self,
+        stage: Stage,
+        axis: &IterVar,
+        intrin: &TensorIntrin,
+        depth: usize,
+        extents: &HashMap<IterVar, i64>,
+        guarded: &[IterVar],
+        leaf_values: &HashMap<IterVar, Expr>,
+        loop_var: &dyn Fn(&IterVar) -> Var,
+    ) -> Vec<PlannedTail> {
+        let data = self.schedule.stage_data(stage);
+        let region = &data.leaves[depth..];
+        // (loop, parent, remainder) per guarded axis with a tile loop of its own.
+        let partial: Vec<(IterVar, IterVar, i64)> = guarded
+            .iter()
+            .filter_map(|parent| {
+                let value = &leaf_values[parent];
+                let mut inside = region.iter().filter(|l| value.uses_var(&loop_var(l)));
+                let (leaf, None) = (inside.next()?, inside.next()) else { return None };
+                let steps = crate::analysis::linear::Linear::of(value)
+                    .terms
+                    .iter()
+                    .any(|(term, c)| *c == 1 && term.as_var() == Some(&loop_var(leaf)));
+                let remainder = extents[parent] % extents[leaf];
+                (steps && remainder > 0).then(|| (leaf.clone(), parent.clone(), remainder))
+            })
+            .collect();
+        if partial.is_empty() || partial.len() > MAX_TAIL_AXES {
+            return Vec::new();
+        }
+        let output_axes = intrin.output.axes();
+        let mut tails = Vec::new();
+        for set in 1..1usize << partial.len() {
+            let shorter: Vec<(IterVar, IterVar, i64)> =
+                (0..partial.len()).filter(|i| set >> i & 1 == 1).map(|i| partial[i].clone()).collect();
+            let mut leaves: Vec<&IterVar> = shorter.iter().map(|(l, _, _)| l).collect();
+            leaves.dedup();
+            if leaves.len() != shorter.len() {
+                continue;
+            }
+            let points: HashMap<IterVar, i64> = shorter.iter().map(|(l, _, t)| (l.clone(), *t)).collect();
+            // The declaration axis each loop maps to is the proof's: try the axes of its extent.
+            let mut choices: Vec<Vec<usize>> = vec![Vec::new()];
+            for (leaf, _, _) in &shorter {
+                let fits: Vec<usize> =
+                    (0..output_axes.len()).filter(|&a| output_axes[a].extent() == extents[leaf]).collect();
+                let mut longer = Vec::new();
+                for chosen in &choices {
+                    for &a in fits.iter().filter(|a| !chosen.contains(a)) {
+                        longer.push([chosen.as_slice(), &[a]].concat());
+                    }
+                }
+                choices = longer;
+            }
+            let proven = choices.into_iter().find_map(|axes| {
+                let shrunk = axes
+                    .iter()
+                    .zip(&shorter)
+                    .try_fold(intrin.clone(), |d, (&a, (_, _, t))| crate::intrin_tail::shrink_axis(&d, a, *t).ok())?;
+                let body = &self.bodies[&stage];
+                let planned = crate::tensorize::plan_with_extents(
+                    self.schedule,
+                    self.regions,
+                    stage,
+                    axis,
+                    &shrunk,
+                    body,
+                    &points,
+                )
+                .ok()?;
+                Some((shrunk, planned))
+            });
+            if let Some((intrin, planned)) = proven {
+                tails.push(PlannedTail { shorter, intrin, planned });
+            }
+        }
+        tails
+    }
+
     /// Position of the first leaf derived from a reduction axis (the leaf count if none).
     fn first_reduce(&self, stage: Stage) -> isize {
         let leaves = &self.schedule.stage_data(stage).leaves;
@@ -398,9 +537,20 @@ impl Ctx<'_> {
             Some(init) => Stmt::seq(vec![init.clone(), loops_inside]),
             None => loops_inside,
         };
-        let stmt = Stmt::call(call.intrin.clone(), call.operands.clone(), call.reset.is_some(), fallback.clone());
+        let reset = call.reset.is_some();
+        let stmt = Stmt::call(call.intrin.clone(), call.operands.clone(), reset, fallback.clone());
         let stmt = match &call.condition {
-            Some(cond) => Stmt::new(StmtKind::If { cond: cond.clone(), then_case: stmt, else_case: Some(fallback) }),
+            Some(cond) => {
+                let otherwise = call.tails.iter().rev().fold(fallback.clone(), |otherwise, tail| {
+                    let stmt = Stmt::call(tail.intrin.clone(), tail.operands.clone(), reset, fallback.clone());
+                    Stmt::new(StmtKind::If {
+                        cond: tail.condition.clone(),
+                        then_case: stmt,
+                        else_case: Some(otherwise),
+                    })
+                });
+                Stmt::new(StmtKind::If { cond: cond.clone(), then_case: stmt, else_case: Some(otherwise) })
+            }
             None => stmt,
         };
         self.wrap(&loops[..call.depth], outer, stmt)
@@ -450,6 +600,18 @@ fn below(value: &Expr, bound: i64) -> Expr {
             term.lt(Expr::index(limit))
         }
         _ => value.lt(Expr::index(bound)),
+    }
+}
+
+/// `value >= bound`, solved for the variable as `below` does.
+fn at_least(value: &Expr, bound: i64) -> Expr {
+    let form = crate::analysis::linear::Linear::of(value);
+    match form.terms.as_slice() {
+        [(term, a)] if *a > 0 && term.as_var().is_some() => {
+            let limit = -(form.constant - bound).div_euclid(*a);
+            term.ge(Expr::index(limit))
+        }
+        _ => value.ge(Expr::index(bound)),
     }
 }
 
