@@ -833,16 +833,72 @@ mod tests {
     }
 
     #[test]
-    fn a_tail_runs_the_fallback_where_the_region_sticks_out() {
+    fn a_partial_last_tile_calls_the_declaration_of_its_height() {
         let p = Packed::new(10, 16, 8, 16);
         let c = p.exact();
         let (mut s, leaves) = tiled(&c, 4, 16);
         s.tensorize(&c, &leaves[2], &gemm_intrin(4, 16, 8, false)).unwrap();
         let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
         let text = f.to_string();
-        // The tail's fallback resets the tile itself, then updates it.
-        assert!(text.contains("    if i.outer < 2 {\n      call reset gemm(A[i.outer*32] strides [8, 1], Bp[0] strides [64, 4, 1], C[i.outer*64] strides [16, 1])\n    } else {\n      for i.inner in 0..4 {"), "{text}");
+        // Rows 8 and 9: a resetting call of two rows at the same operands.
+        let tile = "(A[i.outer*32] strides [8, 1], Bp[0] strides [64, 4, 1], C[i.outer*64] strides [16, 1])";
+        let expected = format!(
+            "    if i.outer < 2 {{\n      call reset gemm{tile}\n    }} else {{\n      call reset gemm_i2{tile}\n"
+        );
+        assert!(text.contains(&expected), "{text}");
+        assert_eq!(count_calls(&f), 2, "{f}");
         run_checked(&f, (&p.a, &p.bp, &c), &pseudo_random(80, 5, 0, 255), &pseudo_random(128, 6, -128, 127));
+    }
+
+    #[test]
+    fn row_and_column_tails_call_declarations_of_their_rows_and_columns() {
+        // 10 × 40 in 4 × 16 tiles (B one panel of all 40 columns): tails of 2 rows, of 8
+        // columns, and the corner of both.
+        let a = placeholder([10, 8], DType::U8, "A").unwrap();
+        let b = placeholder([2, 40, 4], DType::I8, "B").unwrap();
+        let (ko, ki) = (reduce_axis(2, "ko").unwrap(), reduce_axis(4, "ki").unwrap());
+        let c = compute(
+            [10, 40],
+            |i| {
+                let product = a.at([&i[0], &(&ko * 4 + &ki)]).cast(DType::I32)
+                    * b.at([&ko.to_expr(), &i[1], &ki.to_expr()]).cast(DType::I32);
+                sum(DType::I32, &[&ko, &ki], product)
+            },
+            "C",
+        )
+        .unwrap();
+        let (mut s, leaves) = tiled(&c, 4, 16);
+        s.tensorize(&c, &leaves[2], &gemm_intrin(4, 16, 8, false)).unwrap();
+        let f = lower(&s, &[&a, &b, &c], "gemm").unwrap();
+        let mut names = Vec::new();
+        crate::mutator::for_each_stmt(&f.body, &mut |s| {
+            if let StmtKind::Call { intrin, .. } = s.kind() {
+                names.push(intrin.name.clone());
+            }
+        });
+        names.sort();
+        assert_eq!(names, ["gemm", "gemm_i2", "gemm_i2_j8", "gemm_j8"], "{f}");
+        run_checked(&f, (&a, &b, &c), &pseudo_random(80, 5, 0, 255), &pseudo_random(2 * 40 * 4, 6, -128, 127));
+    }
+
+    #[test]
+    fn tails_of_a_split_of_a_split_are_called_only_where_their_guards_decide_them() {
+        // 11 rows split by 4, each 4 split by 3: both guards step along the same loop, with
+        // remainders 2 (of 11) and 1 (of 4). A tile of 1 row (rows 3 and 7) takes the call of
+        // one row; the 2-row tail's condition never holds (rows 8..10 are a whole tile), and
+        // the tile past the end (row 11) runs the fallback, which computes nothing.
+        let p = Packed::new(11, 16, 8, 16);
+        let c = p.exact();
+        let mut s = create_schedule(&[&c]);
+        let (io, ii) = s.split(&c, &c.axis(0), 4).unwrap();
+        let (iio, iii) = s.split(&c, &ii, 3).unwrap();
+        let (jo, ji) = s.split(&c, &c.axis(1), 16).unwrap();
+        let [ko, ki] = [0, 1].map(|r| c.reduce_axes()[r].clone());
+        s.reorder(&c, &[&io, &iio, &jo, &ko, &ki, &iii, &ji]).unwrap();
+        s.tensorize(&c, &ko, &gemm_intrin(3, 16, 8, false)).unwrap();
+        let f = lower(&s, &[&p.a, &p.bp, &c], "gemm").unwrap();
+        assert!(f.to_string().contains("call reset gemm_i1("), "{f}");
+        run_checked(&f, (&p.a, &p.bp, &c), &pseudo_random(88, 7, 0, 255), &pseudo_random(128, 8, -128, 127));
     }
 
     #[test]

@@ -29,7 +29,11 @@ use crate::tensorize::{PlannedOperand, same_plan};
 /// tail guards (or guards to the tensor's domain, for a stage computed at a loop), `if <every
 /// guard holds with each loop of the region at its last (and first) iteration> { call } else {
 /// fallback }` (leaf values are sums of loops with positive coefficients, so the last iteration
-/// is the largest). For a reduction, the init nest covers the data-parallel loops of the region
+/// is the largest). Where the guards fail, a split's partial last tile (a guard stepping by 1
+/// along one loop of the region, which then runs the split's remainder) calls the declaration
+/// over that many points (`intrin_tail::shrink_axis`), proven by `tensorize` on the shortened
+/// loop, under the guards holding up to its last point and failing right after it; tiles
+/// neither condition decides run the fallback. For a reduction, the init nest covers the data-parallel loops of the region
 /// too and is placed before the call, which only updates — unless the region starts where the
 /// init nest does, or inside loops of extent 1 from there: then the call resets its output
 /// itself (`reset`, the init nest moving into its fallback), so that a kernel need not read it.
