@@ -10,7 +10,8 @@ use ir::DType;
 use ir::interp::{Array, eval_te};
 use ir::te::{Tensor, placeholder, placeholder_vec};
 use schedules::ops::{Conv2dParams, GemmOperands, Layout, compensation, conv2d_nchw_int8};
-use schedules::resnet18::{ConvLayer, DenseLayer, Layer, quantization, uniform};
+use schedules::quant::{PostOp, ZeroPoints};
+use schedules::resnet18::{ConvLayer, DenseLayer, Layer, SRC_ZERO_POINT, quantization, uniform};
 use schedules::x86_conv::{
     Accumulate, Conv2dInt8Error, Conv2dInt8Knobs, KnobError, Packing, TileOrder, conv2d_int8, dense_int8,
     flat_rows_pixels, prepare_conv2d_int8, prepare_dense_int8, weight_range,
@@ -94,17 +95,18 @@ fn prepare(prep: &schedules::x86_conv::Conv2dInt8Prepare, weights: &Array, optio
 /// its output.
 fn run(
     f: &schedules::x86_conv::Conv2dInt8,
-    src: &[i64],
+    src: &Array,
     bias: &Array,
+    sum: Option<&Array>,
     prepared: [RtTensor; 2],
     options: &CompileOptions,
 ) -> Array {
     let args: Vec<&Tensor> = f.args.iter().collect();
     let kernel = tensorlift::build(&f.schedule, &args, "conv", options).unwrap();
     let [packed, compensation] = prepared;
-    let mut tensors =
-        vec![RtTensor::from_array(&Array::from_i64(DType::U8, f.args[0].shape(), src)), packed, compensation];
+    let mut tensors = vec![RtTensor::from_array(src), packed, compensation];
     tensors.push(RtTensor::from_array(bias));
+    tensors.extend(sum.map(RtTensor::from_array));
     tensors.extend(f.layer.params.iter().map(|p| RtTensor::from_array(&p.values)));
     tensors.push(RtTensor::zeros(DType::U8, f.layer.output.shape()).unwrap());
     kernel.compiled.call(&mut tensors.iter_mut().collect::<Vec<_>>()).unwrap();
@@ -243,44 +245,114 @@ fn space_to_depth_matches_the_interpreter_on_small_geometries() {
     assert_eq!((k(SpaceToDepth), k(Accumulate::PerRow)), (192, 168));
 }
 
+/// Geometries whose output rows no usual tile height divides: 13 and 7 pixels (resnet-18's
+/// layer 4 is 7 × 7), and 6 of a stride-2 layer whose 20 channels no panel width divides.
+fn tail_geometries() -> [Geometry; 3] {
+    [
+        Geometry { what: "OW 13", layer: conv("t13", 16, 32, (13, 13), 3, 1, 1), weights: (-127, 127) },
+        Geometry { what: "OW 7", layer: conv("t7", 32, 16, (7, 7), 3, 1, 1), weights: (-128, 127) },
+        Geometry { what: "OW 6 s2 OC 20", layer: conv("t6", 8, 20, (11, 11), 3, 2, 1), weights: (-64, 63) },
+    ]
+}
+
+#[test]
+fn partial_tiles_call_kernels_of_their_height_and_match_the_interpreter() {
+    use Accumulate::{FlatRows, PerRow, PerRowWithSource, Whole};
+    use TileOrder::{ChannelsOuter, PixelsOuter};
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "x86_conv partial tiles");
+    // Heights leaving 1 to 4 rows, each accumulation, both orders and packings, one and two
+    // threads.
+    let knob_sets = vec![
+        knobs(5, 16, PixelsOuter, PerRow, Packing::I16),
+        Conv2dInt8Knobs { threads: 1, ..knobs(4, 32, ChannelsOuter, PerRowWithSource, Packing::Bytes) },
+        knobs(9, 16, ChannelsOuter, Whole, Packing::Bytes),
+        Conv2dInt8Knobs { threads: 1, ..knobs(11, 16, PixelsOuter, FlatRows, Packing::I16) },
+    ];
+    let geometries = tail_geometries();
+    let mut checked = 0;
+    for (v, (src, sum)) in [(DType::U8, false), (DType::I8, true), (DType::U8, true)].into_iter().enumerate() {
+        let variant = Variant { src, sum };
+        checked += check_geometries_of(&geometries, 15000 + 100 * v as u64, &knob_sets, &levels, variant);
+    }
+    assert_eq!(checked, 3 * geometries.len() * knob_sets.len() * levels.len());
+}
+
 /// Checks each of `geometries` with each of `knob_sets` at each of `levels` against the
 /// interpreter (both layouts, alternating), with the tile the knobs give; the checks made.
 fn check_geometries(geometries: &[Geometry], seed: u64, knob_sets: &[Conv2dInt8Knobs], levels: &[IsaLevel]) -> usize {
+    check_geometries_of(geometries, seed, knob_sets, levels, Variant { src: DType::U8, sum: false })
+}
+
+/// The source's dtype (an i8 source holds the u8 values shifted by -128, its zero point too,
+/// so that it represents the same values) and whether a residual sum (`PostOp::Sum`, a u8 sum
+/// input) follows the convolution.
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    src: DType,
+    sum: bool,
+}
+
+/// `check_geometries` with the source and post-op of `variant`.
+fn check_geometries_of(
+    geometries: &[Geometry],
+    seed: u64,
+    knob_sets: &[Conv2dInt8Knobs],
+    levels: &[IsaLevel],
+    variant: Variant,
+) -> usize {
     let mut checked = 0;
     for (g, geometry) in geometries.iter().enumerate() {
         let l = geometry.layer;
         let seed = seed + 10 * g as u64;
-        let quant = quantization(Layer::Conv(l), seed).unwrap();
+        let mut quant = quantization(Layer::Conv(l), seed).unwrap();
+        let shift = if variant.src == DType::I8 { 128 } else { 0 };
+        quant.attrs.src.zero_points =
+            ZeroPoints::per_tensor("src zero point", SRC_ZERO_POINT - shift as i32, variant.src).unwrap();
+        if variant.sum {
+            quant.attrs.post_ops.push(PostOp::Sum { scale: 0.5, zero_point: 100 });
+        }
         let src_dims = [1, l.ic, l.h, l.w];
+        let out_dims = [1, l.oc, l.oh(), l.ow()];
         let params = Conv2dParams { stride: l.stride, pad: l.pad };
-        let src = placeholder(src_dims, DType::U8, "src").unwrap();
+        let src = placeholder(src_dims, variant.src, "src").unwrap();
         let wei = placeholder([l.oc, l.ic, l.k, l.k], DType::I8, "wei").unwrap();
         let bias = placeholder([l.oc], DType::F32, "bias").unwrap();
-        let src_v = uniform(src_dims.iter().product::<i64>() as usize, seed, 0, 255);
+        let sum = placeholder(out_dims, DType::U8, "sum").unwrap();
+        let sum_v = uniform(out_dims.iter().product::<i64>() as usize, seed + 5, 0, 255);
+        let sum_a = Array::from_i64(DType::U8, &out_dims, &sum_v);
+        let src_v: Vec<i64> =
+            uniform(src_dims.iter().product::<i64>() as usize, seed, 0, 255).iter().map(|v| v - shift).collect();
         let (lo, hi) = geometry.weights;
         let mut wei_v = uniform((l.oc * l.ic * l.k * l.k) as usize, seed + 1, lo.into(), hi.into());
         let last = wei_v.len() - 1;
         (wei_v[0], wei_v[last]) = (lo.into(), hi.into());
         let (src_a, wei_a) =
-            (Array::from_i64(DType::U8, &src_dims, &src_v), Array::from_i64(DType::I8, wei.shape(), &wei_v));
+            (Array::from_i64(variant.src, &src_dims, &src_v), Array::from_i64(DType::I8, wei.shape(), &wei_v));
         let bias_a =
             Array::from_f64(DType::F32, &[l.oc], &quant.bias.iter().map(|&b| f64::from(b)).collect::<Vec<_>>());
 
         // The reference: the definition and its compensation, interpreted.
-        let def = conv2d_nchw_int8(&src, &wei, Some(&bias), None, params, &quant.attrs, "ref").unwrap();
-        let prep = compensation(&wei, DType::U8, &quant.attrs.src.zero_points, "ref.prep").unwrap();
+        let sum_input = variant.sum.then_some(&sum);
+        let def = conv2d_nchw_int8(&src, &wei, Some(&bias), sum_input, params, &quant.attrs, "ref").unwrap();
+        let prep = compensation(&wei, variant.src, &quant.attrs.src.zero_points, "ref.prep").unwrap();
         let comp = eval_te(&[&prep.compensation], &[(&wei, &wei_a)]).unwrap().remove(0);
         let mut inputs = vec![(&src, &src_a), (&wei, &wei_a), (&def.compensation, &comp), (&bias, &bias_a)];
+        if variant.sum {
+            inputs.push((&sum, &sum_a));
+        }
         inputs.extend(def.params.iter().map(|p| (&p.tensor, &p.values)));
         let want = eval_te(&[&def.output], &inputs).unwrap().remove(0).to_i64_vec();
-        let out_dims = [1, l.oc, l.oh(), l.ow()];
         assert_exercised(geometry.what, &want);
 
         for (k, &knobs) in knob_sets.iter().enumerate() {
             // Both layouts, alternating, so that each geometry meets each.
             let layout = if (g + k) % 2 == 0 { Layout::Nhwc } else { Layout::Nchw };
-            let src_x = placeholder(layout.shape(src_dims), DType::U8, "src").unwrap();
+            let src_x = placeholder(layout.shape(src_dims), variant.src, "src").unwrap();
             let src_x_v = if layout == Layout::Nhwc { to_nhwc(&src_v, src_dims) } else { src_v.clone() };
+            let src_x_a = Array::from_i64(variant.src, src_x.shape(), &src_x_v);
+            let sum_x = placeholder(layout.shape(out_dims), DType::U8, "sum").unwrap();
+            let sum_x_v = if layout == Layout::Nhwc { to_nhwc(&sum_v, out_dims) } else { sum_v.clone() };
+            let sum_x_a = variant.sum.then(|| Array::from_i64(DType::U8, sum_x.shape(), &sum_x_v));
             let want = if layout == Layout::Nhwc { to_nhwc(&want, out_dims) } else { want.clone() };
             for &level in levels {
                 let what = format!("{} ({l:?}) {layout:?} at {level}: {knobs:?}", geometry.what);
@@ -288,19 +360,27 @@ fn check_geometries(geometries: &[Geometry], seed: u64, knob_sets: &[Conv2dInt8K
                 let options =
                     CompileOptions { target: Target::Level(level), threads: Some(knobs.threads), ..Default::default() };
                 let zp = &quant.attrs.src.zero_points;
-                let prep = prepare_conv2d_int8(&wei, l.stride, DType::U8, zp, knobs, operands, "prep").unwrap();
+                let prep = prepare_conv2d_int8(&wei, l.stride, variant.src, zp, knobs, operands, "prep").unwrap();
+                let sum_input = variant.sum.then_some(&sum_x);
+                let attrs = &quant.attrs;
                 let f =
-                    conv2d_int8(&src_x, &wei, Some(&bias), None, params, &quant.attrs, layout, knobs, operands, "conv")
+                    conv2d_int8(&src_x, &wei, Some(&bias), sum_input, params, attrs, layout, knobs, operands, "conv")
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
-                let got = run(&f, &src_x_v, &bias_a, prepare(&prep, &wei_a, &options), &options);
+                let prepared = prepare(&prep, &wei_a, &options);
+                let got = run(&f, &src_x_a, &bias_a, sum_x_a.as_ref(), prepared, &options);
                 assert_eq!(got.to_i64_vec(), want, "{what}");
                 // A tile never taller than the row (the flat rows where they apply): the
                 // micro-kernel of `min(mr, pixels)` rows.
                 let flat = flat_rows_pixels(&l).filter(|_| knobs.accumulation == Accumulate::FlatRows);
                 assert_eq!(f.layer.flat.is_some(), flat.is_some(), "{what}");
                 let ir = ir::lower::lower(&f.schedule, &f.args.iter().collect::<Vec<_>>(), "conv").unwrap().to_string();
-                let tile = format!("gemm_{}x{}x", knobs.mr.min(flat.unwrap_or(l.ow())), knobs.nr);
+                let pixels = flat.unwrap_or(l.ow());
+                let tile = format!("gemm_{}x{}x", knobs.mr.min(pixels), knobs.nr);
                 assert!(ir.contains(&tile), "{what}: no {tile} call\n{ir}");
+                // A partial last tile calls the micro-kernel of its own height.
+                let rows_left = pixels % knobs.mr.min(pixels);
+                let tail = format!("_i{rows_left}(");
+                assert!(rows_left == 0 || ir.contains(&tail), "{what}: no {tail} call\n{ir}");
                 // Gathered rows: one segment of all of K, each kernel row of a row of pixels one
                 // copy.
                 let gathered = matches!(knobs.accumulation, Accumulate::Im2col | Accumulate::Im2colTiles);
@@ -362,7 +442,8 @@ fn dense_int8_matches_the_interpreter_with_a_tile_taller_than_its_rows() {
             let prep = prepare_dense_int8(&wei, DType::U8, zp, knobs, operands, "prep").unwrap();
             let f = dense_int8(&src, &wei, Some(&bias), &quant.attrs, knobs, operands, "fc")
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
-            let got = run(&f, &src_v, &bias_a, prepare(&prep, &wei_a, &options), &options);
+            let src_x_a = Array::from_i64(DType::U8, f.args[0].shape(), &src_v);
+            let got = run(&f, &src_x_a, &bias_a, None, prepare(&prep, &wei_a, &options), &options);
             assert_eq!(got.to_i64_vec(), want, "{what}");
         }
     }
