@@ -33,10 +33,11 @@ use crate::tensorize::{PlannedOperand, same_plan};
 /// along one loop of the region, which then runs the split's remainder) calls the declaration
 /// over that many points (`intrin_tail::shrink_axis`), proven by `tensorize` on the shortened
 /// loop, under the guards holding up to its last point and failing right after it; tiles
-/// neither condition decides run the fallback. For a reduction, the init nest covers the data-parallel loops of the region
-/// too and is placed before the call, which only updates — unless the region starts where the
-/// init nest does, or inside loops of extent 1 from there: then the call resets its output
-/// itself (`reset`, the init nest moving into its fallback), so that a kernel need not read it.
+/// neither condition decides run the fallback. For a reduction, the init nest covers the
+/// data-parallel loops of the region too and is placed before the call, which only updates —
+/// unless the region starts where the init nest does, or inside loops of extent 1 from there:
+/// then the call resets its output itself (`reset`, the init nest moving into its fallback), so
+/// that a kernel need not read it.
 pub fn build_loop_nests(
     schedule: &Schedule,
     bodies: &HashMap<Stage, Expr>,
@@ -479,8 +480,8 @@ impl Ctx<'_> {
         for set in 1..1usize << partial.len() {
             let shorter: Vec<(IterVar, IterVar, i64)> =
                 (0..partial.len()).filter(|i| set >> i & 1 == 1).map(|i| partial[i].clone()).collect();
-            let mut leaves: Vec<&IterVar> = shorter.iter().map(|(l, _, _)| l).collect();
-            leaves.dedup();
+            // Two guards stepping along one loop (a split of a split) each have their own tail.
+            let leaves: HashSet<&IterVar> = shorter.iter().map(|(l, _, _)| l).collect();
             if leaves.len() != shorter.len() {
                 continue;
             }
