@@ -171,31 +171,17 @@ mod tests {
     }
 
     #[test]
-    fn rows_that_do_not_fill_a_tile_run_the_fallback() {
+    fn rows_that_do_not_fill_a_tile_call_the_kernel_of_their_rows() {
         let knobs = GemmInt8Knobs { mr: 4, nr: 16, parallel: false };
+        let tile = "(A[i.outer*32] strides [8, 1], Bp[j.outer*128] strides [64, 4, 1], C[i.outer*128 + j.outer*16] strides [32, 1])";
         let expected = format!(
             "func gemm(A: u8[6, 8], B: i8[8, 32], C: i32[6, 32]) {{
 {PACK}  for i.outer in 0..2 {{
     for j.outer in 0..2 {{
       if i.outer < 1 {{
-        call reset int8_gemm_4x16x8(A[i.outer*32] strides [8, 1], Bp[j.outer*128] strides [64, 4, 1], C[i.outer*128 + j.outer*16] strides [32, 1])
+        call reset int8_gemm_4x16x8{tile}
       }} else {{
-        for i.inner in 0..4 {{
-          let i.1 = i.outer*4 + i.inner
-          if i.1 < 6 {{
-            C[ramp(i.1*32 + j.outer*16, 1, 16)] = broadcast(0i32, 16)
-          }}
-        }}
-        for ko in 0..2 {{
-          for ki in 0..4 {{
-            for i.inner.1 in 0..4 {{
-              let i.1 = i.outer*4 + i.inner.1
-              if i.1 < 6 {{
-                C[ramp(i.1*32 + j.outer*16, 1, 16)] = C[ramp(i.1*32 + j.outer*16, 1, 16)] + broadcast(i32(A[i.1*8 + ko*4 + ki]), 16)*i32x16(Bp[ramp(j.outer*128 + ko*64 + ki, 4, 16)])
-              }}
-            }}
-          }}
-        }}
+        call reset int8_gemm_4x16x8_i2{tile}
       }}
     }}
   }}
@@ -212,7 +198,8 @@ mod tests {
         gemm(5, 48, 4, GemmInt8Knobs { mr: 3, nr: 48, parallel: true });
     }
 
-    /// Calls of the kernel in `ir`, and whether any tile runs the fallback loops instead.
+    /// Calls of the kernel in `ir`, and whether any tile is a partial one (its call, or the
+    /// fallback loops, under a condition on the tile).
     fn calls(ir: &str) -> (usize, bool) {
         (ir.matches("call reset int8_gemm_").count(), ir.contains("} else {"))
     }
@@ -227,9 +214,10 @@ mod tests {
         let ir = gemm(5, 20, 8, GemmInt8Knobs::default());
         assert_eq!(calls(&ir), (1, false), "{ir}");
         assert!(ir.contains("call reset int8_gemm_5x20x8("), "{ir}");
-        // N = 45 in 16-column panels: the last tile's 13 columns run the fallback.
+        // N = 45 in 16-column panels: the last tile's 13 columns call the kernel of 13 columns.
         let ir = gemm(8, 45, 12, GemmInt8Knobs { mr: 8, nr: 16, parallel: true });
-        assert_eq!(calls(&ir), (1, true), "{ir}");
+        assert_eq!(calls(&ir), (2, true), "{ir}");
+        assert!(ir.contains("call reset int8_gemm_8x16x12_j13("), "{ir}");
         for (m, n, k) in [(1, 1, 1), (1, 16, 4), (7, 48, 12), (37, 45, 70), (17, 3, 1), (9, 1, 13)] {
             gemm(m, n, k, GemmInt8Knobs::default());
             let knobs = GemmInt8Knobs::for_shape(m, n, false);
