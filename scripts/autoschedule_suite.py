@@ -19,6 +19,13 @@ the wait's mean), the seconds until the learned search first reached 95% of its 
 speed (trial index × the run's seconds per trial), the model's held-out Spearman, and
 onnxruntime's GOPS.
 
+The trials to random's best and random's expected trials are given twice: from each search's
+own search-phase timings (as `tune op` reports them), and from common timings
+(scripts/common_timing.py: after both searches of an operator, every distinct point either
+measured successfully is timed again in one process, interleaved over --common-rounds rounds,
+and each trial counts its point's median; every trial keeps its place, the tolerance is the
+same). Unless --no-common. Each row also goes to OUT/suite.jsonl.
+
   python3 scripts/autoschedule_suite.py --tensorlift target/release/tensorlift --trials 64 \\
       --threads 1 --python /tmp/peers-venv/bin/python --out /tmp/suite
 """
@@ -29,6 +36,9 @@ import math
 import os
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common_timing  # noqa: E402
 
 SUITE = [
     ("depthwise", ["conv2d", "--ic", "32", "--oc", "32", "--h", "112", "--w", "112", "--kh", "3", "--kw", "3",
@@ -72,22 +82,6 @@ def best_pct(db, point, label):
     return pcts[len(pcts) // 2] if pcts else None
 
 
-def trials_to(curve, target):
-    for i, v in enumerate(curve):
-        if v is not None and v >= target:
-            return i + 1
-    return None
-
-
-def expected_trials(result, target):
-    """The random search's expected trials to reach `target`: its trials over the draws that
-    reached it (a geometric wait on the share of the space at that level). Where the first hit
-    is one draw of a random wait, this is its mean, estimated from every draw of the run."""
-    own = result.get("trial_gops") or []
-    hits = sum(1 for g in own if g is not None and g >= target)
-    return len(own) / hits if hits else None
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tensorlift", default="target/release/tensorlift")
@@ -100,8 +94,14 @@ def main():
     ap.add_argument("--only", nargs="*", default=None, help="short names of the ops to run")
     ap.add_argument("--shared-db", action="store_true",
                     help="the learned searches share one database (each starts from the earlier ops' records)")
+    ap.add_argument("--no-common", action="store_true", help="skip the common-timing count")
+    ap.add_argument("--common-rounds", type=int, default=5, help="rounds of the common timing")
+    ap.add_argument("--common-budget-ms", type=float, default=20.0,
+                    help="time per common measurement (a verification call, then timed calls, at most 10)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if os.path.exists(os.path.join(a.out, "suite.jsonl")):
+        os.remove(os.path.join(a.out, "suite.jsonl"))
     shared = os.path.join(a.out, "learned.shared.jsonl")
     if a.shared_db and os.path.exists(shared):
         os.remove(shared)
@@ -125,40 +125,62 @@ def main():
         ort = [json.loads(l) for l in peer.stdout.splitlines() if l.strip()]
         res["onnxruntime"] = ort[0] if ort else {"error": peer.stderr.strip()[-500:]}
         ev, rnd = res["evolutionary"], res["random"]
-        random_best = max(v for v in rnd["curve"] if v is not None)
-        target = random_best * (1 - a.tolerance)
+        if not a.no_common:
+            learned_db = shared if a.shared_db else os.path.join(a.out, f"{short}.evolutionary.jsonl")
+            res["common"] = common_timing.remeasure(
+                a.tensorlift, learned_db, os.path.join(a.out, f"{short}.random.jsonl"), ev, rnd, label,
+                rounds=a.common_rounds, repeat=10, budget_ms=a.common_budget_ms, seed=a.seed,
+                tolerance=a.tolerance, records_out=os.path.join(a.out, f"{short}.common.jsonl"))
+            print(f"{short} common timing: learned {res['common']['learned_trials']} / random "
+                  f"{res['common']['random_trials']} trials", file=sys.stderr, flush=True)
+        common = res.get("common") or {}
+        # The search-phase count: the trials' GOPS as `tune op` reports them (0: failed).
+        phase = common_timing.counts(ev["trial_gops"], rnd["trial_gops"], a.tolerance)
         final = max(v for v in ev["curve"] if v is not None)
         per_trial = ev["seconds"] / max(ev["trials"], 1)
-        t95 = trials_to(ev["curve"], 0.95 * final)
+        t95 = common_timing.trials_to(ev["curve"], 0.95 * final)
         row = dict(op=label, default_gops=ev["default_gops"], tuned_gops=ev["tuned_gops"], speedup=ev["speedup"],
-                   pct_probe=ev["pct_probe"], learned_trials=trials_to(ev["curve"], target),
-                   random_trials=trials_to(rnd["curve"], target), random_expected=expected_trials(rnd, target),
+                   pct_probe=ev["pct_probe"], learned_trials=phase["learned_trials"],
+                   random_trials=phase["random_trials"], random_expected=phase["random_expected"],
                    random_tuned_gops=rnd["tuned_gops"],
                    s_to_95=t95 * per_trial if t95 else None, seconds=ev["seconds"], spearman=ev["model_spearman"],
-                   ort_gops=res["onnxruntime"].get("gops"))
+                   ort_gops=res["onnxruntime"].get("gops"),
+                   common_learned_trials=common.get("learned_trials"), common_random_trials=common.get("random_trials"),
+                   common_random_expected=common.get("random_expected"), common_points=common.get("points"),
+                   shared_points=common.get("shared_points"), shared_apart=common.get("shared_apart"))
         rows.append(row)
         with open(os.path.join(a.out, f"{short}.json"), "w") as f:
             json.dump(res, f)
+        with open(os.path.join(a.out, "suite.jsonl"), "a") as f:
+            f.write(json.dumps(dict(row, short=short, seed=a.seed)) + "\n")
     fmt = lambda v, p=1: "-" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))  # noqa: E731
     print("| op | generic GOPS | tuned GOPS | speedup | % probe | trials to random's best: learned / random | "
-          "random's expected trials | s to 95% | tune s | Spearman | random-search GOPS | onnxruntime GOPS |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "random's expected trials | common timing: learned / random | common: random's expected | "
+          "points both measured: apart / all | s to 95% | tune s | Spearman | random-search GOPS | onnxruntime GOPS |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['op']} | {fmt(r['default_gops'], 2)} | {fmt(r['tuned_gops'], 2)} | {fmt(r['speedup'])}x | "
               f"{fmt(r['pct_probe'], 0)} | {fmt(r['learned_trials'])} / {fmt(r['random_trials'])} | "
-              f"{fmt(r['random_expected'])} | "
+              f"{fmt(r['random_expected'])} | {fmt(r['common_learned_trials'])} / {fmt(r['common_random_trials'])} | "
+              f"{fmt(r['common_random_expected'])} | {fmt(r['shared_apart'])} / {fmt(r['shared_points'])} | "
               f"{fmt(r['s_to_95'])} | {fmt(r['seconds'])} | {fmt(r['spearman'], 2)} | {fmt(r['random_tuned_gops'], 2)} | "
               f"{fmt(r['ort_gops'], 2)} |")
     speedups = [r["speedup"] for r in rows if r["speedup"]]
     if speedups:
         print(f"\ngeometric mean speedup over the generic schedule: "
               f"{math.exp(sum(map(math.log, speedups)) / len(speedups)):.1f}x over {len(speedups)} ops")
-    halves = sum(1 for r in rows if r["learned_trials"] and r["random_trials"]
-                 and r["learned_trials"] <= r["random_trials"] / 2)
-    print(f"learned search reached the random search's best in at most half its trials on {halves} of {len(rows)} ops")
-    expected = sum(1 for r in rows if r["learned_trials"] and r["random_expected"]
-                   and r["learned_trials"] <= r["random_expected"] / 2)
-    print(f"... in at most half the random search's expected trials on {expected} of {len(rows)} ops")
+    for timing, prefix in (("search-phase timings", ""), ("common timings", "common_")):
+        if prefix and a.no_common:
+            continue
+        halves = sum(1 for r in rows if half(r[prefix + "learned_trials"], r[prefix + "random_trials"]))
+        expected = sum(1 for r in rows if half(r[prefix + "learned_trials"], r[prefix + "random_expected"]))
+        print(f"{timing}: learned search reached the random search's best in at most half its trials on {halves} "
+              f"of {len(rows)} ops; in at most half the random search's expected trials on {expected} of {len(rows)}")
+
+
+def half(learned, random_):
+    """Whether the learned search took at most half the random search's trials (both reached)."""
+    return bool(learned and random_ and learned <= random_ / 2)
 
 
 if __name__ == "__main__":
