@@ -31,6 +31,7 @@ mod readme;
 mod requantize_op;
 mod run_cli;
 mod shapes;
+mod suite_common;
 #[path = "../../src/tests/skip.rs"]
 mod skip;
 mod tensorize;
