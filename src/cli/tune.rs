@@ -96,7 +96,8 @@ struct SearchArgs {
     repeat: usize,
     /// In the search (not the validation), time the calls of a candidate may take, its
     /// verification call included, in milliseconds: fewer than --repeat timed calls for slow layers,
-    /// none beyond the verification call for those slower than half of it. 0: always --repeat.
+    /// at least one after the verification call where it took less than the budget, none for those
+    /// as slow as the budget or slower. 0: always --repeat.
     #[arg(long, default_value_t = 6.0)]
     search_budget_ms: f64,
     #[arg(long, default_value_t = 1)]

@@ -188,7 +188,8 @@ struct OpSearchArgs {
     repeat: usize,
     /// In the search (not the validation), time the calls of a candidate may take, its
     /// verification call included, in milliseconds: fewer than --repeat timed calls for slow points,
-    /// none beyond the verification call for those slower than half of it. 0: always --repeat.
+    /// at least one after the verification call where it took less than the budget, none for those
+    /// as slow as the budget or slower. 0: always --repeat.
     #[arg(long, default_value_t = 6.0)]
     search_budget_ms: f64,
     /// Points proposed per round of the search.

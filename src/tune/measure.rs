@@ -71,14 +71,21 @@ pub(super) fn difference(output: &Array, expected: &Array) -> Option<String> {
 }
 
 /// Timed calls after a verification call that took `warm_up`: `repeat`, or with a `budget`
-/// (the search), as many as fit in what the verification call left of it, at most `repeat`.
-/// 0: the verification call is the only timed call (its time is the measurement): a candidate
-/// slower than half the budget costs one call, not two. The validation (no budget) always
-/// makes `repeat` calls.
+/// (the search), as many as fit in what the verification call left of it, at most `repeat`
+/// and at least one where the verification call took less than the budget: that call ran
+/// cold (its output pages untouched, the code and the thread pool not yet run), so a point
+/// near the top is timed warm as its neighbours are, at the cost of one call within the
+/// budget. 0: the verification call is the only timed call (its time is the measurement): a
+/// candidate as slow as the budget or slower costs one call, not two. The validation (no
+/// budget) always makes `repeat` calls.
 pub fn timed_calls(repeat: usize, budget: Option<Duration>, warm_up: Duration) -> usize {
     match budget {
         Some(b) if !warm_up.is_zero() => {
-            repeat.min((b.saturating_sub(warm_up).as_secs_f64() / warm_up.as_secs_f64()) as usize)
+            if warm_up >= b {
+                return 0;
+            }
+            let fit = (b.saturating_sub(warm_up).as_secs_f64() / warm_up.as_secs_f64()) as usize;
+            repeat.min(fit.max(1))
         }
         _ => repeat,
     }
@@ -128,8 +135,11 @@ mod tests {
         assert_eq!(timed_calls(10, Some(ms(6)), ms(2)), 2);
         assert_eq!(timed_calls(1, Some(ms(6)), ms(2)), 1);
         assert_eq!(timed_calls(10, Some(ms(60)), ms(1)), 10);
-        // A call slower than half the budget: the verification call is the timing.
-        assert_eq!(timed_calls(10, Some(ms(6)), ms(4)), 0);
+        // A call slower than half the budget, within it: one warm call after the cold one.
+        assert_eq!(timed_calls(10, Some(ms(6)), ms(4)), 1);
+        assert_eq!(timed_calls(10, Some(ms(6)), Duration::from_micros(5999)), 1);
+        // A call as slow as the budget or slower: the verification call is the timing.
+        assert_eq!(timed_calls(10, Some(ms(6)), ms(6)), 0);
         assert_eq!(timed_calls(10, Some(ms(6)), ms(9)), 0);
         // No budget (the validation), or a call too quick to time: `repeat`.
         assert_eq!(timed_calls(10, None, ms(9)), 10);

@@ -31,9 +31,9 @@ mod readme;
 mod requantize_op;
 mod run_cli;
 mod shapes;
-mod suite_common;
 #[path = "../../src/tests/skip.rs"]
 mod skip;
+mod suite_common;
 mod tensorize;
 mod tune;
 mod tune_model;
