@@ -74,10 +74,10 @@ pub(super) fn difference(output: &Array, expected: &Array) -> Option<String> {
 /// (the search), as many as fit in what the verification call left of it, at most `repeat`
 /// and at least one where the verification call took less than the budget: that call ran
 /// cold (its output pages untouched, the code and the thread pool not yet run), so a point
-/// near the top is timed warm as its neighbours are, at the cost of one call within the
-/// budget. 0: the verification call is the only timed call (its time is the measurement): a
-/// candidate as slow as the budget or slower costs one call, not two. The validation (no
-/// budget) always makes `repeat` calls.
+/// near the top is timed warm as its neighbours are, at the cost of one more call. 0: the
+/// verification call is the only timed call (its time is the measurement): a candidate as
+/// slow as the budget or slower costs one call, not two. The validation (no budget) always
+/// makes `repeat` calls.
 pub fn timed_calls(repeat: usize, budget: Option<Duration>, warm_up: Duration) -> usize {
     match budget {
         Some(b) if !warm_up.is_zero() => {
