@@ -163,8 +163,8 @@ def main():
               f"{fmt(r['pct_probe'], 0)} | {fmt(r['learned_trials'])} / {fmt(r['random_trials'])} | "
               f"{fmt(r['random_expected'])} | {fmt(r['common_learned_trials'])} / {fmt(r['common_random_trials'])} | "
               f"{fmt(r['common_random_expected'])} | {fmt(r['shared_apart'])} / {fmt(r['shared_points'])} | "
-              f"{fmt(r['s_to_95'])} | {fmt(r['seconds'])} | {fmt(r['spearman'], 2)} | {fmt(r['random_tuned_gops'], 2)} | "
-              f"{fmt(r['ort_gops'], 2)} |")
+              f"{fmt(r['s_to_95'])} | {fmt(r['seconds'])} | {fmt(r['spearman'], 2)} | "
+              f"{fmt(r['random_tuned_gops'], 2)} | {fmt(r['ort_gops'], 2)} |")
     speedups = [r["speedup"] for r in rows if r["speedup"]]
     if speedups:
         print(f"\ngeometric mean speedup over the generic schedule: "
