@@ -57,7 +57,7 @@ pub fn gemm_map(gemm: &TensorIntrin, map: &TensorIntrin) -> Result<TensorIntrin,
 }
 
 /// The `Map` declaration `map` over an `[m, n]` block instead of its own: the same body, each
-/// `[M, N]` input now `[m, n]` and each `[N]` input `[n]` (same names, dtypes and value
+/// `[M, N]` input now `[m, n]`, each `[N]` input `[n]` and each `[M]` one `[m]` (same names, dtypes and value
 /// ranges), named `<map>_tile_{m}x{n}`; `map` itself when the sizes are its own. Nodes the
 /// body shares stay shared (a kernel evaluates a shared node once).
 ///
@@ -77,8 +77,12 @@ pub fn map_tile(map: &TensorIntrin, m: i64, n: i64) -> Result<TensorIntrin, TeEr
     }
     let mut tensors = HashMap::default();
     let mut inputs = Vec::with_capacity(map.inputs.len());
-    for input in &map.inputs {
-        let shape = if input.shape().len() == 2 { vec![m, n] } else { vec![n] };
+    for (input, per_row) in map.inputs.iter().zip(map.map_rows()) {
+        let shape = match (input.shape().len(), per_row) {
+            (2, _) => vec![m, n],
+            (_, true) => vec![m],
+            (_, false) => vec![n],
+        };
         let resized = match input.value_range() {
             Some((lo, hi)) => placeholder_vec_in_range(shape, input.dtype(), lo..=hi, input.name())?,
             None => placeholder_vec(shape, input.dtype(), input.name())?,

@@ -85,8 +85,10 @@ pub enum IntrinKind {
     /// strides are free (`B` is usually a packed panel of `n` columns, so its rows are dense).
     F32Gemm { m: i64, n: i64, k: i64 },
     /// An element-wise map over an `m × n` block, `out[p, c] = f(…)`: the declaration's body
-    /// `f` has no reduction and reads each input at `[p, c]` (an `[m, n]` input) or at `[c]` (an
-    /// `[n]` input: per-column parameters such as per-channel scales). What `f` computes is
+    /// `f` has no reduction and reads each input at `[p, c]` (an `[m, n]` input), at `[c]` (an
+    /// `[n]` input: per-column parameters such as per-channel scales) or at `[p]` (an `[m]`
+    /// input: per-row parameters such as a softmax row's maximum; `TensorIntrin::map_rows`
+    /// says which inputs these are). What `f` computes is
     /// free; code generation compiles the declaration's body itself into a vector kernel where
     /// every operation in it has an exact vector form at the level, and runs the loop nest
     /// elsewhere.
@@ -236,6 +238,26 @@ impl TensorIntrin {
     pub fn operand_tensors(&self) -> Vec<&Tensor> {
         self.0.data.inputs.iter().chain(std::iter::once(&self.0.data.output)).collect()
     }
+
+    /// Per input of a `Map` declaration: whether it is a per-row input (`[m]`, read at `[p]`;
+    /// `check_map` lets an input be read in one form only). All `false` for other kinds.
+    pub fn map_rows(&self) -> Vec<bool> {
+        let (IntrinKind::Map { .. }, Some(body)) = (self.kind, self.output.body()) else {
+            return vec![false; self.inputs.len()];
+        };
+        let p = self.output.axes()[0].var().clone();
+        let mut rows = vec![false; self.inputs.len()];
+        body.for_each(&mut |e| {
+            if let ExprKind::TensorRead(t, idx) = e.kind()
+                && let [index] = idx.as_slice()
+                && index.as_var() == Some(&p)
+                && let Some(k) = self.inputs.iter().position(|i| i.id() == t.id())
+            {
+                rows[k] = true;
+            }
+        });
+        rows
+    }
 }
 
 impl Deref for TensorIntrin {
@@ -338,7 +360,8 @@ pub fn decl_tensor_intrin(
 }
 
 /// `IntrinKind::Map`: an `[m, n]` output without reduction whose every read is `x[p, c]` of an
-/// `[m, n]` input or `x[c]` of an `[n]` input, `p, c` being the output's axes.
+/// `[m, n]` input, `x[c]` of an `[n]` input or `x[p]` of an `[m]` input, `p, c` being the
+/// output's axes; a one-dimensional input is read in one of its two forms only.
 fn check_map(name: &str, output: &Tensor, (m, n): (i64, i64), reads: &[(Tensor, Vec<Expr>)]) -> Result<(), TeError> {
     let bad = |what: &str, expected: String, found: String| TeError::BadIntrinsic {
         intrin: name.to_string(),
@@ -358,16 +381,25 @@ fn check_map(name: &str, output: &Tensor, (m, n): (i64, i64), reads: &[(Tensor, 
         form.constant == 0
             && matches!(terms.as_slice(), [(t, 1)] if t.as_var().is_some() && t.as_var() == axis.as_var())
     };
+    // Per one-dimensional input: read per row (`true`) or per column.
+    let mut forms: HashMap<_, bool> = HashMap::new();
     for (tensor, index) in reads {
         let row = tensor.shape() == [m, n] && index.len() == 2 && is_var(&index[0], &p) && is_var(&index[1], &c);
         let column = tensor.shape() == [n] && index.len() == 1 && is_var(&index[0], &c);
-        if !row && !column {
-            let found = format!(
+        let per_row = tensor.shape() == [m] && index.len() == 1 && is_var(&index[0], &p);
+        let found = || {
+            format!(
                 "{tensor}{:?} read at [{}]",
                 tensor.shape(),
                 index.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
-            );
-            return Err(bad("Map read", format!("x[{p}, {c}] of x: [{m}, {n}] or x[{c}] of x: [{n}]"), found));
+            )
+        };
+        if !row && !column && !per_row {
+            let expected = format!("x[{p}, {c}] of x: [{m}, {n}], x[{c}] of x: [{n}] or x[{p}] of x: [{m}]");
+            return Err(bad("Map read", expected, found()));
+        }
+        if (column || per_row) && *forms.entry(tensor.id()).or_insert(per_row) != per_row {
+            return Err(bad("Map read", format!("{tensor} read either per row or per column"), found()));
         }
     }
     Ok(())
@@ -728,14 +760,25 @@ mod tests {
         let y = compute([3, 8], |i| x.at([&i[0], &i[1]]).cast(DType::F32) * scale.at([&i[1]]), "y").unwrap();
         decl_tensor_intrin("requantize", kind, &y, &[&x, &scale]).unwrap();
         assert_eq!(kind.required_strides(&[2, 1, 2]), vec![vec![None, Some(1)], vec![Some(1)], vec![None, Some(1)]]);
-        // A per-row parameter is not a column operand.
+        assert_eq!(decl_tensor_intrin("requantize", kind, &y, &[&x, &scale]).unwrap().map_rows(), [false, false]);
+        // A per-row parameter, read at the row.
         let per_row = placeholder([3], DType::F32, "per_row").unwrap();
         let z = compute([3, 8], |i| x.at([&i[0], &i[1]]).cast(DType::F32) * per_row.at([&i[0]]), "z").unwrap();
-        let err = decl_tensor_intrin("requantize", kind, &z, &[&x, &per_row]).unwrap_err();
+        let decl = decl_tensor_intrin("shift", kind, &z, &[&x, &per_row]).unwrap();
+        assert_eq!(decl.map_rows(), [false, true]);
+        let z = compute([3, 8], |i| x.at([&i[0], &i[1]]).cast(DType::F32) * per_row.at([&i[1]]), "z").unwrap();
+        let err = decl_tensor_intrin("shift", kind, &z, &[&x, &per_row]).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "tensor intrinsic requantize: Map read: expected x[i, j] of x: [3, 8] or x[j] of x: [8], found per_row[3] read at [i]"
+            "tensor intrinsic shift: Map read: expected x[i, j] of x: [3, 8], x[j] of x: [8] or x[i] of x: [3], \
+             found per_row[3] read at [j]"
         );
+        // A square block's one-dimensional input is read per row or per column, not both.
+        let sq = placeholder([4, 4], DType::F32, "sq").unwrap();
+        let v = placeholder([4], DType::F32, "v").unwrap();
+        let both = compute([4, 4], |i| sq.at([&i[0], &i[1]]) * v.at([&i[0]]) + v.at([&i[1]]), "b").unwrap();
+        let err = decl_tensor_intrin("both", IntrinKind::Map { m: 4, n: 4 }, &both, &[&sq, &v]).unwrap_err();
+        assert!(err.to_string().contains("Map read: expected v read either per row or per column"), "{err}");
         // Neither a reduction nor another block size.
         let k = reduce_axis(8, "k").unwrap();
         let total = compute([3, 8], |i| sum(DType::I32, &[&k], x.at([&i[0], &k.to_expr()])), "t").unwrap();

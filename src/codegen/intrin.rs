@@ -353,8 +353,10 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         };
         let mut pointers = Vec::with_capacity(operands.len());
         let mut row_strides = Vec::with_capacity(operands.len());
-        for (operand, tensor) in operands.iter().zip(intrin.operand_tensors()) {
-            let Some(row_stride) = map_row_stride(operand, tensor) else { return self.stmt(fallback) };
+        let mut per_row = intrin.map_rows();
+        per_row.push(false);
+        for ((operand, tensor), per_row) in operands.iter().zip(intrin.operand_tensors()).zip(per_row) {
+            let Some(row_stride) = map_row_stride(operand, tensor, per_row) else { return self.stmt(fallback) };
             match self.buffers.get(&operand.buffer.id()).cloned() {
                 Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
                 _ => return self.stmt(fallback),
@@ -384,7 +386,10 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         let (IntrinKind::Int8Gemm { m, n, saturating, .. }, IntrinKind::Map { .. }) = (gemm.kind, map.kind) else {
             return self.stmt(fallback);
         };
-        if operands.len() != intrin.operand_tensors().len() || !matches!(self.cx.level, IsaLevel::Avx512Vnni) {
+        // The fused kernel addresses its operands per element or per column only.
+        let per_row = map.map_rows().contains(&true);
+        if per_row || operands.len() != intrin.operand_tensors().len() || !matches!(self.cx.level, IsaLevel::Avx512Vnni)
+        {
             return self.stmt(fallback);
         }
         // The GEMM part's shape, as if it wrote a dense `[m, n]` tile.
@@ -405,7 +410,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         // The Map's operands: input 0 is the tile, then the call's operands after A and B.
         let mut row_strides = vec![n];
         for (operand, tensor) in operands[2..].iter().zip(&intrin.operand_tensors()[2..]) {
-            let Some(row_stride) = map_row_stride(operand, tensor) else { return self.stmt(fallback) };
+            let Some(row_stride) = map_row_stride(operand, tensor, false) else { return self.stmt(fallback) };
             row_strides.push(row_stride);
         }
         let Some((operands, count)) = self.in_range(intrin, operands, range)? else { return self.stmt(fallback) };
@@ -438,11 +443,13 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
 }
 
 /// The row stride of a Map operand as its kernel addresses it (elements; 0 for an `[n]`
-/// operand), or `None` where the kernel cannot: not contiguous along the columns, more than
-/// one origin, or a dtype other than the declaration's.
-fn map_row_stride(operand: &Operand, tensor: &ir::te::Tensor) -> Option<i64> {
+/// operand, the stride of its one dimension for a `per_row` `[m]` one), or `None` where the
+/// kernel cannot: not contiguous along the columns, more than one origin, or a dtype other
+/// than the declaration's.
+fn map_row_stride(operand: &Operand, tensor: &ir::te::Tensor, per_row: bool) -> Option<i64> {
     let row_stride = match *operand.strides.as_slice() {
         [row, 1] if row >= 0 => row,
+        [row] if per_row && row >= 0 => row,
         [1] => 0,
         _ => return None,
     };

@@ -18,12 +18,22 @@ use crate::target::Target;
 /// Builds a map's body from its inputs' reads.
 type Body = std::rc::Rc<dyn Fn(&[Expr]) -> Expr>;
 
-/// An `[m, n]` map over inputs that are `[m, n]` (row operands, the stage's `[m, n + 3]` so
-/// that rows are not dense) or `[n]` (column operands), in `dtypes` order.
+/// How a map reads an input.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Form {
+    /// `[m, n]` at `[p, c]` (the stage's input is `[m, n + 3]`, so that rows are not dense).
+    Element,
+    /// `[n]` at `[c]`.
+    Column,
+    /// `[m]` at `[p]`.
+    Row,
+}
+use Form::{Column as C, Element as E, Row as R};
+
+/// An `[m, n]` map over inputs of the given dtypes and forms, in order.
 struct MapCase {
     name: &'static str,
-    /// (dtype, true for a row operand).
-    inputs: Vec<(DType, bool)>,
+    inputs: Vec<(DType, Form)>,
     body: Body,
 }
 
@@ -31,33 +41,32 @@ fn f32c(v: f32) -> Expr {
     Expr::float(DType::F32, v as f64)
 }
 
-/// The reads of `tensors` at `[p, c]` (rows) or `[c]` (columns).
-fn reads(tensors: &[TeTensor], rows: &[bool], i: &[Expr]) -> Vec<Expr> {
-    tensors.iter().zip(rows).map(|(t, &row)| if row { t.at([&i[0], &i[1]]) } else { t.at([&i[1]]) }).collect()
+/// The reads of `tensors` at `[p, c]`, `[c]` or `[p]` by their forms.
+fn reads(tensors: &[TeTensor], forms: &[Form], i: &[Expr]) -> Vec<Expr> {
+    let read = |(t, form): (&TeTensor, &Form)| match form {
+        Form::Element => t.at([&i[0], &i[1]]),
+        Form::Column => t.at([&i[1]]),
+        Form::Row => t.at([&i[0]]),
+    };
+    tensors.iter().zip(forms).map(read).collect()
 }
 
 impl MapCase {
     /// The lowered function of the stage tensorized with the declaration of the same body.
     fn func(&self, m: i64, n: i64) -> ir::Func {
-        let rows: Vec<bool> = self.inputs.iter().map(|&(_, r)| r).collect();
-        let stage_inputs: Vec<TeTensor> = self
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(k, &(d, row))| {
-                let shape = if row { vec![m, n + 3] } else { vec![n] };
-                ir::te::placeholder_vec(shape, d, &format!("in{k}")).unwrap()
-            })
-            .collect();
-        let decl_inputs: Vec<TeTensor> = self
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(k, &(d, row))| {
-                let shape = if row { vec![m, n] } else { vec![n] };
-                ir::te::placeholder_vec(shape, d, &format!("x{k}")).unwrap()
-            })
-            .collect();
+        let rows: Vec<Form> = self.inputs.iter().map(|&(_, r)| r).collect();
+        let tensors = |prefix: &str, extra: i64| -> Vec<TeTensor> {
+            let shape = |form| match form {
+                Form::Element => vec![m, n + extra],
+                Form::Column => vec![n],
+                Form::Row => vec![m],
+            };
+            let placeholder = |(k, &(d, form)): (usize, &(DType, Form))| {
+                ir::te::placeholder_vec(shape(form), d, &format!("{prefix}{k}")).unwrap()
+            };
+            self.inputs.iter().enumerate().map(placeholder).collect()
+        };
+        let (stage_inputs, decl_inputs) = (tensors("in", 3), tensors("x", 0));
         let body = &self.body;
         let stage = compute([m, n], |i| body(&reads(&stage_inputs, &rows, i)), "out").unwrap();
         let decl = compute([m, n], |i| body(&reads(&decl_inputs, &rows, i)), "y").unwrap();
@@ -128,7 +137,7 @@ fn cases() -> Vec<MapCase> {
         // A layer's requantization: `sat_u8(round((f32(acc - comp) · M + bias) / s + 128))`.
         MapCase {
             name: "requantize_u8",
-            inputs: vec![(i32, true), (i32, false), (f32, false), (f32, false)],
+            inputs: vec![(i32, E), (i32, C), (f32, C), (f32, C)],
             body: std::rc::Rc::new(|x: &[Expr]| {
                 let real = (&x[0] - &x[1]).cast(DType::F32) * x[2].clone() + x[3].clone();
                 (real / f32c(0.273_553_1) + f32c(128.0)).round().saturating_cast(DType::U8)
@@ -137,7 +146,7 @@ fn cases() -> Vec<MapCase> {
         // Relu (`x > 0 ? x : +0`), an i8 destination through `Cast`, a negative zero point.
         MapCase {
             name: "relu_i8",
-            inputs: vec![(f32, true), (f32, false)],
+            inputs: vec![(f32, E), (f32, C)],
             body: std::rc::Rc::new(|x: &[Expr]| {
                 let v = x[0].clone() * x[1].clone();
                 let relu = select(f32c(0.0).lt(&v), v, f32c(0.0));
@@ -147,7 +156,7 @@ fn cases() -> Vec<MapCase> {
         // A u8 and an i8 input widened on load, an f32 result.
         MapCase {
             name: "sum_f32",
-            inputs: vec![(DType::U8, true), (DType::I8, false), (f32, false)],
+            inputs: vec![(DType::U8, E), (DType::I8, C), (f32, C)],
             body: std::rc::Rc::new(|x: &[Expr]| {
                 x[0].cast(DType::F32) * x[2].clone() + x[1].cast(DType::F32) - f32c(1.5)
             }),
@@ -155,14 +164,14 @@ fn cases() -> Vec<MapCase> {
         // A fused multiply-add, rounded once (edge values: NaN, ±∞, ±0, subnormals).
         MapCase {
             name: "fma_f32",
-            inputs: vec![(f32, true), (f32, false), (f32, true)],
+            inputs: vec![(f32, E), (f32, C), (f32, E)],
             body: std::rc::Rc::new(|x: &[Expr]| x[0].fma(&x[1], &x[2])),
         },
         // A requantization followed by onnxruntime's QLinearAdd with a u8 row (the fused
         // residual add, `schedules::quant`): two FMAs, clamps, an i8 destination.
         MapCase {
             name: "qlinear_add_i8",
-            inputs: vec![(i32, true), (i32, false), (f32, false), (DType::U8, true)],
+            inputs: vec![(i32, E), (i32, C), (f32, C), (DType::U8, E)],
             body: std::rc::Rc::new(|x: &[Expr]| {
                 let q = ((&x[0] - &x[1]).cast(DType::F32) * x[2].clone()).round() + f32c(3.0);
                 let q = select(f32c(3.0).lt(&q), q, f32c(3.0));
@@ -178,7 +187,7 @@ fn cases() -> Vec<MapCase> {
         // `>`, on NaN, equal values and zeros of either sign; and a select that is neither.
         MapCase {
             name: "min_max_f32",
-            inputs: vec![(f32, true), (f32, false), (f32, true)],
+            inputs: vec![(f32, E), (f32, C), (f32, E)],
             body: std::rc::Rc::new(|x: &[Expr]| {
                 let (a, b, c) = (&x[0], &x[1], &x[2]);
                 let max = select(a.lt(b), b.clone(), a.clone());
@@ -192,7 +201,7 @@ fn cases() -> Vec<MapCase> {
         // Wrapping i32 arithmetic and every comparison of a select.
         MapCase {
             name: "int_select",
-            inputs: vec![(i32, true), (i32, false), (f32, true), (f32, false)],
+            inputs: vec![(i32, E), (i32, C), (f32, E), (f32, C)],
             body: std::rc::Rc::new(|x: &[Expr]| {
                 let v = &x[0] * Expr::int(DType::I32, 3) - x[1].clone() + Expr::int(DType::I32, 7);
                 let (a, b) = (&x[2], &x[3]);
@@ -241,7 +250,7 @@ fn bodies_without_a_vector_form_run_the_loop_nest() {
     // `min` of floats returns the non-NaN operand, which `vminps` does not: no kernel.
     let case = MapCase {
         name: "float_min",
-        inputs: vec![(DType::F32, true), (DType::F32, false)],
+        inputs: vec![(DType::F32, E), (DType::F32, C)],
         body: std::rc::Rc::new(|x: &[Expr]| ir::expr::min(x[0].clone(), x[1].clone())),
     };
     for level in skip::levels_here(IsaLevel::ALL) {
@@ -254,7 +263,7 @@ fn bodies_without_a_vector_form_run_the_loop_nest() {
 fn clamped_below(name: &'static str, k: f32, upper: bool) -> MapCase {
     MapCase {
         name,
-        inputs: vec![(DType::F32, true), (DType::F32, false)],
+        inputs: vec![(DType::F32, E), (DType::F32, C)],
         body: std::rc::Rc::new(move |x: &[Expr]| {
             let v = x[0].clone() * x[1].clone();
             let v = select(f32c(k).lt(&v), v, f32c(k));
@@ -299,7 +308,7 @@ fn u8_stores_leave_out_the_clamp_their_body_proves() {
 fn scaled_rounding(s: f32, zp: Option<f32>, dst: DType) -> MapCase {
     MapCase {
         name: "scaled_rounding",
-        inputs: vec![(DType::F32, true)],
+        inputs: vec![(DType::F32, E)],
         body: std::rc::Rc::new(move |x: &[Expr]| {
             let q = x[0].clone() / f32c(s);
             let shifted = match zp {
@@ -373,7 +382,7 @@ fn copies_of_short_rows_move_them_whole_at_every_level() {
     // pair (zmm rows shorter than a vector), a whole vector and one past it; the stage's rows
     // are 3 bytes longer than the block's, so the kernel steps by the strides.
     let case =
-        MapCase { name: "copy", inputs: vec![(DType::U8, true)], body: std::rc::Rc::new(|x: &[Expr]| x[0].clone()) };
+        MapCase { name: "copy", inputs: vec![(DType::U8, E)], body: std::rc::Rc::new(|x: &[Expr]| x[0].clone()) };
     for level in skip::levels_here(IsaLevel::ALL) {
         for n in [8, 13, 16, 21, 24, 31, 32, 45, 63, 64, 70] {
             let ran = case.check(3, n, level);
@@ -383,6 +392,145 @@ fn copies_of_short_rows_move_them_whole_at_every_level() {
                 let code = crate::disasm::disassemble(compile_at(&case.func(3, n), level).machine_code());
                 assert_eq!(code.contains("k2"), n > 64 && n % 64 != 0, "copy 3x{n} at {level}\n{code}");
             }
+        }
+    }
+}
+
+/// f32 values at every edge of the math functions' expansions, both signs: ±0, ±∞, NaN,
+/// subnormals, `exp`'s overflow (88.72284), its subnormal (-87.34) and zero (-103.97) results
+/// and its clamps (89, -104), the break points of `tanh` (0.625) and `erf` (1, 3.92), values
+/// past `i32`'s range (`2^31`), huge ones; each with its neighbours up to 3 ulps away; then a
+/// ramp over `[-120, 120]`. Padded to whole zmm vectors.
+fn math_values() -> Vec<f64> {
+    let points: [f32; 21] = [
+        0.0,
+        1.0,
+        0.5,
+        0.625,
+        3.92,
+        88.72283,
+        88.72284,
+        88.7,
+        89.0,
+        87.33655,
+        103.97208,
+        104.0,
+        1e-40,
+        f32::MIN_POSITIVE,
+        1e-45,
+        3e38,
+        f32::MAX,
+        2_147_483_648.0,
+        1e10,
+        0.346_573_6,
+        0.693_147_2,
+    ];
+    let mut out = vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+    for p in points {
+        for v in [p, -p] {
+            for d in -3i32..=3 {
+                let near = f32::from_bits(v.to_bits().wrapping_add_signed(d));
+                if !near.is_nan() {
+                    out.push(f64::from(near));
+                }
+            }
+        }
+    }
+    out.extend((0..650).map(|k| f64::from(k) * 0.37 - 120.0));
+    out.resize(out.len().next_multiple_of(16), 0.25);
+    out
+}
+
+/// Arguments of `func` over `values`: element inputs take them in order from an offset per
+/// input, per-row inputs the row maxima a softmax would subtract (and NaN, ±∞, 0).
+fn math_args(func: &ir::Func, values: &[f64]) -> Vec<Array> {
+    let per_row = [1.5, -3.0, 88.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -100.0];
+    func.params
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            let len: i64 = p.shape().iter().product();
+            let source: &[f64] = if p.shape().len() == 1 && k + 1 < func.params.len() { &per_row } else { values };
+            let v: Vec<f64> = (0..len as usize).map(|i| source[(i + 7 * k) % source.len()]).collect();
+            Array::from_f64(p.dtype(), p.shape(), &v)
+        })
+        .collect()
+}
+
+type Function = fn(Expr) -> Expr;
+
+#[test]
+fn math_functions_run_as_map_kernels_equal_to_the_interpreter() {
+    let values = math_values();
+    let functions: [(&'static str, Function); 5] = [
+        ("exp", |x| ir::math::exp(x)),
+        ("log", |x| ir::math::log(x)),
+        ("tanh", |x| ir::math::tanh(x)),
+        ("sigmoid", |x| ir::math::sigmoid(x)),
+        ("erf", |x| ir::math::erf(x)),
+    ];
+    let f32 = DType::F32;
+    for (name, f) in functions {
+        let mut cases =
+            vec![MapCase { name, inputs: vec![(f32, E)], body: std::rc::Rc::new(move |x| f(x[0].clone())) }];
+        if name == "exp" {
+            // Softmax's two element-wise stages: `exp(x - max)` and the quotient by the sum,
+            // per-row operands both.
+            cases.push(MapCase {
+                name: "exp_shifted",
+                inputs: vec![(f32, E), (f32, R)],
+                body: std::rc::Rc::new(|x: &[Expr]| ir::math::exp(&x[0] - &x[1])),
+            });
+            cases.push(MapCase {
+                name: "quotient",
+                inputs: vec![(f32, E), (f32, R)],
+                body: std::rc::Rc::new(|x: &[Expr]| &x[0] / &x[1]),
+            });
+        }
+        for case in cases {
+            for level in skip::levels_here(IsaLevel::ALL) {
+                let whole = values.len() as i64;
+                for (m, n) in [(2, 37), (1, whole), (3, 40), (8, 139), (2, 5)] {
+                    let func = case.func(m, n);
+                    let ran = case.check_args(&func, &math_args(&func, &values), level);
+                    let expected = level != IsaLevel::Scalar && (n >= 8 || level.has_avx512());
+                    assert_eq!(ran, expected, "{} {m}x{n} at {level}", case.name);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bit_casts_shifts_and_truncation_equal_the_interpreter() {
+    // `Cast` of f32 to i32 (toward zero, saturated, NaN → 0), shifts by amounts taken modulo 32
+    // (`>>` arithmetic), bitwise operations and bit casts both ways.
+    let i = |v: i64| Expr::int(DType::I32, v);
+    let case = MapCase {
+        name: "bits",
+        inputs: vec![(DType::F32, E), (DType::I32, C)],
+        body: std::rc::Rc::new(move |x: &[Expr]| {
+            let t = x[0].cast(DType::I32);
+            let b = x[0].reinterpret(ir::ScalarType::I32);
+            let shifted = (&b >> i(-1)) + (&t << i(35)) - (&x[1] >> i(3));
+            let mixed = (shifted ^ (&t | i(0x100))) & (&x[1] | i(-0x8000));
+            let back = (mixed.clone() & i(0x7f7f_ffff)).reinterpret(ir::ScalarType::F32);
+            mixed + back.cast(DType::I32) + t
+        }),
+    };
+    let mut values = math_values();
+    values.retain(|v| !v.is_nan());
+    values.extend([f64::NAN, -2_147_483_904.0, 2_147_483_520.0, -2_147_483_648.0]);
+    for level in skip::levels_here(IsaLevel::ALL) {
+        for (m, n) in [(1, values.len() as i64), (3, 40), (2, 37)] {
+            let func = case.func(m, n);
+            let mut args = math_args(&func, &values);
+            let ints: Vec<i64> = (0..n)
+                .map(|k| [i64::from(i32::MIN), -1, 0, 1, i64::from(i32::MAX), k * 977 - 5000][k as usize % 6])
+                .collect();
+            args[1] = Array::from_i64(DType::I32, &[n], &ints);
+            let ran = case.check_args(&func, &args, level);
+            assert_eq!(ran, level != IsaLevel::Scalar, "bits {m}x{n} at {level}");
         }
     }
 }

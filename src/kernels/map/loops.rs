@@ -18,7 +18,7 @@ impl<'d> Gen<'d> {
     /// Loads every constant the body and its store use, once.
     pub(super) fn prepare(&mut self, body: &Expr) -> Result<(), KernelError> {
         let out = self.decl.output.dtype();
-        self.load_constants(body)?;
+        // The store's constants first: they stay in registers whatever the body's budget.
         if let Some(x) = narrowing_store(body, out) {
             let (lo, hi) = if out == DType::U8 { (0.0f32, 255.0f32) } else { (-128.0, 127.0) };
             self.constant(lo.to_bits())?;
@@ -30,7 +30,7 @@ impl<'d> Gen<'d> {
                 }
             }
         }
-        Ok(())
+        self.load_constants(body)
     }
 
     pub(super) fn kernel(&mut self, shape: &MapShape) -> Result<(), KernelError> {
@@ -100,7 +100,7 @@ impl<'d> Gen<'d> {
         }
         self.a.vzeroupper()?;
         self.a.ret()?;
-        Ok(())
+        self.emit_pool()
     }
 
     /// One vector of outputs at column `COLUMN` of the current row.

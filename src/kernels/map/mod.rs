@@ -4,7 +4,8 @@
 //!
 //! A kernel computes `out[p, c] = f(…)` for `p < m`, `c < n` under the SysV signature
 //! `fn(in_0, …, in_last, out)`: one pointer per operand (at most six), each at the operand's
-//! origin; `[m, n]` operands advance by their row stride per row, `[n]` operands do not. The
+//! origin; `[m, n]` operands advance by their row stride per row, `[n]` operands do not, and
+//! per-row `[m]` operands (read at `[p]`) advance by theirs, their element broadcast. The
 //! columns run in vectors of 16 (zmm) or 8 (ymm) lanes; a zmm kernel finishes a row's partial
 //! vector under opmask k2 (masked-off lanes are never accessed), a ymm kernel with the row's last
 //! 8 columns, overlapping the vector before (the output aliases no input, so the columns computed
@@ -19,6 +20,14 @@
 //!   `vpmovsxbd` from memory first (exact);
 //! * `round(x)`: `vrndscaleps`/`vroundps` with immediate 0 (nearest, ties to even; NaN, ±0 and
 //!   ±∞ unchanged);
+//! * i32 `& | ^`: `vpandd`/`vpand`, `vpord`/`vpor`, `vpxord`/`vpxor`; i32 `<<` and `>>` by a
+//!   constant: `vpslld` and `vpsrad` (arithmetic, as `>>` of a signed type) by the amount
+//!   modulo 32 (the IR's shift rule), an immediate; shifts by a value are unsupported;
+//! * `reinterpret` between f32 and i32: nothing (the same register at the operand's last use,
+//!   else a copy);
+//! * `i32(x)` of f32 (toward zero, saturated, NaN → 0): `vcvttps2dq`, exact in `[-2^31, 2^31)`
+//!   and `0x80000000` elsewhere, which is right below that range; lanes at or above `2^31`
+//!   (ordered compare) take its complement `i32::MAX`, NaN lanes (unordered with themselves) 0;
 //! * `a < b ? b : a` and `a < b ? a : b` (a clamp): `vmaxps b, a` and `vminps a, b`, whose
 //!   second operand is returned exactly where the ordered `<` is false (NaN, equal values,
 //!   zeros of either sign);
@@ -43,9 +52,14 @@
 //!   requantization. A zmm group of four vectors takes one check for all four
 //!   (`Gen::scaled_group`).
 //!
+//! The f32 math functions of `ir::math` (`exp`, `log`, `tanh`, `sigmoid`, `erf`) expand into
+//! these nodes only, so their bodies compile to kernels.
+//!
 //! Any other node, dtype or operand layout is `KernelError::Unsupported`, and the call runs its
 //! loop nest. Registers: only caller-saved ones (rax, rcx, rdx, rsi, rdi, r8–r11, vector
-//! registers, k2–k4); the kernel ends with `vzeroupper`.
+//! registers, k2–k4); the kernel ends with `vzeroupper`. Constants are loaded into registers
+//! once, before the loops; a body with more constants than leave it registers for its values
+//! keeps some of them in a pool after the code instead, broadcast from there where used.
 //!
 //! A copy (the body one read of an input of the output's dtype) is not evaluated node by node:
 //! `copy` moves its bytes.
@@ -67,7 +81,7 @@ mod scaled_rounding;
 
 use std::collections::HashMap;
 
-use iced_x86::code_asm::{AsmMemoryOperand, CodeAssembler};
+use iced_x86::code_asm::{AsmMemoryOperand, CodeAssembler, CodeLabel};
 use ir::intrin::{IntrinKind, TensorIntrin};
 
 use crate::error::KernelError;
@@ -107,13 +121,23 @@ pub fn assemble_map(width: VectorWidth, decl: &TensorIntrin, shape: &MapShape) -
         return unsupported(format!("{n} columns on ymm (at least {lanes})"));
     }
     // Groups of four vectors need four more registers across the body; a body that does not
-    // fit with them runs vector by vector.
-    let assemble = |grouped: bool| -> Result<Vec<u8>, KernelError> {
+    // fit with them runs vector by vector. A body whose constants leave too few registers for
+    // its values keeps fewer of them in registers, the rest loaded from the pool where used.
+    let assemble = |grouped: bool, budget: usize| -> Result<Vec<u8>, KernelError> {
         let mut g = Gen::new(width, decl, grouped)?;
+        g.budget = budget;
         g.kernel(shape)?;
         Ok(g.a.assemble(0)?)
     };
-    assemble(true).or_else(|_| assemble(false))
+    let registers = width.registers();
+    let mut result = assemble(true, usize::MAX);
+    for budget in [usize::MAX, registers / 2, registers / 4, 0] {
+        if result.is_ok() {
+            break;
+        }
+        result = assemble(false, budget);
+    }
+    result
 }
 
 /// The code generator of one kernel: its assembler, and the state of the vector registers
@@ -124,6 +148,12 @@ struct Gen<'d> {
     decl: &'d TensorIntrin,
     /// f32 or i32 constants by bits, in registers loaded once.
     constants: HashMap<u32, usize>,
+    /// At most this many of the body's constants in registers (`registers::body_constant`).
+    budget: usize,
+    /// The body's other constants by bits, each at its label after the code.
+    pool: Vec<(u32, CodeLabel)>,
+    /// Per input: a per-row operand (`TensorIntrin::map_rows`), one value broadcast per row.
+    rows: Vec<bool>,
     /// Registers not holding a constant or a live value.
     free: Vec<usize>,
     /// Live values of the current vector: node → (register, uses left).
@@ -153,6 +183,9 @@ impl<'d> Gen<'d> {
             width,
             decl,
             constants: HashMap::new(),
+            budget: usize::MAX,
+            pool: Vec::new(),
+            rows: decl.map_rows(),
             free: (0..width.registers()).rev().collect(),
             live: HashMap::new(),
             uses: HashMap::new(),

@@ -1,13 +1,15 @@
-//! The code of the body's nodes, family by family: reads (as memory operands where used once),
-//! i32 and f32 arithmetic (f32 `fma` included), conversions and widening reads, `round`, and selects on f32
-//! comparisons. Any other node is `KernelError::Unsupported`.
+//! The code of the body's nodes, family by family: reads (as memory operands where used once;
+//! per-row inputs broadcast), constants (from the pool where not in a register), i32 and f32
+//! arithmetic (f32 `fma` included), i32 bitwise operations and shifts by constants,
+//! conversions (f32 to i32 among them) and widening reads, `reinterpret`, `round`, and selects
+//! on f32 comparisons. Any other node is `KernelError::Unsupported`.
 
 use iced_x86::code_asm::*;
 use ir::expr::{BinOp, CmpOp, Expr, ExprKind};
 use ir::{DType, Tensor};
 
 use super::Gen;
-use super::registers::{node, ymm, zmm};
+use super::registers::{TWO_POW_31, node, shift_amount, ymm, zmm};
 use crate::error::KernelError;
 use crate::isa::VectorWidth;
 
@@ -44,9 +46,54 @@ impl<'d> Gen<'d> {
                 if lane_of(t.dtype()).is_none() {
                     return self.unsupported(format!("a read of {} {t} outside a conversion", t.dtype()));
                 }
+                if self.rows[arg] {
+                    return self.per_row(arg, t);
+                }
                 let dst = self.allocate()?;
                 let mem = self.at(arg, 4)?;
                 self.load(dst, mem)?;
+                Ok(dst)
+            }
+            ExprKind::Int(_) | ExprKind::Float(_) => {
+                let bits = match e.kind() {
+                    ExprKind::Int(v) => *v as i32 as u32,
+                    ExprKind::Float(v) => (*v as f32).to_bits(),
+                    _ => unreachable!("matched above"),
+                };
+                let (r, temporary) = self.constant_value(bits)?;
+                if temporary {
+                    return Ok(r);
+                }
+                let dst = self.allocate()?;
+                self.copy(dst, r)?;
+                Ok(dst)
+            }
+            ExprKind::Binary(op @ (BinOp::Shl | BinOp::Shr), x, y) if lane == Lane::I32 => {
+                let Some(amount) = shift_amount(y) else {
+                    return self.unsupported(format!("`{e}` (a shift by a value, not a constant)"));
+                };
+                let vx = self.value(x)?;
+                let dst = self.allocate()?;
+                // `>>` of i32 is arithmetic (`ir::expr`).
+                match (self.width, op) {
+                    (VectorWidth::Zmm, BinOp::Shl) => self.a.vpslld(zmm(dst), zmm(vx), amount)?,
+                    (VectorWidth::Zmm, _) => self.a.vpsrad(zmm(dst), zmm(vx), amount)?,
+                    (VectorWidth::Ymm, BinOp::Shl) => self.a.vpslld(ymm(dst), ymm(vx), amount)?,
+                    (VectorWidth::Ymm, _) => self.a.vpsrad(ymm(dst), ymm(vx), amount)?,
+                }
+                self.release(x);
+                Ok(dst)
+            }
+            ExprKind::Reinterpret(x) if lane_of(x.dtype()).is_some() => {
+                // The same bits: the operand's register itself at its last use, else a copy.
+                let vx = self.value(x)?;
+                if self.live.get(&node(x)).is_some_and(|&(_, left)| left == 1) {
+                    self.live.remove(&node(x));
+                    return Ok(vx);
+                }
+                let dst = self.allocate()?;
+                self.copy(dst, vx)?;
+                self.release(x);
                 Ok(dst)
             }
             ExprKind::Binary(op, x, y) => {
@@ -118,12 +165,26 @@ impl<'d> Gen<'d> {
         Ok(())
     }
 
+    /// The value of the per-row input `arg` (`t`) in every lane: its element at the row, which
+    /// the row loop advances to. An epilogue has no row pointer: unsupported there.
+    fn per_row(&mut self, arg: usize, t: &Tensor) -> Result<usize, KernelError> {
+        if self.place.is_some() {
+            return self.unsupported(format!("a per-row read of {t} in an epilogue"));
+        }
+        let dst = self.allocate()?;
+        match self.width {
+            VectorWidth::Zmm => self.a.vbroadcastss(zmm(dst), dword_ptr(super::registers::ARGS[arg]))?,
+            VectorWidth::Ymm => self.a.vbroadcastss(ymm(dst), dword_ptr(super::registers::ARGS[arg]))?,
+        }
+        Ok(dst)
+    }
+
     /// The memory operand of `y` when it is a full-vector read of an input of `lane`'s type
     /// used nowhere else (a masked vector loads it under k2 instead).
     fn folded_read(&self, y: &Expr, lane: Lane) -> Result<Option<AsmMemoryOperand>, KernelError> {
         let ExprKind::TensorRead(t, _) = y.kind() else { return Ok(None) };
         let arg = self.input(t)?;
-        let in_register = self.register_input(arg).is_some();
+        let in_register = self.register_input(arg).is_some() || self.rows[arg];
         if self.masked || in_register || lane_of(t.dtype()) != Some(lane) || self.uses[&node(y)] != 1 {
             return Ok(None);
         }
@@ -142,6 +203,9 @@ impl<'d> Gen<'d> {
                     (VectorWidth::Zmm, Lane::F32, BinOp::Sub) => self.a.vsubps(zmm(d), zmm(x), $zy)?,
                     (VectorWidth::Zmm, Lane::F32, BinOp::Mul) => self.a.vmulps(zmm(d), zmm(x), $zy)?,
                     (VectorWidth::Zmm, Lane::F32, BinOp::Div) => self.a.vdivps(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::I32, BinOp::And) => self.a.vpandd(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::I32, BinOp::Or) => self.a.vpord(zmm(d), zmm(x), $zy)?,
+                    (VectorWidth::Zmm, Lane::I32, BinOp::Xor) => self.a.vpxord(zmm(d), zmm(x), $zy)?,
                     (VectorWidth::Ymm, Lane::I32, BinOp::Add) => self.a.vpaddd(ymm(d), ymm(x), $yy)?,
                     (VectorWidth::Ymm, Lane::I32, BinOp::Sub) => self.a.vpsubd(ymm(d), ymm(x), $yy)?,
                     (VectorWidth::Ymm, Lane::I32, BinOp::Mul) => self.a.vpmulld(ymm(d), ymm(x), $yy)?,
@@ -149,6 +213,9 @@ impl<'d> Gen<'d> {
                     (VectorWidth::Ymm, Lane::F32, BinOp::Sub) => self.a.vsubps(ymm(d), ymm(x), $yy)?,
                     (VectorWidth::Ymm, Lane::F32, BinOp::Mul) => self.a.vmulps(ymm(d), ymm(x), $yy)?,
                     (VectorWidth::Ymm, Lane::F32, BinOp::Div) => self.a.vdivps(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::I32, BinOp::And) => self.a.vpand(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::I32, BinOp::Or) => self.a.vpor(ymm(d), ymm(x), $yy)?,
+                    (VectorWidth::Ymm, Lane::I32, BinOp::Xor) => self.a.vpxor(ymm(d), ymm(x), $yy)?,
                     _ => return self.unsupported(format!("`{e}`")),
                 }
             };
@@ -194,6 +261,12 @@ impl<'d> Gen<'d> {
                 self.release(x);
                 Ok(dst)
             }
+            (Some(Lane::F32), Lane::I32) => {
+                let vx = self.value(x)?;
+                let dst = self.truncate(vx)?;
+                self.release(x);
+                Ok(dst)
+            }
             (Some(from), to) if from == to => {
                 let vx = self.value(x)?;
                 let dst = self.allocate()?;
@@ -203,6 +276,39 @@ impl<'d> Gen<'d> {
             }
             _ => self.unsupported(format!("`{e}`")),
         }
+    }
+
+    /// `i32(x)` of f32 as `Cast` defines it: toward zero, saturated, NaN → 0. `vcvttps2dq`
+    /// truncates every `x` in `[-2^31, 2^31)` exactly and gives `0x80000000` for the rest: right
+    /// for `x < -2^31` (and -∞); where `x ≥ 2^31` (ordered: +∞ too) its complement `i32::MAX`
+    /// replaces it, and where `x` is NaN (unordered with itself) 0.
+    fn truncate(&mut self, x: usize) -> Result<usize, KernelError> {
+        const ORD_Q: i32 = 0x07;
+        const GE_OQ: i32 = 0x1d;
+        let (bound, temporary) = self.constant_value(TWO_POW_31)?;
+        let dst = self.allocate()?;
+        match self.width {
+            VectorWidth::Zmm => {
+                self.a.vcmpps(k3, zmm(x), zmm(x), ORD_Q)?;
+                self.a.vcvttps2dq(zmm(dst).k3().z(), zmm(x))?;
+                self.a.vcmpps(k3, zmm(x), zmm(bound), GE_OQ)?;
+                // Truth table 0x0f: the complement of the first operand, where k3 is set.
+                self.a.vpternlogd(zmm(dst).k3(), zmm(dst), zmm(dst), 0x0f)?;
+            }
+            VectorWidth::Ymm => {
+                let mask = self.allocate()?;
+                self.a.vcvttps2dq(ymm(dst), ymm(x))?;
+                self.a.vcmpps(ymm(mask), ymm(x), ymm(bound), GE_OQ)?;
+                self.a.vpxor(ymm(dst), ymm(dst), ymm(mask))?;
+                self.a.vcmpps(ymm(mask), ymm(x), ymm(x), ORD_Q)?;
+                self.a.vpand(ymm(dst), ymm(dst), ymm(mask))?;
+                self.free.push(mask);
+            }
+        }
+        if temporary {
+            self.free.push(bound);
+        }
+        Ok(dst)
     }
 
     fn cvtdq2ps(&mut self, dst: usize, x: usize) -> Result<(), KernelError> {
