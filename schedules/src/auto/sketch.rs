@@ -7,6 +7,7 @@ use ir::schedule::create_schedule;
 use super::analysis::{StageInfo, StageKind, stages};
 use super::annotate::{lanes, parallelize, thread_choices, vectorize_injective};
 use super::inline::{apply_inline, inline_candidates};
+use super::map_stage::tensorize_rows;
 use super::tensorize::Tensorized;
 use super::tensorize::{
     Contraction, Direct, GemmForm, GemmPoint, TensorizeError, direct, flat_mr_choices, flat_rows, form_for, mr_choices,
@@ -36,6 +37,15 @@ impl Values<'_> {
     pub fn get(&self, i: usize) -> i64 {
         self.0[i]
     }
+}
+
+/// The Map declaration of one row of the element-wise stage `t` where the target has Map
+/// kernels (vectors of 32 bytes or more) and a row fills a vector (`map_stage`).
+fn map_rows(t: &Tensor, options: &SpaceOptions) -> Option<ir::intrin::TensorIntrin> {
+    if options.vector_bytes < 32 {
+        return None;
+    }
+    super::map_stage::row_map(t, options.vector_bytes / 4)
 }
 
 /// The rule-based CPU sketch: inlining, tiling of every reduction, vectorized element-wise
@@ -204,11 +214,11 @@ fn rules_sketch(
                 tiles.push(plan);
             }
             StageKind::Injective => {
-                notes.push(RuleNote {
-                    rule: "parallel-vectorize",
-                    stage,
-                    outcome: Ok(format!("innermost axis in vectors of up to {} lanes", vector_tile / 4)),
-                });
+                let outcome = match map_rows(&st.tensor, options) {
+                    Some(decl) => format!("one Map call per row ({}): a vector kernel of the body", decl.name),
+                    None => format!("innermost axis in vectors of up to {} lanes", vector_tile / 4),
+                };
+                notes.push(RuleNote { rule: "parallel-vectorize", stage, outcome: Ok(outcome) });
                 injective.push(st.tensor.clone());
             }
         }
@@ -406,7 +416,10 @@ pub fn apply(
                 }
                 for t in &p.injective {
                     let lanes = lanes(options.vector_bytes, t.dtype().bytes());
-                    let outer = vectorize_injective(&mut s, t, lanes)?;
+                    let outer = match map_rows(t, options) {
+                        Some(decl) => tensorize_rows(&mut s, t, &decl)?,
+                        None => vectorize_injective(&mut s, t, lanes)?,
+                    };
                     tile_loops.push((t.clone(), parallelize(&mut s, t, &outer, threads)?));
                 }
                 for (producer, consumer) in &p.at {
