@@ -51,6 +51,12 @@ fn vectorize_last_axis(s: &mut Schedule, stages: &[&Tensor], lanes: i64) -> Resu
 /// with `l.inner` in vectors of `lanes` and `l.outer` unrolled, so each chunk of the row is one
 /// or more contiguous loads and every lane still folds its elements in increasing `m`.
 fn vectorize_lane_fold(s: &mut Schedule, stage: &Tensor, lanes: i64) -> Result<(), ScheduleError> {
+    lane_fold_loops(s, stage, lanes, true)
+}
+
+/// `vectorize_lane_fold`, `l.outer` unrolled where `unroll` (not inside a `compute_at`, where
+/// its extent is not a constant).
+fn lane_fold_loops(s: &mut Schedule, stage: &Tensor, lanes: i64, unroll: bool) -> Result<(), ScheduleError> {
     let rank = stage.shape().len();
     let last = stage.axis(rank - 1);
     let m = stage.reduce_axes()[0].clone();
@@ -59,7 +65,9 @@ fn vectorize_lane_fold(s: &mut Schedule, stage: &Tensor, lanes: i64) -> Result<(
     let mut order: Vec<&ir::IterVar> = rows.iter().collect();
     order.extend([&m, &outer, &inner]);
     s.reorder(stage, &order)?;
-    s.unroll(stage, &outer)?;
+    if unroll {
+        s.unroll(stage, &outer)?;
+    }
     s.vectorize(stage, &inner)
 }
 
@@ -73,6 +81,35 @@ pub fn softmax_vectorized(sm: &crate::nn::Softmax, lanes: i64) -> Result<Schedul
     vectorize_lane_fold(&mut s, &sm.max_lanes, lanes)?;
     vectorize_lane_fold(&mut s, &sm.sum_lanes, lanes)?;
     Ok(s)
+}
+
+/// `nn::softmax` computed row by row in two passes: per row of `exp`, the row's max (its lanes
+/// at its row, `vectorize_lane_fold`) then `exp(x - max)`; per row of the output, the row's sum
+/// then the quotients. `exp` and the quotient are one `Map` call per row where their bodies
+/// declare one (`auto::map_stage`: zmm or ymm kernels), else vectorized by `lanes`. A row of
+/// `x` is read again from cache by `exp`, a row of `exp` by the quotient. The definition's
+/// order is kept: the interpreter's result exactly.
+pub fn softmax_rows(sm: &crate::nn::Softmax, lanes: i64) -> Result<Schedule, ScheduleError> {
+    let mut s = create_schedule(&[&sm.output]);
+    let exp_row = row_loop(&mut s, &sm.exp, lanes)?;
+    let out_row = row_loop(&mut s, &sm.output, lanes)?;
+    lane_fold_loops(&mut s, &sm.max_lanes, lanes, false)?;
+    lane_fold_loops(&mut s, &sm.sum_lanes, lanes, false)?;
+    s.compute_at(&sm.max_lanes, &sm.max, &sm.max.axis(0))?;
+    s.compute_at(&sm.max, &sm.exp, &exp_row)?;
+    s.compute_at(&sm.sum_lanes, &sm.sum, &sm.sum.axis(0))?;
+    s.compute_at(&sm.sum, &sm.output, &out_row)?;
+    Ok(s)
+}
+
+/// The row loop of a two-dimensional element-wise stage: one `Map` call per row
+/// (`auto::map_stage`) where its body declares one, else its last axis vectorized by `lanes`.
+fn row_loop(s: &mut Schedule, t: &Tensor, lanes: i64) -> Result<ir::IterVar, ScheduleError> {
+    if let Some(decl) = crate::auto::map_stage::row_map(t, lanes) {
+        return Ok(crate::auto::map_stage::tensorize_rows(s, t, &decl)?.remove(0));
+    }
+    vectorize_last_axis(s, &[t], lanes)?;
+    Ok(t.axis(0))
 }
 
 /// `nn::layernorm` with the normalization stage vectorized by `lanes` along the last axis and

@@ -5,7 +5,7 @@ use ir::interp::{Array, eval_te};
 use ir::schedule::Schedule;
 use ir::te::{Tensor, placeholder};
 use ir::{DType, TeError};
-use schedules::cpu::{gelu_vectorized, layernorm_vectorized, softmax_vectorized};
+use schedules::cpu::{gelu_vectorized, layernorm_vectorized, softmax_rows, softmax_vectorized};
 use schedules::generic::default_schedule;
 use schedules::nn::{FOLD_LANES, gelu, layernorm, softmax};
 use tensorlift::{CompileOptions, Tensor as RtTensor, build};
@@ -66,6 +66,13 @@ fn softmax_matches_the_interpreter_and_an_f64_reference() {
     let sm = softmax(&x, "softmax").unwrap();
     let xa = array(x.shape(), &xs);
     let got = check_schedules("softmax", &[(&x, &xa)], &sm.output, softmax_vectorized(&sm, 8).unwrap());
+    // Row by row, with Map calls (37 columns fill a vector of 8 or 16 lanes and leave a tail).
+    for lanes in [8, 16] {
+        let rows_schedule = softmax_rows(&sm, lanes).unwrap();
+        let got_rows = run_jit(&rows_schedule, &[(&x, &xa)], &sm.output);
+        let want = eval_te(&[&sm.output], &[(&x, &xa)]).unwrap().remove(0);
+        assert!(got_rows.bits_eq(&want), "softmax rows {lanes}: {:?}", got_rows.first_difference(&want));
+    }
     let mut want = Vec::new();
     for row in xs.chunks(n) {
         let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));

@@ -161,3 +161,45 @@ impl Mutator for Redirect<'_> {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ir::schedule::create_schedule;
+    use ir::te::{compute, placeholder};
+
+    use super::*;
+    use crate::nn::softmax;
+
+    #[test]
+    fn softmax_stages_declare_row_maps_and_other_stages_do_not() {
+        let x = placeholder([4, 32], DType::F32, "x").unwrap();
+        let sm = softmax(&x, "sm").unwrap();
+        // `exp(x - max)` and `e / sum`: an element and a per-row input each.
+        for (stage, name) in [(&sm.exp, "sm.exp.row_1x32"), (&sm.output, "sm.row_1x32")] {
+            let decl = row_map(stage, 8).unwrap();
+            assert_eq!((decl.name.as_str(), decl.kind), (name, IntrinKind::Map { m: 1, n: 32 }));
+            assert_eq!(decl.map_rows(), [false, true]);
+        }
+        // A reduction, a row shorter than the vector.
+        assert!(row_map(&sm.max_lanes, 8).is_none() && row_map(&sm.exp, 64).is_none());
+        // An axis used as a value, a read at other indices, an i32 stage.
+        let by_index = compute([4, 32], |i| x.at([&i[0], &i[1]]) + i[1].cast(DType::F32), "ix").unwrap();
+        let shifted = compute([4, 31], |i| x.at([&i[0], &(&i[1] + 1)]), "sh").unwrap();
+        let ints = compute([4, 32], |i| x.at([&i[0], &i[1]]).cast(DType::I32), "int").unwrap();
+        for stage in [&by_index, &shifted, &ints] {
+            assert!(row_map(stage, 8).is_none(), "{}", stage.name());
+        }
+    }
+
+    #[test]
+    fn a_row_mapped_stage_lowers_to_one_call_per_row() {
+        let x = placeholder([4, 32], DType::F32, "x").unwrap();
+        let sm = softmax(&x, "sm").unwrap();
+        let mut s = create_schedule(&[&sm.output]);
+        let decl = row_map(&sm.exp, 8).unwrap();
+        let rows = tensorize_rows(&mut s, &sm.exp, &decl).unwrap();
+        assert_eq!(rows.len(), 1);
+        let f = ir::lower::lower(&s, &[&x, &sm.output], "f").unwrap().to_string();
+        assert!(f.contains("call sm.exp.row_1x32(x[i.outer*32] strides [32, 1], sm.max[i.outer] strides [1]"), "{f}");
+    }
+}

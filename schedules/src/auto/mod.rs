@@ -21,7 +21,7 @@ mod analysis;
 mod annotate;
 mod epilogue;
 mod inline;
-mod map_stage;
+pub(crate) mod map_stage;
 mod sketch;
 mod tensorize;
 mod tiling;
