@@ -423,7 +423,7 @@ fn math_values() -> Vec<f64> {
         2_147_483_648.0,
         1e10,
         0.346_573_6,
-        0.693_147_2,
+        std::f32::consts::LN_2,
     ];
     let mut out = vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
     for p in points {
