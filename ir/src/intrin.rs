@@ -766,12 +766,13 @@ mod tests {
         let z = compute([3, 8], |i| x.at([&i[0], &i[1]]).cast(DType::F32) * per_row.at([&i[0]]), "z").unwrap();
         let decl = decl_tensor_intrin("shift", kind, &z, &[&x, &per_row]).unwrap();
         assert_eq!(decl.map_rows(), [false, true]);
-        let z = compute([3, 8], |i| x.at([&i[0], &i[1]]).cast(DType::F32) * per_row.at([&i[1]]), "z").unwrap();
-        let err = decl_tensor_intrin("shift", kind, &z, &[&x, &per_row]).unwrap_err();
+        // A column-sized input read at the row is neither.
+        let z = compute([3, 8], |i| x.at([&i[0], &i[1]]).cast(DType::F32) * scale.at([&i[0]]), "z").unwrap();
+        let err = decl_tensor_intrin("shift", kind, &z, &[&x, &scale]).unwrap_err();
         assert_eq!(
             err.to_string(),
             "tensor intrinsic shift: Map read: expected x[i, j] of x: [3, 8], x[j] of x: [8] or x[i] of x: [3], \
-             found per_row[3] read at [j]"
+             found scale[8] read at [i]"
         );
         // A square block's one-dimensional input is read per row or per column, not both.
         let sq = placeholder([4, 4], DType::F32, "sq").unwrap();
