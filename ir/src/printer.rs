@@ -20,6 +20,7 @@ use std::fmt::{self, Write};
 
 use crate::expr::{BinOp, Expr, ExprKind, VarId};
 use crate::stmt::{Func, Stmt, StmtKind};
+use crate::te::TensorId;
 
 /// Names variables for printing: unique within one printed unit, stable in appearance order.
 #[derive(Default)]
@@ -63,13 +64,38 @@ fn precedence(expr: &Expr) -> u8 {
 
 const ATOM: u8 = 10;
 
-struct Printer {
+struct Printer<'r> {
     out: String,
     names: Names,
     indent: usize,
+    rename: Option<Renaming<'r>>,
 }
 
-impl Printer {
+/// Names printed instead of variables' and tensors' own (`expr_renamed`).
+#[derive(Clone, Copy)]
+pub(crate) struct Renaming<'r> {
+    pub vars: &'r HashMap<VarId, String>,
+    pub tensors: &'r HashMap<TensorId, String>,
+}
+
+impl<'r> Renaming<'r> {
+    fn var<'a>(&self, id: VarId, own: &'a str) -> &'a str
+    where
+        'r: 'a,
+    {
+        self.vars.get(&id).map_or(own, String::as_str)
+    }
+}
+
+/// `expr` as `Display` prints it, with the names of `rename` in place of the variables' and
+/// tensors' own: the text of a copy renamed so, without making the copy.
+pub(crate) fn expr_renamed(expr: &Expr, rename: Renaming<'_>) -> String {
+    let mut p = Printer { out: String::new(), names: Names::default(), indent: 0, rename: Some(rename) };
+    p.expr(expr);
+    p.out
+}
+
+impl Printer<'_> {
     fn expr(&mut self, expr: &Expr) {
         let dtype = expr.dtype();
         match expr.kind() {
@@ -90,7 +116,8 @@ impl Printer {
                 let _ = write!(self.out, "{v:?}{dtype}");
             }
             ExprKind::Var(v) => {
-                let name = self.names.get(v.id(), v.name());
+                let own = v.name();
+                let name = self.names.get(v.id(), self.rename.map_or(own, |r| r.var(v.id(), own)));
                 self.out.push_str(&name);
             }
             ExprKind::Binary(op, a, b) if op.is_call_syntax() => self.call(op.symbol(), &[a, b]),
@@ -107,7 +134,11 @@ impl Printer {
             ExprKind::Reinterpret(a) => self.call(&format!("reinterpret_{dtype}"), &[a]),
             ExprKind::Select(c, t, f) => self.call("select", &[c, t, f]),
             ExprKind::Fma(a, b, c) => self.call("fma", &[a, b, c]),
-            ExprKind::TensorRead(t, idx) => self.access(t.name(), idx),
+            ExprKind::TensorRead(t, idx) => {
+                let rename = self.rename;
+                let name = rename.and_then(|r| r.tensors.get(&t.id())).map_or(t.name(), String::as_str);
+                self.access(name, idx)
+            }
             ExprKind::Load(b, idx) => self.access(b.name(), idx),
             ExprKind::Reduce(r) => {
                 let _ = write!(self.out, "{}[", r.reducer.name());
@@ -115,7 +146,8 @@ impl Printer {
                     if i > 0 {
                         self.out.push_str(", ");
                     }
-                    let name = self.names.get(axis.var().id(), axis.name());
+                    let (id, own) = (axis.var().id(), axis.name());
+                    let name = self.names.get(id, self.rename.map_or(own, |r| r.var(id, own)));
                     let _ = write!(self.out, "{name} in 0..{}", axis.extent());
                 }
                 self.out.push_str("](");
@@ -280,8 +312,8 @@ impl Printer {
     }
 }
 
-fn new_printer() -> Printer {
-    Printer { out: String::new(), names: Names::default(), indent: 0 }
+fn new_printer() -> Printer<'static> {
+    Printer { out: String::new(), names: Names::default(), indent: 0, rename: None }
 }
 
 impl fmt::Display for Expr {

@@ -502,15 +502,13 @@ pub fn compute_vec(shape: Vec<i64>, body: impl FnOnce(&[Expr]) -> Expr, name: &s
 
 /// The data-parallel axes of a compute of `shape`: `i, j, k, l, m, n`, then `ax6, ...`.
 fn compute_axes(shape: &[i64]) -> Vec<IterVar> {
+    shape.iter().enumerate().map(|(d, &extent)| IterVar::new(compute_axis_name(d), extent, IterKind::DataPar)).collect()
+}
+
+/// The name of a compute's axis `d`.
+pub(crate) fn compute_axis_name(d: usize) -> String {
     const AXIS_NAMES: [&str; 6] = ["i", "j", "k", "l", "m", "n"];
-    shape
-        .iter()
-        .enumerate()
-        .map(|(d, &extent)| {
-            let name = AXIS_NAMES.get(d).map(|s| s.to_string()).unwrap_or(format!("ax{d}"));
-            IterVar::new(name, extent, IterKind::DataPar)
-        })
-        .collect()
+    AXIS_NAMES.get(d).map(|s| s.to_string()).unwrap_or(format!("ax{d}"))
 }
 
 /// `compute_vec` without its checks, for a copy of a compute `compute_vec` accepted whose body

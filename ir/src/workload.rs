@@ -16,11 +16,13 @@ use std::fmt::Write;
 
 use sha2::{Digest, Sha256};
 
-use crate::expr::{Expr, ExprKind, Var};
+use crate::expr::{Expr, ExprKind, Var, VarId};
 use crate::intrin::TensorIntrin;
 use crate::mutator::{Mutator, walk_expr};
+use crate::printer::{Renaming, expr_renamed};
 use crate::te::{
-    IterVar, Operation, Reducer, Tensor, TensorId, compute_vec, compute_vec_renamed, placeholder_vec_in_range,
+    IterVar, Operation, Reducer, Tensor, TensorId, compute_axis_name, compute_vec, compute_vec_renamed,
+    placeholder_vec_in_range,
 };
 
 /// The identity of a workload: `key` for lookups, `summary` for people.
@@ -67,78 +69,93 @@ fn sha256_hex(text: &str) -> String {
     })
 }
 
-/// A definition rebuilt with canonical names, and its text.
+/// A definition walked in canonical order with its canonical names, and its text.
 struct Canonical {
-    /// Original tensor → its renamed copy.
+    /// Original tensor → its canonical name (`t0, t1, ...`).
+    names: HashMap<TensorId, String>,
+    /// Original tensor → its renamed copy (`Make::Copy` only).
     renamed: HashMap<TensorId, Tensor>,
-    /// The renamed tensors in canonical order.
+    /// The tensors in canonical order: the renamed copies, or the originals (`Make::Print`).
     tensors: Vec<Tensor>,
     outputs: Vec<Tensor>,
     text: String,
-    /// Whether the renamed computes are checked again as `compute_vec` checks a new one (the
-    /// slow twin the tests compare with), rather than made as the checked originals are.
-    checked: bool,
+    make: Make,
+}
+
+/// How the canonical text is made.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Make {
+    /// Each body printed with the canonical names in place of its own (`printer::expr_renamed`):
+    /// no copy is built.
+    Print,
+    /// A copy of the definition built with the canonical names and printed (the slow twin the
+    /// tests compare `Print` with). `checked`: its computes are checked again as `compute_vec`
+    /// checks a new one, rather than made as the checked originals are.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Copy { checked: bool },
 }
 
 impl Canonical {
     fn of(first: &[&Tensor], outputs: &[&Tensor]) -> Canonical {
-        Canonical::made(first, outputs, false)
+        Canonical::made(first, outputs, Make::Print)
     }
 
-    fn made(first: &[&Tensor], outputs: &[&Tensor], checked: bool) -> Canonical {
+    fn made(first: &[&Tensor], outputs: &[&Tensor], make: Make) -> Canonical {
         let mut c = Canonical {
+            names: HashMap::new(),
             renamed: HashMap::new(),
             tensors: Vec::new(),
             outputs: Vec::new(),
             text: String::new(),
-            checked,
+            make,
         };
         for t in first.iter().chain(outputs) {
             c.visit(t);
         }
-        c.outputs = outputs.iter().map(|t| c.renamed[&t.id()].clone()).collect();
-        let names = |ts: &[Tensor]| ts.iter().map(|t| t.name().to_string()).collect::<Vec<_>>().join(", ");
+        c.outputs = match make {
+            Make::Print => outputs.iter().map(|&t| t.clone()).collect(),
+            Make::Copy { .. } => outputs.iter().map(|t| c.renamed[&t.id()].clone()).collect(),
+        };
+        let names = |ts: &[&Tensor]| ts.iter().map(|t| c.names[&t.id()].as_str()).collect::<Vec<_>>().join(", ");
+        let mut head = String::new();
         if !first.is_empty() {
-            let inputs: Vec<Tensor> = first.iter().map(|t| c.renamed[&t.id()].clone()).collect();
-            let _ = writeln!(c.text, "inputs {}", names(&inputs));
+            let _ = writeln!(head, "inputs {}", names(first));
         }
-        let _ = writeln!(c.text, "outputs {}", names(&c.outputs));
+        let _ = writeln!(head, "outputs {}", names(outputs));
+        c.text.push_str(&head);
         c
     }
 
-    fn visit(&mut self, tensor: &Tensor) -> Tensor {
-        if let Some(t) = self.renamed.get(&tensor.id()) {
-            return t.clone();
+    fn visit(&mut self, tensor: &Tensor) {
+        if self.names.contains_key(&tensor.id()) {
+            return;
         }
         for input in tensor.inputs() {
             self.visit(&input);
         }
         let name = format!("t{}", self.tensors.len());
-        let shape = tensor.shape().to_vec();
-        let renamed = match (tensor.body(), tensor.value_range()) {
-            // The original's shape and dtype were checked when it was made.
-            (None, None) => Tensor::from_parts(&name, shape, tensor.dtype(), Operation::Placeholder),
-            (None, Some((lo, hi))) => placeholder_vec_in_range(shape, tensor.dtype(), lo..=hi, &name)
-                .expect("the same range was accepted for the original"),
-            (Some(body), _) => {
-                let axes = tensor.axes();
-                let renamed = &self.renamed;
-                let body = |idx: &[Expr]| {
-                    let vars = axes.iter().map(|a| a.var().clone()).zip(idx.iter().cloned()).collect();
-                    Rename { vars, tensors: renamed, reduce_axes: 0 }.mutate_expr(body)
-                };
-                if self.checked {
-                    compute_vec(shape, body, &name).expect("a renamed copy of a well-typed body is well typed")
-                } else {
-                    // The original was checked when it was made; its copy differs in names only.
-                    compute_vec_renamed(shape, body, &name)
-                }
+        self.names.insert(tensor.id(), name.clone());
+        let printed = match self.make {
+            Make::Print => tensor.clone(),
+            Make::Copy { checked } => {
+                let copy = self.copy(tensor, &name, checked);
+                self.renamed.insert(tensor.id(), copy.clone());
+                copy
             }
         };
-        let _ = write!(self.text, "{name}: {}{:?}", renamed.dtype(), renamed.shape());
-        match (renamed.body(), renamed.value_range()) {
+        // A compute's copy takes its body's dtype (`compute_vec_renamed`).
+        let dtype = printed.body().map_or(printed.dtype(), Expr::dtype);
+        let _ = write!(self.text, "{name}: {dtype}{:?}", printed.shape());
+        match (printed.body(), printed.value_range()) {
             (Some(body), _) => {
-                let _ = write!(self.text, " = {body}");
+                let text = match self.make {
+                    Make::Print => {
+                        let vars = canonical_vars(tensor.axes(), body);
+                        expr_renamed(body, Renaming { vars: &vars, tensors: &self.names })
+                    }
+                    Make::Copy { .. } => body.to_string(),
+                };
+                let _ = write!(self.text, " = {text}");
                 if let ExprKind::Reduce(r) = body.kind()
                     && let Reducer::Custom(c) = &r.reducer
                 {
@@ -159,9 +176,32 @@ impl Canonical {
             (None, None) => self.text.push_str(" placeholder"),
         }
         self.text.push('\n');
-        self.renamed.insert(tensor.id(), renamed.clone());
-        self.tensors.push(renamed.clone());
-        renamed
+        self.tensors.push(printed);
+    }
+
+    /// `tensor` rebuilt as `name`, reading the renamed copies of its inputs.
+    fn copy(&self, tensor: &Tensor, name: &str, checked: bool) -> Tensor {
+        let shape = tensor.shape().to_vec();
+        match (tensor.body(), tensor.value_range()) {
+            // The original's shape and dtype were checked when it was made.
+            (None, None) => Tensor::from_parts(name, shape, tensor.dtype(), Operation::Placeholder),
+            (None, Some((lo, hi))) => placeholder_vec_in_range(shape, tensor.dtype(), lo..=hi, name)
+                .expect("the same range was accepted for the original"),
+            (Some(body), _) => {
+                let axes = tensor.axes();
+                let renamed = &self.renamed;
+                let body = |idx: &[Expr]| {
+                    let vars = axes.iter().map(|a| a.var().clone()).zip(idx.iter().cloned()).collect();
+                    Rename { vars, tensors: renamed, reduce_axes: 0 }.mutate_expr(body)
+                };
+                if checked {
+                    compute_vec(shape, body, name).expect("a renamed copy of a well-typed body is well typed")
+                } else {
+                    // The original was checked when it was made; its copy differs in names only.
+                    compute_vec_renamed(shape, body, name)
+                }
+            }
+        }
     }
 
     /// `u8[1,8,8,16] x i8[32,16,3,3] -> i32[1,6,6,32] (2 computes; sum[3x3x16])`.
@@ -228,6 +268,28 @@ impl Mutator for Rename<'_> {
             _ => walk_expr(self, expr),
         }
     }
+}
+
+/// The canonical names of a compute's variables, as `Rename` and `compute_vec_renamed` give
+/// them: its axes by position (`compute_axis_name`), and its reduction axes `r0, r1, ...` in
+/// the order `Rename` meets them (each reduction before its source, children in order).
+fn canonical_vars(axes: &[IterVar], body: &Expr) -> HashMap<VarId, String> {
+    fn reductions(expr: &Expr, vars: &mut HashMap<VarId, String>, next: &mut usize) {
+        match expr.kind() {
+            ExprKind::Reduce(r) => {
+                for a in &r.axes {
+                    vars.insert(a.var().id(), format!("r{next}"));
+                    *next += 1;
+                }
+                reductions(&r.source, vars, next);
+            }
+            _ => expr.child_iter().for_each(|c| reductions(c, vars, next)),
+        }
+    }
+    let mut vars: HashMap<VarId, String> =
+        axes.iter().enumerate().map(|(d, a)| (a.var().id(), compute_axis_name(d))).collect();
+    reductions(body, &mut vars, &mut 0);
+    vars
 }
 
 #[cfg(test)]
@@ -313,14 +375,15 @@ mod tests {
     }
 
     /// The canonical copy made without checks is the one made with them: the same text, and
-    /// computes of the same shapes, dtypes and bodies.
+    /// computes of the same shapes, dtypes and bodies; and the text printed without a copy
+    /// (`Make::Print`, what the keys use) is the copies' text, with the same summary.
     #[test]
     fn the_unchecked_canonical_copy_is_the_checked_one() {
         let (x, defs) = definitions();
         let outputs: Vec<&Tensor> = defs.iter().collect();
         for first in [vec![], vec![&x]] {
-            let fast = Canonical::made(&first, &outputs, false);
-            let slow = Canonical::made(&first, &outputs, true);
+            let fast = Canonical::made(&first, &outputs, Make::Copy { checked: false });
+            let slow = Canonical::made(&first, &outputs, Make::Copy { checked: true });
             assert!(fast.text.contains("max") && fast.text.contains("placeholder in 0..=100"), "{}", fast.text);
             assert_eq!(fast.text, slow.text);
             assert_eq!(fast.tensors.len(), slow.tensors.len());
@@ -328,6 +391,40 @@ mod tests {
                 assert_eq!((f.shape(), f.dtype(), f.name()), (s.shape(), s.dtype(), s.name()));
                 assert_eq!(f.body().map(|b| b.to_string()), s.body().map(|b| b.to_string()));
             }
+            let printed = Canonical::made(&first, &outputs, Make::Print);
+            assert!(printed.text.contains("r0 in 0..4") && printed.text.contains("t1["), "{}", printed.text);
+            assert_eq!(printed.text, slow.text);
+            assert_eq!(printed.summary(), slow.summary());
         }
+    }
+
+    /// The text printed without a copy is the copy's for intrinsic declarations too (inputs
+    /// first, a GEMM reduction and a requantizing map).
+    #[test]
+    fn printed_declarations_are_their_copies() {
+        let [gemm, map, _] = gemm_map_declarations(4, 16, 32);
+        for intrin in [gemm, map] {
+            let inputs: Vec<&Tensor> = intrin.inputs.iter().collect();
+            let printed = Canonical::made(&inputs, &[&intrin.output], Make::Print);
+            let copied = Canonical::made(&inputs, &[&intrin.output], Make::Copy { checked: true });
+            assert!(printed.text.contains("\ninputs t0, t1\n"), "{}", printed.text);
+            assert_eq!(printed.text, copied.text);
+            assert_eq!(printed.summary(), copied.summary());
+        }
+    }
+
+    /// A body that reads an input twice, nests reductions and names its own axes like the
+    /// canonical ones (`i`, `r1`): the printed text still equals the copy's.
+    #[test]
+    fn printed_text_with_clashing_names_is_the_copys() {
+        let a = placeholder([6, 5], DType::I32, "t1").unwrap();
+        let (r1, r0) = (reduce_axis(5, "r1").unwrap(), reduce_axis(6, "i").unwrap());
+        let inner = compute([6], |i| sum(DType::I32, &[&r1], a.at([&i[0], &r1]) * a.at([&i[0], &r1])), "j").unwrap();
+        let out =
+            compute([3], |i| max(DType::I32, &[&r0], inner.at([&r0]) + i[0].clone().cast(DType::I32)), "i").unwrap();
+        let printed = Canonical::made(&[], &[&out], Make::Print);
+        let copied = Canonical::made(&[], &[&out], Make::Copy { checked: true });
+        assert_eq!(printed.text, copied.text);
+        assert_eq!(workload_key(&[&out]).key, sha256_hex(&copied.text));
     }
 }
