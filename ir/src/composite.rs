@@ -95,8 +95,8 @@ pub fn map_tile(map: &TensorIntrin, m: i64, n: i64) -> Result<TensorIntrin, TeEr
     let output = compute_vec(
         vec![m, n],
         |axes| {
-            let vars = old_axes.iter().cloned().zip(axes.iter().cloned()).collect();
-            Resize { vars, tensors: &tensors, done: HashMap::default() }.mutate_expr(body)
+            let vars: HashMap<Var, Expr> = old_axes.iter().cloned().zip(axes.iter().cloned()).collect();
+            crate::mutator::rebind(body, vars, &tensors)
         },
         map.output.name(),
     )?;
@@ -172,32 +172,6 @@ impl<F: Fn(&Operand, &[Expr]) -> Expr> Mutator for Lower<'_, F> {
             }
             _ => walked,
         }
-    }
-}
-
-/// Replaces axes and input reads, each distinct node once (`done`, by node identity).
-struct Resize<'a> {
-    vars: HashMap<Var, Expr>,
-    tensors: &'a HashMap<TensorId, Tensor>,
-    done: HashMap<usize, Expr>,
-}
-
-impl Mutator for Resize<'_> {
-    fn mutate_expr(&mut self, expr: &Expr) -> Expr {
-        let key = std::ptr::from_ref(expr.kind()) as usize;
-        if let Some(done) = self.done.get(&key) {
-            return done.clone();
-        }
-        let walked = walk_expr(self, expr);
-        let result = match walked.kind() {
-            ExprKind::Var(v) if self.vars.contains_key(v) => self.vars[v].clone(),
-            ExprKind::TensorRead(t, idx) if self.tensors.contains_key(&t.id()) => {
-                self.tensors[&t.id()].at_vec(idx.clone())
-            }
-            _ => walked,
-        };
-        self.done.insert(key, result.clone());
-        result
     }
 }
 

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use crate::error::TeError;
 use crate::expr::{Expr, ExprKind, Var};
 use crate::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin};
-use crate::mutator::{Mutator, walk_expr};
 use crate::te::{Tensor, TensorId, compute_vec, placeholder_vec, placeholder_vec_in_range};
 
 /// `intrin`'s declaration with its data-parallel axis `axis` (a position in the output's axes)
@@ -80,8 +79,8 @@ pub fn shrink_axis(intrin: &TensorIntrin, axis: usize, extent: i64) -> Result<Te
     let shrunk = compute_vec(
         shape,
         |axes| {
-            let vars = old_axes.iter().cloned().zip(axes.iter().cloned()).collect();
-            Rebind { vars, tensors: &tensors }.mutate_expr(body)
+            let vars: HashMap<Var, Expr> = old_axes.iter().cloned().zip(axes.iter().cloned()).collect();
+            crate::mutator::rebind(body, vars, &tensors)
         },
         output.name(),
     )?;
@@ -102,25 +101,6 @@ pub fn shrink_axis(intrin: &TensorIntrin, axis: usize, extent: i64) -> Result<Te
     };
     let input_refs: Vec<&Tensor> = inputs.iter().collect();
     decl_tensor_intrin(&format!("{}_{}{extent}", intrin.name, old.name()), kind, &shrunk, &input_refs)
-}
-
-/// Replaces the output's axes by the new compute's and input reads by the smaller inputs.
-struct Rebind<'a> {
-    vars: HashMap<Var, Expr>,
-    tensors: &'a HashMap<TensorId, Tensor>,
-}
-
-impl Mutator for Rebind<'_> {
-    fn mutate_expr(&mut self, expr: &Expr) -> Expr {
-        let walked = walk_expr(self, expr);
-        match walked.kind() {
-            ExprKind::Var(v) if self.vars.contains_key(v) => self.vars[v].clone(),
-            ExprKind::TensorRead(t, idx) if self.tensors.contains_key(&t.id()) => {
-                self.tensors[&t.id()].at_vec(idx.clone())
-            }
-            _ => walked,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::rc::Rc;
 
 use crate::expr::{Expr, ExprKind, ReduceData, Var};
 use crate::stmt::{Operand, SegmentRange, Stmt, StmtKind};
+use crate::te::{Tensor, TensorId};
 
 pub trait Mutator {
     fn mutate_expr(&mut self, expr: &Expr) -> Expr {
@@ -232,4 +233,41 @@ pub fn substitute_map(expr: &Expr, map: &HashMap<Var, Expr>) -> Expr {
 /// `stmt` with every occurrence of each variable replaced by its expression.
 pub fn substitute_stmt(stmt: &Stmt, map: &HashMap<Var, Expr>) -> Stmt {
     Substitute { map }.mutate_stmt(stmt)
+}
+
+/// `body` with the variables of `vars` and the reads of the tensors in `tensors` (by id, same
+/// indices) replaced, each distinct node rewritten once: nodes the body shares stay shared.
+/// How a declaration is rebuilt over new axes and inputs (composites, tails, per-row maps).
+pub fn rebind<S: std::hash::BuildHasher, T: std::hash::BuildHasher>(
+    body: &Expr,
+    vars: HashMap<Var, Expr, S>,
+    tensors: &HashMap<TensorId, Tensor, T>,
+) -> Expr {
+    Rebind { vars, tensors, done: HashMap::new() }.mutate_expr(body)
+}
+
+struct Rebind<'a, S, T> {
+    vars: HashMap<Var, Expr, S>,
+    tensors: &'a HashMap<TensorId, Tensor, T>,
+    /// Rewritten nodes by identity.
+    done: HashMap<usize, Expr>,
+}
+
+impl<S: std::hash::BuildHasher, T: std::hash::BuildHasher> Mutator for Rebind<'_, S, T> {
+    fn mutate_expr(&mut self, expr: &Expr) -> Expr {
+        let key = std::ptr::from_ref(expr.kind()) as usize;
+        if let Some(done) = self.done.get(&key) {
+            return done.clone();
+        }
+        let walked = walk_expr(self, expr);
+        let result = match walked.kind() {
+            ExprKind::Var(v) if self.vars.contains_key(v) => self.vars[v].clone(),
+            ExprKind::TensorRead(t, idx) if self.tensors.contains_key(&t.id()) => {
+                self.tensors[&t.id()].at_vec(idx.clone())
+            }
+            _ => walked,
+        };
+        self.done.insert(key, result.clone());
+        result
+    }
 }

@@ -14,7 +14,7 @@ use ir::expr::{BinOp, ExprKind};
 use ir::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin};
 use ir::mutator::{Mutator, walk_expr};
 use ir::schedule::Schedule;
-use ir::te::{IterVar, Tensor, TensorId, compute_vec, placeholder_vec};
+use ir::te::{IterVar, Tensor, compute_vec, placeholder_vec};
 use ir::{DType, Expr, ScheduleError, Var};
 
 /// How a stage reads a tensor.
@@ -89,7 +89,7 @@ pub fn row_map(t: &Tensor, min_cols: i64) -> Option<TensorIntrin> {
         vec![1, n],
         |pc| {
             let vars = HashMap::from([(r.clone(), pc[0].clone()), (k.clone(), pc[1].clone())]);
-            Redirect { vars, tensors: &tensors, done: HashMap::new() }.mutate_expr(body)
+            ir::mutator::rebind(body, vars, &tensors)
         },
         &format!("{}.row", t.name()),
     )
@@ -129,33 +129,6 @@ impl Mutator for Opaque {
         let result = match expr.kind() {
             ExprKind::TensorRead(..) => Expr::float(DType::F32, 0.0),
             _ => walk_expr(self, expr),
-        };
-        self.done.insert(key, result.clone());
-        result
-    }
-}
-
-/// Replaces the stage's axes and reads by the declaration's, each distinct node once (the
-/// body's shared nodes stay shared: the kernel evaluates each once).
-struct Redirect<'a> {
-    vars: HashMap<Var, Expr>,
-    tensors: &'a HashMap<TensorId, Tensor>,
-    done: HashMap<usize, Expr>,
-}
-
-impl Mutator for Redirect<'_> {
-    fn mutate_expr(&mut self, expr: &Expr) -> Expr {
-        let key = std::ptr::from_ref(expr.kind()) as usize;
-        if let Some(done) = self.done.get(&key) {
-            return done.clone();
-        }
-        let walked = walk_expr(self, expr);
-        let result = match walked.kind() {
-            ExprKind::Var(v) if self.vars.contains_key(v) => self.vars[v].clone(),
-            ExprKind::TensorRead(t, idx) if self.tensors.contains_key(&t.id()) => {
-                self.tensors[&t.id()].at_vec(idx.clone())
-            }
-            _ => walked,
         };
         self.done.insert(key, result.clone());
         result
