@@ -5,7 +5,8 @@
 //! path (a network's weights prepare at memory speed): each panel's channels gathered into
 //! reduction rows, then interleaved four bytes (one packed group: four i8, or two i16) at a time;
 //! or, where four input channels of one tap make one i8 group, packed straight from the weights.
-//! Four channels at a time, i8 entries move through the vector loops of `qprepare_x86`.
+//! Four channels at a time, entries move through the vector loops of `qprepare_x86` (i16
+//! entries as the bytes of rows widened to i16, so that the same loops move them).
 //! `prepare_weights_scalar` is its slow twin, element by element as the definition reads;
 //! the tests here compare the two bit for bit, and `tests/it/ort_requant.rs` checks the fast one
 //! against the compiled definition.
@@ -78,8 +79,12 @@ pub fn prepare_weights_in(
     // `row`, and those past `KH·R`, are never written, so they stay zero.
     let mut scratch = vec![0i8; if direct || quads { 0 } else { nr * k_len }];
     let offsets = if quads { quad_offsets([ic, kh, kw], row, nr) } else { Vec::new() };
-    // Every (group, channel) entry is four bytes: `pack` i8, or `pack` (two) i16.
+    // Every (group, channel) entry is four bytes: `pack` i8, or `pack` (two) i16. i16 entries
+    // come from the rows widened to the bytes of their i16 (`widen`), so that every entry is
+    // four bytes at `4·g` of its row (`row_bytes` long) and one set of loops moves both.
     const ENTRY: usize = 4;
+    let row_bytes = if wide { 2 * k_len } else { k_len };
+    let mut widened = vec![0i8; if wide { nr * row_bytes } else { 0 }];
     for (p, panel) in packed.as_mut_bytes().chunks_exact_mut(groups * nr * ENTRY).enumerate() {
         let first = p * nr;
         let channels = nr.min(oc - first);
@@ -101,22 +106,22 @@ pub fn prepare_weights_in(
             }
             &scratch[..channels * k_len]
         };
-        // Four channels at a time where the vector loop takes them (i8 entries).
-        let done = if wide { 0 } else { qprepare_x86::interleave_rows(rows, k_len, channels, nr, panel) };
+        let rows: &[i8] = if wide {
+            widen(rows, &mut widened[..channels * row_bytes]);
+            &widened[..channels * row_bytes]
+        } else {
+            rows
+        };
+        // Four channels at a time where the vector loop takes them.
+        let done = qprepare_x86::interleave_rows(rows, row_bytes, channels, nr, panel);
         // Group by group: `channels` rows read in step (each stays in one cache line for 16 or 32
         // groups), the panel written in sequence. Channels past `OC` stay zero.
         for (g, entries) in panel.chunks_exact_mut(nr * ENTRY).enumerate() {
-            let at = g * pack;
+            let at = g * ENTRY;
             let entries = &mut entries[done * ENTRY..];
-            for (entry, r) in entries.chunks_exact_mut(ENTRY).zip(rows[done * k_len..].chunks_exact(k_len)) {
-                let v = &r[at..at + pack];
-                let bytes = if wide {
-                    let [a, b] = [i16::from(v[0]).to_le_bytes(), i16::from(v[1]).to_le_bytes()];
-                    [a[0], a[1], b[0], b[1]]
-                } else {
-                    [v[0] as u8, v[1] as u8, v[2] as u8, v[3] as u8]
-                };
-                entry.copy_from_slice(&bytes);
+            for (entry, r) in entries.chunks_exact_mut(ENTRY).zip(rows[done * row_bytes..].chunks_exact(row_bytes)) {
+                let v = &r[at..at + ENTRY];
+                entry.copy_from_slice(&[v[0] as u8, v[1] as u8, v[2] as u8, v[3] as u8]);
             }
         }
     }
@@ -127,6 +132,15 @@ pub fn prepare_weights_in(
 /// magnitude), so that the sum runs on vector lanes.
 fn channel_sum(w: &[i8]) -> i32 {
     w.chunks(128).fold(0i32, |s, c| s.wrapping_add(i32::from(c.iter().fold(0i16, |a, &v| a + i16::from(v)))))
+}
+
+/// Each value of `rows` as the two bytes of its i16, little-endian, in `wide` (twice as long):
+/// reduction rows of i16 entries read as bytes, an entry (two i16) four of them.
+fn widen(rows: &[i8], wide: &mut [i8]) {
+    for (w, &v) in wide.chunks_exact_mut(2).zip(rows) {
+        let [lo, hi] = i16::from(v).to_le_bytes();
+        w.copy_from_slice(&[lo as i8, hi as i8]);
+    }
 }
 
 /// The i8 entries of one panel whose channels' weights are `block` (`[channels, IC, KH, KW]`):

@@ -1,10 +1,10 @@
-//! The vector loops of `qprepare::prepare_weights` on x86-64: i8 panel entries (four bytes of
-//! one channel) moved four channels at a time through 4×4 transposes of 32-bit words, so that
-//! every store writes sixteen bytes. `interleave_rows` takes reduction rows (SSE2, the x86-64
-//! baseline); `pack_quads_3x3` takes a 3×3 kernel's weights as they come (SSSE3 byte
-//! shuffles, where the CPU has them). Each does the channels it can in fours and returns how
-//! many; the caller's scalar loops do the rest. `qprepare`'s tests compare the result with
-//! `prepare_weights_scalar`, bit for bit.
+//! The vector loops of `qprepare::prepare_weights` on x86-64: panel entries (four bytes of one
+//! channel: four i8, or two i16 as their bytes) moved four channels at a time through 4×4
+//! transposes of 32-bit words, so that every store writes sixteen bytes. `interleave_rows` takes
+//! reduction rows (SSE2, the x86-64 baseline); `pack_quads_3x3` takes a 3×3 kernel's weights as
+//! they come (SSSE3 byte shuffles, where the CPU has them). Each does the channels it can in
+//! fours and returns how many; the caller's scalar loops do the rest. `qprepare`'s tests compare
+//! the result with `prepare_weights_scalar`, bit for bit.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
@@ -12,7 +12,7 @@ use std::arch::x86_64::{
     _mm_unpackhi_epi64, _mm_unpacklo_epi32, _mm_unpacklo_epi64,
 };
 
-/// Writes the i8 entries of the first channels of a panel of `nr` channels from their reduction
+/// Writes the four-byte entries of the first channels of a panel of `nr` channels from their reduction
 /// rows (`rows`: `channels` rows of `k_len` bytes, `k_len` a multiple of four): entry (group
 /// `g`, channel `j`) at byte `(g·nr + j)·4` of `panel` holds `rows[j][4g..4g + 4]`. Returns the
 /// channels written (a multiple of four; none off x86-64).
