@@ -106,6 +106,17 @@ pub enum IntrinKind {
     ///
     /// Layout: as each part requires of its operands.
     GemmMap { m: i64, n: i64 },
+    /// A fold of `m` rows of `n` columns into `lanes` partials per row, `out[p, l] =
+    /// out[p, l] ⊕ f(…)[p, l] ⊕ f(…)[p, lanes + l] ⊕ … ⊕ f(…)[p, n − lanes + l]`, left to
+    /// right in increasing column (the lane order of a row fold, `schedules::nn::FOLD_LANES`):
+    /// the declaration's body is one f32 `sum` or `max` over an axis `c < n / lanes` of `f`,
+    /// which has no reduction of its own and reads each input at `[p, c·lanes + l]` (an
+    /// `[m, n]` input) or at `[p]` (an `[m]` input, per-row parameters). Code generation
+    /// compiles `f` as a `Map` body, with one vector accumulator per `lanes`-wide slice and
+    /// row, so each partial still folds its columns in the declaration's order.
+    ///
+    /// Layout: every operand is contiguous along its last axis; row strides are free.
+    RowFold { m: i64, n: i64, lanes: i64 },
     /// Implemented only by the equivalent loop nest.
     Generic,
 }
@@ -123,7 +134,7 @@ impl IntrinKind {
             }
             IntrinKind::F32Gemm { .. } => vec![vec![None, Some(1)]; 3],
             // `[m, n]` or `[n]` operands: unit stride along `c`, whatever the rows'.
-            IntrinKind::Map { .. } => {
+            IntrinKind::Map { .. } | IntrinKind::RowFold { .. } => {
                 ranks.iter().map(|&rank| (0..rank).map(|d| (d + 1 == rank).then_some(1)).collect()).collect()
             }
             // Built by `composite::gemm_map` from calls already checked, never tensorized.
@@ -139,9 +150,11 @@ impl IntrinKind {
         match self {
             IntrinKind::Int8Gemm { .. } => Some(4),
             IntrinKind::Int16Gemm { .. } => Some(2),
-            IntrinKind::F32Gemm { .. } | IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => {
-                None
-            }
+            IntrinKind::F32Gemm { .. }
+            | IntrinKind::Map { .. }
+            | IntrinKind::GemmMap { .. }
+            | IntrinKind::RowFold { .. }
+            | IntrinKind::Generic => None,
         }
     }
 }
@@ -239,10 +252,11 @@ impl TensorIntrin {
         self.0.data.inputs.iter().chain(std::iter::once(&self.0.data.output)).collect()
     }
 
-    /// Per input of a `Map` declaration: whether it is a per-row input (`[m]`, read at `[p]`;
-    /// `check_map` lets an input be read in one form only). All `false` for other kinds.
+    /// Per input of a `Map` or `RowFold` declaration: whether it is a per-row input (`[m]`,
+    /// read at `[p]`; `check_map` lets an input be read in one form only). All `false` for
+    /// other kinds.
     pub fn map_rows(&self) -> Vec<bool> {
-        let (IntrinKind::Map { .. }, Some(body)) = (self.kind, self.output.body()) else {
+        let (IntrinKind::Map { .. } | IntrinKind::RowFold { .. }, Some(body)) = (self.kind, self.output.body()) else {
             return vec![false; self.inputs.len()];
         };
         let p = self.output.axes()[0].var().clone();
@@ -348,6 +362,7 @@ pub fn decl_tensor_intrin(
         }
         IntrinKind::F32Gemm { m, n, k } => check_f32_gemm(name, output, inputs, (m, n, k))?,
         IntrinKind::Map { m, n } => check_map(name, output, (m, n), &reads)?,
+        IntrinKind::RowFold { m, n, lanes } => check_row_fold(name, output, (m, n, lanes), &reads)?,
         IntrinKind::GemmMap { .. } => {
             let expected = "a kind declared by a compute (composite::gemm_map builds GemmMap)";
             return Err(bad("kind", expected.into(), "GemmMap".into()));
@@ -403,6 +418,81 @@ fn check_map(name: &str, output: &Tensor, (m, n): (i64, i64), reads: &[(Tensor, 
         }
     }
     Ok(())
+}
+
+/// `IntrinKind::RowFold`: an f32 `[m, lanes]` output whose body is one `sum` or `max` over a
+/// single axis `c` of extent `n / lanes` (`n` a multiple of `lanes`), and whose every read is
+/// `x[p, c·lanes + l]` of an f32 `[m, n]` input or `x[p]` of an f32 `[m]` input, `p, l` being
+/// the output's axes.
+fn check_row_fold(
+    name: &str,
+    output: &Tensor,
+    (m, n, lanes): (i64, i64, i64),
+    reads: &[(Tensor, Vec<Expr>)],
+) -> Result<(), TeError> {
+    let bad = |what: &str, expected: String, found: String| TeError::BadIntrinsic {
+        intrin: name.to_string(),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    let reduce = output.body().and_then(|b| match b.kind() {
+        ExprKind::Reduce(r) => Some(r.clone()),
+        _ => None,
+    });
+    let fold = reduce.as_ref().filter(|r| {
+        matches!(r.reducer, crate::te::Reducer::Sum | crate::te::Reducer::Max)
+            && r.axes.len() == 1
+            && lanes > 0
+            && n % lanes == 0
+            && r.axes[0].extent() == n / lanes
+            && !contains_reduce(&r.source)
+    });
+    let Some(fold) = fold.filter(|_| output.shape() == [m, lanes] && output.dtype() == DType::F32) else {
+        let found = format!(
+            "{} {:?} `{}`",
+            output.dtype(),
+            output.shape(),
+            output.body().map(|b| b.to_string()).unwrap_or_default()
+        );
+        let expected =
+            format!("f32 [{m}, {lanes}], one sum or max over {} chunks of {lanes} columns", n / lanes.max(1));
+        return Err(bad("RowFold output", expected, found));
+    };
+    let (p, l, c) = (output.axes()[0].var().clone(), output.axes()[1].var().clone(), fold.axes[0].var().clone());
+    // `index` is exactly `Σ k·v` over `want` (as an affine form).
+    let is = |index: &Expr, want: &[(&Var, i64)]| {
+        let form = Linear::of(index);
+        let terms: Vec<_> = form.terms.iter().filter(|(_, k)| *k != 0).collect();
+        form.constant == 0
+            && terms.len() == want.len()
+            && want.iter().all(|(v, k)| terms.iter().any(|(t, tk)| tk == k && t.as_var() == Some(*v)))
+    };
+    for (tensor, index) in reads {
+        let element = tensor.shape() == [m, n]
+            && index.len() == 2
+            && is(&index[0], &[(&p, 1)])
+            && is(&index[1], &[(&c, lanes), (&l, 1)]);
+        let per_row = tensor.shape() == [m] && index.len() == 1 && is(&index[0], &[(&p, 1)]);
+        if !(element || per_row) || tensor.dtype() != DType::F32 {
+            let found = format!(
+                "{} {tensor}{:?} read at [{}]",
+                tensor.dtype(),
+                tensor.shape(),
+                index.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+            );
+            let expected = format!("f32 x[{p}, {c}*{lanes} + {l}] of x: [{m}, {n}] or x[{p}] of x: [{m}]");
+            return Err(bad("RowFold read", expected, found));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `e` holds a reduction.
+fn contains_reduce(e: &Expr) -> bool {
+    let mut found = false;
+    e.for_each(&mut |x| found |= matches!(x.kind(), ExprKind::Reduce(_)));
+    found
 }
 
 /// `Ok` if every index is affine in `axes` and each dimension has an axis used by no other

@@ -97,6 +97,9 @@ pub fn shrink_axis(intrin: &TensorIntrin, axis: usize, extent: i64) -> Result<Te
         (IntrinKind::F32Gemm { m, k, .. }, _) => IntrinKind::F32Gemm { m, n: extent, k },
         (IntrinKind::Map { n, .. }, 0) => IntrinKind::Map { m: extent, n },
         (IntrinKind::Map { m, .. }, _) => IntrinKind::Map { m, n: extent },
+        (IntrinKind::RowFold { n, lanes, .. }, 0) => IntrinKind::RowFold { m: extent, n, lanes },
+        // Fewer lanes than declared: no kernel's layout, the loop nest only.
+        (IntrinKind::RowFold { .. }, _) => IntrinKind::Generic,
         (kind @ (IntrinKind::GemmMap { .. } | IntrinKind::Generic), _) => kind,
     };
     let input_refs: Vec<&Tensor> = inputs.iter().collect();

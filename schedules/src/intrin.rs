@@ -117,6 +117,8 @@ pub fn resolve(r: &IntrinRef) -> Option<TensorIntrin> {
             .find(|intrin| r.matches(intrin)),
         // Built by lowering (`ir::composite`), never part of a schedule's trace.
         IntrinKind::GemmMap { .. } | IntrinKind::Generic => None,
+        // Declared by the auto-scheduler's rules from a stage's body (`auto::fold_stage`).
+        IntrinKind::RowFold { .. } => None,
     }
 }
 

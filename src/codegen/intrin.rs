@@ -5,8 +5,8 @@
 //! Kernels are defined once per module and shape with `define_function_bytes`, so the same
 //! bytes serve the JIT and object export, and are called with the operands' origin addresses:
 //! `fn(a, b, c)` for a GEMM, one pointer per operand for a `Map` (whose kernel is compiled
-//! from the declaration's body, `kernels::map`). A resetting call (`Call::reset`) selects a
-//! GEMM kernel that starts from zero. A call with a segment range (`Call::range`) selects the
+//! from the declaration's body, `kernels::map`) or a resetting `RowFold` (`kernels::map::fold`).
+//! A resetting call (`Call::reset`) selects a GEMM kernel that starts from zero. A call with a segment range (`Call::range`) selects the
 //! kernel that loops over a run-time count of segments (`assemble_gemm_ranged`; the zmm VNNI
 //! one where the level would pick AMX tiles), with `A` and `B` moved to the range's first
 //! segment: `fn(a, b, c, count)`, or the count after the addresses of a `GemmMap` block. An
@@ -27,7 +27,7 @@ use crate::isa::{IsaLevel, KernelVariant, VectorWidth};
 use crate::kernels::gemm::{Blocking, GemmShape, assemble_gemm, assemble_gemm_ranged};
 use crate::kernels::gemm_f32::{F32Blocking, F32GemmShape, assemble_f32_gemm};
 use crate::kernels::gemm_map::assemble_gemm_map;
-use crate::kernels::map::{MapShape, assemble_map};
+use crate::kernels::map::{MapShape, assemble_map, assemble_row_fold};
 
 /// A kernel as defined in the module: what makes two calls share it.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -55,6 +55,13 @@ pub(crate) enum KernelKey {
         width: VectorWidth,
         declaration: String,
         shape: MapShape,
+    },
+    /// As `Map`, for a `RowFold` declaration; `reset` starts from the fold's identity.
+    RowFold {
+        width: VectorWidth,
+        declaration: String,
+        shape: MapShape,
+        reset: bool,
     },
 }
 
@@ -141,7 +148,11 @@ fn gemm_shape(kind: IntrinKind, operands: &[Operand], reset: bool) -> Option<Gem
     let (m, n, k, segments, pack) = match kind {
         IntrinKind::Int8Gemm { m, n, k, segments, .. } => (m, n, k, segments, 4),
         IntrinKind::Int16Gemm { m, n, k, segments } => (m, n, k, segments, 2),
-        IntrinKind::F32Gemm { .. } | IntrinKind::Map { .. } | IntrinKind::GemmMap { .. } | IntrinKind::Generic => {
+        IntrinKind::F32Gemm { .. }
+        | IntrinKind::Map { .. }
+        | IntrinKind::GemmMap { .. }
+        | IntrinKind::RowFold { .. }
+        | IntrinKind::Generic => {
             return None;
         }
     };
@@ -211,6 +222,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         match intrin.kind {
             IntrinKind::F32Gemm { .. } => return self.call_f32_gemm(intrin, operands, reset, fallback),
             IntrinKind::Map { .. } => return self.call_map(intrin, operands, fallback),
+            IntrinKind::RowFold { .. } => return self.call_row_fold(intrin, operands, reset, fallback),
             IntrinKind::GemmMap { .. } => return self.call_gemm_map(intrin, operands, fallback, range),
             _ => {}
         }
@@ -372,6 +384,42 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
 }
 
 impl<M: Module> FnTx<'_, '_, '_, M> {
+    /// A `RowFold` call: the kernel compiled from the declaration at the level's vector width
+    /// (`kernels::map::fold`), or the loop nest where the body or the operands have none.
+    fn call_row_fold(
+        &mut self,
+        intrin: &TensorIntrin,
+        operands: &[Operand],
+        reset: bool,
+        fallback: &Stmt,
+    ) -> Result<(), CompileError> {
+        let IntrinKind::RowFold { m, n, .. } = intrin.kind else { unreachable!("call_intrin checked the kind") };
+        let width = match self.cx.level {
+            IsaLevel::Avx512Vnni | IsaLevel::Amx => VectorWidth::Zmm,
+            IsaLevel::AvxVnni | IsaLevel::Avx2 => VectorWidth::Ymm,
+            IsaLevel::Scalar => return self.stmt(fallback),
+        };
+        let mut pointers = Vec::with_capacity(operands.len());
+        let mut row_strides = Vec::with_capacity(operands.len());
+        let mut per_row = intrin.map_rows();
+        per_row.push(false);
+        for ((operand, tensor), per_row) in operands.iter().zip(intrin.operand_tensors()).zip(per_row) {
+            let Some(row_stride) = map_row_stride(operand, tensor, per_row) else { return self.stmt(fallback) };
+            match self.buffers.get(&operand.buffer.id()).cloned() {
+                Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
+                _ => return self.stmt(fallback),
+            }
+            row_strides.push(row_stride);
+        }
+        let shape = MapShape { m, n, row_strides };
+        let Some(kernel) = self.cx.row_fold_kernel(width, intrin, shape, reset)? else {
+            return self.stmt(fallback);
+        };
+        self.call_kernel(kernel, &pointers)
+    }
+}
+
+impl<M: Module> FnTx<'_, '_, '_, M> {
     /// A `GemmMap` call: the fused kernel (`kernels::gemm_map`) where the level selects the zmm
     /// VNNI kernel for the GEMM part and the tile, the Map's body and its operands fit it; else
     /// the fallback, the GEMM and the Map calls on a temporary tile.
@@ -480,6 +528,39 @@ impl<M: Module> ModuleCtx<'_, M> {
         let origin = format!(
             "{wide} map kernel for {}: {}x{}, row strides {:?}",
             intrin.name, shape.m, shape.n, shape.row_strides
+        );
+        let params = intrin.operand_tensors().len();
+        self.define_kernel(key, name, params, &bytes, origin, None).map(Some)
+    }
+
+    /// The module's kernel for the `RowFold` declaration `intrin` at `width`, defined on first
+    /// use; `None` when its fold or operands have no vector form or an offset does not fit.
+    fn row_fold_kernel(
+        &mut self,
+        width: VectorWidth,
+        intrin: &TensorIntrin,
+        shape: MapShape,
+        reset: bool,
+    ) -> Result<Option<FuncId>, CompileError> {
+        let declaration = ir::workload::intrin_key(intrin);
+        let key = KernelKey::RowFold { width, declaration, shape: shape.clone(), reset };
+        if let Some(&id) = self.kernels.get(&key) {
+            return Ok(Some(id));
+        }
+        let bytes = match assemble_row_fold(width, intrin, &shape, reset) {
+            Ok(bytes) => bytes,
+            Err(KernelError::Unsupported { .. } | KernelError::OffsetTooLarge { .. }) => return Ok(None),
+            Err(other) => return Err(other.into()),
+        };
+        let wide = if width == VectorWidth::Zmm { "zmm" } else { "ymm" };
+        let name = format!("{}__{}__{wide}__{}", self.name, intrin.name, self.kernels.len());
+        let origin = format!(
+            "{wide} row-fold kernel for {}: {}x{}, row strides {:?}{}",
+            intrin.name,
+            shape.m,
+            shape.n,
+            shape.row_strides,
+            if reset { ", reset" } else { "" }
         );
         let params = intrin.operand_tensors().len();
         self.define_kernel(key, name, params, &bytes, origin, None).map(Some)

@@ -5,6 +5,7 @@ mod amx;
 mod arith;
 mod errors;
 mod f32_gemm;
+mod folds;
 mod gemm_maps;
 mod intrinsics;
 mod kernels;

@@ -449,3 +449,36 @@ fn auto_direct_points_run_the_hosts_kernel_on_source_rows_bit_for_bit() {
         assert!(ir.contains(call), "{label}: {ir}");
     }
 }
+
+#[test]
+fn row_folds_of_softmax_and_layernorm_run_their_kernels_bit_for_bit() {
+    use std::sync::Arc;
+    use tensorlift::tune::op_bench::{OpBench, OpReference};
+    // 48 columns: three chunks of the 16 lanes per row; 8 rows: one, two or four per call.
+    for spec in [OpSpec::Softmax { rows: 8, cols: 48 }, OpSpec::Layernorm { rows: 8, cols: 48 }] {
+        let reference = Arc::new(OpReference::new(&spec).unwrap());
+        let bench = OpBench::new(&spec, level(), 1, reference).unwrap();
+        let sketch = bench.space.sketches().iter().find(|s| s.name == "rules").unwrap();
+        let folds: Vec<usize> =
+            (0..sketch.decisions.len()).filter(|&i| sketch.decisions[i].name.ends_with(".fold_rows")).collect();
+        assert_eq!(folds.len(), 2, "{}: {:?}", spec.label(), sketch.decisions);
+        for rows in [1, 2, 4] {
+            let mut values: Vec<i64> = sketch.decisions.iter().map(|d| d.choices[0]).collect();
+            for &i in &folds {
+                values[i] = rows;
+            }
+            let point = AutoPoint { sketch: "rules".into(), values };
+            let label = format!("{} {point:?}", spec.label());
+            // Verified against the definition evaluated by the reference interpreter.
+            let m = bench.measure(&point, 2, None);
+            assert_eq!((m.status, m.verified), (Status::Ok, true), "{label}: {m:?}");
+            let scheduled = bench.space.apply(&point).unwrap();
+            let compiled = CompiledPoint::build(&scheduled, "op", &tensorlift::CompileOptions::default()).unwrap();
+            let ir = compiled.main.lowered.to_string();
+            assert_eq!(ir.matches(&format!(".fold_{rows}x48(")).count(), 2, "{label}: {ir}");
+            let kernels =
+                compiled.main.compiled.machine_code().iter().filter(|c| c.origin.contains("row-fold kernel")).count();
+            assert_eq!(kernels, if level() >= IsaLevel::Avx2 { 2 } else { 0 }, "{label}");
+        }
+    }
+}

@@ -39,8 +39,8 @@ pub fn row_map(t: &Tensor, min_cols: i64) -> Option<TensorIntrin> {
     let (r, k) = (r.var().clone(), k.var().clone());
     let mut forms: Vec<(Tensor, Form)> = Vec::new();
     let mut fits = true;
-    body.for_each(&mut |e| match e.kind() {
-        ExprKind::TensorRead(x, idx) => {
+    body.for_each(&mut |e| {
+        if let ExprKind::TensorRead(x, idx) = e.kind() {
             let vars: Vec<Option<&Var>> = idx.iter().map(|i| i.as_var()).collect();
             let form = match vars.as_slice() {
                 [Some(a), Some(b)] if **a == r && **b == k => Form::Element,
@@ -57,20 +57,8 @@ pub fn row_map(t: &Tensor, min_cols: i64) -> Option<TensorIntrin> {
                 None => forms.push((x.clone(), form)),
             }
         }
-        ExprKind::Binary(BinOp::Shl | BinOp::Shr, _, y) => fits &= matches!(y.kind(), ExprKind::Int(_)),
-        ExprKind::Binary(op, ..) => fits &= !matches!(op, BinOp::Mod | BinOp::Min | BinOp::Max),
-        ExprKind::Float(_)
-        | ExprKind::Int(_)
-        | ExprKind::Var(_)
-        | ExprKind::Cmp(..)
-        | ExprKind::Select(..)
-        | ExprKind::Cast(_)
-        | ExprKind::Round(_)
-        | ExprKind::Reinterpret(_)
-        | ExprKind::Fma(..) => {}
-        _ => fits = false,
     });
-    if !fits || uses_axes_outside_reads(body, &r, &k) {
+    if !fits || !fits_map_body(body) || uses_axes_outside_reads(body, &[&r, &k]) {
         return None;
     }
     let mut decl_inputs = Vec::with_capacity(forms.len());
@@ -106,12 +94,35 @@ pub fn tensorize_rows(s: &mut Schedule, t: &Tensor, decl: &TensorIntrin) -> Resu
     Ok(vec![outer])
 }
 
-/// Whether `body` uses `r` or `k` other than as a read's index (a Map's row axis is not the
-/// stage's row).
-fn uses_axes_outside_reads(body: &Expr, r: &Var, k: &Var) -> bool {
+/// Whether every node of `body` has a kernel form (`kernels::map`): f32 and i32 arithmetic
+/// without `%`, `min`, `max`, shifts by constants, comparisons and selects, conversions,
+/// `round`, `reinterpret`, `fma`, reads, constants and variables.
+pub(super) fn fits_map_body(body: &Expr) -> bool {
+    let mut fits = true;
+    body.for_each(&mut |e| match e.kind() {
+        ExprKind::Binary(BinOp::Shl | BinOp::Shr, _, y) => fits &= matches!(y.kind(), ExprKind::Int(_)),
+        ExprKind::Binary(op, ..) => fits &= !matches!(op, BinOp::Mod | BinOp::Min | BinOp::Max),
+        ExprKind::Float(_)
+        | ExprKind::Int(_)
+        | ExprKind::Var(_)
+        | ExprKind::TensorRead(..)
+        | ExprKind::Cmp(..)
+        | ExprKind::Select(..)
+        | ExprKind::Cast(_)
+        | ExprKind::Round(_)
+        | ExprKind::Reinterpret(_)
+        | ExprKind::Fma(..) => {}
+        _ => fits = false,
+    });
+    fits
+}
+
+/// Whether `body` uses one of `axes` other than as a read's index (a kernel's row axis is not
+/// the stage's row).
+pub(super) fn uses_axes_outside_reads(body: &Expr, axes: &[&Var]) -> bool {
     let opaque = Opaque { done: HashMap::new() }.mutate_expr(body);
     let mut found = false;
-    opaque.for_each(&mut |e| found |= e.as_var().is_some_and(|v| v == r || v == k));
+    opaque.for_each(&mut |e| found |= e.as_var().is_some_and(|v| axes.contains(&v)));
     found
 }
 

@@ -20,6 +20,7 @@
 mod analysis;
 mod annotate;
 mod epilogue;
+pub(crate) mod fold_stage;
 mod inline;
 pub(crate) mod map_stage;
 mod sketch;

@@ -6,6 +6,7 @@ use ir::schedule::create_schedule;
 
 use super::analysis::{StageInfo, StageKind, stages};
 use super::annotate::{lanes, parallelize, thread_choices, vectorize_injective};
+use super::fold_stage::{row_fold, rows_choices, tensorize_fold_rows};
 use super::inline::{apply_inline, inline_candidates};
 use super::map_stage::tensorize_rows;
 use super::tensorize::Tensorized;
@@ -48,10 +49,22 @@ fn map_rows(t: &Tensor, options: &SpaceOptions) -> Option<ir::intrin::TensorIntr
     super::map_stage::row_map(t, options.vector_bytes / 4)
 }
 
-/// The rule-based CPU sketch: inlining, tiling of every reduction, vectorized element-wise
-/// stages, parallel outer loops.
+/// The `RowFold` declaration of `rows` rows of the row-fold stage `t` where the target has Map
+/// kernels (`fold_stage`).
+fn fold_rows(t: &Tensor, rows: i64, options: &SpaceOptions) -> Option<ir::intrin::TensorIntrin> {
+    if options.vector_bytes < 32 {
+        return None;
+    }
+    row_fold(t, rows)
+}
+
+/// The rule-based CPU sketch: inlining, tiling of every reduction (a row fold's lane stage
+/// tensorized as `RowFold` calls instead), vectorized element-wise stages, parallel outer
+/// loops.
 pub struct RulesPlan {
     inline: Vec<Tensor>,
+    /// Row-fold stages and the decision of their rows per call.
+    folds: Vec<(Tensor, usize)>,
     /// Producers computed at an outer tile of their only consumer (the `rules.at` variant).
     at: Vec<(Tensor, Tensor)>,
     tiles: Vec<TilePlan>,
@@ -180,15 +193,28 @@ fn rules_sketch(
 ) -> (Sketch, Plan) {
     let mut d = DecisionSet::default();
     let threads = d.add("threads".into(), thread_choices(options.max_threads));
-    let (mut tiles, mut injective) = (Vec::new(), Vec::new());
+    let (mut tiles, mut injective, mut folds) = (Vec::new(), Vec::new(), Vec::new());
     for st in infos {
         if inline.iter().chain(at.iter().map(|(p, _)| p)).any(|t| t.id() == st.tensor.id()) {
             continue;
         }
         let stage = st.tensor.name().to_string();
         let vector_tile = lanes(options.vector_bytes, st.tensor.dtype().bytes()) * 4;
-        match st.kind {
-            StageKind::Reduction { ordered } => {
+        let fold = fold_rows(&st.tensor, 1, options);
+        match (&st.kind, fold) {
+            (StageKind::Reduction { .. }, Some(decl)) => {
+                let rows = d.add(format!("{stage}.fold_rows"), rows_choices(&st.tensor));
+                let what = format!(
+                    "RowFold calls of {{{}}} rows ({}): a vector kernel of the body, an accumulator per vector \
+                     of lanes and row",
+                    rows_choices(&st.tensor).iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
+                    decl.name
+                );
+                notes.push(RuleNote { rule: "row-fold", stage, outcome: Ok(what) });
+                folds.push((st.tensor.clone(), rows));
+            }
+            (StageKind::Reduction { ordered }, _) => {
+                let ordered = *ordered;
                 // The accumulator-tile variant moves the definition to a new stage, which
                 // compute_at of a producer at this stage would not see: only without `at`.
                 let plan = tile_plan(st, vector_tile, at.is_empty(), &mut d);
@@ -213,7 +239,7 @@ fn rules_sketch(
                 }
                 tiles.push(plan);
             }
-            StageKind::Injective => {
+            (StageKind::Injective, _) => {
                 let outcome = match map_rows(&st.tensor, options) {
                     Some(decl) => format!("one Map call per row ({}): a vector kernel of the body", decl.name),
                     None => format!("innermost axis in vectors of up to {} lanes", vector_tile / 4),
@@ -224,7 +250,8 @@ fn rules_sketch(
         }
     }
     let sketch = Sketch { name: "rules".into(), decisions: d.decisions };
-    (sketch, Plan::Rules(RulesPlan { inline: inline.to_vec(), at: at.to_vec(), tiles, injective, threads }))
+    let plan = RulesPlan { inline: inline.to_vec(), folds, at: at.to_vec(), tiles, injective, threads };
+    (sketch, Plan::Rules(plan))
 }
 
 fn tensorize_sketch(
@@ -413,6 +440,15 @@ pub fn apply(
                         s.compute_at(local, &t.tensor, l)?;
                     }
                     tile_loops.push((t.tensor.clone(), tile));
+                }
+                for (t, rows) in &p.folds {
+                    // `rows` divides the stage's rows, so the declaration the sketch made at one
+                    // row is made at `rows` too; without it the stage keeps its loops.
+                    let outer = match fold_rows(t, v.get(*rows), options) {
+                        Some(decl) => tensorize_fold_rows(&mut s, t, &decl)?,
+                        None => vec![t.axis(0)],
+                    };
+                    tile_loops.push((t.clone(), parallelize(&mut s, t, &outer, threads)?));
                 }
                 for t in &p.injective {
                     let lanes = lanes(options.vector_bytes, t.dtype().bytes());

@@ -64,8 +64,11 @@
 //! A copy (the body one read of an input of the output's dtype) is not evaluated node by node:
 //! `copy` moves its bytes.
 //!
+//! A row fold (`IntrinKind::RowFold`) compiles its fold's source the same way, into vector
+//! accumulators (`fold`).
+//!
 //! Files: `bounds` (a value's lower bound read off the body's clamps), `copy` (the copy
-//! kernel), `loops` (the loop nest and one vector's store), `nodes` (the code of each node
+//! kernel), `fold` (row-fold kernels), `loops` (the loop nest and one vector's store), `nodes` (the code of each node
 //! family), `narrowing` (the store of f32 as u8 or i8), `scaled_rounding` (the requantization's
 //! rounding by the reciprocal, and its proof), `registers` (general and vector registers,
 //! constants, live values).
@@ -73,6 +76,7 @@
 mod bounds;
 mod copy;
 mod epilogue;
+mod fold;
 mod loops;
 mod narrowing;
 mod nodes;
@@ -89,6 +93,7 @@ use crate::isa::VectorWidth;
 use registers::{ARGS, COLUMN};
 
 pub(crate) use epilogue::{EpilogueTile, centering_operand, emit_epilogue};
+pub use fold::assemble_row_fold;
 
 /// The problem of one map kernel: the block and each operand's row stride.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -166,6 +171,8 @@ struct Gen<'d> {
     grouped: bool,
     /// Elements from `COLUMN` to the current vector (within a group).
     offset: i32,
+    /// Per input: bytes from its pointer to the current row (a row fold's rows), none if empty.
+    shift: Vec<i32>,
     /// Set when the map runs as another kernel's epilogue (`epilogue`): where the operands
     /// and the current vector are.
     place: Option<epilogue::Place>,
@@ -192,6 +199,7 @@ impl<'d> Gen<'d> {
             masked: false,
             grouped,
             offset: 0,
+            shift: Vec::new(),
             place: None,
         };
         let body = decl.output.body().expect("a Map declaration is a compute");
@@ -203,9 +211,14 @@ impl<'d> Gen<'d> {
     fn at(&self, arg: usize, bytes: i32) -> Result<AsmMemoryOperand, KernelError> {
         match (&self.place, bytes) {
             (Some(place), _) => place.at(arg, bytes, self.width),
-            (None, 1) => Ok(ARGS[arg] + COLUMN + self.offset),
-            (None, _) => Ok(ARGS[arg] + COLUMN * 4 + self.offset * 4),
+            (None, 1) => Ok(ARGS[arg] + COLUMN + self.offset + self.row_shift(arg)),
+            (None, _) => Ok(ARGS[arg] + COLUMN * 4 + self.offset * 4 + self.row_shift(arg)),
         }
+    }
+
+    /// Bytes from operand `arg`'s pointer to the current row (`shift`).
+    fn row_shift(&self, arg: usize) -> i32 {
+        self.shift.get(arg).copied().unwrap_or(0)
     }
 
     fn unsupported<T>(&self, what: impl Into<String>) -> Result<T, KernelError> {

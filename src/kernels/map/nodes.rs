@@ -172,9 +172,10 @@ impl<'d> Gen<'d> {
             return self.unsupported(format!("a per-row read of {t} in an epilogue"));
         }
         let dst = self.allocate()?;
+        let at = super::registers::ARGS[arg] + self.row_shift(arg);
         match self.width {
-            VectorWidth::Zmm => self.a.vbroadcastss(zmm(dst), dword_ptr(super::registers::ARGS[arg]))?,
-            VectorWidth::Ymm => self.a.vbroadcastss(ymm(dst), dword_ptr(super::registers::ARGS[arg]))?,
+            VectorWidth::Zmm => self.a.vbroadcastss(zmm(dst), dword_ptr(at))?,
+            VectorWidth::Ymm => self.a.vbroadcastss(ymm(dst), dword_ptr(at))?,
         }
         Ok(dst)
     }
