@@ -458,7 +458,7 @@ fn row_folds_of_softmax_and_layernorm_run_their_kernels_bit_for_bit() {
     for spec in [OpSpec::Softmax { rows: 8, cols: 48 }, OpSpec::Layernorm { rows: 8, cols: 48 }] {
         let reference = Arc::new(OpReference::new(&spec).unwrap());
         let bench = OpBench::new(&spec, level(), 1, reference).unwrap();
-        let sketch = bench.space.sketches().iter().find(|s| s.name == "rules").unwrap();
+        let sketch = bench.space.sketches().iter().find(|s| s.name == "rules.fold").unwrap();
         let folds: Vec<usize> =
             (0..sketch.decisions.len()).filter(|&i| sketch.decisions[i].name.ends_with(".fold_rows")).collect();
         assert_eq!(folds.len(), 2, "{}: {:?}", spec.label(), sketch.decisions);
@@ -467,7 +467,7 @@ fn row_folds_of_softmax_and_layernorm_run_their_kernels_bit_for_bit() {
             for &i in &folds {
                 values[i] = rows;
             }
-            let point = AutoPoint { sketch: "rules".into(), values };
+            let point = AutoPoint { sketch: "rules.fold".into(), values };
             let label = format!("{} {point:?}", spec.label());
             // Verified against the definition evaluated by the reference interpreter.
             let m = bench.measure(&point, 2, None);

@@ -107,7 +107,24 @@ pub fn generate(
     let infos = stages(outputs);
     let inline = inline_candidates(&infos, &mut notes);
     let mut out = Vec::new();
-    out.push(rules_sketch(&infos, &inline, &[], options, &mut notes));
+    out.push(rules_sketch(&infos, &inline, &[], false, options, &mut notes));
+    // The variant running the lane stages of row folds as `RowFold` calls.
+    let folds = infos.iter().filter(|st| matches!(st.kind, StageKind::Reduction { .. }));
+    let folds: Vec<String> =
+        folds.filter(|st| fold_rows(&st.tensor, 1, options).is_some()).map(|st| st.tensor.name().to_string()).collect();
+    if folds.is_empty() {
+        notes.push(RuleNote {
+            rule: "row-fold",
+            stage: "*".into(),
+            outcome: Err(
+                "no f32 sum or max of a row's lane chunks with a kernel form (or vectors under 32 bytes)".into()
+            ),
+        });
+    } else {
+        let (mut sketch, plan) = rules_sketch(&infos, &inline, &[], true, options, &mut notes);
+        sketch.name = "rules.fold".into();
+        out.push((sketch, plan));
+    }
     // The variant computing single-consumer producers at their consumer's outer tile.
     let at: Vec<(Tensor, Tensor)> = inline
         .iter()
@@ -137,7 +154,7 @@ pub fn generate(
             });
         }
         let mut scratch = Vec::new();
-        let (mut sketch, plan) = rules_sketch(&infos, &rest, &at, options, &mut scratch);
+        let (mut sketch, plan) = rules_sketch(&infos, &rest, &at, false, options, &mut scratch);
         sketch.name = "rules.at".into();
         out.push((sketch, plan));
     }
@@ -184,13 +201,17 @@ pub fn generate(
     (out, notes)
 }
 
+/// The rules sketch; with `row_folds`, the lane stages of row folds as `RowFold` calls
+/// (`fold_stage`) instead of tiled, and only their notes added.
 fn rules_sketch(
     infos: &[StageInfo],
     inline: &[Tensor],
     at: &[(Tensor, Tensor)],
+    row_folds: bool,
     options: &SpaceOptions,
     notes: &mut Vec<RuleNote>,
 ) -> (Sketch, Plan) {
+    let mut own = Vec::new();
     let mut d = DecisionSet::default();
     let threads = d.add("threads".into(), thread_choices(options.max_threads));
     let (mut tiles, mut injective, mut folds) = (Vec::new(), Vec::new(), Vec::new());
@@ -200,7 +221,7 @@ fn rules_sketch(
         }
         let stage = st.tensor.name().to_string();
         let vector_tile = lanes(options.vector_bytes, st.tensor.dtype().bytes()) * 4;
-        let fold = fold_rows(&st.tensor, 1, options);
+        let fold = if row_folds { fold_rows(&st.tensor, 1, options) } else { None };
         match (&st.kind, fold) {
             (StageKind::Reduction { .. }, Some(decl)) => {
                 let rows = d.add(format!("{stage}.fold_rows"), rows_choices(&st.tensor));
@@ -210,7 +231,7 @@ fn rules_sketch(
                     rows_choices(&st.tensor).iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", "),
                     decl.name
                 );
-                notes.push(RuleNote { rule: "row-fold", stage, outcome: Ok(what) });
+                own.push(RuleNote { rule: "row-fold", stage, outcome: Ok(format!("sketch rules.fold: {what}")) });
                 folds.push((st.tensor.clone(), rows));
             }
             (StageKind::Reduction { ordered }, _) => {
@@ -229,9 +250,9 @@ fn rules_sketch(
                         ""
                     }
                 );
-                notes.push(RuleNote { rule: "multi-level-tiling", stage: stage.clone(), outcome: Ok(what) });
+                own.push(RuleNote { rule: "multi-level-tiling", stage: stage.clone(), outcome: Ok(what) });
                 if st.spatial.iter().all(|a| a.extent() == 1) {
-                    notes.push(RuleNote {
+                    own.push(RuleNote {
                         rule: "parallel-vectorize",
                         stage,
                         outcome: Err("no spatial loop longer than 1".into()),
@@ -244,11 +265,13 @@ fn rules_sketch(
                     Some(decl) => format!("one Map call per row ({}): a vector kernel of the body", decl.name),
                     None => format!("innermost axis in vectors of up to {} lanes", vector_tile / 4),
                 };
-                notes.push(RuleNote { rule: "parallel-vectorize", stage, outcome: Ok(outcome) });
+                own.push(RuleNote { rule: "parallel-vectorize", stage, outcome: Ok(outcome) });
                 injective.push(st.tensor.clone());
             }
         }
     }
+    // The other stages' notes are the plain rules sketch's.
+    notes.extend(own.into_iter().filter(|n| !row_folds || n.rule == "row-fold"));
     let sketch = Sketch { name: "rules".into(), decisions: d.decisions };
     let plan = RulesPlan { inline: inline.to_vec(), folds, at: at.to_vec(), tiles, injective, threads };
     (sketch, Plan::Rules(plan))
