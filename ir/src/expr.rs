@@ -141,7 +141,11 @@ pub enum BinOp {
     Div,
     /// Floor modulo; x % 0 == 0.
     Mod,
+    /// The smaller operand. Floats: a NaN operand gives the other one; a tie (zeros of either
+    /// sign included) gives the first.
     Min,
+    /// The larger operand. Floats: a NaN operand gives the other one; a tie (zeros of either
+    /// sign included) gives the first.
     Max,
     /// Bitwise for integers, logical for bool.
     And,

@@ -75,22 +75,12 @@ pub fn binary(op: BinOp, ty: ScalarType, a: Scalar, b: Scalar) -> Scalar {
             BinOp::Div => x / y,
             BinOp::Mod => x - y * (x / y).floor(),
             BinOp::Min => {
-                if x.is_nan() {
-                    y
-                } else if y.is_nan() {
-                    x
-                } else {
-                    x.min(y)
-                }
+                // `y` NaN or a tie keeps `x`: zeros of opposite sign compare equal.
+                if x.is_nan() || y < x { y } else { x }
             }
             BinOp::Max => {
-                if x.is_nan() {
-                    y
-                } else if y.is_nan() {
-                    x
-                } else {
-                    x.max(y)
-                }
+                // `y` NaN or a tie keeps `x`: zeros of opposite sign compare equal.
+                if x.is_nan() || y > x { y } else { x }
             }
             BinOp::And | BinOp::Or | BinOp::Xor | BinOp::Shl | BinOp::Shr => {
                 panic!("operator {} on float type {ty}", op.symbol())
@@ -282,6 +272,23 @@ mod tests {
         assert_eq!(int(BinOp::Div, ScalarType::I32, i32::MIN as i64, -1), i32::MIN as i64);
         assert_eq!(int(BinOp::Mod, ScalarType::I32, i32::MIN as i64, -1), 0);
         assert_eq!(int(BinOp::Div, ScalarType::U8, 200, 3), 66);
+    }
+
+    #[test]
+    fn float_min_max_skip_nans_and_keep_the_first_of_a_tie() {
+        let f = |op, a: f64, b: f64| binary(op, ScalarType::F32, Scalar::Float(a), Scalar::Float(b)).as_float();
+        for op in [BinOp::Min, BinOp::Max] {
+            // Zeros of opposite sign compare equal: the first operand, with its sign.
+            assert_eq!(f(op, -0.0, 0.0).to_bits(), (-0.0f64).to_bits());
+            assert_eq!(f(op, 0.0, -0.0).to_bits(), 0.0f64.to_bits());
+            assert_eq!(f(op, f64::NAN, 2.0), 2.0);
+            assert_eq!(f(op, 2.0, f64::NAN), 2.0);
+            assert!(f(op, f64::NAN, f64::NAN).is_nan());
+        }
+        assert_eq!(f(BinOp::Max, 1.0, 3.0), 3.0);
+        assert_eq!(f(BinOp::Max, 3.0, 1.0), 3.0);
+        assert_eq!(f(BinOp::Min, 1.0, 3.0), 1.0);
+        assert_eq!(f(BinOp::Min, 3.0, 1.0), 1.0);
     }
 
     #[test]
