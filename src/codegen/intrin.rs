@@ -358,30 +358,47 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     /// with AVX-512, else ymm), or the loop nest where the body or the operands have no kernel.
     fn call_map(&mut self, intrin: &TensorIntrin, operands: &[Operand], fallback: &Stmt) -> Result<(), CompileError> {
         let IntrinKind::Map { m, n } = intrin.kind else { unreachable!("call_intrin checked the kind") };
+        let Some((width, pointers, shape)) = self.map_operands(intrin, operands, (m, n)) else {
+            return self.stmt(fallback);
+        };
+        let Some(kernel) = self.cx.map_kernel(width, intrin, shape)? else {
+            return self.stmt(fallback);
+        };
+        self.call_kernel(kernel, &pointers)
+    }
+
+    /// What a `Map` or `RowFold` kernel call needs: the level's vector width (zmm with AVX-512,
+    /// else ymm), each operand's base pointer and its row stride; `None` where the call must run
+    /// its loop nest (the scalar level, an operand without unit stride along its last axis or
+    /// not in memory).
+    fn map_operands<'o>(
+        &mut self,
+        intrin: &TensorIntrin,
+        operands: &'o [Operand],
+        (m, n): (i64, i64),
+    ) -> Option<(VectorWidth, KernelPointers<'o>, MapShape)> {
         let width = match self.cx.level {
             IsaLevel::Avx512Vnni | IsaLevel::Amx => VectorWidth::Zmm,
             IsaLevel::AvxVnni | IsaLevel::Avx2 => VectorWidth::Ymm,
-            IsaLevel::Scalar => return self.stmt(fallback),
+            IsaLevel::Scalar => return None,
         };
         let mut pointers = Vec::with_capacity(operands.len());
         let mut row_strides = Vec::with_capacity(operands.len());
         let mut per_row = intrin.map_rows();
         per_row.push(false);
         for ((operand, tensor), per_row) in operands.iter().zip(intrin.operand_tensors()).zip(per_row) {
-            let Some(row_stride) = map_row_stride(operand, tensor, per_row) else { return self.stmt(fallback) };
+            row_strides.push(map_row_stride(operand, tensor, per_row)?);
             match self.buffers.get(&operand.buffer.id()).cloned() {
                 Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
-                _ => return self.stmt(fallback),
+                _ => return None,
             }
-            row_strides.push(row_stride);
         }
-        let shape = MapShape { m, n, row_strides };
-        let Some(kernel) = self.cx.map_kernel(width, intrin, shape)? else {
-            return self.stmt(fallback);
-        };
-        self.call_kernel(kernel, &pointers)
+        Some((width, pointers, MapShape { m, n, row_strides }))
     }
 }
+
+/// Each operand's base pointer, in the kernel's argument order.
+type KernelPointers<'o> = Vec<(Value, &'o Operand)>;
 
 impl<M: Module> FnTx<'_, '_, '_, M> {
     /// A `RowFold` call: the kernel compiled from the declaration at the level's vector width
@@ -394,24 +411,9 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         fallback: &Stmt,
     ) -> Result<(), CompileError> {
         let IntrinKind::RowFold { m, n, .. } = intrin.kind else { unreachable!("call_intrin checked the kind") };
-        let width = match self.cx.level {
-            IsaLevel::Avx512Vnni | IsaLevel::Amx => VectorWidth::Zmm,
-            IsaLevel::AvxVnni | IsaLevel::Avx2 => VectorWidth::Ymm,
-            IsaLevel::Scalar => return self.stmt(fallback),
+        let Some((width, pointers, shape)) = self.map_operands(intrin, operands, (m, n)) else {
+            return self.stmt(fallback);
         };
-        let mut pointers = Vec::with_capacity(operands.len());
-        let mut row_strides = Vec::with_capacity(operands.len());
-        let mut per_row = intrin.map_rows();
-        per_row.push(false);
-        for ((operand, tensor), per_row) in operands.iter().zip(intrin.operand_tensors()).zip(per_row) {
-            let Some(row_stride) = map_row_stride(operand, tensor, per_row) else { return self.stmt(fallback) };
-            match self.buffers.get(&operand.buffer.id()).cloned() {
-                Some(BufLoc::Memory(base)) => pointers.push((base, operand)),
-                _ => return self.stmt(fallback),
-            }
-            row_strides.push(row_stride);
-        }
-        let shape = MapShape { m, n, row_strides };
         let Some(kernel) = self.cx.row_fold_kernel(width, intrin, shape, reset)? else {
             return self.stmt(fallback);
         };
