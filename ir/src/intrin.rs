@@ -460,14 +460,7 @@ fn check_row_fold(
         return Err(bad("RowFold output", expected, found));
     };
     let (p, l, c) = (output.axes()[0].var().clone(), output.axes()[1].var().clone(), fold.axes[0].var().clone());
-    // `index` is exactly `Σ k·v` over `want` (as an affine form).
-    let is = |index: &Expr, want: &[(&Var, i64)]| {
-        let form = Linear::of(index);
-        let terms: Vec<_> = form.terms.iter().filter(|(_, k)| *k != 0).collect();
-        form.constant == 0
-            && terms.len() == want.len()
-            && want.iter().all(|(v, k)| terms.iter().any(|(t, tk)| tk == k && t.as_var() == Some(*v)))
-    };
+    let is = |index: &Expr, want: &[(&Var, i64)]| Linear::of(index).is_sum_of(want);
     for (tensor, index) in reads {
         let element = tensor.shape() == [m, n]
             && index.len() == 2

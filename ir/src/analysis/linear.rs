@@ -1,7 +1,7 @@
 //! Linear forms of `i64` index expressions: `Σ coeff * term + constant`.
 
 use crate::dtype::DType;
-use crate::expr::{BinOp, Expr, ExprKind};
+use crate::expr::{BinOp, Expr, ExprKind, Var};
 
 /// `Σ coeff * term + constant`. Coefficients wrap like `i64` arithmetic does, so a form is exact
 /// in the ring of `i64` whatever the values; terms are distinct up to structural equality and
@@ -96,6 +96,15 @@ impl Linear {
                 .all(|(t, c)| other.terms.iter().any(|(u, d)| c == d && t.structurally_eq(u)))
     }
 
+    /// True if the form is exactly `Σ k·v` over `want` (distinct variables, non-zero
+    /// coefficients): no constant and no other non-zero term.
+    pub fn is_sum_of(&self, want: &[(&Var, i64)]) -> bool {
+        let mut nonzero = self.terms.iter().filter(|(_, k)| *k != 0);
+        self.constant == 0
+            && nonzero.clone().count() == want.len()
+            && nonzero.all(|(t, k)| want.iter().any(|(v, w)| w == k && t.as_var() == Some(*v)))
+    }
+
     /// The canonical expression: positive terms in order, then negative ones subtracted, then
     /// the constant (`b*8 + c - a - 3`); `k - x` when no term is positive.
     pub fn to_expr(&self) -> Expr {
@@ -126,7 +135,6 @@ impl Linear {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::expr::Var;
 
     #[test]
     fn like_terms_and_constants_collect() {
@@ -163,5 +171,18 @@ mod tests {
         let y = Linear::of(&(b.to_expr() + 1 + a.to_expr() * 2 + a.to_expr() - a.to_expr()));
         assert!(x.same_as(&y));
         assert!(!x.same_as(&Linear::of(&(a.to_expr() * 2 + b.to_expr()))));
+    }
+
+    #[test]
+    fn sums_of_variables_are_recognised_exactly() {
+        let (a, b, c) = (Var::index("a"), Var::index("b"), Var::index("c"));
+        let e = a.to_expr() * 4 + b.to_expr();
+        assert!(Linear::of(&e).is_sum_of(&[(&b, 1), (&a, 4)]));
+        assert!(!Linear::of(&e).is_sum_of(&[(&a, 4)]), "a term left over");
+        assert!(!Linear::of(&e).is_sum_of(&[(&a, 4), (&b, 1), (&c, 1)]), "a variable missing");
+        assert!(!Linear::of(&e).is_sum_of(&[(&a, 2), (&b, 1)]), "another coefficient");
+        assert!(!Linear::of(&(e.clone() + 1)).is_sum_of(&[(&a, 4), (&b, 1)]), "a constant");
+        assert!(Linear::of(&(e.clone() + c.to_expr() - c.to_expr())).is_sum_of(&[(&a, 4), (&b, 1)]));
+        assert!(!Linear::of(&(a.to_expr() * b.to_expr())).is_sum_of(&[(&a, 1), (&b, 1)]), "a product");
     }
 }

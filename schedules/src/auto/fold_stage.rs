@@ -47,13 +47,7 @@ pub fn row_fold(t: &Tensor, rows: i64) -> Option<TensorIntrin> {
     let mut fits = true;
     source.for_each(&mut |e| {
         if let ExprKind::TensorRead(x, idx) = e.kind() {
-            let is = |index: &Expr, want: &[(&Var, i64)]| {
-                let form = Linear::of(index);
-                let terms: Vec<_> = form.terms.iter().filter(|(_, k)| *k != 0).collect();
-                form.constant == 0
-                    && terms.len() == want.len()
-                    && want.iter().all(|(v, k)| terms.iter().any(|(t, tk)| tk == k && t.as_var() == Some(*v)))
-            };
+            let is = |index: &Expr, want: &[(&Var, i64)]| Linear::of(index).is_sum_of(want);
             let per_row = match idx.as_slice() {
                 [a, b] if is(a, &[(&r, 1)]) && is(b, &[(&c, lanes), (&l, 1)]) => false,
                 [a] if is(a, &[(&r, 1)]) => true,
