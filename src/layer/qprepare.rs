@@ -3,10 +3,11 @@
 //! bias folded in, computed in one pass over the weights instead of by a compiled function under
 //! the generic schedule, writing the packed tensor once in place. `prepare_weights` is the fast
 //! path (a network's weights prepare at memory speed): each panel's channels gathered into
-//! reduction rows, then interleaved four bytes (one packed group: four i8, or two i16) at a time;
-//! or, where four input channels of one tap make one i8 group, packed straight from the weights.
-//! Four channels at a time, entries move through the vector loops of `qprepare_x86` (i16
-//! entries as the bytes of rows widened to i16, so that the same loops move them).
+//! reduction rows, then interleaved four bytes (one packed group: four i8, or two i16 widened
+//! from i8 on the way) at a time; or, where the input channels of one tap fill a group (four
+//! i8, two i16), packed straight from the weights. Four channels at a time, entries move through
+//! the vector loops of `qprepare_x86`; each byte of the packed tensor is written once, with no
+//! temporary between the weights and it but the reduction rows where they are gathered.
 //! `prepare_weights_scalar` is its slow twin, element by element as the definition reads;
 //! the tests here compare the two bit for bit, and `tests/it/ort_requant.rs` checks the fast one
 //! against the compiled definition.
@@ -72,19 +73,19 @@ pub fn prepare_weights_in(
     let mut compensation = vec![0i32; oc];
     // A 1×1 kernel whose channels need no padding is already in reduction order.
     let direct = kh * kw == 1 && row == ic && k_len == row;
-    // Four channels of one tap fill one i8 entry when entries never straddle a tap or a
-    // kernel row: each channel then packs straight from its weights, with no reduction rows.
+    // Entries that never straddle a tap or a kernel row pack straight from each channel's
+    // weights, with no reduction rows: four channels of one tap make one i8 entry where `IC` is
+    // a multiple of four (`quads`), two one i16 entry where it is even (`pairs`; `row` is a
+    // multiple of four either way).
     let quads = !direct && !wide && pack == 4 && ic % 4 == 0 && row % 4 == 0;
+    let pairs = !direct && wide && pack == 2 && ic % 2 == 0 && row % 2 == 0;
     // Reduction rows of one panel, `k = ky·row + kx·ic + i`; the bytes that pad a kernel row to
     // `row`, and those past `KH·R`, are never written, so they stay zero.
-    let mut scratch = vec![0i8; if direct || quads { 0 } else { nr * k_len }];
-    let offsets = if quads { quad_offsets([ic, kh, kw], row, nr) } else { Vec::new() };
-    // Every (group, channel) entry is four bytes: `pack` i8, or `pack` (two) i16. i16 entries
-    // come from the rows widened to the bytes of their i16 (`widen`), so that every entry is
-    // four bytes at `4·g` of its row (`row_bytes` long) and one set of loops moves both.
+    let mut scratch = vec![0i8; if direct || quads || pairs { 0 } else { nr * k_len }];
+    let offsets = if quads || pairs { tap_offsets([ic, kh, kw], row, nr, pack) } else { Vec::new() };
+    // Every (group, channel) entry is four bytes: `pack` i8, or `pack` (two) i16, each i16
+    // widened from its i8 as it is written.
     const ENTRY: usize = 4;
-    let row_bytes = if wide { 2 * k_len } else { k_len };
-    let mut widened = vec![0i8; if wide { nr * row_bytes } else { 0 }];
     for (p, panel) in packed.as_mut_bytes().chunks_exact_mut(groups * nr * ENTRY).enumerate() {
         let first = p * nr;
         let channels = nr.min(oc - first);
@@ -98,6 +99,11 @@ pub fn prepare_weights_in(
             pack_quads(block, &offsets, (ic, nr), done, panel);
             continue;
         }
+        if pairs {
+            let done = qprepare_x86::pack_pairs_3x3(block, &offsets, (ic, nr), panel);
+            pack_pairs(block, &offsets, (ic, nr), done, panel);
+            continue;
+        }
         let rows: &[i8] = if direct {
             block
         } else {
@@ -106,52 +112,55 @@ pub fn prepare_weights_in(
             }
             &scratch[..channels * k_len]
         };
-        let rows: &[i8] = if wide {
-            widen(rows, &mut widened[..channels * row_bytes]);
-            &widened[..channels * row_bytes]
-        } else {
-            rows
-        };
         // Four channels at a time where the vector loop takes them.
-        let done = qprepare_x86::interleave_rows(rows, row_bytes, channels, nr, panel);
+        let done = if wide {
+            qprepare_x86::interleave_rows_wide(rows, k_len, channels, nr, panel)
+        } else {
+            qprepare_x86::interleave_rows(rows, k_len, channels, nr, panel)
+        };
         // Group by group: `channels` rows read in step (each stays in one cache line for 16 or 32
         // groups), the panel written in sequence. Channels past `OC` stay zero.
         for (g, entries) in panel.chunks_exact_mut(nr * ENTRY).enumerate() {
-            let at = g * ENTRY;
+            let at = g * pack;
             let entries = &mut entries[done * ENTRY..];
-            for (entry, r) in entries.chunks_exact_mut(ENTRY).zip(rows[done * row_bytes..].chunks_exact(row_bytes)) {
-                let v = &r[at..at + ENTRY];
-                entry.copy_from_slice(&[v[0] as u8, v[1] as u8, v[2] as u8, v[3] as u8]);
+            for (entry, r) in entries.chunks_exact_mut(ENTRY).zip(rows[done * k_len..].chunks_exact(k_len)) {
+                let v = &r[at..at + pack];
+                if wide {
+                    entry.copy_from_slice(&wide_entry(v[0], v[1]));
+                } else {
+                    entry.copy_from_slice(&[v[0] as u8, v[1] as u8, v[2] as u8, v[3] as u8]);
+                }
             }
         }
     }
     Ok(PreparedWeights { packed, compensation: Tensor::from_slice(&[oc as i64], &compensation)? })
 }
 
-/// The sum of one channel's weights, wrapping: 128 at a time in i16 (exact: at most 2^14 in
-/// magnitude), so that the sum runs on vector lanes.
+/// The sum of one channel's weights, wrapping: sixteen at a time on x86-64
+/// (`qprepare_x86::byte_sum`), the rest one by one.
 fn channel_sum(w: &[i8]) -> i32 {
-    w.chunks(128).fold(0i32, |s, c| s.wrapping_add(i32::from(c.iter().fold(0i16, |a, &v| a + i16::from(v)))))
+    let (sum, done) = qprepare_x86::byte_sum(w);
+    w[done..].iter().fold(sum, |s, &v| s.wrapping_add(i32::from(v)))
 }
 
-/// Each value of `rows` as the two bytes of its i16, little-endian, in `wide` (twice as long):
-/// reduction rows of i16 entries read as bytes, an entry (two i16) four of them.
-fn widen(rows: &[i8], wide: &mut [i8]) {
-    for (w, &v) in wide.chunks_exact_mut(2).zip(rows) {
-        let [lo, hi] = i16::from(v).to_le_bytes();
-        w.copy_from_slice(&[lo as i8, hi as i8]);
-    }
+/// The i16 entry of two i8 values: their i16, little-endian.
+fn wide_entry(a: i8, b: i8) -> [u8; 4] {
+    let ([a0, a1], [b0, b1]) = (i16::from(a).to_le_bytes(), i16::from(b).to_le_bytes());
+    [a0, a1, b0, b1]
 }
 
 /// The i8 entries of one panel whose channels' weights are `block` (`[channels, IC, KH, KW]`):
 /// entry (group `k / 4`, channel `j`) holds `w[j, i..i + 4, ky, kx]` for `k = ky·row + kx·ic + i`
 /// (`IC` and `row` multiples of four, so that the four bytes share one tap), for the channels
 /// from `first` on. `taps[t]` is the byte offset in the panel of tap `t`'s first group
-/// (`quad_offsets`). Tap by tap, group by group, so that the panel is written in sequence (each
+/// (`tap_offsets`). Tap by tap, group by group, so that the panel is written in sequence (each
 /// channel's next bytes a few apart).
 fn pack_quads(block: &[i8], taps: &[usize], (ic, nr): (usize, usize), first: usize, panel: &mut [u8]) {
     let khkw = taps.len();
     let per_channel = ic * khkw;
+    if block.len() <= first * per_channel {
+        return;
+    }
     for (t, &offset) in taps.iter().enumerate() {
         for q in 0..ic / 4 {
             let entries = &mut panel[offset + q * nr * 4..][..nr * 4];
@@ -164,10 +173,33 @@ fn pack_quads(block: &[i8], taps: &[usize], (ic, nr): (usize, usize), first: usi
     }
 }
 
-/// For each tap `t = ky·KW + kx`, the byte offset of its first i8 entry (input channels 0–3,
-/// channel 0) in a panel of `nr` channels: group `(ky·row + kx·ic) / 4`.
-fn quad_offsets([ic, kh, kw]: [usize; 3], row: usize, nr: usize) -> Vec<usize> {
-    (0..kh * kw).map(|t| (t / kw * row + t % kw * ic) / 4 * nr * 4).collect()
+/// The i16 entries of one panel whose channels' weights are `block` (`[channels, IC, KH, KW]`):
+/// entry (group `k / 2`, channel `j`) holds `w[j, i..i + 2, ky, kx]` widened to i16 for `k =
+/// ky·row + kx·ic + i` (`IC` and `row` even, so that both values share one tap), for the
+/// channels from `first` on; `taps` as for `pack_quads`. Tap by tap, group by group, as
+/// `pack_quads`.
+fn pack_pairs(block: &[i8], taps: &[usize], (ic, nr): (usize, usize), first: usize, panel: &mut [u8]) {
+    let khkw = taps.len();
+    let per_channel = ic * khkw;
+    if block.len() <= first * per_channel {
+        return;
+    }
+    for (t, &offset) in taps.iter().enumerate() {
+        for q in 0..ic / 2 {
+            let entries = &mut panel[offset + q * nr * 4..][..nr * 4];
+            let at = 2 * q * khkw + t;
+            for (entry, w) in entries.chunks_exact_mut(4).zip(block.chunks_exact(per_channel)).skip(first) {
+                entry.copy_from_slice(&wide_entry(w[at], w[at + khkw]));
+            }
+        }
+    }
+}
+
+/// For each tap `t = ky·KW + kx`, the byte offset of its first entry (input channels from 0,
+/// channel 0) in a panel of `nr` channels of four-byte entries of `pack` values: group
+/// `(ky·row + kx·ic) / pack`.
+fn tap_offsets([ic, kh, kw]: [usize; 3], row: usize, nr: usize, pack: usize) -> Vec<usize> {
+    (0..kh * kw).map(|t| (t / kw * row + t % kw * ic) / pack * nr * 4).collect()
 }
 
 /// One channel's weights `w: [IC, KH, KW]` as its reduction row (`rows[ky·row + kx·ic + i] =
@@ -257,7 +289,11 @@ mod tests {
 
     /// The fast path against its slow twin over kernel sizes, channel counts that pad rows
     /// and panels, panel widths, every GEMM operand type and source dtype, with and without a
-    /// bias: bit for bit; and packed into tensors cut from a `WeightArena`, the same.
+    /// bias: bit for bit; and packed into tensors cut from a `WeightArena`, the same. The shapes
+    /// take every layout of both entry sizes: 1×1 kernels in reduction order, 3×3 (and 9×1)
+    /// kernels packed straight from the weights with four input channels at a time (and with
+    /// two, `IC` ≡ 2 mod 4), gathered rows (odd `IC`), with channels left over past the vector
+    /// loops' fours, and reduction lengths with tails of two, four and eight i16 entries.
     #[test]
     fn the_fast_preparation_equals_the_scalar_one() {
         let arena = WeightArena::reserve(1 << 20).unwrap();
@@ -280,6 +316,11 @@ mod tests {
             [18, 36, 1, 1],
             [7, 20, 1, 1],
             [6, 4, 3, 3],
+            [10, 6, 3, 3],
+            [7, 3, 3, 3],
+            [17, 24, 3, 3],
+            [9, 10, 1, 1],
+            [11, 16, 9, 1],
         ];
         let mut cases = 0;
         for (n, dims) in shapes.iter().enumerate() {
