@@ -99,19 +99,20 @@ pub fn run(args: Args) -> Result<(), Box<dyn Error>> {
     let options = CompileOptions { target: isa.target(), threads, ..CompileOptions::default() };
     let level = options.target.level()?;
     let (start, cpu_start) = (Instant::now(), process_cpu());
-    // The tuning records are parsed on another core while the model is imported and
-    // partitioned (neither needs the other), and the table layers' keys the lookups of the
-    // records compare computed there too.
+    // The tuning records are parsed on another core while the model is imported (neither
+    // needs the other), and the table layers' keys the records' lookups compare are computed
+    // (once per process) on a third thread meanwhile, where there are records to look up: the
+    // three take about as long each, so none waits for the sum of two.
     let (imported, records) = std::thread::scope(|scope| {
+        if db.is_some() || !no_db {
+            scope.spawn(tensorlift::tune::warm_table_keys);
+        }
         let records = scope.spawn(|| -> Result<_, String> {
             let user = match &db {
                 Some(path) => user_records(path).map_err(|e| e.to_string())?,
                 None => Vec::new(),
             };
             let pretuned = if no_db { Vec::new() } else { pretuned_to_apply().map_err(|e| e.to_string())?.records };
-            if !user.is_empty() || !pretuned.is_empty() {
-                tensorlift::tune::warm_table_keys();
-            }
             Ok((user, pretuned))
         });
         let imported = tensorlift::onnx::load(&model);

@@ -20,7 +20,7 @@ use super::slot::Slot;
 use super::spec::{auto_spec, partition_name, partition_spec};
 use crate::graph::partition::{QAdd, QConv, QGlobalAvgPool, QMaxPool, QuantTensor, Residual};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
-use crate::layer::{QConvAutoSpec, QConvSpec, QDenseSpec};
+use crate::layer::{KernelCache, QConvAutoSpec, QConvSpec, QDenseSpec};
 use crate::runtime::CompileOptions;
 use crate::runtime::host::Pool;
 
@@ -150,25 +150,46 @@ pub fn compile_tuned(
         .iter()
         .map(|&t| Ok((t, slot(t, &mut slots)?)))
         .collect::<Result<Vec<_>, EngineError>>()?;
+    // The layers' packed weights are cut from one reservation (`WeightArena`: fresh pages are
+    // faulted one huge page at a time, none left partly used per layer), made before planning
+    // from the int8 constants of the convolutions and products. Packed entries take up to twice
+    // the weights' bytes (i16 at levels without VNNI) and panels and rows pad them; the
+    // reservation is address space, so it is ample, and a layer that does not fit allocates its own.
+    let weights = int8_constant_bytes(&graph, &partitions);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let arena = |bytes: usize| KernelCache::with_weight_arena(bytes.saturating_mul(4));
+    let cache = arena(weights);
     // First what each partition needs (the convolutions and products to compile, the others'
-    // kernels), then those compiled on every core (`jobs::compile_jobs`).
-    let mut planned = Vec::with_capacity(partitions.len());
-    for partition in partitions {
-        let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
-        let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
-        let begin = Instant::now();
-        let plan = plan(&graph, &partition, &ins, &outs, &slots, (knobs, auto))?;
-        planned.push((partition, ins, outs, plan, begin.elapsed()));
-    }
-    let jobs_start = Instant::now();
-    let mut compiled = compile_jobs(
-        planned.iter().enumerate().filter_map(|(i, (.., plan, _))| match plan {
-            Plan::Job(job) => Some((i, &**job)),
-            Plan::Chosen(_) => None,
-        }),
-        options,
-    );
-    let jobs_time = jobs_start.elapsed();
+    // kernels), then those compiled on every core (`jobs::compile_jobs`). Planning takes one
+    // core: meanwhile another faults in the arena's first `weights` bytes, which every packed
+    // layout writes (it takes at least a byte per weight), so that the threads packing them do
+    // not pay for the fresh pages.
+    let (planned, mut compiled, jobs_time) = std::thread::scope(|scope| -> Result<_, EngineError> {
+        if cores > 1 {
+            scope.spawn(|| cache.populate_weight_arena(weights));
+        }
+        let mut planned = Vec::with_capacity(partitions.len());
+        for partition in partitions {
+            let ins = partition.inputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
+            let outs = partition.outputs.iter().map(|&t| slot(t, &mut slots)).collect::<Result<Vec<_>, _>>()?;
+            let begin = Instant::now();
+            let plan = plan(&graph, &partition, &ins, &outs, &slots, (knobs, auto))?;
+            planned.push((partition, ins, outs, plan, begin.elapsed()));
+        }
+        let jobs = || {
+            planned.iter().enumerate().filter_map(|(i, (.., plan, _))| match plan {
+                Plan::Job(job) => Some((i, &**job)),
+                Plan::Chosen(_) => None,
+            })
+        };
+        // Weights the constants did not show (none in the importers' graphs) get an arena sized
+        // from the jobs themselves.
+        let job_weights: usize = jobs().map(|(_, job)| job.weight_bytes()).sum();
+        let larger = (job_weights > weights).then(|| arena(job_weights));
+        let jobs_start = Instant::now();
+        let compiled = compile_jobs(jobs(), options, larger.as_ref().unwrap_or(&cache));
+        Ok((planned, compiled, jobs_start.elapsed()))
+    })?;
     let mut steps = Vec::with_capacity(planned.len());
     let mut warnings = Vec::new();
     for (i, (partition, ins, outs, plan, planning)) in planned.into_iter().enumerate() {
@@ -228,6 +249,16 @@ pub fn compile_tuned(
         jobs_time,
         warnings,
     })
+}
+
+/// The bytes of the int8 constants the convolution and product partitions read: their weights
+/// (and zero points), known before the partitions are planned.
+fn int8_constant_bytes(graph: &FinalizedGraph, partitions: &[Partition]) -> usize {
+    let layers = partitions
+        .iter()
+        .filter(|p| matches!(p.kind, PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_)));
+    let constants = layers.flat_map(|p| p.inputs.iter().filter_map(|&t| graph.graph().constant_value(t)));
+    constants.filter(|v| matches!(v.dtype(), DataType::U8 | DataType::S8)).map(|v| v.len()).sum()
 }
 
 /// The integer type of a quantized activation.

@@ -3,8 +3,8 @@
 //! parallel and layers of one geometry share one. The first layer of each geometry is taken
 //! first, so that a thread seldom waits for a function another thread is compiling; among those
 //! and among the others, the layers with the most weights first, so that no long preparation
-//! ends the queue while other cores idle. The layers' packed weights are cut from one
-//! reservation (`runtime::WeightArena`). The auto-scheduled convolutions (`Work::Auto`) are
+//! ends the queue while other cores idle. The layers' packed weights are cut from the cache's
+//! reservation (`runtime::WeightArena`, made by the caller). The auto-scheduled convolutions (`Work::Auto`) are
 //! jobs of the same queue, taken before the others since each compiles its own function.
 //! `TENSORLIFT_TRACE_JOBS=1` prints, per job, its thread, when it started and ended, the CPU
 //! time its thread spent on it and a layer's function and weight times.
@@ -59,7 +59,7 @@ impl Job {
 
     /// The weights a layer job prepares, in bytes: what sets its cost apart beyond its
     /// function (the deep layers' weights fault in fresh pages as they are packed).
-    fn weight_bytes(&self) -> usize {
+    pub(super) fn weight_bytes(&self) -> usize {
         match &self.work {
             Work::Layer { layer: Spec::Conv(s), .. } => s.weights.len(),
             Work::Layer { layer: Spec::Dense(s), .. } => s.weights.len(),
@@ -86,11 +86,13 @@ impl Job {
 /// A compiled layer (or why not) and the time it took its thread.
 pub(super) type Compiled = (Result<Kernel, LayerError>, Duration);
 
-/// Compiles `jobs` (each with the index the result is returned under) with `options` on as many
-/// threads as the machine has cores (at most one per job).
+/// Compiles `jobs` (each with the index the result is returned under) with `options` and
+/// `cache` (its weight arena holding the layers' packed weights) on as many threads as the
+/// machine has cores (at most one per job).
 pub(super) fn compile_jobs<'a>(
     jobs: impl Iterator<Item = (usize, &'a Job)>,
     options: &CompileOptions,
+    cache: &KernelCache,
 ) -> HashMap<usize, Compiled> {
     // Auto-scheduled convolutions first (each compiles its own function), then the first layer
     // of each geometry, then the layers that find theirs; each geometry is formatted once.
@@ -108,12 +110,6 @@ pub(super) fn compile_jobs<'a>(
         group.sort_by_key(|&(index, job)| (std::cmp::Reverse(job.weight_bytes()), index));
     }
     let order: Vec<(usize, &Job)> = auto.into_iter().chain(first).chain(rest).collect();
-    // The layers' packed weights cut from one reservation (`WeightArena`: fresh pages are
-    // faulted one huge page at a time, none left partly used per layer). Packed entries take up
-    // to twice the weights' bytes (i16 at levels without VNNI) and panels and rows pad them; the
-    // reservation is address space, so it is ample, and a layer that does not fit allocates its own.
-    let weights: usize = order.iter().map(|(_, job)| job.weight_bytes()).sum();
-    let cache = KernelCache::with_weight_arena(weights.saturating_mul(4));
     let next = AtomicUsize::new(0);
     let results = Mutex::new(HashMap::with_capacity(order.len()));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(order.len()).max(1);
@@ -122,7 +118,7 @@ pub(super) fn compile_jobs<'a>(
     let work = |thread: usize| {
         while let Some(&(index, job)) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
             let (start, cpu) = (Instant::now(), trace.then(thread_cpu));
-            let result = job.compile(&cache, options);
+            let result = job.compile(cache, options);
             let done = (result, start.elapsed());
             if let Some(cpu) = cpu {
                 let span = (start - begin, start - begin + done.1, thread_cpu().saturating_sub(cpu));
@@ -160,7 +156,9 @@ pub(super) fn compile_jobs<'a>(
             );
         }
         drop(done);
+        let weights: usize = order.iter().map(|(_, job)| job.weight_bytes()).sum();
         eprintln!("jobs: {:.2} ms on {threads} thread(s)", ms(begin.elapsed()));
+        eprintln!("weight arena: {} bytes packed from {weights} bytes of weights", cache.weight_arena_used());
     }
     results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -63,6 +63,17 @@ impl KernelCache {
         KernelCache { arena: WeightArena::reserve(bytes), ..KernelCache::default() }
     }
 
+    /// Faults in the first `bytes` of the weight arena, if the cache has one
+    /// (`WeightArena::populate`); whether any were.
+    pub fn populate_weight_arena(&self, bytes: usize) -> bool {
+        self.arena.as_ref().is_some_and(|a| a.populate(bytes))
+    }
+
+    /// Bytes of the weight arena handed out so far (zero without one).
+    pub fn weight_arena_used(&self) -> usize {
+        self.arena.as_ref().map_or(0, WeightArena::used)
+    }
+
     /// Where the layers' packed weights are cut from, if anywhere.
     pub(super) fn weight_arena(&self) -> Option<&WeightArena> {
         self.arena.as_ref()

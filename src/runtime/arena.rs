@@ -51,6 +51,14 @@ impl WeightArena {
         Some(unsafe { Storage::in_mapping(&self.mapping, offset, size) })
     }
 
+    /// Faults in the arena's first `bytes` now, on the calling thread (`Mapping::populate`):
+    /// one with nothing else to do while the compile plans its layers, so that the threads
+    /// packing weights into those pages later find them mapped and zeroed. Contents and
+    /// placement are unchanged. Whether the kernel did.
+    pub fn populate(&self, bytes: usize) -> bool {
+        self.mapping.populate(bytes)
+    }
+
     /// Bytes handed out so far.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
@@ -87,5 +95,41 @@ mod tests {
         let copy = tensors[1].clone();
         drop(tensors);
         assert!(copy.as_bytes().iter().all(|&b| b == 2));
+    }
+
+    /// The 4 kB pages of the first `bytes` of the arena's mapping that are resident (`mincore`).
+    fn resident(arena: &WeightArena, bytes: usize) -> usize {
+        let mut pages = vec![0u8; bytes.div_ceil(4096)];
+        // SAFETY: the range lies inside the mapping; `pages` has a byte per page of it.
+        let ok = unsafe { libc::mincore(arena.mapping.start().cast(), bytes, pages.as_mut_ptr()) } == 0;
+        assert!(ok, "mincore: {}", std::io::Error::last_os_error());
+        pages.iter().filter(|&&p| p & 1 == 1).count()
+    }
+
+    /// Populating maps the first huge pages asked for, and no others, without changing them:
+    /// the tensors cut from them are zero and their own. Where the kernel does not know the
+    /// advice (before Linux 5.14) the call says so, with `EINVAL`, and maps nothing.
+    #[test]
+    fn populating_maps_the_first_pages_and_keeps_them_zero() {
+        let arena = WeightArena::reserve(3 << 20).unwrap();
+        assert_eq!(arena.mapping.size(), 4 << 20);
+        assert_eq!(resident(&arena, 4 << 20), 0, "a fresh reservation has no pages");
+        let populated = arena.populate(1);
+        let error = std::io::Error::last_os_error();
+        if populated {
+            assert_eq!(resident(&arena, 2 << 20), 512, "the first huge page is mapped");
+            assert_eq!(resident(&arena, 4 << 20), 512, "the second is not");
+        } else {
+            assert_eq!(error.raw_os_error(), Some(libc::EINVAL), "{error}");
+            assert_eq!(resident(&arena, 4 << 20), 0);
+        }
+        let mut a = arena.zeros(DType::I8, &[3000]).unwrap();
+        let b = arena.zeros(DType::I32, &[1000]).unwrap();
+        assert!(a.as_bytes().iter().chain(b.as_bytes()).all(|&x| x == 0));
+        a.as_mut_bytes().fill(7);
+        assert!(b.as_bytes().iter().all(|&x| x == 0), "the tensors are disjoint");
+        // Populating again, now past what was handed out, changes none of it.
+        assert_eq!(arena.populate(usize::MAX), populated);
+        assert!(a.as_bytes().iter().all(|&x| x == 7) && b.as_bytes().iter().all(|&x| x == 0));
     }
 }
