@@ -7,6 +7,7 @@ use cranelift_codegen::ir::{
     AbiParam, FuncRef, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, Type, UserFuncName, Value,
     types,
 };
+use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::{CodegenError, Context};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_module::{FuncId, Linkage, Module, ModuleError};
@@ -20,6 +21,7 @@ use super::clif::Clif;
 use super::cse::{ExprCache, loop_invariants};
 use super::host;
 use super::intrin::KernelKey;
+use super::regalloc;
 use super::types::{Val, lane_type, piece_type};
 use crate::abi::{ALIGN, HostFn, STATUS_INDEX_OUT_OF_BOUNDS, STATUS_OK, STATUS_OUT_OF_MEMORY};
 use crate::error::CompileError;
@@ -51,6 +53,9 @@ pub(crate) struct ModuleCtx<'m, M: Module> {
     pub kernels: HashMap<KernelKey, FuncId>,
     /// Buffers of `BoundsCheck`s, numbered as `ir::passes::checked_buffers` numbers them.
     pub checked: Vec<BufferId>,
+    /// The module's ISA with the single-pass register allocator, once a function needs it
+    /// (`regalloc`).
+    pub single_pass: Option<OwnedTargetIsa>,
 }
 
 impl<'m, M: Module> ModuleCtx<'m, M> {
@@ -76,6 +81,7 @@ impl<'m, M: Module> ModuleCtx<'m, M> {
             functions: Vec::new(),
             kernels: HashMap::default(),
             checked: ir::passes::checked_buffers(func).iter().map(Buffer::id).collect(),
+            single_pass: None,
         })
     }
 
@@ -141,7 +147,16 @@ pub(crate) fn build_function<M: Module>(
         tx.b.finalize(config);
     }
     cx.clif.push(name, &ctx.func);
-    cx.module.define_function(id, &mut ctx).map_err(|err| match err {
+    let defined = if regalloc::single_pass_suffices(&ctx.func) {
+        if cx.single_pass.is_none() {
+            cx.single_pass = Some(regalloc::single_pass_isa(cx.module.isa())?);
+        }
+        let isa = cx.single_pass.as_deref().expect("set just above");
+        regalloc::define_function_with(cx.module, isa, id, &mut ctx).map_err(|e| *e)
+    } else {
+        cx.module.define_function(id, &mut ctx)
+    };
+    defined.map_err(|err| match err {
         ModuleError::Compilation(CodegenError::Verifier(errors)) => CompileError::Cranelift {
             func: name.to_string(),
             message: cranelift_codegen::print_errors::pretty_verifier_error(&ctx.func, None, errors),

@@ -31,6 +31,7 @@ mod interleaved;
 pub(crate) mod intrin;
 pub mod jit;
 mod memory;
+mod regalloc;
 mod types;
 mod vector;
 
