@@ -612,14 +612,23 @@ mod tests {
                     assert!(runs.iter().all(|&r| r <= 1), "{n} on {threads}: {runs:?}");
                 }
             }
-            // An early failure stops the rest: the first iteration fails, and the threads
-            // take at most a few guided chunks between them before they see it.
+            // A failure stops the thread it happens on: the first iteration fails, and the
+            // rest of the caller's first chunk (the front `n / (GUIDED · threads)`, which no
+            // other thread takes) never runs; alone, the caller runs nothing else. How much
+            // the workers run before they see the failure is up to the scheduler (a caller
+            // descheduled before its first iteration leaves them everything else): not checked.
             let n = 100_000;
             let tally = Tally { runs: (0..n).map(|_| AtomicU32::new(0)).collect(), fail_at: 0 };
             let closure = std::ptr::from_ref(&tally).cast::<u8>();
             assert_eq!(pool.run(count_runs, closure, n as i64, false), 9, "on {threads}");
-            let ran = tally.runs.iter().filter(|r| r.load(Ordering::Relaxed) > 0).count();
-            assert!(ran < n * 3 / 4, "{ran} of {n} ran on {threads}");
+            let runs: Vec<u32> = tally.runs.iter().map(|r| r.load(Ordering::Relaxed)).collect();
+            assert!(runs[0] == 1 && runs.iter().all(|&r| r <= 1), "on {threads}");
+            let front = n / (GUIDED as usize * threads);
+            let next = runs[1..].iter().position(|&r| r > 0).map_or(n, |i| i + 1);
+            assert!(next >= front, "iteration {next} ran after the first failed, on {threads}");
+            if threads == 1 {
+                assert_eq!(next, n, "a lone caller stops at the failure");
+            }
         }
     }
 
