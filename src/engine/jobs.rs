@@ -4,8 +4,9 @@
 //! first, so that a thread seldom waits for a function another thread is compiling; among those
 //! and among the others, the layers with the most weights first, so that no long preparation
 //! ends the queue while other cores idle. The layers' packed weights are cut from the cache's
-//! reservation (`runtime::WeightArena`, made by the caller). The auto-scheduled convolutions (`Work::Auto`) are
-//! jobs of the same queue, taken before the others since each compiles its own function.
+//! reservation (`runtime::WeightArena`, made by the caller). The auto-scheduled convolutions
+//! (`Work::Auto`) are jobs of the same queue, taken before the others since each compiles its
+//! own function.
 //! `TENSORLIFT_TRACE_JOBS=1` prints, per job, its thread, when it started and ended, the CPU
 //! time its thread spent on it and a layer's function and weight times.
 

@@ -94,14 +94,13 @@ pub fn prepare_weights_in(
         for ((o, c), w) in (first..).zip(&mut compensation[first..first + channels]).zip(block.chunks_exact(taps)) {
             *c = channel_sum(w).wrapping_mul(factor).wrapping_sub(bias.map_or(0, |b| b[o]));
         }
-        if quads {
-            let done = qprepare_x86::pack_quads_3x3(block, &offsets, (ic, nr), panel);
-            pack_quads(block, &offsets, (ic, nr), done, panel);
-            continue;
-        }
-        if pairs {
-            let done = qprepare_x86::pack_pairs_3x3(block, &offsets, (ic, nr), panel);
-            pack_pairs(block, &offsets, (ic, nr), done, panel);
+        if quads || pairs {
+            let done = if quads {
+                qprepare_x86::pack_quads_3x3(block, &offsets, (ic, nr), panel)
+            } else {
+                qprepare_x86::pack_pairs_3x3(block, &offsets, (ic, nr), panel)
+            };
+            pack_taps(block, &offsets, (ic, nr), pack, done, panel);
             continue;
         }
         let rows: &[i8] = if direct {
@@ -149,47 +148,29 @@ fn wide_entry(a: i8, b: i8) -> [u8; 4] {
     [a0, a1, b0, b1]
 }
 
-/// The i8 entries of one panel whose channels' weights are `block` (`[channels, IC, KH, KW]`):
-/// entry (group `k / 4`, channel `j`) holds `w[j, i..i + 4, ky, kx]` for `k = ky·row + kx·ic + i`
-/// (`IC` and `row` multiples of four, so that the four bytes share one tap), for the channels
-/// from `first` on. `taps[t]` is the byte offset in the panel of tap `t`'s first group
-/// (`tap_offsets`). Tap by tap, group by group, so that the panel is written in sequence (each
-/// channel's next bytes a few apart).
-fn pack_quads(block: &[i8], taps: &[usize], (ic, nr): (usize, usize), first: usize, panel: &mut [u8]) {
+/// The entries of one panel whose channels' weights are `block` (`[channels, IC, KH, KW]`), each
+/// `pack` values of one tap: entry (group `k / pack`, channel `j`) holds `w[j, i..i + pack, ky,
+/// kx]` for `k = ky·row + kx·ic + i`, as four i8 (`pack` 4; `IC` and `row` multiples of four)
+/// or as two i8 widened to i16 (`pack` 2; `IC` and `row` even), so that an entry never
+/// straddles a tap; for the channels from `first` on. `taps[t]` is the byte offset in the panel
+/// of tap `t`'s first group (`tap_offsets`). Tap by tap, group by group, so that the panel is
+/// written in sequence (each channel's next bytes a few apart).
+fn pack_taps(block: &[i8], taps: &[usize], (ic, nr): (usize, usize), pack: usize, first: usize, panel: &mut [u8]) {
     let khkw = taps.len();
     let per_channel = ic * khkw;
     if block.len() <= first * per_channel {
         return;
     }
     for (t, &offset) in taps.iter().enumerate() {
-        for q in 0..ic / 4 {
+        for q in 0..ic / pack {
             let entries = &mut panel[offset + q * nr * 4..][..nr * 4];
-            let at = 4 * q * khkw + t;
+            let at = pack * q * khkw + t;
             for (entry, w) in entries.chunks_exact_mut(4).zip(block.chunks_exact(per_channel)).skip(first) {
-                let v = &w[at..at + 3 * khkw + 1];
-                entry.copy_from_slice(&[v[0] as u8, v[khkw] as u8, v[2 * khkw] as u8, v[3 * khkw] as u8]);
-            }
-        }
-    }
-}
-
-/// The i16 entries of one panel whose channels' weights are `block` (`[channels, IC, KH, KW]`):
-/// entry (group `k / 2`, channel `j`) holds `w[j, i..i + 2, ky, kx]` widened to i16 for `k =
-/// ky·row + kx·ic + i` (`IC` and `row` even, so that both values share one tap), for the
-/// channels from `first` on; `taps` as for `pack_quads`. Tap by tap, group by group, as
-/// `pack_quads`.
-fn pack_pairs(block: &[i8], taps: &[usize], (ic, nr): (usize, usize), first: usize, panel: &mut [u8]) {
-    let khkw = taps.len();
-    let per_channel = ic * khkw;
-    if block.len() <= first * per_channel {
-        return;
-    }
-    for (t, &offset) in taps.iter().enumerate() {
-        for q in 0..ic / 2 {
-            let entries = &mut panel[offset + q * nr * 4..][..nr * 4];
-            let at = 2 * q * khkw + t;
-            for (entry, w) in entries.chunks_exact_mut(4).zip(block.chunks_exact(per_channel)).skip(first) {
-                entry.copy_from_slice(&wide_entry(w[at], w[at + khkw]));
+                let v = &w[at..at + (pack - 1) * khkw + 1];
+                entry.copy_from_slice(&match pack {
+                    4 => [v[0] as u8, v[khkw] as u8, v[2 * khkw] as u8, v[3 * khkw] as u8],
+                    _ => wide_entry(v[0], v[khkw]),
+                });
             }
         }
     }

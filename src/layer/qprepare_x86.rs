@@ -138,7 +138,7 @@ pub(super) fn byte_sum(w: &[i8]) -> (i32, usize) {
 }
 
 /// The i8 entries of the first channels of a panel of `nr` channels whose weights are `block`
-/// (`[channels, IC, 3, 3]`, `IC` a multiple of four), as `qprepare::pack_quads` writes them:
+/// (`[channels, IC, 3, 3]`, `IC` a multiple of four), as `qprepare::pack_taps` writes them (`pack` 4):
 /// entry (group of input channels `q`, channel `j`) of tap `t` at byte `taps[t] + (q·nr + j)·4`
 /// holds `w[j, 4q..4q + 4, t / 3, t % 3]`. Returns the channels written (a multiple of four;
 /// none where the CPU lacks SSSE3).
@@ -155,7 +155,7 @@ pub(super) fn pack_quads_3x3(block: &[i8], taps: &[usize], (ic, nr): (usize, usi
 }
 
 /// The i16 entries of the first channels of a panel of `nr` channels whose weights are `block`
-/// (`[channels, IC, 3, 3]`, `IC` a multiple of four), as `qprepare::pack_pairs` writes them:
+/// (`[channels, IC, 3, 3]`, `IC` a multiple of four), as `qprepare::pack_taps` writes them (`pack` 2):
 /// entry (pair of input channels `q`, channel `j`) of tap `t` at byte `taps[t] + (q·nr + j)·4`
 /// holds `w[j, 2q..2q + 2, t / 3, t % 3]` widened to i16. Returns the channels written (a
 /// multiple of four; none where the CPU lacks SSSE3).
@@ -217,6 +217,26 @@ fn widen_hi(v: __m128i) -> __m128i {
     unsafe { _mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8) }
 }
 
+/// For each of the four channels `j0..j0 + 4` of `block` (`per_channel` weights each), its 36
+/// weights of input channels `4q..4q + 4` as entries of four input channels of one tap: taps
+/// 0–3, taps 4–7, and tap 8 in word 0 (the shuffles of `masks`, loaded).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+fn gather_taps(block: &[i8], per_channel: usize, (q, j0): (usize, usize), masks: &[__m128i; 6]) -> [[__m128i; 4]; 3] {
+    let [a_lo, a_hi, b_mid, b_end, c_mid, c_end] = *masks;
+    let [mut a, mut b, mut c] = [[_mm_setzero_si128(); 4]; 3];
+    for j in 0..4 {
+        let w = &block[(j0 + j) * per_channel + 36 * q..][..36];
+        // SAFETY: each load reads the 16 bytes of a slice of 16 bytes.
+        let load = |at: usize| unsafe { _mm_loadu_si128(w[at..at + 16].as_ptr().cast()) };
+        let (lo, hi, mid, end) = (load(0), load(16), load(4), load(20));
+        a[j] = _mm_or_si128(_mm_shuffle_epi8(lo, a_lo), _mm_shuffle_epi8(hi, a_hi));
+        b[j] = _mm_or_si128(_mm_shuffle_epi8(mid, b_mid), _mm_shuffle_epi8(end, b_end));
+        c[j] = _mm_or_si128(_mm_shuffle_epi8(mid, c_mid), _mm_shuffle_epi8(end, c_end));
+    }
+    [a, b, c]
+}
+
 /// `pack_quads_3x3` on SSSE3.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "ssse3")]
@@ -226,20 +246,10 @@ unsafe fn pack_quads_3x3_ssse3(block: &[i8], taps: &[usize], (ic, nr): (usize, u
     let done = channels / 4 * 4;
     // SAFETY (every load and store below): SSSE3 is enabled here; each reads or writes the 16
     // bytes of a slice of 16 bytes.
-    let [a_lo, a_hi, b_mid, b_end, c_mid, c_end] = masks().map(|m| unsafe { _mm_loadu_si128(m.as_ptr().cast()) });
+    let masks = masks().map(|m| unsafe { _mm_loadu_si128(m.as_ptr().cast()) });
     for q in 0..ic / 4 {
         for j0 in (0..done).step_by(4) {
-            // For each of the four channels, its 36 weights of input channels 4q..4q + 4 as
-            // entries: taps 0–3, taps 4–7, and tap 8 in word 0.
-            let [mut a, mut b, mut c] = [[_mm_setzero_si128(); 4]; 3];
-            for j in 0..4 {
-                let w = &block[(j0 + j) * per_channel + 36 * q..][..36];
-                let load = |at: usize| unsafe { _mm_loadu_si128(w[at..at + 16].as_ptr().cast()) };
-                let (lo, hi, mid, end) = (load(0), load(16), load(4), load(20));
-                a[j] = _mm_or_si128(_mm_shuffle_epi8(lo, a_lo), _mm_shuffle_epi8(hi, a_hi));
-                b[j] = _mm_or_si128(_mm_shuffle_epi8(mid, b_mid), _mm_shuffle_epi8(end, b_end));
-                c[j] = _mm_or_si128(_mm_shuffle_epi8(mid, c_mid), _mm_shuffle_epi8(end, c_end));
-            }
+            let [a, b, c] = gather_taps(block, per_channel, (q, j0), &masks);
             let [c0, ..] = transpose4(c);
             let cols = transpose4(a).into_iter().chain(transpose4(b)).chain([c0]);
             for (t, col) in cols.enumerate() {
@@ -261,21 +271,12 @@ unsafe fn pack_pairs_3x3_ssse3(block: &[i8], taps: &[usize], (ic, nr): (usize, u
     let done = channels / 4 * 4;
     // SAFETY (every load and store below): SSSE3 is enabled here; each reads or writes the 16
     // bytes of a slice of 16 bytes.
-    let [a_lo, a_hi, b_mid, b_end, c_mid, c_end] = masks().map(|m| unsafe { _mm_loadu_si128(m.as_ptr().cast()) });
+    let masks = masks().map(|m| unsafe { _mm_loadu_si128(m.as_ptr().cast()) });
     for q in 0..ic / 4 {
         for j0 in (0..done).step_by(4) {
-            // For each of the four channels, its 36 weights of input channels 4q..4q + 4 in
-            // words of one tap (taps 0–3, taps 4–7, and tap 8 in word 0), widened: two words,
-            // the entries of pairs 2q and 2q + 1, per tap.
-            let [mut a, mut b, mut c] = [[_mm_setzero_si128(); 4]; 3];
-            for j in 0..4 {
-                let w = &block[(j0 + j) * per_channel + 36 * q..][..36];
-                let load = |at: usize| unsafe { _mm_loadu_si128(w[at..at + 16].as_ptr().cast()) };
-                let (lo, hi, mid, end) = (load(0), load(16), load(4), load(20));
-                a[j] = _mm_or_si128(_mm_shuffle_epi8(lo, a_lo), _mm_shuffle_epi8(hi, a_hi));
-                b[j] = _mm_or_si128(_mm_shuffle_epi8(mid, b_mid), _mm_shuffle_epi8(end, b_end));
-                c[j] = _mm_or_si128(_mm_shuffle_epi8(mid, c_mid), _mm_shuffle_epi8(end, c_end));
-            }
+            // Each word of four input channels of one tap widened: two words, the entries of
+            // pairs 2q and 2q + 1, per tap.
+            let [a, b, c] = gather_taps(block, per_channel, (q, j0), &masks);
             // Columns in tap order, two per tap (pairs 2q and 2q + 1), each stored as it is made.
             let mut store = |t: usize, [lo, hi, ..]: [__m128i; 4]| {
                 let at = taps[t] + (2 * q * nr + j0) * 4;
