@@ -25,7 +25,13 @@ fn dense_nt(m: i64, n: i64, k: i64) -> Result<Definition, TeError> {
         |i| sum(DType::I32, &[&r], a.at([&i[0], &r]).cast(DType::I32) * w.at([&i[1], &r]).cast(DType::I32)),
         "C",
     )?;
-    Ok(Definition { inputs: vec![a, w.clone()], outputs: vec![c], constants: vec![w], ops: (2 * m * n * k) as f64 })
+    Ok(Definition {
+        inputs: vec![a, w.clone()],
+        outputs: vec![c],
+        constants: vec![w],
+        ops: (2 * m * n * k) as f64,
+        params: vec![],
+    })
 }
 
 /// `D[i, j] = Σ_d (X[i, d] − Y[j, d])²` in f32, summed in increasing `d`.
@@ -41,7 +47,13 @@ fn squared_distances(m: i64, n: i64, dims: i64) -> Result<Definition, TeError> {
         },
         "D",
     )?;
-    Ok(Definition { inputs: vec![x, y], outputs: vec![d], constants: vec![], ops: (3 * m * n * dims) as f64 })
+    Ok(Definition {
+        inputs: vec![x, y],
+        outputs: vec![d],
+        constants: vec![],
+        ops: (3 * m * n * dims) as f64,
+        params: vec![],
+    })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -3,8 +3,9 @@ the template with its pre-tuned records, layer by layer in one sitting.
 
 Equal work: the auto-scheduler runs `tensorlift tune op conv2d ... --requantize` at each layer's
 geometry (the catalog's NHWC u8 × s8 convolution, its i32 accumulator requantized to u8 by the
-layers' own stage: per-channel multipliers, compensation, f32 bias, round half to even,
-saturate; the FC as `matmul --m 1 --n 1000 --k 512 --dtype u8 --requantize`); the template runs
+layers' own stage in onnxruntime's order, as the table's layers compute: compensation with
+the bias folded in, per-channel scale, round half to even, zero point, saturate; the FC as
+`matmul --m 1 --n 1000 --k 512 --dtype u8 --requantize`); the template runs
 `tensorlift resnet18 --layer L` (NHWC, the same requantization). Both prepare the weights once,
 untimed (the rules' `tensorize` sketches pack them by a prepare function). What still differs:
 the template computes the compensation from the weights when it prepares them, where the

@@ -40,8 +40,9 @@ enum Kind {
         k: Dim,
         #[arg(long, value_enum, default_value_t = DtypeChoice::U8)]
         dtype: DtypeChoice,
-        /// End as the quantized layers end: the i32 accumulator requantized to u8 (per-channel
-        /// multipliers, compensation and bias, round half to even, saturate). u8 only.
+        /// End as the quantized layers end: the i32 accumulator requantized to u8 in
+        /// onnxruntime's order (compensation with the bias folded in, per-channel scale, round
+        /// half to even, zero point, saturate). u8 only.
         #[arg(long)]
         requantize: bool,
         #[command(flatten)]
@@ -68,8 +69,9 @@ enum Kind {
         pad: Dim,
         #[arg(long, default_value_t = 1, value_parser = positive::<Dim>, allow_negative_numbers = true)]
         groups: Dim,
-        /// End as the quantized layers end: the i32 accumulator requantized to u8 (per-channel
-        /// multipliers, compensation and bias, round half to even, saturate).
+        /// End as the quantized layers end: the i32 accumulator requantized to u8 in
+        /// onnxruntime's order (compensation with the bias folded in, per-channel scale, round
+        /// half to even, zero point, saturate).
         #[arg(long)]
         requantize: bool,
         #[command(flatten)]

@@ -81,14 +81,16 @@ pub fn float_pattern(dtype: DType, shape: &[i64], seed: i64) -> Array {
     Array::from_f64(dtype, shape, &values)
 }
 
-/// The inputs every point of `def` runs on: input `i` holds the pattern with seed `i + 1`
-/// (`bench::pattern` for integers, `float_pattern` for floats).
+/// The inputs every point of `def` runs on: a parameter's own values (`Definition::params`),
+/// else for input `i` the pattern with seed `i + 1` (`bench::pattern` for integers,
+/// `float_pattern` for floats).
 pub fn op_inputs(def: &Definition) -> Vec<Array> {
     let seeded = def.inputs.iter().enumerate().map(|(i, t)| (t, i as i64 + 1));
     seeded
-        .map(|(t, seed)| match t.dtype().is_float() {
-            true => float_pattern(t.dtype(), t.shape(), seed),
-            false => pattern(t.dtype(), t.shape(), seed),
+        .map(|(t, seed)| match def.params.iter().find(|p| p.tensor.id() == t.id()) {
+            Some(p) => p.values.clone(),
+            None if t.dtype().is_float() => float_pattern(t.dtype(), t.shape(), seed),
+            None => pattern(t.dtype(), t.shape(), seed),
         })
         .collect()
 }

@@ -23,7 +23,13 @@ fn dense_nt(m: i64, n: i64, k: i64) -> Definition {
         "C",
     )
     .unwrap();
-    Definition { inputs: vec![a, w.clone()], outputs: vec![c], constants: vec![w], ops: (2 * m * n * k) as f64 }
+    Definition {
+        inputs: vec![a, w.clone()],
+        outputs: vec![c],
+        constants: vec![w],
+        ops: (2 * m * n * k) as f64,
+        params: vec![],
+    }
 }
 
 #[test]

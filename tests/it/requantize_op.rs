@@ -60,6 +60,27 @@ fn requantized_points_are_bit_exact_against_the_interpreter() {
     }
 }
 
+/// The definition computes what the table's layers compute (onnxruntime's order: the bias
+/// folded into the compensation, then the per-channel scale, zero point and lower bound), not
+/// oneDNN's (an f32 bias and a division by the destination scale), and the measurement binds
+/// the parameters their own values.
+#[test]
+fn the_requantized_definition_is_the_layers_order_with_its_parameters_bound() {
+    let spec = requantized(OpSpec::Conv2d { ic: 8, oc: 16, h: 5, w: 5, kh: 1, kw: 1, stride: 2, pad: 0, groups: 1 });
+    let def = spec.build().unwrap();
+    let names: Vec<&str> = def.inputs.iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["src", "weights", "conv.u8.compensation", "conv.u8.scale", "conv.u8.zp", "conv.u8.lower"]);
+    let inputs = tensorlift::tune::op_bench::op_inputs(&def);
+    assert_eq!(def.params.len(), 3);
+    for p in &def.params {
+        let at = def.inputs.iter().position(|t| t.id() == p.tensor.id()).unwrap();
+        assert_eq!(inputs[at].to_f64_vec(), p.values.to_f64_vec(), "{}", p.tensor.name());
+    }
+    let scale = inputs[3].to_f64_vec();
+    assert!(scale.iter().all(|&s| s >= 0.75 * 2f64.powi(-24) && s <= 2f64.powi(-24)), "{scale:?}");
+    assert_eq!((inputs[4].to_f64_vec()[0], inputs[5].to_f64_vec()[0]), (128.0, 0.0));
+}
+
 #[test]
 fn the_listing_of_a_requantized_conv_has_the_gemm_sketches_with_the_epilogue() {
     let spec = requantized(OpSpec::Conv2d { ic: 8, oc: 16, h: 6, w: 6, kh: 3, kw: 3, stride: 1, pad: 1, groups: 1 });

@@ -159,7 +159,7 @@ fn f32_batch_matmul(product: impl Fn(ir::Expr, ir::Expr) -> ir::Expr) -> Definit
         "C",
     )
     .unwrap();
-    Definition { inputs: vec![a, b.clone()], outputs: vec![c], constants: vec![b], ops: 0.0 }
+    Definition { inputs: vec![a, b.clone()], outputs: vec![c], constants: vec![b], ops: 0.0, params: vec![] }
 }
 
 #[test]

@@ -17,6 +17,7 @@ pub use pool::max_pool_nhwc;
 pub use requantized::requantized;
 
 use crate::nn;
+use crate::quant::Param;
 
 /// The element type of `matmul`'s operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -62,6 +63,10 @@ pub struct Definition {
     pub constants: Vec<Tensor>,
     /// Arithmetic operations of one evaluation (a multiply-add is 2), for GOPS.
     pub ops: f64,
+    /// The inputs whose contents the definition fixes, as a layer binds them (a requantization's
+    /// per-channel scale, zero point and lower bound): measurement binds these values rather
+    /// than a pattern. Empty for most kinds.
+    pub params: Vec<Param>,
 }
 
 impl Definition {
@@ -127,7 +132,13 @@ impl OpSpec {
                 let b = placeholder([k, n], bd, "B")?;
                 let c = nn::matmul(&a, &b, out, "C")?;
                 let constants = vec![b.clone()];
-                Ok(Definition { inputs: vec![a, b], outputs: vec![c], constants, ops: 2.0 * (m * n * k) as f64 })
+                Ok(Definition {
+                    inputs: vec![a, b],
+                    outputs: vec![c],
+                    constants,
+                    ops: 2.0 * (m * n * k) as f64,
+                    params: vec![],
+                })
             }
             OpSpec::Conv2d { ic, oc, h, w, kh, kw, stride, pad, groups } => {
                 let src = placeholder([1, h, w, ic], DType::U8, "src")?;
@@ -136,7 +147,7 @@ impl OpSpec {
                 let out = conv2d_nhwc_int8(&src, &weights, stride, pad, groups, "conv")?;
                 let ops = 2.0 * out.shape().iter().product::<i64>() as f64 * (kh * kw * icg) as f64;
                 let constants = vec![weights.clone()];
-                Ok(Definition { inputs: vec![src, weights], outputs: vec![out], constants, ops })
+                Ok(Definition { inputs: vec![src, weights], outputs: vec![out], constants, ops, params: vec![] })
             }
             OpSpec::BatchMatmul { b, m, n, k } => {
                 let a = placeholder([b, m, k], DType::U8, "A")?;
@@ -147,13 +158,14 @@ impl OpSpec {
                     outputs: vec![c],
                     constants: vec![],
                     ops: 2.0 * (b * m * n * k) as f64,
+                    params: vec![],
                 })
             }
             OpSpec::Pool { c, h, w, k, stride } => {
                 let src = placeholder([1, h, w, c], DType::U8, "src")?;
                 let out = max_pool_nhwc(&src, k, stride, "pool")?;
                 let ops = out.shape().iter().product::<i64>() as f64 * (k * k) as f64;
-                Ok(Definition { inputs: vec![src], outputs: vec![out], constants: vec![], ops })
+                Ok(Definition { inputs: vec![src], outputs: vec![out], constants: vec![], ops, params: vec![] })
             }
             OpSpec::Softmax { rows, cols } => {
                 let x = placeholder([rows, cols], DType::F32, "x")?;
@@ -164,6 +176,7 @@ impl OpSpec {
                     outputs: vec![sm.output],
                     constants: vec![],
                     ops: 4.0 * (rows * cols) as f64,
+                    params: vec![],
                 })
             }
             OpSpec::Layernorm { rows, cols } => {
@@ -177,6 +190,7 @@ impl OpSpec {
                     outputs: vec![ln.output],
                     constants: vec![],
                     ops: 8.0 * (rows * cols) as f64,
+                    params: vec![],
                 })
             }
         }

@@ -1,8 +1,8 @@
 //! An int8 contraction of the catalog ending as the quantized layers end: its i32 accumulator
-//! requantized to u8 by the layers' own stage (`ops::requantize_accumulator`), so that the rules
+//! requantized to u8 by the layers' own stage (`ops::requantize_accumulator`) in the order the
+//! resnet-18 table's layers and imported networks compute (onnxruntime's), so that the rules
 //! schedule the same work as the `x86_conv` template's layer.
 
-use ir::te::placeholder_vec;
 use ir::{DType, TeError};
 
 use super::{Definition, MatmulDtype, OpSpec};
@@ -13,18 +13,28 @@ use crate::quant::{QuantAttrs, QuantError, Requantization, Scales, TensorQuant};
 /// per tensor).
 const SRC_SCALE: f32 = 1.0 / 64.0;
 /// The destination scale. The measurement's data (`tune::op_bench`) fill the i32 compensation
-/// with values over the whole i32 range; this scale maps them inside u8, so that the bit-exact
-/// check compares rounded values rather than outputs all at the clamps.
-const DST_SCALE: f32 = (1u64 << 26) as f32;
+/// with values over the whole i32 range; with the weight scales (`weight_scale`) this makes
+/// the per-channel scale `S[c]` between 0.75 and 1 times 2^-24, which maps them inside u8, so
+/// that the bit-exact check compares rounded values rather than outputs all at the clamps.
+const DST_SCALE: f32 = 2048.0;
 /// The destination zero point: mid-range, as the table's layers have it.
 const DST_ZERO_POINT: i32 = 128;
 
+/// Weight scale of output channel `c`: 0.75, 0.875 or 1 times 2^-7 (per channel, as the
+/// layers' weights are quantized).
+fn weight_scale(c: i64) -> f32 {
+    (6 + c % 3) as f32 / 8.0 / 128.0
+}
+
 /// The definition of `of` (a u8 `matmul` or a `conv2d`, whose output is the i32 accumulator
-/// with the output channel last) followed by the layers' requantization in oneDNN's order:
-/// `u8 = sat(round((f32(acc − comp[oc]) · M[oc] + bias[oc]) / scale_dst + zp_dst))`, per-channel
-/// multipliers `M`. Its inputs are the accumulator's, then `<out>.compensation: i32[OC]`,
-/// `bias: f32[OC]` and the per-channel multipliers (`<out>.multiplier`), bound per call as the
-/// template binds them; the weights stay the one constant. Operations: the accumulator's.
+/// with the output channel last) followed by the layers' requantization in onnxruntime's order
+/// (`quant::Requantization::OnnxRuntime`, what the table's layers and imported networks
+/// compute): `u8 = sat(max(round(f32(acc − comp[oc]) · S[oc]) + zp, lower))`, the i32 bias
+/// folded into the compensation. Its inputs are the accumulator's, then
+/// `<out>.compensation: i32[OC]` and the per-channel `<out>.scale`, `<out>.zp` and
+/// `<out>.lower` (f32[OC]), bound per call as the template binds them (the last three are
+/// `Definition::params`, with their values); the weights stay the one constant. Operations:
+/// the accumulator's.
 pub fn requantized(of: &OpSpec) -> Result<Definition, TeError> {
     let weights_dims = |def: &Definition| -> Option<Vec<i64>> {
         match (of, def.inputs.get(1).map(|w| w.shape())) {
@@ -57,18 +67,18 @@ pub fn requantized(of: &OpSpec) -> Result<Definition, TeError> {
     let attrs = QuantAttrs {
         src: TensorQuant::per_tensor("src", SRC_SCALE, 0, DType::U8).map_err(quant_error)?,
         // One multiplier per output channel (mask 1): a parameter tensor the call binds.
-        wei_scales: Scales::new("weights scales", vec![1.0 / 128.0; oc as usize], 1, &dims).map_err(quant_error)?,
+        wei_scales: Scales::new("weights scales", (0..oc).map(weight_scale).collect(), 1, &dims)
+            .map_err(quant_error)?,
         dst: TensorQuant::per_tensor("dst", DST_SCALE, DST_ZERO_POINT, DType::U8).map_err(quant_error)?,
         dst_dtype: DType::U8,
         post_ops: Vec::new(),
-        requantization: Requantization::OneDnn,
+        requantization: Requantization::OnnxRuntime,
     };
-    let bias = placeholder_vec(vec![oc], DType::F32, "bias")?;
     let name = format!("{}.u8", acc.name());
     let Requantized { compensation, output, params } =
-        requantize_accumulator(acc, &dims, Some(&bias), None, &attrs, &name).map_err(quant_error)?;
+        requantize_accumulator(acc, &dims, None, None, &attrs, &name).map_err(quant_error)?;
     let mut inputs = inner.inputs.clone();
-    inputs.extend([compensation, bias]);
-    inputs.extend(params.into_iter().map(|p| p.tensor));
-    Ok(Definition { inputs, outputs: vec![output], constants: inner.constants, ops: inner.ops })
+    inputs.push(compensation);
+    inputs.extend(params.iter().map(|p| p.tensor.clone()));
+    Ok(Definition { inputs, outputs: vec![output], constants: inner.constants, ops: inner.ops, params })
 }
