@@ -534,3 +534,27 @@ fn bit_casts_shifts_and_truncation_equal_the_interpreter() {
         }
     }
 }
+
+#[test]
+fn whole_vectors_run_two_at_a_time_and_equal_the_interpreter() {
+    // A polynomial with comparisons (an opmask each at zmm, the second vector's renamed) over
+    // rows of one to four whole vectors and a partial one: pairs, an odd vector, the tail.
+    let case = MapCase {
+        name: "exp_shifted",
+        inputs: vec![(DType::F32, E), (DType::F32, R)],
+        body: std::rc::Rc::new(|x: &[Expr]| ir::math::exp(&x[0] - &x[1])),
+    };
+    let values = math_values();
+    for level in skip::levels_here([IsaLevel::Avx512Vnni, IsaLevel::Avx2]) {
+        for n in [16, 32, 48, 64, 71] {
+            let func = case.func(3, n);
+            assert!(case.check_args(&func, &math_args(&func, &values), level), "{level} 3x{n}");
+        }
+        if level.has_avx512() {
+            // Both vectors' comparisons: each in its own opmask.
+            let code = crate::disasm::disassemble(compile_at(&case.func(1, 64), level).machine_code());
+            assert!(code.contains(",k3,") || code.contains(" k3,"), "{code}");
+            assert!(code.contains(" k5,"), "{code}");
+        }
+    }
+}

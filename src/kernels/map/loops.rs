@@ -2,6 +2,7 @@
 //! vectors and the masked partial one; and one vector's evaluation and store.
 
 use iced_x86::code_asm::*;
+use iced_x86::{Instruction, OpKind, Register};
 use ir::DType;
 use ir::expr::Expr;
 
@@ -67,10 +68,25 @@ impl<'d> Gen<'d> {
             self.a.cmp(COLUMN, imm32("n", groups)?)?;
             self.a.jb(group_top)?;
         }
-        if full > groups {
+        // Whole vectors: two at a time where the body fits (`vector_pair`), then the odd one.
+        self.masked = false;
+        let pairs = (full - groups) / (2 * lanes);
+        let pair = if pairs > 0 { self.vector_pair(&body)? } else { None };
+        let mut single_from = groups;
+        if let Some(pair) = pair {
+            let mut pair_top = self.a.create_label();
+            self.a.set_label(&mut pair_top)?;
+            for instruction in pair {
+                self.a.add_instruction(instruction)?;
+            }
+            single_from = groups + pairs * 2 * lanes;
+            self.a.add(COLUMN, 2 * lanes as i32)?;
+            self.a.cmp(COLUMN, imm32("n", single_from)?)?;
+            self.a.jb(pair_top)?;
+        }
+        if full > single_from {
             let mut column_top = self.a.create_label();
             self.a.set_label(&mut column_top)?;
-            self.masked = false;
             self.vector(&body)?;
             self.a.add(COLUMN, lanes as i32)?;
             self.a.cmp(COLUMN, imm32("n", full)?)?;
@@ -101,6 +117,57 @@ impl<'d> Gen<'d> {
         self.a.vzeroupper()?;
         self.a.ret()?;
         self.emit_pool()
+    }
+
+    /// The instructions of two whole vectors of outputs, at `COLUMN` and one vector past it,
+    /// interleaved one for one: each vector's chain of dependent instructions (a polynomial's
+    /// Horner steps) issues between the other's, so the core's schedulers hold independent
+    /// work rather than a chain waiting on its own latency. Each vector is evaluated as
+    /// `vector` evaluates it, in its own half of the free registers (interleaved, they must not
+    /// share one); `None`, with nothing emitted, where the body does not fit half of them.
+    fn vector_pair(&mut self, body: &Expr) -> Result<Option<Vec<Instruction>>, KernelError> {
+        let free = self.free.clone();
+        let halves: [Vec<usize>; 2] =
+            [free.iter().copied().step_by(2).collect(), free.iter().copied().skip(1).step_by(2).collect()];
+        let main = std::mem::replace(&mut self.a, CodeAssembler::new(64)?);
+        let mut streams = Vec::with_capacity(2);
+        let mut result = Ok(());
+        for (k, half) in halves.into_iter().enumerate() {
+            self.free = half;
+            self.offset = (k * self.width.lanes()) as i32;
+            result = self.vector(body);
+            if result.is_err() {
+                break;
+            }
+            streams.push(self.a.take_instructions());
+        }
+        self.a = main;
+        self.free = free;
+        self.offset = 0;
+        // A label set inside the body (its own branches) belongs to the other assembler; the
+        // general register and the opmasks other than k3 a body may use are not renamed.
+        let pairable = streams.iter().flatten().all(|i| i.ip() == 0 && !uses_fixed_registers(i));
+        match result {
+            Ok(()) if !pairable => Ok(None),
+            Ok(()) => {
+                let [first, mut second]: [Vec<Instruction>; 2] = streams.try_into().expect("two vectors");
+                // The second vector's comparisons in their own opmask.
+                for i in &mut second {
+                    rename_mask(i, Register::K3, Register::K5);
+                }
+                let mut pair = Vec::with_capacity(first.len() + second.len());
+                let (mut x, mut y) = (first.into_iter(), second.into_iter());
+                loop {
+                    match (x.next(), y.next()) {
+                        (None, None) => break,
+                        (a, b) => pair.extend(a.into_iter().chain(b)),
+                    }
+                }
+                Ok(Some(pair))
+            }
+            Err(KernelError::Unsupported { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// One vector of outputs at column `COLUMN` of the current row.
@@ -149,5 +216,25 @@ impl<'d> Gen<'d> {
         }
         self.release(body);
         Ok(())
+    }
+}
+
+/// Whether `i` reads or writes r11 or an opmask other than k3 (a vector's temporaries that
+/// `Gen::vector_pair` does not rename).
+fn uses_fixed_registers(i: &Instruction) -> bool {
+    let fixed = |r: Register| r.full_register() == Register::R11 || (r.is_k() && r != Register::K3);
+    let operands = (0..i.op_count()).any(|k| i.op_kind(k) == OpKind::Register && fixed(i.op_register(k)));
+    operands || fixed(i.memory_base()) || fixed(i.memory_index()) || fixed(i.op_mask())
+}
+
+/// `i` with opmask `from` replaced by `to`, as an operand and as its write mask.
+fn rename_mask(i: &mut Instruction, from: Register, to: Register) {
+    for k in 0..i.op_count() {
+        if i.op_kind(k) == OpKind::Register && i.op_register(k) == from {
+            i.set_op_register(k, to);
+        }
+    }
+    if i.op_mask() == from {
+        i.set_op_mask(to);
     }
 }
