@@ -266,7 +266,7 @@ pub fn assemble_amx_with(shape: &GemmShape, spec: &AmxSpec) -> Result<Vec<u8>, K
     spec.validate()?;
     let mut g = Gen { a: CodeAssembler::new(64)?, shape: *shape, tiles: Tiles::plan(shape, spec), spec: *spec };
     g.kernel()?;
-    Ok(g.a.assemble(0)?)
+    Ok(crate::kernels::encode::encode(&mut g.a)?)
 }
 
 struct Gen {

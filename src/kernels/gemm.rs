@@ -192,7 +192,7 @@ pub fn assemble_gemm(variant: KernelVariant, shape: &GemmShape, blocking: Blocki
     }
     let mut g = Gen::new(variant, *shape, blocking)?;
     g.kernel()?;
-    Ok(g.a.assemble(0)?)
+    Ok(crate::kernels::encode::encode(&mut g.a)?)
 }
 
 /// The kernel for `shape` computing a run-time number of its segments, under the SysV
@@ -219,7 +219,7 @@ pub fn assemble_gemm_ranged(
     let mut g = Gen::new(variant, *shape, blocking)?;
     g.ranged = true;
     g.kernel()?;
-    Ok(g.a.assemble(0)?)
+    Ok(crate::kernels::encode::encode(&mut g.a)?)
 }
 
 /// The AMX kernel for `shape` with `spec` instead of `AmxSpec::default_for(shape)`: the same

@@ -136,7 +136,7 @@ pub fn assemble_f32_gemm(
     }
     let mut g = Gen { a: CodeAssembler::new(64)?, width, shape: *shape, blocking };
     g.kernel()?;
-    Ok(g.a.assemble(0)?)
+    Ok(crate::kernels::encode::encode(&mut g.a)?)
 }
 
 /// GPR roles (caller-saved), as in `gemm`: the arguments advance per panel; r8/r10 point at

@@ -124,7 +124,7 @@ pub fn assemble_gemm_map(
     }
     g.a.vzeroupper()?;
     g.a.ret()?;
-    Ok(g.a.assemble(0)?)
+    Ok(crate::kernels::encode::encode(&mut g.a)?)
 }
 
 /// The Map's operands after the tile, in a kernel of row blocks: registers the k loop leaves
@@ -282,7 +282,7 @@ fn assemble_blocks_of(
     }
     g.a.vzeroupper()?;
     g.a.ret()?;
-    Ok(g.a.assemble(0)?)
+    Ok(crate::kernels::encode::encode(&mut g.a)?)
 }
 
 /// `instruction` falls through, addresses no memory relative to itself and writes no general

@@ -14,6 +14,7 @@
 //! loads and runs the bytes (`runtime::GemmKernel`, `runtime::peak`) sits above the runtime.
 
 pub mod amx;
+mod encode;
 pub mod gemm;
 pub mod gemm_f32;
 pub mod gemm_map;

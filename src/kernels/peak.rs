@@ -204,7 +204,7 @@ pub fn assemble(kind: ProbeKind, vex: bool) -> Result<Vec<u8>, KernelError> {
     a.jnz(top)?;
     a.vzeroupper()?;
     a.ret()?;
-    Ok(a.assemble(0)?)
+    Ok(crate::kernels::encode::encode(&mut a)?)
 }
 
 /// The `tdpbusd` probe `fn(iterations: i64)`: every tile 16 rows × 64 bytes; tmm4–tmm7 are
@@ -239,5 +239,5 @@ fn assemble_amx() -> Result<Vec<u8>, KernelError> {
     a.tilerelease()?;
     a.vzeroupper()?;
     a.ret()?;
-    Ok(a.assemble(0)?)
+    Ok(crate::kernels::encode::encode(&mut a)?)
 }

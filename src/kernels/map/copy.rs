@@ -117,5 +117,5 @@ pub(super) fn assemble_copy(width: VectorWidth, shape: &MapShape, bytes: i64) ->
     }
     a.vzeroupper()?;
     a.ret()?;
-    Ok(a.assemble(0)?)
+    Ok(crate::kernels::encode::encode(&mut a)?)
 }

@@ -76,7 +76,7 @@ pub fn assemble_row_fold(
         g.budget = budget;
         g.uses.clear();
         g.count_uses(&fold.source);
-        result = g.fold(shape, &fold.source, max).and_then(|()| Ok(g.a.assemble(0)?));
+        result = g.fold(shape, &fold.source, max).and_then(|()| Ok(crate::kernels::encode::encode(&mut g.a)?));
         if result.is_ok() {
             break;
         }

@@ -132,7 +132,7 @@ pub fn assemble_map(width: VectorWidth, decl: &TensorIntrin, shape: &MapShape) -
         let mut g = Gen::new(width, decl, grouped)?;
         g.budget = budget;
         g.kernel(shape)?;
-        Ok(g.a.assemble(0)?)
+        Ok(crate::kernels::encode::encode(&mut g.a)?)
     };
     let registers = width.registers();
     let mut result = assemble(true, usize::MAX);
