@@ -20,6 +20,7 @@ use super::analysis::{self, Promotion};
 use super::clif::Clif;
 use super::cse::{ExprCache, loop_invariants};
 use super::host;
+use super::idiom;
 use super::intrin::KernelKey;
 use super::regalloc;
 use super::types::{Val, lane_type, piece_type};
@@ -114,6 +115,10 @@ pub(crate) struct FnTx<'f, 'c, 'm, M: Module> {
     heap_live: Vec<(Value, i64)>,
     stack_bytes: i64,
     pub cache: ExprCache,
+    /// Whether loop nests that fill or copy one contiguous range become libc calls (`idiom`):
+    /// in the entry function, where the call lets a function whose other loops make calls take
+    /// the single-pass allocator; a parallel body keeps its loops (its fills are a row each).
+    pub memory_idioms: bool,
 }
 
 /// Builds, records and defines the function `id` with signature `sig`; `fill` emits its body
@@ -141,6 +146,7 @@ pub(crate) fn build_function<M: Module>(
             heap_live: Vec::new(),
             stack_bytes: 0,
             cache: ExprCache::default(),
+            memory_idioms: false,
         };
         fill(&mut tx)?;
         tx.b.seal_all_blocks();
@@ -193,6 +199,7 @@ pub(crate) fn define_entry<M: Module>(
             let p = tx.b.ins().load(types::I64, flags, args, (k * 8) as i32);
             tx.buffers.insert(param.id(), BufLoc::Memory(p));
         }
+        tx.memory_idioms = true;
         tx.stmt(&func.body)?;
         tx.ret_status(STATUS_OK);
         Ok(())
@@ -263,11 +270,19 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
 
     fn translate_stmt(&mut self, stmt: &Stmt) -> Result<(), CompileError> {
         match stmt.kind() {
-            StmtKind::For { var, extent, kind, body } => match kind {
-                ForKind::Parallel if *extent > 1 => self.parallel_loop(var, *extent, body),
-                ForKind::Serial | ForKind::Parallel => self.serial_loop(var, *extent, body),
-                other => Err(self.unsupported(format!("loop kind {other:?} of {}", var.name()))),
-            },
+            StmtKind::For { var, extent, kind, body } => {
+                if self.memory_idioms
+                    && let Some(idiom) = idiom::recognize(stmt)
+                    && self.emit_idiom(&idiom)?
+                {
+                    return Ok(());
+                }
+                match kind {
+                    ForKind::Parallel if *extent > 1 => self.parallel_loop(var, *extent, body),
+                    ForKind::Serial | ForKind::Parallel => self.serial_loop(var, *extent, body),
+                    other => Err(self.unsupported(format!("loop kind {other:?} of {}", var.name()))),
+                }
+            }
             StmtKind::Let { var, value, body } => {
                 let v = self.expr(value)?;
                 // Sibling lets may bind the same variable (unrolled copies): values computed

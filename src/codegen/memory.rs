@@ -31,7 +31,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
     }
 
     /// `base + index * bytes`.
-    fn address(&mut self, base: Value, index: Value, bytes: usize) -> Value {
+    pub(super) fn address(&mut self, base: Value, index: Value, bytes: usize) -> Value {
         let offset = match bytes {
             1 => index,
             _ => self.b.ins().ishl_imm_u(index, bytes.trailing_zeros() as i64),

@@ -27,6 +27,7 @@ mod cse;
 mod expr;
 mod func;
 mod host;
+mod idiom;
 mod interleaved;
 pub(crate) mod intrin;
 pub mod jit;

@@ -7,6 +7,7 @@ mod errors;
 mod f32_gemm;
 mod folds;
 mod gemm_maps;
+mod idioms;
 mod intrinsics;
 mod kernels;
 mod maps;
