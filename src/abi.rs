@@ -7,7 +7,9 @@
 //! when the `BoundsCheck` of a gather from the `n`th buffer of `ir::passes::checked_buffers`
 //! failed. Generated code imports the runtime functions of `HostFn` by their symbol names; the
 //! JIT registers these symbols (`runtime::host::address`) and an exported object file must be
-//! linked with a runtime providing the same names.
+//! linked with a runtime providing the same names. Besides these, generated code may call
+//! libc's `memset` and `memmove` (a contiguous fill or copy, `codegen::idiom`), which the JIT
+//! finds in the process and an exported library takes from the C library it is linked with.
 //!
 //! Plain Rust, free of Cranelift: each import's Cranelift `Signature` is built where Cranelift
 //! is, in `codegen` (from the signatures documented here), so that the runtime and the exporter

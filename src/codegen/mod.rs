@@ -6,7 +6,9 @@
 //! * the entry `fn f(args: *const *mut u8) -> i32` of the ABI (`abi`: argument pointers in,
 //!   a status out);
 //! * one local function `f__parN(closure: *const u8, index: i64) -> i32` per parallel loop,
-//!   run through the imported `tensorlift_parallel_for` (see `abi::HostFn` for every import);
+//!   run through the imported `tensorlift_parallel_for` (see `abi::HostFn` for every runtime
+//!   import; an entry function's contiguous fills and copies call libc's `memset` and
+//!   `memmove`, `idiom`);
 //! * one local hand-assembled kernel per distinct tensor-intrinsic shape that has one at the
 //!   target's `IsaLevel` (`intrin`).
 //!
