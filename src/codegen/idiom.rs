@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use cranelift_codegen::ir::types;
+use cranelift_codegen::ir::{Value, types};
 use cranelift_module::Module;
 use ir::analysis::linear::Linear;
 use ir::mutator::substitute_map;
@@ -66,25 +66,24 @@ pub(crate) fn recognize(nest: &Stmt) -> Option<Idiom> {
             _ => None,
         }
     };
-    let dst_start = contiguous(&start(index)?, &loops, lanes)?;
-    let elements = loops.iter().try_fold(lanes, |n, &(_, extent)| n.checked_mul(extent))?;
+    let (dst_start, elements) = contiguous(&start(index)?, &loops, lanes)?;
     let source = match value.kind() {
         ExprKind::Load(src, src_indices) if src.id() != buffer.id() && src.dtype() == buffer.dtype() => {
             let [src_index] = src_indices.as_slice() else { return None };
             if src_index.dtype().lanes as i64 != lanes {
                 return None;
             }
-            Source::Copy { src: src.clone(), start: contiguous(&start(src_index)?, &loops, lanes)? }
+            Source::Copy { src: src.clone(), start: contiguous(&start(src_index)?, &loops, lanes)?.0 }
         }
         _ => Source::Fill(fill_byte(value, buffer.dtype().scalar.bytes())?),
     };
     Some(Idiom { dst: buffer.clone(), dst_start, elements, value: source })
 }
 
-/// `start` with every loop variable at 0, if it moves by `lanes` with the innermost loop's
-/// variable and by the elements of all the loops inside with each outer one (`loops` outermost
-/// first), and no other term of it involves a loop variable.
-fn contiguous(start: &Expr, loops: &[(&Var, i64)], lanes: i64) -> Option<Expr> {
+/// `start` with every loop variable at 0 and the elements the nest writes, if `start` moves by
+/// `lanes` with the innermost loop's variable and by the elements of all the loops inside with
+/// each outer one (`loops` outermost first), and no other term of it involves a loop variable.
+fn contiguous(start: &Expr, loops: &[(&Var, i64)], lanes: i64) -> Option<(Expr, i64)> {
     let linear = Linear::of(start);
     let mut step = lanes;
     for &(var, extent) in loops.iter().rev() {
@@ -99,16 +98,12 @@ fn contiguous(start: &Expr, loops: &[(&Var, i64)], lanes: i64) -> Option<Expr> {
         }
         step = step.checked_mul(extent)?;
     }
-    let in_nest = |e: &Expr| {
-        let mut found = false;
-        e.for_each(&mut |node| found |= matches!(node.kind(), ExprKind::Var(v) if loops.iter().any(|(l, _)| *l == v)));
-        found
-    };
+    let in_nest = |e: &Expr| loops.iter().any(|(var, _)| e.uses_var(var));
     if linear.terms.iter().any(|(term, _)| !matches!(term.kind(), ExprKind::Var(_)) && in_nest(term)) {
         return None;
     }
     let zeros: HashMap<Var, Expr> = loops.iter().map(|&(var, _)| (var.clone(), Expr::index(0))).collect();
-    Some(substitute_map(start, &zeros))
+    Some((substitute_map(start, &zeros), step))
 }
 
 /// The byte every byte of `value` (broadcast or not) holds, where all its bytes are equal: any
@@ -126,6 +121,12 @@ fn fill_byte(value: &Expr, bytes: usize) -> Option<u8> {
     }
 }
 
+/// What `emit_idiom` writes: from a source in memory (its base address, its start) or a byte.
+enum Written<'a> {
+    From(Value, &'a Expr),
+    Byte(u8),
+}
+
 impl<M: Module> FnTx<'_, '_, '_, M> {
     /// Emits `idiom` as one libc call; false (nothing emitted) where a buffer it names lives in
     /// SSA variables rather than memory.
@@ -135,24 +136,28 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             _ => None,
         };
         let Some(dst_base) = in_memory(self, &idiom.dst) else { return Ok(false) };
+        // The source's base address, checked before anything is emitted.
+        let from = match &idiom.value {
+            Source::Copy { src, start } => match in_memory(self, src) {
+                Some(base) => Written::From(base, start),
+                None => return Ok(false),
+            },
+            Source::Fill(byte) => Written::Byte(*byte),
+        };
         let bytes = idiom.dst.dtype().scalar.bytes();
         let config = self.cx.module.target_config();
-        match &idiom.value {
-            Source::Copy { src, start: src_start } => {
-                let Some(src_base) = in_memory(self, src) else { return Ok(false) };
-                let start = self.expr(&idiom.dst_start)?.as_scalar();
-                let dst = self.address(dst_base, start, bytes);
+        let start = self.expr(&idiom.dst_start)?.as_scalar();
+        let dst = self.address(dst_base, start, bytes);
+        let size = self.iconst(types::I64, idiom.elements * bytes as i64);
+        match from {
+            Written::From(src_base, src_start) => {
                 let start = self.expr(src_start)?.as_scalar();
                 let src = self.address(src_base, start, bytes);
-                let size = self.iconst(types::I64, idiom.elements * bytes as i64);
                 // `memmove`: two parameters could be views of one tensor.
                 self.b.call_memmove(config, dst, src, size);
             }
-            Source::Fill(byte) => {
-                let start = self.expr(&idiom.dst_start)?.as_scalar();
-                let dst = self.address(dst_base, start, bytes);
-                let size = self.iconst(types::I64, idiom.elements * bytes as i64);
-                let byte = self.iconst(types::I8, i64::from(*byte));
+            Written::Byte(byte) => {
+                let byte = self.iconst(types::I8, i64::from(byte));
                 self.b.call_memset(config, dst, byte, size);
             }
         }
