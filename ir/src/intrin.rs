@@ -21,8 +21,8 @@
 //! assert_eq!(intrin.name, "dot8");
 //! ```
 
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::cell::OnceCell;
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::ops::Deref;
 use std::rc::Rc;
@@ -323,7 +323,7 @@ pub fn decl_tensor_intrin(
     let Some(body) = output.body() else {
         return Err(bad("output", "a compute".into(), format!("placeholder {output}")));
     };
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::default();
     for input in inputs {
         if !input.is_placeholder() {
             return Err(bad("inputs", "placeholders".into(), format!("compute {input}")));
@@ -397,7 +397,7 @@ fn check_map(name: &str, output: &Tensor, (m, n): (i64, i64), reads: &[(Tensor, 
             && matches!(terms.as_slice(), [(t, 1)] if t.as_var().is_some() && t.as_var() == axis.as_var())
     };
     // Per one-dimensional input: read per row (`true`) or per column.
-    let mut forms: HashMap<_, bool> = HashMap::new();
+    let mut forms: HashMap<_, bool> = HashMap::default();
     for (tensor, index) in reads {
         let row = tensor.shape() == [m, n] && index.len() == 2 && is_var(&index[0], &p) && is_var(&index[1], &c);
         let column = tensor.shape() == [n] && index.len() == 1 && is_var(&index[0], &c);

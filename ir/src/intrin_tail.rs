@@ -2,7 +2,7 @@
 //! partial tile of a non-dividing split runs (`lower::build_loop_nests`), so that it is a kernel
 //! call of its own height instead of the full call's fallback loops.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::TeError;
 use crate::expr::{Expr, ExprKind, Var};
@@ -61,7 +61,7 @@ pub fn shrink_axis(intrin: &TensorIntrin, axis: usize, extent: i64) -> Result<Te
     if let Some(found) = refused {
         return Err(bad(&format!("reads along {old}"), format!("indexed by {old} itself"), found));
     }
-    let mut tensors = HashMap::new();
+    let mut tensors = HashMap::default();
     let mut inputs = Vec::with_capacity(intrin.inputs.len());
     for input in &intrin.inputs {
         let dims = &along[&input.id()];

@@ -5,7 +5,7 @@
 //! `Rc` otherwise (Halide's `IRMutator`). Tests rely on that: a pass that changes nothing must
 //! return the identical tree.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::rc::Rc;
 
 use crate::expr::{Expr, ExprKind, ReduceData, Var};
@@ -240,15 +240,15 @@ pub fn substitute_stmt(stmt: &Stmt, map: &HashMap<Var, Expr>) -> Stmt {
 /// How a declaration is rebuilt over new axes and inputs (composites, tails, per-row maps).
 pub fn rebind<S: std::hash::BuildHasher, T: std::hash::BuildHasher>(
     body: &Expr,
-    vars: HashMap<Var, Expr, S>,
-    tensors: &HashMap<TensorId, Tensor, T>,
+    vars: std::collections::HashMap<Var, Expr, S>,
+    tensors: &std::collections::HashMap<TensorId, Tensor, T>,
 ) -> Expr {
-    Rebind { vars, tensors, done: HashMap::new() }.mutate_expr(body)
+    Rebind { vars, tensors, done: HashMap::default() }.mutate_expr(body)
 }
 
 struct Rebind<'a, S, T> {
-    vars: HashMap<Var, Expr, S>,
-    tensors: &'a HashMap<TensorId, Tensor, T>,
+    vars: std::collections::HashMap<Var, Expr, S>,
+    tensors: &'a std::collections::HashMap<TensorId, Tensor, T>,
     /// Rewritten nodes by identity.
     done: HashMap<usize, Expr>,
 }

@@ -15,7 +15,7 @@
 //! is not printed (print the fallback statement to see it). In a `Func`, two different variables with one
 //! name print as `name`, `name.1`, ... in order of first appearance, so the text is deterministic.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::fmt::{self, Write};
 
 use crate::expr::{BinOp, Expr, ExprKind, VarId};

@@ -8,8 +8,8 @@
 //! Lowering takes a kept plan only where the regions it read are named as the proof saw them
 //! (`lower::build_loop_nests` renames some); debug builds plan again there and compare.
 
+use rustc_hash::FxHashMap as HashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
 

@@ -19,7 +19,7 @@
 //! primitive that could invalidate it (loop transformations, placement, caches); a primitive
 //! that would break it is rejected with the mismatch and leaves the schedule unchanged.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::rc::Rc;
 
 use crate::error::{MismatchPart, ScheduleError, TensorizeMismatch};
@@ -92,7 +92,7 @@ impl StageData {
 
     /// The tensors this stage's body reads directly.
     pub fn inputs(&self) -> Vec<Tensor> {
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let mut res = Vec::new();
         if let Some(body) = &self.body {
             crate::te::collect_reads(body, &mut seen, &mut res);
@@ -180,7 +180,7 @@ pub fn create_schedule(outputs: &[&Tensor]) -> Schedule {
     let mut s = Schedule {
         stages: Vec::new(),
         order: Vec::new(),
-        by_tensor: HashMap::new(),
+        by_tensor: HashMap::default(),
         outputs: Vec::new(),
         definition_stages: 0,
         recorded: Vec::new(),
@@ -230,7 +230,7 @@ impl Schedule {
             body,
             relations: Vec::new(),
             leaves,
-            for_kinds: HashMap::new(),
+            for_kinds: HashMap::default(),
             attach: Attach::Root,
             is_output: false,
             tensorize: None,
@@ -312,7 +312,7 @@ impl Schedule {
     /// for compute_at stages only those that do not depend on a data-parallel root extent).
     pub fn known_extents(&self, stage: Stage) -> HashMap<IterVar, i64> {
         let data = self.stage_data(stage);
-        let mut known = HashMap::new();
+        let mut known = HashMap::default();
         let inferred = self.extents_inferred(stage);
         for axis in &data.axes {
             if !inferred {
@@ -547,7 +547,7 @@ impl Schedule {
     fn reorder_step(&mut self, tensor: &Tensor, order: &[&IterVar]) -> Result<(), ScheduleError> {
         let stage = self.compute_stage("reorder", tensor)?;
         let mut positions = Vec::with_capacity(order.len());
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         for axis in order {
             positions.push(self.leaf_position("reorder", stage, axis)?);
             if !seen.insert((*axis).clone()) {

@@ -21,7 +21,7 @@
 //! `compute` type-checks its body and returns a typed `TeError` for any violation (mixed dtypes,
 //! wrong index counts, misplaced reductions, reads that can leave their tensor).
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 use std::fmt;
 use std::ops::Deref;
 use std::rc::Rc;
@@ -385,7 +385,7 @@ impl Tensor {
 
     /// The tensors this one reads directly.
     pub fn inputs(&self) -> Vec<Tensor> {
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let mut res = Vec::new();
         if let Some(body) = self.body() {
             collect_reads(body, &mut seen, &mut res);

@@ -26,8 +26,8 @@
 //! the region's first index, so the proof takes the regions and no stage may be computed inside
 //! the region.
 
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
 
 use crate::analysis::linear::Linear;
 use crate::error::MismatchPart;
@@ -111,7 +111,7 @@ pub(crate) fn plan(
     intrin: &TensorIntrin,
     body: &Expr,
 ) -> Result<Vec<PlannedOperand>, Mismatch> {
-    plan_with_extents(schedule, regions, stage, axis, intrin, body, &HashMap::new())
+    plan_with_extents(schedule, regions, stage, axis, intrin, body, &HashMap::default())
 }
 
 /// `plan` with the loops of `shorter` (leaves of the region) over fewer iterations than their
@@ -280,7 +280,7 @@ pub(crate) fn plan_with_extents(
 
 /// Leaves that are, or are split from, a fused loop.
 fn fused_leaves(relations: &[Relation]) -> HashSet<IterVar> {
-    let mut fused = HashSet::new();
+    let mut fused = HashSet::default();
     for rel in relations {
         match rel {
             Relation::Fuse { fused: f, .. } => {

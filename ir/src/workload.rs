@@ -11,7 +11,7 @@
 //! with their name, combiner and identity. The key changes when the canonical text changes (the
 //! IR printer's format included): its test holds a golden key that is re-blessed on purpose.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::fmt::Write;
 
 use sha2::{Digest, Sha256};
@@ -102,8 +102,8 @@ impl Canonical {
 
     fn made(first: &[&Tensor], outputs: &[&Tensor], make: Make) -> Canonical {
         let mut c = Canonical {
-            names: HashMap::new(),
-            renamed: HashMap::new(),
+            names: HashMap::default(),
+            renamed: HashMap::default(),
             tensors: Vec::new(),
             outputs: Vec::new(),
             text: String::new(),

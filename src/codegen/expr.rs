@@ -6,7 +6,7 @@
 //! on VNNI targets (and lowers to an exact widening sequence elsewhere); the saturating
 //! VPMADDUBSW form, only when the expression itself saturates, as `x86_pmaddubsw`.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value, types};
@@ -970,7 +970,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             8 => types::I64,
             _ => types::I32,
         };
-        let mut loaded: HashMap<i32, Value> = HashMap::new();
+        let mut loaded: HashMap<i32, Value> = HashMap::default();
         let chunks: Vec<Value> = byte_offsets
             .chunks(run)
             .map(|run| *loaded.entry(run[0]).or_insert_with(|| self.b.ins().load(chunk_ty, flags, addr, run[0])))

@@ -14,7 +14,7 @@
 //! all equal (any constant of a one-byte type, zero of any type) or a load of the same shape
 //! from another buffer, whose start moves the same way. Anything else is translated as loops.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use cranelift_codegen::ir::{Value, types};
 use cranelift_module::Module;

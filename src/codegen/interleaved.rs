@@ -4,7 +4,7 @@
 //! once, and every 128-bit piece of the result is shuffled together from the windows it
 //! needs, instead of one scalar load and lane insert per lane.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value};
 use cranelift_module::Module;
@@ -66,7 +66,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
         ty: Type,
         (windows, pieces): (Vec<i32>, Vec<PiecePlan>),
     ) -> Vec<Value> {
-        let mut loaded: HashMap<usize, Value> = HashMap::new();
+        let mut loaded: HashMap<usize, Value> = HashMap::default();
         let mut out = Vec::with_capacity(pieces.len());
         for piece in pieces {
             // The windows of this piece in order of first use, each as a part of its bytes.

@@ -1,7 +1,7 @@
 //! Moving values between layouts: lanes and pieces, bool masks of different widths, and the
 //! 2x integer widening and narrowing steps every vector conversion is built from.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{ConstantData, Endianness, InstBuilder, MemFlagsData, Type, Value, types};
@@ -176,7 +176,7 @@ impl<M: Module> FnTx<'_, '_, '_, M> {
             return chunks.to_vec();
         }
         let vector_ty = chunk_ty.by(128 / chunk_ty.bits()).expect("32- or 64-bit chunks");
-        let mut built: HashMap<&[Value], Value> = HashMap::new();
+        let mut built: HashMap<&[Value], Value> = HashMap::default();
         let mut pieces = Vec::with_capacity(chunks.len() / vector_ty.lane_count() as usize);
         for group in chunks.chunks(vector_ty.lane_count() as usize) {
             let piece = match built.get(group) {

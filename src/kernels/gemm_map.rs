@@ -255,20 +255,28 @@ fn assemble_blocks_of(
             row_strides: row_strides.to_vec(),
             centered,
         };
-        let code = emit_epilogue(CodeAssembler::new(64)?, VectorWidth::Zmm, map, &epilogue)?;
-        let mut instructions = code.instructions().to_vec();
         // Only straight-line code that writes no general register but the Map's scratch can
-        // run inside the next block's steps; anything else runs here, before that block,
-        // emitted into this kernel's assembler itself: its labels are the scratch
-        // assembler's, which would collide with this one's.
-        let movable = instructions.iter().all(straight_line);
-        if b + 1 < block_starts.len() && movable {
-            // No branch reaches them: a label the scratch assembler left on one goes.
-            instructions.iter_mut().for_each(|i| i.set_ip(0));
-            g.interleaved = instructions;
+        // run inside the next block's steps; anything else, and the last block's, runs here,
+        // emitted into this kernel's assembler itself: a scratch assembler's labels would
+        // collide with this one's.
+        let moved = if b + 1 < block_starts.len() {
+            let code = emit_epilogue(CodeAssembler::new(64)?, VectorWidth::Zmm, map, &epilogue)?;
+            let mut info = InstructionInfoFactory::new();
+            let movable = code.instructions().iter().all(|i| straight_line(&mut info, i));
+            movable.then(|| code.instructions().to_vec())
         } else {
-            let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
-            g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;
+            None
+        };
+        match moved {
+            Some(mut instructions) => {
+                // No branch reaches them: a label the scratch assembler left on one goes.
+                instructions.iter_mut().for_each(|i| i.set_ip(0));
+                g.interleaved = instructions;
+            }
+            None => {
+                let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
+                g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;
+            }
         }
     }
     if centered.is_some() {
@@ -287,8 +295,7 @@ fn assemble_blocks_of(
 
 /// `instruction` falls through, addresses no memory relative to itself and writes no general
 /// register other than r11 and no flags: it can run between two k steps.
-fn straight_line(instruction: &Instruction) -> bool {
-    let mut info = InstructionInfoFactory::new();
+fn straight_line(info: &mut InstructionInfoFactory, instruction: &Instruction) -> bool {
     let info = info.info(instruction);
     let writes_gpr = info.used_registers().iter().any(|u| {
         let r = u.register();

@@ -1,6 +1,6 @@
 //! Lowering step: turn each stage into its loop nest and assemble the function.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::rc::Rc;
 
 use crate::expr::{Expr, ExprKind, Var};
@@ -48,7 +48,7 @@ pub fn build_loop_nests(
     let params: Vec<Buffer> =
         args.iter().map(|t| Buffer::new_in_range(t.name(), t.dtype(), t.shape().to_vec(), t.value_range())).collect();
     let mut buffers: HashMap<TensorId, Buffer> = args.iter().zip(&params).map(|(t, b)| (t.id(), b.clone())).collect();
-    let mut attached: HashMap<Stage, Vec<(IterVar, Stage)>> = HashMap::new();
+    let mut attached: HashMap<Stage, Vec<(IterVar, Stage)>> = HashMap::default();
     let mut root_temporaries = Vec::new();
     for &stage in schedule.order() {
         if !bodies.contains_key(&stage) {
@@ -75,7 +75,7 @@ pub fn build_loop_nests(
     // the body reads; where its region does not start at 0, the loop gets a fresh variable.
     // Region minima (`infer_bounds`) name a consumer's loops by their leaf variables, so they
     // are renamed too: in the loop nest, the axis's own name is the global index.
-    let mut local_loops: HashMap<Var, Expr> = HashMap::new();
+    let mut local_loops: HashMap<Var, Expr> = HashMap::default();
     for &stage in schedule.order().iter().filter(|s| bodies.contains_key(s)) {
         let data = schedule.stage_data(stage);
         for (axis, (min, _)) in data.axes.iter().zip(&regions[&stage].dims) {
@@ -84,7 +84,7 @@ pub fn build_loop_nests(
             }
         }
     }
-    let mut renamed = HashSet::new();
+    let mut renamed = HashSet::default();
     let regions: HashMap<Stage, Region> = regions
         .iter()
         .map(|(&stage, region)| {
@@ -345,7 +345,7 @@ impl Ctx<'_> {
                     let mut beyond = Vec::new();
                     for (leaf, parent, points) in &tail.shorter {
                         at.insert(loop_var(leaf), Expr::index(points - 1));
-                        let past = HashMap::from([(loop_var(leaf), Expr::index(*points))]);
+                        let past = HashMap::from_iter([(loop_var(leaf), Expr::index(*points))]);
                         beyond.push(at_least(&substitute_map(&leaf_values[parent], &past), extents[parent]));
                     }
                     let held = holds_up_to(&at).expect("a tail has guards");
@@ -379,9 +379,9 @@ impl Ctx<'_> {
 
         // The init nest repeats the data-parallel loops inside the first reduction loop, with
         // fresh variables so no variable is bound by two loops.
-        let mut fresh: HashMap<Var, Expr> = HashMap::new();
+        let mut fresh: HashMap<Var, Expr> = HashMap::default();
         let mut init_loops = Vec::new();
-        let mut init_position: HashMap<Var, isize> = HashMap::new();
+        let mut init_position: HashMap<Var, isize> = HashMap::default();
         for l in &loops[p as usize..] {
             if data.leaves[position[&l.var] as usize].is_reduce() {
                 continue;
@@ -563,7 +563,7 @@ impl Ctx<'_> {
 
     /// `innermost` inside `loops`, with each item placed inside the loop at its depth.
     fn wrap(&self, loops: &[Loop], items: Vec<Placed>, innermost: Stmt) -> Stmt {
-        let mut by_depth: HashMap<isize, Vec<Item>> = HashMap::new();
+        let mut by_depth: HashMap<isize, Vec<Item>> = HashMap::default();
         for placed in items {
             by_depth.entry(placed.depth).or_default().push(placed.item);
         }

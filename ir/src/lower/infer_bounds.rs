@@ -1,6 +1,6 @@
 //! Lowering step: the region of each stage that must be computed.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::expr::{BinOp, Expr, ExprKind, Var};
 use crate::schedule::{Attach, Schedule, Stage, StageData};
@@ -33,7 +33,7 @@ impl Region {
 /// than a constant) falls back to the whole dimension, which is always correct. Does not clamp
 /// the box to the stage's shape: `build_loop_nests` guards indices outside it.
 pub fn infer_bounds(schedule: &Schedule, bodies: &HashMap<Stage, Expr>) -> HashMap<Stage, Region> {
-    let mut regions: HashMap<Stage, Region> = HashMap::new();
+    let mut regions: HashMap<Stage, Region> = HashMap::default();
     // Consumers come after producers in `order`, so walk it backwards.
     for &stage in schedule.order().iter().rev() {
         if !bodies.contains_key(&stage) {
@@ -72,7 +72,7 @@ pub(crate) fn root_values(
     extents: &HashMap<IterVar, i64>,
 ) -> HashMap<IterVar, Expr> {
     let values = data.pass_up_values(extents);
-    let mut res = HashMap::new();
+    let mut res = HashMap::default();
     for (axis, (min, _)) in data.axes.iter().zip(&region.dims) {
         let value = if min.as_int() == Some(0) { values[axis].clone() } else { min.clone() + values[axis].clone() };
         res.insert(axis.clone(), value);

@@ -1,6 +1,6 @@
 //! Lowering step: substitute `compute_inline` stages into their consumers.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::expr::{Expr, ExprKind};
 use crate::mutator::{Mutator, substitute_map, walk_expr};
@@ -12,8 +12,8 @@ use crate::te::TensorId;
 ///
 /// Placeholders and inlined stages have no entry. Does not simplify the result.
 pub fn inline_stages(schedule: &Schedule) -> HashMap<Stage, Expr> {
-    let mut inlined: HashMap<TensorId, (Vec<crate::expr::Var>, Expr)> = HashMap::new();
-    let mut bodies = HashMap::new();
+    let mut inlined: HashMap<TensorId, (Vec<crate::expr::Var>, Expr)> = HashMap::default();
+    let mut bodies = HashMap::default();
     // Producers come first in `order`, so an inlined body is final before anyone reads it.
     for &stage in schedule.order() {
         let data = schedule.stage_data(stage);

@@ -11,7 +11,7 @@ pub mod build_loop_nests;
 pub mod infer_bounds;
 pub mod inline_stages;
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 use crate::error::LowerError;
 use crate::passes::{
@@ -108,7 +108,7 @@ pub fn lower_with_hook(
 /// Arguments must be exactly the schedule's inputs and outputs, each once.
 fn check_args(schedule: &Schedule, args: &[&Tensor]) -> Result<(), LowerError> {
     let arg_list = || args.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ");
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::default();
     for arg in args {
         if !seen.insert(arg.id()) {
             return Err(LowerError::DuplicateArgument { tensor: arg.name().to_string() });

@@ -3,7 +3,7 @@
 //! state and an epilogue, so that `simplify` decides the comparisons in the steady state and the
 //! vectorizer sees its reads as dense ramps (Halide's `PartitionLoops`, without `likely`).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use rustc_hash::FxHashMap;
 
@@ -43,7 +43,7 @@ impl Mutator for PartitionLoops {
         let part = |start: i64, end: i64| {
             let shifted = match start {
                 0 => body.clone(),
-                _ => substitute_stmt(body, &HashMap::from([(var.clone(), var.to_expr() + Expr::index(start))])),
+                _ => substitute_stmt(body, &HashMap::from_iter([(var.clone(), var.to_expr() + Expr::index(start))])),
             };
             Stmt::for_loop(var.clone(), end - start, ForKind::Serial, shifted)
         };

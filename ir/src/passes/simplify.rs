@@ -2,7 +2,7 @@
 //! control flow that interval analysis decides.
 
 use crate::passes::facts::{FactMutator, mutate_for_with_facts, mutate_if_with_facts};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use rustc_hash::FxHashMap;
 
@@ -45,7 +45,7 @@ use crate::stmt::{Func, Stmt, StmtKind};
 /// statements that became no-ops (`remove_no_ops` does), or move code between loops. A tree it
 /// cannot simplify is returned as the identical `Rc`.
 pub fn simplify(func: &Func) -> Func {
-    let mut s = Simplifier { scope: Scope::new(), subst: FxHashMap::default(), lets: HashMap::new() };
+    let mut s = Simplifier { scope: Scope::new(), subst: FxHashMap::default(), lets: HashMap::default() };
     let body = s.mutate_stmt(&func.body);
     Func { name: func.name.clone(), params: func.params.clone(), body }
 }
@@ -64,7 +64,7 @@ pub(crate) struct RangedSimplifier(Simplifier);
 
 impl RangedSimplifier {
     pub(crate) fn new(ranges: &[(Var, i64)]) -> RangedSimplifier {
-        let mut s = Simplifier { scope: Scope::new(), subst: FxHashMap::default(), lets: HashMap::new() };
+        let mut s = Simplifier { scope: Scope::new(), subst: FxHashMap::default(), lets: HashMap::default() };
         for (var, extent) in ranges {
             s.scope.push(var, Interval::of_extent(*extent));
         }

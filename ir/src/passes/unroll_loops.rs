@@ -1,6 +1,6 @@
 //! Unrolling: `Unrolled` loops become one copy of their body per iteration.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::expr::Expr;
 use crate::mutator::{Mutator, substitute_stmt, walk_stmt};
@@ -27,7 +27,7 @@ impl Mutator for UnrollLoops {
             return walked;
         };
         let copies =
-            (0..*extent).map(|i| substitute_stmt(body, &HashMap::from([(var.clone(), Expr::index(i))]))).collect();
+            (0..*extent).map(|i| substitute_stmt(body, &HashMap::from_iter([(var.clone(), Expr::index(i))]))).collect();
         Stmt::seq(copies)
     }
 }

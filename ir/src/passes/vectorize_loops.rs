@@ -1,6 +1,6 @@
 //! Vectorization: `Vectorized` loops become straight-line code on vectors of their extent.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::analysis::interval::{Interval, Scope, bounds_of};
 use crate::analysis::linear::Linear;
@@ -75,8 +75,8 @@ impl Mutator for VectorizeLoops {
             let mut v = Vectorizer {
                 lanes,
                 inner: 1,
-                map: HashMap::from([(var.clone(), lane_ramp(lanes))]),
-                affine: HashMap::new(),
+                map: HashMap::from_iter([(var.clone(), lane_ramp(lanes))]),
+                affine: HashMap::default(),
                 reductions: Vec::new(),
                 joint: Vec::new(),
             };
@@ -261,8 +261,8 @@ impl Vectorizer {
         let mut v = Vectorizer {
             lanes,
             inner,
-            map: HashMap::new(),
-            affine: HashMap::new(),
+            map: HashMap::default(),
+            affine: HashMap::default(),
             reductions: Vec::new(),
             joint: Vec::new(),
         };
@@ -413,7 +413,7 @@ fn lanes_independent(body: &Stmt, lanes: u16, reductions: &[Buffer], joint: &[(B
     // Variables whose value changes while the vectorized loop runs (inner loop counters, vector
     // lets, and lets computed from them), with their ranges. Variables are bound once, so one
     // flat scope serves the whole body.
-    let mut varying: HashSet<Var> = HashSet::new();
+    let mut varying: HashSet<Var> = HashSet::default();
     let mut scope = Scope::new();
     for_each_stmt(body, &mut |s| match s.kind() {
         StmtKind::For { var, extent, .. } => {

@@ -34,7 +34,7 @@
 //! - Every access and every call origin is flat: exactly one index.
 //! - No `Vectorized` or `Unrolled` loops remain (only `Serial` and `Parallel`).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use thiserror::Error;
 
@@ -81,7 +81,8 @@ pub enum VerifyError {
 /// Does not check semantics the types cannot show: bounds of accesses (`guard_accesses` makes
 /// them safe), reads of uninitialized memory, or races between `Parallel` iterations.
 pub fn verify(func: &Func, level: VerifyLevel) -> Result<(), Vec<VerifyError>> {
-    let mut v = Verifier { level, vars: HashMap::new(), buffers: HashMap::new(), errors: Vec::new(), current: None };
+    let mut v =
+        Verifier { level, vars: HashMap::default(), buffers: HashMap::default(), errors: Vec::new(), current: None };
     for param in &func.params {
         *v.buffers.entry(param.clone()).or_default() += 1;
     }

@@ -3,7 +3,7 @@
 //! constant 0 (the padding rows of a convolution whose pad value is 0) gets a segment range
 //! (`StmtKind::Call::range`) computed from its `A` origin at run time, so the kernel skips them.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::rc::Rc;
 
 use crate::dtype::DType;

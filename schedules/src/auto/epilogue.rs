@@ -12,7 +12,7 @@
 //! Map's accumulator rows are `ld` apart and each of its blocks (one per outer iteration) is
 //! `rows · ld` after the last; its other operands must be per column (`[n]`) or per element.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use ir::expr::ExprKind;
 use ir::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin};
@@ -102,7 +102,7 @@ pub fn row_map(output: &Tensor, acc: &Tensor) -> Result<TensorIntrin, String> {
     let out = compute_vec(
         vec![m, n],
         |ij| {
-            let mut map: HashMap<Var, Expr> = HashMap::new();
+            let mut map: HashMap<Var, Expr> = HashMap::default();
             for (d, ax) in axes.iter().enumerate() {
                 let to = match d {
                     d if d == rank - 2 => ij[0].clone(),

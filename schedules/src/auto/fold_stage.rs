@@ -11,7 +11,7 @@
 //! order: the interpreter's result. Only bodies made of the nodes `map_stage` accepts are
 //! declared.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use ir::analysis::linear::Linear;
 use ir::expr::ExprKind;
@@ -67,7 +67,7 @@ pub fn row_fold(t: &Tensor, rows: i64) -> Option<TensorIntrin> {
         return None;
     }
     let mut decl_inputs = Vec::with_capacity(forms.len());
-    let mut tensors = HashMap::new();
+    let mut tensors = HashMap::default();
     for (x, per_row) in &forms {
         let shape = if *per_row { vec![rows] } else { vec![rows, n] };
         let d = placeholder_vec(shape, x.dtype(), x.name()).ok()?;
@@ -78,8 +78,11 @@ pub fn row_fold(t: &Tensor, rows: i64) -> Option<TensorIntrin> {
     let out = compute_vec(
         vec![rows, lanes],
         |pl| {
-            let vars =
-                HashMap::from([(r.clone(), pl[0].clone()), (l.clone(), pl[1].clone()), (c.clone(), chunk.to_expr())]);
+            let vars = HashMap::from_iter([
+                (r.clone(), pl[0].clone()),
+                (l.clone(), pl[1].clone()),
+                (c.clone(), chunk.to_expr()),
+            ]);
             fold.reducer.reduce(DType::F32, &[&chunk], ir::mutator::rebind(source, vars, &tensors))
         },
         &format!("{}.fold", t.name()),

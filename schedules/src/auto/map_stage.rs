@@ -8,7 +8,7 @@
 //! comparisons and selects, conversions, `round`, `reinterpret`, i32 bitwise operations and
 //! shifts by constants); a level without kernels runs the call's loop nest.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use ir::expr::{BinOp, ExprKind};
 use ir::intrin::{IntrinKind, TensorIntrin, decl_tensor_intrin};
@@ -62,7 +62,7 @@ pub fn row_map(t: &Tensor, min_cols: i64) -> Option<TensorIntrin> {
         return None;
     }
     let mut decl_inputs = Vec::with_capacity(forms.len());
-    let mut tensors = HashMap::new();
+    let mut tensors = HashMap::default();
     for (x, form) in &forms {
         let shape = match form {
             Form::Element => vec![1, n],
@@ -76,7 +76,7 @@ pub fn row_map(t: &Tensor, min_cols: i64) -> Option<TensorIntrin> {
     let out = compute_vec(
         vec![1, n],
         |pc| {
-            let vars = HashMap::from([(r.clone(), pc[0].clone()), (k.clone(), pc[1].clone())]);
+            let vars = HashMap::from_iter([(r.clone(), pc[0].clone()), (k.clone(), pc[1].clone())]);
             ir::mutator::rebind(body, vars, &tensors)
         },
         &format!("{}.row", t.name()),
@@ -120,7 +120,7 @@ pub(super) fn fits_map_body(body: &Expr) -> bool {
 /// Whether `body` uses one of `axes` other than as a read's index (a kernel's row axis is not
 /// the stage's row).
 pub(super) fn uses_axes_outside_reads(body: &Expr, axes: &[&Var]) -> bool {
-    let opaque = Opaque { done: HashMap::new() }.mutate_expr(body);
+    let opaque = Opaque { done: HashMap::default() }.mutate_expr(body);
     let mut found = false;
     opaque.for_each(&mut |e| found |= e.as_var().is_some_and(|v| axes.contains(&v)));
     found

@@ -36,7 +36,7 @@
 //! rounded products in the same order as the definition (`IntrinKind::F32Gemm`). Its `A` is
 //! one segment: no direct form.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use ir::analysis::linear::Linear;
 use ir::expr::{BinOp, CmpOp, ExprKind, min as index_min, select};
@@ -563,7 +563,7 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 
 /// The reduction axes' values at flat reduction index `k` (declaration order, last fastest).
 fn decode(reduce: &[IterVar], extents: &[i64], k: &Expr) -> HashMap<Var, Expr> {
-    let mut map = HashMap::new();
+    let mut map = HashMap::default();
     let mut stride = 1;
     for (i, (r, &e)) in reduce.iter().zip(extents).enumerate().rev() {
         let q = if stride == 1 { k.clone() } else { k / stride };
@@ -710,7 +710,7 @@ pub fn rewrite(
             let a = match (direct, &a_copy) {
                 (Some(d), _) => direct_read(c, d, a_copy.as_ref(), i, ks.as_ref(), kk),
                 (None, None) => {
-                    let mut map: HashMap<Var, Expr> = HashMap::new();
+                    let mut map: HashMap<Var, Expr> = HashMap::default();
                     for (pos, ax) in c.axes.iter().enumerate() {
                         map.insert(ax.var().clone(), i[pos].clone());
                     }
@@ -906,7 +906,7 @@ fn dense_rows_copy(c: &Contraction, form: GemmForm, d: &Direct, name: &str) -> R
                 return select(inside, a.at_vec(idx).cast(form.a_dtype()), zero);
             };
             let map = |x: Expr, k: Expr| -> HashMap<Var, Expr> {
-                let mut map: HashMap<Var, Expr> = HashMap::new();
+                let mut map: HashMap<Var, Expr> = HashMap::default();
                 for (j, ax) in axes[..rank - 2].iter().enumerate() {
                     map.insert(ax.var().clone(), i[j].clone());
                 }
@@ -969,7 +969,7 @@ fn pixel_bound(term: &Expr, x: &Var) -> Option<Bound> {
 /// element `kk`: `A`'s index with the segment axis `ks`, every other reduction axis of the row
 /// 0 and the row's element added to the last (flattened) dimension.
 fn direct_read(c: &Contraction, d: &Direct, copy: Option<&Tensor>, i: &[Expr], ks: Option<&IterVar>, kk: Expr) -> Expr {
-    let mut map: HashMap<Var, Expr> = HashMap::new();
+    let mut map: HashMap<Var, Expr> = HashMap::default();
     for (pos, ax) in c.axes.iter().enumerate() {
         map.insert(ax.var().clone(), i[pos].clone());
     }

@@ -6,7 +6,7 @@
 //! (`centering_operand`), the GEMM can start its accumulators at `-c` instead of zero, and the
 //! tile's registers are then the value of that subtraction.
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 use iced_x86::code_asm::*;
 use ir::DType;
@@ -178,7 +178,7 @@ fn centering_node(decl: &TensorIntrin, body: &Expr, k: usize) -> Option<usize> {
 
 /// Distinct nodes of `body` that read `decl`'s input 0.
 fn reads_of_first_input(decl: &TensorIntrin, body: &Expr) -> usize {
-    let mut nodes = HashSet::new();
+    let mut nodes = HashSet::default();
     body.for_each(&mut |e| {
         if let ExprKind::TensorRead(t, _) = e.kind()
             && t.id() == decl.inputs[0].id()

@@ -83,7 +83,7 @@ mod nodes;
 mod registers;
 mod scaled_rounding;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use iced_x86::code_asm::{AsmMemoryOperand, CodeAssembler, CodeLabel};
 use ir::intrin::{IntrinKind, TensorIntrin};
@@ -189,13 +189,13 @@ impl<'d> Gen<'d> {
             a,
             width,
             decl,
-            constants: HashMap::new(),
+            constants: HashMap::default(),
             budget: usize::MAX,
             pool: Vec::new(),
             rows: decl.map_rows(),
             free: (0..width.registers()).rev().collect(),
-            live: HashMap::new(),
-            uses: HashMap::new(),
+            live: HashMap::default(),
+            uses: HashMap::default(),
             masked: false,
             grouped,
             offset: 0,
