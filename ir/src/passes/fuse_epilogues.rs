@@ -388,22 +388,35 @@ impl Cells {
     /// Sets cells `start..start + count` (in range); false, and nothing set, if one of them was
     /// set already.
     fn mark(&mut self, start: usize, count: usize) -> bool {
-        let spans = Cells::spans(start, count);
-        if spans.clone().any(|(word, mask)| self.words[word] & mask != 0) {
+        if count == 0 {
+            return true;
+        }
+        // The first and last words' masks; the words between are whole.
+        let end = start + count;
+        let (first, last) = (start / 64, (end - 1) / 64);
+        let below = |bit: usize| if bit == 64 { u64::MAX } else { (1u64 << bit) - 1 };
+        let head = !below(start % 64);
+        let tail = below(end - last * 64);
+        if first == last {
+            let mask = head & tail;
+            if self.words[first] & mask != 0 {
+                return false;
+            }
+            self.words[first] |= mask;
+            return true;
+        }
+        let words = &mut self.words[first..=last];
+        if words[0] & head != 0
+            || words[words.len() - 1] & tail != 0
+            || words[1..words.len() - 1].iter().any(|&w| w != 0)
+        {
             return false;
         }
-        spans.for_each(|(word, mask)| self.words[word] |= mask);
+        let n = words.len();
+        words[1..n - 1].fill(u64::MAX);
+        self.words[first] |= head;
+        self.words[last] |= tail;
         true
-    }
-
-    /// The words of cells `start..start + count` and the mask of those cells in each.
-    fn spans(start: usize, count: usize) -> impl Iterator<Item = (usize, u64)> + Clone {
-        let end = start + count;
-        (start / 64..end.div_ceil(64)).map(move |word| {
-            let (lo, hi) = (start.max(word * 64) - word * 64, end.min(word * 64 + 64) - word * 64);
-            let mask = if hi - lo == 64 { u64::MAX } else { ((1u64 << (hi - lo)) - 1) << lo };
-            (word, mask)
-        })
     }
 
     /// Whether every cell is set.
@@ -434,17 +447,25 @@ fn covers(
     };
     let mut widths = Vec::with_capacity(points as usize);
     let mut at = vec![0; loops.len()];
+    let mut values = vec![0; placement.terms.len()];
     for _ in 0..points {
-        let values = placement.terms.iter().map(|t| value(t, loops, &at)).collect::<Option<Vec<i64>>>()?;
+        for (v, t) in values.iter_mut().zip(&placement.terms) {
+            *v = value(t, loops, &at)?;
+        }
         let (u, p, c) = (eval(&placement.u, &values)?, eval(&placement.p, &values)?, eval(&placement.c, &values)?);
         if u < 0 || u >= blocks || p < 0 || p + m > rows || c < 0 || c >= columns || c + n > ld {
             return None;
         }
         let width = n.min(columns - c);
-        for r in p..p + m {
-            if !covered.mark(((u * rows + r) * columns + c) as usize, width as usize) {
-                return None;
-            }
+        let first = ((u * rows + p) * columns + c) as usize;
+        // Rows as wide as the block follow each other: the tile's cells are one run.
+        let marked = if width == columns {
+            covered.mark(first, (m * columns) as usize)
+        } else {
+            (0..m as usize).all(|r| covered.mark(first + r * columns as usize, width as usize))
+        };
+        if !marked {
+            return None;
         }
         widths.push(width);
         // The next point, the last loop fastest.
@@ -501,11 +522,11 @@ mod tests {
             x ^= x << 17;
             (x % bound as u64) as usize
         };
-        for len in [1usize, 63, 64, 65, 200, 1000] {
+        for len in [1usize, 63, 64, 65, 200, 1000, 5000] {
             let (mut cells, mut bools) = (Cells::new(len as i64), vec![false; len]);
             for _ in 0..400 {
                 let start = next(len);
-                let count = 1 + next((len - start).min(130));
+                let count = 1 + next((len - start).min(700));
                 let expected = bools[start..start + count].iter().all(|b| !b);
                 assert_eq!(cells.mark(start, count), expected, "len {len} at {start} count {count}");
                 if expected {
