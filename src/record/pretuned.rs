@@ -16,10 +16,14 @@ pub fn pretuned() -> Result<Database, DbError> {
     Database::parse_strict(PRETUNED, Path::new("tuning/pretuned.jsonl"))
 }
 
-/// `pretuned` without the records' traces (`without_traces`), for applying them: what
-/// `tensorlift run` parses beside the model's import, without the costliest part.
+/// `PRETUNED` with each record's trace cut out of its line by the build script (`build.rs`).
+const PRETUNED_TO_APPLY: &str = include_str!(concat!(env!("OUT_DIR"), "/pretuned_to_apply.jsonl"));
+
+/// `pretuned` without the records' traces, for applying them: what `tensorlift run` parses
+/// beside the model's import, without the costliest part (the traces, most of the file's
+/// bytes, are not in the text it parses; `without_traces` would skip any left).
 pub fn pretuned_to_apply() -> Result<Database, DbError> {
-    without_traces(pretuned)
+    without_traces(|| Database::parse_strict(PRETUNED_TO_APPLY, Path::new("tuning/pretuned.jsonl")))
 }
 
 #[cfg(test)]
