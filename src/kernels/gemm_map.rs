@@ -259,25 +259,19 @@ fn assemble_blocks_of(
         // run inside the next block's steps; anything else, and the last block's, runs here,
         // emitted into this kernel's assembler itself: a scratch assembler's labels would
         // collide with this one's.
-        let moved = if b + 1 < block_starts.len() {
+        if b + 1 < block_starts.len() {
             let code = emit_epilogue(CodeAssembler::new(64)?, VectorWidth::Zmm, map, &epilogue)?;
             let mut info = InstructionInfoFactory::new();
-            let movable = code.instructions().iter().all(|i| straight_line(&mut info, i));
-            movable.then(|| code.instructions().to_vec())
-        } else {
-            None
-        };
-        match moved {
-            Some(mut instructions) => {
+            if code.instructions().iter().all(|i| straight_line(&mut info, i)) {
                 // No branch reaches them: a label the scratch assembler left on one goes.
+                let mut instructions = code.instructions().to_vec();
                 instructions.iter_mut().for_each(|i| i.set_ip(0));
                 g.interleaved = instructions;
-            }
-            None => {
-                let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
-                g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;
+                continue;
             }
         }
+        let a = std::mem::replace(&mut g.a, CodeAssembler::new(64)?);
+        g.a = emit_epilogue(a, VectorWidth::Zmm, map, &epilogue)?;
     }
     if centered.is_some() {
         g.a.pop(r11)?;
