@@ -12,7 +12,8 @@
 //! accumulator tile (`rows × vectors` registers) lives in registers for the whole k loop; each
 //! k step loads one vector per column group of B and broadcasts 4 bytes of A per row. Partial
 //! panels use opmask k1 (zmm) or `vpmaskmovd` (ymm) so nothing outside the operands is read or
-//! written; a partial row block is the same code with fewer rows.
+//! written; a partial row block is the same code with fewer rows. A VNNI call that reads one
+//! large panel of packed weights also prefetches the panel after it (`next_panel_prefetch`).
 //!
 //! With an i8 A (`C += Σ i32(A)·i32(B)`, both signed): the sign-transfer kernel
 //! (`DotMethod::SignTransfer`) or the widening one. `DotMethod::Madd16` reads both operands
@@ -123,6 +124,35 @@ impl GemmShape {
 /// `Madd16`. Either way a group is 4 bytes.
 fn pack_of(method: DotMethod) -> i64 {
     if method == DotMethod::Madd16 { 2 } else { 4 }
+}
+
+/// Rows of A a VNNI call needs before it prefetches the next panel of B
+/// (`next_panel_prefetch`): with fewer, the call does too little work per byte of B to hide
+/// the extra traffic (a one-row product streaming its weights ran slower with it).
+const PREFETCH_MIN_ROWS: i64 = 4;
+/// Bytes of B a VNNI call needs to read before it prefetches the next panel: smaller panels
+/// stay in the caches from one inference to the next.
+const PREFETCH_MIN_PANEL: i64 = 16 * 1024;
+
+/// How far past B a kernel prefetches (`prefetcht1`, into L2), in bytes; 0: not at all. A VNNI
+/// call whose B is one register panel, held as the packed weights hold it (groups of exactly
+/// its `n` columns, so that a caller's panels lie end to end), of at least
+/// `PREFETCH_MIN_PANEL` bytes, and with at least `PREFETCH_MIN_ROWS` rows, prefetches the
+/// panel after its own: each k step the lines one panel ahead of those it loads. A convolution
+/// calls its kernel for every row of pixels on one panel before the next (channels outermost),
+/// and where the network's weights overflow the caches the first of those calls waits on
+/// memory; with the prefetch its panel arrives during the previous panel's calls. Prefetches
+/// never fault, so the last panel's reach past the weights is harmless. Every row block of a
+/// taller call prefetches again (from L2 then).
+pub(super) fn next_panel_prefetch(variant: KernelVariant, shape: &GemmShape, blocking: Blocking) -> i64 {
+    let one_panel = shape.n as usize <= blocking.vectors * variant.width.lanes();
+    let panel = shape.segments.saturating_mul(shape.k / 4).saturating_mul(shape.ldb);
+    let applies = variant.method == DotMethod::Vnni
+        && one_panel
+        && shape.ldb == 4 * shape.n
+        && shape.m >= PREFETCH_MIN_ROWS
+        && panel >= PREFETCH_MIN_PANEL;
+    if applies { panel } else { 0 }
 }
 
 /// Register blocking: a tile of `rows` × `vectors` accumulator registers, k loop unrolled
@@ -276,6 +306,8 @@ pub(super) struct Gen {
     /// block's epilogue, issued beside this block's multiply-adds instead of after its own.
     /// Straight-line code that touches no register the block uses and no flags across a step.
     pub(super) interleaved: Vec<Instruction>,
+    /// `next_panel_prefetch` of the kernel.
+    prefetch: i64,
 }
 
 /// Registers of a block whose accumulators must not meet those of the block before it (the
@@ -340,6 +372,7 @@ impl Gen {
             negated_start: None,
             layout: None,
             interleaved: Vec::new(),
+            prefetch: next_panel_prefetch(variant, &shape, blocking),
         })
     }
 
@@ -704,6 +737,11 @@ impl Gen {
                 DotMethod::Widen => self.load_b_widened(t, j, B_STEP + off)?,
                 _ if t.masked(j, self.width()) => self.load_masked(t, t.b[j], B_STEP + off)?,
                 _ => self.load(t.b[j], B_STEP + off)?,
+            }
+            // One prefetch per line of this step's B, one panel ahead.
+            let line = u * self.ldb_bytes() + j as i64 * vbytes;
+            if self.prefetch > 0 && line % 64 == 0 {
+                self.a.prefetcht1(byte_ptr(B_STEP + imm32("the next panel of B", line + self.prefetch)?))?;
             }
         }
         for i in 0..t.rows {

@@ -143,6 +143,9 @@ fn every_kernel_matches_the_declaration_on_random_ragged_shapes() {
         // reads them, and the stem's 7 rows of 24 bytes (6 k steps: an unroll remainder).
         GemmShape { segments: 3, lda: 6, lds: 100, ldb: 4 * 40, ldc: 40, ..GemmShape::dense(7, 37, 12) },
         GemmShape { segments: 7, lda: 6, lds: 704, ldb: 4 * 64, ldc: 64, ..GemmShape::dense(4, 64, 24) },
+        // A 3×3 layer's call on one 18 KiB panel of packed weights: the VNNI kernels prefetch
+        // the next panel (`next_panel_prefetch`), past the end of this B.
+        GemmShape { segments: 3, lda: 64, lds: 640, ldb: 4 * 32, ldc: 32, ..GemmShape::dense(7, 32, 192) },
     ];
     for variant in runnable_bytes() {
         let default = Blocking::default_for(variant);
@@ -434,6 +437,40 @@ fn kernels_encode_the_instructions_their_level_promises() {
             assert!(op0.is_none_or(|r| !callee_saved.contains(&r.full_register())), "{variant}: {ins}");
             assert!(!ins.is_stack_instruction() || ins.mnemonic() == Mnemonic::Ret, "{variant}: {ins}");
         }
+    }
+}
+
+/// A VNNI call on one panel of at least 16 KiB of packed weights with four or more rows
+/// prefetches each line of B one panel ahead, every line once; a one-row call, a call over
+/// several register panels, B groups wider than its columns, a smaller panel and the other
+/// methods do not prefetch.
+#[test]
+fn large_panels_of_packed_weights_prefetch_the_next_one() {
+    let prefetches = |variant: KernelVariant, shape: GemmShape, blocking: Blocking| -> Vec<i64> {
+        let code = decode(&assemble_gemm(variant, &shape, blocking).unwrap(), 0);
+        code.iter().filter(|i| i.mnemonic() == Mnemonic::Prefetcht1).map(|i| i.memory_displacement64() as i64).collect()
+    };
+    let vnni = KernelVariant::AVX512_VNNI;
+    let tile = Blocking { rows: 7, vectors: 2, unroll: 4 };
+    // 7 pixels × 32 channels over 3 kernel rows of 192 bytes: 3·48 groups of 128 bytes.
+    let layer = GemmShape { segments: 3, lda: 64, lds: 640, ldb: 4 * 32, ldc: 32, ..GemmShape::dense(7, 32, 192) };
+    let panel = 3 * 48 * 128;
+    let mut lines = prefetches(vnni, layer, tile);
+    // Unrolled by 4: the loop body's 8 lines, each 64 bytes on, one panel ahead, in each
+    // segment's loop.
+    assert_eq!(lines.len(), 3 * 8);
+    lines.sort_unstable();
+    lines.dedup();
+    assert_eq!(lines, (0..8).map(|l| panel + 64 * l).collect::<Vec<_>>());
+    assert_eq!(prefetches(vnni, GemmShape { m: 1, ..layer }, tile).len(), 0);
+    assert_eq!(prefetches(vnni, layer, Blocking { vectors: 1, ..tile }).len(), 0);
+    assert_eq!(prefetches(vnni, GemmShape { ldb: 4 * 48, ..layer }, tile).len(), 0);
+    assert_eq!(prefetches(vnni, GemmShape { segments: 1, ..layer }, tile).len(), 0);
+    let others = KernelVariant::ALL.into_iter().filter(|v| !matches!(v.method, DotMethod::Vnni | DotMethod::Amx));
+    for variant in others {
+        let shape = GemmShape::dense_for(variant.method, layer.m, layer.n, layer.k);
+        let shape = GemmShape { segments: 3, lda: 64, lds: 640, ..shape };
+        assert_eq!(prefetches(variant, shape, Blocking::default_for(variant)).len(), 0, "{variant}");
     }
 }
 
