@@ -4,6 +4,7 @@
 //! reference for everything else — with a buffer per tensor, allocated once.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cranelift_entity::SecondaryMap;
@@ -88,6 +89,10 @@ pub struct CompiledGraph {
     pub(super) jobs_time: Duration,
     /// Tuning records that could not be applied, and why (their partitions run the defaults).
     pub(super) warnings: Vec<String>,
+    /// The weights the layers carry (the weight arena's first pages are faulted in for them
+    /// while the layers are planned) and the bytes packed into the arena (`layer_weight_bytes`,
+    /// `WeightArena`).
+    pub(super) arena_bytes: (usize, usize),
     /// The pool the native kernels split their loops across (`None`: one thread).
     pub(super) pool: Option<Arc<Pool>>,
 }
@@ -152,21 +157,22 @@ pub fn compile_tuned(
         .collect::<Result<Vec<_>, EngineError>>()?;
     // The layers' packed weights are cut from one reservation (`WeightArena`: fresh pages are
     // faulted one huge page at a time, none left partly used per layer), made before planning
-    // from the int8 constants of the convolutions and products. Packed entries take up to twice
+    // from the weights the convolutions and products carry. Packed entries take up to twice
     // the weights' bytes (i16 at levels without VNNI) and panels and rows pad them; the
     // reservation is address space, so it is ample, and a layer that does not fit allocates its own.
-    let weights = int8_constant_bytes(&graph, &partitions);
+    let weights = layer_weight_bytes(&partitions);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let arena = |bytes: usize| KernelCache::with_weight_arena(bytes.saturating_mul(4));
-    let cache = arena(weights);
+    let cache = KernelCache::with_weight_arena(weights.saturating_mul(4));
     // First what each partition needs (the convolutions and products to compile, the others'
     // kernels), then those compiled on every core (`jobs::compile_jobs`). Planning takes one
     // core: meanwhile another faults in the arena's first `weights` bytes, which every packed
     // layout writes (it takes at least a byte per weight), so that the threads packing them do
-    // not pay for the fresh pages.
+    // not pay for the fresh pages; it stops when planning ends, so as not to compete with the
+    // compiling threads for the cores (the pages it did not reach fault when first written).
+    let planned_all = AtomicBool::new(false);
     let (planned, mut compiled, jobs_time) = std::thread::scope(|scope| -> Result<_, EngineError> {
         if cores > 1 {
-            scope.spawn(|| cache.populate_weight_arena(weights));
+            scope.spawn(|| cache.populate_weight_arena(weights, &planned_all));
         }
         let mut planned = Vec::with_capacity(partitions.len());
         for partition in partitions {
@@ -176,18 +182,15 @@ pub fn compile_tuned(
             let plan = plan(&graph, &partition, &ins, &outs, &slots, (knobs, auto))?;
             planned.push((partition, ins, outs, plan, begin.elapsed()));
         }
+        planned_all.store(true, Ordering::Relaxed);
         let jobs = || {
             planned.iter().enumerate().filter_map(|(i, (.., plan, _))| match plan {
                 Plan::Job(job) => Some((i, &**job)),
                 Plan::Chosen(_) => None,
             })
         };
-        // Weights the constants did not show (none in the importers' graphs) get an arena sized
-        // from the jobs themselves.
-        let job_weights: usize = jobs().map(|(_, job)| job.weight_bytes()).sum();
-        let larger = (job_weights > weights).then(|| arena(job_weights));
         let jobs_start = Instant::now();
-        let compiled = compile_jobs(jobs(), options, larger.as_ref().unwrap_or(&cache));
+        let compiled = compile_jobs(jobs(), options, &cache);
         Ok((planned, compiled, jobs_start.elapsed()))
     })?;
     let mut steps = Vec::with_capacity(planned.len());
@@ -248,17 +251,21 @@ pub fn compile_tuned(
         compile_time: start.elapsed(),
         jobs_time,
         warnings,
+        arena_bytes: (weights, cache.weight_arena_used()),
     })
 }
 
-/// The bytes of the int8 constants the convolution and product partitions read: their weights
-/// (and zero points), known before the partitions are planned.
-fn int8_constant_bytes(graph: &FinalizedGraph, partitions: &[Partition]) -> usize {
-    let layers = partitions
+/// The bytes of the weights the convolution and product partitions carry, known before the
+/// partitions are planned (each layer job's `Job::weight_bytes`).
+fn layer_weight_bytes(partitions: &[Partition]) -> usize {
+    partitions
         .iter()
-        .filter(|p| matches!(p.kind, PartitionKind::QuantizedConv(_) | PartitionKind::QuantizedMatMul(_)));
-    let constants = layers.flat_map(|p| p.inputs.iter().filter_map(|&t| graph.graph().constant_value(t)));
-    constants.filter(|v| matches!(v.dtype(), DataType::U8 | DataType::S8)).map(|v| v.len()).sum()
+        .map(|p| match &p.kind {
+            PartitionKind::QuantizedConv(c) => c.weights.len(),
+            PartitionKind::QuantizedMatMul(m) => m.weights.len(),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// The integer type of a quantized activation.

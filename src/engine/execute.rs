@@ -27,6 +27,13 @@ impl CompiledGraph {
         self.jobs_time
     }
 
+    /// The bytes of weights the layers carry (the weight arena's first pages were faulted in
+    /// for them while the layers were planned) and the bytes their packed forms took in the
+    /// arena (`layer::KernelCache`'s weight arena).
+    pub fn arena_bytes(&self) -> (usize, usize) {
+        self.arena_bytes
+    }
+
     /// Tuning records that could not be applied, and why (`engine::compile_tuned`).
     pub fn warnings(&self) -> &[String] {
         &self.warnings

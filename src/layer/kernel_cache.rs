@@ -10,7 +10,7 @@
 //! a network's compile).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ir::trace::Trace;
@@ -63,10 +63,10 @@ impl KernelCache {
         KernelCache { arena: WeightArena::reserve(bytes), ..KernelCache::default() }
     }
 
-    /// Faults in the first `bytes` of the weight arena, if the cache has one
-    /// (`WeightArena::populate`); whether any were.
-    pub fn populate_weight_arena(&self, bytes: usize) -> bool {
-        self.arena.as_ref().is_some_and(|a| a.populate(bytes))
+    /// Faults in the first `bytes` of the weight arena until `stop` is set, if the cache has one
+    /// (`WeightArena::populate`); whether all were.
+    pub fn populate_weight_arena(&self, bytes: usize, stop: &AtomicBool) -> bool {
+        self.arena.as_ref().is_some_and(|a| a.populate(bytes, stop))
     }
 
     /// Bytes of the weight arena handed out so far (zero without one).

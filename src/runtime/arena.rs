@@ -8,7 +8,7 @@
 //! arena and every tensor cut from it are dropped.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use ir::DType;
 
@@ -51,12 +51,12 @@ impl WeightArena {
         Some(unsafe { Storage::in_mapping(&self.mapping, offset, size) })
     }
 
-    /// Faults in the arena's first `bytes` now, on the calling thread (`Mapping::populate`):
-    /// one with nothing else to do while the compile plans its layers, so that the threads
-    /// packing weights into those pages later find them mapped and zeroed. Contents and
-    /// placement are unchanged. Whether the kernel did.
-    pub fn populate(&self, bytes: usize) -> bool {
-        self.mapping.populate(bytes)
+    /// Faults in the arena's first `bytes` now, on the calling thread, until `stop` is set
+    /// (`Mapping::populate`): one with nothing else to do while the compile plans its layers,
+    /// so that the threads packing weights into those pages later find them mapped and zeroed.
+    /// Contents and placement are unchanged. Whether every page asked was.
+    pub fn populate(&self, bytes: usize, stop: &AtomicBool) -> bool {
+        self.mapping.populate(bytes, stop)
     }
 
     /// Bytes handed out so far.
@@ -106,15 +106,19 @@ mod tests {
         pages.iter().filter(|&&p| p & 1 == 1).count()
     }
 
-    /// Populating maps the first huge pages asked for, and no others, without changing them:
-    /// the tensors cut from them are zero and their own. Where the kernel does not know the
+    /// Populating maps the first huge pages asked for, and no others (none once stopped),
+    /// without changing them: the tensors cut from them are zero and their own. Where the kernel does not know the
     /// advice (before Linux 5.14) the call says so, with `EINVAL`, and maps nothing.
     #[test]
     fn populating_maps_the_first_pages_and_keeps_them_zero() {
         let arena = WeightArena::reserve(3 << 20).unwrap();
         assert_eq!(arena.mapping.size(), 4 << 20);
         assert_eq!(resident(&arena, 4 << 20), 0, "a fresh reservation has no pages");
-        let populated = arena.populate(1);
+        let go = AtomicBool::new(false);
+        // Stopped before it starts, it maps nothing.
+        assert!(!arena.populate(usize::MAX, &AtomicBool::new(true)));
+        assert_eq!(resident(&arena, 4 << 20), 0);
+        let populated = arena.populate(1, &go);
         let error = std::io::Error::last_os_error();
         if populated {
             assert_eq!(resident(&arena, 2 << 20), 512, "the first huge page is mapped");
@@ -129,7 +133,7 @@ mod tests {
         a.as_mut_bytes().fill(7);
         assert!(b.as_bytes().iter().all(|&x| x == 0), "the tensors are disjoint");
         // Populating again, now past what was handed out, changes none of it.
-        assert_eq!(arena.populate(usize::MAX), populated);
+        assert_eq!(arena.populate(usize::MAX, &go), populated);
         assert!(a.as_bytes().iter().all(|&x| x == 7) && b.as_bytes().iter().all(|&x| x == 0));
     }
 }

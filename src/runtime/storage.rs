@@ -10,6 +10,7 @@
 use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::abi::ALIGN;
 
@@ -101,18 +102,26 @@ impl Mapping {
     }
 
     /// Faults in the first `bytes` of the mapping (whole huge pages, at most all of it) now, as
-    /// a write would, without changing a byte (`MADV_POPULATE_WRITE`): the fresh pages' faults
-    /// and zeroing are paid by the calling thread rather than by the threads that write them
-    /// later. Whether the kernel did (it lacks the advice before Linux 5.14; the pages then
-    /// fault on first touch, as without the call).
-    pub(crate) fn populate(&self, bytes: usize) -> bool {
+    /// a write would, without changing a byte (`MADV_POPULATE_WRITE`), one huge page at a time
+    /// until `stop` is set: the fresh pages' faults and zeroing are paid by the calling thread
+    /// while it has nothing else to do, rather than by the threads that write them later (the
+    /// pages not reached fault on first touch, as without the call). Whether the kernel did
+    /// every page asked (it lacks the advice before Linux 5.14).
+    pub(crate) fn populate(&self, bytes: usize, stop: &AtomicBool) -> bool {
         let len = bytes.checked_next_multiple_of(HUGE).map_or(self.size, |b| b.min(self.size));
-        if len == 0 {
-            return true;
+        for offset in (0..len).step_by(HUGE) {
+            if stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            // SAFETY: the range lies inside the mapping, which lives as long as `self`;
+            // populating maps pages without writing to them, so it races with no write to a
+            // range handed out.
+            let page = unsafe { self.base.as_ptr().add(offset) };
+            if unsafe { libc::madvise(page.cast(), HUGE, libc::MADV_POPULATE_WRITE) } != 0 {
+                return false;
+            }
         }
-        // SAFETY: the range lies inside the mapping, which lives as long as `self`; populating
-        // maps pages without writing to them, so it races with no write to a range handed out.
-        unsafe { libc::madvise(self.base.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) == 0 }
+        true
     }
 }
 

@@ -368,3 +368,26 @@ fn warm_steps_compute_what_the_plain_run_computes() {
         }
     }
 }
+
+/// The weights the engine faults the weight arena in for (while it plans the layers) are what
+/// the layers then pack (plus their panels' and rows' padding): none missed, as when they were
+/// counted from the partitions' constant inputs, which the importers' graphs do not have.
+#[test]
+fn the_weight_arena_is_faulted_for_the_weights_the_layers_pack() {
+    let mut checked = 0;
+    for path in models() {
+        let model = tensorlift::onnx::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let partitions = model.graph.get_partitions(PartitionPolicy::Fusion);
+        let g = engine::compile(model.graph, partitions, &CompileOptions::default()).unwrap();
+        let (faulted, packed) = g.arena_bytes();
+        if packed > 0 {
+            assert!(
+                faulted > 0 && faulted <= packed && packed <= 4 * faulted,
+                "{}: {faulted} {packed}",
+                path.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "models with packed layers: {checked}");
+}
