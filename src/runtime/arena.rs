@@ -107,8 +107,9 @@ mod tests {
     }
 
     /// Populating maps the first huge pages asked for, and no others (none once stopped),
-    /// without changing them: the tensors cut from them are zero and their own. Where the kernel does not know the
-    /// advice (before Linux 5.14) the call says so, with `EINVAL`, and maps nothing.
+    /// without changing them: the tensors cut from them are zero and their own. Where the
+    /// kernel does not know the advice (before Linux 5.14) the call says so, with `EINVAL`, and
+    /// maps nothing.
     #[test]
     fn populating_maps_the_first_pages_and_keeps_them_zero() {
         let arena = WeightArena::reserve(3 << 20).unwrap();
