@@ -144,7 +144,7 @@ const PREFETCH_MIN_PANEL: i64 = 16 * 1024;
 /// memory; with the prefetch its panel arrives during the previous panel's calls. Prefetches
 /// never fault, so the last panel's reach past the weights is harmless. Every row block of a
 /// taller call prefetches again (from L2 then).
-pub(super) fn next_panel_prefetch(variant: KernelVariant, shape: &GemmShape, blocking: Blocking) -> i64 {
+fn next_panel_prefetch(variant: KernelVariant, shape: &GemmShape, blocking: Blocking) -> i64 {
     let one_panel = shape.n as usize <= blocking.vectors * variant.width.lanes();
     let panel = shape.segments.saturating_mul(shape.k / 4).saturating_mul(shape.ldb);
     let applies = variant.method == DotMethod::Vnni
