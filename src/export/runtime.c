@@ -136,9 +136,10 @@ typedef int32_t (*tl_body)(const void *closure, int64_t index);
  * a loop that finds it busy (another caller, or a loop nested in one) runs on its own thread.
  * Between loops, workers spin for a while before they sleep, and so does the caller waiting
  * for them: a layer runs several parallel loops in a row, and waking a sleeping thread costs a
- * system call and a reschedule each time, far more than a short spin. The caller takes chunks
- * from the front of the iterations left and workers from the back, and the caller waits only
- * for workers that joined the loop before it ran out of iterations. A worker woken on the
+ * system call and a reschedule each time, far more than a short spin. Each thread owns an
+ * equal, contiguous share of a loop's iterations and runs it front to back; a thread out of
+ * iterations takes chunks from the back of the others' shares (`tl_drain`). The caller waits
+ * only for workers that joined the loop before it ran out of iterations. A worker woken on the
  * caller's CPU moves off it (`tl_avoid_caller`). The same scheme as the JIT's pool
  * (`runtime::host::Pool`). */
 enum { TL_SPINS = 4096 };
@@ -152,20 +153,26 @@ static struct {
     atomic_int caller_cpu;           /* the CPU the caller published the loop from (-1: unknown) */
     tl_body body;
     const void *closure;
-    atomic_uint_fast64_t range; /* the iterations not taken, `front..back`, as back << 32 | front */
     atomic_int status;
 } tl_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
+enum { TL_MAX_THREADS = 256 };
+/* One thread's share of the current loop (the caller's first, then worker i's at i): the
+ * iterations not taken, `front..back`, as back << 32 | front, on a cache line of its own. */
+static struct {
+    _Alignas(64) atomic_uint_fast64_t range;
+} tl_shares[TL_MAX_THREADS];
 static pthread_mutex_t tl_pool_busy = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t tl_pool_once = PTHREAD_ONCE_INIT;
 
-/* Takes the next chunk of what is left, 1/divisor of it (at least one iteration), from the
- * front of those left (the caller) or from the back (workers); 0 when none are left. */
-static int tl_take(uint64_t divisor, int from_front, int64_t *first, int64_t *end) {
-    uint64_t range = atomic_load_explicit(&tl_pool.range, memory_order_relaxed);
+/* Takes the next chunk of share `t`, 1/TL_GUIDED of what is left (at least one iteration),
+ * from its front (its owner) or from its back (another thread); 0 when none are left. */
+enum { TL_GUIDED = 2 };
+static int tl_take(int t, int from_front, int64_t *first, int64_t *end) {
+    uint64_t range = atomic_load_explicit(&tl_shares[t].range, memory_order_relaxed);
     for (;;) {
         uint64_t front = range & 0xffffffffu, back = range >> 32;
         if (front >= back) return 0;
-        uint64_t chunk = (back - front) / divisor;
+        uint64_t chunk = (back - front) / TL_GUIDED;
         if (chunk < 1) chunk = 1;
         uint64_t lo, hi, next;
         if (from_front) {
@@ -177,7 +184,7 @@ static int tl_take(uint64_t divisor, int from_front, int64_t *first, int64_t *en
             lo = back - chunk;
             next = (lo << 32) | front;
         }
-        if (atomic_compare_exchange_weak_explicit(&tl_pool.range, &range, next, memory_order_relaxed,
+        if (atomic_compare_exchange_weak_explicit(&tl_shares[t].range, &range, next, memory_order_relaxed,
                                                   memory_order_relaxed)) {
             *first = (int64_t)lo;
             *end = (int64_t)hi;
@@ -186,23 +193,25 @@ static int tl_take(uint64_t divisor, int from_front, int64_t *first, int64_t *en
     }
 }
 
-/* Runs iterations of the current loop until none are left or one failed, taking them in
- * guided chunks, what is left divided by TL_GUIDED times the threads (few atomic operations,
- * and single iterations where the threads meet, so neither waits long for the other's last
- * chunk): with two threads each runs one contiguous part, the same part of every loop over
- * the same rows, so a layer mostly reads what the same core wrote in the layer before. */
-enum { TL_GUIDED = 2 };
-static void tl_drain(tl_body body, const void *closure, int from_front) {
-    uint64_t divisor = (uint64_t)TL_GUIDED * (uint64_t)(tl_pool.workers + 1);
+/* Runs iterations of the current loop until none are left or one failed: thread `me`'s own
+ * share front to back in guided chunks (few atomic operations), then chunks from the back of
+ * the other threads' shares, which shrink to single iterations where two threads meet. A
+ * thread's iterations are thus one contiguous run, the same part of every loop over the same
+ * rows (a layer mostly reads what the same core wrote in the layer before), and a kernel's
+ * prefetch of the next panel of weights, which runs forward, serves its next chunk. */
+static void tl_drain(tl_body body, const void *closure, int me) {
+    int threads = tl_pool.workers + 1;
     int64_t first, end;
-    while (atomic_load_explicit(&tl_pool.status, memory_order_relaxed) == 0 &&
-           tl_take(divisor, from_front, &first, &end)) {
-        for (int64_t i = first; i < end; i++) {
-            int32_t s = body(closure, i);
-            if (s != 0) {
-                int expected = 0;
-                atomic_compare_exchange_strong(&tl_pool.status, &expected, s);
-                return;
+    for (int k = 0; k < threads; k++) {
+        int t = (me + k) % threads;
+        while (atomic_load_explicit(&tl_pool.status, memory_order_relaxed) == 0 && tl_take(t, k == 0, &first, &end)) {
+            for (int64_t i = first; i < end; i++) {
+                int32_t s = body(closure, i);
+                if (s != 0) {
+                    int expected = 0;
+                    atomic_compare_exchange_strong(&tl_pool.status, &expected, s);
+                    return;
+                }
             }
         }
     }
@@ -219,7 +228,7 @@ static void tl_avoid_caller(const cpu_set_t *allowed) {
 }
 
 static void *tl_worker(void *arg) {
-    (void)arg;
+    int me = (int)(intptr_t)arg;
     uint64_t seen = 0;
     cpu_set_t allowed;
     int placed = sched_getaffinity(0, sizeof allowed, &allowed) == 0;
@@ -238,7 +247,7 @@ static void *tl_worker(void *arg) {
         atomic_fetch_add(&tl_pool.running, 1);
         if (atomic_load(&tl_pool.open)) {
             if (placed) tl_avoid_caller(&allowed);
-            tl_drain(tl_pool.body, tl_pool.closure, 0);
+            tl_drain(tl_pool.body, tl_pool.closure, me);
             tl_release_tiles();
         }
         if (atomic_fetch_sub(&tl_pool.running, 1) == 1) {
@@ -260,13 +269,13 @@ static void tl_pool_start(void) {
         threads = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
     }
     if (threads < 1) threads = 1;
-    if (threads > 256) threads = 256;
+    if (threads > TL_MAX_THREADS) threads = TL_MAX_THREADS;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     for (long t = 1; t < threads; t++) {
         pthread_t thread;
-        if (pthread_create(&thread, &attr, tl_worker, NULL) != 0) break;
+        if (pthread_create(&thread, &attr, tl_worker, (void *)(intptr_t)t) != 0) break;
         tl_pool.workers++;
     }
     pthread_attr_destroy(&attr);
@@ -281,7 +290,7 @@ TL_HIDDEN int64_t tl_pool_threads(void) {
 TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int64_t n) {
     if (n <= 0) return 0;
     pthread_once(&tl_pool_once, tl_pool_start);
-    /* Loops of 2^32 iterations or more (none in practice) run serially: `range` holds 32-bit
+    /* Loops of 2^32 iterations or more (none in practice) run serially: a share holds 32-bit
      * bounds. */
     if (n == 1 || n > (int64_t)0xffffffff || tl_pool.workers == 0 || pthread_mutex_trylock(&tl_pool_busy) != 0) {
         for (int64_t i = 0; i < n; i++) {
@@ -293,14 +302,18 @@ TL_HIDDEN int32_t tensorlift_parallel_for(tl_body body, const void *closure, int
     pthread_mutex_lock(&tl_pool.lock);
     tl_pool.body = body;
     tl_pool.closure = closure;
-    atomic_store(&tl_pool.range, (uint64_t)n << 32);
+    uint64_t threads = (uint64_t)tl_pool.workers + 1;
+    for (uint64_t t = 0; t < threads; t++) {
+        uint64_t front = t * (uint64_t)n / threads, back = (t + 1) * (uint64_t)n / threads;
+        atomic_store_explicit(&tl_shares[t].range, back << 32 | front, memory_order_relaxed);
+    }
     atomic_store(&tl_pool.status, 0);
     atomic_store_explicit(&tl_pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
     atomic_store(&tl_pool.open, 1);
     atomic_fetch_add_explicit(&tl_pool.generation, 1, memory_order_release);
     pthread_cond_broadcast(&tl_pool.wake);
     pthread_mutex_unlock(&tl_pool.lock);
-    tl_drain(body, closure, 1);
+    tl_drain(body, closure, 0);
     atomic_store(&tl_pool.open, 0);
     for (int spin = 0; spin < TL_SPINS && atomic_load(&tl_pool.running) > 0; spin++) _mm_pause();
     if (atomic_load(&tl_pool.running) > 0) {

@@ -64,13 +64,14 @@ pub fn with_pool<R>(pool: &Pool, f: impl FnOnce() -> R) -> R {
 /// than a short spin (the exported libraries' runtime spins the same way).
 const SPINS: usize = 4096;
 
-/// A thread's chunk is what is left of a loop divided by this many times the threads: large
-/// first chunks (few atomic operations), single iterations where the threads meet.
+/// A thread takes what is left of a share divided by this: large first chunks (few atomic
+/// operations), single iterations where the threads meet.
 const GUIDED: u64 = 2;
 
 /// The threads parallel loops run on: the calling thread and `threads - 1` workers, one loop
-/// at a time (a loop that finds the pool busy runs serially). Threads take iterations in
-/// guided chunks (`GUIDED`), the caller from the front of those left and workers from the back
+/// at a time (a loop that finds the pool busy runs serially). Each thread owns an equal,
+/// contiguous share of a loop's iterations and runs it front to back in guided chunks
+/// (`GUIDED`); a thread out of iterations takes chunks from the back of the others' shares
 /// (`Shared::drain`). Workers spin between loops before they sleep; so does the caller waiting
 /// for them. The caller waits only for workers that joined the loop before it ran out of
 /// iterations. A worker that wakes on the caller's CPU moves off it. The exported libraries'
@@ -95,8 +96,9 @@ struct Shared {
     running: AtomicUsize,
     body: AtomicUsize,
     closure: AtomicUsize,
-    /// The iterations not yet taken, `front..back`, as `back << 32 | front`.
-    range: AtomicU64,
+    /// The iterations not yet taken, one share per thread (the caller's first, then worker
+    /// `i`'s at `i + 1`).
+    shares: Box<[Share]>,
     status: AtomicI32,
     /// Each thread runs at most one iteration (`Pool::broadcast`).
     once: AtomicBool,
@@ -112,58 +114,101 @@ struct Shared {
     idle: Condvar,
 }
 
-impl Shared {
-    /// Takes the next chunk of what is left, `1/divisor` of it (at least one iteration): from
-    /// the front for the caller, from the back for workers (`from_front` false); `None` when
-    /// none are left.
-    fn take(&self, divisor: u64, from_front: bool) -> Option<(i64, i64)> {
-        let mut range = self.range.load(Ordering::Relaxed);
+/// One thread's share of the current loop: the iterations not yet taken, `front..back`, as
+/// `back << 32 | front`, on a cache line of its own (its owner takes from it at every chunk).
+#[repr(align(64))]
+struct Share(AtomicU64);
+
+impl Share {
+    /// Takes the next chunk, `1/GUIDED` of what is left (at least one iteration): from the
+    /// front for its owner, from the back for another thread; `None` when none are left.
+    fn take(&self, own: bool) -> Option<(i64, i64)> {
+        let mut range = self.0.load(Ordering::Relaxed);
         loop {
             let (front, back) = (range & u64::from(u32::MAX), range >> 32);
             if front >= back {
                 return None;
             }
-            let chunk = ((back - front) / divisor).max(1);
-            let (first, end) = if from_front { (front, front + chunk) } else { (back - chunk, back) };
-            let next = if from_front { (back << 32) | end } else { (first << 32) | front };
-            match self.range.compare_exchange_weak(range, next, Ordering::Relaxed, Ordering::Relaxed) {
+            let chunk = ((back - front) / GUIDED).max(1);
+            let (first, end) = if own { (front, front + chunk) } else { (back - chunk, back) };
+            let next = if own { (back << 32) | end } else { (first << 32) | front };
+            match self.0.compare_exchange_weak(range, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return Some((first as i64, end as i64)),
                 Err(now) => range = now,
             }
         }
     }
 
-    /// Runs iterations of the current loop until none are left or one failed. The caller takes
-    /// chunks from the front and workers from the back, so with two threads each runs one
-    /// contiguous part, the same part of every loop over the same rows: a layer then reads
-    /// mostly what the same core wrote in the layer before, from its own cache. Chunks are
-    /// guided: `GUIDED`·threads of them would take what is left, so they shrink to single
-    /// iterations where the threads meet and neither waits long for the other's last chunk.
-    fn drain(&self, from_front: bool) {
+    fn is_empty(&self) -> bool {
+        let range = self.0.load(Ordering::Relaxed);
+        range & u64::from(u32::MAX) >= range >> 32
+    }
+}
+
+impl Shared {
+    fn new(workers: usize) -> Shared {
+        Shared {
+            workers,
+            caller_cpu: AtomicI32::new(-1),
+            generation: AtomicU64::new(0),
+            open: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
+            body: AtomicUsize::new(0),
+            closure: AtomicUsize::new(0),
+            shares: (0..=workers).map(|_| Share(AtomicU64::new(0))).collect(),
+            status: AtomicI32::new(0),
+            once: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            caller_sleeps: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            idle: Condvar::new(),
+        }
+    }
+
+    /// Runs iterations of the current loop until none are left or one failed: thread `me`'s
+    /// own share front to back, then (unless each thread runs one iteration) chunks from the
+    /// back of the other threads' shares. A thread's iterations are thus one contiguous run,
+    /// the same part of every loop over the same rows: a layer reads mostly what the same core
+    /// wrote in the layer before, from its own cache, and a kernel's prefetch of the next
+    /// panel of weights (which runs forward) serves the thread's next chunk. Chunks are guided,
+    /// so a thread taking from another's share meets it at single iterations, and neither
+    /// waits long for the other's last chunk.
+    fn drain(&self, me: usize) {
         let body = self.body.load(Ordering::Relaxed);
         // SAFETY: `body` was stored from a `Body` by `Pool::run` before the loop was published.
         let body: Body = unsafe { std::mem::transmute::<usize, Body>(body) };
         let closure = self.closure.load(Ordering::Relaxed) as *const u8;
         let once = self.once.load(Ordering::Relaxed);
-        let divisor = if once { u64::MAX } else { GUIDED * (self.workers as u64 + 1) };
-        while self.status.load(Ordering::Relaxed) == 0 {
-            let Some((first, end)) = self.take(divisor, from_front || once) else { return };
-            for i in first..end {
-                #[cfg(test)]
-                record_worker();
-                let s = body(closure, i);
-                if s != 0 {
-                    let _ = self.status.compare_exchange(0, s, Ordering::Relaxed, Ordering::Relaxed);
-                    return;
+        let threads = self.shares.len();
+        let others = if once { 0 } else { threads - 1 };
+        for share in std::iter::once(me).chain((1..=others).map(|k| (me + k) % threads)) {
+            let own = share == me;
+            while self.status.load(Ordering::Relaxed) == 0 {
+                let Some((first, end)) = self.shares[share].take(own) else { break };
+                for i in first..end {
+                    #[cfg(test)]
+                    record_worker();
+                    let s = body(closure, i);
+                    if s != 0 {
+                        let _ = self.status.compare_exchange(0, s, Ordering::Relaxed, Ordering::Relaxed);
+                        return;
+                    }
                 }
-            }
-            if once {
-                return;
             }
         }
     }
 
-    fn worker(&self) {
+    /// Publishes `0..n` as the threads' shares: thread `t` owns `t·n/threads..(t+1)·n/threads`.
+    fn share_out(&self, n: u64) {
+        let threads = self.shares.len() as u64;
+        for (t, share) in (0..threads).zip(self.shares.iter()) {
+            let (front, back) = (t * n / threads, (t + 1) * n / threads);
+            share.0.store((back << 32) | front, Ordering::Relaxed);
+        }
+    }
+
+    fn worker(&self, me: usize) {
         let mut seen = 0;
         let placement = placement::Allowed::of_this_thread();
         loop {
@@ -181,7 +226,7 @@ impl Shared {
             // waits for `running` (both sequentially consistent, so one sees the other).
             self.running.fetch_add(1, Ordering::SeqCst);
             if self.open.load(Ordering::SeqCst) {
-                self.join(&placement);
+                self.join(me, &placement);
                 // AMX kernels keep their tile configuration between calls; this worker's
                 // share of the loop is done.
                 crate::isa::release_tiles();
@@ -198,7 +243,7 @@ impl Shared {
     /// Runs a worker's share of the open loop. A worker woken onto the caller's CPU would
     /// share it with the caller (and spin on it between loops), slowing the whole layer down:
     /// it moves off it first. The scheduler can put it there after another process ran.
-    fn join(&self, placement: &Option<placement::Allowed>) {
+    fn join(&self, me: usize, placement: &Option<placement::Allowed>) {
         let caller = self.caller_cpu.load(Ordering::Relaxed);
         if let Some(allowed) = placement
             && caller >= 0
@@ -206,7 +251,7 @@ impl Shared {
         {
             allowed.avoid(caller);
         }
-        self.drain(false);
+        self.drain(me);
     }
 }
 
@@ -277,28 +322,12 @@ fn spin() -> bool {
 impl Pool {
     fn new(threads: usize) -> Result<Pool, RuntimeError> {
         let workers = threads.max(1) - 1;
-        let shared = Arc::new(Shared {
-            workers,
-            caller_cpu: AtomicI32::new(-1),
-            generation: AtomicU64::new(0),
-            open: AtomicBool::new(false),
-            running: AtomicUsize::new(0),
-            body: AtomicUsize::new(0),
-            closure: AtomicUsize::new(0),
-            range: AtomicU64::new(0),
-            status: AtomicI32::new(0),
-            once: AtomicBool::new(false),
-            sleepers: AtomicUsize::new(0),
-            caller_sleeps: AtomicBool::new(false),
-            lock: Mutex::new(()),
-            wake: Condvar::new(),
-            idle: Condvar::new(),
-        });
+        let shared = Arc::new(Shared::new(workers));
         for i in 0..workers {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name(format!("tensorlift-{threads}-{i}"))
-                .spawn(move || shared.worker())
+                .spawn(move || shared.worker(i + 1))
                 .map_err(|e| RuntimeError::ThreadPool { threads, message: e.to_string() })?;
         }
         Ok(Pool { threads, busy: Mutex::new(()), shared })
@@ -317,7 +346,7 @@ impl Pool {
             let _guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
             shared.body.store(body as usize, Ordering::Relaxed);
             shared.closure.store(closure as usize, Ordering::Relaxed);
-            shared.range.store((n as u64) << 32, Ordering::Relaxed);
+            shared.share_out(n as u64);
             shared.status.store(0, Ordering::Relaxed);
             shared.once.store(once, Ordering::Relaxed);
             shared.caller_cpu.store(placement::current_cpu(), Ordering::Relaxed);
@@ -328,13 +357,10 @@ impl Pool {
                 shared.wake.notify_all();
             }
         }
-        shared.drain(true);
+        shared.drain(0);
         if once {
             // Every thread runs one iteration: wait until each has taken its own.
-            let taken = || {
-                let range = shared.range.load(Ordering::Relaxed);
-                range & u64::from(u32::MAX) >= range >> 32 || shared.status.load(Ordering::Relaxed) != 0
-            };
+            let taken = || shared.shares.iter().all(Share::is_empty) || shared.status.load(Ordering::Relaxed) != 0;
             while !(0..SPINS).any(|_| taken() || spin()) {
                 std::thread::yield_now();
             }
@@ -613,8 +639,8 @@ mod tests {
                 }
             }
             // A failure stops the thread it happens on: the first iteration fails, and the
-            // rest of the caller's first chunk (the front `n / (GUIDED · threads)`, which no
-            // other thread takes) never runs; alone, the caller runs nothing else. How much
+            // rest of the caller's first chunk (the front `1/GUIDED` of its share, `n /
+            // (GUIDED · threads)`, which no other thread takes) never runs; alone, the caller runs nothing else. How much
             // the workers run before they see the failure is up to the scheduler (a caller
             // descheduled before its first iteration leaves them everything else): not checked.
             let n = 100_000;
@@ -628,6 +654,72 @@ mod tests {
             assert!(next >= front, "iteration {next} ran after the first failed, on {threads}");
             if threads == 1 {
                 assert_eq!(next, n, "a lone caller stops at the failure");
+            }
+        }
+    }
+
+    /// Logs which thread ran each iteration, in the order they ran.
+    struct Log(Mutex<Vec<(std::thread::ThreadId, i64)>>);
+
+    extern "C" fn log_run(closure: *const u8, i: i64) -> i32 {
+        // SAFETY: the test passes a `&Log`.
+        let log = unsafe { &*closure.cast::<Log>() };
+        log.0.lock().unwrap().push((std::thread::current().id(), i));
+        // Long enough iterations that workers join before the caller runs out.
+        (0..200).for_each(|_| std::hint::spin_loop());
+        0
+    }
+
+    /// The order one thread runs a loop in where no other thread takes part: its own share front
+    /// to back, then each following share from the back in halves.
+    #[test]
+    fn a_thread_alone_runs_its_share_then_the_others_from_their_backs() {
+        let shared = Shared::new(2);
+        let log = Log(Mutex::new(Vec::new()));
+        shared.body.store(log_run as Body as usize, Ordering::Relaxed);
+        shared.closure.store(std::ptr::from_ref(&log) as usize, Ordering::Relaxed);
+        shared.share_out(30);
+        shared.drain(1);
+        let ran: Vec<i64> = log.0.into_inner().unwrap().into_iter().map(|(_, i)| i).collect();
+        let mut expected: Vec<i64> = (10..20).collect();
+        // Share 2 (20..30): chunks of half of what is left, from the back.
+        for (first, end) in [(25, 30), (23, 25), (22, 23), (21, 22), (20, 21)] {
+            expected.extend(first..end);
+        }
+        for (first, end) in [(5, 10), (3, 5), (2, 3), (1, 2), (0, 1)] {
+            expected.extend(first..end);
+        }
+        assert_eq!(ran, expected);
+    }
+
+    #[test]
+    fn each_thread_runs_its_own_share_front_to_back_before_taking_from_others() {
+        for threads in 2..=4 {
+            let pool = Pool::new(threads).unwrap();
+            for n in [1usize, 5, 64, 1000] {
+                let log = Log(Mutex::new(Vec::new()));
+                assert_eq!(pool.run(log_run, std::ptr::from_ref(&log).cast::<u8>(), n as i64, false), 0);
+                let log = log.0.into_inner().unwrap();
+                let mut all: Vec<i64> = log.iter().map(|&(_, i)| i).collect();
+                all.sort_unstable();
+                assert_eq!(all, (0..n as i64).collect::<Vec<_>>(), "{n} on {threads}");
+                let share = |i: i64| (0..threads).find(|&t| i < ((t + 1) * n / threads) as i64).unwrap();
+                let front = |t: usize| (t * n / threads) as i64;
+                let caller = std::thread::current().id();
+                let mut ids: Vec<_> = log.iter().map(|&(id, _)| id).collect();
+                ids.dedup();
+                for id in ids {
+                    let ran: Vec<i64> = log.iter().filter(|&&(t, _)| t == id).map(|&(_, i)| i).collect();
+                    // The caller owns share 0; a worker, the share whose front it ran first
+                    // (none where others took all of it before the worker joined; taking the
+                    // last iteration of another's share passes for owning it, harmlessly).
+                    let own = if id == caller { Some(0) } else { Some(share(ran[0])).filter(|&t| front(t) == ran[0]) };
+                    let Some(own) = own else { continue };
+                    let mine = ran.iter().take_while(|&&i| share(i) == own).count();
+                    let expected: Vec<i64> = (front(own)..).take(mine).collect();
+                    assert_eq!(ran[..mine], expected[..], "{n} on {threads}: its share from the front, in order");
+                    assert!(ran[mine..].iter().all(|&i| share(i) != own), "{n} on {threads}: {ran:?}");
+                }
             }
         }
     }

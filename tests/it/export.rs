@@ -288,8 +288,8 @@ fn the_library_pool_runs_every_iteration_once_and_stops_at_a_failure() {
         }
         let last: Vec<&str> = lines[399].split(' ').collect();
         assert_eq!(last[..2], ["ran", "9"], "{threads} threads");
-        // The failing thread stops: the rest of the caller's first chunk (the front
-        // 100000 / (2 · threads), which the workers, taking from the back, never take) does not
+        // The failing thread stops: the rest of the caller's first chunk (the front half of its
+        // share, 100000 / (2 · threads), which others take only from the back) does not
         // run; alone, the caller runs nothing else. How much the workers run before they see
         // the failure is up to the scheduler: not checked.
         let (ran, next): (usize, usize) = (last[2].parse().unwrap(), last[3].parse().unwrap());
