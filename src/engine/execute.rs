@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use super::compile::{CompiledGraph, Step};
 use super::error::EngineError;
 use super::kernel::Kernel;
-use super::native::split::quantize_copying;
+use super::native::split::{quantize, quantize_copying};
 use super::slot::{Slot, f32_bytes};
-use crate::graph::{Data, Value, reference};
+use crate::graph::{Data, DataType, Value, reference};
 
 impl CompiledGraph {
     /// The steps (partitions with their kernels), in execution order.
@@ -96,7 +96,7 @@ impl CompiledGraph {
                 });
             }
         }
-        let copying = self.quantize_copying_input(inputs);
+        let copying = self.quantized_input().map(|(k, _)| k);
         for (k, (v, &(_, s))) in inputs.iter().zip(&self.inputs).enumerate() {
             if copying != Some(k) {
                 self.slots[s].store_on(v, self.pool.as_deref());
@@ -120,20 +120,25 @@ impl CompiledGraph {
         Ok((outputs, times))
     }
 
-    /// The graph input (its index) that the first step, a native quantization, stores into its
-    /// buffer as it quantizes it (`run_quantize_copying`): f32 stored in the logical order, so
-    /// that the step's one pass over the input replaces a copy and a read.
-    fn quantize_copying_input(&self, inputs: &[Value]) -> Option<usize> {
+    /// The graph input (its index) that the first step, a native quantization, reads straight
+    /// from the caller's value (`run_quantize_copying`), and whether the step also stores it
+    /// into its buffer as it reads it: f32 in the logical order, where a later step or the
+    /// graph's outputs read that buffer, so that one pass over the input replaces a copy and a
+    /// read; otherwise the buffer is not written at all (`value` says so).
+    fn quantized_input(&self) -> Option<(usize, bool)> {
         let step = self.steps.first()?;
-        let (Kernel::Quantize(_), [s]) = (&step.kernel, &step.inputs[..]) else { return None };
-        let k = self.inputs.iter().position(|&(_, t)| t == *s)?;
-        let plain = !self.slots[*s].nhwc && matches!(inputs[k].data(), Data::F32(_));
-        plain.then_some(k)
+        let (Kernel::Quantize(_), &[s]) = (&step.kernel, &step.inputs[..]) else { return None };
+        let k = self.inputs.iter().position(|&(_, slot)| slot == s)?;
+        let plain = !self.slots[s].nhwc && self.slots[s].dtype == DataType::F32;
+        let read_later = self.steps[1..].iter().any(|step| step.inputs.contains(&s))
+            || self.outputs.iter().any(|&(_, slot)| slot == s);
+        plain.then_some((k, read_later))
     }
 
-    /// The first step (a `Kernel::Quantize` of `value`'s slot, `quantize_copying_input`) run
-    /// on `value`'s own bytes, which it copies into the slot as it reads them: the slot ends
-    /// as `store` leaves it, the output as `Kernel::run` leaves it.
+    /// The first step (a `Kernel::Quantize` of `value`'s slot, `quantized_input`) run on
+    /// `value`'s own bytes, which it copies into the slot as it reads them where a later step
+    /// reads the slot: the slot then ends as `store` leaves it; the output as `Kernel::run`
+    /// leaves it.
     fn run_quantize_copying(&mut self, value: &Value) {
         let step = &self.steps[0];
         let (Kernel::Quantize(q), Data::F32(x)) = (&step.kernel, value.data()) else {
@@ -142,8 +147,13 @@ impl CompiledGraph {
         let (input, out) = (step.inputs[0], step.outputs[0]);
         let mut output = std::mem::replace(&mut self.slots[out], Slot::placeholder());
         let dims = if output.nhwc { output.nchw() } else { [0; 4] };
-        let (pool, copy) = (self.pool.as_deref(), &mut self.slots[input].bytes);
-        quantize_copying(pool, &f32_bytes(x), dims, output.nhwc, *q, &mut output.bytes, copy);
+        let pool = self.pool.as_deref();
+        if self.quantized_input().is_some_and(|(_, kept)| kept) {
+            let copy = &mut self.slots[input].bytes;
+            quantize_copying(pool, &f32_bytes(x), dims, output.nhwc, *q, &mut output.bytes, copy);
+        } else {
+            quantize(pool, &f32_bytes(x), dims, output.nhwc, *q, &mut output.bytes);
+        }
         self.slots[out] = output;
     }
 
@@ -186,8 +196,11 @@ impl CompiledGraph {
 
 impl CompiledGraph {
     /// The value a tensor holds after the last `execute` (logical layout), if the engine keeps a
-    /// buffer for it (every input and output of a partition).
+    /// buffer for it: every input and output of a partition, but a graph input that only the
+    /// first step, its quantization, reads (the step reads the caller's value directly).
     pub fn value(&self, t: crate::graph::TensorId) -> Option<Value> {
-        self.slot_of.get(t).copied().flatten().map(|s| self.slots[s].load())
+        let s = self.slot_of.get(t).copied().flatten()?;
+        let unkept = self.quantized_input().is_some_and(|(k, kept)| !kept && self.inputs[k].1 == s);
+        (!unkept).then(|| self.slots[s].load())
     }
 }

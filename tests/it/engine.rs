@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use tensorlift::engine::{self, CompiledGraph, EngineError, Kernel};
-use tensorlift::graph::{Data, DataType, PartitionPolicy, Value, reference};
+use tensorlift::graph::{Data, DataType, PartitionPolicy, TensorId, Value, reference};
 use tensorlift::{CompileOptions, IsaLevel, Target};
 
 /// The committed test models (`scripts/models/make_models.py`).
@@ -45,6 +45,12 @@ pub fn input(dtype: DataType, dims: &[usize], seed: u64) -> Value {
     Value::new(dims, data).expect("dims and data agree")
 }
 
+/// What tensor `t` held in `g`'s last run on `inputs`: its buffer, or the input itself for a
+/// graph input the engine reads without keeping it (`CompiledGraph::value`).
+pub fn held(g: &CompiledGraph, inputs: &[Value], t: TensorId) -> Option<Value> {
+    g.value(t).or_else(|| g.graph().graph().inputs().iter().position(|&i| i == t).map(|k| inputs[k].clone()))
+}
+
 fn compiled(path: &Path, level: IsaLevel, threads: usize) -> CompiledGraph {
     let model = tensorlift::onnx::load(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let partitions = model.graph.get_partitions(PartitionPolicy::Fusion);
@@ -57,8 +63,12 @@ pub fn check_against_reference(g: &mut CompiledGraph, seed: u64, what: &str) {
     let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, seed)).collect();
     let (outputs, _) = g.execute(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
     for step in g.steps() {
-        let ins: Vec<Value> =
-            step.partition.inputs.iter().map(|&t| g.value(t).expect("an input of a step has a value")).collect();
+        let ins: Vec<Value> = step
+            .partition
+            .inputs
+            .iter()
+            .map(|&t| held(g, &inputs, t).expect("an input of a step has a value"))
+            .collect();
         let expected = reference::run_partition(g.graph(), &step.partition, &ins)
             .unwrap_or_else(|e| panic!("{what}: the reference of {}: {e}", step.partition.id));
         for (&t, e) in step.partition.outputs.iter().zip([&expected]) {
@@ -153,6 +163,44 @@ fn an_input_of_the_wrong_shape_or_dtype_is_a_typed_error() {
     assert!(err.to_string().contains("expected f32") && err.to_string().contains("found u8"), "{err}");
     let err = g.execute(&[]).unwrap_err();
     assert!(matches!(err, EngineError::InputCount { expected: 1, found: 0 }), "{err}");
+}
+
+/// A float input only its quantization (the first step) reads is read straight from the
+/// caller's value and not kept; one a later step also reads is stored as the step quantizes it,
+/// and both graphs compute what the reference computes.
+#[test]
+fn a_float_input_is_kept_only_where_a_later_step_reads_it() {
+    use tensorlift::graph::{Graph, OpKind, QuantParams, QuantizeAttrs};
+    for (threads, dims) in [(1, [1, 3, 8, 8]), (2, [1, 3, 64, 64]), (2, [1, 2, 1, 40000])] {
+        for also_read in [false, true] {
+            let what = format!("{dims:?} on {threads} thread(s), the input read later: {also_read}");
+            let mut g = Graph::new();
+            let x = g.input("x", DataType::F32, dims);
+            let quantize = QuantizeAttrs { params: QuantParams::per_tensor(0.02, 3), dtype: DataType::U8 };
+            let q = g.apply("q", OpKind::Quantize(quantize), &[x]).unwrap();
+            let y = g.apply("dq", OpKind::Dequantize(QuantParams::per_tensor(0.02, 3)), &[q]).unwrap();
+            g.mark_output(y).unwrap();
+            if also_read {
+                let r = g.apply("relu", OpKind::ReLU, &[x]).unwrap();
+                g.mark_output(r).unwrap();
+            }
+            let graph = g.finalize().unwrap();
+            let partitions = graph.get_partitions(PartitionPolicy::Fusion);
+            let options = CompileOptions {
+                target: Target::Level(IsaLevel::Scalar),
+                threads: Some(threads),
+                ..CompileOptions::default()
+            };
+            let mut compiled = engine::compile(graph, partitions, &options).unwrap();
+            assert!(matches!(compiled.steps()[0].kernel, Kernel::Quantize(_)), "{what}: the quantization first");
+            check_against_reference(&mut compiled, 4, &what);
+            assert_eq!(compiled.value(x).is_some(), also_read, "{what}");
+            if also_read {
+                let inputs = [input(DataType::F32, &dims, 4)];
+                assert!(compiled.value(x).unwrap().bits_eq(&inputs[0]), "{what}: the input kept as it was");
+            }
+        }
+    }
 }
 
 /// A residual block built by hand with random weights, scales and zero points (seeded): u8 or
@@ -266,7 +314,7 @@ fn every_tensor_is_the_same_at_every_thread_count() {
                 .steps()
                 .iter()
                 .flat_map(|s| s.partition.inputs.iter().chain(&s.partition.outputs))
-                .map(|&t| g.value(t).expect("a step's tensor has a value"))
+                .map(|&t| held(&g, &inputs, t).expect("a step's tensor has a value"))
                 .collect();
             runs.push((threads, outputs, tensors));
         }

@@ -12,7 +12,7 @@ use tensorlift::graph::{
 };
 use tensorlift::{CompileOptions, IsaLevel, Target};
 
-use crate::engine::input;
+use crate::engine::{held, input};
 
 /// One case: channels (16: whole zmm vectors; 24 and 40: a partial one; 72: groups of four),
 /// the add's operand order, ReLUs, and whether the scales make most outputs saturate.
@@ -159,7 +159,8 @@ fn the_fused_residual_add_equals_the_unfused_partitions_at_every_level() {
             }
             // The fused step itself against the reference's evaluation of its partition.
             for step in fused.steps() {
-                let ins: Vec<Value> = step.partition.inputs.iter().map(|&t| fused.value(t).unwrap()).collect();
+                let ins: Vec<Value> =
+                    step.partition.inputs.iter().map(|&t| held(&fused, &inputs, t).unwrap()).collect();
                 let want = reference::run_partition(fused.graph(), &step.partition, &ins).unwrap();
                 let got = fused.value(step.partition.outputs[0]).unwrap();
                 assert!(got.bits_eq(&want), "{what}: partition {} differs", step.partition.id);
