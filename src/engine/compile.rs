@@ -17,7 +17,8 @@ use super::kernel::Kernel;
 use super::native::add::AddParams;
 use super::native::max_pool::Window as PoolWindow;
 use super::native::{Affine, Int8};
-use super::slot::Slot;
+use super::share::{self, Sharing};
+use super::slot::{Bytes, Slot};
 use super::spec::{auto_spec, partition_name, partition_spec};
 use crate::graph::partition::{QAdd, QConv, QGlobalAvgPool, QMaxPool, QuantTensor, Residual};
 use crate::graph::{DataType, FinalizedGraph, OpKind, Partition, PartitionKind, TensorId};
@@ -95,6 +96,10 @@ pub struct CompiledGraph {
     pub(super) arena_bytes: (usize, usize),
     /// The pool the native kernels split their loops across (`None`: one thread).
     pub(super) pool: Option<Arc<Pool>>,
+    /// Which written tensors share buffers (`share::plan`), and each shared buffer's holder:
+    /// the slot of the tensor written last into it.
+    pub(super) sharing: Sharing,
+    pub(super) holders: Vec<usize>,
 }
 
 /// Compiles `partitions` (from `graph.get_partitions`) with `options` (ISA level, threads).
@@ -141,10 +146,15 @@ pub fn compile_tuned(
             what: "the shape",
             found: format!("{}", lt.shape),
         })?;
-        let mut s = Slot::new(lt.dtype, dims);
-        if let Some(value) = graph.graph().constant_value(t) {
-            s.store(value);
-        }
+        // A constant's buffer now, the others' once the steps say which share (`share`).
+        let s = match graph.graph().constant_value(t) {
+            Some(value) => {
+                let mut s = Slot::new(lt.dtype, dims);
+                s.store(value);
+                s
+            }
+            None => Slot::unallocated(lt.dtype, dims),
+        };
         slots.push(s);
         slot_of[t] = Some(slots.len() - 1);
         Ok(slots.len() - 1)
@@ -229,6 +239,7 @@ pub fn compile_tuned(
         .iter()
         .map(|&t| Ok((t, slot(t, &mut slots)?)))
         .collect::<Result<Vec<_>, EngineError>>()?;
+    let (sharing, holders) = allocate(&steps, &mut slots, &inputs, &outputs);
     // The pool the compiled kernels' parallel loops run on (`runtime::host::pool`).
     let threads = options
         .threads
@@ -252,7 +263,42 @@ pub fn compile_tuned(
         jobs_time,
         warnings,
         arena_bytes: (weights, cache.weight_arena_used()),
+        sharing,
+        holders,
     })
+}
+
+/// Allocates every slot's buffer: the tensors the steps write share buffers where their
+/// lifetimes allow (`share::plan`; the graph's inputs and outputs keep their own), each shared
+/// buffer allocated once, to the last of its tensors, from which the first takes it at the next
+/// run; the other slots get buffers of their own. Returns the sharing and each shared buffer's
+/// holder.
+fn allocate(
+    steps: &[Step],
+    slots: &mut [Slot],
+    inputs: &[(TensorId, usize)],
+    outputs: &[(TensorId, usize)],
+) -> (Sharing, Vec<usize>) {
+    let mut pinned: Vec<bool> = slots.iter().map(|s| s.bytes.holds() && s.bytes.size() > 0).collect();
+    for &(_, s) in inputs.iter().chain(outputs) {
+        pinned[s] = true;
+    }
+    let accesses: Vec<_> = steps.iter().map(|s| (s.inputs.clone(), s.outputs.clone())).collect();
+    let sizes: Vec<usize> = slots.iter().map(|s| s.bytes.size()).collect();
+    let sharing = share::plan(&accesses, &sizes, &pinned);
+    let mut holders = Vec::with_capacity(sharing.buffers.len());
+    for buffer in &sharing.buffers {
+        let last = *buffer.slots.last().expect("a shared buffer has tensors");
+        slots[last].bytes = Bytes::zeroed(sizes[last], buffer.bytes);
+        holders.push(last);
+    }
+    let shared: std::collections::HashSet<usize> = sharing.buffers.iter().flat_map(|b| b.slots.clone()).collect();
+    for (s, slot) in slots.iter_mut().enumerate() {
+        if !shared.contains(&s) && !slot.bytes.holds() {
+            slot.bytes = Bytes::zeroed(sizes[s], 0);
+        }
+    }
+    (sharing, holders)
 }
 
 /// The bytes of the weights the convolution and product partitions carry, known before the

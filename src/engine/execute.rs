@@ -7,7 +7,7 @@ use super::compile::{CompiledGraph, Step};
 use super::error::EngineError;
 use super::kernel::Kernel;
 use super::native::split::{quantize, quantize_copying};
-use super::slot::{Slot, f32_bytes};
+use super::slot::{Bytes, Slot, f32_bytes};
 use crate::graph::{Data, DataType, Value, reference};
 
 impl CompiledGraph {
@@ -104,6 +104,15 @@ impl CompiledGraph {
         }
         let mut times = Vec::with_capacity(self.steps.len());
         for i in 0..self.steps.len() {
+            // The shared buffers this step writes into, from the tensors that held them.
+            for &(slot, buffer) in self.sharing.takes.get(i).into_iter().flatten() {
+                let holder = std::mem::replace(&mut self.holders[buffer], slot);
+                if holder != slot {
+                    let mut from = std::mem::take(&mut self.slots[holder].bytes);
+                    self.slots[slot].bytes.take(&mut from);
+                    self.slots[holder].bytes = from;
+                }
+            }
             for timed in [!warm, true] {
                 let start = Instant::now();
                 match copying {
@@ -195,12 +204,27 @@ impl CompiledGraph {
 }
 
 impl CompiledGraph {
-    /// The value a tensor holds after the last `execute` (logical layout), if the engine keeps a
-    /// buffer for it: every input and output of a partition, but a graph input that only the
-    /// first step, its quantization, reads (the step reads the caller's value directly).
+    /// The value a tensor holds after the last `execute` (logical layout), if its buffer still
+    /// holds it: the graph's outputs and constants; the other tensors the steps write where
+    /// no later tensor took their buffer (all of them after `keep_values`); the graph's inputs
+    /// but one that only the first step, its quantization, reads (the step reads the caller's
+    /// value directly).
     pub fn value(&self, t: crate::graph::TensorId) -> Option<Value> {
         let s = self.slot_of.get(t).copied().flatten()?;
         let unkept = self.quantized_input().is_some_and(|(k, kept)| !kept && self.inputs[k].1 == s);
-        (!unkept).then(|| self.slots[s].load())
+        (!unkept && self.slots[s].bytes.holds()).then(|| self.slots[s].load())
+    }
+
+    /// Gives every tensor a buffer of its own from now on, so that after a run `value` has
+    /// every tensor a step reads or writes (what tests and debugging look at). By default the
+    /// tensors whose lifetimes do not overlap share buffers (`share`).
+    pub fn keep_values(&mut self) {
+        for slot in &mut self.slots {
+            if !slot.bytes.holds() {
+                slot.bytes = Bytes::zeroed(slot.bytes.size(), 0);
+            }
+        }
+        self.sharing = Default::default();
+        self.holders.clear();
     }
 }

@@ -23,6 +23,7 @@ mod inputs;
 mod jobs;
 mod kernel;
 pub mod native;
+mod share;
 mod slot;
 mod spec;
 mod table;
@@ -33,6 +34,6 @@ pub use compile::{
 pub use error::EngineError;
 pub use inputs::random_input;
 pub use kernel::Kernel;
-pub use slot::Slot;
+pub use slot::{Bytes, Slot};
 pub use spec::{Spec, auto_spec, partition_spec};
 pub use table::{TableGraph, kernel_bytes};

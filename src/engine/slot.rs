@@ -1,9 +1,12 @@
-//! The engine's buffers: one per tensor a partition reads or writes, allocated once at compile
-//! time. 4-D 8-bit integer tensors are stored NHWC (what the convolution kernels read and
-//! write), every other tensor in its logical row-major order; values cross the engine's edges
-//! (inputs, outputs, the reference's fallback) in the logical order.
+//! The engine's buffers: a slot per tensor a partition reads or writes, its bytes allocated
+//! once at compile time, in a buffer of its own or one it shares with tensors whose lifetimes do
+//! not overlap its own (`share`). 4-D 8-bit integer tensors are stored NHWC (what the
+//! convolution kernels read and write), every other tensor in its logical row-major order;
+//! values cross the engine's edges (inputs, outputs, the reference's fallback) in the logical
+//! order.
 
 use std::borrow::Cow;
+use std::ops::{Deref, DerefMut};
 
 use half::{bf16, f16};
 
@@ -19,7 +22,57 @@ pub struct Slot {
     pub dims: Vec<usize>,
     /// Stored NHWC (4-D u8/s8 only).
     pub nhwc: bool,
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
+}
+
+/// A slot's bytes: the first `len` of a buffer, which the slot may hand on to the next tensor
+/// sharing it (`Bytes::take`). Dereferencing the bytes of a slot whose buffer moved on panics:
+/// the engine never reads a tensor after its last reader ran.
+#[derive(Clone, Debug, Default)]
+pub struct Bytes {
+    buffer: Vec<u8>,
+    len: usize,
+}
+
+impl Bytes {
+    /// `len` zero bytes of a buffer of `capacity` (at least `len`) bytes.
+    pub fn zeroed(len: usize, capacity: usize) -> Bytes {
+        Bytes { buffer: vec![0; capacity.max(len)], len }
+    }
+
+    /// `len` bytes, no buffer yet (a tensor that takes a shared one before it is written).
+    pub fn unallocated(len: usize) -> Bytes {
+        Bytes { buffer: Vec::new(), len }
+    }
+
+    /// Whether the slot holds its buffer (and so its tensor's bytes).
+    pub fn holds(&self) -> bool {
+        self.buffer.len() >= self.len
+    }
+
+    /// The tensor's size in bytes, whether or not the slot holds its buffer.
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
+    /// Takes `from`'s buffer (the shared buffer's previous tensor, dead by now).
+    pub fn take(&mut self, from: &mut Bytes) {
+        self.buffer = std::mem::take(&mut from.buffer);
+        debug_assert!(self.holds(), "a shared buffer holds each of its tensors");
+    }
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buffer[..self.len]
+    }
+}
+
+impl DerefMut for Bytes {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer[..self.len]
+    }
 }
 
 /// Whether a tensor of `dtype` and `dims` is stored NHWC.
@@ -30,8 +83,15 @@ pub fn stored_nhwc(dtype: DataType, dims: &[usize]) -> bool {
 impl Slot {
     /// A zeroed buffer for a tensor of `dtype` and `dims`.
     pub fn new(dtype: DataType, dims: Vec<usize>) -> Slot {
+        let mut slot = Slot::unallocated(dtype, dims);
+        slot.bytes = Bytes::zeroed(slot.bytes.size(), 0);
+        slot
+    }
+
+    /// The slot of a tensor of `dtype` and `dims`, its buffer not allocated yet.
+    pub fn unallocated(dtype: DataType, dims: Vec<usize>) -> Slot {
         let len = dims.iter().product::<usize>() * dtype.size();
-        Slot { dtype, nhwc: stored_nhwc(dtype, &dims), dims, bytes: vec![0; len] }
+        Slot { dtype, nhwc: stored_nhwc(dtype, &dims), dims, bytes: Bytes::unallocated(len) }
     }
 
     /// The dimensions as 4 (NCHW), for 4-D tensors.
@@ -42,7 +102,7 @@ impl Slot {
 
     /// A slot of no tensor that allocates nothing (what stands in for a slot moved out).
     pub fn placeholder() -> Slot {
-        Slot { dtype: DataType::U8, dims: Vec::new(), nhwc: false, bytes: Vec::new() }
+        Slot { dtype: DataType::U8, dims: Vec::new(), nhwc: false, bytes: Bytes::default() }
     }
 
     /// Stores `value` (logical order, same dtype and dims: the caller checked), without an
@@ -83,7 +143,7 @@ impl Slot {
             permute_bytes(&self.bytes, self.nchw(), self.dtype.size(), false, &mut out);
             out
         } else {
-            self.bytes.clone()
+            self.bytes.to_vec()
         };
         Value::new(&self.dims, bytes_data(self.dtype, &logical))
             .expect("a slot's bytes hold exactly its dims' elements")

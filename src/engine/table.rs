@@ -116,7 +116,7 @@ impl TableGraph {
 pub fn kernel_bytes(value: &Value) -> Vec<u8> {
     let mut slot = Slot::new(value.dtype(), value.dims().to_vec());
     slot.store(value);
-    slot.bytes
+    slot.bytes.to_vec()
 }
 
 fn dims(d: &[i64]) -> Vec<usize> {

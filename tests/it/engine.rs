@@ -60,6 +60,7 @@ fn compiled(path: &Path, level: IsaLevel, threads: usize) -> CompiledGraph {
 
 /// Runs `g` on a seeded input and checks every step and the outputs against the reference.
 pub fn check_against_reference(g: &mut CompiledGraph, seed: u64, what: &str) {
+    g.keep_values();
     let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, seed)).collect();
     let (outputs, _) = g.execute(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
     for step in g.steps() {
@@ -308,6 +309,7 @@ fn every_tensor_is_the_same_at_every_thread_count() {
         let mut runs = Vec::new();
         for threads in [1, 2, 3] {
             let mut g = compiled(path, level, threads);
+            g.keep_values();
             let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, 5)).collect();
             let (outputs, _) = g.execute(&inputs).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let tensors: Vec<Value> = g
@@ -384,6 +386,48 @@ fn a_fused_residual_add_equals_the_unfused_partitions_at_every_level() {
     assert!(fused_somewhere > 0);
 }
 
+/// Tensors whose lifetimes do not overlap share buffers by default: every model computes the
+/// same outputs as with a buffer per tensor, run after run (a shared buffer passes from tensor
+/// to tensor and back to the first at the next run), and the quantized networks do share.
+#[test]
+fn shared_buffers_compute_what_a_buffer_per_tensor_computes() {
+    let levels = crate::skip::levels_here_for(IsaLevel::ALL, "shared buffers");
+    let best = *levels.last().expect("the scalar level runs everywhere");
+    for path in models() {
+        for (level, threads) in [(IsaLevel::Scalar, 1), (best, 2)] {
+            let what = format!("{} at {level}, {threads} thread(s)", path.file_name().unwrap().to_string_lossy());
+            let mut shared = compiled(&path, level, threads);
+            let mut own = compiled(&path, level, threads);
+            own.keep_values();
+            let owned: usize = own.slots().iter().map(|s| s.bytes.len()).sum();
+            let tensors: Vec<TensorId> = shared.steps().iter().flat_map(|s| s.partition.outputs.clone()).collect();
+            for seed in [1, 2] {
+                let inputs: Vec<Value> = shared.input_specs().iter().map(|(d, dims)| input(*d, dims, seed)).collect();
+                let (a, _) = shared.execute(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let (b, _) = own.execute(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(a.len(), b.len(), "{what}");
+                let (warm, _) = shared.execute_warm(&inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+                for ((x, y), w) in a.iter().zip(&b).zip(&warm) {
+                    assert!(x.bits_eq(y) && w.bits_eq(y), "{what}, seed {seed}: the outputs differ");
+                }
+                // What a shared run still holds is what the run with a buffer per tensor holds.
+                for &t in &tensors {
+                    if let Some(v) = shared.value(t) {
+                        assert!(v.bits_eq(&own.value(t).expect("kept")), "{what}: tensor {t} differs");
+                    }
+                }
+            }
+            let gone = tensors.iter().filter(|&&t| shared.value(t).is_none()).count();
+            if path.to_string_lossy().contains("_q") {
+                assert!(gone > 0, "{what}: no tensor gave its buffer to a later one");
+                let held: usize =
+                    shared.slots().iter().filter(|s| s.bytes.holds()).map(|s| s.bytes.len()).sum::<usize>();
+                assert!(held < owned, "{what}: {held} bytes held against {owned} with a buffer each");
+            }
+        }
+    }
+}
+
 #[test]
 fn warm_steps_compute_what_the_plain_run_computes() {
     // The best level here and the scalar one; one thread (the first step then quantizes the
@@ -394,6 +438,7 @@ fn warm_steps_compute_what_the_plain_run_computes() {
         for (level, threads) in [(IsaLevel::Scalar, 1), (best, 1), (best, 2)] {
             let what = format!("{} at {level}, {threads} thread(s)", path.file_name().unwrap().to_string_lossy());
             let mut g = compiled(path, level, threads);
+            g.keep_values();
             let inputs: Vec<Value> = g.input_specs().iter().map(|(d, dims)| input(*d, dims, 3)).collect();
             let tensors: Vec<_> = g
                 .steps()

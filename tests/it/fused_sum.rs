@@ -120,6 +120,7 @@ fn the_fused_residual_add_equals_the_unfused_partitions_at_every_level() {
                 CompileOptions { target: Target::Level(level), threads: Some(1), ..CompileOptions::default() };
             let mut fused = engine::compile(graph.clone(), graph.get_partitions(PartitionPolicy::Fusion), &options)
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
+            fused.keep_values();
             let convs: Vec<_> = fused
                 .steps()
                 .iter()

@@ -61,6 +61,7 @@ fn equals_onnxruntime(path: &Path, ort: &OrtRun, seeds: usize, levels: &[IsaLeve
         let partitions = model.graph.get_partitions(policy);
         let options = CompileOptions { target: Target::Level(level), threads: Some(2), ..CompileOptions::default() };
         let mut g = engine::compile(model.graph, partitions, &options).unwrap();
+        g.keep_values();
         if let Some(auto) = auto {
             let found = g.steps().iter().filter(|s| matches!(s.kernel, engine::Kernel::Auto(_))).count();
             assert_eq!(found, auto, "{file}: the depthwise and grouped convolutions auto-scheduled");

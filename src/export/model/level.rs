@@ -249,7 +249,7 @@ pub(super) fn level_code(
                     "    tl_n_add({}, {}, {}, {}, {}, {}, {}, {}, {}, {});",
                     p(ins[0]),
                     p(ins[1]),
-                    slots[out].bytes.len(),
+                    slots[out].bytes.size(),
                     float(ra),
                     float(rb),
                     float(fixed),
@@ -323,7 +323,7 @@ pub(super) fn level_code(
                 .unwrap();
             }
             (Kernel::Copy, _) => {
-                writeln!(body, "    memcpy({}, {}, {});", p(out), p(ins[0]), slots[out].bytes.len()).unwrap();
+                writeln!(body, "    memcpy({}, {}, {});", p(out), p(ins[0]), slots[out].bytes.size()).unwrap();
             }
             (Kernel::Reference { why }, _) => return Err(unsupported(step, &name, why.clone())),
             // The export partitions with `FusionWithoutSum`: no residual reaches here.

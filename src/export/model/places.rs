@@ -62,7 +62,7 @@ pub(super) fn places(graph: &CompiledGraph, weights: &mut Weights) -> Result<(Pl
         if slot.nhwc {
             // Stored NHWC inside, as the engine stores it: permuted on the way in or out.
             let place = format!("(arena + {arena})");
-            arena = (arena + slot.bytes.len()).next_multiple_of(64);
+            arena = (arena + slot.bytes.size()).next_multiple_of(64);
             let [n, c, h, w] = slot.nchw();
             let (from, to) =
                 if output { (place.clone(), format!("args[{k}]")) } else { (format!("args[{k}]"), place.clone()) };
@@ -92,7 +92,7 @@ pub(super) fn places(graph: &CompiledGraph, weights: &mut Weights) -> Result<(Pl
         }
         if written.contains(&s) {
             places[s] = format!("(arena + {arena})");
-            arena = (arena + slot.bytes.len()).next_multiple_of(64);
+            arena = (arena + slot.bytes.size()).next_multiple_of(64);
         } else {
             places[s] = format!("((uint8_t *)tl_weights + {})", weights.add(&slot.bytes));
         }
