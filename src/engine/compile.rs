@@ -279,6 +279,7 @@ fn allocate(
     inputs: &[(TensorId, usize)],
     outputs: &[(TensorId, usize)],
 ) -> (Sharing, Vec<usize>) {
+    // The constants (stored already) and the graph's inputs and outputs keep their buffers.
     let mut pinned: Vec<bool> = slots.iter().map(|s| s.bytes.holds() && s.bytes.size() > 0).collect();
     for &(_, s) in inputs.iter().chain(outputs) {
         pinned[s] = true;

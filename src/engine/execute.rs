@@ -216,7 +216,8 @@ impl CompiledGraph {
     }
 
     /// Gives every tensor a buffer of its own from now on, so that after a run `value` has
-    /// every tensor a step reads or writes (what tests and debugging look at). By default the
+    /// every tensor a step reads or writes (what tests and debugging look at), but a graph
+    /// input the first step quantizes straight from the caller's value. By default the
     /// tensors whose lifetimes do not overlap share buffers (`share`).
     pub fn keep_values(&mut self) {
         for slot in &mut self.slots {

@@ -1,9 +1,8 @@
 //! `plan`: which tensors share a buffer. A tensor a step writes lives from that step to the
-//! last step that reads it; a later tensor may take its buffer once it is dead. Reusing the
-//! buffers of the tensors just consumed keeps a network's activations in a few buffers that
-//! stay in the core's cache (each layer writes where the one before last read), rather than in
-//! one buffer per tensor that the next inference finds evicted, and allocates (and faults in)
-//! a fraction of the memory at compile time.
+//! last step that reads it; a later tensor may take its buffer once it is dead. A network's
+//! intermediate tensors then fit in a few buffers, a fraction of the memory one buffer per
+//! tensor takes, and a layer writes where a recent one read rather than into memory last
+//! touched an inference ago.
 
 /// A buffer shared by tensors whose lifetimes do not overlap.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,7 +41,7 @@ pub(super) fn plan(steps: &[(Vec<usize>, Vec<usize>)], bytes: &[usize], pinned: 
     // A tensor is dead after its last read (or, never read, after it is written).
     let dead_after = |s: usize| last_read[s].max(written[s]);
     let mut buffers: Vec<Buffer> = Vec::new();
-    let mut holder_of = vec![None; slots];
+    let mut buffer_of = vec![None; slots];
     let mut free: Vec<usize> = Vec::new();
     let mut takes = vec![Vec::new(); steps.len()];
     for (i, (_, outs)) in steps.iter().enumerate() {
@@ -54,7 +53,7 @@ pub(super) fn plan(steps: &[(Vec<usize>, Vec<usize>)], bytes: &[usize], pinned: 
             }
         }
         for &s in outs {
-            if pinned[s] || written[s] != Some(i) || holder_of[s].is_some() {
+            if pinned[s] || written[s] != Some(i) || buffer_of[s].is_some() {
                 continue;
             }
             let fit = |b: &usize| (buffers[*b].bytes < bytes[s], buffers[*b].bytes.abs_diff(bytes[s]));
@@ -70,7 +69,7 @@ pub(super) fn plan(steps: &[(Vec<usize>, Vec<usize>)], bytes: &[usize], pinned: 
                 }
             };
             buffers[b].slots.push(s);
-            holder_of[s] = Some(b);
+            buffer_of[s] = Some(b);
             takes[i].push((s, b));
         }
     }
