@@ -12,6 +12,7 @@ use schedules::auto::AutoPoint;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::EngineError;
+use super::execute::quantized_input;
 use super::jobs::{Job, Work, compile_jobs};
 use super::kernel::Kernel;
 use super::native::add::AddParams;
@@ -271,8 +272,9 @@ pub fn compile_tuned(
 /// Allocates every slot's buffer: the tensors the steps write share buffers where their
 /// lifetimes allow (`share::plan`; the graph's inputs and outputs keep their own), each shared
 /// buffer allocated once, to the last of its tensors, from which the first takes it at the next
-/// run; the other slots get buffers of their own. Returns the sharing and each shared buffer's
-/// holder.
+/// run; the other slots get buffers of their own, but an input the first step quantizes
+/// straight from the caller's value without storing it (`execute::quantized_input`). Returns
+/// the sharing and each shared buffer's holder.
 fn allocate(
     steps: &[Step],
     slots: &mut [Slot],
@@ -294,8 +296,10 @@ fn allocate(
         holders.push(last);
     }
     let shared: std::collections::HashSet<usize> = sharing.buffers.iter().flat_map(|b| b.slots.clone()).collect();
+    // An input read straight from the caller's value and never stored needs no buffer.
+    let unstored = quantized_input(steps, slots, inputs, outputs).and_then(|(k, kept)| (!kept).then(|| inputs[k].1));
     for (s, slot) in slots.iter_mut().enumerate() {
-        if !shared.contains(&s) && !slot.bytes.holds() {
+        if !shared.contains(&s) && !slot.bytes.holds() && unstored != Some(s) {
             slot.bytes = Bytes::zeroed(sizes[s], 0);
         }
     }

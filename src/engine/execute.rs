@@ -8,7 +8,7 @@ use super::error::EngineError;
 use super::kernel::Kernel;
 use super::native::split::{quantize, quantize_copying};
 use super::slot::{Bytes, Slot, f32_bytes};
-use crate::graph::{Data, DataType, Value, reference};
+use crate::graph::{Data, DataType, TensorId, Value, reference};
 
 impl CompiledGraph {
     /// The steps (partitions with their kernels), in execution order.
@@ -129,19 +129,9 @@ impl CompiledGraph {
         Ok((outputs, times))
     }
 
-    /// The graph input (its index) that the first step, a native quantization, reads straight
-    /// from the caller's value (`run_quantize_copying`), and whether the step also stores it
-    /// into its buffer as it reads it: f32 in the logical order, where a later step or the
-    /// graph's outputs read that buffer, so that one pass over the input replaces a copy and a
-    /// read; otherwise the buffer is not written at all (`value` says so).
+    /// `quantized_input` of this graph.
     fn quantized_input(&self) -> Option<(usize, bool)> {
-        let step = self.steps.first()?;
-        let (Kernel::Quantize(_), &[s]) = (&step.kernel, &step.inputs[..]) else { return None };
-        let k = self.inputs.iter().position(|&(_, slot)| slot == s)?;
-        let plain = !self.slots[s].nhwc && self.slots[s].dtype == DataType::F32;
-        let read_later = self.steps[1..].iter().any(|step| step.inputs.contains(&s))
-            || self.outputs.iter().any(|&(_, slot)| slot == s);
-        plain.then_some((k, read_later))
+        quantized_input(&self.steps, &self.slots, &self.inputs, &self.outputs)
     }
 
     /// The first step (a `Kernel::Quantize` of `value`'s slot, `quantized_input`) run on
@@ -228,4 +218,24 @@ impl CompiledGraph {
         self.sharing = Default::default();
         self.holders.clear();
     }
+}
+
+/// The graph input (its index) that the first step, a native quantization, reads straight from
+/// the caller's value (`run_quantize_copying`), and whether the step also stores it into its
+/// buffer as it reads it: f32 in the logical order, where a later step or the graph's outputs
+/// read that buffer, so that one pass over the input replaces a copy and a read; otherwise the
+/// buffer is never written, nor allocated (`compile::allocate`; `value` says so).
+pub(super) fn quantized_input(
+    steps: &[Step],
+    slots: &[Slot],
+    inputs: &[(TensorId, usize)],
+    outputs: &[(TensorId, usize)],
+) -> Option<(usize, bool)> {
+    let step = steps.first()?;
+    let (Kernel::Quantize(_), &[s]) = (&step.kernel, &step.inputs[..]) else { return None };
+    let k = inputs.iter().position(|&(_, slot)| slot == s)?;
+    let plain = !slots[s].nhwc && slots[s].dtype == DataType::F32;
+    let read_later =
+        steps[1..].iter().any(|step| step.inputs.contains(&s)) || outputs.iter().any(|&(_, slot)| slot == s);
+    plain.then_some((k, read_later))
 }

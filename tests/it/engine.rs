@@ -194,6 +194,8 @@ fn a_float_input_is_kept_only_where_a_later_step_reads_it() {
             };
             let mut compiled = engine::compile(graph, partitions, &options).unwrap();
             assert!(matches!(compiled.steps()[0].kernel, Kernel::Quantize(_)), "{what}: the quantization first");
+            let input_slot = compiled.io_slots().0[0];
+            assert_eq!(compiled.slots()[input_slot].bytes.holds(), also_read, "{what}: a buffer for the input");
             check_against_reference(&mut compiled, 4, &what);
             assert_eq!(compiled.value(x).is_some(), also_read, "{what}");
             if also_read {
