@@ -12,7 +12,6 @@ use schedules::auto::AutoPoint;
 use schedules::x86_conv::Conv2dInt8Knobs;
 
 use super::error::EngineError;
-use super::execute::quantized_input;
 use super::jobs::{Job, Work, compile_jobs};
 use super::kernel::Kernel;
 use super::native::add::AddParams;
@@ -101,6 +100,9 @@ pub struct CompiledGraph {
     /// the slot of the tensor written last into it.
     pub(super) sharing: Sharing,
     pub(super) holders: Vec<usize>,
+    /// The graph input the first step quantizes straight from the caller's value, and whether
+    /// it also stores it (`quantized_input`).
+    pub(super) quantized_input: Option<(usize, bool)>,
 }
 
 /// Compiles `partitions` (from `graph.get_partitions`) with `options` (ISA level, threads).
@@ -240,7 +242,8 @@ pub fn compile_tuned(
         .iter()
         .map(|&t| Ok((t, slot(t, &mut slots)?)))
         .collect::<Result<Vec<_>, EngineError>>()?;
-    let (sharing, holders) = allocate(&steps, &mut slots, &inputs, &outputs);
+    let quantized = quantized_input(&steps, &slots, &inputs, &outputs);
+    let (sharing, holders) = allocate(&steps, &mut slots, &inputs, &outputs, quantized);
     // The pool the compiled kernels' parallel loops run on (`runtime::host::pool`).
     let threads = options
         .threads
@@ -266,6 +269,7 @@ pub fn compile_tuned(
         arena_bytes: (weights, cache.weight_arena_used()),
         sharing,
         holders,
+        quantized_input: quantized,
     })
 }
 
@@ -273,13 +277,14 @@ pub fn compile_tuned(
 /// lifetimes allow (`share::plan`; the graph's inputs and outputs keep their own), each shared
 /// buffer allocated once, to the last of its tensors, from which the first takes it at the next
 /// run; the other slots get buffers of their own, but an input the first step quantizes
-/// straight from the caller's value without storing it (`execute::quantized_input`). Returns
+/// straight from the caller's value without storing it (`quantized`, from `quantized_input`). Returns
 /// the sharing and each shared buffer's holder.
 fn allocate(
     steps: &[Step],
     slots: &mut [Slot],
     inputs: &[(TensorId, usize)],
     outputs: &[(TensorId, usize)],
+    quantized: Option<(usize, bool)>,
 ) -> (Sharing, Vec<usize>) {
     // The constants (stored already) and the graph's inputs and outputs keep their buffers.
     let mut pinned: Vec<bool> = slots.iter().map(|s| s.bytes.holds() && s.bytes.size() > 0).collect();
@@ -297,7 +302,7 @@ fn allocate(
     }
     let shared: std::collections::HashSet<usize> = sharing.buffers.iter().flat_map(|b| b.slots.clone()).collect();
     // An input read straight from the caller's value and never stored needs no buffer.
-    let unstored = quantized_input(steps, slots, inputs, outputs).and_then(|(k, kept)| (!kept).then(|| inputs[k].1));
+    let unstored = quantized.and_then(|(k, kept)| (!kept).then(|| inputs[k].1));
     for (s, slot) in slots.iter_mut().enumerate() {
         if !shared.contains(&s) && !slot.bytes.holds() && unstored != Some(s) {
             slot.bytes = Bytes::zeroed(sizes[s], 0);
@@ -482,4 +487,25 @@ fn single(op: &OpKind, ins: &[usize], slots: &[Slot], out: &Slot) -> Chosen {
         }
         _ => reference("no native kernel for this op"),
     }
+}
+
+/// The graph input (its index) that the first step, a native quantization, reads straight from
+/// the caller's value (`CompiledGraph::run_quantize_copying`), and whether the step also stores
+/// it into its buffer as it reads it: f32 in the logical order, where a later step or the
+/// graph's outputs read that buffer, so that one pass over the input replaces a copy and a
+/// read; otherwise the buffer is never written, nor allocated (`allocate`;
+/// `CompiledGraph::value` says so).
+fn quantized_input(
+    steps: &[Step],
+    slots: &[Slot],
+    inputs: &[(TensorId, usize)],
+    outputs: &[(TensorId, usize)],
+) -> Option<(usize, bool)> {
+    let step = steps.first()?;
+    let (Kernel::Quantize(_), &[s]) = (&step.kernel, &step.inputs[..]) else { return None };
+    let k = inputs.iter().position(|&(_, slot)| slot == s)?;
+    let plain = !slots[s].nhwc && slots[s].dtype == DataType::F32;
+    let read_later =
+        steps[1..].iter().any(|step| step.inputs.contains(&s)) || outputs.iter().any(|&(_, slot)| slot == s);
+    plain.then_some((k, read_later))
 }

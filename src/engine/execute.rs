@@ -8,7 +8,7 @@ use super::error::EngineError;
 use super::kernel::Kernel;
 use super::native::split::{quantize, quantize_copying};
 use super::slot::{Bytes, Slot, f32_bytes};
-use crate::graph::{Data, DataType, TensorId, Value, reference};
+use crate::graph::{Data, Value, reference};
 
 impl CompiledGraph {
     /// The steps (partitions with their kernels), in execution order.
@@ -96,7 +96,7 @@ impl CompiledGraph {
                 });
             }
         }
-        let copying = self.quantized_input().map(|(k, _)| k);
+        let copying = self.quantized_input.map(|(k, _)| k);
         for (k, (v, &(_, s))) in inputs.iter().zip(&self.inputs).enumerate() {
             if copying != Some(k) {
                 self.slots[s].store_on(v, self.pool.as_deref());
@@ -108,9 +108,8 @@ impl CompiledGraph {
             for &(slot, buffer) in self.sharing.takes.get(i).into_iter().flatten() {
                 let holder = std::mem::replace(&mut self.holders[buffer], slot);
                 if holder != slot {
-                    let mut from = std::mem::take(&mut self.slots[holder].bytes);
-                    self.slots[slot].bytes.take(&mut from);
-                    self.slots[holder].bytes = from;
+                    let released = self.slots[holder].bytes.release();
+                    self.slots[slot].bytes.hold(released);
                 }
             }
             for timed in [!warm, true] {
@@ -129,11 +128,6 @@ impl CompiledGraph {
         Ok((outputs, times))
     }
 
-    /// `quantized_input` of this graph.
-    fn quantized_input(&self) -> Option<(usize, bool)> {
-        quantized_input(&self.steps, &self.slots, &self.inputs, &self.outputs)
-    }
-
     /// The first step (a `Kernel::Quantize` of `value`'s slot, `quantized_input`) run on
     /// `value`'s own bytes, which it copies into the slot as it reads them where a later step
     /// reads the slot: the slot then ends as `store` leaves it; the output as `Kernel::run`
@@ -147,7 +141,7 @@ impl CompiledGraph {
         let mut output = std::mem::replace(&mut self.slots[out], Slot::placeholder());
         let dims = if output.nhwc { output.nchw() } else { [0; 4] };
         let pool = self.pool.as_deref();
-        if self.quantized_input().is_some_and(|(_, kept)| kept) {
+        if self.quantized_input.is_some_and(|(_, kept)| kept) {
             let copy = &mut self.slots[input].bytes;
             quantize_copying(pool, &f32_bytes(x), dims, output.nhwc, *q, &mut output.bytes, copy);
         } else {
@@ -201,7 +195,7 @@ impl CompiledGraph {
     /// value directly).
     pub fn value(&self, t: crate::graph::TensorId) -> Option<Value> {
         let s = self.slot_of.get(t).copied().flatten()?;
-        let unkept = self.quantized_input().is_some_and(|(k, kept)| !kept && self.inputs[k].1 == s);
+        let unkept = self.quantized_input.is_some_and(|(k, kept)| !kept && self.inputs[k].1 == s);
         (!unkept && self.slots[s].bytes.holds()).then(|| self.slots[s].load())
     }
 
@@ -218,24 +212,4 @@ impl CompiledGraph {
         self.sharing = Default::default();
         self.holders.clear();
     }
-}
-
-/// The graph input (its index) that the first step, a native quantization, reads straight from
-/// the caller's value (`run_quantize_copying`), and whether the step also stores it into its
-/// buffer as it reads it: f32 in the logical order, where a later step or the graph's outputs
-/// read that buffer, so that one pass over the input replaces a copy and a read; otherwise the
-/// buffer is never written, nor allocated (`compile::allocate`; `value` says so).
-pub(super) fn quantized_input(
-    steps: &[Step],
-    slots: &[Slot],
-    inputs: &[(TensorId, usize)],
-    outputs: &[(TensorId, usize)],
-) -> Option<(usize, bool)> {
-    let step = steps.first()?;
-    let (Kernel::Quantize(_), &[s]) = (&step.kernel, &step.inputs[..]) else { return None };
-    let k = inputs.iter().position(|&(_, slot)| slot == s)?;
-    let plain = !slots[s].nhwc && slots[s].dtype == DataType::F32;
-    let read_later =
-        steps[1..].iter().any(|step| step.inputs.contains(&s)) || outputs.iter().any(|&(_, slot)| slot == s);
-    plain.then_some((k, read_later))
 }

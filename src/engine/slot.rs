@@ -26,7 +26,7 @@ pub struct Slot {
 }
 
 /// A slot's bytes: the first `len` of a buffer, which the slot may hand on to the next tensor
-/// sharing it (`Bytes::take`). Dereferencing the bytes of a slot whose buffer moved on panics:
+/// sharing it (`Bytes::release`, `Bytes::hold`). Dereferencing the bytes of a slot whose buffer moved on panics:
 /// the engine never reads a tensor after its last reader ran.
 #[derive(Clone, Debug, Default)]
 pub struct Bytes {
@@ -55,9 +55,14 @@ impl Bytes {
         self.len
     }
 
-    /// Takes `from`'s buffer (the shared buffer's previous tensor, dead by now).
-    pub fn take(&mut self, from: &mut Bytes) {
-        self.buffer = std::mem::take(&mut from.buffer);
+    /// Gives up the buffer (to the next tensor sharing it: this one is dead by now).
+    pub fn release(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buffer)
+    }
+
+    /// Holds `buffer`, a shared buffer another tensor released.
+    pub fn hold(&mut self, buffer: Vec<u8>) {
+        self.buffer = buffer;
         debug_assert!(self.holds(), "a shared buffer holds each of its tensors");
     }
 }
